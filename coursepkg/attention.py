@@ -1,0 +1,227 @@
+"""Attention: the scaled dot-product kernel (textbook and fast paths), multi-head attention and
+Bahdanau's additive attention.
+
+Dimension legend: B batch, H heads, L queries, S keys, D d_model, Dk/Dv per-head sizes.
+Masks are boolean, True = may attend.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ._validation import check_attention_mask, check_float
+from .additive import AdditiveAttention
+
+if TYPE_CHECKING:
+    from .decoding import AttentionCache
+
+__all__ = [
+    "AdditiveAttention",
+    "MultiHeadAttention",
+    "attention_fast",
+    "scaled_dot_product_attention",
+]
+
+
+def _check_qkv(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None) -> None:
+    check_float("query", query)
+    check_float("key", key)
+    check_float("value", value)
+    if query.dim() < 2 or key.dim() != query.dim() or value.dim() != query.dim():
+        raise ValueError(
+            "query, key and value must have the same rank >= 2, got shapes "
+            f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
+        )
+    if query.size(-1) != key.size(-1):
+        raise ValueError(
+            f"query and key must share their last dimension Dk, got query {tuple(query.shape)} "
+            f"and key {tuple(key.shape)}"
+        )
+    if key.size(-2) != value.size(-2):
+        raise ValueError(
+            f"key and value must have the same length S (dim -2), got key {tuple(key.shape)} "
+            f"and value {tuple(value.shape)}"
+        )
+    if mask is not None:
+        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+        check_attention_mask("mask", mask, (*batch, query.size(-2), key.size(-2)))
+
+
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+) -> tuple[Tensor, Tensor]:
+    """softmax(Q K^T / sqrt(d_k)) V, written out step by step (Vaswani et al., Eq. 1).
+
+    This is the readable path the book teaches. :func:`attention_fast` computes the same
+    with PyTorch's fused kernel; a test checks that the two agree.
+
+    Args:
+        query: queries Q.
+        key: keys K.
+        value: values V.
+        mask: bool, True = may attend; broadcastable to (..., L, S). A query whose keys are
+            all masked gets zero weights and a zero output (never NaN).
+        dropout_p: dropout on the attention weights (applied only when > 0).
+
+    Shape:
+        query (..., L, Dk), key (..., S, Dk), value (..., S, Dv) -> output (..., L, Dv),
+        weights (..., L, S).
+
+    Returns:
+        ``(output, weights)``; ``weights`` are before dropout and each unmasked row sums to 1.
+    """
+    _check_qkv(query, key, value, mask)
+    d_k = query.size(-1)
+    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., L, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)  # (..., L, S)
+    if mask is not None:
+        # A fully masked row is softmax(-inf, ..., -inf) = NaN; every entry of such a row is
+        # masked, so this also turns those NaNs into zeros.
+        weights = weights.masked_fill(~mask, 0.0)
+    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+    return dropped @ value, weights  # (..., L, Dv), (..., L, S)
+
+
+def attention_fast(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+) -> Tensor:
+    """The same computation as :func:`scaled_dot_product_attention`, with the fused kernel.
+
+    Uses :func:`torch.nn.functional.scaled_dot_product_attention` (whose boolean mask also
+    means True = may attend) and returns no weights. Fully masked rows give zeros.
+
+    Shape:
+        query (..., L, Dk), key (..., S, Dk), value (..., S, Dv) -> (..., L, Dv).
+    """
+    out = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, dropout_p=dropout_p
+    )  # (..., L, Dv)
+    if mask is not None:
+        # The fused kernels may return NaN for a query with no visible key; pin it to zero.
+        out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return out
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention, MultiHead(Q, K, V) = Concat(head_1..head_H) W^O (Eq. 4-5).
+
+    Args:
+        d_model: width D of the inputs and the output.
+        n_heads: number of heads H.
+        d_k: per-head query/key size Dk (default D // H).
+        d_v: per-head value size Dv (default D // H).
+        dropout: dropout on the attention weights during training.
+        bias: whether the four projections have biases.
+
+    Submodules ``q_proj``, ``k_proj``, ``v_proj`` (D -> H*Dk, H*Dk, H*Dv) and ``out_proj``
+    (H*Dv -> D). Set ``record_weights = True`` to run the textbook path and keep the attention
+    weights of the last call in ``last_weights`` (B, H, L, S), e.g. for plotting.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_k: int | None = None,
+        d_v: int | None = None,
+        dropout: float = 0.0,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        if (d_k is None or d_v is None) and d_model % n_heads != 0:
+            raise ValueError(
+                f"d_model={d_model} must be divisible by n_heads={n_heads} "
+                "unless d_k and d_v are given"
+            )
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.d_k = d_k if d_k is not None else d_model // n_heads
+        self.d_v = d_v if d_v is not None else d_model // n_heads
+        self.dropout = dropout
+        self.q_proj = nn.Linear(d_model, n_heads * self.d_k, bias=bias)
+        self.k_proj = nn.Linear(d_model, n_heads * self.d_k, bias=bias)
+        self.v_proj = nn.Linear(d_model, n_heads * self.d_v, bias=bias)
+        self.out_proj = nn.Linear(n_heads * self.d_v, d_model, bias=bias)
+        self.record_weights = False
+        self.last_weights: Tensor | None = None
+
+    def _split(self, x: Tensor, size: int) -> Tensor:
+        b, n, _ = x.shape
+        return x.view(b, n, self.n_heads, size).transpose(1, 2)  # (B, H, n, size)
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: Tensor | None = None,
+        cache: AttentionCache | None = None,
+    ) -> Tensor:
+        """Attend from ``query`` to ``key``/``value``.
+
+        Args:
+            query: (B, L, D).
+            key: (B, S, D).
+            value: (B, S, D).
+            mask: bool, True = may attend, broadcastable to (B, H, L, S); with a cache, S counts
+                the cached keys too.
+            cache: optional key/value cache (see :mod:`coursepkg.decoding`). A growing cache
+                appends this call's keys and values; a static one (cross-attention) computes
+                them once from ``key``/``value`` and reuses them afterwards.
+
+        Shape:
+            -> (B, L, D).
+
+        Returns:
+            The attended values projected back to D.
+        """
+        check_float("query", query, ndim=3)
+        check_float("key", key, ndim=3)
+        check_float("value", value, ndim=3)
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            if x.size(-1) != self.d_model:
+                raise ValueError(
+                    f"{name} must have last dimension d_model={self.d_model}, "
+                    f"got shape {tuple(x.shape)}"
+                )
+        if key.shape[:2] != value.shape[:2] or key.size(0) != query.size(0):
+            raise ValueError(
+                "query, key and value must share the batch size and key/value their length: "
+                f"got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
+            )
+        q = self._split(self.q_proj(query), self.d_k)  # (B, H, L, Dk)
+        if cache is not None and cache.static and cache.k is not None:
+            k, v = cache.k, cache.v  # (B, H, S, Dk), (B, H, S, Dv)
+        else:
+            k = self._split(self.k_proj(key), self.d_k)  # (B, H, S, Dk)
+            v = self._split(self.v_proj(value), self.d_v)  # (B, H, S, Dv)
+            if cache is not None:
+                k, v = cache.update(k, v)  # (B, H, S_total, Dk), (B, H, S_total, Dv)
+        if mask is not None:
+            b, h, n_q, n_k = q.size(0), self.n_heads, q.size(2), k.size(2)
+            check_attention_mask("mask", mask, (b, h, n_q, n_k))
+        p = self.dropout if self.training else 0.0
+        if self.record_weights:
+            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)
+            self.last_weights = weights.detach()  # (B, H, L, S)
+        else:
+            out = attention_fast(q, k, v, mask, dropout_p=p)  # (B, H, L, Dv)
+        b, _, n_q, _ = out.shape
+        out = out.transpose(1, 2).reshape(b, n_q, self.n_heads * self.d_v)  # (B, L, H*Dv)
+        return self.out_proj(out)  # (B, L, D)
+

@@ -1,0 +1,140 @@
+"""Model configuration: one frozen dataclass shared by every model in the package."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+_POSITIONAL = ("sinusoidal", "learned")
+_ACTIVATIONS = ("relu", "gelu")
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Hyper-parameters of the Transformer (Vaswani et al., 2017, Table 3 names).
+
+    The defaults are the paper's *base* model. ``d_k`` and ``d_v`` default to
+    ``d_model // n_heads``; set them explicitly to explore the rows of Table 3 that vary them
+    (then ``d_model`` need not be divisible by ``n_heads``).
+
+    Raises:
+        ValueError: if the combination is impossible, naming the field, the expected and the
+            actual value.
+    """
+
+    vocab_size: int  # V: target vocabulary (also the source one unless src_vocab_size is set)
+    d_model: int = 512  # D: width of every residual stream
+    n_heads: int = 8  # H: attention heads per attention block
+    d_ff: int = 2048  # F: inner width of the position-wise feed-forward network
+    n_layers: int = 6  # N: encoder layers (and decoder layers unless n_decoder_layers is set)
+    n_decoder_layers: int | None = None  # decoder layers; None means n_layers
+    dropout: float = 0.1  # P_drop: on sub-layer outputs, embeddings+positions, attention weights
+    max_len: int = 512  # longest sequence the positional table covers
+    d_k: int | None = None  # Dk: per-head query/key size; None means d_model // n_heads
+    d_v: int | None = None  # Dv: per-head value size; None means d_model // n_heads
+    norm_first: bool = False  # False: post-LN as in the paper; True: pre-LN (GPT-2 and later)
+    final_norm: bool | None = None  # LayerNorm after each stack; None means "iff norm_first"
+    positional: str = "sinusoidal"  # "sinusoidal" (fixed table) or "learned" (trained table)
+    src_vocab_size: int | None = None  # source vocabulary when it differs; None means shared
+    share_embeddings: bool = True  # one embedding matrix for source and target (shared vocab)
+    tie_embeddings: bool = True  # output projection reuses the target embedding matrix
+    pad_id: int | None = None  # padding id; when set, models derive token masks from it
+    activation: str = "relu"  # FFN non-linearity: "relu" (paper) or "gelu" (BERT, GPT)
+    bias: bool = True  # biases in the attention projections, FFN linears and LayerNorms
+    layer_norm_eps: float = 1e-5  # epsilon inside the LayerNorm square root
+    attention_dropout: float | None = None  # dropout on attention weights; None means dropout
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
+            _positive_int(name, getattr(self, name))
+        for name in ("n_decoder_layers", "d_k", "d_v", "src_vocab_size"):
+            if getattr(self, name) is not None:
+                _positive_int(name, getattr(self, name))
+        if self.d_k is None or self.d_v is None:
+            if self.d_model % self.n_heads != 0:
+                raise ValueError(
+                    f"d_model must be divisible by n_heads when d_k/d_v are not given: "
+                    f"got d_model={self.d_model}, n_heads={self.n_heads} "
+                    f"(remainder {self.d_model % self.n_heads}); set d_k and d_v explicitly "
+                    f"or pick n_heads dividing {self.d_model}"
+                )
+        for name in ("dropout", "attention_dropout"):
+            p = getattr(self, name)
+            if p is not None and not (0.0 <= p < 1.0):
+                raise ValueError(f"{name} must be in [0, 1), got {p}")
+        if self.positional not in _POSITIONAL:
+            raise ValueError(f"positional must be one of {_POSITIONAL}, got {self.positional!r}")
+        if self.activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {_ACTIVATIONS}, got {self.activation!r}")
+        if self.layer_norm_eps <= 0:
+            raise ValueError(f"layer_norm_eps must be > 0, got {self.layer_norm_eps}")
+        if self.pad_id is not None and not (0 <= self.pad_id < self.vocab_size):
+            raise ValueError(
+                f"pad_id must be a token id in [0, vocab_size={self.vocab_size}), got {self.pad_id}"
+            )
+        if self.share_embeddings and self.separate_vocabularies:
+            raise ValueError(
+                "share_embeddings=True needs one vocabulary for source and target, but "
+                f"src_vocab_size={self.src_vocab_size} != vocab_size={self.vocab_size}; "
+                "set share_embeddings=False"
+            )
+
+    # ----- derived sizes -------------------------------------------------------------------
+    @property
+    def head_dim_k(self) -> int:
+        """Dk, the per-head query/key width."""
+        return self.d_k if self.d_k is not None else self.d_model // self.n_heads
+
+    @property
+    def head_dim_v(self) -> int:
+        """Dv, the per-head value width."""
+        return self.d_v if self.d_v is not None else self.d_model // self.n_heads
+
+    @property
+    def decoder_layers(self) -> int:
+        """Number of decoder layers."""
+        return self.n_decoder_layers if self.n_decoder_layers is not None else self.n_layers
+
+    @property
+    def source_vocab_size(self) -> int:
+        """Size of the source vocabulary (equal to ``vocab_size`` when shared)."""
+        return self.src_vocab_size if self.src_vocab_size is not None else self.vocab_size
+
+    @property
+    def separate_vocabularies(self) -> bool:
+        """True when source and target vocabularies differ in size."""
+        return self.src_vocab_size is not None and self.src_vocab_size != self.vocab_size
+
+    @property
+    def use_final_norm(self) -> bool:
+        """Whether each stack ends with a LayerNorm (pre-LN needs one; the paper has none)."""
+        return self.norm_first if self.final_norm is None else self.final_norm
+
+    @property
+    def attn_dropout(self) -> float:
+        """Dropout probability applied to attention weights."""
+        return self.dropout if self.attention_dropout is None else self.attention_dropout
+
+    def replace(self, **changes) -> TransformerConfig:
+        """Return a copy with some fields changed (the config itself is frozen)."""
+        return dataclasses.replace(self, **changes)
+
+    # ----- presets ---------------------------------------------------------------------------
+    @classmethod
+    def base(cls, vocab_size: int = 37000, **overrides) -> TransformerConfig:
+        """The paper's base model: N=6, D=512, F=2048, H=8, P_drop=0.1 (about 63M parameters)."""
+        fields = dict(d_model=512, n_heads=8, d_ff=2048, n_layers=6, dropout=0.1)
+        fields.update(overrides)
+        return cls(vocab_size=vocab_size, **fields)
+
+    @classmethod
+    def big(cls, vocab_size: int = 37000, **overrides) -> TransformerConfig:
+        """The paper's big model: N=6, D=1024, F=4096, H=16, P_drop=0.3 (about 214M)."""
+        fields = dict(d_model=1024, n_heads=16, d_ff=4096, n_layers=6, dropout=0.3)
+        fields.update(overrides)
+        return cls(vocab_size=vocab_size, **fields)
+
+
+def _positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")

@@ -1,0 +1,233 @@
+"""The sub-layers and layers of the Transformer: LayerNorm, the position-wise FFN, and the
+encoder and decoder layers in the paper's post-LN form and the pre-LN form (``norm_first``).
+
+Dimension legend: B batch, L target/query length, S source length, D d_model, F d_ff.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import MultiHeadAttention
+
+if TYPE_CHECKING:
+    from .decoding import AttentionCache
+
+
+def layer_norm_reference(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float) -> Tensor:
+    """LayerNorm written out: (x - mean) / sqrt(var + eps) * gamma + beta over the last axis.
+
+    The variance is the biased one (divide by D), as in ``nn.LayerNorm``.
+
+    Shape:
+        x (..., D), weight (D,), bias (D,) -> (..., D).
+    """
+    mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
+    var = (x - mean).pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
+    y = (x - mean) / torch.sqrt(var + eps)  # (..., D)
+    y = y * weight
+    return y + bias if bias is not None else y
+
+
+class LayerNorm(nn.Module):
+    """Layer normalisation (Ba et al., 2016) over the last dimension, with gain and bias.
+
+    Args:
+        d_model: width D.
+        eps: added to the variance inside the square root.
+        bias: whether to learn the additive ``bias`` (beta).
+
+    Parameters ``weight`` (gamma, ones) and ``bias`` (beta, zeros). The forward pass uses the
+    fused kernel; :func:`layer_norm_reference` is the same formula written out, and a test
+    checks both against ``nn.LayerNorm``.
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-5, bias: bool = True) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model)) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Shape: (..., D) -> (..., D)."""
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+
+
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = W2 act(W1 x + b1) + b2, applied at each position alone (Eq. 2).
+
+    Args:
+        d_model: width D of input and output.
+        d_ff: inner width F.
+        dropout: dropout after the activation (as ``nn.TransformerEncoderLayer`` does).
+        activation: "relu" (paper) or "gelu".
+        bias: whether the two linears have biases.
+
+    Submodules ``linear1`` (D -> F) and ``linear2`` (F -> D).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        activation: str = "relu",
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        if activation not in ("relu", "gelu"):
+            raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+        self.activation = F.relu if activation == "relu" else F.gelu
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Shape: (B, L, D) -> (B, L, D)."""
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (B, L, D)
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then FFN, each wrapped in a residual connection and LayerNorm (Sec. 3.1).
+
+    Post-LN (paper, ``norm_first=False``): x = norm(x + drop(sublayer(x))).
+    Pre-LN (``norm_first=True``): x = x + drop(sublayer(norm(x))).
+
+    Args:
+        d_model: width D.
+        n_heads: heads H.
+        d_ff: FFN inner width F.
+        dropout: residual dropout (and FFN dropout).
+        norm_first: pre-LN when True.
+        d_k, d_v: per-head sizes (default D // H).
+        attention_dropout: dropout on attention weights (default ``dropout``).
+        activation, bias, layer_norm_eps: as in :class:`~coursepkg.TransformerConfig`.
+
+    Submodules ``self_attn``, ``ffn``, ``norm1``, ``norm2``. A decoder-only LM stacks these
+    layers with a causal mask.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        norm_first: bool = False,
+        d_k: int | None = None,
+        d_v: int | None = None,
+        attention_dropout: float | None = None,
+        activation: str = "relu",
+        bias: bool = True,
+        layer_norm_eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        p_attn = dropout if attention_dropout is None else attention_dropout
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, n_heads, d_k, d_v, p_attn, bias)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
+        self.norm1 = LayerNorm(d_model, layer_norm_eps, bias)
+        self.norm2 = LayerNorm(d_model, layer_norm_eps, bias)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, cache: AttentionCache | None = None
+    ) -> Tensor:
+        """Encode ``x``.
+
+        Args:
+            x: input sequence.
+            mask: attention mask, bool, True = may attend, broadcastable to (B, H, L, L).
+            cache: self-attention key/value cache (decoder-only generation).
+
+        Shape:
+            x (B, L, D) -> (B, L, D).
+        """
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.dropout1(self.self_attn(h, h, h, mask, cache))  # (B, L, D)
+            x = x + self.dropout2(self.ffn(self.norm2(x)))  # (B, L, D)
+        else:
+            x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, mask, cache)))
+            x = self.norm2(x + self.dropout2(self.ffn(x)))  # (B, L, D)
+        return x
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention to the encoder output, then FFN (Sec. 3.1).
+
+    Cross-attention takes its queries from the decoder and its keys and values from
+    ``memory`` (the encoder output). Residual/LayerNorm placement as in :class:`EncoderLayer`.
+
+    Args: as :class:`EncoderLayer`.
+
+    Submodules ``self_attn``, ``cross_attn``, ``ffn``, ``norm1``, ``norm2``, ``norm3``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        norm_first: bool = False,
+        d_k: int | None = None,
+        d_v: int | None = None,
+        attention_dropout: float | None = None,
+        activation: str = "relu",
+        bias: bool = True,
+        layer_norm_eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        p_attn = dropout if attention_dropout is None else attention_dropout
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, n_heads, d_k, d_v, p_attn, bias)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, d_k, d_v, p_attn, bias)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
+        self.norm1 = LayerNorm(d_model, layer_norm_eps, bias)
+        self.norm2 = LayerNorm(d_model, layer_norm_eps, bias)
+        self.norm3 = LayerNorm(d_model, layer_norm_eps, bias)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        self_mask: Tensor | None = None,
+        cross_mask: Tensor | None = None,
+        self_cache: AttentionCache | None = None,
+        cross_cache: AttentionCache | None = None,
+    ) -> Tensor:
+        """Decode one layer.
+
+        Args:
+            x: decoder input (shifted-right target embeddings, or the previous layer).
+            memory: encoder output.
+            self_mask: bool, True = may attend, broadcastable to (B, H, T, T); normally the
+                causal mask combined with target padding.
+            cross_mask: bool, broadcastable to (B, H, T, S); normally source padding.
+            self_cache, cross_cache: key/value caches for incremental decoding.
+
+        Shape:
+            x (B, T, D), memory (B, S, D) -> (B, T, D).
+        """
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.dropout1(self.self_attn(h, h, h, self_mask, self_cache))
+            h = self.norm2(x)
+            x = x + self.dropout2(self.cross_attn(h, memory, memory, cross_mask, cross_cache))
+            x = x + self.dropout3(self.ffn(self.norm3(x)))  # (B, T, D)
+        else:
+            x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, self_mask, self_cache)))
+            x = self.norm2(
+                x + self.dropout2(self.cross_attn(x, memory, memory, cross_mask, cross_cache))
+            )
+            x = self.norm3(x + self.dropout3(self.ffn(x)))  # (B, T, D)
+        return x

@@ -1,0 +1,450 @@
+"""The models: Encoder and Decoder stacks, the encoder-decoder :class:`Transformer` and the
+GPT-style :class:`DecoderOnlyLM`.
+
+Dimension legend: B batch, S source length, T target length, D d_model, V vocabulary.
+At model level masks are *token* masks (B, S)/(B, T), bool, True = real token; the causal
+mask is built inside the decoder, never passed in.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ._validation import check_float, check_token_mask, check_tokens
+from .config import TransformerConfig
+from .decoding import KVCache, sample_next
+from .layers import DecoderLayer, EncoderLayer, LayerNorm
+from .masks import causal_mask, key_mask
+from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+
+
+def _layer_kwargs(config: TransformerConfig) -> dict:
+    return dict(
+        d_model=config.d_model,
+        n_heads=config.n_heads,
+        d_ff=config.d_ff,
+        dropout=config.dropout,
+        norm_first=config.norm_first,
+        d_k=config.d_k,
+        d_v=config.d_v,
+        attention_dropout=config.attention_dropout,
+        activation=config.activation,
+        bias=config.bias,
+        layer_norm_eps=config.layer_norm_eps,
+    )
+
+
+def _final_norm(config: TransformerConfig) -> LayerNorm | None:
+    if not config.use_final_norm:
+        return None
+    return LayerNorm(config.d_model, config.layer_norm_eps, config.bias)
+
+
+class TokenEmbedding(nn.Module):
+    """Token embedding multiplied by sqrt(D) (Sec. 3.4); its ``weight`` may be tied.
+
+    Args:
+        vocab_size: V.
+        d_model: D.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int) -> None:
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.scale = math.sqrt(d_model)
+        self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
+        # std D^-1/2 makes the scaled embedding unit-variance, and the tied logits start small.
+        nn.init.normal_(self.weight, std=d_model**-0.5)
+
+    def forward(self, tokens: Tensor, name: str = "tokens") -> Tensor:
+        """Shape: (B, L) integer ids -> (B, L, D)."""
+        check_tokens(name, tokens, self.vocab_size)
+        return F.embedding(tokens, self.weight) * self.scale  # (B, L, D)
+
+
+def _make_positions(config: TransformerConfig) -> nn.Module:
+    if config.positional == "learned":
+        return LearnedPositionalEmbedding(config.d_model, config.max_len)
+    return SinusoidalPositionalEncoding(config.d_model, config.max_len)
+
+
+class Encoder(nn.Module):
+    """N encoder layers (and a final LayerNorm when ``config.use_final_norm``).
+
+    Submodules ``layers`` and ``norm`` (None without a final norm).
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayer(**_layer_kwargs(config)) for _ in range(config.n_layers))
+        self.norm = _final_norm(config)
+
+    def forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """Encode embedded source positions.
+
+        Args:
+            x: embedded source (tokens + positions).
+            src_mask: bool token mask, True = real token; padded keys are hidden.
+
+        Shape:
+            x (B, S, D), src_mask (B, S) -> (B, S, D).
+        """
+        check_float("x", x, ndim=3)
+        if src_mask is not None:
+            check_token_mask("src_mask", src_mask, tuple(x.shape[:2]))
+        mask = None if src_mask is None else key_mask(src_mask)  # (B, 1, 1, S)
+        for layer in self.layers:
+            x = layer(x, mask)  # (B, S, D)
+        return x if self.norm is None else self.norm(x)
+
+
+class Decoder(nn.Module):
+    """N decoder layers (and a final LayerNorm when ``config.use_final_norm``).
+
+    Submodules ``layers`` and ``norm``.
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            DecoderLayer(**_layer_kwargs(config)) for _ in range(config.decoder_layers)
+        )
+        self.norm = _final_norm(config)
+
+    def forward(
+        self,
+        y: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """Decode embedded (shifted-right) target positions against the encoder output.
+
+        Args:
+            y: embedded target positions (only the new ones when a cache is given).
+            memory: encoder output.
+            src_mask: bool (B, S), True = real source token.
+            tgt_mask: bool (B, T_total), True = real target token; with a cache it covers
+                the cached positions too.
+            cache: a :class:`~coursepkg.decoding.KVCache` for incremental decoding.
+
+        Shape:
+            y (B, T, D), memory (B, S, D) -> (B, T, D).
+        """
+        check_float("y", y, ndim=3)
+        check_float("memory", memory, ndim=3)
+        if memory.size(0) != y.size(0):
+            raise ValueError(
+                f"memory and target must share the batch size, got {memory.size(0)} and "
+                f"{y.size(0)}"
+            )
+        b, t = y.shape[:2]
+        past = 0 if cache is None else cache.length
+        self_mask = causal_mask(t, past + t, device=y.device)  # (T, T_total)
+        if tgt_mask is not None:
+            check_token_mask("tgt_mask", tgt_mask, (b, past + t))
+            self_mask = self_mask & key_mask(tgt_mask)  # (B, 1, T, T_total)
+        elif t == 1:
+            self_mask = None  # one new query may see every earlier position
+        cross_mask = None
+        if src_mask is not None:
+            check_token_mask("src_mask", src_mask, tuple(memory.shape[:2]))
+            cross_mask = key_mask(src_mask)  # (B, 1, 1, S)
+        for i, layer in enumerate(self.layers):
+            self_cache = None if cache is None else cache.self_attn[i]
+            cross_cache = None if cache is None else cache.cross_attn[i]
+            y = layer(y, memory, self_mask, cross_mask, self_cache, cross_cache)  # (B, T, D)
+        return y if self.norm is None else self.norm(y)
+
+
+class EncoderDecoder(nn.Module):
+    """The encoder-decoder stack alone, on embeddings (no token embedding, no output layer).
+
+    This is what :func:`coursepkg.interop.from_torch_transformer` returns: the same function as
+    ``torch.nn.Transformer`` with batch-first inputs.
+
+    Submodules ``encoder`` and ``decoder``.
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.encoder = Encoder(config)
+        self.decoder = Decoder(config)
+
+    def forward(
+        self,
+        src_emb: Tensor,
+        tgt_emb: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+    ) -> Tensor:
+        """Encode ``src_emb`` and decode ``tgt_emb`` (causal mask applied inside).
+
+        Args:
+            src_emb: source embeddings.
+            tgt_emb: target embeddings.
+            src_mask: bool (B, S), True = real token.
+            tgt_mask: bool (B, T), True = real token.
+
+        Shape:
+            src_emb (B, S, D), tgt_emb (B, T, D) -> (B, T, D).
+        """
+        memory = self.encoder(src_emb, src_mask)  # (B, S, D)
+        return self.decoder(tgt_emb, memory, src_mask, tgt_mask)  # (B, T, D)
+
+
+def _init_linear_weights(module: nn.Module) -> None:
+    # Xavier-uniform for every projection matrix (a common choice; the paper does not say).
+    for sub in module.modules():
+        if isinstance(sub, nn.Linear):
+            nn.init.xavier_uniform_(sub.weight)
+            if sub.bias is not None:
+                nn.init.zeros_(sub.bias)
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder Transformer of "Attention Is All You Need".
+
+    Embeddings are scaled by sqrt(D) and summed with positions; with a shared vocabulary the
+    source and target embeddings are one matrix (``share_embeddings``), and the output
+    projection reuses the target embedding (``tie_embeddings``), as in Sec. 3.4.
+
+    Args:
+        config: the hyper-parameters.
+
+    Submodules ``src_embed``, ``tgt_embed`` (the same object when shared), ``positions``
+    (one table for source and target), ``encoder``, ``decoder``, ``lm_head`` (D -> V, no bias).
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.src_embed = TokenEmbedding(config.source_vocab_size, config.d_model)
+        self.tgt_embed = (
+            self.src_embed
+            if config.share_embeddings
+            else TokenEmbedding(config.vocab_size, config.d_model)
+        )
+        self.positions = _make_positions(config)
+        self.dropout = nn.Dropout(config.dropout)
+        self.encoder = Encoder(config)
+        self.decoder = Decoder(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        _init_linear_weights(self)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.tgt_embed.weight
+
+    # ----- masks --------------------------------------------------------------------------------
+    def _token_mask(self, name: str, tokens: Tensor, mask: Tensor | None) -> Tensor | None:
+        if mask is None and self.config.pad_id is not None:
+            mask = tokens != self.config.pad_id  # (B, L)
+        if mask is not None:
+            check_token_mask(name, mask, tuple(tokens.shape))
+        return mask
+
+    def source_mask(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor | None:
+        """The source token mask: ``src_mask`` checked, or derived from ``pad_id``, or None."""
+        return self._token_mask("src_mask", src, src_mask)
+
+    # ----- pieces used by generation ------------------------------------------------------------
+    def new_cache(self) -> KVCache:
+        """An empty key/value cache for :meth:`decode`."""
+        return KVCache(self.config.decoder_layers, cross=True)
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """Run the encoder.
+
+        Args:
+            src: source ids.
+            src_mask: bool (B, S), True = real token (derived from ``pad_id`` when omitted).
+
+        Shape:
+            src (B, S) -> memory (B, S, D).
+        """
+        check_tokens("src", src, self.config.source_vocab_size)
+        src_mask = self.source_mask(src, src_mask)
+        x = self.dropout(self.positions(self.src_embed(src, "src")))  # (B, S, D)
+        return self.encoder(x, src_mask)  # (B, S, D)
+
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """Run the decoder and the output projection.
+
+        Args:
+            tgt: target ids, shifted right (they start with BOS); with a cache, only the
+                new ids.
+            memory: encoder output.
+            src_mask: bool (B, S), True = real source token.
+            tgt_mask: bool (B, T), True = real target token (derived from ``pad_id`` when
+                omitted and no cache is used).
+            cache: see :meth:`new_cache`.
+
+        Shape:
+            tgt (B, T), memory (B, S, D) -> logits (B, T, V).
+        """
+        check_tokens("tgt", tgt, self.config.vocab_size)
+        if memory.size(0) != tgt.size(0):
+            raise ValueError(
+                f"memory has batch size {memory.size(0)} but tgt has {tgt.size(0)}; they must match"
+            )
+        offset = 0 if cache is None else cache.length
+        if cache is None:
+            tgt_mask = self._token_mask("tgt_mask", tgt, tgt_mask)
+        y = self.dropout(self.positions(self.tgt_embed(tgt, "tgt"), offset))  # (B, T, D)
+        h = self.decoder(y, memory, src_mask, tgt_mask, cache)  # (B, T, D)
+        return self.lm_head(h)  # (B, T, V)
+
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+    ) -> Tensor:
+        """Teacher-forced pass: logits for every target position.
+
+        Args:
+            src: source ids.
+            tgt: target ids shifted right (BOS first).
+            src_mask: bool (B, S), True = real token; derived from ``pad_id`` when omitted.
+            tgt_mask: bool (B, T), True = real token; derived from ``pad_id`` when omitted.
+
+        Shape:
+            src (B, S), tgt (B, T) -> logits (B, T, V).
+        """
+        check_tokens("src", src, self.config.source_vocab_size)
+        check_tokens("tgt", tgt, self.config.vocab_size)
+        if src.size(0) != tgt.size(0):
+            raise ValueError(
+                f"src and tgt must have the same batch size, got {src.size(0)} and {tgt.size(0)}"
+            )
+        src_mask = self.source_mask(src, src_mask)
+        memory = self.encode(src, src_mask)  # (B, S, D)
+        return self.decode(tgt, memory, src_mask, tgt_mask)  # (B, T, V)
+
+
+class DecoderOnlyLM(nn.Module):
+    """A GPT-style language model: token + position embeddings, N self-attention layers with a
+    causal mask, and an output head tied to the token embedding.
+
+    The layers are :class:`~coursepkg.layers.EncoderLayer` blocks (self-attention + FFN):
+    a decoder without cross-attention is exactly that, under a causal mask.
+
+    Args:
+        config: the hyper-parameters (``n_layers`` layers; GPT-2 uses ``norm_first=True``).
+
+    Submodules ``embed``, ``positions``, ``layers``, ``norm`` (None without a final norm),
+    ``lm_head`` (D -> V, no bias, weight tied to ``embed.weight`` when ``tie_embeddings``).
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed = TokenEmbedding(config.vocab_size, config.d_model)
+        self.positions = _make_positions(config)
+        self.dropout = nn.Dropout(config.dropout)
+        self.layers = nn.ModuleList(EncoderLayer(**_layer_kwargs(config)) for _ in range(config.n_layers))
+        self.norm = _final_norm(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        _init_linear_weights(self)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.embed.weight
+
+    def new_cache(self) -> KVCache:
+        """An empty key/value cache for :meth:`forward`."""
+        return KVCache(self.config.n_layers, cross=False)
+
+    def forward(
+        self,
+        tokens: Tensor,
+        token_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """Next-token logits at every position.
+
+        Args:
+            tokens: ids (only the new ones when a cache is given).
+            token_mask: bool (B, T_total), True = real token (derived from ``pad_id`` when
+                omitted and no cache is used).
+            cache: see :meth:`new_cache`.
+
+        Shape:
+            tokens (B, T) -> logits (B, T, V).
+        """
+        check_tokens("tokens", tokens, self.config.vocab_size)
+        b, t = tokens.shape
+        past = 0 if cache is None else cache.length
+        if token_mask is None and cache is None and self.config.pad_id is not None:
+            token_mask = tokens != self.config.pad_id  # (B, T)
+        mask = causal_mask(t, past + t, device=tokens.device)  # (T, T_total)
+        if token_mask is not None:
+            check_token_mask("token_mask", token_mask, (b, past + t))
+            mask = mask & key_mask(token_mask)  # (B, 1, T, T_total)
+        elif t == 1:
+            mask = None
+        x = self.dropout(self.positions(self.embed(tokens), past))  # (B, T, D)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mask, None if cache is None else cache.self_attn[i])  # (B, T, D)
+        if self.norm is not None:
+            x = self.norm(x)
+        return self.lm_head(x)  # (B, T, V)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        tokens: Tensor,
+        max_new_tokens: int,
+        use_cache: bool = True,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """Continue ``tokens`` by ``max_new_tokens`` tokens.
+
+        Args:
+            tokens: the prompt ids (no padding).
+            max_new_tokens: how many tokens to append.
+            use_cache: keep keys/values of earlier positions instead of recomputing them;
+                greedy outputs are identical either way.
+            temperature: 0 means greedy (argmax); otherwise sample from softmax(logits / T).
+            top_k: sample only among the ``top_k`` most probable tokens.
+            generator: a ``torch.Generator`` for reproducible sampling.
+
+        Shape:
+            tokens (B, T) -> (B, T + max_new_tokens).
+        """
+        check_tokens("tokens", tokens, self.config.vocab_size)
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+            raise ValueError(f"top_k must be None or an integer >= 1, got {top_k!r}")
+        total = tokens.size(1) + max_new_tokens
+        if total > self.config.max_len:
+            raise ValueError(
+                f"prompt length {tokens.size(1)} + max_new_tokens {max_new_tokens} = {total} "
+                f"exceeds max_len={self.config.max_len} of the positional table"
+            )
+        if tokens.size(1) == 0:
+            raise ValueError("tokens must hold at least one prompt token per row, got length 0")
+        cache = self.new_cache() if use_cache else None
+        inp = tokens
+        for _ in range(max_new_tokens):
+            logits = self(inp, cache=cache)[:, -1]  # (B, V)
+            nxt = sample_next(logits, temperature, top_k, generator)  # (B,)
+            tokens = torch.cat([tokens, nxt[:, None]], dim=1)  # (B, t + 1)
+            inp = nxt[:, None] if use_cache else tokens
+        return tokens

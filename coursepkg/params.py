@@ -1,0 +1,96 @@
+"""Closed-form parameter counts, from the formulas alone (nothing is allocated).
+
+Dimension legend: D d_model, H heads, Dk/Dv per-head sizes, F d_ff, V vocabulary, N layers.
+"""
+
+from __future__ import annotations
+
+from .config import TransformerConfig
+
+
+def attention_parameters(config: TransformerConfig) -> int:
+    """W^Q, W^K (D x H*Dk each), W^V (D x H*Dv), W^O (H*Dv x D), plus biases if any."""
+    d, h, dk, dv = config.d_model, config.n_heads, config.head_dim_k, config.head_dim_v
+    weights = 2 * d * h * dk + d * h * dv + h * dv * d
+    biases = (2 * h * dk + h * dv + d) if config.bias else 0
+    return weights + biases
+
+
+def feed_forward_parameters(config: TransformerConfig) -> int:
+    """W1 (D x F), W2 (F x D), plus biases b1 (F) and b2 (D) if any."""
+    d, f = config.d_model, config.d_ff
+    return 2 * d * f + ((f + d) if config.bias else 0)
+
+
+def layer_norm_parameters(config: TransformerConfig) -> int:
+    """Gain (D) and, with biases, shift (D)."""
+    return config.d_model * (2 if config.bias else 1)
+
+
+def parameter_breakdown(config: TransformerConfig, model: str = "encoder-decoder") -> dict[str, int]:
+    """Parameters per part of the model, in closed form.
+
+    Tied or shared matrices are counted once, in the first part that owns them
+    (``embeddings``), and the parts they are reused by count zero.
+
+    Args:
+        config: the hyper-parameters.
+        model: ``"encoder-decoder"`` (:class:`~coursepkg.Transformer`) or ``"decoder-only"``
+            (:class:`~coursepkg.DecoderOnlyLM`).
+
+    Returns:
+        An ordered mapping part -> count whose values sum to :func:`count_parameters`.
+    """
+    if model not in ("encoder-decoder", "decoder-only"):
+        raise ValueError(f"model must be 'encoder-decoder' or 'decoder-only', got {model!r}")
+    d, v = config.d_model, config.vocab_size
+    attn, ffn, ln = (
+        attention_parameters(config),
+        feed_forward_parameters(config),
+        layer_norm_parameters(config),
+    )
+    final = ln if config.use_final_norm else 0
+    positions = config.max_len * d if config.positional == "learned" else 0
+    out: dict[str, int] = {}
+    if model == "decoder-only":
+        out["embeddings"] = v * d
+        out["positions"] = positions
+        out["layers"] = config.n_layers * (attn + ffn + 2 * ln)
+        out["final_norm"] = final
+        out["output_head"] = 0 if config.tie_embeddings else v * d
+        return out
+    src_embed = config.source_vocab_size * d
+    tgt_embed = 0 if config.share_embeddings else v * d
+    out["embeddings"] = src_embed + tgt_embed
+    out["positions"] = positions
+    out["encoder"] = config.n_layers * (attn + ffn + 2 * ln) + final
+    out["decoder"] = config.decoder_layers * (2 * attn + ffn + 3 * ln) + final
+    out["output_head"] = 0 if config.tie_embeddings else v * d
+    return out
+
+
+def count_parameters(config: TransformerConfig, model: str = "encoder-decoder") -> int:
+    """Total number of distinct trainable parameters, in closed form.
+
+    Equals ``sum(p.numel() for p in Transformer(config).parameters())`` (or
+    :class:`~coursepkg.DecoderOnlyLM` with ``model="decoder-only"``) without building it.
+    """
+    return sum(parameter_breakdown(config, model).values())
+
+
+def layer_breakdown(config: TransformerConfig) -> dict[str, int]:
+    """Parameters of one encoder layer and one decoder layer, per sub-layer."""
+    attn, ffn, ln = (
+        attention_parameters(config),
+        feed_forward_parameters(config),
+        layer_norm_parameters(config),
+    )
+    return {
+        "encoder.self_attn": attn,
+        "encoder.ffn": ffn,
+        "encoder.norms": 2 * ln,
+        "decoder.self_attn": attn,
+        "decoder.cross_attn": attn,
+        "decoder.ffn": ffn,
+        "decoder.norms": 3 * ln,
+    }
