@@ -15,7 +15,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._validation import check_attention_mask, check_float
-from .additive import AdditiveAttention
 
 if TYPE_CHECKING:
     from .decoding import AttentionCache
@@ -112,8 +111,11 @@ def attention_fast(
         query, key, value, attn_mask=mask, dropout_p=dropout_p
     )  # (..., L, Dv)
     if mask is not None:
-        # The fused kernels may return NaN for a query with no visible key; pin it to zero.
-        out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+        # Some fused kernels return NaN for a query with no visible key; pin those to zero.
+        # The check is on the (small) mask, so the common case costs no pass over ``out``.
+        empty = ~mask.any(dim=-1, keepdim=True)  # (..., L, 1)
+        if bool(empty.any()):
+            out = out.masked_fill(empty, 0.0)
     return out
 
 
@@ -164,6 +166,27 @@ class MultiHeadAttention(nn.Module):
         b, n, _ = x.shape
         return x.view(b, n, self.n_heads, size).transpose(1, 2)  # (B, H, n, size)
 
+    def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Apply W^Q, W^K, W^V. Self-attention (one input) runs them as a single matmul, and
+        cross-attention runs W^K and W^V together: same result, fewer and larger GEMMs."""
+        projs = (self.q_proj, self.k_proj, self.v_proj)
+        sizes = [p.out_features for p in projs]
+        if query is key and key is value:
+            groups = [(query, projs, sizes)]
+        elif key is value:
+            groups = [(query, projs[:1], sizes[:1]), (key, projs[1:], sizes[1:])]
+        else:
+            return tuple(p(x) for p, x in zip(projs, (query, key, value), strict=True))
+        outs: list[Tensor] = []
+        for x, group, group_sizes in groups:
+            if len(group) == 1:
+                outs.append(group[0](x))
+                continue
+            weight = torch.cat([p.weight for p in group])  # (sum sizes, D)
+            bias = None if group[0].bias is None else torch.cat([p.bias for p in group])
+            outs.extend(F.linear(x, weight, bias).split(group_sizes, dim=-1))
+        return tuple(outs)
+
     def forward(
         self,
         query: Tensor,
@@ -204,14 +227,17 @@ class MultiHeadAttention(nn.Module):
                 "query, key and value must share the batch size and key/value their length: "
                 f"got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
             )
-        q = self._split(self.q_proj(query), self.d_k)  # (B, H, L, Dk)
-        if cache is not None and cache.static and cache.k is not None:
+        reuse = cache is not None and cache.static and cache.k is not None
+        if reuse:
+            q = self.q_proj(query)  # (B, L, H*Dk)
             k, v = cache.k, cache.v  # (B, H, S, Dk), (B, H, S, Dv)
         else:
-            k = self._split(self.k_proj(key), self.d_k)  # (B, H, S, Dk)
-            v = self._split(self.v_proj(value), self.d_v)  # (B, H, S, Dv)
+            q, k, v = self._project(query, key, value)  # (B, L, H*Dk), (B, S, H*Dk), ...
+            k = self._split(k, self.d_k)  # (B, H, S, Dk)
+            v = self._split(v, self.d_v)  # (B, H, S, Dv)
             if cache is not None:
                 k, v = cache.update(k, v)  # (B, H, S_total, Dk), (B, H, S_total, Dv)
+        q = self._split(q, self.d_k)  # (B, H, L, Dk)
         if mask is not None:
             b, h, n_q, n_k = q.size(0), self.n_heads, q.size(2), k.size(2)
             check_attention_mask("mask", mask, (b, h, n_q, n_k))
@@ -225,3 +251,104 @@ class MultiHeadAttention(nn.Module):
         out = out.transpose(1, 2).reshape(b, n_q, self.n_heads * self.d_v)  # (B, L, H*Dv)
         return self.out_proj(out)  # (B, L, D)
 
+
+class AdditiveAttention(nn.Module):
+    """Additive attention score(s, h) = v^T tanh(W_q s + W_k h) (Bahdanau 2015, eq. 6; notes 1.1).
+
+    The weights are ``softmax`` of the scores over the source positions that may be attended;
+    the context is the weighted sum of the keys (which double as values, as in Bahdanau's model).
+
+    Args:
+        query_dim: Size Dq of a query vector (e.g. the decoder state s_{t-1}).
+        key_dim: Size Dk of a key vector (e.g. an encoder state h_i).
+        attn_dim: Size A of the hidden layer inside the score.
+
+    Shape:
+        - query: (B, Dq)
+        - keys: (B, S, Dk)
+        - mask: (B, S) bool, True = may attend, or None (attend everywhere)
+        - context: (B, Dk)
+        - weights: (B, S); each row sums to 1 over its attendable positions, and a fully
+          masked row gives all-zero weights (and a zero context), never NaN.
+    """
+
+    def __init__(self, query_dim: int, key_dim: int, attn_dim: int) -> None:
+        super().__init__()
+        for name, value in (("query_dim", query_dim), ("key_dim", key_dim), ("attn_dim", attn_dim)):
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self.query_dim = query_dim
+        self.key_dim = key_dim
+        self.attn_dim = attn_dim
+        self.query_proj = nn.Linear(query_dim, attn_dim, bias=False)  # W_q
+        self.key_proj = nn.Linear(key_dim, attn_dim, bias=True)  # W_k (its bias is the only one)
+        self.score = nn.Linear(attn_dim, 1, bias=False)  # v^T
+
+    def forward(
+        self,
+        query: Tensor,
+        keys: Tensor,
+        mask: Tensor | None = None,
+        *,
+        keys_proj: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """Attend from one query per batch row over that row's keys.
+
+        Args:
+            query: Query vectors.
+            keys: Key vectors, also used as the values.
+            mask: Bool, True = may attend; None attends to every position.
+            keys_proj: Optional precomputed ``self.key_proj(keys)``. A recurrent decoder queries the
+                same keys at every step, so it projects them once and passes them here.
+
+        Shape:
+            - query: (B, Dq)
+            - keys: (B, S, Dk)
+            - mask: (B, S)
+            - keys_proj: (B, S, A)
+
+        Returns:
+            ``(context, weights)`` of shapes (B, Dk) and (B, S).
+        """
+        self._check_inputs(query, keys, mask, keys_proj)
+        if keys_proj is None:
+            keys_proj = self.key_proj(keys)  # (B, S, A)
+        q = self.query_proj(query).unsqueeze(1)  # (B, 1, A)
+        scores = self.score(torch.tanh(q + keys_proj)).squeeze(-1)  # (B, S)
+        if mask is not None:
+            # A finite fill (not -inf) keeps fully masked rows free of NaN; they are zeroed below.
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        weights = torch.softmax(scores, dim=-1)  # (B, S)
+        if mask is not None:
+            weights = weights.masked_fill(~mask, 0.0)
+        context = torch.bmm(weights.unsqueeze(1), keys).squeeze(1)  # (B, Dk)
+        return context, weights
+
+    def _check_inputs(
+        self, query: Tensor, keys: Tensor, mask: Tensor | None, keys_proj: Tensor | None
+    ) -> None:
+        if query.dim() != 2 or query.shape[1] != self.query_dim:
+            raise ValueError(
+                f"query must have shape (B, {self.query_dim}), got {tuple(query.shape)}"
+            )
+        if keys.dim() != 3 or keys.shape[2] != self.key_dim:
+            raise ValueError(
+                f"keys must have shape (B, S, {self.key_dim}), got {tuple(keys.shape)}"
+            )
+        if keys.shape[0] != query.shape[0]:
+            raise ValueError(
+                f"keys batch size {keys.shape[0]} does not match query batch size {query.shape[0]}"
+            )
+        batch, src_len = keys.shape[0], keys.shape[1]
+        if mask is not None:
+            if mask.dtype != torch.bool:
+                raise TypeError(f"mask must be a bool tensor (True = may attend), got {mask.dtype}")
+            if tuple(mask.shape) != (batch, src_len):
+                raise ValueError(
+                    f"mask must have shape (B, S) = {(batch, src_len)}, got {tuple(mask.shape)}"
+                )
+        if keys_proj is not None and tuple(keys_proj.shape) != (batch, src_len, self.attn_dim):
+            raise ValueError(
+                f"keys_proj must have shape (B, S, A) = {(batch, src_len, self.attn_dim)}, "
+                f"got {tuple(keys_proj.shape)}"
+            )
