@@ -46,9 +46,7 @@ def check_tokens(name: str, tokens: object, vocab_size: int | None = None) -> Te
         lo, hi = int(tokens.min()), int(tokens.max())
         if lo < 0 or hi >= vocab_size:
             bad = lo if lo < 0 else hi
-            raise ValueError(
-                f"{name} holds id {bad}, outside the vocabulary [0, {vocab_size})"
-            )
+            raise ValueError(f"{name} holds id {bad}, outside the vocabulary [0, {vocab_size})")
     return tokens
 
 
@@ -56,9 +54,7 @@ def check_token_mask(name: str, mask: object, shape: tuple[int, int]) -> Tensor:
     """Raise unless ``mask`` is a bool tensor of exactly ``shape`` (True = real token)."""
     check_tensor(name, mask)
     if mask.dtype != torch.bool:
-        raise TypeError(
-            f"{name} must be a bool tensor (True = real token), got dtype {mask.dtype}"
-        )
+        raise TypeError(f"{name} must be a bool tensor (True = real token), got dtype {mask.dtype}")
     if tuple(mask.shape) != tuple(shape):
         raise ValueError(
             f"{name} must have shape {tuple(shape)} (B, length), got {tuple(mask.shape)}"

@@ -107,6 +107,14 @@ def attention_fast(
     Shape:
         query (..., L, Dk), key (..., S, Dk), value (..., S, Dv) -> (..., L, Dv).
     """
+    _check_qkv(query, key, value, mask)
+    return _attention_fast(query, key, value, mask, dropout_p)
+
+
+def _attention_fast(
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, dropout_p: float
+) -> Tensor:
+    # attention_fast without the argument checks (its callers have checked already).
     out = F.scaled_dot_product_attention(
         query, key, value, attn_mask=mask, dropout_p=dropout_p
     )  # (..., L, Dv)
@@ -246,7 +254,7 @@ class MultiHeadAttention(nn.Module):
             out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)
             self.last_weights = weights.detach()  # (B, H, L, S)
         else:
-            out = attention_fast(q, k, v, mask, dropout_p=p)  # (B, H, L, Dv)
+            out = _attention_fast(q, k, v, mask, p)  # (B, H, L, Dv)
         b, _, n_q, _ = out.shape
         out = out.transpose(1, 2).reshape(b, n_q, self.n_heads * self.d_v)  # (B, L, H*Dv)
         return self.out_proj(out)  # (B, L, D)

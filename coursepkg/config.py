@@ -42,7 +42,8 @@ class TransformerConfig:
     activation: str = "relu"  # FFN non-linearity: "relu" (paper) or "gelu" (BERT, GPT)
     bias: bool = True  # biases in the attention projections, FFN linears and LayerNorms
     layer_norm_eps: float = 1e-5  # epsilon inside the LayerNorm square root
-    attention_dropout: float | None = None  # dropout on attention weights; None means dropout
+    attention_dropout: float = 0.0  # dropout on attention weights: none in the paper (Sec. 5.4);
+    # tensor2tensor and torch.nn.Transformer use ``dropout`` here
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
@@ -60,7 +61,7 @@ class TransformerConfig:
                 )
         for name in ("dropout", "attention_dropout"):
             p = getattr(self, name)
-            if p is not None and not (0.0 <= p < 1.0):
+            if not (0.0 <= p < 1.0):
                 raise ValueError(f"{name} must be in [0, 1), got {p}")
         if self.positional not in _POSITIONAL:
             raise ValueError(f"positional must be one of {_POSITIONAL}, got {self.positional!r}")
@@ -109,11 +110,6 @@ class TransformerConfig:
     def use_final_norm(self) -> bool:
         """Whether each stack ends with a LayerNorm (pre-LN needs one; the paper has none)."""
         return self.norm_first if self.final_norm is None else self.final_norm
-
-    @property
-    def attn_dropout(self) -> float:
-        """Dropout probability applied to attention weights."""
-        return self.dropout if self.attention_dropout is None else self.attention_dropout
 
     def replace(self, **changes) -> TransformerConfig:
         """Return a copy with some fields changed (the config itself is frozen)."""

@@ -90,6 +90,29 @@ def _check_decode_args(model: Transformer, src: Tensor, max_len: int, bos_id: in
     for name, value in (("bos_id", bos_id), ("eos_id", eos_id)):
         if not (0 <= value < vocab):
             raise ValueError(f"{name} must be a token id in [0, {vocab}), got {value}")
+    if 1 + max_len > model.config.max_len:
+        raise ValueError(
+            f"max_len={max_len} new tokens after BOS need {1 + max_len} target positions, more "
+            f"than the model's max_len={model.config.max_len}"
+        )
+
+
+def _next_logits(
+    model: Transformer,
+    tokens: Tensor,
+    memory: Tensor,
+    src_mask: Tensor | None,
+    cache: KVCache | None,
+) -> Tensor:
+    """Logits of the next token after ``tokens`` (B, t) -> (B, V).
+
+    Every generated token is real, even one that happens to equal the pad id, so the target
+    mask is all True rather than derived from ``pad_id``.
+    """
+    if cache is not None:
+        return model.decode(tokens[:, -1:], memory, src_mask, cache=cache)[:, -1]
+    real = torch.ones_like(tokens, dtype=torch.bool)  # (B, t)
+    return model.decode(tokens, memory, src_mask, tgt_mask=real)[:, -1]
 
 
 @torch.no_grad()
@@ -132,8 +155,7 @@ def greedy_decode(
     finished = torch.zeros(b, dtype=torch.bool, device=src.device)  # (B,)
     cache = model.new_cache() if use_cache else None
     for _ in range(max_len):
-        inp = tokens[:, -1:] if use_cache else tokens  # (B, 1) or (B, t)
-        logits = model.decode(inp, memory, src_mask, cache=cache)[:, -1]  # (B, V)
+        logits = _next_logits(model, tokens, memory, src_mask, cache)  # (B, V)
         nxt = logits.argmax(dim=-1)  # (B,)
         nxt = torch.where(finished, torch.full_like(nxt, pad), nxt)
         tokens = torch.cat([tokens, nxt[:, None]], dim=1)  # (B, t + 1)
@@ -205,8 +227,7 @@ def beam_search(
         return logp / (length**length_penalty)
 
     for step in range(1, max_len + 1):
-        inp = tokens[:, -1:] if use_cache else tokens
-        logits = model.decode(inp, memory, src_mask, cache=cache)[:, -1]  # (B*K, V)
+        logits = _next_logits(model, tokens, memory, src_mask, cache)  # (B*K, V)
         logp = torch.log_softmax(logits.float(), dim=-1)  # (B*K, V)
         vocab = logp.size(-1)
         total = (scores.view(b * k, 1) + logp).view(b, k * vocab)  # (B, K*V)
@@ -223,7 +244,9 @@ def beam_search(
                     if tok == eos_id:
                         hyp = tokens[i * k + beam].tolist() + [eos_id]
                         finished[i].append((normalise(val, step), hyp))
-                        if len(finished[i]) >= k:
+                        # Stop early with k finished hypotheses, except at the last step, where
+                        # the open ones are still ranked below.
+                        if len(finished[i]) >= k and step < max_len:
                             done[i] = True
                             break
                     else:

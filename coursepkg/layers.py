@@ -104,7 +104,7 @@ class EncoderLayer(nn.Module):
         dropout: residual dropout (and FFN dropout).
         norm_first: pre-LN when True.
         d_k, d_v: per-head sizes (default D // H).
-        attention_dropout: dropout on attention weights (default ``dropout``).
+        attention_dropout: dropout on the attention weights (the paper uses none).
         activation, bias, layer_norm_eps: as in :class:`~coursepkg.TransformerConfig`.
 
     Submodules ``self_attn``, ``ffn``, ``norm1``, ``norm2``. A decoder-only LM stacks these
@@ -120,15 +120,14 @@ class EncoderLayer(nn.Module):
         norm_first: bool = False,
         d_k: int | None = None,
         d_v: int | None = None,
-        attention_dropout: float | None = None,
+        attention_dropout: float = 0.0,
         activation: str = "relu",
         bias: bool = True,
         layer_norm_eps: float = 1e-5,
     ) -> None:
         super().__init__()
-        p_attn = dropout if attention_dropout is None else attention_dropout
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, d_k, d_v, p_attn, bias)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout, bias)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
         self.norm1 = LayerNorm(d_model, layer_norm_eps, bias)
         self.norm2 = LayerNorm(d_model, layer_norm_eps, bias)
@@ -178,16 +177,15 @@ class DecoderLayer(nn.Module):
         norm_first: bool = False,
         d_k: int | None = None,
         d_v: int | None = None,
-        attention_dropout: float | None = None,
+        attention_dropout: float = 0.0,
         activation: str = "relu",
         bias: bool = True,
         layer_norm_eps: float = 1e-5,
     ) -> None:
         super().__init__()
-        p_attn = dropout if attention_dropout is None else attention_dropout
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, d_k, d_v, p_attn, bias)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, d_k, d_v, p_attn, bias)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout, bias)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout, bias)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
         self.norm1 = LayerNorm(d_model, layer_norm_eps, bias)
         self.norm2 = LayerNorm(d_model, layer_norm_eps, bias)

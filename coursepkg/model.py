@@ -80,7 +80,9 @@ class Encoder(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(EncoderLayer(**_layer_kwargs(config)) for _ in range(config.n_layers))
+        self.layers = nn.ModuleList(
+            EncoderLayer(**_layer_kwargs(config)) for _ in range(config.n_layers)
+        )
         self.norm = _final_norm(config)
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
@@ -140,8 +142,7 @@ class Decoder(nn.Module):
         check_float("memory", memory, ndim=3)
         if memory.size(0) != y.size(0):
             raise ValueError(
-                f"memory and target must share the batch size, got {memory.size(0)} and "
-                f"{y.size(0)}"
+                f"memory and target must share the batch size, got {memory.size(0)} and {y.size(0)}"
             )
         b, t = y.shape[:2]
         past = 0 if cache is None else cache.length
@@ -355,7 +356,9 @@ class DecoderOnlyLM(nn.Module):
         self.embed = TokenEmbedding(config.vocab_size, config.d_model)
         self.positions = _make_positions(config)
         self.dropout = nn.Dropout(config.dropout)
-        self.layers = nn.ModuleList(EncoderLayer(**_layer_kwargs(config)) for _ in range(config.n_layers))
+        self.layers = nn.ModuleList(
+            EncoderLayer(**_layer_kwargs(config)) for _ in range(config.n_layers)
+        )
         self.norm = _final_norm(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         _init_linear_weights(self)
@@ -441,10 +444,14 @@ class DecoderOnlyLM(nn.Module):
         if tokens.size(1) == 0:
             raise ValueError("tokens must hold at least one prompt token per row, got length 0")
         cache = self.new_cache() if use_cache else None
-        inp = tokens
         for _ in range(max_new_tokens):
-            logits = self(inp, cache=cache)[:, -1]  # (B, V)
+            if cache is not None:
+                new = tokens if cache.length == 0 else tokens[:, -1:]  # prompt, then one token
+                logits = self(new, cache=cache)[:, -1]  # (B, V)
+            else:
+                # Every token here is real, even one equal to pad_id: mask nothing.
+                real = torch.ones_like(tokens, dtype=torch.bool)  # (B, t)
+                logits = self(tokens, token_mask=real)[:, -1]  # (B, V)
             nxt = sample_next(logits, temperature, top_k, generator)  # (B,)
             tokens = torch.cat([tokens, nxt[:, None]], dim=1)  # (B, t + 1)
-            inp = nxt[:, None] if use_cache else tokens
         return tokens

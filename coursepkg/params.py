@@ -27,7 +27,9 @@ def layer_norm_parameters(config: TransformerConfig) -> int:
     return config.d_model * (2 if config.bias else 1)
 
 
-def parameter_breakdown(config: TransformerConfig, model: str = "encoder-decoder") -> dict[str, int]:
+def parameter_breakdown(
+    config: TransformerConfig, model: str = "encoder-decoder"
+) -> dict[str, int]:
     """Parameters per part of the model, in closed form.
 
     Tied or shared matrices are counted once, in the first part that owns them

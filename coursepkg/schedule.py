@@ -1,4 +1,5 @@
-"""Training helpers: the warm-up learning-rate schedule and the label-smoothed loss (Sec. 5.3, 5.4)."""
+"""Training helpers: the warm-up learning-rate schedule (Sec. 5.3) and the label-smoothed
+loss (Sec. 5.4)."""
 
 from __future__ import annotations
 
@@ -77,7 +78,9 @@ def label_smoothed_cross_entropy(
             f"logits {tuple(logits.shape)} and target {tuple(target.shape)}"
         )
     vocab = logits.size(-1)
-    logp = F.log_softmax(logits.float(), dim=-1).reshape(-1, vocab)  # (N, V)
+    # Half-precision logits are upcast for a stable log-softmax; float64 stays float64.
+    work = logits if logits.dtype == torch.float64 else logits.float()
+    logp = F.log_softmax(work, dim=-1).reshape(-1, vocab)  # (N, V)
     flat = target.reshape(-1)  # (N,)
     keep = torch.ones_like(flat, dtype=torch.bool) if ignore_index is None else flat != ignore_index
     safe = flat.masked_fill(~keep, 0)

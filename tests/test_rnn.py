@@ -1,4 +1,4 @@
-"""Tests of coursepkg.attention.AdditiveAttention (Bahdanau) and coursepkg.rnn (GRU encoder-decoders)."""
+"""Tests of AdditiveAttention (Bahdanau) and coursepkg.rnn (GRU encoder-decoders)."""
 
 from __future__ import annotations
 

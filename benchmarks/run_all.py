@@ -1,0 +1,17 @@
+"""Run every benchmark in turn (``make bench``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import kv_cache  # noqa: E402
+import train_step  # noqa: E402
+
+if __name__ == "__main__":
+    print("== training step: reference vs torch.nn.Transformer ==")
+    train_step.main([])
+    print("\n== greedy decoding: KV cache vs recomputation ==")
+    kv_cache.main([])

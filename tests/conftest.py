@@ -1,0 +1,71 @@
+"""Shared fixtures: tiny seeded CPU configurations, models and token batches.
+
+Every test starts from ``torch.manual_seed(0)`` (autouse fixture below), so a failure reproduces
+exactly; tests that need several independent draws take an explicit ``torch.Generator``.
+The helpers are factory fixtures (``tiny_config``, ``make_model``, ``make_tokens``) so that a test
+can ask for several variants of a tiny model in one go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from coursepkg import DecoderOnlyLM, Transformer, TransformerConfig
+
+# Two cores at most: CI has two, and tiny models gain nothing from more threads.
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+#: The tiny configuration every test starts from (override any field per test).
+TINY = dict(vocab_size=11, d_model=16, n_heads=2, d_ff=32, n_layers=2, dropout=0.0, max_len=32)
+
+
+@pytest.fixture(autouse=True)
+def _seed_torch() -> None:
+    """Seed torch's global generator before every test."""
+    torch.manual_seed(0)
+
+
+def _tiny_config(**overrides) -> TransformerConfig:
+    return TransformerConfig(**{**TINY, **overrides})
+
+
+@pytest.fixture
+def tiny_config() -> Callable[..., TransformerConfig]:
+    """``tiny_config(**overrides)`` -> a tiny :class:`TransformerConfig` (dropout 0)."""
+    return _tiny_config
+
+
+def _make_model(
+    config: TransformerConfig | None = None,
+    kind: str = "encoder-decoder",
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    **overrides,
+) -> Transformer | DecoderOnlyLM:
+    config = _tiny_config(**overrides) if config is None else config.replace(**overrides)
+    torch.manual_seed(seed)
+    cls = Transformer if kind == "encoder-decoder" else DecoderOnlyLM
+    return cls(config).to(dtype).eval()
+
+
+@pytest.fixture
+def make_model() -> Callable[..., Transformer | DecoderOnlyLM]:
+    """``make_model(config=None, kind="encoder-decoder"|"decoder-only", seed=0, **overrides)``.
+
+    Builds the model from a seeded generator, in eval mode.
+    """
+    return _make_model
+
+
+def _make_tokens(batch: int, length: int, vocab: int, low: int = 0, seed: int = 1) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(low, vocab, (batch, length), generator=g)  # (B, L)
+
+
+@pytest.fixture
+def make_tokens() -> Callable[..., torch.Tensor]:
+    """``make_tokens(batch, length, vocab, low=0, seed=1)`` -> long ids in [low, vocab)."""
+    return _make_tokens

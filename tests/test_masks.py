@@ -1,0 +1,58 @@
+"""causal_mask (bottom-right aligned, True = may attend) and padding_mask (True = real token)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from coursepkg import causal_mask, padding_mask
+from coursepkg.masks import key_mask
+
+
+@pytest.mark.parametrize("length", [1, 2, 5])
+def test_square_causal_mask_is_lower_triangular(length) -> None:
+    m = causal_mask(length)
+    assert m.dtype == torch.bool and m.shape == (length, length)
+    want = torch.tensor([[j <= i for j in range(length)] for i in range(length)])
+    assert torch.equal(m, want)
+    assert bool(m.diagonal().all())  # a position attends to itself
+
+
+@pytest.mark.parametrize(("query_len", "key_len"), [(1, 1), (1, 6), (2, 5), (3, 7), (4, 4)])
+def test_causal_mask_bottom_right_alignment(query_len, key_len) -> None:
+    m = causal_mask(query_len, key_len)
+    assert m.shape == (query_len, key_len)
+    offset = key_len - query_len  # query i sits at absolute position i + offset
+    for i in range(query_len):
+        for j in range(key_len):
+            assert bool(m[i, j]) == (j <= i + offset), (i, j)
+        assert bool(m[i, i + offset])  # the diagonal (the query itself) is included
+    assert bool(m[-1].all())  # the newest query sees every key
+    # With a KV cache the new queries' rows are the last rows of the full square mask.
+    assert torch.equal(m, causal_mask(key_len)[offset:])
+
+
+def test_causal_mask_device_and_errors() -> None:
+    assert causal_mask(3, device="cpu").device.type == "cpu"
+    assert causal_mask(0, 3).shape == (0, 3)
+    with pytest.raises(ValueError, match="query_len"):
+        causal_mask(4, 3)
+
+
+def test_padding_mask() -> None:
+    tokens = torch.tensor([[5, 6, 7, 0, 0], [3, 0, 4, 0, 0]])
+    m = padding_mask(tokens, pad_id=0)
+    assert m.dtype == torch.bool and m.shape == tokens.shape
+    want = torch.tensor([[1, 1, 1, 0, 0], [1, 0, 1, 0, 0]], dtype=torch.bool)
+    assert torch.equal(m, want)
+    assert bool(padding_mask(tokens, pad_id=9).all())
+
+
+def test_key_mask_hides_padded_keys_from_every_query() -> None:
+    token_mask = torch.tensor([[True, True, False], [True, False, False]])
+    km = key_mask(token_mask)
+    assert km.shape == (2, 1, 1, 3)
+    full = km.expand(2, 4, 5, 3)  # (B, H, L, S)
+    assert torch.equal(full[:, :, :, 2], torch.zeros(2, 4, 5, dtype=torch.bool))
+    assert torch.equal(full[1, :, :, 1], torch.zeros(4, 5, dtype=torch.bool))
+    assert bool(full[:, :, :, 0].all())
