@@ -73,8 +73,10 @@ test: lint
 # -W: warnings are errors; -n: nit-picky about missing references; --keep-going: report every
 # warning before failing. Notebook outputs are cached in _build/.jupyter_cache (`make clean`
 # forces every page to run again).
+# TQDM_MININTERVAL: progress bars in executed pages redraw at most every 30 s, so the static
+# page shows a bar's start and end rather than hundreds of intermediate lines.
 book: install
-	$(VENV_PATH) $(BIN)/jupyter-book build . -W -n --keep-going
+	$(VENV_PATH) TQDM_MININTERVAL=30 $(BIN)/jupyter-book build . -W -n --keep-going
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
 bench: install

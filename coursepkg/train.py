@@ -1,0 +1,158 @@
+"""A small training loop with a progress bar, shared by the book's chapters.
+
+:func:`fit` runs a fixed number of optimisation steps over an iterator of batches, with optional
+learning-rate schedule, gradient clipping and periodic evaluation, and returns a :class:`History`
+of what happened (for the loss/accuracy curves the chapters plot). It is deliberately plain: the
+chapters teach what happens inside a step, this only removes the bookkeeping.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["History", "fit", "seed_everything"]
+
+log = logging.getLogger(__name__)
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    """Seed torch's global RNG and return a CPU generator seeded the same way (for data)."""
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+@dataclass
+class History:
+    """What :func:`fit` measured.
+
+    Attributes:
+        step: optimisation step (from 1) of each entry in ``loss`` and ``lr``.
+        loss: training loss at each step.
+        lr: learning rate used at each step (of the first parameter group).
+        eval_step: steps at which ``eval_fn`` ran.
+        metrics: metric name -> values, one per entry of ``eval_step``.
+        seconds: wall-clock time of the whole run.
+    """
+
+    step: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    lr: list[float] = field(default_factory=list)
+    eval_step: list[int] = field(default_factory=list)
+    metrics: dict[str, list[float]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def smoothed_loss(self, window: int = 20) -> list[float]:
+        """Running mean of the training loss over the last ``window`` steps."""
+        out, total = [], 0.0
+        for i, value in enumerate(self.loss):
+            total += value
+            if i >= window:
+                total -= self.loss[i - window]
+            out.append(total / min(i + 1, window))
+        return out
+
+
+def fit(
+    model: nn.Module,
+    batches: Iterable,
+    loss_fn: Callable[[nn.Module, object], Tensor],
+    steps: int,
+    optimizer: torch.optim.Optimizer | None = None,
+    lr: float = 1e-3,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    clip_norm: float | None = 1.0,
+    eval_fn: Callable[[nn.Module], dict[str, float]] | None = None,
+    eval_every: int = 100,
+    progress: bool = True,
+    desc: str = "training",
+) -> History:
+    """Train ``model`` for ``steps`` optimisation steps.
+
+    Args:
+        model: the module to train (put in train mode for the steps, eval mode for ``eval_fn``).
+        batches: any iterable of batches; it is cycled if it runs out before ``steps``.
+        loss_fn: ``loss_fn(model, batch) -> scalar loss``.
+        steps: number of optimisation steps.
+        optimizer: default Adam(lr) over the model's parameters.
+        lr: learning rate of the default optimizer.
+        scheduler: stepped once after every optimisation step.
+        clip_norm: clip the gradients' global norm to this (None: no clipping).
+        eval_fn: ``eval_fn(model) -> {metric: value}``, run every ``eval_every`` steps and at
+            the end under ``torch.no_grad()``.
+        eval_every: steps between evaluations.
+        progress: show a tqdm progress bar with the running loss.
+        desc: the progress bar's label.
+
+    Returns:
+        The :class:`History` of the run.
+
+    Raises:
+        ValueError: for a non-positive ``steps`` or ``eval_every``.
+        FloatingPointError: when the loss becomes NaN or infinite (with the step it happened at).
+    """
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    if not isinstance(eval_every, int) or eval_every < 1:
+        raise ValueError(f"eval_every must be a positive int, got {eval_every!r}")
+    if optimizer is None:
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    # A text bar on stdout (not tqdm.auto's widget, which needs a kernel to show anything). It
+    # redraws in place in a live notebook; `make book` sets TQDM_MININTERVAL so the static pages
+    # keep only a few redraws and the final state.
+    from tqdm import tqdm
+
+    history = History()
+    start = time.perf_counter()
+    source = itertools.cycle(batches) if not hasattr(batches, "__next__") else batches
+    bar = tqdm(total=steps, desc=desc, disable=not progress, file=sys.stdout)
+    running = None
+    try:
+        for step in range(1, steps + 1):
+            try:
+                batch = next(source)
+            except StopIteration as exc:
+                raise ValueError(f"batches ran out after {step - 1} of {steps} steps") from exc
+            model.train()
+            loss = loss_fn(model, batch)
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                raise FloatingPointError(f"loss became {value} at step {step}")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if clip_norm is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+            history.lr.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
+            history.step.append(step)
+            history.loss.append(value)
+            running = value if running is None else 0.95 * running + 0.05 * value
+            if eval_fn is not None and (step % eval_every == 0 or step == steps):
+                model.eval()
+                with torch.no_grad():
+                    results = eval_fn(model)
+                history.eval_step.append(step)
+                for name, metric in results.items():
+                    history.metrics.setdefault(name, []).append(float(metric))
+                log.info("step %d: %s", step, results)
+                bar.set_postfix(
+                    loss=f"{running:.3f}", **{k: f"{v:.3f}" for k, v in results.items()}
+                )
+            elif step % 10 == 0:
+                bar.set_postfix(loss=f"{running:.3f}")
+            bar.update(1)
+    finally:
+        bar.close()
+        model.eval()
+        history.seconds = time.perf_counter() - start
+    return history
