@@ -127,6 +127,10 @@ def _attention_fast(
     return out
 
 
+# Below this many query rows (B * L), MultiHeadAttention projects Q, K and V separately.
+_FUSE_MIN_ROWS = 32
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention, MultiHead(Q, K, V) = Concat(head_1..head_H) W^O (Eq. 4-5).
 
@@ -179,6 +183,10 @@ class MultiHeadAttention(nn.Module):
         cross-attention runs W^K and W^V together: same result, fewer and larger GEMMs."""
         projs = (self.q_proj, self.k_proj, self.v_proj)
         sizes = [p.out_features for p in projs]
+        if query[..., 0].numel() < _FUSE_MIN_ROWS:
+            # A few rows (one decoding step): concatenating the weights would cost more than
+            # the separate small matmuls it saves.
+            return tuple(p(x) for p, x in zip(projs, (query, key, value), strict=True))
         if query is key and key is value:
             groups = [(query, projs, sizes)]
         elif key is value:
