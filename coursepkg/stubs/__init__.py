@@ -1,0 +1,21 @@
+"""The exercise stubs: one module per assignment, holding exactly what the student implements.
+
+Each stub has the contract's signature and a docstring (shapes, the mask convention True = may
+attend, the submodule and parameter names the checks rely on) and raises ``NotImplementedError``.
+The notebooks' answer cells are these modules' source; the checks in :mod:`coursepkg.grading`
+turn an untouched stub into a one-line "not implemented yet".
+
+No solution lives here (students can import the package): solutions are only in the
+instructors' ``solutions/`` notebooks.
+"""
+
+ASSIGNMENTS = (
+    "ex01_attention",
+    "ex02_multihead",
+    "ex03_positions",
+    "ex04_encoder",
+    "ex05_decoder",
+    "ex06_training",
+    "ex07_parameters",
+    "ex08_decoding",
+)
