@@ -23,7 +23,7 @@ TORCH_VERSION := 2.13.0
 WHEELS ?= /opt/wheels
 PIP_FLAGS := --disable-pip-version-check $(if $(wildcard $(WHEELS)),--find-links $(WHEELS))
 
-.PHONY: help install test lint format book bench clean distclean lock
+.PHONY: help install test lint format book release bench clean distclean lock
 
 help:
 	@echo "make install    create $(VENV)/ and install $(LOCK) and coursepkg (editable); no-op when up to date"
@@ -31,6 +31,7 @@ help:
 	@echo "make book       build the book (executes its pages) into _build/html/index.html"
 	@echo "make lint       ruff check and ruff format --check"
 	@echo "make format     ruff format and ruff check --fix"
+	@echo "make release    regenerate exercises/ (students' notebooks) from solutions/ with nbgrader"
 	@echo "make bench      run benchmarks/run_all.py"
 	@echo "make clean      remove _build/ and tool caches (the venv stays)"
 	@echo "make distclean  clean, and remove $(VENV)/ too"
@@ -78,6 +79,11 @@ test: lint
 book: install
 	$(VENV_PATH) TQDM_MININTERVAL=30 $(BIN)/jupyter-book build . -W -n --keep-going
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
+
+# nbgrader's generate_assignment, in-process and without a gradebook; fails if a solution or a
+# hidden test leaks into exercises/.
+release: install
+	$(VENV_PATH) $(BIN)/coursepkg release
 
 bench: install
 	@if [ -f benchmarks/run_all.py ]; then \

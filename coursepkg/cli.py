@@ -1,13 +1,16 @@
 """The ``coursepkg`` command line.
 
 ``coursepkg info`` prints versions and the device; ``coursepkg params`` prints the closed-form
-parameter breakdown of a preset or of a configuration given on the command line.
+parameter breakdown of a preset or of a configuration given on the command line;
+``coursepkg check NOTEBOOK`` runs an assignment notebook and reports its visible tests;
+``coursepkg release`` regenerates the students' notebooks (exercises/) from solutions/.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from .config import TransformerConfig
 from .params import count_parameters, layer_breakdown, parameter_breakdown
@@ -49,6 +52,29 @@ def _params(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check(args: argparse.Namespace) -> int:
+    from .grading.notebook import run_notebook
+
+    report = run_notebook(args.notebook, timeout=args.timeout)
+    print(report.format())
+    return 0 if report.passed else 1
+
+
+def _release(args: argparse.Namespace) -> int:
+    from .grading.release import find_leaks, generate_release
+
+    released = generate_release(args.root, args.assignment)
+    leaks = 0
+    for notebook in released:
+        source = Path(args.root) / "solutions" / notebook.parent.name / notebook.name
+        found = find_leaks(source, notebook)
+        leaks += len(found)
+        print(f"{notebook}" + (f": {len(found)} secret line(s) leaked!" if found else ""))
+        for line in found:
+            print(f"    {line}")
+    return 1 if leaks else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``coursepkg`` command."""
     parser = argparse.ArgumentParser(prog="coursepkg", description=__doc__.splitlines()[0])
@@ -65,6 +91,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--untied", action="store_true", help="separate output projection")
     p.add_argument("--decoder-only", action="store_true", help="GPT-style model")
     p.set_defaults(func=_params)
+    p = sub.add_parser(
+        "check",
+        help="run an assignment notebook and report its tests",
+        description="Execute an assignment notebook top to bottom in a fresh kernel (it is not "
+        "modified) and print each visible test with pass/fail, points and the check's message. "
+        "Exit status 0 when every visible test passes, 1 otherwise, 2 when the file is not a "
+        "notebook.",
+    )
+    p.add_argument(
+        "notebook", help="the .ipynb file, e.g. exercises/ex01_attention/ex01_attention.ipynb"
+    )
+    p.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds a single cell may run (default 120)"
+    )
+    p.set_defaults(func=_check)
+    p = sub.add_parser(
+        "release",
+        help="regenerate exercises/ from solutions/ (instructors)",
+        description="Run nbgrader's generate_assignment on solutions/ into exercises/ (no "
+        "gradebook needed) and scan the result for leaked solutions or hidden tests.",
+    )
+    p.add_argument("assignment", nargs="?", default="*", help="an assignment id (default: all)")
+    p.add_argument("--root", default=".", help="the course directory (default: .)")
+    p.set_defaults(func=_release)
     return parser
 
 

@@ -1,0 +1,267 @@
+"""Run an assignment notebook outside nbgrader and report its test cells: ``coursepkg check``.
+
+A student's notebook is executed top to bottom in a fresh kernel, every cell even after an error
+(as nbgrader's autograder does), with a time limit per cell. Then each of nbgrader's test cells
+(``grade: true`` code cells) is reported: passed or failed, its points, and the check's message.
+Hidden test cells, which the released notebook holds only as a comment, are listed as graded
+later. A kernel that dies or a cell that runs too long ends the run with a clear message; the cells
+not reached are reported as not run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+from nbformat import NotebookNode
+
+__all__ = ["CellOutcome", "NotebookError", "Report", "load_notebook", "run_notebook", "test_cells"]
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class NotebookError(ValueError):
+    """The file is not a notebook that can be checked (missing, not JSON, not nbformat 4)."""
+
+
+@dataclass
+class CellOutcome:
+    """What happened to one test cell.
+
+    Attributes:
+        grade_id: nbgrader's id of the cell (e.g. ``test_noam_lr_visible``).
+        points: nbgrader points of the cell.
+        status: ``"passed"``, ``"failed"``, ``"not run"`` or ``"hidden"``.
+        message: the check's message (its result, or the error a student can act on).
+    """
+
+    grade_id: str
+    points: float
+    status: str
+    message: str = ""
+
+    @property
+    def score(self) -> float:
+        """Points earned: all of them for a passed cell, none otherwise."""
+        return self.points if self.status == "passed" else 0.0
+
+
+@dataclass
+class Report:
+    """The outcome of checking one notebook.
+
+    Attributes:
+        path: the notebook checked.
+        cells: one outcome per test cell, in notebook order.
+        problem: why the run stopped early (kernel died, time limit), or ``""``.
+    """
+
+    path: Path
+    cells: list[CellOutcome] = field(default_factory=list)
+    problem: str = ""
+
+    @property
+    def visible(self) -> list[CellOutcome]:
+        """The test cells a student can run (hidden ones excluded)."""
+        return [c for c in self.cells if c.status != "hidden"]
+
+    @property
+    def score(self) -> float:
+        """Points earned on the visible tests."""
+        return sum(c.score for c in self.visible)
+
+    @property
+    def max_score(self) -> float:
+        """Points available on the visible tests."""
+        return sum(c.points for c in self.visible)
+
+    @property
+    def passed(self) -> bool:
+        """Whether every visible test passed and the run was not cut short."""
+        return not self.problem and all(c.status == "passed" for c in self.visible)
+
+    def format(self) -> str:
+        """A plain-text report: one line per test cell, its message indented, and a total."""
+        lines = [f"{self.path}"]
+        for cell in self.cells:
+            if cell.status == "hidden":
+                lines.append(f"  [hidden] {cell.grade_id}: {_points(cell.points)} graded later")
+                continue
+            mark = {"passed": "PASS", "failed": "FAIL", "not run": "SKIP"}[cell.status]
+            lines.append(
+                f"  [{mark}] {cell.grade_id}: {_points(cell.score)}/{_points(cell.points)}"
+            )
+            lines.extend(f"         {line}" for line in cell.message.splitlines() if line.strip())
+        if self.problem:
+            lines.append(f"  Stopped early: {self.problem}")
+        hidden = sum(c.points for c in self.cells if c.status == "hidden")
+        total = (
+            f"Total: {_points(self.score)}/{_points(self.max_score)} points on the visible tests"
+        )
+        if hidden:
+            total += (
+                f" ({_points(hidden)} more points in hidden tests when your notebook is graded)"
+            )
+        lines.append(total + ".")
+        return "\n".join(lines)
+
+
+def _points(x: float) -> str:
+    return f"{x:g}"
+
+
+def load_notebook(path: str | Path) -> NotebookNode:
+    """Read a notebook, or fail with a message saying what is wrong with the file.
+
+    Raises:
+        NotebookError: the file is missing, empty, not JSON, or not an nbformat-4 notebook.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise NotebookError(f"{path}: no such file")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if not text.strip():
+        raise NotebookError(f"{path}: the file is empty (expected a Jupyter notebook)")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise NotebookError(
+            f"{path}: not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); "
+            "is it a Jupyter notebook? Restore it from your last checkpoint or fetch the "
+            "assignment again"
+        ) from None
+    if not isinstance(data, dict) or "cells" not in data or data.get("nbformat") != 4:
+        raise NotebookError(f"{path}: valid JSON but not a Jupyter notebook (nbformat 4)")
+    return nbformat.reads(text, as_version=4)
+
+
+def _nbgrader(cell: NotebookNode) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def _is_hidden(source: str) -> bool:
+    """A released hidden-test cell: nothing but comments (nbgrader removed the tests)."""
+    code = [ln for ln in source.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    return not code
+
+
+def test_cells(nb: NotebookNode) -> list[tuple[int, NotebookNode]]:
+    """The nbgrader test cells (autograded code cells) of a notebook, with their indices."""
+    return [
+        (i, cell)
+        for i, cell in enumerate(nb.cells)
+        if cell.cell_type == "code"
+        and _nbgrader(cell).get("grade")
+        and not _nbgrader(cell).get("solution")
+    ]
+
+
+def _error_message(cell: NotebookNode) -> str | None:
+    """The message of the cell's error output, or None if it raised nothing."""
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "error":
+            name, value = output.get("ename", "Error"), output.get("evalue", "")
+            if name in ("CheckFailure", "NotImplementedYet", "AssertionError") and value:
+                return _ANSI.sub("", value)
+            return _ANSI.sub("", f"{name}: {value}".rstrip(": "))
+    return None
+
+
+def _result_text(cell: NotebookNode) -> str:
+    """The plain-text result a passing check displayed (its CheckResult)."""
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "execute_result":
+            return _ANSI.sub("", output.get("data", {}).get("text/plain", ""))
+    return ""
+
+
+def run_notebook(
+    path: str | Path, *, timeout: float = 120.0, startup_timeout: float = 60.0
+) -> Report:
+    """Execute a notebook in a fresh kernel and report its test cells.
+
+    The notebook on disk is not modified; outputs are kept only in the report.
+
+    Args:
+        path: the notebook (.ipynb).
+        timeout: the longest a single cell may run, in seconds.
+        startup_timeout: the longest the kernel may take to start.
+
+    Returns:
+        A :class:`Report`.
+
+    Raises:
+        NotebookError: the file cannot be read as a notebook.
+    """
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    path = Path(path)
+    nb = load_notebook(path)
+    tests = test_cells(nb)
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        startup_timeout=startup_timeout,
+        kernel_name="python3",
+        allow_errors=True,
+        resources={"metadata": {"path": str(path.resolve().parent)}},
+    )
+    started: list[int] = []
+    finished: set[int] = set()
+    client.on_cell_start = lambda cell, cell_index: started.append(cell_index)
+    client.on_cell_executed = lambda cell, cell_index, execute_reply: finished.add(cell_index)
+    problem = ""
+    try:
+        client.execute()
+    except CellTimeoutError:
+        problem = (
+            f"a cell ran longer than the {timeout:g} s limit (an infinite loop, or far too slow); "
+            "the cells after it were not run"
+        )
+    except DeadKernelError:
+        problem = (
+            "the Python kernel died (out of memory, a crash, or code that exits the process such "
+            "as sys.exit() or os._exit()); the cells after it were not run"
+        )
+    except Exception as err:  # noqa: BLE001 - reported, e.g. a kernel that does not start
+        problem = f"the notebook could not be run: {type(err).__name__}: {err}"
+
+    report = Report(path=path, problem=problem)
+    stuck = started[-1] if started and started[-1] not in finished else None
+    test_indices = {index for index, _ in tests}
+    # The first error outside the test cells (a syntax error in an answer, a failed import)
+    # usually explains a test's NameError: say so.
+    first_error = next(
+        (
+            (i, msg)
+            for i, c in enumerate(nb.cells)
+            if c.cell_type == "code" and i not in test_indices
+            for msg in [_error_message(c)]
+            if msg is not None
+        ),
+        None,
+    )
+    for index, cell in tests:
+        meta = _nbgrader(cell)
+        grade_id = meta.get("grade_id", "?")
+        points = float(meta.get("points", 0) or 0)
+        if _is_hidden(cell.source):
+            report.cells.append(CellOutcome(grade_id, points, "hidden"))
+            continue
+        error = _error_message(cell)
+        if index == stuck:
+            report.cells.append(CellOutcome(grade_id, points, "failed", f"this cell: {problem}"))
+        elif error is not None:
+            if first_error is not None and first_error[0] < index and error.startswith("NameError"):
+                where, cause = first_error
+                error += f"\n(an earlier cell failed first: cell {where + 1} raised {cause})"
+            report.cells.append(CellOutcome(grade_id, points, "failed", error))
+        elif index not in finished:
+            report.cells.append(CellOutcome(grade_id, points, "not run", "not run"))
+        else:
+            report.cells.append(CellOutcome(grade_id, points, "passed", _result_text(cell)))
+    return report

@@ -1,0 +1,110 @@
+"""Make the students' notebooks from the instructors' ones, and prove nothing secret leaks.
+
+``solutions/<id>/<id>.ipynb`` is nbgrader's *source* (solutions between ``### BEGIN SOLUTION`` and
+``### END SOLUTION``, hidden tests between ``### BEGIN HIDDEN TESTS`` and ``### END HIDDEN
+TESTS``, model answers in manually graded cells); ``exercises/<id>/<id>.ipynb`` is its *release*,
+made by nbgrader's own ``generate_assignment`` converter. ``coursepkg release`` (or ``make
+release``) regenerates it; the test suite regenerates it in a temporary directory to show the
+committed release is current, and scans it for leaks with :func:`find_leaks`.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+
+__all__ = ["find_leaks", "generate_release", "secret_lines"]
+
+_BLOCK = re.compile(
+    r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END \1", flags=re.DOTALL
+)  # a region nbgrader removes from the release
+# Lines this short or this generic occur in stubs too; they prove nothing when found.
+_MIN_LEN = 12
+
+
+def generate_release(
+    root: str | Path,
+    assignment: str = "*",
+    *,
+    source: str = "solutions",
+    release: str = "exercises",
+) -> list[Path]:
+    """Run nbgrader's ``generate_assignment`` on ``root/source`` into ``root/release``.
+
+    Runs in-process without a gradebook (like ``nbgrader generate_assignment --no-db
+    --force``), replacing the assignments' previous release.
+
+    Args:
+        root: the course directory (the repository root).
+        assignment: an assignment id, or ``"*"`` for every assignment in ``source``.
+        source: nbgrader's source directory, relative to ``root``.
+        release: nbgrader's release directory, relative to ``root``.
+
+    Returns:
+        The released notebooks, sorted.
+    """
+    from nbgrader.converters import GenerateAssignment
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config import Config
+
+    root = Path(root).resolve()
+    if not (root / source).is_dir():
+        raise ValueError(f"source directory {root / source} does not exist")
+    ids = sorted(p.name for p in (root / source).iterdir() if p.is_dir())
+    if assignment != "*" and assignment not in ids:
+        raise ValueError(f"assignment {assignment!r} not in {root / source} (have: {ids})")
+    for aid in ids if assignment == "*" else [assignment]:
+        # Stale files from an earlier release (a renamed notebook) must not survive.
+        shutil.rmtree(root / release / aid, ignore_errors=True)
+    config = Config()
+    config.CourseDirectory.root = str(root)
+    config.CourseDirectory.source_directory = source
+    config.CourseDirectory.release_directory = release
+    config.GenerateAssignment.no_database = True
+    config.SaveCells.enabled = False
+    coursedir = CourseDirectory(config=config)
+    coursedir.assignment_id = assignment
+    converter = GenerateAssignment(coursedir=coursedir, config=config)
+    converter.force = True
+    converter.start()
+    pattern = f"{assignment}/*.ipynb"
+    return sorted((root / release).glob(pattern))
+
+
+def secret_lines(source_notebook: str | Path) -> list[str]:
+    """The lines of a source notebook that students must never see.
+
+    Solution code, hidden tests and the model answers of manually graded cells, minus lines
+    that also occur in the notebook's public text (stub signatures, docstrings) and lines
+    shorter than 12 characters (``return x``), which would prove nothing when found.
+    """
+    nb = nbformat.read(str(source_notebook), as_version=4)
+    secret: list[str] = []
+    public: set[str] = set()
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        blocks = [m.group(2) for m in _BLOCK.finditer(cell.source)]
+        if cell.cell_type == "markdown" and meta.get("solution") and not blocks:
+            blocks = [cell.source]  # a model answer: nbgrader replaces the whole cell
+        secret.extend(line.strip() for block in blocks for line in block.splitlines())
+        outside = _BLOCK.sub("", cell.source) if blocks != [cell.source] else ""
+        public.update(line.strip() for line in outside.splitlines())
+    return sorted({line for line in secret if len(line) >= _MIN_LEN and line not in public})
+
+
+def find_leaks(source_notebook: str | Path, released_notebook: str | Path) -> list[str]:
+    """Secret lines of ``source_notebook`` that appear in ``released_notebook``.
+
+    Args:
+        source_notebook: the instructors' notebook (solutions, hidden tests).
+        released_notebook: the students' notebook made from it.
+
+    Returns:
+        The leaked lines (empty when nothing leaks).
+    """
+    nb = nbformat.read(str(released_notebook), as_version=4)
+    released = {line.strip() for cell in nb.cells for line in cell.source.splitlines()}
+    return [line for line in secret_lines(source_notebook) if line in released]
