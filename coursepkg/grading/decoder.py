@@ -1,0 +1,782 @@
+"""Checks of assignment ex05_decoder: the causal mask and the decoder layer.
+
+``check_causal_mask`` compares the student's mask with :func:`coursepkg.masks.causal_mask`
+entry by entry. ``check_decoder_layer`` builds the student's layer (from the student's own
+attention, LayerNorm and feed-forward classes), copies the reference weights into it by name,
+and compares outputs; when they differ it tests each piece on its own to say which one is
+wrong, or, when every piece is right, names the wiring mistake in ``forward``. Masking is
+checked by invariance: later target positions, padded memory positions and fully masked rows.
+
+Dimension legend: B batch, L target length, S source (memory) length, D d_model, H heads,
+F d_ff.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..layers import DecoderLayer as _ReferenceDecoderLayer
+from ..masks import causal_mask as _reference_causal_mask
+from ._core import (
+    TOLERANCES,
+    BugVariant,
+    CheckFailure,
+    CheckResult,
+    NotImplementedYet,
+    Report,
+    assert_close,
+    call_student,
+    check_gradients,
+    configs,
+    copy_weights,
+    describe,
+    diagnose,
+    expect_tensor,
+    forbidden_calls,
+    max_abs_error,
+    parameter_table,
+    register_configs,
+    reject_reference_class,
+    run_check,
+)
+
+__all__ = ["BUGS", "check_causal_mask", "check_decoder_layer"]
+
+MASK_ITEM = "causal_mask"
+LAYER_ITEM = "DecoderLayer"
+
+# ---------------------------------------------------------------------------------------------
+# Known mistakes: the causal mask
+# ---------------------------------------------------------------------------------------------
+
+
+def _mask_hides_diagonal(length: int) -> Tensor:
+    return torch.ones(length, length, dtype=torch.bool).tril(diagonal=-1)  # (L, L)
+
+
+def _mask_upper_triangle(length: int) -> Tensor:
+    return torch.ones(length, length, dtype=torch.bool).triu()  # (L, L)
+
+
+def _mask_inverted(length: int) -> Tensor:
+    return torch.ones(length, length, dtype=torch.bool).triu(diagonal=1)  # (L, L)
+
+
+def _mask_float_ones(length: int) -> Tensor:
+    return torch.ones(length, length).tril()  # (L, L)
+
+
+def _mask_additive(length: int) -> Tensor:
+    blocked = torch.ones(length, length, dtype=torch.bool).triu(diagonal=1)  # (L, L)
+    return torch.zeros(length, length).masked_fill(blocked, float("-inf"))  # (L, L)
+
+
+MASK_BUGS: list[BugVariant] = [
+    BugVariant(
+        id="causal_mask.hides_diagonal",
+        item=MASK_ITEM,
+        description="the mask hides the diagonal: position i may not attend itself",
+        advice="Position i may attend keys 0..i, itself included: use tril() with the default "
+        "diagonal=0 (or j <= i, not j < i).",
+        impl=_mask_hides_diagonal,
+    ),
+    BugVariant(
+        id="causal_mask.upper_triangle",
+        item=MASK_ITEM,
+        description="the mask is transposed (upper triangle): position i attends the future "
+        "positions i..L-1 instead of the past 0..i",
+        advice="Rows are queries and columns are keys; query i may attend key j when j <= i, "
+        "which is the lower triangle: use tril(), not triu().",
+        impl=_mask_upper_triangle,
+    ),
+    BugVariant(
+        id="causal_mask.inverted",
+        item=MASK_ITEM,
+        description="the mask uses the opposite convention (True = blocked, as "
+        "nn.MultiheadAttention's attn_mask)",
+        advice="In this course True means 'may attend': return the lower triangle including "
+        "the diagonal (or negate your mask with ~).",
+        impl=_mask_inverted,
+    ),
+    BugVariant(
+        id="causal_mask.float_ones",
+        item=MASK_ITEM,
+        description="the mask is a float tensor of ones and zeros instead of a boolean tensor",
+        advice="Return a torch.bool tensor, e.g. add dtype=torch.bool or call .bool(); "
+        "masked_fill and ~mask need booleans.",
+        impl=_mask_float_ones,
+    ),
+    BugVariant(
+        id="causal_mask.additive",
+        item=MASK_ITEM,
+        description="the mask is an additive float mask (0 where allowed, -inf where blocked)",
+        advice="The course's masks are boolean, True = may attend; attention turns them into "
+        "-inf itself. Return the lower-triangular boolean mask instead.",
+        impl=_mask_additive,
+    ),
+]
+
+# ---------------------------------------------------------------------------------------------
+# Known mistakes: how DecoderLayer.forward wires its pieces
+# ---------------------------------------------------------------------------------------------
+# Each variant is a buggy ``forward(layer, x, memory, self_mask, cross_mask)``: the check runs it
+# on the reference layer's own pieces, and the tests bind it to a layer built from independent
+# pieces. No correct piece lives here.
+
+
+def _fwd_cross_from_decoder(layer, x, memory, self_mask=None, cross_mask=None):
+    x = layer.norm1(x + layer.self_attn(x, x, x, self_mask))
+    x = layer.norm2(x + layer.cross_attn(x, x, x, cross_mask))
+    return layer.norm3(x + layer.ffn(x))
+
+
+def _fwd_cross_queries_from_memory(layer, x, memory, self_mask=None, cross_mask=None):
+    x = layer.norm1(x + layer.self_attn(x, x, x, self_mask))
+    x = layer.norm2(x + layer.cross_attn(memory, x, x, cross_mask))
+    return layer.norm3(x + layer.ffn(x))
+
+
+def _fwd_no_residual_self(layer, x, memory, self_mask=None, cross_mask=None):
+    x = layer.norm1(layer.self_attn(x, x, x, self_mask))
+    x = layer.norm2(x + layer.cross_attn(x, memory, memory, cross_mask))
+    return layer.norm3(x + layer.ffn(x))
+
+
+def _fwd_no_residual_cross(layer, x, memory, self_mask=None, cross_mask=None):
+    x = layer.norm1(x + layer.self_attn(x, x, x, self_mask))
+    x = layer.norm2(layer.cross_attn(x, memory, memory, cross_mask))
+    return layer.norm3(x + layer.ffn(x))
+
+
+def _fwd_no_residual_ffn(layer, x, memory, self_mask=None, cross_mask=None):
+    x = layer.norm1(x + layer.self_attn(x, x, x, self_mask))
+    x = layer.norm2(x + layer.cross_attn(x, memory, memory, cross_mask))
+    return layer.norm3(layer.ffn(x))
+
+
+def _fwd_pre_ln(layer, x, memory, self_mask=None, cross_mask=None):
+    h = layer.norm1(x)
+    x = x + layer.self_attn(h, h, h, self_mask)
+    h = layer.norm2(x)
+    x = x + layer.cross_attn(h, memory, memory, cross_mask)
+    return x + layer.ffn(layer.norm3(x))
+
+
+def _fwd_norms_reversed(layer, x, memory, self_mask=None, cross_mask=None):
+    x = layer.norm3(x + layer.self_attn(x, x, x, self_mask))
+    x = layer.norm2(x + layer.cross_attn(x, memory, memory, cross_mask))
+    return layer.norm1(x + layer.ffn(x))
+
+
+def _fwd_norm_before_residual(layer, x, memory, self_mask=None, cross_mask=None):
+    x = x + layer.norm1(layer.self_attn(x, x, x, self_mask))
+    x = x + layer.norm2(layer.cross_attn(x, memory, memory, cross_mask))
+    return x + layer.norm3(layer.ffn(x))
+
+
+def _fwd_self_mask_ignored(layer, x, memory, self_mask=None, cross_mask=None):
+    x = layer.norm1(x + layer.self_attn(x, x, x))
+    x = layer.norm2(x + layer.cross_attn(x, memory, memory, cross_mask))
+    return layer.norm3(x + layer.ffn(x))
+
+
+def _fwd_cross_mask_ignored(layer, x, memory, self_mask=None, cross_mask=None):
+    x = layer.norm1(x + layer.self_attn(x, x, x, self_mask))
+    x = layer.norm2(x + layer.cross_attn(x, memory, memory))
+    return layer.norm3(x + layer.ffn(x))
+
+
+def _fwd_masks_swapped(layer, x, memory, self_mask=None, cross_mask=None):
+    x = layer.norm1(x + layer.self_attn(x, x, x, cross_mask))
+    x = layer.norm2(x + layer.cross_attn(x, memory, memory, self_mask))
+    return layer.norm3(x + layer.ffn(x))
+
+
+_SUBLAYERS = (
+    "x = norm1(x + self_attn(x, x, x, self_mask)); "
+    "x = norm2(x + cross_attn(x, memory, memory, cross_mask)); "
+    "return norm3(x + ffn(x))"
+)
+
+LAYER_BUGS: list[BugVariant] = [
+    BugVariant(
+        id="decoder_layer.cross_attention_from_decoder",
+        item=LAYER_ITEM,
+        description="cross-attention takes its keys and values from the decoder (x) instead "
+        "of the encoder output (memory)",
+        advice="Call cross_attn(x, memory, memory, cross_mask): queries from the decoder, keys "
+        "and values from memory.",
+        impl=_fwd_cross_from_decoder,
+    ),
+    BugVariant(
+        id="decoder_layer.cross_attention_queries_from_memory",
+        item=LAYER_ITEM,
+        description="cross-attention takes its queries from memory and its keys and values "
+        "from the decoder (the arguments are swapped)",
+        advice="The order is cross_attn(query, key, value): cross_attn(x, memory, memory, "
+        "cross_mask).",
+        impl=_fwd_cross_queries_from_memory,
+    ),
+    BugVariant(
+        id="decoder_layer.no_residual_self_attention",
+        item=LAYER_ITEM,
+        description="the residual connection around the self-attention sub-layer is missing",
+        advice="Add the input back before the norm: x = norm1(x + self_attn(x, x, x, self_mask)).",
+        impl=_fwd_no_residual_self,
+    ),
+    BugVariant(
+        id="decoder_layer.no_residual_cross_attention",
+        item=LAYER_ITEM,
+        description="the residual connection around the cross-attention sub-layer is missing",
+        advice="Add the input back before the norm: x = norm2(x + cross_attn(x, memory, "
+        "memory, cross_mask)).",
+        impl=_fwd_no_residual_cross,
+    ),
+    BugVariant(
+        id="decoder_layer.no_residual_ffn",
+        item=LAYER_ITEM,
+        description="the residual connection around the feed-forward sub-layer is missing",
+        advice="Add the input back before the norm: x = norm3(x + ffn(x)).",
+        impl=_fwd_no_residual_ffn,
+    ),
+    BugVariant(
+        id="decoder_layer.pre_ln",
+        item=LAYER_ITEM,
+        description="the norms are applied before each sub-layer (pre-LN) instead of after the "
+        "residual sum (post-LN, the paper's order)",
+        advice=f"Use the paper's post-LN order: {_SUBLAYERS}.",
+        impl=_fwd_pre_ln,
+    ),
+    BugVariant(
+        id="decoder_layer.norms_reversed",
+        item=LAYER_ITEM,
+        description="the norms are used in the wrong order (norm3 after self-attention and "
+        "norm1 after the feed-forward network)",
+        advice="norm1 belongs to self-attention, norm2 to cross-attention and norm3 to the "
+        "feed-forward network.",
+        impl=_fwd_norms_reversed,
+    ),
+    BugVariant(
+        id="decoder_layer.norm_inside_residual",
+        item=LAYER_ITEM,
+        description="each norm is applied to the sub-layer's output before the residual sum, "
+        "x + norm(sublayer(x)), instead of to the sum",
+        advice=f"Normalise the sum: {_SUBLAYERS}.",
+        impl=_fwd_norm_before_residual,
+    ),
+    BugVariant(
+        id="decoder_layer.self_mask_ignored",
+        item=LAYER_ITEM,
+        description="self-attention ignores self_mask, so every position sees the future",
+        advice="Pass the mask on: self_attn(x, x, x, self_mask).",
+        impl=_fwd_self_mask_ignored,
+    ),
+    BugVariant(
+        id="decoder_layer.cross_mask_ignored",
+        item=LAYER_ITEM,
+        description="cross-attention ignores cross_mask, so padded source positions are attended",
+        advice="Pass the mask on: cross_attn(x, memory, memory, cross_mask).",
+        impl=_fwd_cross_mask_ignored,
+    ),
+    BugVariant(
+        id="decoder_layer.masks_swapped",
+        item=LAYER_ITEM,
+        description="self_mask and cross_mask are swapped",
+        advice="self_mask (causal, L x L) goes to self-attention and cross_mask (source "
+        "padding, L x S) to cross-attention.",
+        impl=_fwd_masks_swapped,
+    ),
+]
+
+BUGS: list[BugVariant] = MASK_BUGS + LAYER_BUGS
+
+# ---------------------------------------------------------------------------------------------
+# Configurations
+# ---------------------------------------------------------------------------------------------
+
+
+def _sample_mask(rng: random.Random) -> dict[str, int]:
+    return {"L": rng.randint(2, 48)}
+
+
+def _sample_layer(rng: random.Random) -> dict[str, int]:
+    h = rng.choice([1, 2, 3, 4])
+    d = h * rng.choice([2, 3, 4, 5])
+    return {
+        "B": rng.randint(1, 4),
+        "L": rng.randint(1, 9),
+        "S": rng.randint(1, 9),
+        "D": d,
+        "H": h,
+        "F": rng.choice([f for f in (8, 14, 20, 32) if f != d]),
+    }
+
+
+register_configs(
+    MASK_ITEM,
+    visible=[{"L": 1}, {"L": 4}, {"L": 7}],
+    extra=[{"L": 2}, {"L": 33}],
+    sample=_sample_mask,
+)
+# Batch of 1, odd lengths, L != S both ways, one head and several; D != F so that the
+# parameter table can name D and F apart.
+register_configs(
+    "decoder_layer",
+    visible=[
+        {"B": 1, "L": 1, "S": 3, "D": 8, "H": 2, "F": 16},
+        {"B": 2, "L": 5, "S": 7, "D": 12, "H": 3, "F": 20},
+        {"B": 3, "L": 6, "S": 4, "D": 16, "H": 4, "F": 24},
+    ],
+    extra=[
+        {"B": 2, "L": 9, "S": 9, "D": 6, "H": 1, "F": 10},
+        {"B": 1, "L": 3, "S": 11, "D": 24, "H": 6, "F": 40},
+    ],
+    sample=_sample_layer,
+)
+
+# ---------------------------------------------------------------------------------------------
+# check_causal_mask
+# ---------------------------------------------------------------------------------------------
+
+
+def _grid(mask: Tensor) -> str:
+    """A small mask as rows of 1/0 (or its values when not boolean), for messages."""
+    rows = []
+    for row in mask.tolist():
+        rows.append("    " + " ".join(f"{int(v)}" if v in (0, 1) else f"{v:g}" for v in row))
+    return "\n".join(rows)
+
+
+def check_causal_mask(
+    impl: Callable[[int], Tensor],
+    *,
+    thorough: bool = False,
+    seed: int | None = None,
+    points: float | None = None,
+) -> CheckResult:
+    """Check the student's ``causal_mask(length)`` against the reference.
+
+    Args:
+        impl: the student's function.
+        thorough: also try larger and randomised lengths (hidden tests).
+        seed: picks the randomised lengths in thorough mode.
+        points: points awarded when it passes.
+
+    Returns:
+        A passed :class:`CheckResult`.
+
+    Raises:
+        CheckFailure: naming the first length where the mask is wrong, and the known mistake
+            when it matches one.
+    """
+    return run_check("check_causal_mask", points, _causal_mask_body, impl, thorough, seed)
+
+
+def _causal_mask_body(report: Report, impl: Callable, thorough: bool, seed: int | None) -> None:
+    for config in configs(MASK_ITEM, thorough, seed):
+        length = config["L"]
+        with forbidden_calls(MASK_ITEM):
+            out = call_student(impl, length, item=MASK_ITEM)
+        what = f"causal_mask({length})"
+        out = expect_tensor(out, what)
+        expected = _reference_causal_mask(length)  # (L, L)
+        if tuple(out.shape) != tuple(expected.shape):
+            report.fail(
+                f"{what} has shape {tuple(out.shape)}, expected {tuple(expected.shape)}: one "
+                "row per query position and one column per key position."
+            )
+        if out.dtype != torch.bool or not torch.equal(out, expected):
+            if out.dtype != torch.bool:
+                # A float mask can equal the reference numerically; match on values alone.
+                float_bugs = [b for b in MASK_BUGS if b.impl(2).dtype != torch.bool]
+                bug = diagnose(lambda n: impl(n), float_bugs, [length])
+            else:
+                bug = diagnose(lambda n: impl(n), MASK_BUGS, [length], reference_output=expected)
+            if out.dtype != torch.bool:
+                message = (
+                    f"{what} has dtype {out.dtype}; the course's masks are torch.bool, "
+                    "True = may attend."
+                )
+            else:
+                wrong = (out != expected).nonzero()
+                i, j = (int(v) for v in wrong[0])
+                verb = "may" if bool(out[i, j]) else "may not"
+                message = (
+                    f"{what} is wrong at {len(wrong)} of {expected.numel()} entries; first at "
+                    f"row {i}, column {j}: yours says query {i} {verb} attend key {j}. Query i "
+                    "may attend key j exactly when j <= i (True = may attend)."
+                )
+            if length <= 8:
+                message += (
+                    f"\nYours (1 = True):\n{_grid(out.detach().cpu())}\n"
+                    f"Expected:\n{_grid(expected.int())}"
+                )
+            report.fail(message, bug)
+    lengths = ", ".join(str(c["L"]) for c in configs(MASK_ITEM, thorough, seed))
+    report.ok(f"lower-triangular boolean mask for L = {lengths}")
+
+
+# ---------------------------------------------------------------------------------------------
+# check_decoder_layer
+# ---------------------------------------------------------------------------------------------
+
+_PIECES = ("self_attn", "cross_attn", "ffn", "norm1", "norm2", "norm3")
+_PIECE_CLASS = {
+    "self_attn": "MultiHeadAttention",
+    "cross_attn": "MultiHeadAttention",
+    "ffn": "PositionwiseFeedForward",
+    "norm1": "LayerNorm",
+    "norm2": "LayerNorm",
+    "norm3": "LayerNorm",
+}
+
+
+def _reference_layer(config: dict[str, int], seed: int) -> nn.Module:
+    """The reference layer of a configuration, with LayerNorm gains and shifts moved away from
+    1 and 0 (so that a swapped or missing norm shows in the numbers)."""
+    torch.manual_seed(seed)
+    layer = _ReferenceDecoderLayer(config["D"], config["H"], config["F"], dropout=0.0).eval()
+    with torch.no_grad():
+        for name in ("norm1", "norm2", "norm3"):
+            norm = getattr(layer, name)
+            norm.weight.copy_(1.0 + 0.5 * torch.randn_like(norm.weight))
+            norm.bias.copy_(0.5 * torch.randn_like(norm.bias))
+    return layer
+
+
+def _layer_inputs(
+    config: dict[str, int], seed: int, *, same_length: bool = False
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Decoder input, memory, and masks: causal self-attention with target padding at the
+    end of some rows, and source padding at the end of some rows (never a whole row).
+
+    Returns:
+        x (B, L, D), memory (B, S, D), self_mask (B, 1, L, L), cross_mask (B, 1, 1, S).
+    """
+    b, n_q, d = config["B"], config["L"], config["D"]
+    n_k = n_q if same_length else config["S"]
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(b, n_q, d, generator=gen)  # (B, L, D)
+    memory = torch.randn(b, n_k, d, generator=gen)  # (B, S, D)
+    tgt_real = torch.ones(b, n_q, dtype=torch.bool)  # (B, L)
+    src_real = torch.ones(b, n_k, dtype=torch.bool)  # (B, S)
+    for row in range(1, b):
+        tgt_real[row, max(1, n_q - row) :] = False
+        src_real[row, max(1, n_k - row) :] = False
+    self_mask = _reference_causal_mask(n_q)[None, None] & tgt_real[:, None, None, :]
+    # self_mask: (B, 1, L, L)
+    cross_mask = src_real[:, None, None, :]  # (B, 1, 1, S)
+    return x, memory, self_mask, cross_mask
+
+
+def _close(a: Any, b: Tensor) -> bool:
+    rtol, atol = TOLERANCES.get(b.dtype, TOLERANCES[torch.float32])
+    return (
+        isinstance(a, Tensor)
+        and a.shape == b.shape
+        and torch.allclose(a.detach().to(b.dtype), b, rtol=rtol, atol=atol)
+    )
+
+
+def _piece_args(name: str, x: Tensor, memory: Tensor, self_mask: Tensor, cross_mask: Tensor):
+    if name == "self_attn":
+        return (x, x, x, self_mask)
+    if name == "cross_attn":
+        return (x, memory, memory, cross_mask)
+    return (x,)
+
+
+def _first_wrong_piece(
+    student: nn.Module, reference: nn.Module, inputs: tuple[Tensor, ...], expected: Tensor
+) -> tuple[str, bool]:
+    """Say which of the student's pieces differ from the reference's, given the same weights.
+
+    Each piece is called on its own with the layer's inputs; the wrong ones are then swapped
+    for the reference's (one at a time, then together) to see whether the rest of the layer
+    is right.
+
+    Returns:
+        ``(explanation, pieces_wrong)``.
+    """
+    x, memory, self_mask, cross_mask = inputs
+    wrong: list[str] = []
+    with torch.no_grad():
+        for name in _PIECES:
+            piece = getattr(student, name, None)
+            args = _piece_args(name, *inputs)
+            try:
+                ok = _close(piece(*args), getattr(reference, name)(*args))
+            except Exception:  # noqa: BLE001 - a piece that cannot run counts as wrong
+                ok = False
+            if not ok:
+                wrong.append(name)
+        if not wrong:
+            # Swap the reference's pieces in one at a time: one may behave differently inside
+            # the layer than when called on its own (e.g. through keyword arguments).
+            for name in _PIECES:
+                swapped = copy.deepcopy(student)
+                setattr(swapped, name, copy.deepcopy(getattr(reference, name)))
+                try:
+                    if _close(swapped(x, memory, self_mask, cross_mask), expected):
+                        wrong.append(name)
+                        break
+                except Exception:  # noqa: BLE001 - that swap does not help
+                    continue
+        if not wrong:
+            return (
+                "Each piece (self_attn, cross_attn, ffn, norm1, norm2, norm3) matches the "
+                "reference on its own, so the mistake is in how forward combines them. "
+                f"The paper's order: {_SUBLAYERS}.",
+                False,
+            )
+        swapped = copy.deepcopy(student)
+        for name in wrong:
+            setattr(swapped, name, copy.deepcopy(getattr(reference, name)))
+        try:
+            rest_right = _close(swapped(x, memory, self_mask, cross_mask), expected)
+        except Exception:  # noqa: BLE001
+            rest_right = False
+    kinds = sorted({_PIECE_CLASS[n] for n in wrong})
+    names = ", ".join(wrong)
+    verb = "differs" if len(wrong) == 1 else "differ"
+    text = (
+        f"Your {names} {verb} from the reference {' / '.join(kinds)} given the same weights and "
+        "inputs"
+    )
+    if rest_right:
+        text += (
+            f"; with the reference's {names} swapped in, your DecoderLayer matches, so the rest "
+            "is right."
+        )
+    else:
+        text += (
+            f"; even with the reference's {names} swapped in your DecoderLayer differs, so "
+            "forward also combines the pieces wrongly."
+        )
+    text += (
+        f" Fix your {' and '.join(kinds)} first (its own check in the earlier assignment says "
+        "more)."
+    )
+    return text, True
+
+
+def _bound_run(reference: nn.Module) -> Callable[[Callable, Any], Any]:
+    """``run`` for :func:`diagnose`: a wiring variant applied to the reference's pieces."""
+    return lambda impl, args: impl(reference, *args)
+
+
+def _diagnose_layer(
+    student: nn.Module, reference: nn.Module, config: dict[str, int], inputs: tuple, seed: int
+) -> BugVariant | None:
+    """Match the student's layer against the wiring variants: first on the check's inputs,
+    then on inputs with L == S, where variants that mix up memory and x can run."""
+    with torch.no_grad():
+        expected = reference(*inputs)
+    bug = diagnose(
+        lambda *a: student(*a),
+        LAYER_BUGS,
+        inputs,
+        run=_bound_run(reference),
+        reference_output=expected,
+    )
+    if bug is not None:
+        return bug
+    probe_config = {**config, "B": max(2, config["B"]), "L": max(3, config["L"])}
+    probe = _layer_inputs(probe_config, seed, same_length=True)
+    with torch.no_grad():
+        expected = reference(*probe)
+    return diagnose(
+        lambda *a: student(*a),
+        LAYER_BUGS,
+        probe,
+        run=_bound_run(reference),
+        reference_output=expected,
+    )
+
+
+def check_decoder_layer(
+    impl: type,
+    *,
+    thorough: bool = False,
+    seed: int | None = None,
+    points: float | None = None,
+) -> CheckResult:
+    """Check the student's ``DecoderLayer(d_model, n_heads, d_ff)`` against the reference.
+
+    For each configuration: the class is the student's own (no reference classes, no
+    ``nn.MultiheadAttention``, no fused attention calls); parameter counts match the
+    reference's per submodule; after copying the reference weights in by name, outputs match
+    in float32 and float64; later target positions, padded memory positions and a fully
+    masked memory row do not leak into the output; gradients reach every parameter.
+
+    Args:
+        impl: the student's class.
+        thorough: also try extra and randomised configurations (hidden tests).
+        seed: picks the randomised configurations in thorough mode.
+        points: points awarded when it passes.
+
+    Returns:
+        A passed :class:`CheckResult`.
+
+    Raises:
+        CheckFailure: naming the first wrong piece (e.g. ``norm2``) or the wiring mistake.
+    """
+    return run_check("check_decoder_layer", points, _decoder_layer_body, impl, thorough, seed)
+
+
+def _decoder_layer_body(report: Report, impl: type, thorough: bool, seed: int | None) -> None:
+    reject_reference_class(impl, LAYER_ITEM)
+    cases = []
+    # Numbers first over every configuration (the wiring mistakes show there, and their
+    # diagnosis is most precise), then masking, gradients and float64.
+    for index, config in enumerate(configs("decoder_layer", thorough, seed)):
+        case_seed = 1000 * index + (0 if seed is None else seed)
+        student, reference = _check_layer_numbers(report, impl, config, case_seed)
+        cases.append((config, case_seed, student, reference))
+    report.ok("parameter counts match the reference per submodule")
+    report.ok("outputs match the reference with its weights copied in")
+    for config, case_seed, student, reference in cases:
+        _check_layer_masking(report, student, reference, config, case_seed)
+    report.ok("no leak from future positions or padded memory; fully masked rows give no NaN")
+    for config, case_seed, student, reference in cases:
+        _check_layer_gradients_and_float64(student, reference, config, case_seed)
+    report.ok("gradients reach every parameter; float64 inputs give float64 outputs")
+
+
+def _check_layer_numbers(
+    report: Report, impl: type, config: dict[str, int], seed: int
+) -> tuple[nn.Module, nn.Module]:
+    """Build the student's layer, compare parameter counts, copy the reference weights in and
+    compare outputs. Returns the student's layer (with the reference weights) and the
+    reference."""
+    d, h, f = config["D"], config["H"], config["F"]
+    where = f"({describe(config)})"
+    student = call_student(impl, d, h, f, item=LAYER_ITEM)
+    if not isinstance(student, nn.Module):
+        report.fail(f"DecoderLayer({d}, {h}, {f}) should be an nn.Module, got {type(student)}.")
+    reject_reference_class(impl, LAYER_ITEM, instance=student)
+    student.eval()
+    reference = _reference_layer(config, seed)
+
+    ok, table = parameter_table(student, reference, dims={"D": d, "F": f})
+    if not ok:
+        n_s = sum(p.numel() for p in student.parameters())
+        n_r = sum(p.numel() for p in reference.parameters())
+        report.fail(
+            f"your DecoderLayer({d}, {h}, {f}) has {n_s} parameters, the reference {n_r}:\n{table}"
+        )
+    copy_weights(reference, student, LAYER_ITEM)
+
+    inputs = _layer_inputs(config, seed)
+    with torch.no_grad():
+        expected = reference(*inputs)  # (B, L, D)
+    try:
+        with forbidden_calls(LAYER_ITEM):
+            out = call_student(student, *inputs, item=LAYER_ITEM)
+    except NotImplementedYet:
+        raise
+    except CheckFailure as failure:
+        if failure.message.startswith("your DecoderLayer calls"):
+            raise
+        report.fail(failure.message, _diagnose_layer(student, reference, config, inputs, seed))
+    try:
+        assert_close(out, expected, f"the output of your DecoderLayer {where}")
+    except CheckFailure as failure:
+        explanation, pieces_wrong = _first_wrong_piece(student, reference, inputs, expected)
+        bug = None
+        if not pieces_wrong:
+            bug = _diagnose_layer(student, reference, config, inputs, seed)
+        report.fail(f"{failure.message}\n{explanation}", bug)
+    return student, reference
+
+
+def _check_layer_gradients_and_float64(
+    student: nn.Module, reference: nn.Module, config: dict[str, int], seed: int
+) -> None:
+    """Every parameter gets a gradient, and float64 inputs give the reference's float64
+    output. At least 3 target positions: with a single one, softmax weights are all 1 and the
+    query projection rightly gets no gradient."""
+    where = f"({describe(config)})"
+    grad_config = {**config, "L": max(3, config["L"]), "S": max(2, config["S"])}
+    x, memory, self_mask, cross_mask = _layer_inputs(grad_config, seed + 3)
+    out = call_student(student, x, memory, self_mask, cross_mask, item=LAYER_ITEM)
+    check_gradients(expect_tensor(out, "the output of your DecoderLayer"),
+                    student.named_parameters(), LAYER_ITEM, seed=seed)  # fmt: skip
+
+    x, memory, self_mask, cross_mask = _layer_inputs(config, seed)
+    student64 = copy.deepcopy(student).double()
+    reference64 = copy.deepcopy(reference).double()
+    inputs64 = (x.double(), memory.double(), self_mask, cross_mask)
+    with torch.no_grad():
+        out64 = call_student(student64, *inputs64, item=LAYER_ITEM)
+        assert_close(out64, reference64(*inputs64), f"your DecoderLayer's float64 output {where}")
+
+
+def _check_layer_masking(
+    report: Report, student: nn.Module, reference: nn.Module, config: dict[str, int], seed: int
+) -> None:
+    """Invariances: future target positions, padded memory, and a fully masked memory row."""
+    x, memory, self_mask, cross_mask = _layer_inputs(config, seed + 1)
+    b, n_q, d = config["B"], config["L"], config["D"]
+    where = f"({describe(config)})"
+    gen = torch.Generator().manual_seed(seed + 2)
+    causal = _reference_causal_mask(n_q)  # (L, L)
+    rtol, atol = TOLERANCES[torch.float32]
+    with torch.no_grad():
+        base = call_student(student, x, memory, causal, None, item=LAYER_ITEM)
+        if n_q > 1:
+            cut = n_q // 2
+            changed = x.clone()
+            changed[:, cut + 1 :] = 3.0 * torch.randn(b, n_q - cut - 1, d, generator=gen)
+            out = call_student(student, changed, memory, causal, None, item=LAYER_ITEM)
+            err = max_abs_error(out[:, : cut + 1], base[:, : cut + 1])
+            if err > atol + rtol:
+                report.fail(
+                    f"with self_mask = causal_mask({n_q}), changing the decoder input after "
+                    f"position {cut} changed your output at positions 0..{cut} (by up to "
+                    f"{err:.3g}) {where}: your layer lets a position see the future. Pass "
+                    "self_mask to self-attention (True = may attend).",
+                    _diagnose_layer(student, reference, config, (x, memory, causal, None), seed),
+                )
+        n_mem = memory.size(1)
+        if n_mem > 1:
+            # Hide the second half of every memory row and scramble it.
+            real = torch.ones(b, n_mem, dtype=torch.bool)  # (B, S)
+            real[:, (n_mem + 1) // 2 :] = False
+            hidden = real[:, None, None, :]  # (B, 1, 1, S)
+            first = call_student(student, x, memory, causal, hidden, item=LAYER_ITEM)
+            scrambled = torch.where(
+                real[..., None], memory, 5.0 * torch.randn(memory.shape, generator=gen)
+            )  # (B, S, D)
+            second = call_student(student, x, scrambled, causal, hidden, item=LAYER_ITEM)
+            err = max_abs_error(second, first)
+            if err > atol + rtol:
+                report.fail(
+                    f"changing memory positions that cross_mask hides changed your output (by up "
+                    f"to {err:.3g}) {where}: pass cross_mask to cross-attention (True = may "
+                    "attend).",
+                    _diagnose_layer(student, reference, config, (x, memory, causal, hidden), seed),
+                )
+        # Batch row 0 may attend no memory position at all: attention gives zeros, not NaN.
+        none = torch.ones(b, 1, 1, n_mem, dtype=torch.bool)  # (B, 1, 1, S)
+        none[0] = False
+        out = call_student(student, x, memory, causal, none, item=LAYER_ITEM)
+        out = expect_tensor(out, "the output of your DecoderLayer")
+        if not bool(torch.isfinite(out).all()):
+            report.fail(
+                f"when cross_mask hides every memory position of a row, your DecoderLayer "
+                f"returns NaN or inf {where}. A fully masked row must give zero attention "
+                "weights (and so a zero attention output), never NaN: e.g. replace NaN weights "
+                "with 0 after the softmax."
+            )
+        assert_close(
+            out,
+            reference(x, memory, causal, none),
+            f"your DecoderLayer's output when cross_mask hides a whole row {where}",
+        )
