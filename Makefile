@@ -23,7 +23,7 @@ TORCH_VERSION := 2.13.0
 WHEELS ?= /opt/wheels
 PIP_FLAGS := --disable-pip-version-check $(if $(wildcard $(WHEELS)),--find-links $(WHEELS))
 
-.PHONY: help install test lint format book release bench clean distclean lock
+.PHONY: help install test lint format book publish release bench clean distclean lock
 
 help:
 	@echo "make install    create $(VENV)/ and install $(LOCK) and coursepkg (editable); no-op when up to date"
@@ -31,6 +31,7 @@ help:
 	@echo "make book       build the book (executes its pages) into _build/html/index.html"
 	@echo "make lint       ruff check and ruff format --check"
 	@echo "make format     ruff format and ruff check --fix"
+	@echo "make publish    push the built book (_build/html) to the gh-pages branch (PUSH= for a local dry run)"
 	@echo "make release    regenerate exercises/ (students' notebooks) from solutions/ with nbgrader"
 	@echo "make bench      run benchmarks/run_all.py"
 	@echo "make clean      remove _build/ and tool caches (the venv stays)"
@@ -79,6 +80,16 @@ test: lint
 book: install
 	$(VENV_PATH) TQDM_MININTERVAL=30 $(BIN)/jupyter-book build . -W -n --keep-going
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
+
+# Publish the built book the usual Jupyter Book way: ghp-import commits the site to the gh-pages
+# branch (--no-jekyll adds .nojekyll, so GitHub Pages serves _static/) and pushes it to origin.
+# `make publish PUSH=` only commits the branch locally: a dry run to inspect with
+# `git show gh-pages --stat`. It does not rebuild: run `make book` first.
+SITE ?= _build/html
+PUSH ?= --push
+publish:
+	@test -f $(SITE)/index.html || { echo "make publish: $(SITE)/index.html is missing; run \`make book\` first" >&2; exit 1; }
+	$(BIN)/ghp-import --no-jekyll --force $(PUSH) --message "Publish the book" $(SITE)
 
 # nbgrader's generate_assignment, in-process and without a gradebook; fails if a solution or a
 # hidden test leaks into exercises/.
