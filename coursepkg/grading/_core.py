@@ -418,7 +418,10 @@ def _reference_targets() -> tuple[dict[CodeType, tuple[str, str]], dict[int, tup
                 continue
             label = f"coursepkg.{short}.{name}"
             if inspect.isfunction(obj):
-                codes[obj.__code__] = (label, _REFERENCE_ADVICE)
+                # Unwrap decorators such as @torch.no_grad(): every decorated function shares
+                # the decorator's wrapper code, which would flag any decorated call (the
+                # student's own included) under one reference function's name.
+                codes[inspect.unwrap(obj).__code__] = (label, _REFERENCE_ADVICE)
             elif inspect.isclass(obj) and issubclass(obj, nn.Module) and "forward" in vars(obj):
                 codes[obj.forward.__code__] = (
                     f"{label} (the reference class's forward)",
