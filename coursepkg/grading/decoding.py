@@ -1,0 +1,659 @@
+"""Checks of assignment ex08_decoding: greedy decoding and beam search.
+
+Both checks run the student's decoder on a tiny seeded reference :class:`~coursepkg.Transformer`
+and compare its tokens (and beam scores) with :func:`coursepkg.decoding.greedy_decode` and
+:func:`coursepkg.decoding.beam_search`. The sources are picked from a seeded pool so that the
+outputs are not trivial: in every batch some rows stop early at EOS and others run to
+``max_len``, beam search disagrees with greedy decoding on some rows, and the length
+normalisation changes the winner on some rows.
+
+Dimension legend: B batch (sources), S source length, T generated length, K beam size,
+V vocabulary.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..config import TransformerConfig
+from ..decoding import beam_search as _reference_beam
+from ..decoding import greedy_decode as _reference_greedy
+from ..model import Transformer
+from ._core import (
+    BugVariant,
+    CheckResult,
+    Report,
+    call_student,
+    configs,
+    describe,
+    expect_tensor,
+    forbidden_calls,
+    register_configs,
+    run_check,
+)
+
+__all__ = ["BOS", "BUGS", "EOS", "check_beam_search", "check_greedy_decode", "decoding_case"]
+
+GREEDY_ITEM = "greedy_decode"
+BEAM_ITEM = "beam_search"
+
+#: Token ids of the checks' tiny model: 0 is an ordinary token, 1 starts and 2 ends a sequence.
+BOS, EOS = 1, 2
+_VOCAB = 10
+_POOL = 32  # candidate sources a case's batch is picked from
+
+# ---------------------------------------------------------------------------------------------
+# The tiny model and its sources
+# ---------------------------------------------------------------------------------------------
+
+
+def _tiny_model(seed: int) -> Transformer:
+    """A seeded one-layer Transformer in float64 (so that batched and per-row decoding agree to
+    ~1e-15 and no argmax flips between them). The output projection is untied and sharpened:
+    with tied embeddings a random model mostly repeats its input token."""
+    torch.manual_seed(seed)
+    config = TransformerConfig(
+        vocab_size=_VOCAB,
+        d_model=16,
+        n_heads=2,
+        d_ff=32,
+        n_layers=1,
+        dropout=0.0,
+        max_len=16,
+        tie_embeddings=False,
+    )
+    model = Transformer(config).double().eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(2.0)
+    return model
+
+
+def _finished_early(tokens: Tensor, max_len: int) -> Tensor:
+    """Rows that produced EOS before their last allowed token."""
+    body = tokens[:, 1:max_len]  # (B, T - 1) every position but the last allowed one
+    return (body == EOS).any(dim=1)  # (B,)
+
+
+def _pick(flags: list[Tensor], n: int) -> list[int] | None:
+    """Choose ``n`` pool rows covering every flag (each a (POOL,) bool tensor) when ``n``
+    allows, then fill in pool order. None when some flag has no row at all."""
+    if any(not bool(f.any()) for f in flags):
+        return None
+    chosen: list[int] = []
+    for flag in flags:
+        if len(chosen) == n:
+            break
+        if not any(bool(flag[i]) for i in chosen):
+            score = sum(f.int() for f in flags)  # (POOL,) rows covering more flags first
+            order = sorted(range(len(flag)), key=lambda i: (-int(score[i]), i))
+            chosen.append(next(i for i in order if bool(flag[i]) and i not in chosen))
+    chosen += [i for i in range(len(flags[0])) if i not in chosen][: n - len(chosen)]
+    return sorted(chosen)
+
+
+def decoding_case(config: dict[str, Any]) -> tuple[Transformer, Tensor]:
+    """The model and source batch of a decoding configuration.
+
+    Args:
+        config: ``seed``, ``B``, ``S``, ``max_len`` and, for beam search, ``beam`` and
+            ``alpha``.
+
+    Returns:
+        ``(model, src)`` with src (B, S). Deterministic in ``config``.
+    """
+    b, s, max_len = config["B"], config["S"], config["max_len"]
+    for attempt in range(20):
+        seed = config["seed"] + 7919 * attempt
+        model = _tiny_model(seed)
+        gen = torch.Generator().manual_seed(seed)
+        pool = torch.randint(3, _VOCAB, (_POOL, s), generator=gen)  # (POOL, S)
+        greedy = _reference_greedy(model, pool, max_len, BOS, EOS)  # (POOL, 1 + T)
+        early = _finished_early(greedy, max_len)  # (POOL,)
+        flags = [early, ~early]
+        if "beam" in config and config["beam"] > 1:
+            k, alpha = config["beam"], config["alpha"]
+            beam, _ = _reference_beam(model, pool, k, max_len, BOS, EOS, alpha)
+            raw, _ = _reference_beam(model, pool, k, max_len, BOS, EOS, 0.0)
+            flags += [_rows_differ(beam, greedy), _rows_differ(beam, raw)]
+        rows = _pick(flags, b)
+        if rows is not None:
+            return model, pool[rows]
+    raise RuntimeError(f"no decoding case found for {config}")  # pragma: no cover
+
+
+def _rows_differ(a: Tensor, b: Tensor) -> Tensor:
+    """Per row, whether two padded token batches differ (different widths padded with EOS)."""
+    width = max(a.size(1), b.size(1))
+    a = torch.nn.functional.pad(a, (0, width - a.size(1)), value=EOS)  # (B, W)
+    b = torch.nn.functional.pad(b, (0, width - b.size(1)), value=EOS)  # (B, W)
+    return (a != b).any(dim=1)  # (B,)
+
+
+def _pad_id(model: nn.Module) -> int:
+    return model.config.pad_id if model.config.pad_id is not None else EOS
+
+
+# ---------------------------------------------------------------------------------------------
+# Known mistakes: greedy decoding
+# ---------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def _greedy_with_mistake(model, src, max_len, bos_id, eos_id, *, mistake: str) -> Tensor:
+    """Greedy decoding with one of the catalogued mistakes (there is no mistake-free mode)."""
+    if mistake not in ("no_stop", "stop_at_first_eos", "first_position"):
+        raise ValueError(f"unknown mistake {mistake!r}")
+    pad = _pad_id(model)
+    memory = model.encode(src)  # (B, S, D)
+    out = torch.full((src.size(0), 1), bos_id, dtype=torch.long)  # (B, 1)
+    done = torch.zeros(src.size(0), dtype=torch.bool)  # (B,)
+    for _ in range(max_len):
+        logits = model.decode(out, memory)  # (B, t, V)
+        nxt = (logits[:, 0] if mistake == "first_position" else logits[:, -1]).argmax(-1)
+        if mistake != "no_stop":
+            nxt = nxt.masked_fill(done, pad)
+        out = torch.cat([out, nxt[:, None]], dim=1)  # (B, t + 1)
+        done |= nxt == eos_id
+        if mistake == "stop_at_first_eos" and bool(done.any()):
+            break
+        if mistake == "first_position" and bool(done.all()):
+            break
+    return out
+
+
+def _greedy_no_stop(model, src, max_len, bos_id, eos_id):
+    return _greedy_with_mistake(model, src, max_len, bos_id, eos_id, mistake="no_stop")
+
+
+def _greedy_stop_at_first_eos(model, src, max_len, bos_id, eos_id):
+    return _greedy_with_mistake(model, src, max_len, bos_id, eos_id, mistake="stop_at_first_eos")
+
+
+def _greedy_first_position(model, src, max_len, bos_id, eos_id):
+    return _greedy_with_mistake(model, src, max_len, bos_id, eos_id, mistake="first_position")
+
+
+def _greedy_no_bos(model, src, max_len, bos_id, eos_id):
+    return _reference_greedy(model, src, max_len, bos_id, eos_id)[:, 1:]
+
+
+def _greedy_pads_with_zero(model, src, max_len, bos_id, eos_id):
+    out = _reference_greedy(model, src, max_len, bos_id, eos_id)  # (B, 1 + T)
+    is_eos = (out == eos_id).int()  # (B, 1 + T)
+    after_eos = (is_eos.cumsum(dim=1) - is_eos) > 0  # (B, 1 + T) strictly after the first EOS
+    return out.masked_fill(after_eos, 0)
+
+
+GREEDY_BUGS: list[BugVariant] = [
+    BugVariant(
+        id="greedy.no_stop_at_eos",
+        item=GREEDY_ITEM,
+        description="rows keep generating after their EOS (nothing is padded after EOS)",
+        advice="Track which rows are finished (a bool tensor updated with next == eos_id), put "
+        "the pad id in finished rows instead of the argmax, and stop once every row is finished.",
+        impl=_greedy_no_stop,
+    ),
+    BugVariant(
+        id="greedy.no_bos",
+        item=GREEDY_ITEM,
+        description="the output does not start with BOS",
+        advice="Start from a column of bos_id and return it with the generated tokens: "
+        "the result is (B, 1 + T), BOS first.",
+        impl=_greedy_no_bos,
+    ),
+    BugVariant(
+        id="greedy.stops_at_first_eos",
+        item=GREEDY_ITEM,
+        description="decoding stops for the whole batch as soon as one row produces EOS",
+        advice="Stop only when every row is finished: finished.all(), not finished.any().",
+        impl=_greedy_stop_at_first_eos,
+    ),
+    BugVariant(
+        id="greedy.first_position_logits",
+        item=GREEDY_ITEM,
+        description="the next token is read from the logits of the first position instead of "
+        "the last",
+        advice="model.decode returns logits for every position; the next token comes from the "
+        "last one: logits[:, -1].",
+        impl=_greedy_first_position,
+    ),
+    BugVariant(
+        id="greedy.pads_with_zero",
+        item=GREEDY_ITEM,
+        description="finished rows are padded with 0 instead of the pad id",
+        advice="Pad with model.config.pad_id, or eos_id when the model has no pad id.",
+        impl=_greedy_pads_with_zero,
+    ),
+]
+
+# ---------------------------------------------------------------------------------------------
+# Known mistakes: beam search
+# ---------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def _beam_with_mistake(model, src, beam_size, max_len, bos_id, eos_id, length_penalty, *, mistake):
+    """Beam search, one source at a time, with one of the catalogued mistakes (there is no
+    mistake-free mode)."""
+    if mistake not in ("last_finished", "length_counts_bos"):
+        raise ValueError(f"unknown mistake {mistake!r}")
+    extra = 1 if mistake == "length_counts_bos" else 0
+    pad = _pad_id(model)
+    rows, scores = [], []
+    for i in range(src.size(0)):
+        memory = model.encode(src[i : i + 1])  # (1, S, D)
+        beams: list[tuple[float, list[int]]] = [(0.0, [bos_id])]
+        finished: list[tuple[float, list[int]]] = []
+        stopped = False
+        for t in range(1, max_len + 1):
+            candidates = []
+            for logp, seq in beams:
+                tokens = torch.tensor([seq])  # (1, t)
+                lp = model.decode(tokens, memory.expand(1, -1, -1))[0, -1].float().log_softmax(-1)
+                candidates += [(logp + v, seq + [tok]) for tok, v in enumerate(lp.tolist())]
+            candidates.sort(key=lambda c: -c[0])
+            beams = []
+            for logp, seq in candidates:
+                if seq[-1] == eos_id:
+                    finished.append((logp / (t + extra) ** length_penalty, seq))
+                    if len(finished) >= beam_size and t < max_len:
+                        stopped = True
+                        break
+                else:
+                    beams.append((logp, seq))
+                    if len(beams) == beam_size:
+                        break
+            if stopped or not beams:
+                stopped = True
+                break
+        if not stopped:
+            finished += [(lp / (max_len + extra) ** length_penalty, s) for lp, s in beams]
+        if mistake == "last_finished":
+            score, seq = finished[-1]
+        else:
+            score, seq = max(finished, key=lambda f: f[0])
+        rows.append(seq)
+        scores.append(score)
+    width = max(len(r) for r in rows)
+    out = torch.tensor([r + [pad] * (width - len(r)) for r in rows])  # (B, 1 + T)
+    return out, torch.tensor(scores)
+
+
+def _beam_last_finished(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=1.0):
+    return _beam_with_mistake(
+        model, src, beam_size, max_len, bos_id, eos_id, length_penalty, mistake="last_finished"
+    )
+
+
+def _beam_length_counts_bos(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=1.0):
+    return _beam_with_mistake(
+        model, src, beam_size, max_len, bos_id, eos_id, length_penalty, mistake="length_counts_bos"
+    )
+
+
+def _beam_no_length_norm(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=1.0):
+    return _reference_beam(model, src, beam_size, max_len, bos_id, eos_id, 0.0)
+
+
+def _beam_size_ignored(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=1.0):
+    return _reference_beam(model, src, 1, max_len, bos_id, eos_id, length_penalty)
+
+
+def _beam_raw_scores(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=1.0):
+    tokens, scores = _reference_beam(model, src, beam_size, max_len, bos_id, eos_id, length_penalty)
+    lengths = _generated_lengths(tokens, eos_id, max_len)  # (B,)
+    return tokens, scores * lengths.to(scores.dtype) ** length_penalty
+
+
+def _generated_lengths(tokens: Tensor, eos_id: int, max_len: int) -> Tensor:
+    """Tokens after BOS up to and including the first EOS (max_len when there is none)."""
+    body = tokens[:, 1:]  # (B, T)
+    is_eos = body == eos_id  # (B, T)
+    first = torch.where(is_eos.any(1), is_eos.int().argmax(1) + 1, torch.full_like(body[:, 0], 0))
+    return torch.where(first > 0, first, torch.full_like(first, max_len))  # (B,)
+
+
+BEAM_BUGS: list[BugVariant] = [
+    BugVariant(
+        id="beam.no_length_normalisation",
+        item=BEAM_ITEM,
+        description="finished hypotheses are ranked by their raw log-probability, without the "
+        "length normalisation",
+        advice="Rank finished hypotheses by logp / t ** length_penalty (t = generated tokens, "
+        "EOS included) and return that normalised score.",
+        impl=_beam_no_length_norm,
+    ),
+    BugVariant(
+        id="beam.last_instead_of_best",
+        item=BEAM_ITEM,
+        description="the answer is the last hypothesis that finished, not the best one",
+        advice="Return the finished hypothesis with the highest normalised score: "
+        "max(finished, key=score).",
+        impl=_beam_last_finished,
+    ),
+    BugVariant(
+        id="beam.length_counts_bos",
+        item=BEAM_ITEM,
+        description="the length in the normalisation counts BOS",
+        advice="t counts the generated tokens only (EOS included, BOS not): a hypothesis "
+        "[BOS, a, EOS] has length 2.",
+        impl=_beam_length_counts_bos,
+    ),
+    BugVariant(
+        id="beam.beam_size_ignored",
+        item=BEAM_ITEM,
+        description="only one hypothesis is kept per step (this is greedy decoding)",
+        advice="Keep beam_size open hypotheses per step: extend each by every token, sort all "
+        "candidates by total log-probability and keep the best beam_size that do not end in EOS.",
+        impl=_beam_size_ignored,
+    ),
+    BugVariant(
+        id="beam.raw_score_returned",
+        item=BEAM_ITEM,
+        description="the right hypothesis is chosen but its raw log-probability is returned "
+        "as its score",
+        advice="Return the normalised score logp / t ** length_penalty of the chosen hypothesis.",
+        impl=_beam_raw_scores,
+    ),
+]
+
+BUGS: list[BugVariant] = GREEDY_BUGS + BEAM_BUGS
+
+# ---------------------------------------------------------------------------------------------
+# Configurations
+# ---------------------------------------------------------------------------------------------
+
+
+def _sample_greedy(rng: random.Random) -> dict[str, int]:
+    return {
+        "seed": rng.randint(10, 10_000),
+        "B": rng.randint(1, 6),
+        "S": rng.randint(2, 7),
+        "max_len": rng.randint(3, 10),
+    }
+
+
+def _sample_beam(rng: random.Random) -> dict[str, Any]:
+    return {
+        **_sample_greedy(rng),
+        "beam": rng.randint(2, 4),
+        "alpha": rng.choice([0.6, 1.0, 1.5]),
+    }
+
+
+register_configs(
+    GREEDY_ITEM,
+    visible=[
+        {"seed": 0, "B": 1, "S": 4, "max_len": 6},
+        {"seed": 1, "B": 4, "S": 5, "max_len": 7},
+        {"seed": 2, "B": 6, "S": 3, "max_len": 9},
+    ],
+    extra=[{"seed": 3, "B": 3, "S": 7, "max_len": 12}],
+    sample=_sample_greedy,
+)
+register_configs(
+    BEAM_ITEM,
+    visible=[
+        {"seed": 0, "B": 1, "S": 4, "max_len": 6, "beam": 3, "alpha": 1.0},
+        {"seed": 1, "B": 4, "S": 5, "max_len": 7, "beam": 2, "alpha": 0.6},
+        {"seed": 3, "B": 5, "S": 3, "max_len": 8, "beam": 4, "alpha": 1.0},
+        {"seed": 4, "B": 3, "S": 4, "max_len": 6, "beam": 1, "alpha": 1.0},
+    ],
+    extra=[{"seed": 5, "B": 2, "S": 6, "max_len": 10, "beam": 3, "alpha": 1.5}],
+    sample=_sample_beam,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Comparing token batches
+# ---------------------------------------------------------------------------------------------
+
+
+def _same_tokens(student: Any, expected: Tensor, pad: int) -> bool:
+    """Equal, allowing the student extra trailing columns that hold only the pad id (a
+    decoder that always runs ``max_len`` steps and pads)."""
+    if not isinstance(student, Tensor) or student.dim() != 2:
+        return False
+    if student.size(0) != expected.size(0) or student.size(1) < expected.size(1):
+        return False
+    width = expected.size(1)
+    student = student.detach().cpu().long()
+    return bool((student[:, width:] == pad).all()) and torch.equal(student[:, :width], expected)
+
+
+def _row(tokens: Tensor, i: int) -> str:
+    return "[" + ", ".join(str(int(t)) for t in tokens[i]) + "]"
+
+
+def _validate_tokens(report: Report, tokens: Any, what: str, b: int, max_len: int) -> Tensor:
+    tokens = expect_tensor(tokens, what)
+    if tokens.is_floating_point() or tokens.dtype == torch.bool:
+        report.fail(
+            f"{what} has dtype {tokens.dtype}; token ids are integers (torch.long): build them "
+            "with dtype=torch.long, and take argmax (an integer) rather than max values."
+        )
+    if tokens.dim() != 2 or tokens.size(0) != b:
+        report.fail(f"{what} has shape {tuple(tokens.shape)}, expected (B, 1 + T) with B = {b}.")
+    if tokens.size(1) > 1 + max_len:
+        report.fail(
+            f"{what} has {tokens.size(1)} columns, but with max_len={max_len} at most "
+            f"{1 + max_len} (BOS plus max_len new tokens) are possible."
+        )
+    return tokens.detach().cpu().long()
+
+
+def _compare_tokens(
+    report: Report,
+    tokens: Tensor,
+    expected: Tensor,
+    pad: int,
+    where: str,
+    bug: Callable[[], BugVariant | None],
+) -> None:
+    if _same_tokens(tokens, expected, pad):
+        return
+    lines = []
+    if tokens.size(1) < expected.size(1):
+        lines.append(
+            f"your output has {tokens.size(1)} columns, the reference {expected.size(1)} "
+            f"{where}: some row stopped too early."
+        )
+    width = min(tokens.size(1), expected.size(1))
+    bad = [
+        i
+        for i in range(expected.size(0))
+        if not torch.equal(tokens[i, :width], expected[i, :width])
+    ]
+    if not bad and tokens.size(1) > expected.size(1):
+        lines.append(
+            f"after the reference stops, your extra columns should hold only the pad id ({pad}) "
+            f"{where}."
+        )
+        bad = [i for i in range(expected.size(0)) if bool((tokens[i, width:] != pad).any())]
+    if bad:
+        i = bad[0]
+        if not lines:
+            lines.append(
+                f"your tokens differ from the reference in {len(bad)} of "
+                f"{expected.size(0)} rows {where}."
+            )
+        lines.append(
+            f"Row {i}: yours {_row(tokens, i)}, reference {_row(expected, i)} "
+            f"(BOS={BOS}, EOS={EOS}, pad={pad})."
+        )
+    report.fail("\n".join(lines), bug())
+
+
+def _diagnose_tokens(
+    student: Callable[[], Any],
+    bugs: list[BugVariant],
+    args: tuple,
+    expected: Any,
+    pad: int,
+    scores: bool = False,
+) -> BugVariant | None:
+    """The first catalogued mistake whose output equals the student's on ``args`` (tokens, and
+    for beam search the scores too), skipping mistakes that agree with the reference here."""
+
+    def same(a: Any, b: Any) -> bool:
+        if scores:
+            if not (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) == 2):
+                return False
+            sa, sb = a[1], b[1]
+            if not (isinstance(sa, Tensor) and sa.shape == sb.shape):
+                return False
+            close = torch.allclose(sa.detach().double().cpu(), sb.double(), rtol=1e-4, atol=1e-5)
+            return close and _same_tokens(a[0], b[0].cpu().long(), pad)
+        return isinstance(b, Tensor) and _same_tokens(a, b.cpu().long(), pad)
+
+    try:
+        theirs = student()
+    except Exception:  # noqa: BLE001 - an erroring student output matches nothing
+        return None
+    for bug in bugs:
+        try:
+            candidate = bug.impl(*args)
+        except Exception:  # noqa: BLE001
+            continue
+        if same(candidate, expected):
+            continue
+        if same(theirs, candidate):
+            return bug
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# check_greedy_decode
+# ---------------------------------------------------------------------------------------------
+
+_DECODE_ADVICE = "use only model.encode and model.decode (the exercise is the decoding loop itself)"
+
+
+def check_greedy_decode(
+    impl: Callable[..., Tensor],
+    *,
+    thorough: bool = False,
+    seed: int | None = None,
+    points: float | None = None,
+) -> CheckResult:
+    """Check the student's ``greedy_decode(model, src, max_len, bos_id, eos_id)``.
+
+    Args:
+        impl: the student's function.
+        thorough: also try extra and randomised models, batches and lengths (hidden tests).
+        seed: picks the randomised configurations in thorough mode.
+        points: points awarded when it passes.
+
+    Returns:
+        A passed :class:`CheckResult`.
+
+    Raises:
+        CheckFailure: showing the first wrong row next to the reference's, and naming the
+            known mistake when it matches one.
+    """
+    return run_check("check_greedy_decode", points, _greedy_body, impl, thorough, seed)
+
+
+def _greedy_body(report: Report, impl: Callable, thorough: bool, seed: int | None) -> None:
+    for config in configs(GREEDY_ITEM, thorough, seed):
+        model, src = decoding_case(config)
+        max_len, pad, where = config["max_len"], _pad_id(model), f"({describe(config)})"
+        args = (model, src, max_len, BOS, EOS)
+        expected = _reference_greedy(*args)  # (B, 1 + T)
+
+        def diagnosis(args: tuple = args, expected: Tensor = expected, pad: int = pad):
+            return _diagnose_tokens(lambda: impl(*args), GREEDY_BUGS, args, expected, pad)
+
+        with forbidden_calls(GREEDY_ITEM, advice=_DECODE_ADVICE):
+            out = call_student(impl, *args, item=GREEDY_ITEM)
+        tokens = _validate_tokens(report, out, "your greedy_decode output", src.size(0), max_len)
+        if not bool((tokens[:, 0] == BOS).all()):
+            report.fail(
+                f"every row should start with bos_id={BOS}, but yours starts with "
+                f"{tokens[:, 0].tolist()} {where}.",
+                diagnosis(),
+            )
+        _compare_tokens(report, tokens, expected, pad, where, diagnosis)
+    report.ok("BOS first, argmax of the last position, padding after EOS, stops when all finish")
+    report.ok("batches where some rows stop early and others run to max_len")
+
+
+# ---------------------------------------------------------------------------------------------
+# check_beam_search
+# ---------------------------------------------------------------------------------------------
+
+
+def check_beam_search(
+    impl: Callable[..., tuple[Tensor, Tensor]],
+    *,
+    thorough: bool = False,
+    seed: int | None = None,
+    points: float | None = None,
+) -> CheckResult:
+    """Check the student's ``beam_search(model, src, beam_size, max_len, bos_id, eos_id,
+    length_penalty)``: the chosen tokens and their normalised scores.
+
+    Args:
+        impl: the student's function.
+        thorough: also try extra and randomised models, beams and penalties (hidden tests).
+        seed: picks the randomised configurations in thorough mode.
+        points: points awarded when it passes.
+
+    Returns:
+        A passed :class:`CheckResult`.
+
+    Raises:
+        CheckFailure: showing the first wrong row or score next to the reference's, and
+            naming the known mistake when it matches one.
+    """
+    return run_check("check_beam_search", points, _beam_body, impl, thorough, seed)
+
+
+def _beam_body(report: Report, impl: Callable, thorough: bool, seed: int | None) -> None:
+    for config in configs(BEAM_ITEM, thorough, seed):
+        model, src = decoding_case(config)
+        max_len, pad, where = config["max_len"], _pad_id(model), f"({describe(config)})"
+        args = (model, src, config["beam"], max_len, BOS, EOS, config["alpha"])
+        expected = _reference_beam(*args)  # (B, 1 + T), (B,)
+
+        def diagnosis(
+            args: tuple = args, expected: tuple = expected, pad: int = pad
+        ) -> BugVariant | None:
+            return _diagnose_tokens(lambda: impl(*args), BEAM_BUGS, args, expected, pad, True)
+
+        with forbidden_calls(BEAM_ITEM, advice=_DECODE_ADVICE):
+            out = call_student(impl, *args, item=BEAM_ITEM)
+        if not (isinstance(out, tuple) and len(out) == 2):
+            report.fail(
+                f"beam_search should return a pair (tokens, scores), but yours returned "
+                f"{type(out).__name__}."
+            )
+        tokens = _validate_tokens(report, out[0], "your beam_search tokens", src.size(0), max_len)
+        _compare_tokens(report, tokens, expected[0], pad, where, diagnosis)
+        scores = expect_tensor(out[1], "the scores returned by your beam_search")
+        if tuple(scores.shape) != (src.size(0),):
+            report.fail(
+                f"the scores have shape {tuple(scores.shape)}, expected ({src.size(0)},): one "
+                "normalised score per source."
+            )
+        if not scores.is_floating_point():
+            report.fail(f"the scores have dtype {scores.dtype}; they should be floats.")
+        # The reference sums float32 log-probabilities; tolerances allow for a student who
+        # sums them in float64 or in another order (differences ~1e-6).
+        theirs = scores.detach().double().cpu()
+        ref = expected[1].double()
+        if not torch.allclose(theirs, ref, rtol=1e-4, atol=1e-5):
+            i = int((theirs - ref).abs().argmax())
+            report.fail(
+                f"the score of row {i} is {theirs[i].item():.6g}, the reference "
+                f"{ref[i].item():.6g} {where} (the tokens agree). The score is the total "
+                "log-probability divided by t ** length_penalty, t counting the generated "
+                "tokens with EOS but without BOS.",
+                diagnosis(),
+            )
+    report.ok("tokens and normalised scores match the reference; beam_size=1 equals greedy")
+    report.ok("batches where length normalisation and the beam change the answer")
