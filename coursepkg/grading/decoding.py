@@ -13,6 +13,7 @@ V vocabulary.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable
 from typing import Any
@@ -104,14 +105,29 @@ def decoding_case(config: dict[str, Any]) -> tuple[Transformer, Tensor]:
             ``alpha``.
 
     Returns:
-        ``(model, src)`` with src (B, S). Deterministic in ``config``.
+        ``(model, src)`` with src (B, S): a fresh model each call (a student's code cannot
+        leave changes behind for the next check), deterministic in ``config``.
     """
+    seed, rows = _select(tuple(sorted(config.items())))
+    model = _tiny_model(seed)
+    return model, _pool(seed, config["S"])[list(rows)]
+
+
+def _pool(seed: int, length: int) -> Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(3, _VOCAB, (_POOL, length), generator=gen)  # (POOL, S)
+
+
+@functools.lru_cache(maxsize=256)
+def _select(key: tuple[tuple[str, Any], ...]) -> tuple[int, tuple[int, ...]]:
+    """Model seed and pool rows of a configuration (cached: picking runs the reference over
+    the whole pool)."""
+    config = dict(key)
     b, s, max_len = config["B"], config["S"], config["max_len"]
     for attempt in range(20):
         seed = config["seed"] + 7919 * attempt
         model = _tiny_model(seed)
-        gen = torch.Generator().manual_seed(seed)
-        pool = torch.randint(3, _VOCAB, (_POOL, s), generator=gen)  # (POOL, S)
+        pool = _pool(seed, s)  # (POOL, S)
         greedy = _reference_greedy(model, pool, max_len, BOS, EOS)  # (POOL, 1 + T)
         early = _finished_early(greedy, max_len)  # (POOL,)
         flags = [early, ~early]
@@ -122,7 +138,7 @@ def decoding_case(config: dict[str, Any]) -> tuple[Transformer, Tensor]:
             flags += [_rows_differ(beam, greedy), _rows_differ(beam, raw)]
         rows = _pick(flags, b)
         if rows is not None:
-            return model, pool[rows]
+            return seed, tuple(rows)
     raise RuntimeError(f"no decoding case found for {config}")  # pragma: no cover
 
 
