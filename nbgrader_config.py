@@ -15,3 +15,15 @@ c.CourseDirectory.course_id = "transformers"
 c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "exercises"
+
+# Feedback shows each student their graded notebook. Keep the hidden tests' code out of it (their
+# score and the check's message, which says what is wrong, still show), so the hidden shapes stay
+# hidden from the next cohort too.
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+    "nbgrader.preprocessors.ClearHiddenTests",
+]
+
+# Autograding: the longest one cell may run (the checks take seconds; a stuck notebook stops here).
+c.ExecutePreprocessor.timeout = 120
