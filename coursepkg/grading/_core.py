@@ -165,6 +165,10 @@ class CheckResult:
             text += f" (known mistake: {self.diagnosis})"
         return text
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        # IPython's plain-text form (terminals, `coursepkg check`, nbgrader's text output).
+        printer.text(str(self))
+
     def _repr_html_(self) -> str:
         colour, border, mark = (
             ("#e8f5e9", "#2e7d32", "✓") if self.passed else ("#ffebee", "#c62828", "✗")
