@@ -378,6 +378,22 @@ def check_causal_mask(
     return run_check("check_causal_mask", points, _causal_mask_body, impl, thorough, seed)
 
 
+def _diagnose_mask(impl: Callable, length: int, boolean: bool) -> BugVariant | None:
+    """Match the student's masks of ``length`` and of 5 (where every catalogued mask differs
+    from the others: at L = 1 a hidden diagonal and an inverted mask are both [[False]])."""
+    lengths = (length, 5)
+
+    def masks(fn: Callable, _: Any = None) -> tuple[Tensor, ...]:
+        return tuple(fn(n) for n in lengths)
+
+    if not boolean:
+        # A float mask can equal the reference numerically; match on values alone.
+        float_bugs = [b for b in MASK_BUGS if b.impl(2).dtype != torch.bool]
+        return diagnose(lambda: masks(impl), float_bugs, [], run=masks)
+    expected = masks(_reference_causal_mask)
+    return diagnose(lambda: masks(impl), MASK_BUGS, [], run=masks, reference_output=expected)
+
+
 def _causal_mask_body(report: Report, impl: Callable, thorough: bool, seed: int | None) -> None:
     for config in configs(MASK_ITEM, thorough, seed):
         length = config["L"]
@@ -392,12 +408,7 @@ def _causal_mask_body(report: Report, impl: Callable, thorough: bool, seed: int 
                 "row per query position and one column per key position."
             )
         if out.dtype != torch.bool or not torch.equal(out, expected):
-            if out.dtype != torch.bool:
-                # A float mask can equal the reference numerically; match on values alone.
-                float_bugs = [b for b in MASK_BUGS if b.impl(2).dtype != torch.bool]
-                bug = diagnose(lambda n: impl(n), float_bugs, [length])
-            else:
-                bug = diagnose(lambda n: impl(n), MASK_BUGS, [length], reference_output=expected)
+            bug = _diagnose_mask(impl, length, boolean=out.dtype == torch.bool)
             if out.dtype != torch.bool:
                 message = (
                     f"{what} has dtype {out.dtype}; the course's masks are torch.bool, "
@@ -493,13 +504,18 @@ def _piece_args(name: str, x: Tensor, memory: Tensor, self_mask: Tensor, cross_m
 
 
 def _first_wrong_piece(
-    student: nn.Module, reference: nn.Module, inputs: tuple[Tensor, ...], expected: Tensor
+    student: nn.Module,
+    reference: nn.Module,
+    inputs: tuple[Tensor, ...],
+    expected: Tensor,
+    probe: tuple[Tensor, ...],
 ) -> tuple[str, bool]:
     """Say which of the student's pieces differ from the reference's, given the same weights.
 
-    Each piece is called on its own with the layer's inputs; the wrong ones are then swapped
-    for the reference's (one at a time, then together) to see whether the rest of the layer
-    is right.
+    Each piece is called on its own with ``probe`` inputs (at least 4 target positions, so
+    that self-attention has something to mix); the wrong ones are then swapped for the
+    reference's (one at a time, then together) to see whether the rest of the layer is right
+    on ``inputs``.
 
     Returns:
         ``(explanation, pieces_wrong)``.
@@ -509,7 +525,7 @@ def _first_wrong_piece(
     with torch.no_grad():
         for name in _PIECES:
             piece = getattr(student, name, None)
-            args = _piece_args(name, *inputs)
+            args = _piece_args(name, *probe)
             try:
                 ok = _close(piece(*args), getattr(reference, name)(*args))
             except Exception:  # noqa: BLE001 - a piece that cannot run counts as wrong
@@ -688,7 +704,14 @@ def _check_layer_numbers(
     try:
         assert_close(out, expected, f"the output of your DecoderLayer {where}")
     except CheckFailure as failure:
-        explanation, pieces_wrong = _first_wrong_piece(student, reference, inputs, expected)
+        probe_config = {
+            **config,
+            "B": max(2, config["B"]),
+            "L": max(4, config["L"]),
+            "S": max(3, config["S"]),
+        }
+        probe = _layer_inputs(probe_config, seed + 5)
+        explanation, pieces_wrong = _first_wrong_piece(student, reference, inputs, expected, probe)
         bug = None
         if not pieces_wrong:
             bug = _diagnose_layer(student, reference, config, inputs, seed)
@@ -706,8 +729,12 @@ def _check_layer_gradients_and_float64(
     grad_config = {**config, "L": max(3, config["L"]), "S": max(2, config["S"])}
     x, memory, self_mask, cross_mask = _layer_inputs(grad_config, seed + 3)
     out = call_student(student, x, memory, self_mask, cross_mask, item=LAYER_ITEM)
-    check_gradients(expect_tensor(out, "the output of your DecoderLayer"),
-                    student.named_parameters(), LAYER_ITEM, seed=seed)  # fmt: skip
+    check_gradients(
+        expect_tensor(out, "the output of your DecoderLayer"),
+        student.named_parameters(),
+        LAYER_ITEM,
+        seed=seed,
+    )
 
     x, memory, self_mask, cross_mask = _layer_inputs(config, seed)
     student64 = copy.deepcopy(student).double()
