@@ -14,6 +14,7 @@ Dimension legend: B batch, T target length, V vocabulary.
 from __future__ import annotations
 
 import math
+import numbers
 import random
 from collections.abc import Callable
 from typing import Any
@@ -322,12 +323,11 @@ def _as_float(value: Any, what: str) -> float:
                 f"of shape {tuple(value.shape)}."
             )
         return float(value.item())
-    try:
-        return float(value)
-    except (TypeError, ValueError):
+    if not isinstance(value, numbers.Real):
         raise CheckFailure(
             f"{what} should be a Python float, but your code returned {type(value).__name__}."
-        ) from None
+        )
+    return float(value)
 
 
 def check_noam_lr(
