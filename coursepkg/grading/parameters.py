@@ -127,10 +127,11 @@ def _parts(kw: dict[str, Any]) -> dict[str, tuple[int, str]]:
 
 
 def _explain_gap(kw: dict[str, Any], gap: int) -> str:
-    """Explain ``gap`` = yours - reference by one or two named parts, if it equals them."""
+    """Explain ``gap`` = yours - reference by one to three named parts, if it equals them
+    (the fewest parts first)."""
     parts = _parts(kw)
     items = [(name, n, how) for name, (n, how) in parts.items() if n > 0]
-    for size in (1, 2):
+    for size in (1, 2, 3):
         for combo in itertools.combinations(items, size):
             for signs in itertools.product((1, -1), repeat=size):
                 if sum(s * n for s, (_, n, _) in zip(signs, combo, strict=True)) == gap:
