@@ -177,3 +177,30 @@ def test_beam_must_return_tokens_and_scores() -> None:
 
 def test_catalogue_lists_the_decoding_bugs() -> None:
     assert {bug.id for bug in grading.BUGS} <= {bug.id for bug in catalogue()}
+
+
+def test_beam_near_ties_are_accepted_and_other_rows_are_not() -> None:
+    config = configs(grading.BEAM_ITEM)[2]
+    model, src = grading.decoding_case(config)
+    k, max_len, alpha = config["beam"], config["max_len"], config["alpha"]
+    tokens, _ = beam_search(model, src, k, max_len, BOS, EOS, alpha)
+    tie = grading._ties_only
+    assert not tie(model, src, tokens, tokens, EOS, max_len, alpha)  # identical: nothing to do
+    # A row whose score is the reference's is a tie, whatever its tokens: here the same row
+    # with junk after EOS would score the same, so it must be refused as malformed.
+    finished = next(i for i in range(tokens.size(0)) if EOS in tokens[i, 1:].tolist())
+    junk = tokens.clone()
+    first_eos = tokens[finished, 1:].tolist().index(EOS) + 1
+    if first_eos + 1 < tokens.size(1):
+        junk[finished, first_eos + 1] = 5
+        assert not tie(model, src, junk, tokens, EOS, max_len, alpha)
+    # Another well-formed hypothesis with a different score is not a tie.
+    other = tokens.clone()
+    other[finished, 1:] = EOS
+    assert not tie(model, src, other, tokens, EOS, max_len, alpha)
+    # The reference's own hypothesis scores as the reference says.
+    _, scores = beam_search(model, src, k, max_len, BOS, EOS, alpha)
+    mine = grading._hypothesis_score(
+        model, src[finished], tokens[finished].tolist(), EOS, max_len, alpha
+    )
+    assert abs(mine - float(scores[finished])) < 1e-5
