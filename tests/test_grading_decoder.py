@@ -222,7 +222,7 @@ def test_wrong_attention_class_is_named_for_both_attention_blocks() -> None:
         check_decoder_layer(_layer_with(self_attn=_UnscaledMHA, cross_attn=_UnscaledMHA))
     text = str(info.value)
     assert "Your self_attn, cross_attn differ from the reference MultiHeadAttention" in text
-    assert "Fix your MultiHeadAttention first" in text
+    assert "Fix your MultiHeadAttention first: check_multi_head_attention(" in text
 
 
 class _NaNMHA(impls.EinsumMHA):

@@ -438,6 +438,12 @@ def _causal_mask_body(report: Report, impl: Callable, thorough: bool, seed: int 
 # ---------------------------------------------------------------------------------------------
 
 _PIECES = ("self_attn", "cross_attn", "ffn", "norm1", "norm2", "norm3")
+#: The earlier assignment's check of each kind of piece (ex02, ex04).
+_PIECE_CHECK = {
+    "MultiHeadAttention": "check_multi_head_attention",
+    "PositionwiseFeedForward": "check_feed_forward",
+    "LayerNorm": "check_layer_norm",
+}
 _PIECE_CLASS = {
     "self_attn": "MultiHeadAttention",
     "cross_attn": "MultiHeadAttention",
@@ -575,10 +581,8 @@ def _first_wrong_piece(
             f"; even with the reference's {names} swapped in your DecoderLayer differs, so "
             "forward also combines the pieces wrongly."
         )
-    text += (
-        f" Fix your {' and '.join(kinds)} first (its own check in the earlier assignment says "
-        "more)."
-    )
+    checks = " and ".join(f"{_PIECE_CHECK[k]}({k})" for k in kinds)
+    text += f" Fix your {' and '.join(kinds)} first: {checks} says more."
     return text, True
 
 
