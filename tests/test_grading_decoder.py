@@ -272,3 +272,16 @@ def test_catalogue_lists_the_decoder_bugs() -> None:
     ids = {bug.id for bug in catalogue()}
     assert {bug.id for bug in grading.BUGS} <= ids
     assert len({bug.id for bug in grading.BUGS}) == len(grading.BUGS)
+
+
+def test_unknown_wiring_mistake_points_to_forward() -> None:
+    def halved_residual(self, x, memory, self_mask=None, cross_mask=None):
+        x = self.norm1(0.5 * x + self.self_attn(x, x, x, self_mask))
+        x = self.norm2(x + self.cross_attn(x, memory, memory, cross_mask))
+        return self.norm3(x + self.ffn(x))
+
+    with pytest.raises(CheckFailure) as info:
+        check_decoder_layer(_layer_with(forward=halved_residual))
+    assert info.value.diagnosis is None
+    assert "the mistake is in how forward combines them" in str(info.value)
+    assert "The paper's order: x = norm1(x + self_attn(" in str(info.value)

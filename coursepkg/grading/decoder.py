@@ -553,8 +553,7 @@ def _first_wrong_piece(
         if not wrong:
             return (
                 "Each piece (self_attn, cross_attn, ffn, norm1, norm2, norm3) matches the "
-                "reference on its own, so the mistake is in how forward combines them. "
-                f"The paper's order: {_SUBLAYERS}.",
+                "reference on its own, so the mistake is in how forward combines them.",
                 False,
             )
         swapped = copy.deepcopy(student)
@@ -719,6 +718,8 @@ def _check_layer_numbers(
         bug = None
         if not pieces_wrong:
             bug = _diagnose_layer(student, reference, config, inputs, seed)
+            if bug is None:
+                explanation += f" The paper's order: {_SUBLAYERS}."
         report.fail(f"{failure.message}\n{explanation}", bug)
     return student, reference
 
