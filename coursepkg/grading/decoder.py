@@ -454,6 +454,14 @@ _PIECE_CLASS = {
 }
 
 
+# Tolerances are _core.TOLERANCES. Measured for this layer over the visible and thorough
+# configurations (seeds 0-4): the float32 reference against itself in float64 differs by at
+# most 9e-7, and the two independent test layers (einsum heads; per-head loop with a -1e9
+# fill) differ from the reference by at most 1.5e-6 once the weights are copied. The float32
+# default (rtol 1e-4, atol 5e-5) leaves a ~30x margin; the smallest catalogued mistake
+# (cross_mask ignored) moves the output by more than 1e-2.
+
+
 def _reference_layer(config: dict[str, int], seed: int) -> nn.Module:
     """The reference layer of a configuration, with LayerNorm gains and shifts moved away from
     1 and 0 (so that a swapped or missing norm shows in the numbers)."""
