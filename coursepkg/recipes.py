@@ -1,0 +1,266 @@
+"""Ready-made training runs the book uses: small, seeded, and fast enough to run at build time.
+
+:func:`train_date_translator` trains an encoder-decoder :class:`~coursepkg.Transformer` to turn
+human-written dates ("Sunday, 22 November 2026") into ISO dates ("2026-11-22") with the paper's
+recipe scaled down: Adam with beta2 = 0.98, the warm-up schedule of Sec. 5.3
+(:func:`~coursepkg.schedule.noam_lr`) and label smoothing (Sec. 5.4). The calendar dates of the
+held-out set never occur in training (:func:`~coursepkg.data.dates.date_split`), so its exact-match
+accuracy measures generalisation, not memorisation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from coursepkg.config import TransformerConfig
+from coursepkg.data.batching import Seq2SeqBatch, pad_sequences
+from coursepkg.data.dates import date_split, date_vocabs, encode_batch
+from coursepkg.data.vocab import BOS_ID, EOS_ID, PAD_ID, CharVocab
+from coursepkg.decoding import beam_search, greedy_decode
+from coursepkg.model import Transformer
+from coursepkg.schedule import label_smoothed_cross_entropy, noam_scheduler
+from coursepkg.train import History, fit, seed_everything
+
+__all__ = ["DateTranslator", "ISO_LENGTH", "train_date_translator"]
+
+ISO_LENGTH = 10  # characters of "YYYY-MM-DD"; decoding stops after these and EOS
+
+
+@dataclass
+class DateTranslator:
+    """A trained date translator and what its training measured.
+
+    Attributes:
+        model: the encoder-decoder, in eval mode.
+        src_vocab: characters of the human-written dates.
+        tgt_vocab: characters of the ISO dates.
+        history: the :class:`~coursepkg.train.History` of the run (loss, learning rate, and the
+            held-out ``exact_match`` at every evaluation).
+        test_pairs: the held-out ``(human, iso)`` pairs (their calendar days are not in training).
+        accuracy: exact-match accuracy of greedy decoding on ``test_pairs`` after training.
+        seconds: wall-clock time of the training run (evaluations included).
+        checkpoints: step -> copy of the model's ``state_dict`` after that many updates (the
+            steps asked for with ``checkpoints=``); load one with :meth:`at_checkpoint`.
+    """
+
+    model: Transformer
+    src_vocab: CharVocab
+    tgt_vocab: CharVocab
+    history: History
+    test_pairs: list[tuple[str, str]] = field(repr=False)
+    accuracy: float = 0.0
+    seconds: float = 0.0
+    checkpoints: dict[int, dict[str, Tensor]] = field(default_factory=dict, repr=False)
+
+    def at_checkpoint(self, step: int) -> DateTranslator:
+        """A translator whose model holds the weights saved after ``step`` updates.
+
+        Args:
+            step: one of the keys of :attr:`checkpoints`.
+
+        Returns:
+            A new :class:`DateTranslator` (eval mode) sharing vocabularies, history and test set;
+            its ``accuracy`` is recomputed on ``test_pairs``.
+        """
+        if step not in self.checkpoints:
+            raise ValueError(
+                f"step must be one of the saved checkpoints {sorted(self.checkpoints)}, got {step}"
+            )
+        model = Transformer(self.model.config)
+        model.load_state_dict(self.checkpoints[step])
+        model.eval()
+        other = DateTranslator(
+            model, self.src_vocab, self.tgt_vocab, self.history, self.test_pairs, 0.0, self.seconds
+        )
+        other.accuracy = other.exact_match(self.test_pairs)
+        return other
+
+    def encode(self, texts: Sequence[str]) -> tuple[Tensor, Tensor]:
+        """Source ids and token mask of some human-written dates.
+
+        Args:
+            texts: B strings.
+
+        Shape:
+            src (B, S), src_mask (B, S), True = real character.
+        """
+        if isinstance(texts, str):
+            raise TypeError("texts must be a sequence of strings; wrap a single date in a list")
+        return pad_sequences([self.src_vocab.encode(t) for t in texts])  # (B, S)
+
+    def translate(
+        self, texts: Sequence[str], beam_size: int = 1, length_penalty: float = 1.0
+    ) -> list[str]:
+        """ISO dates for human-written ones: greedy decoding, or beam search if ``beam_size > 1``.
+
+        Args:
+            texts: B human-written dates, e.g. ``["22 Nov 2026"]``.
+            beam_size: 1 for :func:`~coursepkg.decoding.greedy_decode`, else the beam width of
+                :func:`~coursepkg.decoding.beam_search`.
+            length_penalty: alpha of beam search's length normalisation.
+
+        Returns:
+            B strings (special tokens removed).
+        """
+        src, src_mask = self.encode(texts)  # (B, S)
+        self.model.eval()
+        if beam_size == 1:
+            out = greedy_decode(
+                self.model, src, ISO_LENGTH + 1, BOS_ID, EOS_ID, src_mask=src_mask
+            )  # (B, 1 + T)
+        else:
+            out, _ = beam_search(
+                self.model, src, beam_size, ISO_LENGTH + 1, BOS_ID, EOS_ID, length_penalty, src_mask
+            )  # (B, 1 + T)
+        return [self.tgt_vocab.decode(row) for row in out]
+
+    def exact_match(self, pairs: Sequence[tuple[str, str]], batch_size: int = 500) -> float:
+        """Fraction of ``(human, iso)`` pairs whose greedy translation equals ``iso`` exactly."""
+        if len(pairs) == 0:
+            raise ValueError("pairs must hold at least one (human, iso) pair, got none")
+        correct = 0
+        for i in range(0, len(pairs), batch_size):
+            chunk = pairs[i : i + batch_size]
+            guesses = self.translate([human for human, _ in chunk])
+            correct += sum(g == iso for g, (_, iso) in zip(guesses, chunk, strict=True))
+        return correct / len(pairs)
+
+
+def _batches(
+    pairs: list[tuple[str, str]],
+    batch_size: int,
+    src_vocab: CharVocab,
+    tgt_vocab: CharVocab,
+) -> Iterator[Seq2SeqBatch]:
+    """Consecutive, non-overlapping batches of ``pairs`` (each training pair is used once)."""
+    for i in range(0, len(pairs) - batch_size + 1, batch_size):
+        yield encode_batch(pairs[i : i + batch_size], src_vocab, tgt_vocab)
+
+
+def _loss(smoothing: float, checkpoints: set[int], saved: dict[int, dict[str, Tensor]]):
+    calls = [0]
+
+    def loss_fn(model: Transformer, batch: Seq2SeqBatch) -> Tensor:
+        # Call n comes before update n, so the weights seen here have had n - 1 updates.
+        if calls[0] in checkpoints:
+            saved[calls[0]] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        calls[0] += 1
+        logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (B, T, V)
+        return label_smoothed_cross_entropy(logits, batch.tgt_out, smoothing, ignore_index=PAD_ID)
+
+    return loss_fn
+
+
+def train_date_translator(
+    steps: int = 600,
+    seed: int = 0,
+    progress: bool = True,
+    *,
+    d_model: int = 64,
+    n_heads: int = 4,
+    d_ff: int = 128,
+    n_layers: int = 2,
+    dropout: float = 0.0,
+    batch_size: int = 64,
+    warmup_steps: int = 100,
+    lr_factor: float = 1.0,
+    smoothing: float = 0.1,
+    n_test: int = 1000,
+    eval_every: int = 50,
+    eval_size: int = 200,
+    checkpoints: Sequence[int] = (),
+) -> DateTranslator:
+    """Train a small Transformer on date normalisation with the paper's recipe, scaled down.
+
+    Adam (beta = (0.9, 0.98), eps = 1e-9, Sec. 5.3) follows ``lr_factor * noam_lr(step, D,
+    warmup_steps)``; the loss is label-smoothed cross-entropy (Sec. 5.4) ignoring padding. Every
+    training batch is fresh (``steps * batch_size`` pairs are drawn), so dropout is off by
+    default: there is nothing to over-fit. Everything is seeded by ``seed``.
+
+    Args:
+        steps: optimisation steps.
+        seed: seeds the data split and the model's initialisation.
+        progress: show :func:`~coursepkg.train.fit`'s tqdm progress bar.
+        d_model: D.
+        n_heads: H.
+        d_ff: F.
+        n_layers: encoder and decoder layers each.
+        dropout: P_drop.
+        batch_size: pairs per step.
+        warmup_steps: steps of linear warm-up before the inverse-square-root decay.
+        lr_factor: multiplies the schedule.
+        smoothing: label-smoothing epsilon.
+        n_test: held-out pairs (their calendar days never appear in training).
+        eval_every: steps between evaluations recorded in the history.
+        eval_size: held-out pairs greedily decoded at each intermediate evaluation (the final
+            accuracy always uses all ``n_test``).
+        checkpoints: steps (in ``[1, steps)``) after which to keep a copy of the weights, e.g.
+            an under-trained model to compare decoders on.
+
+    Returns:
+        A :class:`DateTranslator` with the model in eval mode; ``history.metrics["exact_match"]``
+        holds the held-out exact match at every evaluation, ``accuracy`` the final one.
+    """
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    if not isinstance(n_test, int) or n_test < 1:
+        raise ValueError(f"n_test must be a positive int, got {n_test!r}")
+    bad = [c for c in checkpoints if not (isinstance(c, int) and 1 <= c < steps)]
+    if bad:
+        raise ValueError(f"checkpoints must be ints in [1, steps={steps}), got {bad}")
+    seed_everything(seed)
+    src_vocab, tgt_vocab = date_vocabs()
+    train_pairs, test_pairs = date_split(steps * batch_size, n_test, seed=seed)
+    config = TransformerConfig(
+        vocab_size=len(tgt_vocab),
+        src_vocab_size=len(src_vocab),
+        share_embeddings=False,  # the two alphabets differ
+        tie_embeddings=True,  # the output head reuses the target embedding (Sec. 3.4)
+        d_model=d_model,
+        n_heads=n_heads,
+        d_ff=d_ff,
+        n_layers=n_layers,
+        dropout=dropout,
+        max_len=64,  # the longest human date has 29 characters
+        pad_id=PAD_ID,
+    )
+    model = Transformer(config)
+    translator = DateTranslator(model, src_vocab, tgt_vocab, History(), test_pairs)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    scheduler = noam_scheduler(optimizer, d_model, warmup_steps, lr_factor)
+    monitor = test_pairs[:eval_size]
+    # fit evaluates at every multiple of eval_every and at the last step; the last one uses the
+    # whole held-out set.
+    n_evals = steps // eval_every + (steps % eval_every != 0)
+    calls = [0]
+
+    def evaluate(_model: Transformer) -> dict[str, float]:
+        calls[0] += 1
+        return {
+            "exact_match": translator.exact_match(test_pairs if calls[0] == n_evals else monitor)
+        }
+
+    history = fit(
+        model,
+        _batches(train_pairs, batch_size, src_vocab, tgt_vocab),
+        _loss(smoothing, set(checkpoints), translator.checkpoints),
+        steps=steps,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        clip_norm=1.0,
+        eval_fn=evaluate,
+        eval_every=eval_every,
+        progress=progress,
+        desc="date translator",
+    )
+    translator.history = history
+    translator.accuracy = history.metrics["exact_match"][-1]
+    translator.seconds = history.seconds
+    model.eval()
+    return translator

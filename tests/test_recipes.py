@@ -1,0 +1,106 @@
+"""The book's ready-made date translator: it trains, is reproducible, and decodes strings."""
+
+import pytest
+import torch
+
+from coursepkg.recipes import ISO_LENGTH, DateTranslator, train_date_translator
+
+TINY = dict(d_model=32, n_heads=2, d_ff=64, n_layers=1, batch_size=16, n_test=12, eval_size=6)
+
+
+@pytest.fixture(scope="module")
+def short_run() -> DateTranslator:
+    return train_date_translator(steps=30, seed=0, progress=False, eval_every=10, **TINY)
+
+
+def test_history_records_every_step_and_evaluation(short_run):
+    h = short_run.history
+    assert h.step == list(range(1, 31))
+    assert len(h.loss) == len(h.lr) == 30
+    assert h.eval_step == [10, 20, 30]
+    assert len(h.metrics["exact_match"]) == 3
+    assert all(0.0 <= a <= 1.0 for a in h.metrics["exact_match"])
+    assert short_run.accuracy == h.metrics["exact_match"][-1]
+    assert len(short_run.test_pairs) == 12
+    assert short_run.seconds > 0
+
+
+def test_learning_rate_warms_up_then_decays():
+    run = train_date_translator(steps=12, progress=False, warmup_steps=4, eval_every=12, **TINY)
+    lr = run.history.lr
+    assert lr[0] < lr[1] < lr[2] < lr[3]  # linear warm-up
+    assert lr[3] == max(lr)  # the peak is the last warm-up step
+    assert lr[4] > lr[5] > lr[-1]  # inverse-square-root decay after it
+
+
+def test_loss_decreases(short_run):
+    loss = short_run.history.loss
+    assert sum(loss[-5:]) / 5 < 0.8 * sum(loss[:5]) / 5
+
+
+def test_same_seed_same_run_other_seed_other_run(short_run):
+    again = train_date_translator(steps=30, seed=0, progress=False, eval_every=10, **TINY)
+    assert again.history.loss == short_run.history.loss
+    assert again.test_pairs == short_run.test_pairs
+    for p, q in zip(again.model.parameters(), short_run.model.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    other = train_date_translator(steps=30, seed=1, progress=False, eval_every=10, **TINY)
+    assert other.history.loss != short_run.history.loss
+
+
+def test_translate_returns_one_iso_shaped_string_per_input(short_run):
+    assert not short_run.model.training
+    texts = ["22 Nov 2026", "Sunday, 22 November 2026", "01/02/1903"]
+    for beam_size in (1, 3):
+        out = short_run.translate(texts, beam_size=beam_size)
+        assert len(out) == len(texts)
+        assert all(isinstance(s, str) and len(s) <= ISO_LENGTH + 1 for s in out)
+        assert all(set(s) <= set("0123456789-") for s in out)
+    src, mask = short_run.encode(texts)
+    assert src.shape == mask.shape == (3, len(texts[1]))
+    assert mask.sum().item() == sum(len(t) for t in texts)
+
+
+def test_exact_match_counts_correct_translations(short_run):
+    pairs = short_run.test_pairs[:4]
+    guesses = short_run.translate([h for h, _ in pairs])
+    expected = sum(g == iso for g, (_, iso) in zip(guesses, pairs, strict=True)) / 4
+    assert short_run.exact_match(pairs) == expected
+    # A wrong reference can never match: this shows the metric is not vacuous.
+    assert short_run.exact_match([(h, "not a date") for h, _ in pairs]) == 0.0
+
+
+def test_checkpoints_keep_earlier_weights():
+    run = train_date_translator(steps=6, progress=False, eval_every=6, checkpoints=(1, 3), **TINY)
+    assert sorted(run.checkpoints) == [1, 3]
+    early, later = run.at_checkpoint(1), run.at_checkpoint(3)
+    final = dict(run.model.named_parameters())
+    for name, p in early.model.named_parameters():
+        # every tensor that training touches has moved between step 1 and the end
+        if name.endswith("weight") and p.dim() == 2:
+            assert not torch.equal(p, final[name]), name
+            assert not torch.equal(p, dict(later.model.named_parameters())[name]), name
+    assert not early.model.training
+    assert 0.0 <= early.accuracy <= 1.0
+    with pytest.raises(ValueError, match="saved checkpoints"):
+        run.at_checkpoint(2)
+    with pytest.raises(ValueError, match="checkpoints"):
+        train_date_translator(steps=6, progress=False, checkpoints=(6,), **TINY)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(steps=0), "steps"),
+        (dict(steps=2, batch_size=0), "batch_size"),
+        (dict(steps=2, n_test=0), "n_test"),
+    ],
+)
+def test_bad_arguments_are_rejected(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        train_date_translator(progress=False, **kwargs)
+
+
+def test_translate_rejects_a_bare_string(short_run):
+    with pytest.raises(TypeError, match="sequence of strings"):
+        short_run.translate("22 Nov 2026")
