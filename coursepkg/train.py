@@ -145,11 +145,15 @@ def fit(
                 for name, metric in results.items():
                     history.metrics.setdefault(name, []).append(float(metric))
                 log.info("step %d: %s", step, results)
+                # refresh=False: redraw at the bar's own pace (TQDM_MININTERVAL), not at
+                # every postfix change, so executed pages keep a few lines, not hundreds.
                 bar.set_postfix(
-                    loss=f"{running:.3f}", **{k: f"{v:.3f}" for k, v in results.items()}
+                    refresh=False,
+                    loss=f"{running:.3f}",
+                    **{k: f"{v:.3f}" for k, v in results.items()},
                 )
             elif step % 10 == 0:
-                bar.set_postfix(loss=f"{running:.3f}")
+                bar.set_postfix(refresh=False, loss=f"{running:.3f}")
             bar.update(1)
     finally:
         bar.close()
