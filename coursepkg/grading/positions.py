@@ -1,0 +1,247 @@
+"""Check of ex03 (the sinusoidal positional encoding), with the catalogue of mistakes it
+recognises.
+
+Dimension legend: D d_model; the table has one row per position.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..positional import sinusoidal_table
+from ._core import (
+    BugVariant,
+    CheckResult,
+    Report,
+    call_student,
+    configs,
+    describe,
+    diagnose,
+    forbidden_calls,
+    register_configs,
+    run_check,
+)
+from .attention import expect_close, require_shape
+
+__all__ = ["BUGS", "check_positional_encoding"]
+
+PE = "sinusoidal_positional_encoding"
+
+#: ``(rtol, atol)`` for the table, compared in float64. A correct float32 implementation
+#: computes the angle pos * freq with a relative error of ~6e-8, so its absolute error grows
+#: with the position: measured against the reference, 3e-7 at max_len=50, 2.4e-6 at 200 and
+#: 2.8e-5 at 512 (either way of computing the frequencies). The largest table a check builds
+#: has max_len=200; 2e-4 leaves a wide margin there and stays far below the effect of every
+#: catalogued mistake (> 1e-2).
+PE_TOLERANCE = (0.0, 2e-4)
+
+_FORMULA = (
+    "PE(pos, 2i) = sin(pos / 10000^(2i/d_model)) in the even columns and PE(pos, 2i+1) = "
+    "cos(pos / 10000^(2i/d_model)) in the odd ones, positions counted from 0."
+)
+
+
+def _pe_variant(
+    max_len: int,
+    d_model: int,
+    *,
+    layout: str = "interleaved",
+    exponent: str = "2i",
+    op: str = "divide",
+    start: int = 0,
+) -> Tensor:
+    """The table with switches for the catalogued mistakes; the defaults are correct.
+
+    ``layout``: "interleaved" (sin even, cos odd), "swapped" (cos even, sin odd) or "halves"
+    (all sines, then all cosines); ``exponent`` of 10000 for column pair i (column j):
+    "2i" -> 2i/D, "i" -> i/D, "column" -> j/D, "integer" -> (2i // D) = 0; ``op``: divide or
+    multiply the position by 10000^exponent; ``start``: the first position.
+    """
+    pos = torch.arange(start, start + max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
+    pair = torch.arange(d_model // 2, dtype=torch.float64)  # (D/2,)
+    if exponent == "2i":
+        exp_sin = exp_cos = 2 * pair / d_model
+    elif exponent == "i":
+        exp_sin = exp_cos = pair / d_model
+    elif exponent == "column":
+        exp_sin, exp_cos = 2 * pair / d_model, (2 * pair + 1) / d_model
+    else:  # "integer"
+        exp_sin = exp_cos = torch.div(2 * pair, d_model, rounding_mode="floor")
+    sign = -1.0 if op == "divide" else 1.0
+    sines = torch.sin(pos * torch.exp(sign * math.log(10000.0) * exp_sin))  # (max_len, D/2)
+    cosines = torch.cos(pos * torch.exp(sign * math.log(10000.0) * exp_cos))  # (max_len, D/2)
+    if layout == "halves":
+        return torch.cat([sines, cosines], dim=1).float()  # (max_len, D)
+    if layout == "swapped":
+        sines, cosines = cosines, sines
+    return torch.stack([sines, cosines], dim=2).reshape(max_len, d_model).float()  # (max_len, D)
+
+
+def _pe_bug(name: str, **switches: Any) -> Callable[[int, int], Tensor]:
+    def impl(max_len: int, d_model: int) -> Tensor:
+        return _pe_variant(max_len, d_model, **switches)
+
+    impl.__name__ = impl.__qualname__ = f"pe_{name}"
+    return impl
+
+
+BUGS: list[BugVariant] = [
+    BugVariant(
+        "pe.sin_cos_swapped",
+        PE,
+        "sine and cosine are swapped (cosines in the even columns, sines in the odd ones)",
+        "Put sin in columns 0, 2, 4, ... (pe[:, 0::2]) and cos in columns 1, 3, 5, ... "
+        "(pe[:, 1::2]); row 0 is then 0, 1, 0, 1, ...",
+        _pe_bug("sin_cos_swapped", layout="swapped"),
+    ),
+    BugVariant(
+        "pe.halves_not_interleaved",
+        PE,
+        "the sines fill the first half of the columns and the cosines the second half, "
+        "instead of alternating",
+        "Interleave them: sines in the even columns (pe[:, 0::2]), cosines in the odd ones "
+        "(pe[:, 1::2]).",
+        _pe_bug("halves_not_interleaved", layout="halves"),
+    ),
+    BugVariant(
+        "pe.exponent_i_over_d",
+        PE,
+        "the frequencies use 10000^(i/d_model) instead of 10000^(2i/d_model)",
+        "For column pair i (columns 2i and 2i+1) the exponent is 2i/d_model: use "
+        "torch.arange(0, d_model, 2) / d_model.",
+        _pe_bug("exponent_i_over_d", exponent="i"),
+    ),
+    BugVariant(
+        "pe.exponent_per_column",
+        PE,
+        "each column gets its own exponent j/d_model, so a cosine column does not share the "
+        "frequency of the sine column before it",
+        "Columns 2i and 2i+1 share one frequency 1/10000^(2i/d_model): compute it once per "
+        "pair from torch.arange(0, d_model, 2).",
+        _pe_bug("exponent_per_column", exponent="column"),
+    ),
+    BugVariant(
+        "pe.integer_exponent",
+        PE,
+        "the exponent 2i/d_model is computed with integer division, so it is 0 and every "
+        "column has the same frequency",
+        "Use true division (2 * i / d_model, with float tensors), not //.",
+        _pe_bug("integer_exponent", exponent="integer"),
+    ),
+    BugVariant(
+        "pe.multiplied_by_frequency_power",
+        PE,
+        "the position is multiplied by 10000^(2i/d_model) instead of divided by it",
+        "The angle is pos / 10000^(2i/d_model) (equivalently pos * exp(-2i * ln(10000) / "
+        "d_model)).",
+        _pe_bug("multiplied_by_frequency_power", op="multiply"),
+    ),
+    BugVariant(
+        "pe.positions_from_one",
+        PE,
+        "positions are counted from 1 instead of 0",
+        "Use torch.arange(max_len) for the positions; row 0 must be 0, 1, 0, 1, ...",
+        _pe_bug("positions_from_one", start=1),
+    ),
+]
+
+
+def _sample(rng: random.Random) -> dict[str, int]:
+    return {"max_len": rng.randint(1, 120), "d_model": 2 * rng.randint(1, 16)}
+
+
+register_configs(
+    "positional_encoding",
+    visible=[
+        {"max_len": 7, "d_model": 8},
+        {"max_len": 1, "d_model": 4},
+        {"max_len": 50, "d_model": 6},
+    ],
+    extra=[{"max_len": 200, "d_model": 16}, {"max_len": 3, "d_model": 2}],
+    sample=_sample,
+)
+
+#: A table on which every catalogued mistake differs from the reference.
+_PROBE = (12, 8)
+
+
+def check_positional_encoding(
+    impl: Callable[..., Any],
+    *,
+    thorough: bool = False,
+    seed: int | None = None,
+    points: float | None = None,
+) -> CheckResult:
+    """Check ``sinusoidal_positional_encoding(max_len, d_model) -> (max_len, d_model)``.
+
+    Compares the table with :func:`coursepkg.positional.sinusoidal_table` for several sizes
+    (a single position, narrow and wide tables), checks that it is a floating-point tensor of
+    the right shape with values in [-1, 1], and that it is computed rather than taken from the
+    reference.
+
+    Args:
+        impl: the student's function.
+        thorough: also try extra and randomised sizes.
+        seed: picks the randomised sizes.
+        points: points to report on success.
+
+    Returns:
+        A passed :class:`CheckResult`.
+
+    Raises:
+        CheckFailure: what is wrong and, for a known mistake, what to change.
+    """
+    return run_check("check_positional_encoding", points, _body, impl, thorough, seed)
+
+
+def _body(report: Report, fn: Any, thorough: bool, seed: int | None) -> None:
+    if not callable(fn):
+        report.fail(f"expected your function {PE}, got {type(fn).__name__}.")
+
+    def student(max_len: int, d_model: int) -> Any:
+        return call_student(fn, max_len, d_model, item=PE)
+
+    def diagnosis(size: tuple[int, int]) -> BugVariant | None:
+        for probe in (size, _PROBE):
+            bug = diagnose(student, BUGS, probe, reference_output=sinusoidal_table(*probe))
+            if bug is not None:
+                return bug
+        return None
+
+    cfgs = configs("positional_encoding", thorough, seed)
+    with forbidden_calls(PE):
+        for cfg in cfgs:
+            max_len, d_model = cfg["max_len"], cfg["d_model"]
+            where = describe(cfg)
+            table = require_shape(
+                report, student(max_len, d_model), (max_len, d_model), f"your table ({where})"
+            )
+            if not table.is_floating_point():
+                report.fail(
+                    f"your table has dtype {table.dtype}; it should be floating point "
+                    "(build the positions with dtype=torch.float32 or convert them)."
+                )
+            if bool((~torch.isfinite(table)).any()) or bool((table.abs() > 1 + 1e-6).any()):
+                report.fail(
+                    f"your table ({where}) holds values outside [-1, 1] (or NaN/inf); every "
+                    f"entry is a sine or a cosine. {_FORMULA}",
+                    diagnosis((max_len, d_model)),
+                )
+            expect_close(
+                report,
+                table.detach().to(torch.float64),
+                sinusoidal_table(max_len, d_model).to(torch.float64),
+                f"your table ({where})",
+                diagnosis=lambda size=(max_len, d_model): diagnosis(size),
+                hint=f"Expected {_FORMULA}",
+                rtol=PE_TOLERANCE[0],
+                atol=PE_TOLERANCE[1],
+            )
+    report.ok(f"matches the reference table for {len(cfgs)} sizes")
+    report.ok("sines in even columns, cosines in odd ones, positions from 0")
