@@ -18,7 +18,14 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
-__all__ = ["CellOutcome", "NotebookError", "Report", "load_notebook", "run_notebook", "test_cells"]
+__all__ = [
+    "CellOutcome",
+    "NotebookError",
+    "Report",
+    "find_test_cells",
+    "load_notebook",
+    "run_notebook",
+]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -148,7 +155,7 @@ def _is_hidden(source: str) -> bool:
     return not code
 
 
-def test_cells(nb: NotebookNode) -> list[tuple[int, NotebookNode]]:
+def find_test_cells(nb: NotebookNode) -> list[tuple[int, NotebookNode]]:
     """The nbgrader test cells (autograded code cells) of a notebook, with their indices."""
     return [
         (i, cell)
@@ -201,7 +208,7 @@ def run_notebook(
 
     path = Path(path)
     nb = load_notebook(path)
-    tests = test_cells(nb)
+    tests = find_test_cells(nb)
     client = NotebookClient(
         nb,
         timeout=timeout,
