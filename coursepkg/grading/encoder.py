@@ -1,0 +1,816 @@
+"""Checks of ex04 (LayerNorm, the position-wise feed-forward network and the post-LN encoder
+layer), with the catalogue of mistakes they recognise.
+
+The encoder-layer check localises a wrong result: it puts each of the student's submodules in
+turn into the reference layer (and the reference's into the student's), so the message says
+which piece differs ("your norm2 differs from the reference LayerNorm; the rest is right"),
+or that every piece is right and the wiring of the forward pass is not. The helpers for that
+(:func:`guarded`, :func:`localise`) are shared with the decoder-layer check.
+
+Dimension legend: B batch, L length, D d_model, H heads, F d_ff.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..layers import EncoderLayer as _ReferenceEncoderLayer
+from ..layers import LayerNorm as _ReferenceLayerNorm
+from ..layers import PositionwiseFeedForward as _ReferenceFFN
+from ..masks import causal_mask
+from ._core import (
+    BugVariant,
+    CheckFailure,
+    CheckResult,
+    Report,
+    assert_close,
+    call_student,
+    check_gradients,
+    configs,
+    copy_weights,
+    describe,
+    diagnose,
+    forbidden_calls,
+    register_configs,
+    run_check,
+)
+from .attention import (
+    MHA_BUGS,
+    _HeadsVariant,
+    build_module,
+    dtype_name,
+    expect_close,
+    generator,
+    module_runner,
+    param_gap,
+    randn,
+    random_keep,
+    require_shape,
+)
+
+__all__ = ["BUGS", "check_encoder_layer", "check_feed_forward", "check_layer_norm"]
+
+LN = "LayerNorm"
+FFN = "PositionwiseFeedForward"
+ENC = "EncoderLayer"
+
+
+def guarded(module: nn.Module, item: str, **forbid: Any) -> Callable[..., Any]:
+    """Call the student's module with :func:`call_student`, each call watched by
+    :func:`forbidden_calls` (so the check's own work between calls, such as swapping
+    reference pieces into the student's module, is never mistaken for the student's)."""
+
+    def call(*inputs: Any) -> Any:
+        with forbidden_calls(item, **forbid):
+            return call_student(module, *inputs, item=item)
+
+    return call
+
+
+# ---------------------------------------------------------------------------------------------
+# Catalogue: LayerNorm and feed-forward
+# ---------------------------------------------------------------------------------------------
+
+
+class _NormVariant(nn.Module):
+    """LayerNorm with switches (class attributes) for the catalogued mistakes; the defaults
+    are the correct computation."""
+
+    unbiased = False
+    eps_outside_sqrt = False
+    axis = -1
+    affine = True
+    divide_by_variance = False
+
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x: Tensor) -> Tensor:
+        centred = x - x.mean(dim=self.axis, keepdim=True)  # (..., D)
+        var = x.var(dim=self.axis, unbiased=self.unbiased, keepdim=True)  # (..., 1)
+        if self.divide_by_variance:
+            y = centred / (var + self.eps)
+        elif self.eps_outside_sqrt:
+            y = centred / (var.sqrt() + self.eps)
+        else:
+            y = centred / (var + self.eps).sqrt()
+        return y * self.weight + self.bias if self.affine else y
+
+
+class _FeedForwardVariant(nn.Module):
+    """The feed-forward network with a switch for where (and which) activation is applied."""
+
+    activation = "relu"  # "none", "gelu", or "output" (ReLU after linear2 instead of between)
+
+    def __init__(self, d_model: int, d_ff: int) -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        hidden = self.linear1(x)  # (B, L, F)
+        if self.activation == "relu":
+            hidden = F.relu(hidden)
+        elif self.activation == "gelu":
+            hidden = F.gelu(hidden)
+        out = self.linear2(hidden)  # (B, L, D)
+        return F.relu(out) if self.activation == "output" else out
+
+
+def _variant(base: type, name: str, **switches: Any) -> type:
+    return type(f"{base.__name__.strip('_')}_{name}", (base,), switches)
+
+
+LN_BUGS: list[BugVariant] = [
+    BugVariant(
+        "ln.unbiased_variance",
+        LN,
+        "the variance is the unbiased one (divided by D - 1)",
+        "LayerNorm divides by D: use x.var(-1, unbiased=False, keepdim=True) or "
+        "((x - mean) ** 2).mean(-1, keepdim=True).",
+        _variant(_NormVariant, "unbiased_variance", unbiased=True),
+    ),
+    BugVariant(
+        "ln.eps_outside_sqrt",
+        LN,
+        "eps is added to the standard deviation instead of to the variance inside the square root",
+        "Divide by torch.sqrt(var + self.eps), not by torch.sqrt(var) + self.eps.",
+        _variant(_NormVariant, "eps_outside_sqrt", eps_outside_sqrt=True),
+    ),
+    BugVariant(
+        "ln.wrong_axis",
+        LN,
+        "the mean and variance are taken over the positions (dim=-2) instead of over the features",
+        "Normalise each position over its D features: reduce over dim=-1 with keepdim=True.",
+        _variant(_NormVariant, "wrong_axis", axis=-2),
+    ),
+    BugVariant(
+        "ln.no_affine",
+        LN,
+        "the learned gain (weight) and shift (bias) are never applied",
+        "Return normalised * self.weight + self.bias.",
+        _variant(_NormVariant, "no_affine", affine=False),
+    ),
+    BugVariant(
+        "ln.divides_by_variance",
+        LN,
+        "the centred input is divided by the variance instead of the standard deviation",
+        "Divide by the square root: torch.sqrt(var + self.eps).",
+        _variant(_NormVariant, "divides_by_variance", divide_by_variance=True),
+    ),
+]
+
+FFN_BUGS: list[BugVariant] = [
+    BugVariant(
+        "ffn.no_activation",
+        FFN,
+        "there is no activation between linear1 and linear2, so the network is linear",
+        "Apply ReLU to the output of linear1: self.linear2(torch.relu(self.linear1(x))).",
+        _variant(_FeedForwardVariant, "no_activation", activation="none"),
+    ),
+    BugVariant(
+        "ffn.activation_after_output",
+        FFN,
+        "the ReLU is applied to the output of linear2 instead of between the two layers",
+        "Apply ReLU between the layers (to linear1's output) and return linear2's output as "
+        "it is: it must be able to go negative.",
+        _variant(_FeedForwardVariant, "activation_after_output", activation="output"),
+    ),
+    BugVariant(
+        "ffn.gelu_instead_of_relu",
+        FFN,
+        "the activation is GELU, where the paper's network uses ReLU",
+        "Use torch.relu (max(0, x)) between the layers.",
+        _variant(_FeedForwardVariant, "gelu_instead_of_relu", activation="gelu"),
+    ),
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# check_layer_norm
+# ---------------------------------------------------------------------------------------------
+
+register_configs(
+    "layer_norm",
+    visible=[
+        {"B": 2, "L": 5, "D": 8},
+        {"B": 1, "L": 1, "D": 3},
+        {"B": 3, "L": 4, "D": 16, "eps": 0.1},
+    ],
+    extra=[{"B": 1, "L": 7, "D": 2}, {"B": 4, "L": 2, "D": 32, "eps": 1e-3}],
+    sample=lambda rng: {
+        "B": rng.randint(1, 4),
+        "L": rng.randint(1, 8),
+        "D": rng.randint(2, 24),
+        **({"eps": rng.choice([1e-3, 1e-2, 0.1])} if rng.random() < 0.5 else {}),
+    },
+)
+
+
+def _norm_input(gen: torch.Generator, b: int, n: int, d: int, dtype: torch.dtype) -> Tensor:
+    """Rows with different means and spreads; the first row of each sequence is nearly
+    constant (spread 1e-3, where eps decides the result) and kept near 0, since a large
+    offset would cost float32 most of that row's precision."""
+    x = randn(gen, b, n, d) * (0.5 + 3 * torch.rand(b, n, 1, generator=gen))  # (B, L, D)
+    x = x + 4 * randn(gen, b, n, 1)  # (B, L, D)
+    x[:, 0] = x[:, 0] * 1e-3 + 0.01
+    return x.to(dtype)
+
+
+def check_layer_norm(
+    impl: type,
+    *,
+    thorough: bool = False,
+    seed: int | None = None,
+    points: float | None = None,
+) -> CheckResult:
+    """Check the class ``LayerNorm(d_model, eps=1e-5)`` with parameters ``weight`` and ``bias``.
+
+    Checks the parameters and their initial values (ones, zeros), copies random gains and
+    shifts into both modules and compares with :class:`coursepkg.layers.LayerNorm` on inputs
+    whose rows have different means and spreads (one nearly constant, where eps matters), in
+    float32 and float64 and with a non-default eps; checks gradients, and rejects
+    ``nn.LayerNorm`` and ``F.layer_norm``.
+
+    Args:
+        impl: the student's class.
+        thorough: also try extra and randomised shapes.
+        seed: picks the randomised shapes and the inputs.
+        points: points to report on success.
+
+    Returns:
+        A passed :class:`CheckResult`.
+
+    Raises:
+        CheckFailure: what is wrong and, for a known mistake, what to change.
+    """
+    return run_check("check_layer_norm", points, _layer_norm_body, impl, thorough, seed)
+
+
+_LN_FORBID = {
+    "extra": [
+        (F.layer_norm, "torch.nn.functional.layer_norm"),
+        (torch.layer_norm, "torch.layer_norm"),
+    ],
+    "advice": "compute the mean, the variance and the normalisation yourself",
+}
+
+
+def _layer_norm_body(report: Report, cls: Any, thorough: bool, seed: int | None) -> None:
+    gen = generator(seed, salt=3)
+    cfgs = configs("layer_norm", thorough, seed)
+    for index, cfg in enumerate(cfgs):
+        b, n, d = cfg["B"], cfg["L"], cfg["D"]
+        eps = cfg.get("eps", 1e-5)
+        args = (d, eps)
+        reference = _ReferenceLayerNorm(d, eps)
+        with forbidden_calls(LN, **_LN_FORBID):
+            student = build_module(
+                cls,
+                (d,),
+                LN,
+                seed=index,
+                extra=(nn.LayerNorm,),
+                kwargs={"eps": eps} if "eps" in cfg else None,
+            )
+        param_gap(report, student, reference, LN, dims={"D": d}, bugs=LN_BUGS, args=args)
+        copy_weights(reference, copy.deepcopy(student), LN)  # names and shapes
+        params = dict(student.named_parameters())
+        for name, value in (("weight", 1.0), ("bias", 0.0)):
+            if not torch.equal(params[name].detach(), torch.full((d,), value)):
+                report.fail(
+                    f"a new LayerNorm should start as a plain normalisation: `{name}` should "
+                    f"be initialised to {'ones' if value else 'zeros'} "
+                    f"(torch.{'ones' if value else 'zeros'}(d_model))."
+                )
+        with torch.no_grad():
+            reference.weight.copy_(1 + 0.5 * randn(gen, d))
+            reference.bias.copy_(randn(gen, d))
+        copy_weights(reference, student, LN)
+        for dtype in (torch.float32, torch.float64) if index == 0 else (torch.float32,):
+            ref = copy.deepcopy(reference).to(dtype)
+            mine = student.to(dtype)
+            x = _norm_input(gen, b, n, d, dtype)
+            where = f"{describe(cfg)}, {dtype_name(dtype)}"
+            actual = require_shape(
+                report, guarded(mine, LN, **_LN_FORBID)(x), (b, n, d), f"your output ({where})"
+            )
+            expected = ref(x)
+            expect_close(
+                report,
+                actual,
+                expected,
+                f"the output of your LayerNorm ({where})",
+                diagnosis=partial(
+                    diagnose,
+                    guarded(mine, LN, **_LN_FORBID),
+                    LN_BUGS,
+                    (x,),
+                    run=module_runner(ref, args),
+                    reference_output=expected,
+                ),
+                hint="Expected (x - mean) / sqrt(var + eps) * weight + bias over the last axis, "
+                "with the biased variance.",
+            )
+        if index == 0:
+            mine = student.float()
+            x = _norm_input(gen, b, n, d, torch.float32)
+            out = guarded(mine, LN, **_LN_FORBID)(x)
+            check_gradients(out, list(mine.named_parameters()), LN)
+    report.ok(f"weight and bias (ones, zeros) match the reference on {len(cfgs)} shapes")
+    report.ok("outputs match with random gains and shifts (float32, float64, other eps)")
+    report.ok("gradients reach weight and bias")
+
+
+# ---------------------------------------------------------------------------------------------
+# check_feed_forward
+# ---------------------------------------------------------------------------------------------
+
+register_configs(
+    "feed_forward",
+    visible=[
+        {"B": 2, "L": 5, "D": 8, "F": 16},
+        {"B": 1, "L": 1, "D": 4, "F": 3},
+        {"B": 3, "L": 4, "D": 6, "F": 10},
+    ],
+    extra=[{"B": 1, "L": 9, "D": 2, "F": 32}],
+    sample=lambda rng: {
+        "B": rng.randint(1, 4),
+        "L": rng.randint(1, 8),
+        "D": rng.randint(1, 16),
+        "F": rng.randint(1, 32),
+    },
+)
+
+
+def check_feed_forward(
+    impl: type,
+    *,
+    thorough: bool = False,
+    seed: int | None = None,
+    points: float | None = None,
+) -> CheckResult:
+    """Check the class ``PositionwiseFeedForward(d_model, d_ff)`` (``linear1``, ReLU,
+    ``linear2``).
+
+    Compares the parameter count with :class:`coursepkg.layers.PositionwiseFeedForward`,
+    copies its weights in and compares outputs (float32 and float64), checks that each
+    position is transformed on its own (reordering the positions reorders the output) and
+    that every parameter gets a gradient.
+
+    Args:
+        impl: the student's class.
+        thorough: also try extra and randomised shapes.
+        seed: picks the randomised shapes and the inputs.
+        points: points to report on success.
+
+    Returns:
+        A passed :class:`CheckResult`.
+
+    Raises:
+        CheckFailure: what is wrong and, for a known mistake, what to change.
+    """
+    return run_check("check_feed_forward", points, _ffn_body, impl, thorough, seed)
+
+
+def _ffn_body(report: Report, cls: Any, thorough: bool, seed: int | None) -> None:
+    gen = generator(seed, salt=4)
+    cfgs = configs("feed_forward", thorough, seed)
+    for index, cfg in enumerate(cfgs):
+        b, n, d, d_ff = cfg["B"], cfg["L"], cfg["D"], cfg["F"]
+        torch.manual_seed(index)
+        reference = _ReferenceFFN(d, d_ff).eval()
+        with forbidden_calls(FFN):
+            student = build_module(cls, (d, d_ff), FFN, seed=index)
+        param_gap(
+            report, student, reference, FFN, dims={"D": d, "F": d_ff}, bugs=FFN_BUGS, args=(d, d_ff)
+        )
+        copy_weights(reference, student, FFN)
+        for dtype in (torch.float32, torch.float64) if index == 0 else (torch.float32,):
+            ref = copy.deepcopy(reference).to(dtype)
+            mine = guarded(student.to(dtype), FFN)
+            x = randn(gen, b, n, d, dtype=dtype)  # (B, L, D)
+            where = f"{describe(cfg)}, {dtype_name(dtype)}"
+            expected = ref(x)
+            actual = require_shape(report, mine(x), (b, n, d), f"your output ({where})")
+            expect_close(
+                report,
+                actual,
+                expected,
+                f"the output of your feed-forward network ({where})",
+                diagnosis=partial(
+                    diagnose,
+                    mine,
+                    FFN_BUGS,
+                    (x,),
+                    run=module_runner(ref, (d, d_ff)),
+                    reference_output=expected,
+                ),
+                hint="Expected linear2(relu(linear1(x))).",
+            )
+            order = torch.randperm(n, generator=gen)
+            expect_close(
+                report,
+                mine(x[:, order]),
+                actual[:, order],
+                f"the output of your feed-forward network for reordered positions ({where})",
+                hint="Each position must be transformed on its own; do not mix positions.",
+            )
+        if index == 0:
+            mine_module = student.float()
+            out = guarded(mine_module, FFN)(randn(gen, b, n, d))
+            check_gradients(out, list(mine_module.named_parameters()), FFN)
+    report.ok(f"parameter count and names match the reference on {len(cfgs)} shapes")
+    report.ok("outputs match (float32 and float64); each position is transformed on its own")
+    report.ok("gradients reach every parameter")
+
+
+# ---------------------------------------------------------------------------------------------
+# Catalogue: encoder layer (wiring mistakes, with correct pieces)
+# ---------------------------------------------------------------------------------------------
+
+
+class _EncoderVariant(nn.Module):
+    """An encoder layer with a switch for its wiring; the default is the paper's post-LN."""
+
+    wiring = "post_ln"  # "pre_ln", "no_residual_attention", "no_residual_ffn", "ffn_reads_input"
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int) -> None:
+        super().__init__()
+        self.self_attn = _HeadsVariant(d_model, n_heads)
+        self.ffn = _FeedForwardVariant(d_model, d_ff)
+        self.norm1 = _NormVariant(d_model)
+        self.norm2 = _NormVariant(d_model)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        if self.wiring == "pre_ln":
+            h = self.norm1(x)
+            x = x + self.self_attn(h, h, h, mask)  # (B, L, D)
+            return x + self.ffn(self.norm2(x))  # (B, L, D)
+        attended = self.self_attn(x, x, x, mask)  # (B, L, D)
+        if self.wiring == "no_residual_attention":
+            y = self.norm1(attended)
+        else:
+            y = self.norm1(x + attended)  # (B, L, D)
+        if self.wiring == "no_residual_ffn":
+            return self.norm2(self.ffn(y))
+        if self.wiring == "ffn_reads_input":
+            return self.norm2(y + self.ffn(x))
+        return self.norm2(y + self.ffn(y))  # (B, L, D)
+
+
+ENCODER_BUGS: list[BugVariant] = [
+    BugVariant(
+        "enc.pre_ln",
+        ENC,
+        "the layer is pre-LN (x + sublayer(norm(x))) instead of the paper's post-LN",
+        "Normalise after adding the residual: x = norm1(x + self_attn(x, x, x, mask)), then "
+        "x = norm2(x + ffn(x)).",
+        _variant(_EncoderVariant, "pre_ln", wiring="pre_ln"),
+    ),
+    BugVariant(
+        "enc.no_residual_attention",
+        ENC,
+        "the residual connection around self-attention is missing",
+        "Add the input back before the norm: norm1(x + self_attn(x, x, x, mask)).",
+        _variant(_EncoderVariant, "no_residual_attention", wiring="no_residual_attention"),
+    ),
+    BugVariant(
+        "enc.no_residual_ffn",
+        ENC,
+        "the residual connection around the feed-forward network is missing",
+        "Add the sub-layer's input back before the norm: norm2(x + ffn(x)).",
+        _variant(_EncoderVariant, "no_residual_ffn", wiring="no_residual_ffn"),
+    ),
+    BugVariant(
+        "enc.ffn_reads_layer_input",
+        ENC,
+        "the feed-forward network is applied to the layer's input instead of to the output "
+        "of the attention sub-layer",
+        "Feed the result of norm1 to the FFN: y = norm1(x + attn); out = norm2(y + ffn(y)).",
+        _variant(_EncoderVariant, "ffn_reads_input", wiring="ffn_reads_input"),
+    ),
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Localising a wrong layer (shared with the decoder layer)
+# ---------------------------------------------------------------------------------------------
+
+
+class _DropCache(nn.Module):
+    """Lets a student's attention block stand in for the reference's inside a reference
+    layer, which passes a fifth argument (a key/value cache, None here)."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(
+        self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None, cache=None
+    ) -> Tensor:
+        return self.inner(query, key, value, mask)
+
+
+def _close(a: Any, b: Tensor) -> bool:
+    try:
+        assert_close(a, b, "x")
+    except (CheckFailure, Exception):  # noqa: BLE001 - an error means "not close"
+        return False
+    return True
+
+
+def localise(
+    student: nn.Module,
+    reference: nn.Module,
+    inputs: Sequence[Any],
+    pieces: dict[str, tuple[str, Sequence[BugVariant], Sequence[int], Callable[..., Any]]],
+    wiring_bugs: Sequence[BugVariant],
+    layer_args: Sequence[int],
+) -> tuple[str, BugVariant | None]:
+    """Find which piece of a wrong layer is wrong, and name its mistake when it is known.
+
+    Each student submodule is put in turn into a copy of the reference layer: a piece that
+    changes the reference's output is wrong. If none is, the wiring of the student's forward
+    is wrong, and ``wiring_bugs`` are tried on the whole layer.
+
+    Args:
+        student, reference: the two layers, sharing weights and dtype.
+        inputs: the layer inputs on which they differ.
+        pieces: submodule name -> ``(kind, bugs, args, probe)``: the kind as a student knows
+            it ("LayerNorm"), the piece's catalogue, its constructor arguments, and
+            ``probe(x)`` -> the inputs to call the piece with, given the layer input ``x``.
+        wiring_bugs: the layer's own catalogue (correct pieces, wrong wiring).
+        layer_args: the layer's constructor arguments.
+
+    Returns:
+        ``(sentence, bug)``: what the localisation found, and the matched mistake, if any.
+    """
+    expected = reference(*inputs)
+    wrong: list[str] = []
+    for name in pieces:
+        hybrid = copy.deepcopy(reference)
+        piece = copy.deepcopy(getattr(student, name))
+        if name.endswith("attn"):
+            piece = _DropCache(piece)
+        setattr(hybrid, name, piece)
+        try:
+            with torch.no_grad():
+                out = hybrid(*inputs)
+        except Exception:  # noqa: BLE001 - a piece that cannot run in place is wrong
+            wrong.append(name)
+            continue
+        if not _close(out, expected):
+            wrong.append(name)
+    if not wrong:
+        bug = diagnose(
+            lambda *a: student(*a),
+            wiring_bugs,
+            inputs,
+            run=module_runner(reference, layer_args),
+            reference_output=expected,
+        )
+        names = ", ".join(pieces)
+        return (
+            f"Each of your pieces ({names}) gives the reference's result when put into the "
+            "reference layer, so the way your forward connects them differs from the paper's.",
+            bug,
+        )
+    first = wrong[0]
+    kind, bugs, args, probe = pieces[first]
+    repaired = copy.deepcopy(student)
+    for name in wrong:
+        setattr(repaired, name, copy.deepcopy(getattr(reference, name)))
+    try:
+        with torch.no_grad():
+            rest_ok = _close(repaired(*inputs), expected)
+    except Exception:  # noqa: BLE001
+        rest_ok = False
+    piece_inputs = probe(inputs[0])
+    piece_ref = getattr(reference, first)
+    bug = diagnose(
+        lambda *a: getattr(student, first)(*a),
+        bugs,
+        piece_inputs,
+        run=module_runner(piece_ref, args),
+        reference_output=piece_ref(*piece_inputs),
+    )
+    others = [n for n in wrong if n != first]
+    sentence = f"Your {first} differs from the reference {kind}"
+    if others:
+        sentence += f" (and so does your {', '.join(others)})"
+    sentence += (
+        "; the rest of your layer is right."
+        if rest_ok
+        else "; with the reference's pieces in their place your layer still differs, so "
+        "check how your forward connects them too."
+    )
+    return sentence, bug
+
+
+def compare_layer(
+    report: Report,
+    actual: Any,
+    expected: Tensor,
+    what: str,
+    localiser: Callable[[], tuple[str, BugVariant | None]],
+) -> None:
+    """Fail unless ``actual`` is close to ``expected``; on a mismatch, add what
+    :func:`localise` found and its diagnosis."""
+    try:
+        assert_close(actual, expected, what)
+    except CheckFailure as failure:
+        sentence, bug = localiser()
+        report.fail(f"{failure.message}\n{sentence}", bug)
+
+
+# ---------------------------------------------------------------------------------------------
+# check_encoder_layer
+# ---------------------------------------------------------------------------------------------
+
+
+def _sample_encoder(rng: random.Random) -> dict[str, int]:
+    heads = rng.randint(1, 4)
+    return {
+        "B": rng.randint(1, 3),
+        "L": rng.randint(1, 8),
+        "D": heads * rng.randint(1, 4),
+        "H": heads,
+        "F": rng.randint(1, 24),
+    }
+
+
+register_configs(
+    "encoder_layer",
+    visible=[
+        {"B": 2, "L": 5, "D": 8, "H": 2, "F": 16},
+        {"B": 1, "L": 1, "D": 6, "H": 3, "F": 4},
+        {"B": 3, "L": 4, "D": 12, "H": 4, "F": 8},
+    ],
+    extra=[{"B": 2, "L": 9, "D": 4, "H": 1, "F": 20}],
+    sample=_sample_encoder,
+)
+
+
+def encoder_pieces(d: int, h: int, d_ff: int, mask: Tensor | None) -> dict[str, tuple]:
+    """The encoder layer's submodules for :func:`localise`."""
+    return {
+        "self_attn": ("MultiHeadAttention", MHA_BUGS, (d, h), lambda x: (x, x, x, mask)),
+        "ffn": ("PositionwiseFeedForward", FFN_BUGS, (d, d_ff), lambda x: (x,)),
+        "norm1": ("LayerNorm", LN_BUGS, (d,), lambda x: (_norm_probe(x),)),
+        "norm2": ("LayerNorm", LN_BUGS, (d,), lambda x: (_norm_probe(x),)),
+    }
+
+
+def _norm_probe(x: Tensor) -> Tensor:
+    """A LayerNorm input on which every LayerNorm mistake shows: the layer input with one
+    nearly constant position (where eps matters) and an offset."""
+    probe = x.detach().clone() * 2 + 1
+    probe[:, 0] = probe[:, 0] * 1e-3 + 0.01
+    return probe
+
+
+def check_encoder_layer(
+    impl: type,
+    *,
+    thorough: bool = False,
+    seed: int | None = None,
+    points: float | None = None,
+) -> CheckResult:
+    """Check the class ``EncoderLayer(d_model, n_heads, d_ff)`` (post-LN; ``self_attn``,
+    ``ffn``, ``norm1``, ``norm2``).
+
+    The student's layer is built from the student's own pieces (from earlier cells); the check
+    rejects reference classes inside it. It compares the parameter count with
+    :class:`coursepkg.layers.EncoderLayer`, copies the reference's weights in by name, compares
+    outputs without a mask, with a padding mask and with a causal mask (float32, float64),
+    checks that hidden positions change nothing, and that every parameter gets a gradient.
+    When the output differs it reports which piece is wrong (or that the wiring is) and names
+    a known mistake.
+
+    Args:
+        impl: the student's class.
+        thorough: also try extra and randomised shapes.
+        seed: picks the randomised shapes and the inputs.
+        points: points to report on success.
+
+    Returns:
+        A passed :class:`CheckResult`.
+
+    Raises:
+        CheckFailure: what is wrong and, for a known mistake, what to change.
+    """
+    return run_check("check_encoder_layer", points, _encoder_body, impl, thorough, seed)
+
+
+def _encoder_body(report: Report, cls: Any, thorough: bool, seed: int | None) -> None:
+    gen = generator(seed, salt=5)
+    cfgs = configs("encoder_layer", thorough, seed)
+    for index, cfg in enumerate(cfgs):
+        b, n, d, h, d_ff = cfg["B"], cfg["L"], cfg["D"], cfg["H"], cfg["F"]
+        args = (d, h, d_ff)
+        torch.manual_seed(index)
+        reference = _ReferenceEncoderLayer(d, h, d_ff).eval()
+        with forbidden_calls(ENC):
+            student = build_module(cls, args, ENC, seed=index)
+        param_gap(
+            report,
+            student,
+            reference,
+            ENC,
+            dims={"D": d, "H": h, "F": d_ff},
+            bugs=ENCODER_BUGS,
+            args=args,
+        )
+        copy_weights(reference, student, ENC)
+        for dtype in (torch.float32, torch.float64) if index == 0 else (torch.float32,):
+            _encoder_cases(report, student.to(dtype), reference.to(dtype), cfg, dtype, gen)
+        if index == 0:
+            mine_module = student.float()
+            out = guarded(mine_module, ENC)(randn(gen, b, n, d), None)
+            check_gradients(out, list(mine_module.named_parameters()), ENC)
+    report.ok(f"parameter count and names match the reference on {len(cfgs)} shapes")
+    report.ok("outputs match (float32 and float64; no mask, padding mask, causal mask)")
+    report.ok("hidden positions change nothing")
+    report.ok("gradients reach every parameter")
+
+
+def _encoder_cases(
+    report: Report,
+    student: nn.Module,
+    reference: nn.Module,
+    cfg: dict[str, int],
+    dtype: torch.dtype,
+    gen: torch.Generator,
+) -> None:
+    """No mask, padding mask and causal mask: numbers against the reference (localising a
+    mismatch) and invariance to the positions a mask hides."""
+    b, n, d, h, d_ff = cfg["B"], cfg["L"], cfg["D"], cfg["H"], cfg["F"]
+    mine = guarded(student, ENC)
+    where = f"{describe(cfg)}, {dtype_name(dtype)}"
+    x = randn(gen, b, n, d, dtype=dtype)  # (B, L, D)
+
+    def compare(inputs: tuple[Any, ...], case: str) -> Tensor:
+        expected = reference(*inputs)
+        actual = require_shape(
+            report, mine(*inputs), (b, n, d), f"the output of your {ENC} ({case})"
+        )
+        compare_layer(
+            report,
+            actual,
+            expected,
+            f"the output of your {ENC} ({where}, {case})",
+            partial(
+                localise,
+                student,
+                reference,
+                inputs,
+                encoder_pieces(d, h, d_ff, inputs[1]),
+                ENCODER_BUGS,
+                (d, h, d_ff),
+            ),
+        )
+        return actual
+
+    compare((x, None), "no mask")
+    if n < 2:
+        return
+    keep = random_keep(gen, b, n)  # (B, L)
+    mask = keep[:, None, None, :]  # (B, 1, 1, L)
+    out = compare((x, mask), "padding mask (B, 1, 1, L)")
+    changed = torch.where(keep[..., None], x, randn(gen, b, n, d, dtype=dtype) * 3)
+    expect_close(
+        report,
+        mine(changed, mask)[keep],
+        out[keep],
+        f"the outputs of your {ENC} at real positions after changing the padded positions "
+        f"({where})",
+        hint="Padded positions (mask False) must not influence the others. True = may attend.",
+    )
+    mask = causal_mask(n)  # (L, L)
+    out = compare((x, mask), "causal mask (L, L)")
+    cut = n // 2
+    later = x.clone()
+    later[:, cut:] = randn(gen, b, n - cut, d, dtype=dtype)
+    expect_close(
+        report,
+        mine(later, mask)[:, :cut],
+        out[:, :cut],
+        f"the first {cut} positions of your {ENC}'s output after changing later positions "
+        f"under a causal mask ({where})",
+        hint="Pass the mask on to self-attention; True = may attend.",
+    )
+
+
+BUGS: list[BugVariant] = [*LN_BUGS, *FFN_BUGS, *ENCODER_BUGS]
