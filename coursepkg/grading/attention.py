@@ -129,7 +129,13 @@ def expect_close(
 
 
 def build_module(
-    cls: Any, args: Sequence[Any], item: str, *, seed: int, extra: Sequence[type] = ()
+    cls: Any,
+    args: Sequence[Any],
+    item: str,
+    *,
+    seed: int,
+    extra: Sequence[type] = (),
+    kwargs: dict[str, Any] | None = None,
 ) -> nn.Module:
     """Construct the student's module safely, reject reference classes, switch to eval mode.
 
@@ -139,10 +145,11 @@ def build_module(
         item: what the student implements.
         seed: seeds the student's initialisation (the check overwrites it anyway).
         extra: more forbidden classes for this item (see :func:`reject_reference_class`).
+        kwargs: keyword arguments of the constructor.
     """
     reject_reference_class(cls, item, extra=extra)
     torch.manual_seed(seed)
-    module = call_student(cls, *args, item=item)
+    module = call_student(cls, *args, item=item, **(kwargs or {}))
     if not isinstance(module, nn.Module):
         raise CheckFailure(f"{item}(...) should build an nn.Module, got {type(module).__name__}.")
     reject_reference_class(cls, item, instance=module, extra=extra)
@@ -627,16 +634,15 @@ def check_additive_score(
 
 
 def _reference_additive(query, keys, W_q, W_k, v):  # noqa: ANN001, ANN202, N803
-    """Scores of the reference module with these weights: its own layers, composed as its
-    forward composes them before the softmax."""
-    module = AdditiveAttention(W_q.size(1), W_k.size(1), W_q.size(0)).to(query.dtype)
-    with torch.no_grad():
-        module.query_proj.weight.copy_(W_q)
-        module.key_proj.weight.copy_(W_k)
-        module.key_proj.bias.zero_()
-        module.score.weight.copy_(v.unsqueeze(0))
-    hidden = torch.tanh(module.query_proj(query).unsqueeze(1) + module.key_proj(keys))  # (B,S,A)
-    return module.score(hidden).squeeze(-1)  # (B, S)
+    """Scores of the reference module with these weights (its key bias zero): its own layers,
+    composed as its forward composes them before the softmax, and differentiable in all five
+    inputs (``functional_call`` runs each layer with the given tensors as its parameters)."""
+    module = AdditiveAttention(W_q.size(1), W_k.size(1), W_q.size(0))
+    run = torch.func.functional_call
+    q = run(module.query_proj, {"weight": W_q}, (query,))  # (B, A)
+    k = run(module.key_proj, {"weight": W_k, "bias": W_k.new_zeros(W_k.size(0))}, (keys,))
+    hidden = torch.tanh(q.unsqueeze(1) + k)  # (B, S, A)
+    return run(module.score, {"weight": v.unsqueeze(0)}, (hidden,)).squeeze(-1)  # (B, S)
 
 
 def _additive_body(report: Report, fn: Any, thorough: bool, seed: int | None) -> None:
