@@ -713,6 +713,11 @@ def _polynomial(terms: Counter[tuple[str, ...]]) -> str:
     return " + ".join(parts) if parts else "0"
 
 
+def _grouped(poly: str) -> str:
+    """Bracket a sum, so that a minus sign in front of it applies to every term."""
+    return f"({poly})" if " + " in poly else poly
+
+
 def parameter_table(
     student: nn.Module, reference: nn.Module, dims: dict[str, int] | None = None
 ) -> tuple[bool, str]:
@@ -759,7 +764,7 @@ def parameter_table(
             terms = Counter()
             for p in gr[t].values():
                 terms[_symbolic(p.shape, dims)] += 1
-            notes.append(f"{t} missing: −{_polynomial(terms)}")
+            notes.append(f"{t} missing: −{_grouped(_polynomial(terms))}")
             continue
         if t not in gr:
             terms = Counter()
@@ -769,7 +774,7 @@ def parameter_table(
             continue
         for name, p in gr[t].items():
             if name not in ps:
-                poly = _polynomial(Counter([_symbolic(p.shape, dims)]))
+                poly = _grouped(_polynomial(Counter([_symbolic(p.shape, dims)])))
                 if name.endswith(".bias"):
                     notes.append(f"{name.rsplit('.', 1)[0]} has no bias: −{poly}")
                 else:
