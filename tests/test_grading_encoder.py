@@ -144,6 +144,12 @@ def _bug(bug_id):
         ({"norm": _bug("ln.unbiased_variance")}, "norm1", "LayerNorm", "ln.unbiased_variance"),
         ({"ffn": _bug("ffn.no_activation")}, "ffn", "PositionwiseFeedForward", "ffn.no_activation"),
         (
+            {"attn": _bug("mha.inverted_mask")},
+            "self_attn",
+            "MultiHeadAttention",
+            "mha.inverted_mask",
+        ),
+        (
             {"attn": _bug("mha.split_without_transpose")},
             "self_attn",
             "MultiHeadAttention",
@@ -254,6 +260,22 @@ def test_feed_forward_must_be_position_wise():
 class _MaskIgnored(impls.EncoderLayerA):
     def forward(self, x, mask=None):
         return super().forward(x, None)
+
+
+class _NaNOnEmptyRows(impls.HeadLoopMHA):
+    def forward(self, query, key, value, mask=None):
+        out = super().forward(query, key, value, mask)  # (B, L, D)
+        if mask is not None:
+            full = mask.expand(query.size(0), 1, query.size(1), key.size(1))  # (B, 1, L, S)
+            out = out.masked_fill(~full.any(-1).transpose(1, 2), float("nan"))  # (B, L, D)
+        return out
+
+
+def test_fully_masked_sequence_must_not_give_nan():
+    with pytest.raises(CheckFailure) as info:
+        encoder.check_encoder_layer(encoder_with(attn=_NaNOnEmptyRows))
+    message = str(info.value)
+    assert "contains NaN" in message and "Your self_attn differs" in message
 
 
 def test_encoder_layer_ignoring_the_mask_fails():

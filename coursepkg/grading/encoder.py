@@ -742,7 +742,7 @@ def _encoder_body(report: Report, cls: Any, thorough: bool, seed: int | None) ->
             check_gradients(out, list(mine_module.named_parameters()), ENC)
     report.ok(f"parameter count and names match the reference on {len(cfgs)} shapes")
     report.ok("outputs match (float32 and float64; no mask, padding mask, causal mask)")
-    report.ok("hidden positions change nothing")
+    report.ok("hidden positions change nothing; a fully masked sequence gives no NaN")
     report.ok("gradients reach every parameter")
 
 
@@ -811,6 +811,9 @@ def _encoder_cases(
         f"under a causal mask ({where})",
         hint="Pass the mask on to self-attention; True = may attend.",
     )
+    mask = torch.ones(b, 1, 1, n, dtype=torch.bool)  # (B, 1, 1, L)
+    mask[0] = False  # a sequence with no position to attend: finite output, never NaN
+    compare((x, mask), "a sequence whose every position is masked")
 
 
 BUGS: list[BugVariant] = [*LN_BUGS, *FFN_BUGS, *ENCODER_BUGS]
