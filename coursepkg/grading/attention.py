@@ -93,6 +93,7 @@ def random_keep(gen: torch.Generator, batch: int, length: int) -> Tensor:
 
 
 def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float32`` as ``float32``, for messages."""
     return str(dtype).replace("torch.", "")
 
 
@@ -441,6 +442,7 @@ def _sdpa_body(report: Report, fn: Any, thorough: bool, seed: int | None) -> Non
 
 
 def expect_tensor_out(report: Report, value: Any) -> Tensor:
+    """Fail unless the student's output is a tensor; return it."""
     if not isinstance(value, Tensor):
         report.fail(f"the output should be a torch.Tensor, got {type(value).__name__}.")
     return value
