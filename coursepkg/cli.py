@@ -3,7 +3,8 @@
 ``coursepkg info`` prints versions and the device; ``coursepkg params`` prints the closed-form
 parameter breakdown of a preset or of a configuration given on the command line;
 ``coursepkg check NOTEBOOK`` runs an assignment notebook and reports its visible tests;
-``coursepkg release`` regenerates the students' notebooks (exercises/) from solutions/.
+``coursepkg release`` regenerates the students' notebooks (exercises/) from solutions/;
+``coursepkg grade ASSIGNMENT`` autogrades a whole class with nbgrader (instructors).
 """
 
 from __future__ import annotations
@@ -75,6 +76,28 @@ def _release(args: argparse.Namespace) -> int:
     return 1 if leaks else 0
 
 
+def _grade(args: argparse.Namespace) -> int:
+    import logging
+
+    from .grading.classroom import grade_class
+
+    logging.basicConfig(level=logging.WARNING, format="coursepkg grade: %(message)s")
+    result = grade_class(
+        args.root,
+        args.assignment,
+        workers=args.workers,
+        students=args.student or None,
+        db_url=args.db,
+        cell_timeout=args.cell_timeout,
+        notebook_timeout=args.notebook_timeout,
+        memory_mb=args.memory_mb,
+        progress=not args.no_progress,
+    )
+    print(result.summary())
+    print(f"reports: {result.reports}  dashboard: {result.dashboard}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``coursepkg`` command."""
     parser = argparse.ArgumentParser(prog="coursepkg", description=__doc__.splitlines()[0])
@@ -115,6 +138,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("assignment", nargs="?", default="*", help="an assignment id (default: all)")
     p.add_argument("--root", default=".", help="the course directory (default: .)")
     p.set_defaults(func=_release)
+    p = sub.add_parser(
+        "grade",
+        help="autograde every submission of an assignment with nbgrader (instructors)",
+        description="Autograde submitted/*/ASSIGNMENT with nbgrader, students in parallel, each "
+        "notebook in a sandboxed kernel with time and memory limits; then nbgrader's feedback "
+        "and CSV export, a JSON report per student and the misconception dashboard in "
+        "reports/. A broken or hostile notebook gets 0 points and a reason, never stops the "
+        "batch. Safe to rerun.",
+    )
+    p.add_argument("assignment", help="the assignment id, e.g. ex06_training")
+    p.add_argument("--root", default=".", help="the nbgrader course directory (default: .)")
+    p.add_argument("--workers", type=int, help="students graded at a time (default: cores)")
+    p.add_argument("--student", action="append", help="grade only this student (repeatable)")
+    p.add_argument("--db", help="gradebook SQLAlchemy URL (default: sqlite gradebook.db)")
+    p.add_argument("--cell-timeout", type=int, default=120, help="seconds per cell (120)")
+    p.add_argument(
+        "--notebook-timeout", type=int, default=900, help="seconds per notebook in all (900)"
+    )
+    p.add_argument("--memory-mb", type=int, default=4096, help="kernel memory limit (4096)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_grade)
     return parser
 
 

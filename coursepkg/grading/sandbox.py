@@ -1,0 +1,439 @@
+"""The kernel that runs a student's notebook when ``coursepkg grade`` autogrades a class.
+
+nbgrader executes each submission in a Jupyter kernel. ``coursepkg grade`` points nbgrader at a
+kernelspec (:func:`write_kernelspec`) whose command is ``python -m coursepkg.grading.sandbox``:
+this module confines the kernel process *before* any student code runs, then starts an ordinary
+IPython kernel. The confinement, and what it does and does not guarantee:
+
+* **Memory**: ``RLIMIT_AS`` caps the kernel's address space, so a memory bomb ends in a
+  ``MemoryError`` (or PyTorch's allocation error) inside the student's cell instead of taking the
+  machine down. Only the kernel is limited, not nbgrader.
+* **CPU time**: ``RLIMIT_CPU`` kills a kernel that computes longer than the notebook's time limit
+  even if nbgrader were stuck; nbgrader's per-cell timeout and the grader's wall-clock limit
+  act first.
+* **Files** (Linux Landlock, kernel >= 5.13): the kernel may *read* only the Python installation,
+  the system directories, the ``coursepkg`` package and its own working directory, and may
+  *write* only in its working directory (nbgrader's ``autograded/<student>/<assignment>/``) and a
+  private scratch directory (``TMPDIR``). So it cannot read ``solutions/``, the gradebook or
+  other students' work, and cannot write anywhere else in the course. Without Landlock (other
+  operating systems, old kernels) this part is skipped and the grader says so in its log.
+* **Signals** (Landlock ABI >= 6): the kernel cannot signal processes outside its sandbox (it
+  cannot kill nbgrader or another student's kernel).
+* **Orphans**: the kernel dies with its parent (``PR_SET_PDEATHSIG``) and writes its pid where
+  the grader can find and kill it.
+* **Output**: what the notebook prints is capped (:data:`OUTPUT_LIMIT` bytes per stream and
+  cell), the rest is dropped with a note, so printing 100 MB costs nothing.
+* **The checks themselves**: :func:`install_guard` snapshots ``coursepkg`` and the parts of
+  PyTorch, ``math``, ``sys`` and ``builtins`` the checks rely on, before the first cell. Before
+  every cell, the check names a notebook imported (``check_noam_lr`` ...) are put back to the
+  real checks, and if anything in the snapshot was replaced (a monkeypatched check, helper,
+  tolerance or ``torch.allclose``), every later check fails with a message saying so.
+
+What this cannot guarantee: the student's code runs in the same Python process as the checks,
+so a determined student can still defeat an in-process guard (for example by unregistering the
+hook, or by patching objects the snapshot does not cover). The grader also scans the answer
+cells for such code and flags the notebook for review (see
+:mod:`coursepkg.grading.classroom`); the flag, not the guard, is the last line of defence.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import io
+import json
+import os
+import resource
+import signal
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "KERNEL_NAME",
+    "OUTPUT_LIMIT",
+    "install_guard",
+    "landlock_abi",
+    "restrict_files",
+    "write_kernelspec",
+]
+
+#: The kernelspec name nbgrader is told to use.
+KERNEL_NAME = "coursepkg-sandbox"
+#: Bytes a cell may print to stdout (and again to stderr) before the rest is dropped.
+OUTPUT_LIMIT = 1_000_000
+#: Environment variable carrying a reason the notebook cannot be graded (set by the grader):
+#: every check then fails with this reason.
+NOT_GRADED_ENV = "COURSEPKG_NOT_GRADED"
+#: Environment variable naming the file where the kernel writes its pid.
+PIDFILE_ENV = "COURSEPKG_KERNEL_PIDFILE"
+
+# ---------------------------------------------------------------------------------------------
+# Landlock (Linux): an unprivileged file-system sandbox, via its three system calls
+# ---------------------------------------------------------------------------------------------
+
+_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446  # same on x86-64/arm64
+_RULE_PATH_BENEATH = 1
+_CREATE_RULESET_VERSION = 1
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_PDEATHSIG = 1
+
+_EXECUTE, _WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+_READ = _EXECUTE | _READ_FILE | _READ_DIR
+# Landlock's rights by the ABI that introduced them (1: 13 rights; 2: REFER; 3: TRUNCATE;
+# 5: IOCTL_DEV). A ruleset may only name rights its kernel knows.
+_ALL_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 5: (1 << 16) - 1}
+_SCOPE_SIGNAL = 1 << 1  # ABI 6
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def _libc() -> Any:
+    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+
+
+def landlock_abi() -> int:
+    """The Landlock ABI version the running kernel offers (0 when there is none)."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    try:
+        version = _libc().syscall(_SYS_CREATE_RULESET, None, 0, _CREATE_RULESET_VERSION)
+    except (OSError, AttributeError):
+        return 0
+    return max(int(version), 0)
+
+
+def _handled(abi: int) -> int:
+    return max(mask for version, mask in _ALL_BY_ABI.items() if version <= abi)
+
+
+def restrict_files(read: Iterable[str | Path], write: Iterable[str | Path]) -> int:
+    """Confine this process (and its future children) to reading ``read`` and writing ``write``.
+
+    Directories that do not exist are skipped. Every right Landlock knows is restricted: outside
+    the listed directories, files can be neither read, written, created nor removed.
+
+    Args:
+        read: directories (with everything under them) that may be read and executed.
+        write: directories that may also be written, created in and removed from.
+
+    Returns:
+        The Landlock ABI used, or 0 when the kernel has no Landlock (nothing was restricted).
+    """
+    abi = landlock_abi()
+    if abi < 1:
+        return 0
+    libc = _libc()
+    handled = _handled(abi)
+    # struct landlock_ruleset_attr grew with the ABI: fs (1), net (4), scoped (6).
+    fields = [handled, 0, _SCOPE_SIGNAL] if abi >= 6 else [handled, 0] if abi >= 4 else [handled]
+    attr = (ctypes.c_uint64 * len(fields))(*fields)
+    ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.sizeof(attr), 0)
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
+    try:
+        for paths, access in ((read, _READ), (write, handled)):
+            for path in paths:
+                if not os.path.isdir(path):
+                    continue
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                try:
+                    rule = _PathBeneath(access, fd)
+                    if libc.syscall(
+                        _SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), 0
+                    ):
+                        raise OSError(ctypes.get_errno(), f"landlock_add_rule failed for {path}")
+                finally:
+                    os.close(fd)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0):
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+        if libc.syscall(_SYS_RESTRICT_SELF, ruleset, 0):
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
+    finally:
+        os.close(ruleset)
+    return abi
+
+
+def _readable_roots(protected: Path) -> list[str]:
+    """Directories the kernel needs to read: the interpreter, libraries, system files.
+
+    A directory that contains ``protected`` (the course root) is left out, so granting it
+    cannot expose ``solutions/``; the course's own virtual environment or package, which sit
+    *inside* the course directory, are fine.
+    """
+    import coursepkg
+
+    candidates = [
+        "/usr",
+        "/lib",
+        "/lib64",
+        "/lib32",
+        "/bin",
+        "/sbin",
+        "/etc",
+        "/opt",
+        "/proc",
+        "/sys",
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+        os.path.dirname(os.path.abspath(coursepkg.__file__)),
+        *(p for p in sys.path if p and os.path.isabs(p)),
+    ]
+    roots = []
+    for path in candidates:
+        real = Path(os.path.realpath(path))
+        if real == protected or protected.is_relative_to(real):
+            continue
+        roots.append(str(real))
+    return sorted(set(roots))
+
+
+# ---------------------------------------------------------------------------------------------
+# Inside the kernel: capped output and the guard of the checks
+# ---------------------------------------------------------------------------------------------
+
+
+class _CappedStream(io.TextIOBase):
+    """Pass writes through until ``limit`` characters per cell, then drop them with one note."""
+
+    def __init__(self, stream: Any, limit: int) -> None:
+        self._stream = stream
+        self._limit = limit
+        self._written = 0
+        self._noted = False
+
+    def reset(self) -> None:
+        self._written = 0
+        self._noted = False
+
+    def write(self, text: str) -> int:
+        room = self._limit - self._written
+        if room > 0:
+            self._stream.write(text[:room])
+        elif not self._noted:
+            self._noted = True
+            self._stream.write(
+                f"\n[coursepkg grade: output truncated; a cell may print {self._limit:,} "
+                "characters when graded]\n"
+            )
+        self._written += len(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+_WATCHED_MODULES = ("torch", "torch.nn", "torch.nn.functional", "torch.testing", "math")
+# IPython swaps sys.displayhook and friends around every cell; only these are watched in sys.
+_WATCHED_SYS = ("setprofile", "settrace", "getprofile", "gettrace", "_getframe", "modules")
+_WATCHED_BUILTINS = (
+    "abs all any bool callable dict float getattr hasattr int isinstance issubclass len list "
+    "max min range repr round setattr sorted str sum tuple type zip"
+).split()
+
+
+def _identity(value: Any) -> tuple[int, ...]:
+    """What must not change about a watched object: it, and a function's code and defaults."""
+    return (
+        id(value),
+        id(getattr(value, "__code__", None)),
+        id(getattr(value, "__defaults__", None)),
+        id(getattr(value, "__kwdefaults__", None)),
+    )
+
+
+def _fingerprint() -> dict[tuple[str, ...], Any]:
+    """Identities of every function, class, method and constant the checks depend on."""
+    import builtins
+
+    import torch
+
+    prints: dict[tuple[str, ...], Any] = {}
+    names = [n for n in sys.modules if n == "coursepkg" or n.startswith("coursepkg.")]
+    for name in [*names, *_WATCHED_MODULES]:
+        module = sys.modules.get(name)
+        if module is None:
+            continue
+        prints[("module", name)] = id(module)
+        own = name.startswith("coursepkg")
+        for attr, value in list(vars(module).items()):
+            if callable(value) or isinstance(value, type(sys)):
+                prints[(name, attr)] = _identity(value)
+            elif own and attr.isupper():
+                # Constants (tolerances, bug lists): mutating them in place counts too.
+                prints[(name, attr)] = repr(value)
+            if own and isinstance(value, type) and value.__module__ == name:
+                for key, member in list(vars(value).items()):
+                    if callable(member) or isinstance(member, (staticmethod, classmethod)):
+                        prints[(name, attr, key)] = _identity(member)
+    for attr, member in list(vars(torch.Tensor).items()):
+        if callable(member):
+            prints[("torch.Tensor", attr)] = _identity(member)
+    for attr in _WATCHED_SYS:
+        prints[("sys", attr)] = _identity(getattr(sys, attr, None))
+    for attr in _WATCHED_BUILTINS:
+        prints[("builtins", attr)] = _identity(getattr(builtins, attr, None))
+    return prints
+
+
+def _changed(before: dict, after: dict) -> list[str]:
+    """Dotted names whose identity changed or that disappeared."""
+    return [".".join(key) for key, value in before.items() if after.get(key) != value]
+
+
+def install_guard(shell: Any | None = None) -> Callable[..., None]:
+    """Protect the checks from the notebook's code, before every cell of the kernel ``shell``.
+
+    Takes the snapshot now (call it before any student code runs) and registers an IPython
+    ``pre_run_cell`` hook that (1) puts every ``check_*`` name the notebook bound back to the
+    real check, and (2) compares the snapshot; once anything changed, every check fails with a
+    :class:`~coursepkg.grading.CheckFailure` naming what was replaced. When the grader set
+    :data:`NOT_GRADED_ENV`, every check fails with that reason instead.
+
+    Args:
+        shell: the IPython shell (default: the running one).
+
+    Returns:
+        The hook (registered already).
+    """
+    import coursepkg.grading as grading
+    from coursepkg.grading import CheckFailure
+
+    if shell is None:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    checks = {name: getattr(grading, name) for name in grading.__all__ if name.startswith("check_")}
+    snapshot = _fingerprint()
+    state: dict[str, str] = {"reason": os.environ.get(NOT_GRADED_ENV, "")}
+    streams = [s for s in (sys.stdout, sys.stderr) if isinstance(s, _CappedStream)]
+
+    def refuse(name: str, reason: str) -> Callable[..., Any]:
+        def refused(*args: Any, **kwargs: Any) -> Any:
+            raise CheckFailure(reason, check=name)
+
+        refused.__name__ = name
+        return refused
+
+    def before_cell(*_: Any) -> None:
+        for stream in streams:
+            stream.reset()
+        if not state["reason"]:
+            changed = _changed(snapshot, _fingerprint())
+            if changed:
+                shown = ", ".join(changed[:3]) + (" ..." if len(changed) > 3 else "")
+                state["reason"] = (
+                    f"the grading code was changed by this notebook ({shown} replaced), so no "
+                    "check can be trusted and this test scores 0. Your answers must not modify "
+                    "coursepkg, torch, math, sys or builtins."
+                )
+        namespace = shell.user_ns
+        for name, check in checks.items():
+            if name in namespace:
+                namespace[name] = refuse(name, state["reason"]) if state["reason"] else check
+
+    shell.events.register("pre_run_cell", before_cell)
+    return before_cell
+
+
+def _in_kernel_setup() -> None:
+    """Run by the kernel (IPKernelApp.exec_lines) before the notebook's first cell."""
+    sys.stdout = _CappedStream(sys.stdout, OUTPUT_LIMIT)
+    sys.stderr = _CappedStream(sys.stderr, OUTPUT_LIMIT)
+    install_guard()
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernel launcher and its kernelspec
+# ---------------------------------------------------------------------------------------------
+
+
+def write_kernelspec(
+    directory: str | Path, *, course_root: str | Path, memory_mb: int, cpu_seconds: int
+) -> Path:
+    """Write the sandbox kernelspec under ``directory/kernels/`` (put ``directory`` on
+    ``JUPYTER_PATH`` and use kernel name :data:`KERNEL_NAME`).
+
+    Args:
+        directory: a data directory for Jupyter.
+        course_root: the nbgrader course directory the kernel must not read.
+        memory_mb: the kernel's address-space limit in MiB.
+        cpu_seconds: the kernel's CPU-time limit.
+
+    Returns:
+        The kernelspec directory.
+    """
+    spec_dir = Path(directory) / "kernels" / KERNEL_NAME
+    spec_dir.mkdir(parents=True, exist_ok=True)
+    spec = {
+        "argv": [
+            sys.executable,
+            "-m",
+            "coursepkg.grading.sandbox",
+            f"--protect={Path(course_root).resolve()}",
+            f"--memory-mb={memory_mb}",
+            f"--cpu-seconds={cpu_seconds}",
+            "--",
+            "-f",
+            "{connection_file}",
+        ],
+        "display_name": "Python 3 (coursepkg grading sandbox)",
+        "language": "python",
+    }
+    (spec_dir / "kernel.json").write_text(json.dumps(spec, indent=1))
+    return spec_dir
+
+
+def _launch(argv: list[str]) -> None:
+    """Confine this process, then become an IPython kernel (argv as in the kernelspec)."""
+    split = argv.index("--") if "--" in argv else len(argv)
+    options = dict(a.lstrip("-").replace("-", "_").split("=", 1) for a in argv[:split])
+    kernel_args = argv[split + 1 :]
+    protected = Path(options["protect"]).resolve()
+
+    pidfile = os.environ.get(PIDFILE_ENV)
+    if pidfile:
+        Path(pidfile).write_text(str(os.getpid()))
+    libc = _libc()
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    memory = int(options["memory_mb"]) * 2**20
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    cpu = int(options["cpu_seconds"])
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+
+    # A private scratch directory for temporary files and IPython's profile; the kernel's
+    # working directory is nbgrader's autograded/<student>/<assignment>/.
+    scratch = Path(os.environ.get("TMPDIR", "/tmp")) / f"coursepkg-kernel-{os.getpid()}"
+    scratch.mkdir(parents=True, exist_ok=True)
+    for name in ("TMPDIR", "IPYTHONDIR", "MPLCONFIGDIR"):
+        os.environ[name] = str(scratch)
+    connection = kernel_args[kernel_args.index("-f") + 1] if "-f" in kernel_args else None
+    readable = _readable_roots(protected)
+    if connection:
+        readable.append(os.path.dirname(os.path.abspath(connection)))
+    readable.append(os.getcwd())
+    abi = restrict_files(readable, [os.getcwd(), str(scratch), "/dev"])
+    os.environ["COURSEPKG_SANDBOX_LANDLOCK"] = str(abi)
+
+    from ipykernel.kernelapp import IPKernelApp
+
+    IPKernelApp.launch_instance(
+        argv=[
+            *kernel_args,
+            "--IPKernelApp.exec_lines=['import coursepkg.grading.sandbox as _cg_sandbox', "
+            "'_cg_sandbox._in_kernel_setup()', 'del _cg_sandbox']",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    _launch(sys.argv[1:])
