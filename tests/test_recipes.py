@@ -3,9 +3,26 @@
 import pytest
 import torch
 
-from coursepkg.recipes import ISO_LENGTH, DateTranslator, train_date_translator
+from coursepkg.data.dates import date_vocabs, encode_batch, make_date_pairs
+from coursepkg.recipes import ISO_LENGTH, DateTranslator, _batches, train_date_translator
 
 TINY = dict(d_model=32, n_heads=2, d_ff=64, n_layers=1, batch_size=16, n_test=12, eval_size=6)
+
+
+def test_length_buckets_use_every_pair_once_with_less_padding():
+    src_vocab, tgt_vocab = date_vocabs()
+    pairs = make_date_pairs(16 * 20, seed=3)
+    batches = list(_batches(pairs, 16, src_vocab, tgt_vocab, seed=0, bucket=8))
+    assert len(batches) == 20
+    seen = sorted(
+        (src_vocab.decode(row), tgt_vocab.decode(out))
+        for b in batches
+        for row, out in zip(b.src, b.tgt_out, strict=True)
+    )
+    assert seen == sorted(pairs)
+    plain = [encode_batch(pairs[i : i + 16], src_vocab, tgt_vocab) for i in range(0, 320, 16)]
+    padded = sum(b.src.numel() for b in batches)
+    assert padded < 0.8 * sum(b.src.numel() for b in plain)
 
 
 @pytest.fixture(scope="module")
