@@ -34,20 +34,20 @@ reports are rewritten.
 from __future__ import annotations
 
 import base64
-import concurrent.futures
 import html
 import io
 import json
 import logging
 import os
 import re
+import selectors
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,7 +57,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 
 from . import catalogue
 from .notebook import NotebookError, load_notebook
-from .sandbox import KERNEL_NAME, NOT_GRADED_ENV, PIDFILE_ENV, write_kernelspec
+from .sandbox import KERNEL_NAME, NOT_GRADED_ENV, PIDFILE_ENV, STATUS_ENV, write_kernelspec
 
 __all__ = [
     "ClassResult",
@@ -133,18 +133,19 @@ class GraderNotes(NbGraderPreprocessor):
         try:
             with Gradebook(info["db_url"]) as gb:
                 source = gb.find_notebook(info["notebook"], info["assignment"])
-                locked = {cell.name for cell in source.source_cells if cell.locked}
+                # A locked cell is as handed out if it reads like the release (hidden tests
+                # stripped) or like nbgrader's source (hidden tests in).
+                locked = {
+                    cell.name: {cell.source.strip()} for cell in source.source_cells if cell.locked
+                }
+                for grade_id, text in originals.items():
+                    locked.get(grade_id, set()).add(text.strip())
                 for cell in nb.cells:
                     grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
                     if not grade_id:
                         continue
                     present.add(grade_id)
-                    original = originals.get(grade_id)
-                    if (
-                        grade_id in locked
-                        and original is not None
-                        and (cell.source.strip() != original.strip())
-                    ):
+                    if grade_id in locked and cell.source.strip() not in locked[grade_id]:
                         if not reason:
                             notes.append(
                                 f"The locked cell `{grade_id}` had been edited; it was put back "
@@ -182,6 +183,8 @@ class StudentResult:
         max_score: points available.
         seconds: wall-clock time of this student's autograde runs.
         attempts: nbgrader runs (a retry after "database is locked" counts).
+        error: set when not even the fallback grade could be recorded (the student then has
+            no grade in the gradebook; the summary says so).
     """
 
     student: str
@@ -191,6 +194,7 @@ class StudentResult:
     max_score: float = 0.0
     seconds: float = 0.0
     attempts: int = 0
+    error: str = ""
 
 
 @dataclass
@@ -205,6 +209,7 @@ class ClassResult:
         workers: parallel workers used.
         reports: the directory holding the CSV, JSON files and logs.
         dashboard: the dashboard's HTML file.
+        sandbox: how the kernels were confined (see :func:`sandbox_summary`).
     """
 
     assignment: str
@@ -214,120 +219,57 @@ class ClassResult:
     workers: int = 1
     reports: Path = Path()
     dashboard: Path = Path()
+    sandbox: str = ""
 
     def summary(self) -> str:
-        """One line: how many were graded, how fast, the mean score, and who was not graded."""
+        """A few lines: how many were graded, how fast, the mean score, who could not be run
+        (and why), and how the notebooks were confined."""
         n = len(self.students)
         mean = sum(s.score for s in self.students) / n if n else 0.0
         top = max((s.max_score for s in self.students), default=0.0)
-        failed = [s.student for s in self.students if not s.graded]
         rate = 60 * n / self.grade_seconds if self.grade_seconds else 0.0
-        line = (
+        lines = [
             f"{self.assignment}: graded {n} student(s) in {self.seconds:.0f} s with "
-            f"{self.workers} worker(s) ({rate:.1f} notebooks/min); mean score {mean:.2f}/{top:g}"
-        )
+            f"{self.workers} worker(s) ({rate:.1f} notebooks/min); mean score "
+            f"{mean:.2f}/{top:g}"
+        ]
+        failed = [s for s in self.students if not s.graded]
         if failed:
-            line += f"; {len(failed)} could not be run (0 points): {', '.join(failed)}"
-        return line
+            lines.append(f"{len(failed)} notebook(s) could not be run and scored 0:")
+            lines.extend(f"  {s.student}: {s.reason}" for s in failed)
+        lost = [s.student for s in self.students if s.error]
+        if lost:
+            lines.append(
+                f"ERROR: no grade could be recorded for {', '.join(lost)} (see the logs in "
+                f"{self.reports / 'logs'}); grade them again with --student"
+            )
+        if self.sandbox:
+            lines.append(self.sandbox)
+        return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------
-# Running nbgrader
+# The worker processes: nbgrader's own API, loaded once per worker
 # ---------------------------------------------------------------------------------------------
-
-
-def _bin_dir() -> Path:
-    return Path(sys.executable).parent
-
-
-def _nbgrader_cmd() -> list[str]:
-    exe = _bin_dir() / "nbgrader"
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "nbgrader"]
-
-
-def _with_busy_timeout(db_url: str, seconds: int = 120) -> str:
-    """SQLite URLs get a busy timeout (pysqlite reads ``timeout`` from the query) so that
-    concurrent writers wait for each other; other URLs pass through."""
-    if not db_url.startswith("sqlite") or "timeout=" in db_url:
-        return db_url
-    return db_url + ("&" if "?" in db_url else "?") + f"timeout={seconds}"
-
-
-def _kill_tree(proc: subprocess.Popen, pidfile: Path) -> None:
-    """Kill nbgrader's process group and the kernel (which runs in a session of its own)."""
-    for pid_text in [pidfile.read_text().strip()] if pidfile.exists() else []:
-        try:
-            os.kill(int(pid_text), signal.SIGKILL)
-        except (ValueError, ProcessLookupError, PermissionError):
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 @dataclass
 class _Settings:
-    course: Path
+    """What a worker needs (JSON-serialisable: it is passed on the worker's command line)."""
+
+    course: str
     assignment: str
     db_url: str
     cell_timeout: int
     notebook_timeout: int
-    memory_mb: int
-    scratch: Path
-    config_file: Path
-    logs: Path
+    scratch: str
+    logs: str
+    release: str
+    threads: int
 
-
-def _run(
-    settings: _Settings, args: list[str], *, env_extra: dict[str, str], timeout: float, log_to: Path
-) -> tuple[int | None, str]:
-    """Run one nbgrader command in its own session; None as return code when it was killed."""
-    pidfile = Path(env_extra.get(PIDFILE_ENV, settings.scratch / "none.pid"))
-    env = {
-        **os.environ,
-        "PATH": f"{_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}",
-        "JUPYTER_PATH": os.pathsep.join(
-            [str(settings.scratch / "jupyter"), os.environ.get("JUPYTER_PATH", "")]
-        ),
-        "JUPYTER_CONFIG_PATH": os.pathsep.join(
-            [str(settings.config_file.parent), os.environ.get("JUPYTER_CONFIG_PATH", "")]
-        ),
-        **env_extra,
-    }
-    with open(log_to, "a", encoding="utf-8", errors="replace") as out:
-        out.write(f"$ nbgrader {' '.join(args)}\n")
-        out.flush()
-        proc = subprocess.Popen(
-            [*_nbgrader_cmd(), *args],
-            cwd=settings.course,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        try:
-            code: int | None = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_tree(proc, pidfile)
-            proc.wait()
-            code = None
-        # The kernel dies with nbgrader (PR_SET_PDEATHSIG); forget its pid, which the system
-        # may reuse.
-        pidfile.unlink(missing_ok=True)
-    return code, log_to.read_text(encoding="utf-8", errors="replace")
-
-
-def _common_args(settings: _Settings) -> list[str]:
-    # The command line outranks the course's nbgrader_config.py; the preprocessor list, which
-    # the command line cannot express, comes from the grader's config directory (see _run).
-    return [
-        f"--CourseDirectory.db_url={settings.db_url}",
-        f"--Execute.kernel_name={KERNEL_NAME}",
-        f"--Execute.timeout={settings.cell_timeout}",
-        "--OverwriteCells.add_missing_cells=True",
-    ]
+    @property
+    def staged(self) -> Path:
+        return Path(self.course) / _STAGED
 
 
 def _classify(output: str) -> str:
@@ -344,21 +286,262 @@ def _classify(output: str) -> str:
     return f"nbgrader could not run your notebook ({last[:200]})"
 
 
+def _problem(course: Path, assignment: str, student: str, notebooks: list[str]) -> str:
+    """Why the submission cannot be run at all (missing, empty, not JSON), or ``""``."""
+    folder = course / "submitted" / student / assignment
+    for name in notebooks:
+        path = folder / f"{name}.ipynb"
+        if not path.exists():
+            found = sorted(p.name for p in folder.glob("*.ipynb"))
+            return f"no {name}.ipynb in your submission (found: {', '.join(found) or 'nothing'})"
+        try:
+            nb = load_notebook(path)
+            nbformat.validate(nb)
+        except NotebookError as err:
+            return str(err).replace(str(path), f"{name}.ipynb")
+        except nbformat.ValidationError as err:
+            return f"{name}.ipynb is not a valid Jupyter notebook ({str(err).splitlines()[0]})"
+    return ""
+
+
 def _stage_fallback(settings: _Settings, student: str, notebooks: list[str]) -> None:
     """A staging submission for ``student``: the release (stubs) under each expected name.
 
     The student's own files stay untouched; nbgrader reads this copy instead.
     """
-    course, aid = settings.course, settings.assignment
-    staged = course / _STAGED / student / aid
+    staged = settings.staged / student / settings.assignment
     shutil.rmtree(staged, ignore_errors=True)
     staged.mkdir(parents=True)
     for name in notebooks:
-        release = course / _release_dir(course) / aid / f"{name}.ipynb"
-        shutil.copy(release, staged / f"{name}.ipynb")
-    stamp = course / "submitted" / student / aid / "timestamp.txt"
+        shutil.copy(Path(settings.release) / f"{name}.ipynb", staged / f"{name}.ipynb")
+    stamp = Path(settings.course) / "submitted" / student / settings.assignment / "timestamp.txt"
     if stamp.is_file():
         shutil.copy(stamp, staged / "timestamp.txt")
+
+
+def _worker_config(settings: _Settings) -> Any:
+    """nbgrader settings that outrank the course's ``nbgrader_config.py`` when grading."""
+    from traitlets.config import Config
+
+    config = Config()
+    config.CourseDirectory.db_url = settings.db_url
+    config.Execute.kernel_name = KERNEL_NAME
+    config.Execute.timeout = settings.cell_timeout
+    # Deleted test cells are put back (nbgrader's own option), so deleting them gains nothing.
+    config.OverwriteCells.add_missing_cells = True
+    config.Autograde.sanitize_preprocessors = [
+        "coursepkg.grading.classroom.GraderNotes",
+        "nbgrader.preprocessors.ClearOutput",
+        "nbgrader.preprocessors.DeduplicateIds",
+        "nbgrader.preprocessors.OverwriteKernelspec",
+        "nbgrader.preprocessors.OverwriteCells",
+        "nbgrader.preprocessors.CheckCellMetadata",
+    ]
+    return config
+
+
+def _retrying(call: Any, attempts: int = 6) -> tuple[dict, int]:
+    """Call an NbGraderAPI method, again while SQLite says "database is locked"."""
+    for attempt in range(1, attempts + 1):
+        out = call()
+        text = out.get("log", "") + out.get("error", "")
+        if out.get("success") or "database is locked" not in text or attempt == attempts:
+            return out, attempt
+        time.sleep(0.5 * attempt)
+    raise AssertionError("unreachable")
+
+
+def _worker_grade(api: Any, settings: _Settings, job: dict) -> dict:
+    """One student, inside a worker: autograde, the fallback zero if needed, feedback."""
+    from nbgrader.utils import temp_attrs
+
+    student, notebooks = job["student"], job["notebooks"]
+    start = time.perf_counter()
+    log_to = Path(settings.logs) / f"{student}.log"
+    pidfile = Path(settings.scratch) / f"{student}.pid"
+    status = Path(settings.scratch) / f"{student}.sandbox.json"
+    tmp = Path(settings.scratch) / "tmp" / student
+    tmp.mkdir(parents=True, exist_ok=True)
+    env = {PIDFILE_ENV: str(pidfile), STATUS_ENV: str(status), "TMPDIR": str(tmp)}
+    os.environ.update(env)
+    # The kernel's connection file goes there too (the only folder outside its own that the
+    # kernel may read); tempfile caches the folder, so tell it as well.
+    tempfile.tempdir = str(tmp)
+    reason, attempts = job.get("reason", ""), 0
+    sandbox: dict = {}
+
+    def record(title: str, out: dict) -> None:
+        with open(log_to, "a", encoding="utf-8", errors="replace") as f:
+            f.write(f"== {title}: {'ok' if out.get('success') else 'FAILED'}\n")
+            f.write(out.get("log", "") + out.get("error", "") + "\n")
+
+    def autograde() -> dict:
+        out = api.autograde(settings.assignment, student, force=True, create=True)
+        pidfile.unlink(missing_ok=True)
+        return out
+
+    try:
+        if not reason:
+            out, n = _retrying(autograde)
+            attempts += n
+            record("autograde", out)
+            if status.is_file():
+                sandbox = json.loads(status.read_text())
+            if not out.get("success"):
+                reason = _classify(out.get("log", "") + out.get("error", ""))
+        if reason:
+            # The fallback: the release's stubs under the expected names, every check failing
+            # with the reason. It runs no student code, so it cannot hang or crash.
+            _stage_fallback(settings, student, notebooks)
+            os.environ[NOT_GRADED_ENV] = reason
+            try:
+                with temp_attrs(api.coursedir, submitted_directory=_STAGED):
+                    out, n = _retrying(autograde)
+            finally:
+                del os.environ[NOT_GRADED_ENV]
+                shutil.rmtree(settings.staged / student, ignore_errors=True)
+            attempts += n
+            record("autograde (fallback: every test scores 0)", out)
+            if not out.get("success"):
+                raise RuntimeError(f"even the fallback grading failed; see {log_to}")
+        out, _ = _retrying(lambda: api.generate_feedback(settings.assignment, student, True))
+        record("generate_feedback", out)
+    finally:
+        for name in env:
+            os.environ.pop(name, None)
+        tempfile.tempdir = None
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {
+        "student": student,
+        "graded": not reason,
+        "reason": reason,
+        "attempts": attempts,
+        "seconds": time.perf_counter() - start,
+        "sandbox": sandbox,
+    }
+
+
+def _worker_export(api: Any, settings: _Settings, job: dict) -> dict:
+    """nbgrader's CSV export (what ``nbgrader export`` runs), for one assignment."""
+    from nbgrader.api import Gradebook
+    from nbgrader.plugins import CsvExportPlugin
+
+    plugin = CsvExportPlugin(parent=api, to=job["to"], assignment=[settings.assignment])
+    with Gradebook(settings.db_url) as gb:
+        plugin.export(gb)
+    return {"exported": job["to"]}
+
+
+def _worker_main(settings_json: str) -> None:
+    """A grading worker: read jobs (JSON lines) on stdin, answer each with a JSON line.
+
+    nbgrader is imported and configured once here, then each job calls nbgrader's own API
+    (``NbGraderAPI.autograde`` / ``generate_feedback``, as its formgrader does). Whatever
+    nbgrader or a kernel prints goes to stderr (the worker's log), never into the answers.
+    """
+    settings = _Settings(**json.loads(settings_json))
+    answers = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    os.chdir(settings.course)
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.apps.nbgraderapp import NbGraderApp
+
+    app = NbGraderApp()
+    app.initialize([])  # the course's nbgrader_config.py, as `nbgrader` reads it
+    app.update_config(_worker_config(settings))
+    api = NbGraderAPI(parent=app)
+    answers.write(json.dumps({"ready": True}) + "\n")
+    for line in sys.stdin:
+        job = json.loads(line)
+        try:
+            kind = job["kind"]
+            out = (_worker_export if kind == "export" else _worker_grade)(api, settings, job)
+        except Exception as err:  # noqa: BLE001 - reported to the parent, which decides
+            log.exception("job %s failed", job)
+            out = {"error": f"{type(err).__name__}: {err}"}
+        answers.write(json.dumps(out) + "\n")
+
+
+class _Worker:
+    """The parent's handle on one worker process."""
+
+    def __init__(self, settings: _Settings, index: int) -> None:
+        env = {
+            **os.environ,
+            "PATH": f"{_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}",
+            "JUPYTER_PATH": os.pathsep.join(
+                [str(Path(settings.scratch) / "jupyter"), os.environ.get("JUPYTER_PATH", "")]
+            ),
+            RELEASE_ENV: settings.release,
+            # Each kernel gets its share of the cores: N workers x default threads would
+            # oversubscribe them and make every notebook slower.
+            "OMP_NUM_THREADS": str(settings.threads),
+            "MKL_NUM_THREADS": str(settings.threads),
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.log_path = Path(settings.logs) / f"_worker{index}.log"
+        with open(self.log_path, "a", encoding="utf-8") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "coursepkg.grading.classroom", json.dumps(asdict(settings))],
+                cwd=settings.course,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                start_new_session=True,
+            )
+        self.scratch = Path(settings.scratch)
+        self.buffer = b""
+        self.ready = False
+        self.job: dict | None = None
+        self.deadline = float("inf")
+
+    def send(self, job: dict, seconds: float) -> None:
+        self.job = job
+        self.deadline = time.monotonic() + seconds
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps(job) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def read(self) -> list[dict] | None:
+        """The complete answers available now; None when the worker has gone."""
+        assert self.proc.stdout is not None
+        data = os.read(self.proc.stdout.fileno(), 1 << 16)
+        if not data:
+            return None
+        self.buffer += data
+        *lines, self.buffer = self.buffer.split(b"\n")
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def kill(self) -> None:
+        """Kill the worker's process group and the kernel it runs (a session of its own)."""
+        student = (self.job or {}).get("student")
+        pidfile = self.scratch / f"{student}.pid"
+        if student and pidfile.is_file():
+            try:
+                os.kill(int(pidfile.read_text().strip()), signal.SIGKILL)
+            except (ValueError, ProcessLookupError, PermissionError):
+                pass
+            pidfile.unlink(missing_ok=True)
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                self.kill()
+
+
+def _bin_dir() -> Path:
+    return Path(sys.executable).parent
 
 
 def _release_dir(course: Path) -> str:
@@ -366,97 +549,95 @@ def _release_dir(course: Path) -> str:
     return "exercises" if (course / "exercises").is_dir() else "release"
 
 
-def _problem(settings: _Settings, student: str, notebooks: list[str]) -> str:
-    """Why the submission cannot be run at all (missing, empty, not JSON), or ``""``."""
-    folder = settings.course / "submitted" / student / settings.assignment
-    for name in notebooks:
-        path = folder / f"{name}.ipynb"
-        if not path.exists():
-            found = sorted(p.name for p in folder.glob("*.ipynb"))
-            return f"no {name}.ipynb in your submission (found: {', '.join(found) or 'nothing'})"
-        try:
-            load_notebook(path)
-        except NotebookError as err:
-            return str(err).replace(str(path), f"{name}.ipynb")
-    return ""
+def _with_busy_timeout(db_url: str, seconds: int = 120) -> str:
+    """SQLite URLs get a busy timeout (pysqlite reads ``timeout`` from the query) so that
+    concurrent writers wait for each other; other URLs pass through."""
+    if not db_url.startswith("sqlite") or "timeout=" in db_url:
+        return db_url
+    return db_url + ("&" if "?" in db_url else "?") + f"timeout={seconds}"
 
 
-def _grade_student(settings: _Settings, student: str, notebooks: list[str]) -> StudentResult:
-    """Autograde one student (with retries and the fallback), then generate their feedback."""
-    result = StudentResult(student)
-    start = time.perf_counter()
-    log_to = settings.logs / f"{student}.log"
-    log_to.write_text("")
-    pidfile = settings.scratch / f"{student}.pid"
-    tmp = settings.scratch / "tmp" / student
-    tmp.mkdir(parents=True, exist_ok=True)
-    env = {
-        PIDFILE_ENV: str(pidfile),
-        "TMPDIR": str(tmp),
-        RELEASE_ENV: str(settings.course / _release_dir(settings.course) / settings.assignment),
-    }
-    base = ["autograde", settings.assignment, "--student", student, "--force", "--create"]
-    reason = _problem(settings, student, notebooks)
-    for _ in range(4):
-        if reason:
-            break
-        result.attempts += 1
-        code, output = _run(
-            settings,
-            [*base, *_common_args(settings)],
-            env_extra=env,
-            timeout=settings.notebook_timeout,
-            log_to=log_to,
-        )
-        if code == 0:
-            break
-        if code is None:
-            reason = (
-                f"it ran longer than the {settings.notebook_timeout} s allowed for a whole "
-                "notebook (an infinite loop or far too slow code), so it was stopped"
-            )
-        elif "database is locked" in output:
-            time.sleep(1.0 + result.attempts)
-            continue
-        else:
-            reason = _classify(output)
-    else:
-        reason = "the gradebook stayed locked by other writers; grade this student again"
-    if reason:
-        # The fallback: the release's stubs under the expected names, every check failing with
-        # the reason. It runs no student code, so it cannot hang or crash.
-        result.graded, result.reason = False, reason
-        _stage_fallback(settings, student, notebooks)
-        for _ in range(4):
-            result.attempts += 1
-            code, output = _run(
-                settings,
-                [
-                    *base,
-                    *_common_args(settings),
-                    f"--CourseDirectory.submitted_directory={_STAGED}",
-                ],
-                env_extra={**env, NOT_GRADED_ENV: reason},
-                timeout=max(settings.notebook_timeout, 600),
-                log_to=log_to,
-            )
-            if code == 0 or "database is locked" not in output:
-                break
-            time.sleep(1.0 + result.attempts)
-    for _ in range(4):
-        code, output = _run(
-            settings,
-            ["generate_feedback", settings.assignment, "--student", student, "--force"]
-            + _common_args(settings),
-            env_extra=env,
-            timeout=600,
-            log_to=log_to,
-        )
-        if code == 0 or "database is locked" not in output:
-            break
-        time.sleep(2.0)
-    result.seconds = time.perf_counter() - start
-    return result
+def _run_jobs(
+    settings: _Settings, jobs: list[dict], workers: int, on_done: Any, final: dict
+) -> None:
+    """Hand ``jobs`` to ``workers`` worker processes; call ``on_done(job, answer)`` for each,
+    then run ``final`` (the export) once every job is done.
+
+    A worker that does not answer within its job's time limit is killed (with its kernel) and
+    replaced, and so is one that dies; ``answer`` is then ``{"killed": ...}``. ``on_done`` may
+    return a new job (the fallback), which is run before the remaining ones.
+    """
+    pending = deque(jobs)
+    final_sent = False
+    pool = [_Worker(settings, i) for i in range(min(workers, len(jobs)))]
+    chooser = selectors.DefaultSelector()
+    for worker in pool:
+        chooser.register(worker.proc.stdout, selectors.EVENT_READ, worker)
+    # A worker must start (import nbgrader and torch) within this many seconds.
+    startup = 300.0
+    for worker in pool:
+        worker.deadline = time.monotonic() + startup
+    try:
+        while True:
+            for worker in pool:
+                if worker.ready and worker.job is None and pending:
+                    job = pending.popleft()
+                    worker.send(job, job["seconds"])
+            if all(w.job is None for w in pool) and not pending:
+                if final_sent:
+                    break
+                ready = [w for w in pool if w.ready]
+                if ready:
+                    ready[0].send(final, final["seconds"])
+                    final_sent = True
+            now = time.monotonic()
+            wait = max(0.05, min(w.deadline for w in pool) - now)
+            for key, _ in chooser.select(timeout=min(wait, 5.0)):
+                worker = key.data
+                answers = worker.read()
+                if answers is None:  # the worker died (killed by a notebook, or crashed)
+                    problem = "the grading process running your notebook was killed"
+                    if worker.job is None and not worker.ready:
+                        raise RuntimeError(
+                            f"a grading worker could not start; see {worker.log_path}"
+                        )
+                    _replace(pool, worker, settings, chooser)
+                    _finish(worker, {"killed": problem}, on_done, pending)
+                    continue
+                for answer in answers:
+                    if answer.get("ready"):
+                        worker.ready, worker.deadline = True, float("inf")
+                    elif worker.job is not None:
+                        _finish(worker, answer, on_done, pending)
+            now = time.monotonic()
+            for worker in list(pool):
+                if worker.deadline <= now:
+                    if worker.job is None:
+                        raise RuntimeError(f"a grading worker did not start; see {worker.log_path}")
+                    worker.kill()
+                    _replace(pool, worker, settings, chooser)
+                    _finish(worker, {"killed": "timeout"}, on_done, pending)
+    finally:
+        for worker in pool:
+            worker.close()
+        chooser.close()
+
+
+def _replace(pool: list[_Worker], worker: _Worker, settings: _Settings, chooser: Any) -> None:
+    chooser.unregister(worker.proc.stdout)
+    if worker.proc.poll() is None:
+        worker.kill()
+    fresh = _Worker(settings, pool.index(worker))
+    fresh.deadline = time.monotonic() + 300.0
+    pool[pool.index(worker)] = fresh
+    chooser.register(fresh.proc.stdout, selectors.EVENT_READ, fresh)
+
+
+def _finish(worker: _Worker, answer: dict, on_done: Any, pending: deque) -> None:
+    job, worker.job, worker.deadline = worker.job, None, float("inf")
+    follow_up = on_done(job, answer)
+    if follow_up is not None:
+        pending.appendleft(follow_up)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -520,23 +701,23 @@ def _cell_message(cell: Any) -> str:
 
 
 def _student_report(
-    settings: _Settings, student: str, result: StudentResult, notebooks: list[str]
+    course: Path, aid: str, db_url: str, result: StudentResult, notebooks: list[str]
 ) -> dict:
     """The per-student JSON: every graded cell's points, message and diagnoses."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    aid = settings.assignment
+    student = result.student
     tests: list[dict] = []
     notes: list[str] = []
     flags: list[str] = []
-    with Gradebook(settings.db_url) as gb:
+    with Gradebook(db_url) as gb:
         for name in notebooks:
             try:
                 sub = gb.find_submission_notebook(name, aid, student)
             except MissingEntry:
                 continue
             grades = {g.name: g for g in sub.grades}
-            graded = settings.course / "autograded" / student / aid / f"{name}.ipynb"
+            graded = course / "autograded" / student / aid / f"{name}.ipynb"
             cells = {}
             if graded.is_file():
                 nb = nbformat.read(str(graded), as_version=4)
@@ -548,7 +729,7 @@ def _student_report(
                         notes.extend(
                             ln[2:] for ln in cell.source.splitlines() if ln.startswith("- ")
                         )
-            submitted = settings.course / "submitted" / student / aid / f"{name}.ipynb"
+            submitted = course / "submitted" / student / aid / f"{name}.ipynb"
             if result.graded:
                 try:
                     flags.extend(review_flags(load_notebook(submitted)))
@@ -696,6 +877,42 @@ def _students(course: Path, assignment: str) -> list[str]:
     return sorted(p.name for p in submitted.glob("*") if p.is_dir() and (p / assignment).is_dir())
 
 
+def sandbox_summary(statuses: list[dict]) -> str:
+    """One sentence on how the kernels were confined (from the kernels' own reports).
+
+    Args:
+        statuses: what each sandbox kernel reported (``landlock``, ``memory``, ``cpu``, ``error``).
+
+    Returns:
+        ``"sandbox: ..."``, with a warning when a protection was unavailable.
+    """
+    if not statuses:
+        return "sandbox: no student code was run"
+    abis = {s.get("landlock", 0) for s in statuses}
+    parts = []
+    if min(abis) >= 1:
+        parts.append(
+            f"file access confined with Landlock (ABI {min(abis)})"
+            + (", signals too" if min(abis) >= 6 else "")
+        )
+    else:
+        parts.append(
+            "WARNING: Landlock is not available on this system, so notebooks were NOT confined "
+            "to their own folder (they could read solutions/ or write elsewhere; grade in a "
+            "container or as a separate user)"
+        )
+    if all(s.get("memory") for s in statuses):
+        parts.append(f"memory limited to {statuses[0]['memory']} MiB per kernel")
+    else:
+        parts.append("WARNING: the memory limit could not be set")
+    if not all(s.get("cpu") for s in statuses):
+        parts.append("WARNING: the CPU-time limit could not be set")
+    errors = sorted({s["error"] for s in statuses if s.get("error")})
+    if errors:
+        parts.append("problems: " + "; ".join(errors))
+    return "sandbox: " + ", ".join(parts)
+
+
 def grade_class(
     course: str | Path,
     assignment: str,
@@ -718,8 +935,10 @@ def grade_class(
         workers: students graded at a time (default: the number of CPU cores).
         students: grade only these student ids (default: everyone in ``submitted/``).
         db_url: the gradebook's SQLAlchemy URL (default: ``sqlite:///<course>/gradebook.db``).
-        cell_timeout: seconds one cell may run (nbgrader's ``ExecutePreprocessor.timeout``).
-        notebook_timeout: wall-clock seconds one student's autograde may take in all.
+        cell_timeout: seconds one cell may run (nbgrader's ``Execute.timeout``); a cell that
+            runs longer is interrupted and its test scores 0.
+        notebook_timeout: wall-clock seconds one student's notebook may take in all; then its
+            kernel is killed and the student gets the fallback zero with the reason.
         memory_mb: the address-space limit of each student's kernel, in MiB.
         progress: show a tqdm progress bar on stderr.
 
@@ -745,6 +964,9 @@ def grade_class(
             f"the gradebook does not know assignment {assignment!r}: run "
             f"`nbgrader generate_assignment {assignment}` in {course} first"
         ) from None
+    release = course / _release_dir(course) / assignment
+    if not all((release / f"{name}.ipynb").is_file() for name in notebooks):
+        raise ValueError(f"the release of {assignment!r} is missing from {release}")
     everyone = _students(course, assignment)
     chosen = everyone if students is None else [s for s in everyone if s in set(students)]
     if not chosen:
@@ -754,6 +976,8 @@ def grade_class(
     reports = course / "reports" / assignment
     (reports / "logs").mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="coursepkg-grade-"))
+    results: dict[str, StudentResult] = {}
+    statuses: list[dict] = []
     try:
         write_kernelspec(
             scratch / "jupyter",
@@ -761,74 +985,93 @@ def grade_class(
             memory_mb=memory_mb,
             cpu_seconds=notebook_timeout + 60,
         )
-        config_file = scratch / "config" / "nbgrader_config.py"
-        config_file.parent.mkdir()
-        config_file.write_text(
-            "c = get_config()  # noqa: F821\n"
-            "c.Autograde.sanitize_preprocessors = [\n"
-            "    'coursepkg.grading.classroom.GraderNotes',\n"
-            "    'nbgrader.preprocessors.ClearOutput',\n"
-            "    'nbgrader.preprocessors.DeduplicateIds',\n"
-            "    'nbgrader.preprocessors.OverwriteKernelspec',\n"
-            "    'nbgrader.preprocessors.OverwriteCells',\n"
-            "    'nbgrader.preprocessors.CheckCellMetadata',\n"
-            "]\n"
-        )
         settings = _Settings(
-            course=course,
+            course=str(course),
             assignment=assignment,
             db_url=url,
             cell_timeout=cell_timeout,
             notebook_timeout=notebook_timeout,
-            memory_mb=memory_mb,
-            scratch=scratch,
-            config_file=config_file,
-            logs=reports / "logs",
+            scratch=str(scratch),
+            logs=str(reports / "logs"),
+            release=str(release),
+            threads=max(1, (os.cpu_count() or 1) // workers),
         )
-        results: dict[str, StudentResult] = {}
+        jobs = []
+        for sid in chosen:
+            (reports / "logs" / f"{sid}.log").write_text("")
+            results[sid] = StudentResult(sid)
+            reason = _problem(course, assignment, sid, notebooks)
+            jobs.append(
+                {
+                    "kind": "grade",
+                    "student": sid,
+                    "notebooks": notebooks,
+                    "reason": reason,
+                    "seconds": notebook_timeout,
+                }
+            )
+        bar = tqdm(
+            total=len(chosen),
+            desc=f"grading {assignment}",
+            unit="nb",
+            disable=not progress,
+            file=sys.stderr,
+        )
+
+        def finished() -> None:
+            nonlocal grade_seconds
+            bar.update(1)
+            grade_seconds = time.perf_counter() - grade_start
+
+        def done(job: dict, answer: dict) -> dict | None:
+            if job["kind"] != "grade":
+                if "exported" not in answer:
+                    log.error("nbgrader's export failed: %s", answer)
+                return None
+            sid = job["student"]
+            result = results[sid]
+            if "killed" in answer or "error" in answer:
+                if job.get("reason"):  # even the fallback failed: nothing more to try
+                    result.graded, result.reason = False, job["reason"]
+                    result.error = answer.get("error") or answer["killed"]
+                    log.error("could not record a grade for %s: %s", sid, result.error)
+                    finished()
+                    return None
+                if answer.get("killed") == "timeout":
+                    reason = (
+                        f"it ran longer than the {notebook_timeout} s allowed for a whole "
+                        "notebook (an infinite loop or far too slow code), so it was stopped"
+                    )
+                elif "killed" in answer:
+                    reason = (
+                        "the process grading your notebook was killed while it ran (did the "
+                        "notebook signal or kill other processes?)"
+                    )
+                else:
+                    reason = f"the grader failed on this notebook ({answer['error'][:200]})"
+                result.attempts += 1
+                result.seconds += notebook_timeout if answer.get("killed") == "timeout" else 0
+                return {**job, "reason": reason, "seconds": max(notebook_timeout, 600)}
+            result.graded, result.reason = answer["graded"], answer["reason"]
+            result.attempts += answer["attempts"]
+            result.seconds += answer["seconds"]
+            if answer.get("sandbox"):
+                statuses.append(answer["sandbox"])
+            finished()
+            return None
+
         grade_start = time.perf_counter()
-        with (
-            concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool,
-            tqdm(
-                total=len(chosen),
-                desc=f"grading {assignment}",
-                unit="nb",
-                disable=not progress,
-                file=sys.stderr,
-            ) as bar,
-        ):
-            # Threads only wait on nbgrader processes: the work and the isolation are in those.
-            futures = {pool.submit(_grade_student, settings, sid, notebooks): sid for sid in chosen}
-            for future in concurrent.futures.as_completed(futures):
-                sid = futures[future]
-                try:
-                    results[sid] = future.result()
-                except Exception as err:  # noqa: BLE001 - one student never stops the batch
-                    log.exception("grading %s failed", sid)
-                    results[sid] = StudentResult(sid, graded=False, reason=f"grader error: {err}")
-                bar.update(1)
-        grade_seconds = time.perf_counter() - grade_start
+        grade_seconds = 0.0
+        export = {"kind": "export", "to": str(reports / "grades.csv"), "seconds": 600}
+        with bar:
+            _run_jobs(settings, jobs, workers, done, export)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(course / _STAGED, ignore_errors=True)
 
     for sid in chosen:
-        report = _student_report(settings, sid, results[sid], notebooks)
+        report = _student_report(course, assignment, url, results[sid], notebooks)
         (reports / f"{sid}.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
-    export_log = reports / "logs" / "_export.log"
-    export_log.write_text("")
-    for _ in range(4):
-        code, output = _run(
-            settings,
-            ["export", "--to", str(reports / "grades.csv"), f"--assignment={assignment}"]
-            + [f"--CourseDirectory.db_url={url}"],
-            env_extra={},
-            timeout=600,
-            log_to=export_log,
-        )
-        if code == 0 or "database is locked" not in output:
-            break
-        time.sleep(2.0)
     dashboard = build_dashboard(course)
     result = ClassResult(
         assignment=assignment,
@@ -838,6 +1081,7 @@ def grade_class(
         workers=workers,
         reports=reports,
         dashboard=dashboard,
+        sandbox=sandbox_summary(statuses),
     )
     log.info("%s", result.summary())
     return result
@@ -845,3 +1089,7 @@ def grade_class(
 
 def _asdict(result: ClassResult) -> dict:
     return {**asdict(result), "reports": str(result.reports), "dashboard": str(result.dashboard)}
+
+
+if __name__ == "__main__":
+    _worker_main(sys.argv[1])

@@ -52,6 +52,8 @@ from typing import Any
 
 __all__ = [
     "KERNEL_NAME",
+    "LANDLOCK_ENV",
+    "STATUS_ENV",
     "OUTPUT_LIMIT",
     "install_guard",
     "landlock_abi",
@@ -68,6 +70,11 @@ OUTPUT_LIMIT = 1_000_000
 NOT_GRADED_ENV = "COURSEPKG_NOT_GRADED"
 #: Environment variable naming the file where the kernel writes its pid.
 PIDFILE_ENV = "COURSEPKG_KERNEL_PIDFILE"
+#: Environment variable naming the file where the kernel reports which limits it could set
+#: (JSON: ``landlock`` ABI or 0, ``memory`` MiB or 0, ``cpu`` seconds or 0, ``error``).
+STATUS_ENV = "COURSEPKG_KERNEL_STATUS"
+#: Set to ``0`` to run kernels without Landlock (to test the grader as on a kernel without it).
+LANDLOCK_ENV = "COURSEPKG_LANDLOCK"
 
 # ---------------------------------------------------------------------------------------------
 # Landlock (Linux): an unprivileged file-system sandbox, via its three system calls
@@ -403,12 +410,27 @@ def _launch(argv: list[str]) -> None:
     pidfile = os.environ.get(PIDFILE_ENV)
     if pidfile:
         Path(pidfile).write_text(str(os.getpid()))
-    libc = _libc()
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    memory = int(options["memory_mb"]) * 2**20
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    cpu = int(options["cpu_seconds"])
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+    # Each protection is applied if the system offers it; what could not be applied is reported
+    # (the grader's summary says so) but never stops the kernel: a grade without a sandbox beats
+    # no grade.
+    status: dict[str, Any] = {"landlock": 0, "memory": 0, "cpu": 0, "error": ""}
+    problems = []
+    try:
+        _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError) as err:
+        problems.append(f"PR_SET_PDEATHSIG: {err}")
+    try:
+        memory = int(options["memory_mb"]) * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        status["memory"] = int(options["memory_mb"])
+    except (OSError, ValueError) as err:
+        problems.append(f"RLIMIT_AS: {err}")
+    try:
+        cpu = int(options["cpu_seconds"])
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+        status["cpu"] = cpu
+    except (OSError, ValueError) as err:
+        problems.append(f"RLIMIT_CPU: {err}")
 
     # A private scratch directory for temporary files and IPython's profile; the kernel's
     # working directory is nbgrader's autograded/<student>/<assignment>/.
@@ -421,8 +443,25 @@ def _launch(argv: list[str]) -> None:
     if connection:
         readable.append(os.path.dirname(os.path.abspath(connection)))
     readable.append(os.getcwd())
-    abi = restrict_files(readable, [os.getcwd(), str(scratch), "/dev"])
-    os.environ["COURSEPKG_SANDBOX_LANDLOCK"] = str(abi)
+    # Opened before Landlock applies (which checks at open time): the report is written after.
+    report = None
+    if os.environ.get(STATUS_ENV):
+        try:
+            report = open(os.environ[STATUS_ENV], "w", encoding="utf-8")  # noqa: SIM115
+        except OSError:
+            pass
+    if os.environ.get(LANDLOCK_ENV, "1") != "0":
+        try:
+            status["landlock"] = restrict_files(readable, [os.getcwd(), str(scratch), "/dev"])
+        except OSError as err:
+            problems.append(f"Landlock: {err}")
+    status["error"] = "; ".join(problems)
+    os.environ["COURSEPKG_SANDBOX_LANDLOCK"] = str(status["landlock"])
+    if report is not None:
+        with report:
+            report.write(json.dumps(status))
+    for name in (PIDFILE_ENV, STATUS_ENV):
+        os.environ.pop(name, None)  # nothing for the notebook to find
 
     from ipykernel.kernelapp import IPKernelApp
 
