@@ -1,0 +1,220 @@
+"""End to end: three synthetic students hand in every assignment, and nbgrader grades them.
+
+In a temporary nbgrader course directory made from solutions/ and the course's
+nbgrader_config.py, the students are
+(a) ``solved``: the instructors' solutions -> every autograded point;
+(b) ``untouched``: the release as handed out -> zero, "not implemented yet" in the feedback;
+(c) ``buggy``: the solutions with one known mistake of the catalogue planted per assignment ->
+    exactly the points of the tests that do not involve the broken item, and the mistake named
+    in the feedback.
+nbgrader's own ``generate_assignment``, ``autograde``, ``generate_feedback`` and ``export`` run as
+commands, as an instructor would run them; the scores are read from the exported CSV.
+
+This is the slowest test of the suite (24 notebooks executed by nbgrader, a few minutes on two
+cores).
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from coursepkg.grading import catalogue
+from coursepkg.stubs import ASSIGNMENTS
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+# assignment -> (the answer cell's item, [(text in the solution, the mistake replacing it)], and
+# what the feedback must name: a catalogue id (its description must show) or a literal phrase)
+BUGS = {
+    "ex01_attention": (
+        "scaled_dot_product_attention",
+        [("/ math.sqrt(d_k)", "")],
+        "sdpa.no_scaling",
+    ),
+    "ex02_multihead": (
+        "MultiHeadAttention",
+        [
+            (
+                "(weights @ v).transpose(1, 2).reshape(b, l, h * dh)",
+                "(weights @ v).reshape(b, l, h * dh)",
+            )
+        ],
+        "mha.merge_wrong_order",
+    ),
+    "ex03_positions": (
+        "sinusoidal_positional_encoding",
+        [
+            ("pe[:, 0::2] = torch.sin(angle)", "pe[:, 0::2] = torch.cos(angle)"),
+            ("torch.cos(angle[:, : d_model // 2])", "torch.sin(angle[:, : d_model // 2])"),
+        ],
+        "pe.sin_cos_swapped",
+    ),
+    "ex04_encoder": (
+        "EncoderLayer",
+        [("return self.norm2(x + self.ffn(x))", "return self.norm2(self.ffn(x))")],
+        "enc.no_residual_ffn",
+    ),
+    "ex05_decoder": (
+        "DecoderLayer",
+        [
+            (
+                "self.cross_attn(x, memory, memory, cross_mask)",
+                "self.cross_attn(x, x, x, cross_mask)",
+            )
+        ],
+        "decoder_layer.cross_attention_from_decoder",
+    ),
+    "ex06_training": (
+        "noam_lr",
+        [("return d_model**-0.5 * min(", "return min(")],
+        "noam_lr.no_d_model_factor",
+    ),
+    "ex07_parameters": (
+        "transformer_parameter_count",
+        [
+            (
+                "encoder = n_layers * (attention + ffn + 2 * norm)",
+                "encoder = n_layers * (attention + ffn)",
+            ),
+            (
+                "decoder = n_dec * (2 * attention + ffn + 3 * norm)",
+                "decoder = n_dec * (2 * attention + ffn)",
+            ),
+        ],
+        "misses the LayerNorms",
+    ),
+    "ex08_decoding": (
+        "beam_search",
+        [
+            ("(total / t**length_penalty, h + [tok])", "(total, h + [tok])"),
+            ("(lp / max_len**length_penalty, h)", "(lp, h)"),
+        ],
+        "beam.no_length_normalisation",
+    ),
+}
+
+
+def _named(expected: str) -> str:
+    """The text the feedback must show: a catalogue entry's description, or a literal phrase."""
+    for bug in catalogue():
+        if bug.id == expected:
+            return bug.description.rstrip(".")[:40]
+    return expected
+
+
+def _meta(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def _points(nb, item: str | None = None) -> float:
+    """Autograded points of a notebook (or only of the test cells of one item)."""
+    return sum(
+        float(_meta(c).get("points", 0))
+        for c in nb.cells
+        if c.cell_type == "code"
+        and _meta(c).get("grade")
+        and (item is None or _meta(c)["grade_id"].startswith(f"test_{item}_"))
+    )
+
+
+def _nbgrader(course: Path, *args: str) -> str:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    run = subprocess.run(
+        [str(BIN / "nbgrader"), *args],
+        cwd=course,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert run.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{run.stdout}\n{run.stderr}"
+    return run.stdout + run.stderr
+
+
+def _plant(nb, item: str, edits: list[tuple[str, str]]):
+    """The notebook with a known mistake planted in the answer cell of ``item``."""
+    cells = [c for c in nb.cells if _meta(c).get("grade_id") == f"answer_{item}"]
+    assert len(cells) == 1, item
+    for old, new in edits:
+        assert cells[0].source.count(old) == 1, f"{item}: {old!r} not found once in the solution"
+        cells[0].source = cells[0].source.replace(old, new)
+    return nb
+
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+
+
+@pytest.fixture(scope="module")
+def graded_class(tmp_path_factory):
+    course = tmp_path_factory.mktemp("class")
+    # The course's own configuration: its root is the directory the file is in.
+    shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    shutil.copytree(ROOT / "solutions", course / "solutions")
+    for aid in ASSIGNMENTS:
+        _nbgrader(course, "generate_assignment", aid, "--force")
+        source = nbformat.read(str(course / "solutions" / aid / f"{aid}.ipynb"), as_version=4)
+        release = nbformat.read(str(course / "exercises" / aid / f"{aid}.ipynb"), as_version=4)
+        item, edits, _ = BUGS[aid]
+        for student, nb in (
+            ("solved", source),
+            ("untouched", release),
+            ("buggy", _plant(nbformat.from_dict(source), item, edits)),
+        ):
+            target = course / "submitted" / student / aid / f"{aid}.ipynb"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, str(target))
+        _nbgrader(course, "autograde", aid, "--create")
+        _nbgrader(course, "generate_feedback", aid)
+    _nbgrader(course, "export", "--to", str(course / "grades.csv"))
+    with open(course / "grades.csv", newline="") as f:
+        rows = {(r["assignment"], r["student_id"]): r for r in csv.DictReader(f)}
+    return course, rows
+
+
+def _feedback(course: Path, student: str, aid: str) -> str:
+    text = (course / "feedback" / student / aid / f"{aid}.html").read_text()
+    return html.unescape(re.sub(r"<[^>]+>", "", text))
+
+
+@pytest.mark.parametrize("aid", ASSIGNMENTS)
+def test_solutions_get_every_autograded_point(aid, graded_class):
+    course, rows = graded_class
+    nb = nbformat.read(str(ROOT / "solutions" / aid / f"{aid}.ipynb"), as_version=4)
+    assert float(rows[(aid, "solved")]["score"]) == _points(nb) > 0
+
+
+@pytest.mark.parametrize("aid", ASSIGNMENTS)
+def test_untouched_release_gets_zero_and_not_implemented_yet(aid, graded_class):
+    course, rows = graded_class
+    assert float(rows[(aid, "untouched")]["score"]) == 0
+    assert "not implemented yet" in _feedback(course, "untouched", aid)
+
+
+@pytest.mark.parametrize("aid", ASSIGNMENTS)
+def test_a_known_bug_costs_its_item_and_is_named(aid, graded_class):
+    course, rows = graded_class
+    item, _, named = BUGS[aid]
+    nb = nbformat.read(str(ROOT / "solutions" / aid / f"{aid}.ipynb"), as_version=4)
+    expected = _points(nb) - _points(nb, item)
+    assert float(rows[(aid, "buggy")]["score"]) == expected
+    assert _named(named) in _feedback(course, "buggy", aid), f"{aid}: {named} not named"
+
+
+@pytest.mark.parametrize("aid", ASSIGNMENTS)
+def test_feedback_hides_the_hidden_tests_code(aid, graded_class):
+    course, _ = graded_class
+    for student in ("solved", "untouched", "buggy"):
+        feedback = _feedback(course, student, aid)
+        assert "BEGIN HIDDEN TESTS" not in feedback
+        assert "thorough=True" not in feedback

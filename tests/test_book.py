@@ -1,0 +1,154 @@
+"""The book: every page in the table of contents exists, has the parts a chapter needs, shows real
+package code, and (once built) carries its figures.
+
+Source checks always run. Checks of the built HTML run when ``_build/html`` exists (CI builds the
+book first and sets ``COURSE_REQUIRE_BOOK=1`` so that they cannot be skipped there).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = ROOT / "_build" / "html"
+
+# chapter file -> the assignment it links to (None: no assignment goes with it)
+CHAPTERS = {
+    "01_rnn_bottleneck": None,
+    "02_bahdanau_attention": "ex01",
+    "03_self_attention": "ex01",
+    "04_multi_head_attention": "ex02",
+    "05_positional_encoding": "ex03",
+    "06_encoder_layer": "ex04",
+    "07_decoder": "ex05",
+    "08_training": "ex06",
+    "09_decoding": "ex08",
+    "10_parameters": "ex07",
+    "11_bert_gpt": None,
+}
+PART_ONE = [c for c in CHAPTERS if c < "07"]
+PART_TWO = [c for c in CHAPTERS if c >= "07"]
+
+
+def _toc_files() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "file" in node:
+                files.append(node["file"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(toc.get("parts", toc.get("chapters", [])))
+    return files
+
+
+def _source(chapter: str) -> str:
+    return (ROOT / "book" / f"{chapter}.md").read_text()
+
+
+def test_every_chapter_is_in_the_toc_and_every_toc_entry_exists():
+    files = _toc_files()
+    for chapter in CHAPTERS:
+        assert f"book/{chapter}" in files, f"{chapter} missing from _toc.yml"
+    for entry in files:
+        assert (ROOT / f"{entry}.md").exists() or (ROOT / f"{entry}.ipynb").exists(), entry
+
+
+@pytest.mark.parametrize("chapter", list(CHAPTERS))
+def test_chapter_has_objectives_code_exercises_and_questions(chapter):
+    text = _source(chapter)
+    assert "This chapter is being written" not in text, f"{chapter} is still a placeholder"
+    assert re.search(r"^#{2,3} .*learning objectives", text, re.I | re.M), chapter
+    assert re.search(r"^#{2,3} .*check your understanding", text, re.I | re.M), chapter
+    assert len(re.findall(r"^```\{code-cell\}", text, re.M)) >= 3, f"{chapter}: too little code"
+    assert "import coursepkg" in text or "from coursepkg" in text, chapter
+    if CHAPTERS[chapter] is not None:
+        assert f"assignment-{CHAPTERS[chapter]}" in text, f"{chapter} does not link its assignment"
+
+
+def _literalincludes(text: str) -> list[tuple[str, str | None]]:
+    found = []
+    pattern = r"^(`{3,}|:{3,})\{literalinclude\}\s+(\S+)\s*\n((?::[^\n]*\n)*)"
+    for match in re.finditer(pattern, text, re.M):
+        options = dict(re.findall(r"^:(\w+):\s*(.*)$", match.group(3), re.M))
+        found.append((match.group(2), options.get("pyobject")))
+    return found
+
+
+def _defines(path: Path, dotted: str) -> bool:
+    tree = ast.parse(path.read_text())
+    nodes = tree.body
+    for name in dotted.split("."):
+        match = [
+            n
+            for n in nodes
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            and n.name == name
+        ]
+        if not match:
+            return False
+        nodes = match[0].body
+    return True
+
+
+@pytest.mark.parametrize("chapter", list(CHAPTERS))
+def test_chapter_shows_package_code_that_exists(chapter):
+    """Package code is shown by literalinclude (not copied), and each include resolves."""
+    includes = _literalincludes(_source(chapter))
+    assert includes, f"{chapter} shows no package code with literalinclude"
+    for target, pyobject in includes:
+        path = (ROOT / "book" / target).resolve()
+        assert path.exists(), f"{chapter}: literalinclude {target} does not exist"
+        if pyobject:
+            assert _defines(path, pyobject), f"{chapter}: {target} has no {pyobject}"
+
+
+def test_interactive_explorations_in_both_parts():
+    def count(chapters):
+        return sum(len(re.findall(r"\bexplore\(", _source(c))) for c in chapters)
+
+    assert count(PART_ONE) >= 2
+    assert count(PART_TWO) >= 1
+
+
+# ---------------------------------------------------------------- the built book
+
+
+def _require_built() -> None:
+    if not (HTML / "index.html").exists():
+        if os.environ.get("COURSE_REQUIRE_BOOK"):
+            pytest.fail(
+                "COURSE_REQUIRE_BOOK is set but _build/html does not exist: run `make book`"
+            )
+        pytest.skip("the book is not built (run `make book`)")
+
+
+@pytest.mark.parametrize("chapter", list(CHAPTERS))
+def test_built_chapter_carries_its_figures(chapter):
+    _require_built()
+    page = HTML / "book" / f"{chapter}.html"
+    assert page.exists(), f"{chapter}.html was not built"
+    source = ROOT / "book" / f"{chapter}.md"
+    assert page.stat().st_mtime >= source.stat().st_mtime, (
+        f"{page.name} is older than its source: rebuild the book with `make book`"
+    )
+    html = page.read_text()
+    images = re.findall(r"<img [^>]*src=\"([^\"]+)\"", html)
+    figures = [src for src in images if src.startswith("data:image") or "_images/" in src]
+    assert figures, f"{chapter} has no figure"
+    for src in figures:
+        if not src.startswith("data:"):
+            assert (page.parent / src).resolve().exists(), f"{chapter}: missing image {src}"
+    assert "Traceback (most recent call last)" not in html, f"{chapter} shows an error"

@@ -1,0 +1,230 @@
+"""The built book, offline and in a real browser.
+
+Two parts:
+
+* a scan of every built HTML page (and the theme's CSS) for resources loaded from another host:
+  scripts, styles, fonts, images and frames must all come from the site itself;
+* headless Chromium (Debian's ``chromium``) visiting every page served on loopback: math is
+  typeset (no raw TeX left), every image loads, nothing is logged as an error, no request leaves
+  the machine, the sidebar reaches every chapter, and an exploration's slider changes its figure.
+  A screenshot of each page is saved in ``_build/screenshots/``.
+
+Both need the built book (``make book``); they skip without it unless ``COURSE_REQUIRE_BOOK`` is
+set, as in CI. The browser part skips without Chromium unless ``COURSE_REQUIRE_BROWSER`` is set.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import re
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from browser import Browser, find_chromium
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = ROOT / "_build" / "html"
+SHOTS = ROOT / "_build" / "screenshots"
+
+# Resource-loading attributes: src anywhere, href on <link> (stylesheets, icons, preloads).
+_RESOURCE = re.compile(
+    r"<(?:script|img|iframe|source|audio|video|embed)\b[^>]*\ssrc=[\"']([^\"']+)"
+    r"|<link\b[^>]*\shref=[\"']([^\"']+)",
+    re.I,
+)
+_CSS_URL = re.compile(r"url\(\s*[\"']?((?:https?:)?//[^)\"']+)")
+
+
+def _require_built() -> None:
+    if not (HTML / "index.html").exists():
+        if os.environ.get("COURSE_REQUIRE_BOOK"):
+            pytest.fail(
+                "COURSE_REQUIRE_BOOK is set but _build/html does not exist: run `make book`"
+            )
+        pytest.skip("the book is not built (run `make book`)")
+
+
+def _pages() -> list[Path]:
+    skip = ("_static", "_sources", "_images", "reports")
+    return sorted(
+        p
+        for p in HTML.rglob("*.html")
+        if not any(part in skip for part in p.relative_to(HTML).parts)
+    )
+
+
+def _external(url: str) -> bool:
+    return url.startswith(("http://", "https://", "//"))
+
+
+def external_references() -> dict[str, list[str]]:
+    """Every resource a page or stylesheet would fetch from another host, by file."""
+    found: dict[str, list[str]] = {}
+    for page in _pages():
+        urls = [a or b for a, b in _RESOURCE.findall(page.read_text(errors="replace"))]
+        bad = [u for u in urls if _external(u)]
+        if bad:
+            found[str(page.relative_to(HTML))] = bad
+    for css in (HTML / "_static").rglob("*.css"):
+        bad = _CSS_URL.findall(css.read_text(errors="replace"))
+        if bad:
+            found[str(css.relative_to(HTML))] = bad
+    return found
+
+
+def test_no_page_loads_anything_from_another_host():
+    _require_built()
+    assert len(_pages()) >= 14
+    assert external_references() == {}
+
+
+def test_mathjax_is_served_by_the_site():
+    _require_built()
+    scripts = re.findall(
+        r"<script[^>]*src=\"([^\"]*mathjax[^\"]*)\"",
+        (HTML / "book" / "03_self_attention.html").read_text(),
+        re.I,
+    )
+    assert scripts, "no MathJax script on a page with math"
+    for src in scripts:
+        assert not _external(src)
+        assert (HTML / "book" / src.split("?")[0]).resolve().exists(), src
+
+
+# ---------------------------------------------------------------- in the browser
+
+
+@pytest.fixture(scope="module")
+def site():
+    """The built site served on loopback; yields its base URL."""
+    _require_built()
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):  # keep the test output clean
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(HTML))
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    executable = find_chromium()
+    if executable is None:
+        if os.environ.get("COURSE_REQUIRE_BROWSER"):
+            pytest.fail("COURSE_REQUIRE_BROWSER is set but chromium is not installed")
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    with Browser(executable) as b:
+        b.send("Network.setCacheDisabled", cacheDisabled=True)
+        yield b
+
+
+_MATH_DONE = """
+(async () => {
+  if (!document.querySelector('.math')) return true;
+  for (let i = 0; i < 100 && !(window.MathJax && MathJax.startup && MathJax.startup.promise); i++)
+    await new Promise(r => setTimeout(r, 100));
+  if (!(window.MathJax && MathJax.startup)) return false;
+  await MathJax.startup.promise;
+  return true;
+})()
+"""
+_RAW_MATH = """
+Array.from(document.querySelectorAll('.math')).filter(e => !e.querySelector('mjx-container'))
+  .map(e => e.textContent.slice(0, 60))
+"""
+_BROKEN_IMAGES = """
+(async () => {
+  const imgs = Array.from(document.images);
+  imgs.forEach(i => { i.loading = 'eager'; });
+  const settle = i => new Promise(r => { i.onload = i.onerror = r; });
+  await Promise.all(imgs.map(i => i.complete ? null : settle(i)));
+  return imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src.slice(0, 80));
+})()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_every_page_reads_well_offline(site, browser):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    failures = []
+    outside = []
+    for page in _pages():
+        rel = page.relative_to(HTML).as_posix()
+        browser.goto(f"{site}/{rel}")
+        assert browser.evaluate(_MATH_DONE, timeout=30), f"{rel}: MathJax did not load"
+        raw = browser.evaluate(_RAW_MATH)
+        broken = browser.evaluate(_BROKEN_IMAGES)
+        requests = [
+            e["params"]["request"]["url"]
+            for e in browser._events
+            if e.get("method") == "Network.requestWillBeSent"
+        ]
+        outside += [
+            f"{rel}: {u}"
+            for u in requests
+            if urlparse(u).scheme in ("http", "https") and urlparse(u).hostname != "127.0.0.1"
+        ]
+        if raw:
+            failures.append(f"{rel}: untypeset math {raw[:3]}")
+        if broken:
+            failures.append(f"{rel}: images that do not load {broken[:3]}")
+        if browser.errors:
+            failures.append(f"{rel}: errors {browser.errors[:3]}")
+        browser.screenshot(SHOTS / (rel.replace("/", "__").removesuffix(".html") + ".png"))
+    assert not outside, f"requests left the machine: {outside[:5]}"
+    assert not failures, "\n".join(failures)
+
+
+def test_sidebar_reaches_every_chapter(site, browser):
+    # The site's index.html redirects to the landing page, book/index.html.
+    browser.goto(f"{site}/index.html")
+    assert browser.wait_for(
+        "location.pathname.endsWith('/book/index.html') && "
+        "document.querySelectorAll('nav.bd-docs-nav a.reference.internal').length > 0"
+    ), "index.html does not lead to the landing page and its sidebar"
+    links = browser.evaluate(
+        "Array.from(document.querySelectorAll('nav.bd-docs-nav a.reference.internal'))"
+        ".map(a => a.href)"
+    )
+    reached = {urlparse(u).path.lstrip("/").split("#")[0]: u for u in links}
+    chapters = sorted(p.stem for p in (ROOT / "book").glob("[0-9][0-9]_*.md"))
+    assert len(chapters) == 11
+    for stem in [*chapters, "setup", "assignments"]:
+        path = f"book/{stem}.html"
+        assert path in reached, f"the sidebar does not link {stem}"
+        # follow the link: the page loads and has its title
+        browser.goto(reached[path])
+        title = browser.evaluate("document.querySelector('article h1')?.textContent || ''")
+        assert title.strip(), f"{stem}: the sidebar's link opens a page without a title"
+
+
+def test_an_exploration_slider_changes_its_figure(site, browser):
+    pages = [p for p in _pages() if "coursepkg-exploration" in p.read_text(errors="replace")]
+    assert len(pages) >= 3, "explorations are missing from the built book"
+    for page in pages:
+        browser.goto(f"{site}/{page.relative_to(HTML).as_posix()}")
+        changed = browser.evaluate(
+            """
+            (() => {
+              const root = document.querySelector('.coursepkg-exploration');
+              const input = root.querySelector('input[type=range]');
+              const img = root.querySelector('img');
+              const before = img.src;
+              input.value = input.value === input.max ? input.min : input.max;
+              input.dispatchEvent(new Event('input'));
+              return img.src !== before && img.naturalWidth >= 0;
+            })()
+            """
+        )
+        assert changed, f"{page.name}: moving the slider did not change the figure"

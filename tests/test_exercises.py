@@ -1,0 +1,208 @@
+"""The assignments: instructors' notebooks in solutions/, their release in exercises/.
+
+The release must be exactly what nbgrader makes from the sources today, hold no solution or hidden
+test, and keep the exercise contract (the stubs' signatures). ``coursepkg check`` must give a
+student a useful report on untouched, solved, crashing and looping notebooks.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from coursepkg.grading.notebook import NotebookError, find_test_cells, load_notebook, run_notebook
+from coursepkg.grading.release import find_leaks, generate_release, secret_lines
+from coursepkg.stubs import ASSIGNMENTS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _source(aid: str) -> Path:
+    return ROOT / "solutions" / aid / f"{aid}.ipynb"
+
+
+def _release(aid: str) -> Path:
+    return ROOT / "exercises" / aid / f"{aid}.ipynb"
+
+
+def _meta(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def test_every_assignment_has_a_source_and_a_release():
+    assert sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir()) == sorted(
+        ASSIGNMENTS
+    )
+    for aid in ASSIGNMENTS:
+        assert _source(aid).is_file(), aid
+        assert _release(aid).is_file(), f"{aid}: run `make release`"
+
+
+@pytest.fixture(scope="module")
+def fresh_release(tmp_path_factory) -> Path:
+    """nbgrader's release made now from solutions/, in a temporary course directory."""
+    root = tmp_path_factory.mktemp("course")
+    shutil.copytree(ROOT / "solutions", root / "solutions")
+    generate_release(root)
+    return root / "exercises"
+
+
+@pytest.mark.parametrize("aid", ASSIGNMENTS)
+def test_committed_release_is_current(aid, fresh_release):
+    made = json.loads((fresh_release / aid / f"{aid}.ipynb").read_text())
+    committed = json.loads(_release(aid).read_text())
+    assert made == committed, (
+        f"exercises/{aid} is stale: solutions/{aid} changed after the release was made; "
+        "run `make release`"
+    )
+
+
+@pytest.mark.parametrize("aid", ASSIGNMENTS)
+def test_release_leaks_no_solution_and_no_hidden_test(aid):
+    secrets = secret_lines(_source(aid))
+    assert len(secrets) >= 5, f"{aid}: the source should hold solutions and hidden tests"
+    assert find_leaks(_source(aid), _release(aid)) == []
+    text = _release(aid).read_text()
+    for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "thorough=True"):
+        assert marker not in text, f"{aid}: {marker!r} in the release"
+    nb = nbformat.read(str(_release(aid)), as_version=4)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "outputs released"
+
+
+def test_leak_scan_finds_a_planted_leak(tmp_path):
+    aid = ASSIGNMENTS[-1]
+    nb = nbformat.read(str(_release(aid)), as_version=4)
+    secret = secret_lines(_source(aid))[0]
+    nb.cells[-1].source += "\n" + secret
+    planted = tmp_path / "leaky.ipynb"
+    nbformat.write(nb, str(planted))
+    assert find_leaks(_source(aid), planted) == [secret]
+
+
+@pytest.mark.parametrize("aid", ASSIGNMENTS)
+def test_points_and_locks(aid):
+    nb = nbformat.read(str(_source(aid)), as_version=4)
+    tests = find_test_cells(nb)
+    assert tests, aid
+    visible = sum(_meta(c)["points"] for _, c in tests if "HIDDEN" not in c.source)
+    hidden = sum(_meta(c)["points"] for _, c in tests if "HIDDEN" in c.source)
+    manual = [c for c in nb.cells if c.cell_type == "markdown" and _meta(c).get("grade")]
+    assert 0 < visible < hidden, f"{aid}: hidden tests should carry most of the points"
+    assert 1 <= len(manual) <= 2, f"{aid}: one or two written questions"
+    for _, cell in tests:
+        assert _meta(cell)["locked"], f"{aid}: test cell {_meta(cell)['grade_id']} is not locked"
+    ids = [_meta(c)["grade_id"] for c in nb.cells if _meta(c)]
+    assert len(ids) == len(set(ids)), f"{aid}: duplicated grade ids"
+
+
+@pytest.mark.parametrize("aid", ASSIGNMENTS)
+def test_answer_cells_are_the_stubs(aid):
+    """Every stub item appears in the release with its exact signature and docstring."""
+    stub_path = ROOT / "coursepkg" / "stubs" / f"{aid}.py"
+    stub = stub_path.read_text()
+    released = "\n".join(c.source for c in nbformat.read(str(_release(aid)), as_version=4).cells)
+    for node in ast.parse(stub).body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            first = stub.splitlines()[node.lineno - 1]
+            assert first in released, f"{aid}: {node.name}'s signature differs from the stub"
+            doc = ast.get_docstring(node, clean=False).splitlines()[0]
+            assert doc in released, f"{aid}: {node.name}'s docstring differs from the stub"
+            assert "raise NotImplementedError" in released
+
+
+# ---------------------------------------------------------------- coursepkg check
+
+
+def _notebook(tmp_path: Path, *sources: str, test: str = "assert True") -> Path:
+    """A tiny assignment-like notebook: some code cells, then one 2-point test cell."""
+    cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    cell = nbformat.v4.new_code_cell(test)
+    cell.metadata["nbgrader"] = {
+        "grade": True,
+        "solution": False,
+        "locked": True,
+        "points": 2,
+        "grade_id": "test_it",
+        "schema_version": 3,
+    }
+    cells.append(cell)
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), str(path))
+    return path
+
+
+def test_check_untouched_release_says_not_implemented_yet():
+    report = run_notebook(_release("ex07_parameters"))
+    visible = report.visible
+    assert visible and all(c.status == "failed" for c in visible)
+    assert all("not implemented yet" in c.message for c in visible), report.format()
+    assert any(c.status == "hidden" for c in report.cells)
+    assert report.score == 0 and not report.passed
+
+
+def test_check_solution_passes_every_test():
+    report = run_notebook(_source("ex07_parameters"))
+    assert report.passed, report.format()
+    assert report.score == report.max_score > 0
+
+
+def test_check_reports_a_dead_kernel(tmp_path):
+    path = _notebook(tmp_path, "import os\nos._exit(3)")
+    report = run_notebook(path, timeout=60)
+    assert "kernel died" in report.problem
+    assert [c.status for c in report.cells] == ["not run"]
+    assert "Stopped early" in report.format()
+
+
+def test_check_reports_an_endless_loop(tmp_path):
+    path = _notebook(tmp_path, "x = 1", test="while True:\n    pass")
+    report = run_notebook(path, timeout=3)
+    assert "longer than the 3 s limit" in report.problem
+    assert report.cells[0].status == "failed"
+    assert report.score == 0
+
+
+def test_check_reports_a_failing_assertion(tmp_path):
+    path = _notebook(tmp_path, "x = 1", test="assert x == 2, 'x should be 2'")
+    report = run_notebook(path)
+    assert report.cells[0].status == "failed"
+    assert "x should be 2" in report.cells[0].message
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [("", "empty"), ("{not json", "not valid JSON"), ('{"a": 1}', "not a Jupyter notebook")],
+)
+def test_check_rejects_files_that_are_not_notebooks(tmp_path, content, expected):
+    path = tmp_path / "broken.ipynb"
+    path.write_text(content)
+    with pytest.raises(NotebookError, match=expected):
+        load_notebook(path)
+    cli = subprocess.run(
+        [sys.executable, "-m", "coursepkg.cli", "check", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    assert cli.returncode == 2
+    assert expected in cli.stderr
+    assert "Traceback" not in cli.stderr
+
+
+def test_check_cli_prints_each_test_and_a_total():
+    cli = subprocess.run(
+        [sys.executable, "-m", "coursepkg.cli", "check", str(_release("ex07_parameters"))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert cli.returncode == 1
+    assert "[FAIL] test_transformer_parameter_count_visible: 0/2" in cli.stdout
+    assert "not implemented yet" in cli.stdout
+    assert "Total: 0/2 points on the visible tests" in cli.stdout
