@@ -109,9 +109,7 @@ class GraderNotes(NbGraderPreprocessor):
             )
         except (OSError, ValueError, AttributeError):
             ids, grade_ids = Counter(), Counter()
-        dup = sorted(k for k, n in ids.items() if n > 1) + sorted(
-            k for k, n in grade_ids.items() if n > 1 and k not in ids
-        )
+        dup = sorted({k for k, n in (*ids.items(), *grade_ids.items()) if n > 1})
         if dup and not reason:
             notes.append(
                 f"Duplicated cell ids ({', '.join(dup)}): a copied graded cell counts once; only "
@@ -166,6 +164,52 @@ class GraderNotes(NbGraderPreprocessor):
         return nb, resources
 
 
+class DropEmptyMetadata(NbGraderPreprocessor):
+    """Remove the empty ``nbgrader`` metadata that nbgrader's ``DeduplicateIds`` leaves on the
+    extra copies of a duplicated cell.
+
+    nbgrader 0.9's ``OverwriteCells.add_missing_task_cells`` then reads ``grade_id`` from every
+    cell that has ``nbgrader`` metadata and fails on those empty ones (a ``KeyError`` that stops
+    the whole notebook), so a student who copied a test cell would get nothing. Without the key
+    the copy is an ordinary cell, which is what ``DeduplicateIds`` meant.
+    """
+
+    def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
+        for cell in nb.cells:
+            if "nbgrader" in cell.get("metadata", {}) and not cell.metadata.nbgrader:
+                del cell.metadata["nbgrader"]
+        return nb, resources
+
+
+class DefuseHiddenMarkers(NbGraderPreprocessor):
+    """Before feedback: drop hidden-test regions from cells that are not test cells.
+
+    nbgrader's ``ClearHiddenTests`` refuses to make feedback at all when a student's own cell
+    contains its ``BEGIN HIDDEN TESTS`` marker (a copied test cell, or the text typed in an
+    answer), so that student would get no feedback. Here such a region is replaced by a comment
+    (as ``ClearHiddenTests`` would do to a test cell), an unterminated one up to the cell's end.
+    The autograded notebook and its grades are not touched; this is the feedback's copy.
+    """
+
+    def preprocess_cell(self, cell: Any, resources: dict, index: int) -> tuple[Any, dict]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade") or (
+            "BEGIN HIDDEN TESTS" not in cell.source and "END HIDDEN TESTS" not in cell.source
+        ):
+            return cell, resources
+        kept, inside = [], False
+        for line in cell.source.split("\n"):
+            if "BEGIN HIDDEN TESTS" in line:
+                if not inside:
+                    kept.append("# (a hidden-test region here was removed by the grader)")
+                inside = True
+            elif "END HIDDEN TESTS" in line:
+                inside = False
+            elif not inside:
+                kept.append(line)
+        cell.source = "\n".join(kept)
+        return cell, resources
+
+
 # ---------------------------------------------------------------------------------------------
 # Results
 # ---------------------------------------------------------------------------------------------
@@ -185,6 +229,7 @@ class StudentResult:
         attempts: nbgrader runs (a retry after "database is locked" counts).
         error: set when not even the fallback grade could be recorded (the student then has
             no grade in the gradebook; the summary says so).
+        feedback: whether nbgrader's feedback was generated.
     """
 
     student: str
@@ -195,6 +240,7 @@ class StudentResult:
     seconds: float = 0.0
     attempts: int = 0
     error: str = ""
+    feedback: bool = True
 
 
 @dataclass
@@ -243,6 +289,12 @@ class ClassResult:
                 f"ERROR: no grade could be recorded for {', '.join(lost)} (see the logs in "
                 f"{self.reports / 'logs'}); grade them again with --student"
             )
+        no_feedback = [s.student for s in self.students if not s.feedback and not s.error]
+        if no_feedback:
+            lines.append(
+                f"WARNING: nbgrader could not generate feedback for {', '.join(no_feedback)} "
+                f"(see the logs in {self.reports / 'logs'})"
+            )
         if self.sandbox:
             lines.append(self.sandbox)
         return "\n".join(lines)
@@ -272,15 +324,19 @@ class _Settings:
         return Path(self.course) / _STAGED
 
 
-def _classify(output: str) -> str:
+def _classify(output: str, cell_timeout: int) -> str:
     """A sentence for the student from nbgrader's log of a failed run."""
     if "DeadKernelError" in output or "Kernel died" in output or "kernel died" in output:
         return (
             "the Python kernel died while running your notebook (the code exited the process, "
             "killed it, crashed it or ran out of memory), so none of its tests could run"
         )
-    if "UnresponsiveKernelError" in output:
-        return "the Python kernel stopped responding (an infinite loop that ignores interrupts)"
+    if "CellTimeoutError" in output or "UnresponsiveKernelError" in output:
+        # nbgrader interrupts a cell that runs too long; this one ignored the interrupt.
+        return (
+            f"a cell ran longer than the {cell_timeout} s allowed and could not be interrupted "
+            "(a loop that ignores KeyboardInterrupt?), so the notebook was stopped"
+        )
     errors = [ln for ln in output.splitlines() if "ERROR" in ln or "Error" in ln]
     last = errors[-1].strip() if errors else "unknown error"
     return f"nbgrader could not run your notebook ({last[:200]})"
@@ -333,6 +389,7 @@ def _worker_config(settings: _Settings) -> Any:
         "coursepkg.grading.classroom.GraderNotes",
         "nbgrader.preprocessors.ClearOutput",
         "nbgrader.preprocessors.DeduplicateIds",
+        "coursepkg.grading.classroom.DropEmptyMetadata",
         "nbgrader.preprocessors.OverwriteKernelspec",
         "nbgrader.preprocessors.OverwriteCells",
         "nbgrader.preprocessors.CheckCellMetadata",
@@ -369,6 +426,7 @@ def _worker_grade(api: Any, settings: _Settings, job: dict) -> dict:
     tempfile.tempdir = str(tmp)
     reason, attempts = job.get("reason", ""), 0
     sandbox: dict = {}
+    feedback = False
 
     def record(title: str, out: dict) -> None:
         with open(log_to, "a", encoding="utf-8", errors="replace") as f:
@@ -388,7 +446,7 @@ def _worker_grade(api: Any, settings: _Settings, job: dict) -> dict:
             if status.is_file():
                 sandbox = json.loads(status.read_text())
             if not out.get("success"):
-                reason = _classify(out.get("log", "") + out.get("error", ""))
+                reason = _classify(out.get("log", "") + out.get("error", ""), settings.cell_timeout)
         if reason:
             # The fallback: the release's stubs under the expected names, every check failing
             # with the reason. It runs no student code, so it cannot hang or crash.
@@ -406,6 +464,7 @@ def _worker_grade(api: Any, settings: _Settings, job: dict) -> dict:
                 raise RuntimeError(f"even the fallback grading failed; see {log_to}")
         out, _ = _retrying(lambda: api.generate_feedback(settings.assignment, student, True))
         record("generate_feedback", out)
+        feedback = bool(out.get("success"))
     finally:
         for name in env:
             os.environ.pop(name, None)
@@ -418,6 +477,7 @@ def _worker_grade(api: Any, settings: _Settings, job: dict) -> dict:
         "attempts": attempts,
         "seconds": time.perf_counter() - start,
         "sandbox": sandbox,
+        "feedback": feedback,
     }
 
 
@@ -450,6 +510,19 @@ def _worker_main(settings_json: str) -> None:
     app = NbGraderApp()
     app.initialize([])  # the course's nbgrader_config.py, as `nbgrader` reads it
     app.update_config(_worker_config(settings))
+    # Feedback: the course's preprocessors (or nbgrader's), after DefuseHiddenMarkers.
+    from nbgrader.converters import GenerateFeedback
+    from traitlets.config import Config
+
+    feedback = app.config.GenerateFeedback.get("preprocessors") or list(
+        GenerateFeedback.class_traits()["preprocessors"].default()
+    )
+    extra = Config()
+    extra.GenerateFeedback.preprocessors = [
+        "coursepkg.grading.classroom.DefuseHiddenMarkers",
+        *feedback,
+    ]
+    app.update_config(extra)
     api = NbGraderAPI(parent=app)
     answers.write(json.dumps({"ready": True}) + "\n")
     for line in sys.stdin:
@@ -652,6 +725,10 @@ _REVIEW_PATTERNS = [
         "touches the interpreter's internals (possible tampering with the checks)",
     ),
     (r"os\._exit|os\.kill|\bsignal\.|sys\.exit|os\.abort", "exits or signals the process"),
+    (
+        r"(?m)^\s*(torch|coursepkg|math|np|numpy)(\.\w+)+\s*=[^=]",
+        "assigns to an attribute of torch, coursepkg or math (monkeypatching)",
+    ),
     (r"\bsolutions\b|\.\./|gradebook", "refers to files outside the notebook's folder"),
     (r"subprocess|os\.system|socket", "starts processes or opens network connections"),
 ]
@@ -1055,6 +1132,7 @@ def grade_class(
             result.graded, result.reason = answer["graded"], answer["reason"]
             result.attempts += answer["attempts"]
             result.seconds += answer["seconds"]
+            result.feedback = answer["feedback"]
             if answer.get("sandbox"):
                 statuses.append(answer["sandbox"])
             finished()

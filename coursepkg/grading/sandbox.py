@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import io
 import json
 import os
@@ -302,7 +303,8 @@ def install_guard(shell: Any | None = None) -> Callable[..., None]:
 
     Takes the snapshot now (call it before any student code runs) and registers an IPython
     ``pre_run_cell`` hook that (1) puts every ``check_*`` name the notebook bound back to the
-    real check, and (2) compares the snapshot; once anything changed, every check fails with a
+    real check (which, when grading, also refuses an answer that is coursepkg's reference
+    itself), and (2) compares the snapshot; once anything changed, every check fails with a
     :class:`~coursepkg.grading.CheckFailure` naming what was replaced. When the grader set
     :data:`NOT_GRADED_ENV`, every check fails with that reason instead.
 
@@ -331,6 +333,27 @@ def install_guard(shell: Any | None = None) -> Callable[..., None]:
         refused.__name__ = name
         return refused
 
+    def no_reference(name: str, check: Callable[..., Any]) -> Callable[..., Any]:
+        # The checks ignore calls the reference makes, so an answer that *is* the reference
+        # (``from coursepkg.attention import scaled_dot_product_attention``) would pass.
+        from coursepkg.grading._core import _is_reference_module
+
+        @functools.wraps(check)
+        def checked(impl: Any = None, *args: Any, **kwargs: Any) -> Any:
+            module = getattr(impl, "__module__", None) or ""
+            if _is_reference_module(module):
+                what = f"{module}.{getattr(impl, '__qualname__', type(impl).__name__)}"
+                raise CheckFailure(
+                    f"your answer is coursepkg's reference implementation ({what}), imported "
+                    "rather than written; it scores no points. Write it yourself.",
+                    check=name,
+                )
+            return check(impl, *args, **kwargs)
+
+        return checked
+
+    guarded = {name: no_reference(name, check) for name, check in checks.items()}
+
     def before_cell(*_: Any) -> None:
         for stream in streams:
             stream.reset()
@@ -344,7 +367,7 @@ def install_guard(shell: Any | None = None) -> Callable[..., None]:
                     "coursepkg, torch, math, sys or builtins."
                 )
         namespace = shell.user_ns
-        for name, check in checks.items():
+        for name, check in guarded.items():
             if name in namespace:
                 namespace[name] = refuse(name, state["reason"]) if state["reason"] else check
 
