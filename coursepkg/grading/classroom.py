@@ -1,34 +1,39 @@
 """Autograde a whole class with nbgrader, in parallel and robust to broken or hostile notebooks:
 ``coursepkg grade <assignment> [--workers N]``.
 
-Everything a grade depends on is nbgrader's own work: each student is graded by one
-``nbgrader autograde <assignment> --student <id> --force --create`` process, feedback by
-``nbgrader generate_feedback``, the CSV by ``nbgrader export``; grades live in nbgrader's gradebook
-(SQLite by default, any SQLAlchemy URL). What this module adds around it:
+Everything a grade depends on is nbgrader's own work, through its Python API (what its
+formgrader uses): ``NbGraderAPI.autograde`` and ``generate_feedback`` per student, and nbgrader's
+``CsvExportPlugin`` for the CSV (what ``nbgrader export`` runs); grades live in nbgrader's
+gradebook (SQLite by default, any SQLAlchemy URL). What this module adds around it:
 
-* **Parallel workers**: at most ``workers`` students are graded at a time (default: the number
-  of cores), each in its own process tree, with a tqdm progress bar and a summary at the end.
-* **Limits** per notebook: nbgrader's per-cell timeout, a wall-clock limit per student after
-  which the whole process tree is killed, and the sandbox kernel of
-  :mod:`coursepkg.grading.sandbox` (memory, CPU time, file access, capped output, a guard of the
-  checks).
-* **Every student gets a grade**. A notebook that cannot be run (not JSON, empty, missing) or
-  whose run was killed or crashed is graded again from a *staging copy* of the release (the
+* **Parallel workers**: ``workers`` worker processes (default: the number of cores), each
+  importing and configuring nbgrader once and then grading one student after another, with a
+  tqdm progress bar and a summary at the end. Each kernel gets ``cores // workers`` threads.
+* **Limits** per notebook: nbgrader's per-cell timeout (the cell is interrupted, its test
+  scores 0), a wall-clock limit per student after which the worker and its kernel are killed
+  (and the worker replaced), and the sandbox kernel of :mod:`coursepkg.grading.sandbox`
+  (memory, CPU time, file access, capped output, a guard of the checks). A protection the
+  system does not offer (Landlock on an old kernel) is skipped and the summary says so.
+* **Every student gets a grade**. A notebook that cannot be run (not JSON, empty, missing), whose
+  kernel died, or that was stopped, is graded again from a *staging copy* of the release (the
   stubs), with every check failing with the reason: 0 points and a clear line in the feedback.
   The student's files are never modified. SQLite's "database is locked" under concurrent
   writers is waited for (a busy timeout in the URL) and retried.
 * **Notes** in the graded notebook: deleted test cells are restored by nbgrader
   (``OverwriteCells.add_missing_cells``); edited locked cells (restored by nbgrader anyway),
   duplicated cell ids and the reason a notebook was not graded are listed in a note cell at the
-  top, which the feedback shows.
+  top, which the feedback shows. Two small preprocessors work around nbgrader failures that
+  one student's notebook could otherwise cause (:class:`DropEmptyMetadata`,
+  :class:`DefuseHiddenMarkers`).
 * **Reports** in ``<course>/reports/<assignment>/``: ``grades.csv`` (nbgrader's export),
   ``<student>.json`` (each test's points, pass/fail, message and the named diagnoses of
-  :func:`coursepkg.grading.catalogue`), ``logs/<student>.log`` (nbgrader's output) and
-  ``<course>/reports/dashboard.html`` (the misconception dashboard, every assignment graded so
-  far).
+  :func:`coursepkg.grading.catalogue`, notes, review flags), ``logs/<student>.log`` (nbgrader's
+  output) and ``<course>/reports/dashboard.html`` (the misconception dashboard, every
+  assignment graded so far).
 
-A rerun is safe: nbgrader updates the grades of a submission in place (``--force``), and the
-reports are rewritten.
+A rerun is safe: nbgrader replaces the grades of a submission in place (``force``), and the
+reports are rewritten. :mod:`coursepkg.grading.hostile` holds the catalogue of broken and
+hostile notebooks this is tested with.
 """
 
 from __future__ import annotations
@@ -72,8 +77,8 @@ log = logging.getLogger(__name__)
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _NOTE_MARK = "**Notes from the grader** (coursepkg grade)"
-_STAGED = ".coursepkg-grade/staged"  # (relative to the course root)
-# relative to the course root: fallback submissions
+# Fallback submissions (the release under the student's name), relative to the course root.
+_STAGED = ".coursepkg-grade/staged"
 RELEASE_ENV = "COURSEPKG_RELEASE_DIR"  # tells GraderNotes where the release notebooks are
 
 
@@ -873,6 +878,7 @@ def build_dashboard(course: str | Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     course = Path(course)
     descriptions = {bug.id: bug.description for bug in catalogue()}
@@ -899,9 +905,12 @@ def build_dashboard(course: str | Path) -> Path:
             names = sorted(hits, key=lambda k: (-hits[k], k))
             axes[1].barh(names[::-1], [hits[k] for k in names[::-1]], color="#c62828")
             axes[1].set(xlabel="students", title="named mistakes")
+            axes[1].xaxis.set_major_locator(MaxNLocator(integer=True))
         else:
             axes[1].text(0.5, 0.5, "no named mistake", ha="center", va="center")
             axes[1].set_axis_off()
+        axes[0].yaxis.set_major_locator(MaxNLocator(integer=True))
+        fig.tight_layout()
         image = _figure_png(fig)
         plt.close(fig)
         mean = sum(scores) / len(scores)
@@ -1145,7 +1154,7 @@ def grade_class(
             _run_jobs(settings, jobs, workers, done, export)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-        shutil.rmtree(course / _STAGED, ignore_errors=True)
+        shutil.rmtree(course / Path(_STAGED).parent, ignore_errors=True)
 
     for sid in chosen:
         report = _student_report(course, assignment, url, results[sid], notebooks)
