@@ -105,6 +105,7 @@ def main(argv=None) -> dict:
     n = args.students
     nbgrader, coursepkg = str(BIN / "nbgrader"), str(BIN / "coursepkg")
     results: dict[str, float] = {}
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-grade-") as tmp:
         seq = make_course(Path(tmp) / "sequential", n)
         results["nbgrader autograde"] = _run([nbgrader, "autograde", AID, "--create"], seq)
@@ -127,6 +128,10 @@ def main(argv=None) -> dict:
                 raise SystemExit(f"{name} disagrees with nbgrader: {got} vs {expected}")
 
     print(f"{n} submissions of {AID}, {os.cpu_count()} cores; every run gave the same scores")
+    print(
+        "load average before/after (other work on the machine skews the numbers): "
+        f"{load_before:.1f} / {os.getloadavg()[0]:.1f}"
+    )
     print(f"{'run':<40}{'seconds':>10}{'notebooks/min':>16}")
     for name, seconds in results.items():
         print(f"{name:<40}{seconds:>10.1f}{60 * n / seconds:>16.1f}")
