@@ -95,7 +95,7 @@ def _grade(args: argparse.Namespace) -> int:
     )
     print(result.summary())
     print(f"reports: {result.reports}  dashboard: {result.dashboard}")
-    return 0
+    return 1 if any(s.error for s in result.students) else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -144,8 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Autograde submitted/*/ASSIGNMENT with nbgrader, students in parallel, each "
         "notebook in a sandboxed kernel with time and memory limits; then nbgrader's feedback "
         "and CSV export, a JSON report per student and the misconception dashboard in "
-        "reports/. A broken or hostile notebook gets 0 points and a reason, never stops the "
-        "batch. Safe to rerun.",
+        "reports/. A broken or hostile notebook loses the points of what it breaks (0 if it "
+        "cannot run at all), with the reason in its feedback; it never stops the batch or "
+        "changes another student's grade. Safe to rerun. Exit status 1 if some student's grade "
+        "could not be recorded at all.",
     )
     p.add_argument("assignment", help="the assignment id, e.g. ex06_training")
     p.add_argument("--root", default=".", help="the nbgrader course directory (default: .)")

@@ -448,7 +448,8 @@ def _worker_grade(api: Any, settings: _Settings, job: dict) -> dict:
             attempts += n
             record("autograde", out)
             if status.is_file():
-                sandbox = json.loads(status.read_text())
+                sandbox = json.loads(status.read_text() or "{}")
+                status.unlink()
             if not out.get("success"):
                 reason = _classify(out.get("log", "") + out.get("error", ""), settings.cell_timeout)
         if reason:

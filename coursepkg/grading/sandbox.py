@@ -8,6 +8,7 @@ IPython kernel. The confinement, and what it does and does not guarantee:
 * **Memory**: ``RLIMIT_AS`` caps the kernel's address space, so a memory bomb ends in a
   ``MemoryError`` (or PyTorch's allocation error) inside the student's cell instead of taking the
   machine down. Only the kernel is limited, not nbgrader.
+* **Core dumps**: ``RLIMIT_CORE`` is 0, so a crashing notebook leaves no core file behind.
 * **CPU time**: ``RLIMIT_CPU`` kills a kernel that computes longer than the notebook's time limit
   even if nbgrader were stuck; nbgrader's per-cell timeout and the grader's wall-clock limit
   act first.
@@ -448,6 +449,11 @@ def _launch(argv: list[str]) -> None:
         status["memory"] = int(options["memory_mb"])
     except (OSError, ValueError) as err:
         problems.append(f"RLIMIT_AS: {err}")
+    try:
+        # A crashing notebook must not leave a core dump the size of its memory behind.
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except (OSError, ValueError) as err:
+        problems.append(f"RLIMIT_CORE: {err}")
     try:
         cpu = int(options["cpu_seconds"])
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
