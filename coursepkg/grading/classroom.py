@@ -401,12 +401,20 @@ def _worker_config(settings: _Settings) -> Any:
     return config
 
 
+# Failures that are the machine's, not the notebook's, and pass on a second try: SQLite busy
+# with another worker's write, and a kernel that could not start (jupyter_client picks free
+# ports, and another kernel starting at the same moment may take one first). Neither can be
+# caused by the student: no code of theirs has run before the kernel answers.
+_TRANSIENT = ("database is locked", "before replying to kernel_info", "Address already in use")
+
+
 def _retrying(call: Any, attempts: int = 6) -> tuple[dict, int]:
-    """Call an NbGraderAPI method, again while SQLite says "database is locked"."""
+    """Call an NbGraderAPI method, again while it fails for a transient reason."""
     for attempt in range(1, attempts + 1):
         out = call()
         text = out.get("log", "") + out.get("error", "")
-        if out.get("success") or "database is locked" not in text or attempt == attempts:
+        transient = any(t in text for t in _TRANSIENT)
+        if out.get("success") or not transient or attempt == attempts:
             return out, attempt
         time.sleep(0.5 * attempt)
     raise AssertionError("unreachable")
