@@ -456,7 +456,7 @@ def hostile_catalogue(cell_timeout: int = 8, notebook_timeout: int = 50) -> list
                 )
             ),
             OTHER,
-            "nan",
+            "contains NaN",
         ),
         Hostile(
             "h_wrong_dtype",
@@ -468,14 +468,14 @@ def hostile_catalogue(cell_timeout: int = 8, notebook_timeout: int = 50) -> list
                 )
             ),
             OTHER,
-            "float16",
+            "has dtype torch.float16",
         ),
         Hostile(
             "h_slow_correct",
             "correct, but sleeps 20 ms in every call (slow is not wrong)",
             _edit_target(_wrap("import time\ntime.sleep(0.02)\nreturn out")),
             ALL,
-            "passed",
+            "check_scaled_dot_product_attention passed",
         ),
         Hostile(
             "h_not_json",
