@@ -140,10 +140,17 @@ class Browser:
 
     def goto(self, url: str, timeout: float = 60) -> None:
         """Open ``url`` and wait for its load event; reset :attr:`errors`."""
+        before = self.evaluate("location.href")
         self.errors = []
         self._events = []
         self.send("Page.navigate", url=url)
         self._wait_event("Page.loadEventFired", timeout)
+        # A load event of the page before can arrive late: also wait until the document has
+        # changed and finished loading (best effort: reopening the same URL keeps its href).
+        self.wait_for(
+            f"location.href !== {json.dumps(before)} && document.readyState === 'complete'",
+            timeout=10,
+        )
 
     def evaluate(self, expression: str, timeout: float = 30) -> Any:
         """The value of a JavaScript expression (promises are awaited)."""

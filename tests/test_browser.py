@@ -205,8 +205,11 @@ def test_sidebar_reaches_every_chapter(site, browser):
         assert path in reached, f"the sidebar does not link {stem}"
         # follow the link: the page loads and has its title
         browser.goto(reached[path])
-        title = browser.evaluate("document.querySelector('article h1')?.textContent || ''")
-        assert title.strip(), f"{stem}: the sidebar's link opens a page without a title"
+        # wait for this very page (a load event of the page before can arrive late)
+        assert browser.wait_for(
+            f"location.pathname.endsWith('/{path}') && "
+            "(document.querySelector('article h1')?.textContent || '').trim().length > 0"
+        ), f"{stem}: the sidebar's link does not open a page with a title"
 
 
 def test_an_exploration_slider_changes_its_figure(site, browser):
