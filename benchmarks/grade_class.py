@@ -7,17 +7,20 @@ one after the other in the same run:
 1. ``nbgrader autograde ex01_attention`` (one process, students one at a time, the course's
    own configuration), then ``generate_feedback`` and ``export`` for the full nbgrader pipeline;
 2. ``coursepkg grade ex01_attention --workers 2`` (autograde in the sandbox kernel, feedback,
-   export, per-student JSON and the dashboard);
+   export, per-student JSON and the dashboard), kernels forked from a process that has imported
+   torch (:mod:`coursepkg.grading.forkserver`);
 3. ``coursepkg grade ex01_attention --workers 1``, whose difference from (1) is the per-notebook
-   overhead of the wrapper (sandbox, guard, feedback, reports).
+   cost of the wrapper (sandbox, guard, feedback, reports) net of what the fork server saves;
+4. ``coursepkg grade ex01_attention --workers 2 --no-fork``: kernels started anew as nbgrader
+   starts them, which separates the gain of the two workers from that of the fork server.
 
 Prints notebooks per minute for each, the speed-up of (2) over plain ``nbgrader autograde``
 (target >= 1.8x on 2 cores), the per-notebook overhead, and checks that every run gave every
 student the same score.
 
 Run: ``PATH=$PWD/.venv/bin:$PATH .venv/bin/python benchmarks/grade_class.py [--students 40]``
-(about fifteen minutes on 2 cores; ``--no-overhead`` skips run 3; ``--rounds 4`` alternates the
-methods on four batches of ten, for a machine shared with other work).
+(about fifteen minutes on 2 cores; ``--no-overhead`` skips runs 3 and 4; ``--rounds 4``
+alternates the methods on four batches of ten, for a machine shared with other work).
 """
 
 from __future__ import annotations
@@ -101,7 +104,9 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--students", type=int, default=40)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--no-overhead", action="store_true", help="skip the 1-worker run")
+    parser.add_argument(
+        "--no-overhead", action="store_true", help="skip the 1-worker and --no-fork runs"
+    )
     parser.add_argument(
         "--rounds",
         type=int,
@@ -113,9 +118,12 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     n = args.students
     nbgrader, coursepkg = str(BIN / "nbgrader"), str(BIN / "coursepkg")
-    runs = [args.workers] + ([] if args.no_overhead or args.workers == 1 else [1])
+    runs: list[tuple[str, ...]] = [("--workers", str(args.workers))]
+    if not args.no_overhead:
+        runs += [("--workers", "1")] if args.workers != 1 else []
+        runs += [("--workers", str(args.workers), "--no-fork")]
     names = ["nbgrader autograde", "nbgrader autograde+feedback+export"] + [
-        f"coursepkg grade --workers {w}" for w in runs
+        "coursepkg grade " + " ".join(r) for r in runs
     ]
     results: dict[str, float] = dict.fromkeys(names, 0.0)
     load_before = os.getloadavg()[0]
@@ -129,12 +137,10 @@ def main(argv=None) -> dict:
             results["nbgrader autograde"] += autograde
             results["nbgrader autograde+feedback+export"] += autograde + feedback + export
             expected = _scores(seq / "grades.csv")
-            for workers in runs:
-                course = make_course(Path(tmp) / f"coursepkg{workers}-{r}", size)
-                name = f"coursepkg grade --workers {workers}"
-                results[name] += _run(
-                    [coursepkg, "grade", AID, "--workers", str(workers), "--no-progress"], course
-                )
+            for i, flags in enumerate(runs):
+                course = make_course(Path(tmp) / f"coursepkg{i}-{r}", size)
+                name = "coursepkg grade " + " ".join(flags)
+                results[name] += _run([coursepkg, "grade", AID, *flags, "--no-progress"], course)
                 got = _scores(course / "reports" / AID / "grades.csv")
                 if got != expected:
                     raise SystemExit(f"{name} disagrees with nbgrader: {got} vs {expected}")
@@ -152,10 +158,16 @@ def main(argv=None) -> dict:
         print(f"{name:<40}{seconds:>10.1f}{60 * n / seconds:>16.1f}")
     parallel = results[f"coursepkg grade --workers {args.workers}"]
     ratio = results["nbgrader autograde"] / parallel
+    spawn = results.get(f"coursepkg grade --workers {args.workers} --no-fork")
     print(
         f"speed-up of coursepkg grade --workers {args.workers} over sequential nbgrader "
         f"autograde: {ratio:.2f}x (target >= 1.8x with 2 workers on 2 cores)"
     )
+    if spawn is not None:
+        print(
+            f"  of which the fork server: {spawn / parallel:.2f}x (--no-fork: "
+            f"{results['nbgrader autograde'] / spawn:.2f}x over nbgrader autograde)"
+        )
     one = results.get("coursepkg grade --workers 1")
     if one is not None:
         overhead = (one - results["nbgrader autograde"]) / n

@@ -92,6 +92,7 @@ def _grade(args: argparse.Namespace) -> int:
         notebook_timeout=args.notebook_timeout,
         memory_mb=args.memory_mb,
         progress=not args.no_progress,
+        fork=not args.no_fork,
     )
     print(result.summary())
     print(f"reports: {result.reports}  dashboard: {result.dashboard}")
@@ -160,6 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--memory-mb", type=int, default=4096, help="kernel memory limit (4096)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-fork",
+        action="store_true",
+        help="start every kernel anew, as nbgrader does, instead of forking it from a process "
+        "that has imported torch (slower; for comparison or debugging)",
+    )
     p.set_defaults(func=_grade)
     return parser
 

@@ -90,6 +90,8 @@ _PR_SET_PDEATHSIG = 1
 
 _EXECUTE, _WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 _READ = _EXECUTE | _READ_FILE | _READ_DIR
+# The rights a rule on a single file may carry: execute, write, read, truncate (3), ioctl (5).
+_FILE_RIGHTS = _EXECUTE | _WRITE_FILE | _READ_FILE | (1 << 14) | (1 << 15)
 # Landlock's rights by the ABI that introduced them (1: 13 rights; 2: REFER; 3: TRUNCATE;
 # 5: IOCTL_DEV). A ruleset may only name rights its kernel knows.
 _ALL_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 5: (1 << 16) - 1}
@@ -123,11 +125,12 @@ def _handled(abi: int) -> int:
 def restrict_files(read: Iterable[str | Path], write: Iterable[str | Path]) -> int:
     """Confine this process (and its future children) to reading ``read`` and writing ``write``.
 
-    Directories that do not exist are skipped. Every right Landlock knows is restricted: outside
+    Paths that do not exist are skipped. Every right Landlock knows is restricted: outside
     the listed directories, files can be neither read, written, created nor removed.
 
     Args:
-        read: directories (with everything under them) that may be read and executed.
+        read: directories (with everything under them) that may be read and executed, or
+            single files that may be read.
         write: directories that may also be written, created in and removed from.
 
     Returns:
@@ -147,11 +150,12 @@ def restrict_files(read: Iterable[str | Path], write: Iterable[str | Path]) -> i
     try:
         for paths, access in ((read, _READ), (write, handled)):
             for path in paths:
-                if not os.path.isdir(path):
+                if not os.path.exists(path):
                     continue
+                rights = access if os.path.isdir(path) else access & _FILE_RIGHTS & handled
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
                 try:
-                    rule = _PathBeneath(access, fd)
+                    rule = _PathBeneath(rights, fd)
                     if libc.syscall(
                         _SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), 0
                     ):
@@ -473,7 +477,8 @@ def _launch(argv: list[str]) -> None:
     connection = kernel_args[kernel_args.index("-f") + 1] if "-f" in kernel_args else None
     readable = _readable_roots(protected)
     if connection:
-        readable.append(os.path.dirname(os.path.abspath(connection)))
+        # The file only: its folder may be a shared one such as /tmp.
+        readable.append(os.path.abspath(connection))
     readable.append(os.getcwd())
     # Opened before Landlock applies (which checks at open time): the report is written after.
     report = None

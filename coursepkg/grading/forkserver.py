@@ -1,0 +1,380 @@
+"""Start grading kernels in milliseconds: fork them from a process that has imported PyTorch.
+
+A fresh Python kernel spends most of a short notebook's grading time before the first cell:
+starting the interpreter, importing IPython and ipykernel (~0.4 s of CPU here) and, in
+every exercise of this course, ``import torch`` and ``coursepkg.grading`` (~2.5 s). With forty
+students that is two minutes of CPU per assignment spent importing the same modules.
+
+``coursepkg grade`` therefore starts one *fork server* per grading worker. The server imports
+those modules once, then waits on a Unix socket; for each notebook the worker's kernel manager
+asks it for a kernel, and the server ``fork()``s a child that becomes the sandbox kernel of
+:mod:`coursepkg.grading.sandbox` exactly as a freshly started one would (the same command line,
+environment, working directory, limits and Landlock confinement, applied in the child before
+any student code runs). Each notebook still gets a process of its own: the child's memory is a
+copy-on-write copy of the server's, and nothing it does reaches the server, the worker or
+another student's kernel.
+
+The pieces:
+
+* :func:`serve` runs the server (``python -m coursepkg.grading.forkserver SOCKET``); it answers
+  only its parent process (the peer's pid is checked with ``SO_PEERCRED``), so a student's
+  kernel that finds the socket cannot ask it for an unconfined process.
+* :class:`ForkServer` starts and stops a server from the worker.
+* :class:`ForkProvisioner` is a jupyter_client kernel provisioner that launches the sandbox
+  kernelspec through the server, and falls back to an ordinary launch when there is no server
+  or the command is not the sandbox kernel; :class:`ForkKernelManager` uses it, and
+  :class:`ForkExecute` is nbgrader's ``Execute`` preprocessor with that kernel manager.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.manager import AsyncKernelManager
+from jupyter_client.provisioning import LocalProvisioner
+from nbgrader.preprocessors import Execute
+
+__all__ = ["ForkExecute", "ForkKernelManager", "ForkProvisioner", "ForkServer", "serve"]
+
+#: The module whose ``-m`` command line the server knows how to run in a forked child.
+SANDBOX_MODULE = "coursepkg.grading.sandbox"
+#: What the server imports before it forks (what every exercise notebook and kernel imports).
+PRELOAD = (
+    "torch",
+    "torch.nn",
+    "torch.nn.functional",
+    "coursepkg",
+    "coursepkg.grading",
+    "coursepkg.grading.sandbox",
+    "ipykernel.kernelapp",
+    "ipykernel.ipkernel",
+    "ipykernel.zmqshell",
+)
+
+_PR_SET_PDEATHSIG = 1
+
+# The server of this process (set by ForkServer.start), used by every ForkProvisioner in it.
+_current: ForkServer | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# The server
+# ---------------------------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    import ctypes
+    import ctypes.util
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _peer_pid(conn: socket.socket) -> int:
+    """The pid of the process at the other end of a Unix socket (Linux ``SO_PEERCRED``)."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+    return int.from_bytes(creds[:4], sys.byteorder, signed=True)
+
+
+def _read_line(conn: socket.socket, limit: int = 1 << 24) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(1 << 16)
+        if not chunk:
+            raise ConnectionError("the connection closed before a whole request arrived")
+        data += chunk
+        if len(data) > limit:
+            raise ConnectionError("request too large")
+    return data
+
+
+def _become_kernel(request: dict, own_fds: list[int]) -> None:
+    """In the forked child: turn into the kernel ``request["argv"]`` describes. Never returns."""
+    code = 1
+    try:
+        for fd in own_fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        os.setsid()  # a process group of its own, as jupyter_client gives a launched kernel
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
+            signal.signal(
+                sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+            )
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        import random
+        import tempfile
+
+        tempfile.tempdir = None  # the kernel's TMPDIR, not the server's
+        random.seed()  # not the server's random state, shared by every child
+        argv = list(request["argv"])
+        sys.argv = argv
+        from .sandbox import _launch
+
+        # The kernel's parent is this server: ipykernel watches it (it read JPY_PARENT_PID
+        # when the server imported it, so it is told on the command line).
+        os.environ["JPY_PARENT_PID"] = str(os.getppid())
+        _launch(
+            [*argv[argv.index(SANDBOX_MODULE) + 1 :], f"--IPKernelApp.parent_handle={os.getppid()}"]
+        )
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else 1
+    except BaseException:  # noqa: BLE001 - reported on stderr, then the child exits
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001, S110 - exiting anyway
+                pass
+        os._exit(code)
+
+
+def serve(path: str | Path) -> None:
+    """Run a fork server on the Unix socket ``path`` until the parent process dies.
+
+    Protocol, one connection per kernel: the client sends one JSON line ``{"argv": [...],
+    "env": {...}, "cwd": "..."}`` (``argv`` is the sandbox kernelspec's command line); the
+    server forks, answers ``{"pid": N}``, and when that child exits ``{"exit": code}``, then
+    closes the connection. A request from any process but the server's parent, or that is not
+    the sandbox kernel's command line, is answered ``{"error": "..."}``.
+
+    Args:
+        path: where to create the socket (its directory should be private to the grader).
+    """
+    _die_with_parent()
+    parent = os.getppid()
+    for name in PRELOAD:
+        __import__(name)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    os.chmod(path, 0o600)
+    listener.listen(16)
+    chooser = selectors.DefaultSelector()
+    chooser.register(listener, selectors.EVENT_READ, None)
+    children: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
+    while True:
+        for key, _ in chooser.select(timeout=5.0):
+            if key.data is None:
+                conn, _ = listener.accept()
+                conn.settimeout(30)
+                try:
+                    if _peer_pid(conn) != parent:
+                        raise PermissionError("only the grading worker may ask for kernels")
+                    request = json.loads(_read_line(conn))
+                    argv = request.get("argv", [])
+                    if SANDBOX_MODULE not in argv or argv[0] != sys.executable:
+                        raise ValueError(f"not the sandbox kernel's command line: {argv}")
+                except (OSError, ValueError) as err:
+                    try:
+                        conn.sendall((json.dumps({"error": str(err)}) + "\n").encode())
+                    except OSError:
+                        pass
+                    conn.close()
+                    continue
+                own = [listener.fileno(), chooser.fileno(), conn.fileno()]
+                own += [fd for fd in children] + [c.fileno() for _, c in children.values()]
+                pid = os.fork()
+                if pid == 0:
+                    _become_kernel(request, own)
+                pidfd = os.pidfd_open(pid)
+                children[pidfd] = (pid, conn)
+                chooser.register(pidfd, selectors.EVENT_READ, pid)
+                try:
+                    conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
+                except OSError:
+                    pass
+            else:
+                pidfd = key.fd
+                pid, conn = children.pop(pidfd)
+                chooser.unregister(pidfd)
+                os.close(pidfd)
+                _, status = os.waitpid(pid, 0)
+                try:
+                    conn.sendall(
+                        (json.dumps({"exit": os.waitstatus_to_exitcode(status)}) + "\n").encode()
+                    )
+                except OSError:
+                    pass
+                conn.close()
+        if os.getppid() != parent:  # the worker is gone (PDEATHSIG should have fired)
+            return
+
+
+class ForkServer:
+    """A fork server started by, and serving, the current process.
+
+    Args:
+        path: the socket's path (in a private directory).
+        env: the server's environment (the kernels get their own from each request; what is
+            read at import time, such as ``OMP_NUM_THREADS``, comes from here).
+    """
+
+    def __init__(self, path: str | Path, env: dict[str, str] | None = None) -> None:
+        self.path = Path(path)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "coursepkg.grading.forkserver", str(self.path)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def start(self) -> ForkServer:
+        """Make this the server the provisioners of this process use."""
+        global _current
+        _current = self
+        return self
+
+    def connect(self, timeout: float = 120.0) -> socket.socket | None:
+        """A connection to the server, waiting for it to finish its imports; None when it
+        died or did not start within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                conn.connect(str(self.path))
+                return conn
+            except (FileNotFoundError, ConnectionRefusedError):
+                conn.close()
+                time.sleep(0.05)
+        return None
+
+    def stop(self) -> None:
+        """Stop the server (its running children die with it)."""
+        global _current
+        if _current is self:
+            _current = None
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.path.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The client side: a provisioner, a kernel manager and nbgrader's Execute using them
+# ---------------------------------------------------------------------------------------------
+
+
+class _ForkedKernel:
+    """What :class:`~jupyter_client.provisioning.LocalProvisioner` needs of a ``Popen``, for a
+    kernel the fork server started (its exit code arrives on the connection)."""
+
+    stdin = stdout = stderr = None
+
+    def __init__(self, pid: int, conn: socket.socket) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._conn = conn
+        self._conn.setblocking(False)
+        self._buffer = b""
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                data = self._conn.recv(1 << 12)
+            except BlockingIOError:
+                return None
+            except OSError:
+                data = b""
+            if data:
+                self._buffer += data
+                if not self._buffer.endswith(b"\n"):
+                    return None
+                self.returncode = int(json.loads(self._buffer.splitlines()[-1])["exit"])
+            else:  # the server is gone, and its children with it
+                self.returncode = -signal.SIGKILL
+            self._conn.close()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
+            time.sleep(0.02)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+
+class ForkProvisioner(LocalProvisioner):
+    """Launch the sandbox kernel through this process's :class:`ForkServer` (if there is one
+    and the command is the sandbox kernel's); otherwise exactly like ``LocalProvisioner``."""
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> Any:
+        server = _current
+        forkable = SANDBOX_MODULE in cmd and cmd[0] == sys.executable
+        conn = server.connect() if server is not None and forkable else None
+        if conn is None:
+            if server is not None and forkable:
+                self.log.warning("the fork server is not running; starting the kernel anew")
+            return await super().launch_kernel(cmd, **kwargs)
+        env = dict(kwargs.get("env") or os.environ)
+        request = {"argv": cmd, "env": env, "cwd": str(kwargs.get("cwd") or os.getcwd())}
+        conn.settimeout(60)
+        try:
+            conn.sendall((json.dumps(request) + "\n").encode())
+            answer = json.loads(_read_line(conn))
+        except (OSError, ValueError) as err:
+            conn.close()
+            self.log.warning("the fork server failed (%s); starting the kernel anew", err)
+            return await super().launch_kernel(cmd, **kwargs)
+        if "pid" not in answer:
+            conn.close()
+            raise RuntimeError(f"the fork server refused the kernel: {answer.get('error')}")
+        self.process = _ForkedKernel(answer["pid"], conn)  # type: ignore[assignment]
+        self.pid = self.pgid = answer["pid"]  # the child called setsid()
+        self.cwd = kwargs.get("cwd", os.getcwd())
+        return self.connection_info
+
+
+class ForkKernelManager(AsyncKernelManager):
+    """jupyter_client's kernel manager, with :class:`ForkProvisioner` as its provisioner."""
+
+    async def _async_pre_start_kernel(self, **kw: Any) -> Any:
+        if self.provisioner is None:
+            import uuid
+
+            self.kernel_id = self.kernel_id or kw.pop("kernel_id", str(uuid.uuid4()))
+            self.provisioner = ForkProvisioner(
+                kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self
+            )
+        return await super()._async_pre_start_kernel(**kw)
+
+
+class ForkExecute(Execute):
+    """nbgrader's ``Execute`` preprocessor, starting kernels with :class:`ForkKernelManager`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("kernel_manager_class", ForkKernelManager)
+        super().__init__(*args, **kwargs)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])

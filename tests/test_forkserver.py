@@ -1,0 +1,180 @@
+"""The fork server of ``coursepkg grade``: a forked kernel is a fresh, confined, separate kernel.
+
+Each test talks to real kernels through :class:`~coursepkg.grading.forkserver.ForkKernelManager`
+(what nbgrader's ``Execute`` uses when grading) with the sandbox kernelspec. A forked kernel
+must behave like a freshly started one: a process of its own whose parent is the server, its
+own random state, the sandbox's limits, interrupts that work, its exit code reported; and the
+server must refuse anyone but its parent and anything but the sandbox kernel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coursepkg.grading import forkserver
+from coursepkg.grading.sandbox import KERNEL_NAME, landlock_abi, write_kernelspec
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """A sandbox kernelspec, a protected 'course' with a secret, and a running fork server."""
+    root = tmp_path_factory.mktemp("fork")
+    course = root / "course"
+    (course / "solutions").mkdir(parents=True)
+    (course / "solutions" / "secret.txt").write_text("the answer")
+    work = course / "autograded" / "s1"
+    work.mkdir(parents=True)
+    write_kernelspec(root / "jupyter", course_root=course, memory_mb=2048, cpu_seconds=120)
+    old = os.environ.get("JUPYTER_PATH")
+    os.environ["JUPYTER_PATH"] = str(root / "jupyter")
+    server = forkserver.ForkServer(root / "fork.sock").start()
+    assert server.connect(timeout=120) is not None, "the fork server did not start"
+    yield {"root": root, "course": course, "work": work, "server": server}
+    server.stop()
+    if old is None:
+        os.environ.pop("JUPYTER_PATH", None)
+    else:
+        os.environ["JUPYTER_PATH"] = old
+
+
+async def _session(work: Path, code: list[str], interrupt_after: float | None = None):
+    """Start a kernel, run ``code`` cell by cell; return (manager info, outputs, exit code)."""
+    km = forkserver.ForkKernelManager(kernel_name=KERNEL_NAME)
+    await km.start_kernel(cwd=str(work))
+    kc = km.client()
+    kc.start_channels()
+    outputs: list[str] = []
+    try:
+        await kc.wait_for_ready(timeout=60)
+        for source in code:
+            texts: list[str] = []
+
+            def hook(msg, texts=texts):
+                content = msg["content"]
+                if msg["msg_type"] == "stream":
+                    texts.append(content["text"])
+                elif msg["msg_type"] == "error":
+                    texts.append(f"{content['ename']}: {content['evalue']}")
+
+            run = asyncio.ensure_future(
+                kc.execute_interactive(source, output_hook=hook, timeout=60)
+            )
+            if interrupt_after is not None:
+                await asyncio.sleep(interrupt_after)
+                await km.interrupt_kernel()
+            await run
+            outputs.append("".join(texts).strip())
+        info = {
+            "pid": km.provisioner.pid,
+            "forked": isinstance(km.provisioner.process, forkserver._ForkedKernel),
+        }
+    finally:
+        kc.stop_channels()
+        await km.shutdown_kernel(now=False)
+    return info, outputs
+
+
+def test_a_forked_kernel_is_a_fresh_process_of_its_own(setup):
+    code = [
+        "import os, random, sys; print(os.getpid(), os.getppid())",
+        "print(random.random())",
+        "print('torch' in sys.modules, os.getcwd())",
+    ]
+    first, out1 = asyncio.run(_session(setup["work"], code))
+    second, out2 = asyncio.run(_session(setup["work"], code))
+    server = setup["server"].proc.pid
+    for info, out in ((first, out1), (second, out2)):
+        assert info["forked"], "the kernel was started anew, not forked"
+        pid, ppid = map(int, out[0].split())
+        assert pid == info["pid"] and ppid == server and pid not in (server, os.getpid())
+        # torch was imported by the server, so the notebook's `import torch` costs nothing
+        assert out[2] == f"True {setup['work']}"
+    assert first["pid"] != second["pid"]
+    # each child re-seeds `random`: a copied state would give both the same number
+    assert out1[1] != out2[1]
+
+
+@pytest.mark.skipif(landlock_abi() < 1, reason="Landlock is not available on this kernel")
+def test_a_forked_kernel_is_confined_like_a_fresh_one(setup):
+    secret = setup["course"] / "solutions" / "secret.txt"
+    code = [
+        f"try:\n    print(open({str(secret)!r}).read())\n"
+        "except OSError as e:\n    print(type(e).__name__)",
+        "import resource; print(resource.getrlimit(resource.RLIMIT_AS)[0] // 2**20)",
+        "import torch; print(float(torch.ones(300, 300).matmul(torch.ones(300, 300))[0, 0]))",
+    ]
+    info, out = asyncio.run(_session(setup["work"], code))
+    assert info["forked"]
+    assert out == ["PermissionError", "2048", "300.0"]
+
+
+def test_an_endless_cell_is_interrupted(setup):
+    info, out = asyncio.run(_session(setup["work"], ["while True:\n    pass"], interrupt_after=2.0))
+    assert info["forked"]
+    assert out == ["KeyboardInterrupt:"]
+
+
+def test_the_exit_code_of_a_kernel_reaches_its_manager(setup):
+    async def run() -> tuple[bool, int | None]:
+        km = forkserver.ForkKernelManager(kernel_name=KERNEL_NAME)
+        await km.start_kernel(cwd=str(setup["work"]))
+        kc = km.client()
+        kc.start_channels()
+        try:
+            await kc.wait_for_ready(timeout=60)
+            kc.execute("import os; os._exit(3)")
+            for _ in range(200):
+                if not await km.is_alive():
+                    break
+                await asyncio.sleep(0.05)
+            return await km.is_alive(), km.provisioner.process.poll()
+        finally:
+            kc.stop_channels()
+            await km.shutdown_kernel(now=True)
+
+    alive, code = asyncio.run(run())
+    assert not alive and code == 3
+
+
+def _ask(path: Path, request: dict) -> dict:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(str(path))
+        conn.sendall((json.dumps(request) + "\n").encode())
+        return json.loads(forkserver._read_line(conn))
+
+
+def test_the_server_refuses_other_processes(setup):
+    """A process that is not the server's parent (a student's kernel, say) gets no kernel."""
+    path = setup["server"].path
+    probe = (
+        "import json, socket, sys\n"
+        "c = socket.socket(socket.AF_UNIX); c.connect(sys.argv[1])\n"
+        "c.sendall((json.dumps({'argv': ['x'], 'env': {}, 'cwd': '/'}) + '\\n').encode())\n"
+        "print(c.recv(4096).decode())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert json.loads(out.stdout) == {"error": "only the grading worker may ask for kernels"}
+
+
+def test_the_server_refuses_anything_but_the_sandbox_kernel(setup):
+    answer = _ask(setup["server"].path, {"argv": ["/bin/sh", "-c", "id"], "env": {}, "cwd": "/"})
+    assert "not the sandbox kernel" in answer["error"]
+
+
+def test_without_a_server_kernels_start_anew(setup, monkeypatch):
+    monkeypatch.setattr(forkserver, "_current", None)
+    info, out = asyncio.run(_session(setup["work"], ["import os; print(os.getppid())"]))
+    assert not info["forked"]
+    assert int(out[0]) == os.getpid()
