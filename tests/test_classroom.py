@@ -12,7 +12,8 @@ them all, with short time limits so the loops cost seconds. Then:
 * nothing under ``submitted/`` or ``solutions/`` changed (hashes before and after), and no file
   appeared outside the notebooks' own folders;
 * grading again (a subset, and with Landlock switched off, as on a CI kernel without it) gives
-  the same grades, adds no row, and the summary warns about the missing sandbox;
+  the same grades, adds no row, and the summary warns about the missing sandbox; so does a
+  subset graded with kernels started anew (``--no-fork``) instead of forked;
 * the JSON reports name the known bug, and the dashboard shows figures and counts it.
 
 Entries whose outcome relies on Landlock (reading ``solutions/``, writing outside the folder...)
@@ -277,6 +278,24 @@ def test_rerun_without_landlock_gives_the_same_grades_and_warns(graded):
     rows_before = _gradebook_rows(course)
     summary = _grade(course, *[f"--student={s}" for s in again], COURSEPKG_LANDLOCK="0")
     assert "WARNING: Landlock is not available" in summary
+    assert _csv(course) == graded["scores"]
+    assert _gradebook_rows(course) == rows_before
+    for student in again:
+        assert graded["expected"][student][1] in _feedback(course, student)
+
+
+def test_kernels_started_anew_give_the_same_grades(graded):
+    """The batch forked its kernels from a server (forkserver.py); kernels started anew, as
+    nbgrader starts them, must give every student the same grade and feedback."""
+    course = graded["course"]
+    again = [
+        s
+        for s in ("solved", "buggy", "h_infinite_loop", "h_kernel_sigkill", "h_memory_bomb")
+        + ("h_monkeypatch_grading", "h_reads_solutions", "h_kills_grader")
+        if s in graded["expected"]
+    ]
+    rows_before = _gradebook_rows(course)
+    _grade(course, "--no-fork", *[f"--student={s}" for s in again])
     assert _csv(course) == graded["scores"]
     assert _gradebook_rows(course) == rows_before
     for student in again:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from coursepkg.grading import forkserver
-from coursepkg.grading.sandbox import KERNEL_NAME, landlock_abi, write_kernelspec
+from coursepkg.grading.sandbox import KERNEL_NAME, _parse, landlock_abi, write_kernelspec
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 def setup(tmp_path_factory):
     """A sandbox kernelspec, a protected 'course' with a secret, and a running fork server."""
     root = tmp_path_factory.mktemp("fork")
-    course = root / "course"
+    course = root / "a-course"  # dashes in the path, as in most real ones
     (course / "solutions").mkdir(parents=True)
     (course / "solutions" / "secret.txt").write_text("the answer")
     work = course / "autograded" / "s1"
@@ -88,7 +88,7 @@ def test_a_forked_kernel_is_a_fresh_process_of_its_own(setup):
     code = [
         "import os, random, sys; print(os.getpid(), os.getppid())",
         "print(random.random())",
-        "print('torch' in sys.modules, os.getcwd())",
+        "print('torch' in sys.modules, os.getcwd(), sys.path[0] == os.getcwd())",
     ]
     first, out1 = asyncio.run(_session(setup["work"], code))
     second, out2 = asyncio.run(_session(setup["work"], code))
@@ -98,7 +98,8 @@ def test_a_forked_kernel_is_a_fresh_process_of_its_own(setup):
         pid, ppid = map(int, out[0].split())
         assert pid == info["pid"] and ppid == server and pid not in (server, os.getpid())
         # torch was imported by the server, so the notebook's `import torch` costs nothing
-        assert out[2] == f"True {setup['work']}"
+        # (and, as a fresh `python -m` kernel would, it finds modules in its own folder first)
+        assert out[2] == f"True {setup['work']} True"
     assert first["pid"] != second["pid"]
     # each child re-seeds `random`: a copied state would give both the same number
     assert out1[1] != out2[1]
@@ -116,6 +117,15 @@ def test_a_forked_kernel_is_confined_like_a_fresh_one(setup):
     info, out = asyncio.run(_session(setup["work"], code))
     assert info["forked"]
     assert out == ["PermissionError", "2048", "300.0"]
+
+
+def test_the_launcher_keeps_paths_as_they_are():
+    """Option names read ``-`` as ``_``; values (course paths with dashes) stay untouched."""
+    options, kernel = _parse(["--protect=/srv/my-course", "--memory-mb=512", "--", "-f", "c.json"])
+    assert options == {"protect": "/srv/my-course", "memory_mb": "512"}
+    assert kernel == ["-f", "c.json"]
+    with pytest.raises(ValueError, match="--name=value"):
+        _parse(["--protect", "/srv/my-course"])
 
 
 def test_an_endless_cell_is_interrupted(setup):

@@ -124,6 +124,8 @@ def _become_kernel(request: dict, own_fds: list[int]) -> None:
         random.seed()  # not the server's random state, shared by every child
         argv = list(request["argv"])
         sys.argv = argv
+        if sys.path and sys.path[0] == request["server_dir"]:
+            sys.path[0] = os.getcwd()  # what `python -m` in the kernel's folder would put
         from .sandbox import _launch
 
         # The kernel's parent is this server: ipykernel watches it (it read JPY_PARENT_PID
@@ -162,6 +164,7 @@ def serve(path: str | Path) -> None:
     """
     _die_with_parent()
     parent = os.getppid()
+    here = os.getcwd()  # `python -m` put it first on sys.path; each kernel gets its own
     for name in PRELOAD:
         __import__(name)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -190,6 +193,7 @@ def serve(path: str | Path) -> None:
                         pass
                     conn.close()
                     continue
+                request["server_dir"] = here
                 own = [listener.fileno(), chooser.fileno(), conn.fileno()]
                 own += [fd for fd in children] + [c.fileno() for _, c in children.values()]
                 pid = os.fork()
@@ -233,6 +237,7 @@ class ForkServer:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "coursepkg.grading.forkserver", str(self.path)],
             env=env,
+            cwd=self.path.parent,
             stdin=subprocess.DEVNULL,
         )
 

@@ -431,11 +431,22 @@ def write_kernelspec(
     return spec_dir
 
 
+def _parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Split the launcher's command line: ``--name=value`` options (``-`` in a name read as
+    ``_``; values such as paths are kept as they are), then ``--`` and the kernel's arguments."""
+    split = argv.index("--") if "--" in argv else len(argv)
+    options = {}
+    for arg in argv[:split]:
+        name, sep, value = arg.partition("=")
+        if not arg.startswith("--") or not sep:
+            raise ValueError(f"the sandbox launcher takes --name=value options, not {arg!r}")
+        options[name[2:].replace("-", "_")] = value
+    return options, argv[split + 1 :]
+
+
 def _launch(argv: list[str]) -> None:
     """Confine this process, then become an IPython kernel (argv as in the kernelspec)."""
-    split = argv.index("--") if "--" in argv else len(argv)
-    options = dict(a.lstrip("-").replace("-", "_").split("=", 1) for a in argv[:split])
-    kernel_args = argv[split + 1 :]
+    options, kernel_args = _parse(argv)
     protected = Path(options["protect"]).resolve()
 
     pidfile = os.environ.get(PIDFILE_ENV)
