@@ -87,7 +87,7 @@ async def _session(work: Path, code: list[str], interrupt_after: float | None = 
 def test_a_forked_kernel_is_a_fresh_process_of_its_own(setup):
     code = [
         "import os, random, sys; print(os.getpid(), os.getppid())",
-        "print(random.random())",
+        "import torch; print(random.random(), torch.initial_seed())",
         "print('torch' in sys.modules, os.getcwd(), sys.path[0] == os.getcwd())",
     ]
     first, out1 = asyncio.run(_session(setup["work"], code))
@@ -101,8 +101,10 @@ def test_a_forked_kernel_is_a_fresh_process_of_its_own(setup):
         # (and, as a fresh `python -m` kernel would, it finds modules in its own folder first)
         assert out[2] == f"True {setup['work']} True"
     assert first["pid"] != second["pid"]
-    # each child re-seeds `random`: a copied state would give both the same number
-    assert out1[1] != out2[1]
+    # each child seeds `random` and torch anew, as fresh processes do (a state copied from the
+    # server would give both children the same numbers)
+    assert out1[1].split()[0] != out2[1].split()[0]
+    assert out1[1].split()[1] != out2[1].split()[1]
 
 
 @pytest.mark.skipif(landlock_abi() < 1, reason="Landlock is not available on this kernel")

@@ -107,10 +107,6 @@ def _become_kernel(request: dict, own_fds: list[int]) -> None:
             except OSError:
                 pass
         os.setsid()  # a process group of its own, as jupyter_client gives a launched kernel
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
-            signal.signal(
-                sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
-            )
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
@@ -121,7 +117,14 @@ def _become_kernel(request: dict, own_fds: list[int]) -> None:
         import tempfile
 
         tempfile.tempdir = None  # the kernel's TMPDIR, not the server's
-        random.seed()  # not the server's random state, shared by every child
+        # Random states seeded anew, as in a fresh process (a copy of the server's would be
+        # the same in every child): Python's, NumPy's and PyTorch's.
+        random.seed()
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()
+        import torch
+
+        torch.seed()
         argv = list(request["argv"])
         sys.argv = argv
         if sys.path and sys.path[0] == request["server_dir"]:
