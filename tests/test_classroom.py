@@ -207,10 +207,10 @@ def test_the_known_bug_is_named_in_the_json_report(graded):
     assert all(t["diagnoses"][0]["id"] == BUG for t in failed)
 
 
-def _gradebook_rows(course: Path) -> tuple[dict[str, int], int]:
+def _gradebook_rows(course: Path, db: str = "gradebook.db") -> tuple[dict[str, int], int]:
     from nbgrader.api import Gradebook
 
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+    with Gradebook(f"sqlite:///{course / db}") as gb:
         per_student = {}
         for sub in gb.assignment_submissions(AID):
             (nb,) = sub.notebooks
@@ -300,6 +300,42 @@ def test_kernels_started_anew_give_the_same_grades(graded):
     assert _gradebook_rows(course) == rows_before
     for student in again:
         assert graded["expected"][student][1] in _feedback(course, student)
+
+
+def test_another_gradebook_url(graded):
+    """``--db`` sends the grades to that gradebook (any SQLAlchemy URL; here another SQLite
+    file), leaving the default one alone; a gradebook without the assignment is refused with
+    the command that fixes it."""
+    course = graded["course"]
+    url = f"sqlite:///{course / 'other.db'}"
+    run = subprocess.run(
+        [str(BIN / "coursepkg"), "grade", AID, "--root", str(course), "--db", url],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode != 0
+    assert "does not know assignment 'ex01_attention'" in run.stderr
+    assert "nbgrader generate_assignment" in run.stderr
+    subprocess.run(
+        [str(BIN / "nbgrader"), "generate_assignment", AID, "--force", f"--db={url}"],
+        cwd=course,
+        env=_env(),
+        check=True,
+        capture_output=True,
+    )
+    rows_before = _gradebook_rows(course)
+    export = course / "reports" / AID / "grades.csv"
+    kept = export.read_bytes()
+    try:
+        _grade(course, f"--db={url}", "--student=solved", "--student=buggy")
+        assert _gradebook_rows(course, "other.db") == ({"solved": 1, "buggy": 1}, 2)
+        assert _gradebook_rows(course) == rows_before
+        scores = _csv(course)  # the export now comes from other.db
+        assert scores == {s: graded["scores"][s] for s in ("solved", "buggy")}
+    finally:
+        export.write_bytes(kept)  # the class's export, for the other tests
 
 
 def test_grading_takes_minutes_not_more(graded):
