@@ -10,9 +10,14 @@ accuracy measures generalisation, not memorisation.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import random
+import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -170,6 +175,25 @@ def _loss(smoothing: float, checkpoints: set[int], saved: dict[int, dict[str, Te
     return loss_fn
 
 
+#: Where ``train_date_translator(cache=...)`` keeps trained translators (override with the
+#: environment variable ``COURSEPKG_CACHE_DIR``).
+CACHE_ENV = "COURSEPKG_CACHE_DIR"
+
+
+def _cache_file(settings: dict) -> Path:
+    """The cache file of a training run: a hash of its settings, the thread count, PyTorch's
+    version and the source of every coursepkg module it could depend on, so that a change to any
+    of them means a new run rather than a stale one."""
+    root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "coursepkg")
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    digest.update(f"{torch.__version__} threads={torch.get_num_threads()}".encode())
+    package = Path(__file__).resolve().parent
+    for source in sorted(package.rglob("*.py")):
+        if "grading" not in source.relative_to(package).parts:
+            digest.update(source.relative_to(package).as_posix().encode() + source.read_bytes())
+    return root / f"date_translator-{digest.hexdigest()[:20]}.pt"
+
+
 def train_date_translator(
     steps: int = 1600,
     seed: int = 0,
@@ -188,6 +212,7 @@ def train_date_translator(
     eval_every: int = 100,
     eval_size: int = 200,
     checkpoints: Sequence[int] = (),
+    cache: str | None = None,
 ) -> DateTranslator:
     """Train a small Transformer on date normalisation with the paper's recipe, scaled down.
 
@@ -217,6 +242,11 @@ def train_date_translator(
             accuracy always uses all ``n_test``).
         checkpoints: steps (in ``[1, steps)``) after which to keep a copy of the weights, e.g.
             an under-trained model to compare decoders on.
+        cache: ``None`` (default) trains and keeps nothing on disk; ``"save"`` trains and saves
+            the result under ``~/.cache/coursepkg`` (or ``$COURSEPKG_CACHE_DIR``); ``"reuse"``
+            loads a run saved with exactly these arguments, the same coursepkg source, PyTorch
+            version and thread count (so the same weights as training again), and trains and
+            saves one if there is none. Chapter 8 saves, chapter 9 reuses.
 
     Returns:
         A :class:`DateTranslator` with the model in eval mode; ``history.metrics["exact_match"]``
@@ -231,6 +261,26 @@ def train_date_translator(
     bad = [c for c in checkpoints if not (isinstance(c, int) and 1 <= c < steps)]
     if bad:
         raise ValueError(f"checkpoints must be ints in [1, steps={steps}), got {bad}")
+    if cache not in (None, "save", "reuse"):
+        raise ValueError(f"cache must be None, 'save' or 'reuse', got {cache!r}")
+    settings = {
+        "steps": steps,
+        "seed": seed,
+        "d_model": d_model,
+        "n_heads": n_heads,
+        "d_ff": d_ff,
+        "n_layers": n_layers,
+        "dropout": dropout,
+        "batch_size": batch_size,
+        "warmup_steps": warmup_steps,
+        "lr_factor": lr_factor,
+        "smoothing": smoothing,
+        "n_test": n_test,
+        "eval_every": eval_every,
+        "eval_size": eval_size,
+        "checkpoints": sorted(checkpoints),
+    }
+    cache_file = _cache_file(settings) if cache is not None else None
     seed_everything(seed)
     src_vocab, tgt_vocab = date_vocabs()
     train_pairs, test_pairs = date_split(steps * batch_size, n_test, seed=seed)
@@ -249,7 +299,22 @@ def train_date_translator(
     )
     model = Transformer(config)
     translator = DateTranslator(model, src_vocab, tgt_vocab, History(), test_pairs)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    if cache == "reuse" and cache_file is not None and cache_file.is_file():
+        try:
+            saved = torch.load(cache_file, weights_only=True)
+            model.load_state_dict(saved["model"])
+            translator.history = History(**saved["history"])
+            translator.accuracy, translator.seconds = saved["accuracy"], saved["seconds"]
+            translator.checkpoints = saved["checkpoints"]
+            model.eval()
+            return translator
+        except Exception as err:  # noqa: BLE001 - a cache that cannot be read is retrained
+            warnings.warn(f"ignoring the unreadable cache {cache_file}: {err}", stacklevel=2)
+    # foreach: one call per operation for all parameters (same numbers, ~20% faster per step on
+    # this small model than PyTorch's per-parameter default on CPU).
+    optimizer = torch.optim.Adam(
+        model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, foreach=True
+    )
     scheduler = noam_scheduler(optimizer, d_model, warmup_steps, lr_factor)
     monitor = test_pairs[:eval_size]
     # fit evaluates at every multiple of eval_every and at the last step; the last one uses the
@@ -280,4 +345,21 @@ def train_date_translator(
     translator.accuracy = history.metrics["exact_match"][-1]
     translator.seconds = history.seconds
     model.eval()
+    if cache_file is not None:
+        saved = {
+            "model": model.state_dict(),
+            "checkpoints": translator.checkpoints,
+            "history": asdict(history),
+            "accuracy": translator.accuracy,
+            "seconds": translator.seconds,
+        }
+        try:
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            partial = cache_file.with_suffix(f".{os.getpid()}.part")
+            torch.save(saved, partial)
+            partial.replace(cache_file)  # whole or not at all
+        except OSError as err:
+            warnings.warn(
+                f"could not save the trained translator to {cache_file}: {err}", stacklevel=2
+            )
     return translator

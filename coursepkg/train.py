@@ -104,7 +104,7 @@ def fit(
     if not isinstance(eval_every, int) or eval_every < 1:
         raise ValueError(f"eval_every must be a positive int, got {eval_every!r}")
     if optimizer is None:
-        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr, foreach=True)
     # A text bar on stdout (not tqdm.auto's widget, which needs a kernel to show anything). It
     # redraws in place in a live notebook; `make book` sets TQDM_MININTERVAL so the static pages
     # keep only a few redraws and the final state.

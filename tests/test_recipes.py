@@ -1,8 +1,11 @@
 """The book's ready-made date translator: it trains, is reproducible, and decodes strings."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
+import coursepkg.recipes as recipes
 from coursepkg.data.dates import date_vocabs, encode_batch, make_date_pairs
 from coursepkg.recipes import ISO_LENGTH, DateTranslator, _batches, train_date_translator
 
@@ -111,6 +114,7 @@ def test_checkpoints_keep_earlier_weights():
         (dict(steps=0), "steps"),
         (dict(steps=2, batch_size=0), "batch_size"),
         (dict(steps=2, n_test=0), "n_test"),
+        (dict(steps=2, cache="yes"), "cache"),
     ],
 )
 def test_bad_arguments_are_rejected(kwargs, message):
@@ -121,3 +125,60 @@ def test_bad_arguments_are_rejected(kwargs, message):
 def test_translate_rejects_a_bare_string(short_run):
     with pytest.raises(TypeError, match="sequence of strings"):
         short_run.translate("22 Nov 2026")
+
+
+def _same_run(a: DateTranslator, b: DateTranslator) -> bool:
+    return (
+        all(
+            torch.equal(x, y)
+            for x, y in zip(
+                a.model.state_dict().values(), b.model.state_dict().values(), strict=True
+            )
+        )
+        and replace(a.history, seconds=0.0) == replace(b.history, seconds=0.0)
+        and a.accuracy == b.accuracy
+        and a.test_pairs == b.test_pairs
+        and sorted(a.checkpoints) == sorted(b.checkpoints)
+        and all(
+            torch.equal(a.checkpoints[k][n], b.checkpoints[k][n])
+            for k in a.checkpoints
+            for n in a.checkpoints[k]
+        )
+    )
+
+
+def test_a_saved_run_is_reused_only_with_the_same_settings(tmp_path, monkeypatch):
+    """Chapter 8 saves its translator and chapter 9 reuses it: the reused run is the saved one,
+    and any other setting trains anew."""
+    monkeypatch.setenv(recipes.CACHE_ENV, str(tmp_path))
+    args = dict(steps=8, progress=False, eval_every=4, checkpoints=(2,), **TINY)
+    saved = train_date_translator(cache="save", **args)
+    assert len(list(tmp_path.glob("*.pt"))) == 1
+    trained = train_date_translator(**args)  # training again gives the same run...
+    assert _same_run(saved, trained)
+
+    real_fit = recipes.fit
+    calls = []
+    monkeypatch.setattr(recipes, "fit", lambda *a, **k: calls.append(1) or real_fit(*a, **k))
+    reused = train_date_translator(cache="reuse", **args)  # ...which is what reuse loads
+    assert calls == [] and _same_run(saved, reused)
+    assert not reused.model.training and reused.at_checkpoint(2).accuracy == saved.accuracy
+    other = train_date_translator(cache="reuse", **{**args, "steps": 9})  # not saved yet
+    assert calls == [1] and other.history.step[-1] == 9
+    assert len(list(tmp_path.glob("*.pt"))) == 2
+
+
+def test_a_broken_or_unwritable_cache_only_costs_a_warning(tmp_path, monkeypatch):
+    monkeypatch.setenv(recipes.CACHE_ENV, str(tmp_path))
+    args = dict(steps=4, progress=False, eval_every=4, **TINY)
+    good = train_date_translator(cache="save", **args)
+    (file,) = tmp_path.glob("*.pt")
+    file.write_bytes(b"not a checkpoint")
+    with pytest.warns(UserWarning, match="unreadable cache"):
+        again = train_date_translator(cache="reuse", **args)
+    assert _same_run(good, again)
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the cache folder should be")
+    monkeypatch.setenv(recipes.CACHE_ENV, str(blocked))
+    with pytest.warns(UserWarning, match="could not save"):
+        assert _same_run(good, train_date_translator(cache="save", **args))

@@ -58,9 +58,9 @@ def pad_sequences(
     if len(seqs) == 0:
         raise ValueError("seqs must contain at least one sequence, got none")
     width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)  # (B, S)
-    for row, seq in enumerate(seqs):
-        ids[row, : len(seq)] = torch.as_tensor(list(seq), dtype=torch.long)
+    # One tensor from padded Python lists: a copy per row would cost more than the model's step.
+    ids = torch.tensor([[*s, *[pad_id] * (width - len(s))] for s in seqs], dtype=torch.long)
+    ids = ids.reshape(len(seqs), width)  # (B, S), also when every sequence is empty
     lengths = torch.tensor([len(s) for s in seqs])  # (B,)
     mask = torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)  # (B, S)
     return ids.to(device), mask.to(device)
