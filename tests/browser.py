@@ -140,7 +140,7 @@ class Browser:
 
     def goto(self, url: str, timeout: float = 60) -> None:
         """Open ``url`` and wait for its load event; reset :attr:`errors`."""
-        before = self.evaluate("location.href")
+        before = self._evaluate_between_pages("location.href", timeout)
         self.errors = []
         self._events = []
         self.send("Page.navigate", url=url)
@@ -165,12 +165,33 @@ class Browser:
             raise RuntimeError(f"JavaScript error: {result['exceptionDetails']}")
         return result.get("result", {}).get("value")
 
+    # What Chrome answers when a navigation (a redirect, a late load) replaces the document
+    # while an expression is being evaluated in it: try again in the new document.
+    _NAVIGATING = ("navigated or closed", "Cannot find context", "context was destroyed")
+
+    def _evaluate_between_pages(self, expression: str, timeout: float) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.evaluate(expression)
+            except RuntimeError as err:
+                if not any(t in str(err) for t in self._NAVIGATING):
+                    raise
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
     def wait_for(self, expression: str, timeout: float = 30) -> bool:
-        """Poll a JavaScript expression until it is truthy; False on timeout."""
+        """Poll a JavaScript expression until it is truthy; False on timeout. A navigation
+        happening meanwhile is waited out, not an error."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.evaluate(expression):
-                return True
+            try:
+                if self.evaluate(expression):
+                    return True
+            except RuntimeError as err:
+                if not any(t in str(err) for t in self._NAVIGATING):
+                    raise
             time.sleep(0.2)
         return False
 
