@@ -252,6 +252,8 @@ def train_date_translator(
         A :class:`DateTranslator` with the model in eval mode; ``history.metrics["exact_match"]``
         holds the held-out exact match at every evaluation, ``accuracy`` the final one.
     """
+    # Every argument that shapes the run keys its cache file (read before anything else is bound).
+    settings = {k: v for k, v in locals().items() if k not in ("progress", "cache")}
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive int, got {steps!r}")
     if not isinstance(batch_size, int) or batch_size < 1:
@@ -263,23 +265,7 @@ def train_date_translator(
         raise ValueError(f"checkpoints must be ints in [1, steps={steps}), got {bad}")
     if cache not in (None, "save", "reuse"):
         raise ValueError(f"cache must be None, 'save' or 'reuse', got {cache!r}")
-    settings = {
-        "steps": steps,
-        "seed": seed,
-        "d_model": d_model,
-        "n_heads": n_heads,
-        "d_ff": d_ff,
-        "n_layers": n_layers,
-        "dropout": dropout,
-        "batch_size": batch_size,
-        "warmup_steps": warmup_steps,
-        "lr_factor": lr_factor,
-        "smoothing": smoothing,
-        "n_test": n_test,
-        "eval_every": eval_every,
-        "eval_size": eval_size,
-        "checkpoints": sorted(checkpoints),
-    }
+    settings["checkpoints"] = sorted(checkpoints)  # validated above
     cache_file = _cache_file(settings) if cache is not None else None
     seed_everything(seed)
     src_vocab, tgt_vocab = date_vocabs()

@@ -170,6 +170,7 @@ class Browser:
     _NAVIGATING = ("navigated or closed", "Cannot find context", "context was destroyed")
 
     def _evaluate_between_pages(self, expression: str, timeout: float) -> Any:
+        """:meth:`evaluate`, waiting out navigations (None if one lasts past ``timeout``)."""
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -178,7 +179,7 @@ class Browser:
                 if not any(t in str(err) for t in self._NAVIGATING):
                     raise
                 if time.monotonic() > deadline:
-                    raise
+                    return None
                 time.sleep(0.2)
 
     def wait_for(self, expression: str, timeout: float = 30) -> bool:
@@ -186,12 +187,8 @@ class Browser:
         happening meanwhile is waited out, not an error."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            try:
-                if self.evaluate(expression):
-                    return True
-            except RuntimeError as err:
-                if not any(t in str(err) for t in self._NAVIGATING):
-                    raise
+            if self._evaluate_between_pages(expression, deadline - time.monotonic()):
+                return True
             time.sleep(0.2)
         return False
 

@@ -60,8 +60,6 @@ PRELOAD = (
     "ipykernel.zmqshell",
 )
 
-_PR_SET_PDEATHSIG = 1
-
 # The server of this process (set by ForkServer.start), used by every ForkProvisioner in it.
 _current: ForkServer | None = None
 
@@ -69,14 +67,6 @@ _current: ForkServer | None = None
 # ---------------------------------------------------------------------------------------------
 # The server
 # ---------------------------------------------------------------------------------------------
-
-
-def _die_with_parent() -> None:
-    import ctypes
-    import ctypes.util
-
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _peer_pid(conn: socket.socket) -> int:
@@ -165,7 +155,9 @@ def serve(path: str | Path) -> None:
     Args:
         path: where to create the socket (its directory should be private to the grader).
     """
-    _die_with_parent()
+    from .sandbox import _PR_SET_PDEATHSIG, _libc
+
+    _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # die with the worker
     parent = os.getppid()
     here = os.getcwd()  # `python -m` put it first on sys.path; each kernel gets its own
     for name in PRELOAD:
@@ -229,17 +221,17 @@ def serve(path: str | Path) -> None:
 class ForkServer:
     """A fork server started by, and serving, the current process.
 
+    It inherits this process's environment; the kernels get their own from each request (what
+    is read at import time, such as ``OMP_NUM_THREADS``, comes from the server's).
+
     Args:
         path: the socket's path (in a private directory).
-        env: the server's environment (the kernels get their own from each request; what is
-            read at import time, such as ``OMP_NUM_THREADS``, comes from here).
     """
 
-    def __init__(self, path: str | Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "coursepkg.grading.forkserver", str(self.path)],
-            env=env,
             cwd=self.path.parent,
             stdin=subprocess.DEVNULL,
         )
