@@ -920,7 +920,8 @@ def build_dashboard(course: str | Path) -> Path:
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Misconception dashboard</title>"
         "<style>body{font-family:sans-serif;max-width:1000px;margin:auto}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;"
-        "text-align:left}</style></head><body><h1>Misconception dashboard</h1>"
+        "text-align:left}img{max-width:100%;height:auto}</style></head><body>"
+        "<h1>Misconception dashboard</h1>"
     ]
     for folder in sorted(p for p in (course / "reports").glob("*") if p.is_dir()):
         reports = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
