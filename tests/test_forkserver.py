@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -47,8 +48,11 @@ def setup(tmp_path_factory):
         os.environ["JUPYTER_PATH"] = old
 
 
-async def _session(work: Path, code: list[str], interrupt_after: float | None = None):
-    """Start a kernel, run ``code`` cell by cell; return (manager info, outputs, exit code)."""
+async def _session(work: Path, code: list[str], interrupt_when: str | None = None):
+    """Start a kernel, run ``code`` cell by cell; return (manager info, outputs).
+
+    With ``interrupt_when``, each cell is interrupted once its output shows that text (waiting
+    for it rather than for a fixed time, which a busy machine can outlast)."""
     km = forkserver.ForkKernelManager(kernel_name=KERNEL_NAME)
     await km.start_kernel(cwd=str(work))
     kc = km.client()
@@ -69,8 +73,9 @@ async def _session(work: Path, code: list[str], interrupt_after: float | None = 
             run = asyncio.ensure_future(
                 kc.execute_interactive(source, output_hook=hook, timeout=60)
             )
-            if interrupt_after is not None:
-                await asyncio.sleep(interrupt_after)
+            if interrupt_when is not None:
+                while interrupt_when not in "".join(texts) and not run.done():
+                    await asyncio.sleep(0.05)
                 await km.interrupt_kernel()
             await run
             outputs.append("".join(texts).strip())
@@ -131,9 +136,10 @@ def test_the_launcher_keeps_paths_as_they_are():
 
 
 def test_an_endless_cell_is_interrupted(setup):
-    info, out = asyncio.run(_session(setup["work"], ["while True:\n    pass"], interrupt_after=2.0))
+    cell = "print('looping', flush=True)\nwhile True:\n    pass"
+    info, out = asyncio.run(_session(setup["work"], [cell], interrupt_when="looping"))
     assert info["forked"]
-    assert out == ["KeyboardInterrupt:"]
+    assert out == ["looping\nKeyboardInterrupt:"]
 
 
 def test_the_exit_code_of_a_kernel_reaches_its_manager(setup):
@@ -145,9 +151,8 @@ def test_the_exit_code_of_a_kernel_reaches_its_manager(setup):
         try:
             await kc.wait_for_ready(timeout=60)
             kc.execute("import os; os._exit(3)")
-            for _ in range(200):
-                if not await km.is_alive():
-                    break
+            deadline = time.monotonic() + 60  # a bound for a very busy machine, not a wait
+            while await km.is_alive() and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             return await km.is_alive(), km.provisioner.process.poll()
         finally:
