@@ -33,18 +33,23 @@ from ._core import (
     assert_close,
     call_student,
     check_gradients,
+    clone_module,
     configs,
     copy_weights,
     describe,
     diagnose,
     expect_tensor,
     forbidden_calls,
+    materialise_lazy,
     max_abs_error,
     parameter_table,
     register_configs,
     reject_reference_class,
     run_check,
+    swap_in,
 )
+from .attention import MHA_BUGS, module_runner
+from .encoder import FFN_BUGS, LN_BUGS, analyse_norm, combined
 
 __all__ = ["BUGS", "check_causal_mask", "check_decoder_layer"]
 
@@ -550,8 +555,8 @@ def _first_wrong_piece(
             # Swap the reference's pieces in one at a time: one may behave differently inside
             # the layer than when called on its own (e.g. through keyword arguments).
             for name in _PIECES:
-                swapped = copy.deepcopy(student)
-                setattr(swapped, name, copy.deepcopy(getattr(reference, name)))
+                swapped = clone_module(student)
+                swap_in(swapped, name, getattr(reference, name))
                 try:
                     if _close(swapped(x, memory, self_mask, cross_mask), expected):
                         wrong.append(name)
@@ -564,13 +569,14 @@ def _first_wrong_piece(
                 "reference on its own, so the mistake is in how forward combines them.",
                 False,
             )
-        swapped = copy.deepcopy(student)
+        swapped = clone_module(student)
         for name in wrong:
-            setattr(swapped, name, copy.deepcopy(getattr(reference, name)))
+            swap_in(swapped, name, getattr(reference, name))
+        swap_error = None
         try:
             rest_right = _close(swapped(x, memory, self_mask, cross_mask), expected)
-        except Exception:  # noqa: BLE001
-            rest_right = False
+        except Exception as exc:  # noqa: BLE001 - said in the message, not blamed on forward
+            rest_right, swap_error = False, f"{type(exc).__name__}: {exc}"
     kinds = sorted({_PIECE_CLASS[n] for n in wrong})
     names = ", ".join(wrong)
     verb = "differs" if len(wrong) == 1 else "differ"
@@ -578,7 +584,12 @@ def _first_wrong_piece(
         f"Your {names} {verb} from the reference {' / '.join(kinds)} given the same weights and "
         "inputs"
     )
-    if rest_right:
+    if swap_error is not None:
+        text += (
+            f". The reference's {names} could not be swapped into your layer to judge the rest "
+            f"({swap_error}), so fix {names} first and run the check again."
+        )
+    elif rest_right:
         text += (
             f"; with the reference's {names} swapped in, your DecoderLayer matches, so the rest "
             "is right."
@@ -591,6 +602,50 @@ def _first_wrong_piece(
     checks = " and ".join(f"{_PIECE_CHECK[k]}({k})" for k in kinds)
     text += f" Fix your {' and '.join(kinds)} first: {checks} says more."
     return text, True
+
+
+def _piece_bug(
+    student: nn.Module, reference: nn.Module, config: dict[str, int], seed: int
+) -> tuple[str, BugVariant] | None:
+    """The first of the student's pieces whose known mistake can be named, called on its own
+    with the reference's piece as the yardstick: inputs where memory and target have one
+    length (so self-attention-only code runs) and one memory row hidden entirely (so a finite
+    mask fill shows)."""
+    probe_config = {**config, "B": max(2, config["B"]), "L": max(4, config["L"])}
+    x, memory, self_mask, cross_mask = _layer_inputs(probe_config, seed + 7, same_length=True)
+    cross_mask = cross_mask.clone()
+    cross_mask[0] = False  # (B, 1, 1, S): batch row 0 may attend no memory position
+    d, h, f = config["D"], config["H"], config["F"]
+    catalogues = {
+        "MultiHeadAttention": (MHA_BUGS, (d, h)),
+        "PositionwiseFeedForward": (FFN_BUGS, (d, f)),
+        "LayerNorm": (LN_BUGS, (d,)),
+    }
+    for name in _PIECES:
+        piece, ref_piece = getattr(student, name, None), getattr(reference, name)
+        if not isinstance(piece, nn.Module):
+            continue
+        args = _piece_args(name, x, memory, self_mask, cross_mask)
+        with torch.no_grad():
+            expected = ref_piece(*args)
+            try:
+                if _close(piece(*args), expected):
+                    continue
+            except Exception:  # noqa: BLE001 - a piece that cannot run is named below, if known
+                pass
+            kind = _PIECE_CLASS[name]
+            bugs, piece_args = catalogues[kind]
+            bug = combined(analyse_norm(piece, x, d)) if kind == "LayerNorm" else None
+            bug = bug or diagnose(
+                lambda *a, piece=piece: piece(*a),
+                bugs,
+                args,
+                run=module_runner(ref_piece, piece_args),
+                reference_output=expected,
+            )
+        if bug is not None:
+            return name, bug
+    return None
 
 
 def _bound_run(reference: nn.Module) -> Callable[[Callable, Any], Any]:
@@ -688,6 +743,12 @@ def _check_layer_numbers(
     if not isinstance(student, nn.Module):
         report.fail(f"DecoderLayer({d}, {h}, {f}) should be an nn.Module, got {type(student)}.")
     reject_reference_class(impl, LAYER_ITEM, instance=student)
+    dry_x, dry_memory = torch.zeros(1, 2, d), torch.zeros(1, 3, d)  # (1, 2, D), (1, 3, D)
+    materialise_lazy(
+        student,
+        lambda m: call_student(m, dry_x, dry_memory, None, None, item=LAYER_ITEM),
+        LAYER_ITEM,
+    )
     student.eval()
     reference = _reference_layer(config, seed)
 
@@ -711,6 +772,10 @@ def _check_layer_numbers(
     except CheckFailure as failure:
         if failure.message.startswith("your DecoderLayer calls"):
             raise
+        where_bug = _piece_bug(student, reference, config, seed)
+        if where_bug is not None:
+            name, bug = where_bug
+            report.fail(f"{failure.message}\nThe cause is in your {name}.", bug)
         report.fail(failure.message, _diagnose_layer(student, reference, config, inputs, seed))
     try:
         assert_close(out, expected, f"the output of your DecoderLayer {where}")
@@ -724,7 +789,10 @@ def _check_layer_numbers(
         probe = _layer_inputs(probe_config, seed + 5)
         explanation, pieces_wrong = _first_wrong_piece(student, reference, inputs, expected, probe)
         bug = None
-        if not pieces_wrong:
+        if pieces_wrong:
+            where_bug = _piece_bug(student, reference, config, seed)
+            bug = where_bug[1] if where_bug is not None else None
+        else:
             bug = _diagnose_layer(student, reference, config, inputs, seed)
             if bug is None:
                 explanation += f" The paper's order: {_SUBLAYERS}."
@@ -750,7 +818,7 @@ def _check_layer_gradients_and_float64(
     )
 
     x, memory, self_mask, cross_mask = _layer_inputs(config, seed)
-    student64 = copy.deepcopy(student).double()
+    student64 = clone_module(student).double()
     reference64 = copy.deepcopy(reference).double()
     inputs64 = (x.double(), memory.double(), self_mask, cross_mask)
     with torch.no_grad():
@@ -815,8 +883,17 @@ def _check_layer_masking(
                 "weights (and so a zero attention output), never NaN: e.g. replace NaN weights "
                 "with 0 after the softmax."
             )
-        assert_close(
-            out,
-            reference(x, memory, causal, none),
-            f"your DecoderLayer's output when cross_mask hides a whole row {where}",
-        )
+        try:
+            assert_close(
+                out,
+                reference(x, memory, causal, none),
+                f"your DecoderLayer's output when cross_mask hides a whole row {where}",
+            )
+        except CheckFailure as failure:
+            where_bug = _piece_bug(student, reference, config, seed)
+            report.fail(
+                f"{failure.message}\nA memory row that cross_mask hides entirely must give zero "
+                "cross-attention weights (so a zero attention output), neither NaN nor uniform "
+                "weights.",
+                where_bug[1] if where_bug is not None else None,
+            )
