@@ -77,6 +77,10 @@ def _mask_float_ones(length: int) -> Tensor:
     return torch.ones(length, length).tril()  # (L, L)
 
 
+def _mask_inverted_float(length: int) -> Tensor:
+    return torch.ones(length, length).triu(diagonal=1)  # (L, L)
+
+
 def _mask_additive(length: int) -> Tensor:
     blocked = torch.ones(length, length, dtype=torch.bool).triu(diagonal=1)  # (L, L)
     return torch.zeros(length, length).masked_fill(blocked, float("-inf"))  # (L, L)
@@ -124,6 +128,16 @@ MASK_BUGS: list[BugVariant] = [
         advice="The course's masks are boolean, True = may attend; attention turns them into "
         "-inf itself. Return the lower-triangular boolean mask instead.",
         impl=_mask_additive,
+    ),
+    BugVariant(
+        id="causal_mask.inverted_float",
+        item=MASK_ITEM,
+        description="the mask is a float tensor with 1 = blocked (the future positions), "
+        "as torch.triu(torch.ones(L, L), diagonal=1) gives: both the dtype and the meaning "
+        "are the opposite of the course's",
+        advice="Return the boolean lower triangle, True = may attend: "
+        "torch.ones(L, L, dtype=torch.bool).tril() (or triu(..., diagonal=1) == 0).",
+        impl=_mask_inverted_float,
     ),
 ]
 
@@ -383,6 +397,31 @@ def check_causal_mask(
     return run_check("check_causal_mask", points, _causal_mask_body, impl, thorough, seed)
 
 
+def _readable_grids(impl: Callable, length: int, out: Tensor) -> str:
+    """The student's mask next to the expected one, at a length where the pattern shows
+    (``length`` when it is 4..8, else 5)."""
+    show = length if 4 <= length <= 8 else 5
+    if show != length:
+        try:
+            with forbidden_calls(MASK_ITEM):
+                out = call_student(impl, show, item=MASK_ITEM)
+        except CheckFailure:
+            return ""
+        if not isinstance(out, Tensor) or out.dim() < 2:
+            return ""
+    grid = out.detach().cpu()
+    while grid.dim() > 2 and grid.size(0) == 1:
+        grid = grid[0]  # a leading batch axis of 1 is shown without it
+    if grid.dim() != 2 or max(grid.shape) > 8:
+        return ""
+    label = "1 = True" if grid.dtype == torch.bool else "its values"
+    return (
+        f"\nYours at L = {show} ({label}):\n{_grid(grid)}\n"
+        f"Expected at L = {show} (1 = True = may attend):\n"
+        f"{_grid(_reference_causal_mask(show).int())}"
+    )
+
+
 def _diagnose_mask(impl: Callable, length: int, boolean: bool) -> BugVariant | None:
     """Match the student's masks of ``length`` and of 5 (where every catalogued mask differs
     from the others: at L = 1 a hidden diagonal and an inverted mask are both [[False]])."""
@@ -408,9 +447,16 @@ def _causal_mask_body(report: Report, impl: Callable, thorough: bool, seed: int 
         out = expect_tensor(out, what)
         expected = _reference_causal_mask(length)  # (L, L)
         if tuple(out.shape) != tuple(expected.shape):
+            extra = ""
+            if out.dim() > 2 and all(n == 1 for n in out.shape[:-2]):
+                extra = (
+                    " Drop the leading axes of size 1 (a batch axis, as in subsequent_mask): "
+                    "attention broadcasts an (L, L) mask itself."
+                )
             report.fail(
                 f"{what} has shape {tuple(out.shape)}, expected {tuple(expected.shape)}: one "
-                "row per query position and one column per key position."
+                f"row per query position and one column per key position.{extra}"
+                + _readable_grids(impl, length, out)
             )
         if out.dtype != torch.bool or not torch.equal(out, expected):
             bug = _diagnose_mask(impl, length, boolean=out.dtype == torch.bool)
@@ -428,11 +474,7 @@ def _causal_mask_body(report: Report, impl: Callable, thorough: bool, seed: int 
                     f"row {i}, column {j}: yours says query {i} {verb} attend key {j}. Query i "
                     "may attend key j exactly when j <= i (True = may attend)."
                 )
-            if length <= 8:
-                message += (
-                    f"\nYours (1 = True):\n{_grid(out.detach().cpu())}\n"
-                    f"Expected:\n{_grid(expected.int())}"
-                )
+            message += _readable_grids(impl, length, out)
             report.fail(message, bug)
     lengths = ", ".join(str(c["L"]) for c in configs(MASK_ITEM, thorough, seed))
     report.ok(f"lower-triangular boolean mask for L = {lengths}")
