@@ -767,7 +767,10 @@ def _decoder_layer_body(report: Report, impl: type, thorough: bool, seed: int | 
     report.ok("outputs match the reference with its weights copied in")
     for config, case_seed, student, reference in cases:
         _check_layer_masking(report, student, reference, config, case_seed)
-    report.ok("no leak from future positions or padded memory; fully masked rows give no NaN")
+    report.ok(
+        "no leak from future positions or padded memory; a fully masked memory row gets zero "
+        "cross-attention (no NaN, no average of the values)"
+    )
     for config, case_seed, student, reference in cases:
         _check_layer_gradients_and_float64(student, reference, config, case_seed)
     report.ok("gradients reach every parameter; float64 inputs give float64 outputs")
