@@ -106,6 +106,8 @@ CORPUS: list[Entry] = [
     E("ls.scatter", "check_label_smoothing", trn.ls_scatter, True),
     E("ls.mix", "check_label_smoothing", trn.ls_mix, True),
     E("ls.kl_div", "check_label_smoothing", trn.ls_kl_div, False, ("KL",)),
+    E("ls.wenet_kl", "check_label_smoothing", trn.ls_wenet_kl, False,
+      "label_smoothing.kl_eps_over_v_minus_1"),
     E("ls.fairseq", "check_label_smoothing", trn.ls_fairseq, False,
       "label_smoothing.eps_over_v_minus_1"),
     E("ls.gather_first", "check_label_smoothing", trn.ls_gather_first, False,

@@ -53,6 +53,20 @@ def ls_kl_div(logits, targets, smoothing=0.1, ignore_index=-100):
     return _mask_and_mean(kl, keep)
 
 
+def ls_wenet_kl(logits, targets, smoothing=0.1, ignore_index=-100):
+    """WeNet's LabelSmoothingLoss: KLDivLoss against confidence on the target and
+    smoothing / (V - 1) elsewhere, normalised by the kept positions."""
+    v = logits.size(-1)
+    x = logits.reshape(-1, v)
+    target = targets.reshape(-1)
+    ignore = target == ignore_index
+    true_dist = torch.full_like(x, smoothing / (v - 1))
+    true_dist.scatter_(1, target.masked_fill(ignore, 0).unsqueeze(1), 1 - smoothing)
+    kl = F.kl_div(torch.log_softmax(x, dim=1), true_dist, reduction="none")
+    total = (~ignore).sum().clamp(min=1)
+    return kl.masked_fill(ignore.unsqueeze(1), 0).sum() / total
+
+
 def ls_fairseq(logits, targets, smoothing=0.1, ignore_index=-100):
     """fairseq's label_smoothed_nll_loss: eps / (V - 1) on the wrong tokens."""
     lprobs = logits.log_softmax(-1)

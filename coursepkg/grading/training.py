@@ -206,10 +206,19 @@ def _ls_kl_divergence(logits, targets, smoothing=0.1, ignore_index=-100):
     return loss - _target_entropy(smoothing, v) if _kept(targets, ignore_index) else loss
 
 
-def _target_entropy(eps: float, v: int) -> float:
-    """Entropy of the smoothed target distribution (1 - eps + eps/V on one token, eps/V on
-    the V - 1 others)."""
-    top, rest = 1 - eps + eps / v, eps / v
+def _ls_kl_eps_over_v_minus_1(logits, targets, smoothing=0.1, ignore_index=-100):
+    # Both habits at once (KLDivLoss against 1 - eps on the target, eps / (V - 1) elsewhere).
+    v = logits.size(-1)
+    loss = _ls_eps_over_v_minus_1(logits, targets, smoothing, ignore_index)
+    if not _kept(targets, ignore_index):
+        return loss
+    return loss - _target_entropy(smoothing, v, over_others=True)
+
+
+def _target_entropy(eps: float, v: int, over_others: bool = False) -> float:
+    """Entropy of the smoothed target distribution: 1 - eps + eps/V on one token and eps/V on
+    the V - 1 others, or (``over_others``) 1 - eps and eps/(V - 1)."""
+    top, rest = (1 - eps, eps / (v - 1)) if over_others else (1 - eps + eps / v, eps / v)
     return -(top * math.log(top) if top > 0 else 0.0) - (
         (v - 1) * rest * math.log(rest) if rest > 0 else 0.0
     )
@@ -225,6 +234,17 @@ LOSS_BUGS: list[BugVariant] = [
         advice="Return the cross-entropy -sum(q * log_softmax(logits)) averaged over the kept "
         "positions, without the sum(q * log q) term.",
         impl=_ls_kl_divergence,
+    ),
+    BugVariant(
+        id="label_smoothing.kl_eps_over_v_minus_1",
+        item=LOSS_ITEM,
+        description="two conventions at once: the loss is the KL divergence (cross-entropy "
+        "minus the entropy of q, lower by a constant), and eps is spread over the V - 1 wrong "
+        "tokens (the true token gets 1 - eps) instead of over all V",
+        advice="Return the cross-entropy -sum(q * log_softmax(logits)) with q = (1 - eps) * "
+        "one_hot + eps / V on every token (the true one gets 1 - eps + eps / V), averaged over "
+        "the kept positions.",
+        impl=_ls_kl_eps_over_v_minus_1,
     ),
     BugVariant(
         id="label_smoothing.eps_over_v_minus_1",
