@@ -1062,6 +1062,7 @@ def run_attention_cases(
 def _outputs_match_safely(
     student: Callable[..., Any], inputs: Sequence[Any], expected: Tensor
 ) -> bool:
+    """Whether the student's block gives ``expected`` on ``inputs`` (an error: no)."""
     try:
         out = student(*inputs)
     except CheckFailure:
@@ -1090,7 +1091,16 @@ def _probe_key_value(
     where: str,
 ) -> None:
     """Fail naming the self-attention-only habit when the output does not move at all as the
-    keys and values change (with the query held fixed)."""
+    keys and values change (with the query held fixed).
+
+    Args:
+        report: the running check's report.
+        student: the student's block, called as ``student(query, key, value, mask)``.
+        query: (B, L, D) queries.
+        memory: (B, S, D) keys and values; the probe replaces them by other numbers.
+        item: what the student implements.
+        where: the configuration, for the message.
+    """
     other = torch.randn(
         memory.shape, generator=torch.Generator().manual_seed(7), dtype=memory.dtype
     )
@@ -1107,32 +1117,6 @@ def _probe_key_value(
                 f"change ({where}).",
                 bug,
             )
-
-
-def empty_row_rule(
-    report: Report,
-    out: Any,
-    expected: Tensor,
-    item: str,
-    where: str,
-    diagnosis: Callable[[], BugVariant | None],
-) -> None:
-    """Fail when a fully masked query's output differs from the reference's (a zero attention
-    output), saying what the exercise requires and naming the known mistake ``diagnosis``
-    finds (typically the finite fill, -1e9, that makes the row's weights uniform).
-
-    The caller made the first query of the first sequence see no key; ``expected`` is the
-    reference's output for the same inputs."""
-    if not isinstance(out, Tensor) or out.shape != expected.shape:
-        return
-    if bool(torch.isnan(out).any()) or _near(out[0, 0], expected[0, 0]):
-        return
-    report.fail(
-        f"when a query may attend no key ({where}), your {item} gives a different output "
-        "from the reference's zero attention. The exercise requires zero weights for a fully "
-        "masked row (so a zero attention output), neither NaN nor uniform weights.",
-        diagnosis(),
-    )
 
 
 BUGS: list[BugVariant] = [*SDPA_BUGS, *ADDITIVE_BUGS, *MHA_BUGS]

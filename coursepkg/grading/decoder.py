@@ -677,7 +677,7 @@ def _piece_bug(
                 pass
             kind = _PIECE_CLASS[name]
             bugs, piece_args = catalogues[kind]
-            bug = combined(analyse_norm(piece, x, d)) if kind == "LayerNorm" else None
+            bug = combined(analyse_norm(piece, d)) if kind == "LayerNorm" else None
             bug = bug or diagnose(
                 lambda *a, piece=piece: piece(*a),
                 bugs,

@@ -220,12 +220,22 @@ def _norm_denominators(module: nn.Module, d: int) -> tuple[float, float] | None:
     return float(dens[0, 0]), float(dens[0, 1])
 
 
-def analyse_norm(module: nn.Module, _x: Any, d: int) -> list[BugVariant]:
+def analyse_norm(module: nn.Module, d: int) -> list[BugVariant]:
     """Name each LayerNorm mistake of the student's module by rerunning its class with a
     controlled eps: the variance (biased or not), where eps goes (inside the square root,
     added to the standard deviation, or nowhere) and the default eps. Several at once are all
-    named; an empty list means none of these explains the output (other mistakes, such as the
-    wrong axis, are then matched against the catalogue)."""
+    named.
+
+    Args:
+        module: a student's LayerNorm (its class is built again as ``cls(d, eps=0.5)`` and
+            ``cls(d)``; the module itself is not changed).
+        d: d_model.
+
+    Returns:
+        The catalogued mistakes found, in a fixed order; an empty list when none of these
+        explains the output (other mistakes, such as the wrong axis, are then matched against
+        the catalogue).
+    """
     if d < 2:
         return []
     cls = type(module)
@@ -390,7 +400,7 @@ def _diagnose_norm(
 ) -> BugVariant | None:
     """The student's LayerNorm mistakes, named each by :func:`analyse_norm`, else the
     catalogue entry whose output matches."""
-    return combined(analyse_norm(mine, x, args[0])) or diagnose(
+    return combined(analyse_norm(mine, args[0])) or diagnose(
         guarded(mine, LN, **_LN_FORBID),
         LN_BUGS,
         (x,),
@@ -728,7 +738,7 @@ def localise(
     piece = getattr(student, first)
     bug = None
     if kind == "LayerNorm":
-        bug = combined(analyse_norm(piece, piece_inputs[0], args[0]))
+        bug = combined(analyse_norm(piece, args[0]))
     if bug is None:
         bug = diagnose(
             lambda *a: piece(*a),
