@@ -3,8 +3,10 @@ a known one.
 
 Each check takes the student's function or class and either returns a :class:`CheckResult`
 (shown as a green box in a notebook) or raises :class:`CheckFailure`, an ``AssertionError``
-whose message says what to change. ``thorough=True`` (the hidden tests) tries more and
-randomised shapes; ``seed`` picks them.
+whose message says what to change. When the check itself crashes it raises
+:class:`CheckerError` (a :class:`CheckFailure` whose message says the checker failed, not the
+student, and which ``coursepkg grade`` flags for review). ``thorough=True`` (the hidden
+tests) tries more and randomised shapes; ``seed`` picks them.
 
 =============================  ==========================================  ==============
 check                          what the student implements                 assignment
@@ -33,11 +35,12 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from ._core import BugVariant, CheckFailure, CheckResult, NotImplementedYet
+from ._core import BugVariant, CheckerError, CheckFailure, CheckResult, NotImplementedYet
 
 __all__ = [
     "BugVariant",
     "CheckFailure",
+    "CheckerError",
     "CheckResult",
     "NotImplementedYet",
     "catalogue",

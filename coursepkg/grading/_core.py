@@ -15,6 +15,7 @@ implementation (or into PyTorch's fused attention) and fails the check when ther
 
 from __future__ import annotations
 
+import copy
 import html
 import inspect
 import linecache
@@ -38,14 +39,17 @@ __all__ = [
     "DIAGNOSE_TOLERANCE",
     "NAMING_CONTRACT",
     "TOLERANCES",
+    "CHECKER_FAILED",
     "BugVariant",
     "CheckFailure",
+    "CheckerError",
     "CheckResult",
     "NotImplementedYet",
     "Report",
     "assert_close",
     "call_student",
     "check_gradients",
+    "clone_module",
     "configs",
     "copy_weights",
     "describe",
@@ -53,11 +57,13 @@ __all__ = [
     "diagnosis_message",
     "expect_tensor",
     "forbidden_calls",
+    "materialise_lazy",
     "max_abs_error",
     "parameter_table",
     "register_configs",
     "reject_reference_class",
     "run_check",
+    "swap_in",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -127,6 +133,36 @@ class NotImplementedYet(CheckFailure):
             f"{what}: replace `raise NotImplementedError` with your code.", check=check
         )
         self.item = item
+
+
+#: The phrase every message of a failure of the checker itself starts with (``coursepkg grade``
+#: looks for it to flag the student for review).
+CHECKER_FAILED = "the checker itself failed"
+
+
+class CheckerError(CheckFailure):
+    """The check crashed: an error in the checker, not a verdict on the student's code.
+
+    Student code never raises this (its exceptions go through :func:`call_student`); the
+    message says so, names the error and asks the student to tell the instructor.
+
+    Args:
+        check: the public check's name.
+        exc: the exception the checker raised.
+    """
+
+    checker_error = True
+
+    def __init__(self, check: str, exc: BaseException) -> None:
+        frame = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+        where = f" at {os.path.basename(frame[0].filename)}:{frame[0].lineno}" if frame else ""
+        super().__init__(
+            f"{CHECKER_FAILED} ({type(exc).__name__}{where}: {exc}). This is not a verdict on "
+            "your code: please tell your instructor, with this message, so that the check can "
+            "be fixed and your answer graded by hand.",
+            check=check,
+        )
+        self.error = exc
 
 
 @dataclass
@@ -243,8 +279,10 @@ def run_check(
     """Run a check's ``body(report, *args, **kwargs)`` with the conventions every check shares.
 
     The global RNG state is saved and restored (the check seeds what it builds), a failure is
-    labelled with the check's name, and an unexpected error inside the check (usually caused
-    by a student's return value of the wrong kind) becomes a readable :class:`CheckFailure`.
+    labelled with the check's name, and an unexpected error inside the check itself becomes a
+    :class:`CheckerError`, whose message says the checker failed (never that the student did)
+    and asks the student to tell the instructor. Student code is called through
+    :func:`call_student`, so its own errors never get here.
 
     Returns:
         A passed :class:`CheckResult` listing what was verified.
@@ -257,13 +295,8 @@ def run_check(
         if failure.check is None:
             failure.check = name
         raise
-    except Exception as exc:  # noqa: BLE001 - the student needs a sentence, not a traceback
-        raise CheckFailure(
-            f"the check stopped on an unexpected error ({type(exc).__name__}: {exc}). "
-            "This usually means your code returned something of the wrong type or shape; "
-            "compare what you return with the docstring of the stub.",
-            check=name,
-        ) from None
+    except Exception as exc:  # noqa: BLE001 - an error of the checker, never the student's
+        raise CheckerError(name, exc) from None
     return CheckResult(name=name, passed=True, points=points, messages=report.verified)
 
 
@@ -682,6 +715,74 @@ def copy_weights(reference: nn.Module, student: nn.Module, item: str) -> None:
             stu[name].copy_(param.to(stu[name].dtype))
 
 
+def clone_module(module: nn.Module) -> nn.Module:
+    """A deep copy of a (student's) module that also works after a forward pass with autograd
+    on: tensors a module keeps on ``self`` (attention weights stored to plot them, caches) are
+    copied detached, since ``copy.deepcopy`` refuses tensors that are not graph leaves."""
+    memo: dict[int, Any] = {}
+    for sub in module.modules():
+        for value in vars(sub).values():
+            stored = value if isinstance(value, (list, tuple)) else [value]
+            for t in stored:
+                if isinstance(t, Tensor) and not isinstance(t, nn.Parameter) and not t.is_leaf:
+                    memo[id(t)] = t.detach().clone()
+    return copy.deepcopy(module, memo)
+
+
+def materialise_lazy(module: nn.Module, run: Callable[[nn.Module], Any], item: str) -> None:
+    """Give the lazy parameters of a student's module (``nn.LazyLinear`` ...) their shapes by
+    one forward pass, so that they can be counted and copied like any other.
+
+    Args:
+        module: the student's module.
+        run: ``run(module)`` calls it once on inputs of the check's configuration.
+        item: what the student implements (named in the message).
+
+    Raises:
+        CheckFailure: when the parameters are still uninitialised after that call.
+    """
+    lazy = nn.parameter.is_lazy
+    if not any(lazy(p) for p in module.parameters()):
+        return
+    with torch.no_grad():
+        run(module)
+    still = [n for n, p in module.named_parameters() if lazy(p)]
+    if still:
+        raise CheckFailure(
+            f"your {item} has lazy parameters ({', '.join(still)}) that one forward pass does "
+            "not initialise; give their sizes in the constructor (nn.Linear(in, out))."
+        )
+
+
+class _Adapted(nn.Module):
+    """A reference piece put where the student's piece was: it accepts the calls the student's
+    layer makes to its own piece (the student's parameter names and order) and passes them on
+    positionally to the reference piece."""
+
+    def __init__(self, reference: nn.Module, signature: inspect.Signature | None) -> None:
+        super().__init__()
+        self.inner = reference
+        self.signature = signature
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self.signature is None or not kwargs:
+            return self.inner(*args, **kwargs)
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return self.inner(*bound.arguments.values())
+
+
+def swap_in(layer: nn.Module, name: str, reference_piece: nn.Module) -> None:
+    """Replace ``layer.<name>`` (a student's piece) by a copy of ``reference_piece`` that the
+    student's forward can call the way it calls its own piece (keyword names included)."""
+    own = getattr(layer, name, None)
+    try:
+        signature = inspect.signature(own.forward) if own is not None else None
+    except (TypeError, ValueError):
+        signature = None
+    setattr(layer, name, _Adapted(copy.deepcopy(reference_piece), signature))
+
+
 def _symbolic(shape: Sequence[int], dims: dict[str, int] | None) -> tuple[str, ...]:
     """Factors of a shape as letters when they match a named dimension (e.g. ('D', 'F'))."""
     names = {}
@@ -718,6 +819,40 @@ def _grouped(poly: str) -> str:
     return f"({poly})" if " + " in poly else poly
 
 
+def _numel(p: Tensor) -> int:
+    """Number of entries; 0 for a lazy parameter not yet initialised (``nn.LazyLinear``)."""
+    return 0 if nn.parameter.is_lazy(p) else p.numel()
+
+
+def _renaming_advice(
+    student: dict[str, dict[str, Tensor]], reference: dict[str, dict[str, Tensor]]
+) -> str:
+    """The sentence for a module with the reference's number of parameters under other
+    names: which names to use, and whether a fused projection has to be split."""
+    wanted = ", ".join(reference)
+    text = (
+        "Same number of parameters under other names: the check copies the weights by name, "
+        f"so name the submodules {wanted} (the naming contract: {NAMING_CONTRACT})."
+    )
+    sizes = sorted(_numel(p) for g in reference.values() for p in g.values())
+    fused = []
+    for group in student.values():
+        for name, p in group.items():
+            n = _numel(p)
+            if (
+                p.dim() >= 1
+                and n not in sizes
+                and any(n == k * m for m in sizes for k in (2, 3, 4))
+            ):
+                fused.append(name)
+    if fused:
+        text += (
+            f" Split a fused projection ({', '.join(fused)}) into separate nn.Linear layers, "
+            "e.g. one d_model x 3*d_model matrix into q_proj, k_proj and v_proj."
+        )
+    return text
+
+
 def parameter_table(
     student: nn.Module, reference: nn.Module, dims: dict[str, int] | None = None
 ) -> tuple[bool, str]:
@@ -744,7 +879,7 @@ def parameter_table(
     gs, gr = group(student), group(reference)
     tops = list(gr) + [t for t in gs if t not in gr]
     count = {
-        k: {t: sum(p.numel() for p in g.get(t, {}).values()) for t in tops}
+        k: {t: sum(_numel(p) for p in g.get(t, {}).values()) for t in tops}
         for k, g in (("s", gs), ("r", gr))
     }
     width = max([len(t) for t in tops] + [9])
@@ -756,6 +891,8 @@ def parameter_table(
     rows.append(f"{'total':<{width}}  {total_s:>9}  {total_r:>9}")
     ok = all(count["s"][t] == count["r"][t] for t in tops)
     notes: list[str] = []
+    if not ok and total_s == total_r:
+        notes.append(_renaming_advice(gs, gr))
     ps, pr = dict(student.named_parameters()), dict(reference.named_parameters())
     for t in tops:
         if count["s"][t] == count["r"][t]:

@@ -38,6 +38,7 @@ from ._core import (
     describe,
     diagnose,
     forbidden_calls,
+    materialise_lazy,
     parameter_table,
     register_configs,
     reject_reference_class,
@@ -137,6 +138,7 @@ def build_module(
     seed: int,
     extra: Sequence[type] = (),
     kwargs: dict[str, Any] | None = None,
+    probe: Sequence[Any] | None = None,
 ) -> nn.Module:
     """Construct the student's module safely, reject reference classes, switch to eval mode.
 
@@ -147,6 +149,8 @@ def build_module(
         seed: seeds the student's initialisation (the check overwrites it anyway).
         extra: more forbidden classes for this item (see :func:`reject_reference_class`).
         kwargs: keyword arguments of the constructor.
+        probe: inputs of one forward pass that initialises lazy parameters
+            (``nn.LazyLinear``), run only when the module has some.
     """
     reject_reference_class(cls, item, extra=extra)
     torch.manual_seed(seed)
@@ -154,6 +158,8 @@ def build_module(
     if not isinstance(module, nn.Module):
         raise CheckFailure(f"{item}(...) should build an nn.Module, got {type(module).__name__}.")
     reject_reference_class(cls, item, instance=module, extra=extra)
+    if probe is not None:
+        materialise_lazy(module, lambda m: call_student(m, *probe, item=item), item)
     return module.eval()
 
 
@@ -712,6 +718,8 @@ class _HeadsVariant(nn.Module):
     scale = "sqrt_dk"  # or "sqrt_d_model"
     inverted = False
     has_out_proj = True
+    self_only = False  # keys and values projected from the query (self-attention only)
+    empty_rows = "zero"  # or "uniform": a finite fill, so a fully masked query averages values
 
     def __init__(self, d_model: int, n_heads: int) -> None:
         super().__init__()
@@ -732,6 +740,8 @@ class _HeadsVariant(nn.Module):
         self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
     ) -> Tensor:
         b, n_q, d = query.shape
+        if self.self_only:
+            key = value = query
         q = self._heads(self.q_proj(query))  # (B, H, L, Dk)
         k = self._heads(self.k_proj(key))  # (B, H, S, Dk)
         v = self._heads(self.v_proj(value))  # (B, H, S, Dk)
@@ -739,7 +749,12 @@ class _HeadsVariant(nn.Module):
             # The kernel divides by sqrt(Dk); this makes the net divisor sqrt(D).
             q = q * math.sqrt(q.size(-1) / d)
         out, _ = _attention_variant(
-            q, k, v, mask, mask_mode="inverted" if self.inverted else "fill"
+            q,
+            k,
+            v,
+            mask,
+            mask_mode="inverted" if self.inverted else "fill",
+            empty_rows=self.empty_rows,
         )  # (B, H, L, Dk)
         if self.merge == "reshape":
             out = out.reshape(b, n_q, d)  # (B, L, D)
@@ -790,6 +805,27 @@ MHA_BUGS: list[BugVariant] = [
         "the mask is read the wrong way round (True treated as blocked)",
         "True means may attend: fill the scores with -inf where the mask is False (~mask).",
         _mha_bug("inverted_mask", inverted=True),
+    ),
+    BugVariant(
+        "mha.ignores_key_value",
+        MHA,
+        "your MultiHeadAttention ignores its key and value inputs: keys and values are "
+        "projected from the query, so it can only attend to itself (the GPT-style "
+        "self-attention habit), and cross-attention to the encoder's memory cannot work",
+        "Project the arguments you are given: q = q_proj(query), k = k_proj(key), "
+        "v = v_proj(value); with a fused projection, apply it to each input separately.",
+        _mha_bug("ignores_key_value", self_only=True),
+    ),
+    BugVariant(
+        "mha.masked_row_uniform",
+        MHA,
+        "a query whose keys are all masked averages all values instead of giving zero "
+        "attention: a finite fill such as -1e9 or -1e4 (or torch.finfo().min) makes that "
+        "row's softmax uniform",
+        "After the softmax, set the weights of masked positions to 0 (weights.masked_fill("
+        "~mask, 0.0)), or fill with float('-inf') and turn the NaN rows into zeros; a fully "
+        "masked query must give a zero attention output.",
+        _mha_bug("masked_row_uniform", empty_rows="uniform"),
     ),
 ]
 
@@ -864,7 +900,10 @@ def _mha_body(report: Report, cls: Any, thorough: bool, seed: int | None) -> Non
         torch.manual_seed(index)
         reference = _ReferenceMHA(d_model, n_heads).eval()
         with forbidden_calls(MHA):
-            student = build_module(cls, (d_model, n_heads), MHA, seed=index)
+            dry = torch.zeros(1, 2, d_model)  # (1, 2, D)
+            student = build_module(
+                cls, (d_model, n_heads), MHA, seed=index, probe=(dry, dry, dry, None)
+            )
         param_gap(
             report,
             student,
@@ -899,7 +938,10 @@ def _mha_body(report: Report, cls: Any, thorough: bool, seed: int | None) -> Non
             check_gradients(out, list(mine.named_parameters()), MHA)
     report.ok(f"parameter count and names match the reference on {len(cfgs)} shapes")
     report.ok("outputs match the reference (float32 and float64; no mask, padding, causal)")
-    report.ok("hidden keys change nothing; a fully masked query gives no NaN")
+    report.ok(
+        "it reads its key and value; hidden keys change nothing; a fully masked query gives "
+        "a zero attention output (no NaN, no average of the values)"
+    )
     report.ok("gradients reach every parameter")
 
 
@@ -950,6 +992,9 @@ def run_attention_cases(
         )
         return actual
 
+    expected = reference(query, memory, memory, None)
+    if not _outputs_match_safely(student, (query, memory, memory, None), expected):
+        _probe_key_value(report, student, query, memory, item, where)
     compare((query, memory, memory, None), "no mask")
 
     if n_k >= 2:
@@ -1012,6 +1057,66 @@ def run_attention_cases(
             ),
         )
     compare((query, memory, memory, mask), "a fully masked query (B, 1, L, S)")
+
+
+def _outputs_match_safely(
+    student: Callable[..., Any], inputs: Sequence[Any], expected: Tensor
+) -> bool:
+    """Whether the student's block gives ``expected`` on ``inputs`` (an error: no)."""
+    try:
+        out = student(*inputs)
+    except CheckFailure:
+        return False
+    return isinstance(out, Tensor) and out.shape == expected.shape and _near(out, expected)
+
+
+def _near(a: Tensor, b: Tensor) -> bool:
+    return bool(
+        torch.allclose(
+            a.detach().to("cpu", torch.float64),
+            b.detach().to("cpu", torch.float64),
+            rtol=1e-3,
+            atol=1e-4,
+            equal_nan=True,
+        )
+    )
+
+
+def _probe_key_value(
+    report: Report,
+    student: Callable[..., Any],
+    query: Tensor,
+    memory: Tensor,
+    item: str,
+    where: str,
+) -> None:
+    """Fail naming the self-attention-only habit when the output does not move at all as the
+    keys and values change (with the query held fixed).
+
+    Args:
+        report: the running check's report.
+        student: the student's block, called as ``student(query, key, value, mask)``.
+        query: (B, L, D) queries.
+        memory: (B, S, D) keys and values; the probe replaces them by other numbers.
+        item: what the student implements.
+        where: the configuration, for the message.
+    """
+    other = torch.randn(
+        memory.shape, generator=torch.Generator().manual_seed(7), dtype=memory.dtype
+    )
+    try:
+        first = student(query, memory, memory, None)
+        second = student(query, other * 2 + 1, other * 2 + 1, None)
+    except CheckFailure:
+        return
+    if isinstance(first, Tensor) and isinstance(second, Tensor) and first.shape == second.shape:
+        if _near(first, second):
+            bug = next(b for b in MHA_BUGS if b.id == "mha.ignores_key_value")
+            report.fail(
+                f"the output of your {item} stays the same when its key and value inputs "
+                f"change ({where}).",
+                bug,
+            )
 
 
 BUGS: list[BugVariant] = [*SDPA_BUGS, *ADDITIVE_BUGS, *MHA_BUGS]

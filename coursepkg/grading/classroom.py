@@ -65,6 +65,7 @@ import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from . import catalogue
+from ._core import CHECKER_FAILED
 from .notebook import NotebookError, load_notebook
 from .sandbox import KERNEL_NAME, NOT_GRADED_ENV, PIDFILE_ENV, STATUS_ENV, write_kernelspec
 
@@ -239,6 +240,7 @@ class StudentResult:
         error: set when not even the fallback grade could be recorded (the student then has
             no grade in the gradebook; the summary says so).
         feedback: whether nbgrader's feedback was generated.
+        checker_failed: test cells whose check itself crashed (to grade by hand).
     """
 
     student: str
@@ -250,6 +252,7 @@ class StudentResult:
     attempts: int = 0
     error: str = ""
     feedback: bool = True
+    checker_failed: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -298,6 +301,13 @@ class ClassResult:
                 f"ERROR: no grade could be recorded for {', '.join(lost)} (see the logs in "
                 f"{self.reports / 'logs'}); grade them again with --student"
             )
+        review = [s for s in self.students if s.checker_failed]
+        if review:
+            lines.append(
+                f"REVIEW: the checker itself failed for {len(review)} student(s); their points "
+                "in those cells are not a verdict, grade them by hand:"
+            )
+            lines.extend(f"  {s.student}: {', '.join(s.checker_failed)}" for s in review)
         no_feedback = [s.student for s in self.students if not s.feedback and not s.error]
         if no_feedback:
             lines.append(
@@ -794,6 +804,14 @@ def review_flags(nb: Any) -> list[str]:
     return [label for pattern, label in _REVIEW_PATTERNS if re.search(pattern, text)]
 
 
+def checker_failure_flag(grade_id: str, message: str) -> str | None:
+    """The review flag of a test cell whose check crashed (:class:`~._core.CheckerError`): its
+    points are not a verdict on the student, so the instructor grades that cell by hand."""
+    if CHECKER_FAILED in message:
+        return f"the checker itself failed on {grade_id}: grade that cell by hand"
+    return None
+
+
 def _diagnoses(message: str) -> list[dict[str, str]]:
     """The catalogued mistakes a check's message names (its "known mistake" sentences)."""
     found = []
@@ -855,6 +873,10 @@ def _student_report(
                 if grade.cell.cell_type != "code":
                     continue  # written answers are graded by hand
                 message = _cell_message(cells[grade_id]) if grade_id in cells else ""
+                flag = checker_failure_flag(grade_id, message)
+                if flag:
+                    flags.append(flag)
+                    result.checker_failed.append(grade_id)
                 earned = grade.score
                 tests.append(
                     {

@@ -33,18 +33,23 @@ from ._core import (
     assert_close,
     call_student,
     check_gradients,
+    clone_module,
     configs,
     copy_weights,
     describe,
     diagnose,
     expect_tensor,
     forbidden_calls,
+    materialise_lazy,
     max_abs_error,
     parameter_table,
     register_configs,
     reject_reference_class,
     run_check,
+    swap_in,
 )
+from .attention import MHA_BUGS, module_runner
+from .encoder import FFN_BUGS, LN_BUGS, analyse_norm, combined
 
 __all__ = ["BUGS", "check_causal_mask", "check_decoder_layer"]
 
@@ -70,6 +75,10 @@ def _mask_inverted(length: int) -> Tensor:
 
 def _mask_float_ones(length: int) -> Tensor:
     return torch.ones(length, length).tril()  # (L, L)
+
+
+def _mask_inverted_float(length: int) -> Tensor:
+    return torch.ones(length, length).triu(diagonal=1)  # (L, L)
 
 
 def _mask_additive(length: int) -> Tensor:
@@ -119,6 +128,16 @@ MASK_BUGS: list[BugVariant] = [
         advice="The course's masks are boolean, True = may attend; attention turns them into "
         "-inf itself. Return the lower-triangular boolean mask instead.",
         impl=_mask_additive,
+    ),
+    BugVariant(
+        id="causal_mask.inverted_float",
+        item=MASK_ITEM,
+        description="the mask is a float tensor with 1 = blocked (the future positions), "
+        "as torch.triu(torch.ones(L, L), diagonal=1) gives: both the dtype and the meaning "
+        "are the opposite of the course's",
+        advice="Return the boolean lower triangle, True = may attend: "
+        "torch.ones(L, L, dtype=torch.bool).tril() (or triu(..., diagonal=1) == 0).",
+        impl=_mask_inverted_float,
     ),
 ]
 
@@ -378,6 +397,31 @@ def check_causal_mask(
     return run_check("check_causal_mask", points, _causal_mask_body, impl, thorough, seed)
 
 
+def _readable_grids(impl: Callable, length: int, out: Tensor) -> str:
+    """The student's mask next to the expected one, at a length where the pattern shows
+    (``length`` when it is 4..8, else 5)."""
+    show = length if 4 <= length <= 8 else 5
+    if show != length:
+        try:
+            with forbidden_calls(MASK_ITEM):
+                out = call_student(impl, show, item=MASK_ITEM)
+        except CheckFailure:
+            return ""
+        if not isinstance(out, Tensor) or out.dim() < 2:
+            return ""
+    grid = out.detach().cpu()
+    while grid.dim() > 2 and grid.size(0) == 1:
+        grid = grid[0]  # a leading batch axis of 1 is shown without it
+    if grid.dim() != 2 or max(grid.shape) > 8:
+        return ""
+    label = "1 = True" if grid.dtype == torch.bool else "its values"
+    return (
+        f"\nYours at L = {show} ({label}):\n{_grid(grid)}\n"
+        f"Expected at L = {show} (1 = True = may attend):\n"
+        f"{_grid(_reference_causal_mask(show).int())}"
+    )
+
+
 def _diagnose_mask(impl: Callable, length: int, boolean: bool) -> BugVariant | None:
     """Match the student's masks of ``length`` and of 5 (where every catalogued mask differs
     from the others: at L = 1 a hidden diagonal and an inverted mask are both [[False]])."""
@@ -403,9 +447,16 @@ def _causal_mask_body(report: Report, impl: Callable, thorough: bool, seed: int 
         out = expect_tensor(out, what)
         expected = _reference_causal_mask(length)  # (L, L)
         if tuple(out.shape) != tuple(expected.shape):
+            extra = ""
+            if out.dim() > 2 and all(n == 1 for n in out.shape[:-2]):
+                extra = (
+                    " Drop the leading axes of size 1 (a batch axis, as in subsequent_mask): "
+                    "attention broadcasts an (L, L) mask itself."
+                )
             report.fail(
                 f"{what} has shape {tuple(out.shape)}, expected {tuple(expected.shape)}: one "
-                "row per query position and one column per key position."
+                f"row per query position and one column per key position.{extra}"
+                + _readable_grids(impl, length, out)
             )
         if out.dtype != torch.bool or not torch.equal(out, expected):
             bug = _diagnose_mask(impl, length, boolean=out.dtype == torch.bool)
@@ -423,11 +474,7 @@ def _causal_mask_body(report: Report, impl: Callable, thorough: bool, seed: int 
                     f"row {i}, column {j}: yours says query {i} {verb} attend key {j}. Query i "
                     "may attend key j exactly when j <= i (True = may attend)."
                 )
-            if length <= 8:
-                message += (
-                    f"\nYours (1 = True):\n{_grid(out.detach().cpu())}\n"
-                    f"Expected:\n{_grid(expected.int())}"
-                )
+            message += _readable_grids(impl, length, out)
             report.fail(message, bug)
     lengths = ", ".join(str(c["L"]) for c in configs(MASK_ITEM, thorough, seed))
     report.ok(f"lower-triangular boolean mask for L = {lengths}")
@@ -550,8 +597,8 @@ def _first_wrong_piece(
             # Swap the reference's pieces in one at a time: one may behave differently inside
             # the layer than when called on its own (e.g. through keyword arguments).
             for name in _PIECES:
-                swapped = copy.deepcopy(student)
-                setattr(swapped, name, copy.deepcopy(getattr(reference, name)))
+                swapped = clone_module(student)
+                swap_in(swapped, name, getattr(reference, name))
                 try:
                     if _close(swapped(x, memory, self_mask, cross_mask), expected):
                         wrong.append(name)
@@ -564,13 +611,14 @@ def _first_wrong_piece(
                 "reference on its own, so the mistake is in how forward combines them.",
                 False,
             )
-        swapped = copy.deepcopy(student)
+        swapped = clone_module(student)
         for name in wrong:
-            setattr(swapped, name, copy.deepcopy(getattr(reference, name)))
+            swap_in(swapped, name, getattr(reference, name))
+        swap_error = None
         try:
             rest_right = _close(swapped(x, memory, self_mask, cross_mask), expected)
-        except Exception:  # noqa: BLE001
-            rest_right = False
+        except Exception as exc:  # noqa: BLE001 - said in the message, not blamed on forward
+            rest_right, swap_error = False, f"{type(exc).__name__}: {exc}"
     kinds = sorted({_PIECE_CLASS[n] for n in wrong})
     names = ", ".join(wrong)
     verb = "differs" if len(wrong) == 1 else "differ"
@@ -578,7 +626,12 @@ def _first_wrong_piece(
         f"Your {names} {verb} from the reference {' / '.join(kinds)} given the same weights and "
         "inputs"
     )
-    if rest_right:
+    if swap_error is not None:
+        text += (
+            f". The reference's {names} could not be swapped into your layer to judge the rest "
+            f"({swap_error}), so fix {names} first and run the check again."
+        )
+    elif rest_right:
         text += (
             f"; with the reference's {names} swapped in, your DecoderLayer matches, so the rest "
             "is right."
@@ -591,6 +644,50 @@ def _first_wrong_piece(
     checks = " and ".join(f"{_PIECE_CHECK[k]}({k})" for k in kinds)
     text += f" Fix your {' and '.join(kinds)} first: {checks} says more."
     return text, True
+
+
+def _piece_bug(
+    student: nn.Module, reference: nn.Module, config: dict[str, int], seed: int
+) -> tuple[str, BugVariant] | None:
+    """The first of the student's pieces whose known mistake can be named, called on its own
+    with the reference's piece as the yardstick: inputs where memory and target have one
+    length (so self-attention-only code runs) and one memory row hidden entirely (so a finite
+    mask fill shows)."""
+    probe_config = {**config, "B": max(2, config["B"]), "L": max(4, config["L"])}
+    x, memory, self_mask, cross_mask = _layer_inputs(probe_config, seed + 7, same_length=True)
+    cross_mask = cross_mask.clone()
+    cross_mask[0] = False  # (B, 1, 1, S): batch row 0 may attend no memory position
+    d, h, f = config["D"], config["H"], config["F"]
+    catalogues = {
+        "MultiHeadAttention": (MHA_BUGS, (d, h)),
+        "PositionwiseFeedForward": (FFN_BUGS, (d, f)),
+        "LayerNorm": (LN_BUGS, (d,)),
+    }
+    for name in _PIECES:
+        piece, ref_piece = getattr(student, name, None), getattr(reference, name)
+        if not isinstance(piece, nn.Module):
+            continue
+        args = _piece_args(name, x, memory, self_mask, cross_mask)
+        with torch.no_grad():
+            expected = ref_piece(*args)
+            try:
+                if _close(piece(*args), expected):
+                    continue
+            except Exception:  # noqa: BLE001 - a piece that cannot run is named below, if known
+                pass
+            kind = _PIECE_CLASS[name]
+            bugs, piece_args = catalogues[kind]
+            bug = combined(analyse_norm(piece, d)) if kind == "LayerNorm" else None
+            bug = bug or diagnose(
+                lambda *a, piece=piece: piece(*a),
+                bugs,
+                args,
+                run=module_runner(ref_piece, piece_args),
+                reference_output=expected,
+            )
+        if bug is not None:
+            return name, bug
+    return None
 
 
 def _bound_run(reference: nn.Module) -> Callable[[Callable, Any], Any]:
@@ -670,7 +767,10 @@ def _decoder_layer_body(report: Report, impl: type, thorough: bool, seed: int | 
     report.ok("outputs match the reference with its weights copied in")
     for config, case_seed, student, reference in cases:
         _check_layer_masking(report, student, reference, config, case_seed)
-    report.ok("no leak from future positions or padded memory; fully masked rows give no NaN")
+    report.ok(
+        "no leak from future positions or padded memory; a fully masked memory row gets zero "
+        "cross-attention (no NaN, no average of the values)"
+    )
     for config, case_seed, student, reference in cases:
         _check_layer_gradients_and_float64(student, reference, config, case_seed)
     report.ok("gradients reach every parameter; float64 inputs give float64 outputs")
@@ -688,6 +788,12 @@ def _check_layer_numbers(
     if not isinstance(student, nn.Module):
         report.fail(f"DecoderLayer({d}, {h}, {f}) should be an nn.Module, got {type(student)}.")
     reject_reference_class(impl, LAYER_ITEM, instance=student)
+    dry_x, dry_memory = torch.zeros(1, 2, d), torch.zeros(1, 3, d)  # (1, 2, D), (1, 3, D)
+    materialise_lazy(
+        student,
+        lambda m: call_student(m, dry_x, dry_memory, None, None, item=LAYER_ITEM),
+        LAYER_ITEM,
+    )
     student.eval()
     reference = _reference_layer(config, seed)
 
@@ -711,6 +817,10 @@ def _check_layer_numbers(
     except CheckFailure as failure:
         if failure.message.startswith("your DecoderLayer calls"):
             raise
+        where_bug = _piece_bug(student, reference, config, seed)
+        if where_bug is not None:
+            name, bug = where_bug
+            report.fail(f"{failure.message}\nThe cause is in your {name}.", bug)
         report.fail(failure.message, _diagnose_layer(student, reference, config, inputs, seed))
     try:
         assert_close(out, expected, f"the output of your DecoderLayer {where}")
@@ -724,7 +834,10 @@ def _check_layer_numbers(
         probe = _layer_inputs(probe_config, seed + 5)
         explanation, pieces_wrong = _first_wrong_piece(student, reference, inputs, expected, probe)
         bug = None
-        if not pieces_wrong:
+        if pieces_wrong:
+            where_bug = _piece_bug(student, reference, config, seed)
+            bug = where_bug[1] if where_bug is not None else None
+        else:
             bug = _diagnose_layer(student, reference, config, inputs, seed)
             if bug is None:
                 explanation += f" The paper's order: {_SUBLAYERS}."
@@ -750,7 +863,7 @@ def _check_layer_gradients_and_float64(
     )
 
     x, memory, self_mask, cross_mask = _layer_inputs(config, seed)
-    student64 = copy.deepcopy(student).double()
+    student64 = clone_module(student).double()
     reference64 = copy.deepcopy(reference).double()
     inputs64 = (x.double(), memory.double(), self_mask, cross_mask)
     with torch.no_grad():
@@ -815,8 +928,17 @@ def _check_layer_masking(
                 "weights (and so a zero attention output), never NaN: e.g. replace NaN weights "
                 "with 0 after the softmax."
             )
-        assert_close(
-            out,
-            reference(x, memory, causal, none),
-            f"your DecoderLayer's output when cross_mask hides a whole row {where}",
-        )
+        try:
+            assert_close(
+                out,
+                reference(x, memory, causal, none),
+                f"your DecoderLayer's output when cross_mask hides a whole row {where}",
+            )
+        except CheckFailure as failure:
+            where_bug = _piece_bug(student, reference, config, seed)
+            report.fail(
+                f"{failure.message}\nA memory row that cross_mask hides entirely must give zero "
+                "cross-attention weights (so a zero attention output), neither NaN nor uniform "
+                "weights.",
+                where_bug[1] if where_bug is not None else None,
+            )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import random
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -198,6 +199,19 @@ def _greedy_no_bos(model, src, max_len, bos_id, eos_id):
     return _reference_greedy(model, src, max_len, bos_id, eos_id)[:, 1:]
 
 
+def _greedy_drops_eos(model, src, max_len, bos_id, eos_id):
+    out = _reference_greedy(model, src, max_len, bos_id, eos_id)  # (B, 1 + T)
+    pad = _pad_id(model)
+    rows = []
+    for row in out.tolist():
+        body = row[1:]
+        if eos_id in body:
+            body = body[: body.index(eos_id)]  # everything before EOS, without it
+        rows.append([row[0], *body])
+    width = max(len(r) for r in rows)
+    return torch.tensor([r + [pad] * (width - len(r)) for r in rows])  # (B, 1 + T')
+
+
 def _greedy_pads_with_zero(model, src, max_len, bos_id, eos_id):
     out = _reference_greedy(model, src, max_len, bos_id, eos_id)  # (B, 1 + T)
     is_eos = (out == eos_id).int()  # (B, 1 + T)
@@ -244,6 +258,14 @@ GREEDY_BUGS: list[BugVariant] = [
         description="finished rows are padded with 0 instead of the pad id",
         advice="Pad with model.config.pad_id, or eos_id when the model has no pad id.",
         impl=_greedy_pads_with_zero,
+    ),
+    BugVariant(
+        id="greedy.drops_eos",
+        item=GREEDY_ITEM,
+        description="a row stops at EOS without writing the EOS itself",
+        advice="Append the EOS a row produces, then stop that row (pad it afterwards): the "
+        "output keeps EOS, as in [BOS, a, b, EOS, pad].",
+        impl=_greedy_drops_eos,
     ),
 ]
 
@@ -293,6 +315,36 @@ def _beam_with_mistake(model, src, beam_size, max_len, bos_id, eos_id, length_pe
             score, seq = finished[-1]
         else:
             score, seq = max(finished, key=lambda f: f[0])
+        rows.append(seq)
+        scores.append(score)
+    width = max(len(r) for r in rows)
+    out = torch.tensor([r + [pad] * (width - len(r)) for r in rows])  # (B, 1 + T)
+    return out, torch.tensor(scores)
+
+
+@torch.no_grad()
+def _beam_keeps_finished(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=1.0):
+    """The simplification where finished hypotheses stay in the beam (taking its slots) and
+    compete with open ones by raw log-probability; the search ends when the beam holds only
+    finished hypotheses or after max_len steps."""
+    pad = _pad_id(model)
+    rows, scores = [], []
+    for i in range(src.size(0)):
+        memory = model.encode(src[i : i + 1])  # (1, S, D)
+        beam: list[tuple[float, list[int]]] = [(0.0, [bos_id])]
+        for _ in range(max_len):
+            candidates = [(lp, seq) for lp, seq in beam if seq[-1] == eos_id]
+            for logp, seq in beam:
+                if seq[-1] == eos_id:
+                    continue
+                tokens = torch.tensor([seq])  # (1, t)
+                lp = model.decode(tokens, memory)[0, -1].float().log_softmax(-1)
+                candidates += [(logp + v, seq + [tok]) for tok, v in enumerate(lp.tolist())]
+            candidates.sort(key=lambda c: -c[0])
+            beam = candidates[:beam_size]
+            if all(seq[-1] == eos_id for _, seq in beam):
+                break
+        score, seq = max(((lp / (len(s) - 1) ** length_penalty, s) for lp, s in beam))
         rows.append(seq)
         scores.append(score)
     width = max(len(r) for r in rows)
@@ -375,6 +427,16 @@ BEAM_BUGS: list[BugVariant] = [
         "as its score",
         advice="Return the normalised score logp / t ** length_penalty of the chosen hypothesis.",
         impl=_beam_raw_scores,
+    ),
+    BugVariant(
+        id="beam.finished_kept_in_beam",
+        item=BEAM_ITEM,
+        description="finished hypotheses stay in the beam and take the places of open ones "
+        "(ranked by raw log-probability), so fewer hypotheses are extended than beam_size",
+        advice="Move a hypothesis that ends in EOS out of the beam into a finished list, and "
+        "keep filling the beam with beam_size open candidates; stop a source once beam_size "
+        "hypotheses have finished.",
+        impl=_beam_keeps_finished,
     ),
 ]
 
@@ -469,21 +531,32 @@ def _compare_tokens(
     pad: int,
     where: str,
     bug: Callable[[], BugVariant | None],
+    explain: Callable[[int], str] | None = None,
 ) -> None:
     if _same_tokens(tokens, expected, pad):
         return
     lines = []
-    if tokens.size(1) < expected.size(1):
-        lines.append(
-            f"your output has {tokens.size(1)} columns, the reference {expected.size(1)} "
-            f"{where}: some row stopped too early."
-        )
     width = min(tokens.size(1), expected.size(1))
     bad = [
         i
         for i in range(expected.size(0))
         if not torch.equal(tokens[i, :width], expected[i, :width])
     ]
+    if tokens.size(1) < expected.size(1):
+        # Rows that agree on the shared columns but where the reference goes on.
+        ends = 1 + _generated_lengths(expected, EOS, expected.size(1) - 1)  # (B,)
+        short = [i for i in range(expected.size(0)) if int(ends[i]) > width]
+        if not bad and short:
+            lines.append(
+                f"your output has {tokens.size(1)} columns, the reference {expected.size(1)} "
+                f"{where}: some row stopped too early."
+            )
+            bad = short
+        else:
+            lines.append(
+                f"your output has {tokens.size(1)} columns, the reference {expected.size(1)} "
+                f"{where}."
+            )
     if not bad and tokens.size(1) > expected.size(1):
         lines.append(
             f"after the reference stops, your extra columns should hold only the pad id ({pad}) "
@@ -501,7 +574,9 @@ def _compare_tokens(
             f"Row {i}: yours {_row(tokens, i)}, reference {_row(expected, i)} "
             f"(BOS={BOS}, EOS={EOS}, pad={pad})."
         )
-    report.fail("\n".join(lines), bug())
+        if explain is not None:
+            lines.append(explain(i))
+    report.fail("\n".join(line for line in lines if line), bug())
 
 
 def _diagnose_tokens(
@@ -690,6 +765,37 @@ def _ties_only(
     return True
 
 
+def _explain_scores(
+    model: nn.Module,
+    src: Tensor,
+    tokens: Tensor,
+    expected: Tensor,
+    pad: int,
+    max_len: int,
+    config: dict[str, Any],
+    i: int,
+) -> str:
+    """Both rows' normalised scores under the exercise's rule, so that a student sees whether
+    the search missed a better hypothesis or scores hypotheses differently."""
+    mine, ref = tokens[i].tolist(), expected[i].tolist()
+    if not _well_formed(mine, pad, max_len):
+        return ""
+    alpha = config["alpha"]
+    a = _hypothesis_score(model, src[i], mine, pad, max_len, alpha)
+    b = _hypothesis_score(model, src[i], ref, pad, max_len, alpha)
+    verdict = (
+        "so the reference's is the better answer: your search did not find it (how are "
+        "finished hypotheses kept, and what length divides their log-probability?)"
+        if b > a
+        else "yet the reference's is what the exercise's search returns"
+    )
+    return (
+        f"Under the exercise's scoring (total log-probability / t ** {alpha:g}, t counting the "
+        f"generated tokens with EOS, without BOS) your row {i} scores {a:.4f} and the "
+        f"reference's {b:.4f}, {verdict}."
+    )
+
+
 def _beam_body(report: Report, impl: Callable, thorough: bool, seed: int | None) -> None:
     for config in configs(BEAM_ITEM, thorough, seed):
         model, src = decoding_case(config)
@@ -711,7 +817,15 @@ def _beam_body(report: Report, impl: Callable, thorough: bool, seed: int | None)
             )
         tokens = _validate_tokens(report, out[0], "your beam_search tokens", src.size(0), max_len)
         if not _ties_only(model, src, tokens, expected[0], pad, max_len, config["alpha"]):
-            _compare_tokens(report, tokens, expected[0], pad, where, diagnosis)
+            _compare_tokens(
+                report,
+                tokens,
+                expected[0],
+                pad,
+                where,
+                diagnosis,
+                partial(_explain_scores, model, src, tokens, expected[0], pad, max_len, config),
+            )
         scores = expect_tensor(out[1], "the scores returned by your beam_search")
         if tuple(scores.shape) != (src.size(0),):
             report.fail(

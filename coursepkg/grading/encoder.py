@@ -34,6 +34,7 @@ from ._core import (
     assert_close,
     call_student,
     check_gradients,
+    clone_module,
     configs,
     copy_weights,
     describe,
@@ -41,6 +42,7 @@ from ._core import (
     forbidden_calls,
     register_configs,
     run_check,
+    swap_in,
 )
 from .attention import (
     MHA_BUGS,
@@ -86,13 +88,15 @@ class _NormVariant(nn.Module):
 
     unbiased = False
     eps_outside_sqrt = False
+    eps_ignored = False
+    default_eps = 1e-5
     axis = -1
     affine = True
     divide_by_variance = False
 
-    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+    def __init__(self, d_model: int, eps: float | None = None) -> None:
         super().__init__()
-        self.eps = eps
+        self.eps = self.default_eps if eps is None else eps
         self.weight = nn.Parameter(torch.ones(d_model))
         self.bias = nn.Parameter(torch.zeros(d_model))
 
@@ -101,6 +105,8 @@ class _NormVariant(nn.Module):
         var = x.var(dim=self.axis, unbiased=self.unbiased, keepdim=True)  # (..., 1)
         if self.divide_by_variance:
             y = centred / (var + self.eps)
+        elif self.eps_ignored:
+            y = centred / var.sqrt()
         elif self.eps_outside_sqrt:
             y = centred / (var.sqrt() + self.eps)
         else:
@@ -170,6 +176,128 @@ LN_BUGS: list[BugVariant] = [
         _variant(_NormVariant, "divides_by_variance", divide_by_variance=True),
     ),
 ]
+
+LN_BUGS += [
+    BugVariant(
+        "ln.eps_ignored",
+        LN,
+        "eps is never used: the centred input is divided by sqrt(var) alone, so a constant "
+        "row divides 0 by 0",
+        "Divide by torch.sqrt(var + self.eps), with the eps given to the constructor.",
+        _variant(_NormVariant, "eps_ignored", eps_ignored=True),
+    ),
+    BugVariant(
+        "ln.default_eps",
+        LN,
+        "the default eps is not the exercise's 1e-5 (BERT-style code uses 1e-12, others 1e-6)",
+        "Keep the stub's signature: def __init__(self, d_model, eps=1e-5).",
+        _variant(_NormVariant, "default_eps", default_eps=1e-12),
+    ),
+]
+
+_LN_BY_ID = {bug.id: bug for bug in LN_BUGS}
+
+
+def _norm_denominators(module: nn.Module, d: int) -> tuple[float, float] | None:
+    """What the student's LayerNorm (gain 1, shift 0) divides two centred rows by: one of
+    biased variance 1 and one of 1e-4 (where eps matters). None when that cannot be read."""
+    z = torch.linspace(-1.0, 1.0, d, dtype=torch.float64) ** 3  # (D,)
+    z = (z - z.mean()) / z.var(unbiased=False).sqrt()  # mean 0, biased variance 1
+    x = torch.stack([z + 0.3, 0.01 * z + 0.3])[None]  # (1, 2, D)
+    try:
+        probe = clone_module(module).double()
+        with torch.no_grad():
+            params = dict(probe.named_parameters())
+            params["weight"].fill_(1.0)
+            params["bias"].fill_(0.0)
+            y = probe(x)  # (1, 2, D)
+    except Exception:  # noqa: BLE001 - a module that cannot be probed is judged by numbers
+        return None
+    if not isinstance(y, Tensor) or y.shape != x.shape or not bool(torch.isfinite(y).all()):
+        return None
+    c = x - x.mean(-1, keepdim=True)  # (1, 2, D)
+    dens = (c * c).sum(-1) / (c * y).sum(-1)  # (1, 2)
+    return float(dens[0, 0]), float(dens[0, 1])
+
+
+def analyse_norm(module: nn.Module, d: int) -> list[BugVariant]:
+    """Name each LayerNorm mistake of the student's module by rerunning its class with a
+    controlled eps: the variance (biased or not), where eps goes (inside the square root,
+    added to the standard deviation, or nowhere) and the default eps. Several at once are all
+    named.
+
+    Args:
+        module: a student's LayerNorm (its class is built again as ``cls(d, eps=0.5)`` and
+            ``cls(d)``; the module itself is not changed).
+        d: d_model.
+
+    Returns:
+        The catalogued mistakes found, in a fixed order; an empty list when none of these
+        explains the output (other mistakes, such as the wrong axis, are then matched against
+        the catalogue).
+    """
+    if d < 2:
+        return []
+    cls = type(module)
+    try:
+        big = cls(d, eps=0.5)
+        plain = cls(d)
+    except Exception:  # noqa: BLE001 - not constructible the stub's way: nothing to say
+        return []
+    measured = _norm_denominators(big, d)
+    if measured is None:
+        return []
+    found = None
+    for unbiased in (False, True):
+        for mode in ("inside", "outside", "none"):
+            expected = [
+                _denominator(var * (d / (d - 1) if unbiased else 1.0), 0.5, mode)
+                for var in (1.0, 1e-4)
+            ]
+            if all(abs(m - e) <= 1e-3 * e for m, e in zip(measured, expected, strict=True)):
+                found = (unbiased, mode)
+    if found is None:
+        return []
+    unbiased, mode = found
+    bugs = []
+    if unbiased:
+        bugs.append(_LN_BY_ID["ln.unbiased_variance"])
+    if mode == "outside":
+        bugs.append(_LN_BY_ID["ln.eps_outside_sqrt"])
+    if mode == "none":
+        bugs.append(_LN_BY_ID["ln.eps_ignored"])
+    else:
+        default = _norm_denominators(plain, d)
+        if default is not None:
+            var = 1e-4 * (d / (d - 1) if unbiased else 1.0)
+            eps = default[1] ** 2 - var if mode == "inside" else default[1] - var**0.5
+            if abs(eps - 1e-5) > 2e-6:
+                bugs.append(_LN_BY_ID["ln.default_eps"])
+    return bugs
+
+
+def _denominator(var: float, eps: float, mode: str) -> float:
+    if mode == "inside":
+        return (var + eps) ** 0.5
+    if mode == "outside":
+        return var**0.5 + eps
+    return var**0.5
+
+
+def combined(bugs: Sequence[BugVariant]) -> BugVariant | None:
+    """One known mistake, or several at once as a single entry naming each (its id is the
+    first one's)."""
+    if len(bugs) <= 1:
+        return bugs[0] if bugs else None
+    first = bugs[0]
+    return BugVariant(
+        first.id,
+        first.item,
+        "several at once: " + "; and ".join(b.description.rstrip(".") for b in bugs),
+        " ".join(b.advice for b in bugs),
+        first.impl,
+    )
+
 
 FFN_BUGS: list[BugVariant] = [
     BugVariant(
@@ -267,6 +395,20 @@ _LN_FORBID = {
 }
 
 
+def _diagnose_norm(
+    mine: nn.Module, ref: nn.Module, x: Tensor, expected: Tensor, args: tuple
+) -> BugVariant | None:
+    """The student's LayerNorm mistakes, named each by :func:`analyse_norm`, else the
+    catalogue entry whose output matches."""
+    return combined(analyse_norm(mine, args[0])) or diagnose(
+        guarded(mine, LN, **_LN_FORBID),
+        LN_BUGS,
+        (x,),
+        run=module_runner(ref, args),
+        reference_output=expected,
+    )
+
+
 def _layer_norm_body(report: Report, cls: Any, thorough: bool, seed: int | None) -> None:
     gen = generator(seed, salt=3)
     cfgs = configs("layer_norm", thorough, seed)
@@ -285,7 +427,7 @@ def _layer_norm_body(report: Report, cls: Any, thorough: bool, seed: int | None)
                 kwargs={"eps": eps} if "eps" in cfg else None,
             )
         param_gap(report, student, reference, LN, dims={"D": d}, bugs=LN_BUGS, args=args)
-        copy_weights(reference, copy.deepcopy(student), LN)  # names and shapes
+        copy_weights(reference, clone_module(student), LN)  # names and shapes
         params = dict(student.named_parameters())
         for name, value in (("weight", 1.0), ("bias", 0.0)):
             if not torch.equal(params[name].detach(), torch.full((d,), value)):
@@ -312,14 +454,7 @@ def _layer_norm_body(report: Report, cls: Any, thorough: bool, seed: int | None)
                 actual,
                 expected,
                 f"the output of your LayerNorm ({where})",
-                diagnosis=partial(
-                    diagnose,
-                    guarded(mine, LN, **_LN_FORBID),
-                    LN_BUGS,
-                    (x,),
-                    run=module_runner(ref, args),
-                    reference_output=expected,
-                ),
+                diagnosis=partial(_diagnose_norm, mine, ref, x, expected, args),
                 hint="Expected (x - mean) / sqrt(var + eps) * weight + bias over the last axis, "
                 "with the biased variance.",
             )
@@ -392,7 +527,7 @@ def _ffn_body(report: Report, cls: Any, thorough: bool, seed: int | None) -> Non
         torch.manual_seed(index)
         reference = _ReferenceFFN(d, d_ff).eval()
         with forbidden_calls(FFN):
-            student = build_module(cls, (d, d_ff), FFN, seed=index)
+            student = build_module(cls, (d, d_ff), FFN, seed=index, probe=(torch.zeros(1, 2, d),))
         param_gap(
             report, student, reference, FFN, dims={"D": d, "F": d_ff}, bugs=FFN_BUGS, args=(d, d_ff)
         )
@@ -561,7 +696,7 @@ def localise(
     wrong: list[str] = []
     for name in pieces:
         hybrid = copy.deepcopy(reference)
-        piece = copy.deepcopy(getattr(student, name))
+        piece = clone_module(getattr(student, name))
         if name.endswith("attn"):
             piece = _DropCache(piece)
         setattr(hybrid, name, piece)
@@ -589,33 +724,45 @@ def localise(
         )
     first = wrong[0]
     kind, bugs, args, probe = pieces[first]
-    repaired = copy.deepcopy(student)
+    repaired = clone_module(student)
     for name in wrong:
-        setattr(repaired, name, copy.deepcopy(getattr(reference, name)))
+        swap_in(repaired, name, getattr(reference, name))
+    swap_error = None
     try:
         with torch.no_grad():
             rest_ok = _close(repaired(*inputs), expected)
-    except Exception:  # noqa: BLE001
-        rest_ok = False
+    except Exception as exc:  # noqa: BLE001 - said in the message, not blamed on the wiring
+        rest_ok, swap_error = False, f"{type(exc).__name__}: {exc}"
     piece_inputs = probe(inputs[0])
     piece_ref = getattr(reference, first)
-    bug = diagnose(
-        lambda *a: getattr(student, first)(*a),
-        bugs,
-        piece_inputs,
-        run=module_runner(piece_ref, args),
-        reference_output=piece_ref(*piece_inputs),
-    )
+    piece = getattr(student, first)
+    bug = None
+    if kind == "LayerNorm":
+        bug = combined(analyse_norm(piece, args[0]))
+    if bug is None:
+        bug = diagnose(
+            lambda *a: piece(*a),
+            bugs,
+            piece_inputs,
+            run=module_runner(piece_ref, args),
+            reference_output=piece_ref(*piece_inputs),
+        )
     others = [n for n in wrong if n != first]
     sentence = f"Your {first} differs from the reference {kind}"
     if others:
         sentence += f" (and so does your {', '.join(others)})"
-    sentence += (
-        "; the rest of your layer is right."
-        if rest_ok
-        else "; with the reference's pieces in their place your layer still differs, so "
-        "check how your forward connects them too."
-    )
+    if swap_error is not None:
+        sentence += (
+            f". The reference's {', '.join(wrong)} could not be swapped into your layer to "
+            f"judge the rest ({swap_error}); fix {first} first, then run the check again."
+        )
+    elif rest_ok:
+        sentence += "; the rest of your layer is right."
+    else:
+        sentence += (
+            "; with the reference's pieces in their place your layer still differs, so "
+            "check how your forward connects them too."
+        )
     return sentence, bug
 
 
@@ -723,7 +870,8 @@ def _encoder_body(report: Report, cls: Any, thorough: bool, seed: int | None) ->
         torch.manual_seed(index)
         reference = _ReferenceEncoderLayer(d, h, d_ff).eval()
         with forbidden_calls(ENC):
-            student = build_module(cls, args, ENC, seed=index)
+            dry = torch.zeros(1, 2, d)  # (1, 2, D)
+            student = build_module(cls, args, ENC, seed=index, probe=(dry, None))
         param_gap(
             report,
             student,
@@ -742,7 +890,10 @@ def _encoder_body(report: Report, cls: Any, thorough: bool, seed: int | None) ->
             check_gradients(out, list(mine_module.named_parameters()), ENC)
     report.ok(f"parameter count and names match the reference on {len(cfgs)} shapes")
     report.ok("outputs match (float32 and float64; no mask, padding mask, causal mask)")
-    report.ok("hidden positions change nothing; a fully masked sequence gives no NaN")
+    report.ok(
+        "hidden positions change nothing; a sequence whose every position is masked gets the "
+        "reference's output (zero attention: no NaN, no average of the values)"
+    )
     report.ok("gradients reach every parameter")
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import numbers
 import random
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -121,8 +122,16 @@ def _parts(kw: dict[str, Any]) -> dict[str, tuple[int, str]]:
         (n_enc + n_dec) * feed_forward_parameters(c),
         "2·D·F (+ F + D biases) per layer",
     )
-    if c.use_final_norm:
-        parts["the two final LayerNorms"] = (2 * layer_norm_parameters(c), "one per stack")
+    parts["the two final LayerNorms"] = (
+        2 * layer_norm_parameters(c),
+        "one per stack" + ("" if c.use_final_norm else ", which final_norm=False leaves out"),
+    )
+    parts["an output-projection bias"] = (v, "V; the output projection has no bias")
+    if not c.share_embeddings:
+        parts["the target embedding (not shared with the source)"] = (
+            v * d,
+            "V·D, a matrix of its own when share_embeddings=False",
+        )
     return parts
 
 
@@ -132,14 +141,22 @@ def _explain_gap(kw: dict[str, Any], gap: int) -> str:
     parts = _parts(kw)
     items = [(name, n, how) for name, (n, how) in parts.items() if n > 0]
     for size in (1, 2, 3):
-        for combo in itertools.combinations(items, size):
+        # A part may be used more than once (a matrix counted twice, two parts missed).
+        for combo in itertools.combinations_with_replacement(items, size):
             for signs in itertools.product((1, -1), repeat=size):
-                if sum(s * n for s, (_, n, _) in zip(signs, combo, strict=True)) == gap:
-                    phrases = [
-                        f"{'counts' if s > 0 else 'misses'} {name} ({n:,} = {how})"
-                        for s, (name, n, how) in zip(signs, combo, strict=True)
-                    ]
-                    return "Your count " + " and ".join(phrases) + "."
+                if sum(s * n for s, (_, n, _) in zip(signs, combo, strict=True)) != gap:
+                    continue
+                terms = Counter(
+                    (s, name, n, how) for s, (name, n, how) in zip(signs, combo, strict=True)
+                )
+                if any((-s, name, n, how) in terms for s, name, n, how in terms):
+                    continue  # a part both added and removed explains nothing
+                phrases = [
+                    f"{'counts' if s > 0 else 'misses'} {'' if k == 1 else f'{k} × '}{name} "
+                    f"({n:,} = {how})"
+                    for (s, name, n, how), k in terms.items()
+                ]
+                return "Your count " + " and ".join(phrases) + "."
     return (
         "The gap is not one of the usual parts; compare your count part by part with: "
         + ", ".join(f"{name} = {n:,}" for name, n, _ in items)
@@ -200,6 +217,12 @@ _decoder_layers_ignored = _mistake(
     )
 )
 _final_norm_ignored = _mistake(lambda c: -2 * layer_norm_parameters(c) if c.use_final_norm else 0)
+_output_bias = _mistake(lambda c: c.vocab_size)
+_untied_counted_once = _mistake(
+    lambda c: (
+        -c.vocab_size * c.d_model if not c.share_embeddings and not c.separate_vocabularies else 0
+    )
+)
 
 _FORMULA = (
     "per attention block 2·D·H·Dk + 2·H·Dv·D (+ 2·H·Dk + H·Dv + D biases); per feed-forward "
@@ -285,6 +308,24 @@ BUGS: list[BugVariant] = [
         advice="With final_norm=True each stack ends with one more LayerNorm: add 2 of them.",
         impl=_final_norm_ignored,
     ),
+    BugVariant(
+        id="parameter_count.output_bias",
+        item=ITEM,
+        description="the output projection is counted with a bias (V more parameters), "
+        "which the model does not have",
+        advice="The output projection D -> V has no bias (nn.Linear(d_model, vocab_size, "
+        "bias=False)), whether or not it is tied: drop the + V.",
+        impl=_output_bias,
+    ),
+    BugVariant(
+        id="parameter_count.untied_embeddings_counted_once",
+        item=ITEM,
+        description="with share_embeddings=False the source and target embeddings are two "
+        "matrices even when the vocabularies have the same size, but only one is counted",
+        advice="Count V_src·D for the source embedding and V·D for the target one unless "
+        "share_embeddings=True.",
+        impl=_untied_counted_once,
+    ),
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -334,6 +375,7 @@ register_configs(
             "d_k": 5,
             "d_v": 7,
             "tie_embeddings": False,
+            "share_embeddings": False,
         },
         {
             "vocab_size": 30,

@@ -200,6 +200,38 @@ def check_positional_encoding(
     return run_check("check_positional_encoding", points, _body, impl, thorough, seed)
 
 
+def _halves_layout(student: Callable[[int, int], Any], size: tuple[int, int]) -> BugVariant | None:
+    """Recognise the sines-then-cosines layout (tensor2tensor's timing signal) by its shape
+    alone, whatever frequencies it uses: row 0 (position 0) is D/2 zeros then D/2 ones, and
+    the first half's columns are odd functions of the position."""
+    max_len, d_model = max(size[0], 4), max(size[1], 4)
+    d_model += d_model % 2
+    try:
+        table = student(max_len, d_model)
+    except Exception:  # noqa: BLE001 - a table that cannot be built has no layout
+        return None
+    if not isinstance(table, Tensor) or tuple(table.shape) != (max_len, d_model):
+        return None
+    table = table.detach().to(torch.float64)
+    half = d_model // 2
+    row0 = torch.cat([torch.zeros(half), torch.ones(half)]).to(torch.float64)  # (D,)
+    if not torch.allclose(table[0], row0, atol=1e-4):
+        return None
+    bug = next(b for b in BUGS if b.id == "pe.halves_not_interleaved")
+    paper = _pe_variant(max_len, d_model, layout="halves").to(torch.float64)
+    if torch.allclose(table, paper, atol=PE_TOLERANCE[1]):
+        return bug
+    return BugVariant(
+        bug.id,
+        bug.item,
+        bug.description + " (tensor2tensor's layout); the frequencies differ from the "
+        "paper's as well (tensor2tensor spaces them by log(10000) / (D/2 - 1), the paper by "
+        "2·log(10000) / D)",
+        bug.advice + " Use the frequencies 1 / 10000^(2i/d_model) for column pair i.",
+        bug.impl,
+    )
+
+
 def _body(report: Report, fn: Any, thorough: bool, seed: int | None) -> None:
     if not callable(fn):
         report.fail(f"expected your function {PE}, got {type(fn).__name__}.")
@@ -208,6 +240,9 @@ def _body(report: Report, fn: Any, thorough: bool, seed: int | None) -> None:
         return call_student(fn, max_len, d_model, item=PE)
 
     def diagnosis(size: tuple[int, int]) -> BugVariant | None:
+        layout = _halves_layout(student, size)
+        if layout is not None:
+            return layout
         for probe in (size, _PROBE):
             bug = diagnose(student, BUGS, probe, reference_output=sinusoidal_table(*probe))
             if bug is not None:

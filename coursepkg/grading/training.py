@@ -199,7 +199,53 @@ def _ls_all_ignored_nan(logits, targets, smoothing=0.1, ignore_index=-100):
     return loss
 
 
+def _ls_kl_divergence(logits, targets, smoothing=0.1, ignore_index=-100):
+    # KL(q || p) = cross-entropy(q, p) - H(q); H(q) is the same at every kept position.
+    v = logits.size(-1)
+    loss = _reference_loss(logits, targets, smoothing, ignore_index)
+    return loss - _target_entropy(smoothing, v) if _kept(targets, ignore_index) else loss
+
+
+def _ls_kl_eps_over_v_minus_1(logits, targets, smoothing=0.1, ignore_index=-100):
+    # Both habits at once (KLDivLoss against 1 - eps on the target, eps / (V - 1) elsewhere).
+    v = logits.size(-1)
+    loss = _ls_eps_over_v_minus_1(logits, targets, smoothing, ignore_index)
+    if not _kept(targets, ignore_index):
+        return loss
+    return loss - _target_entropy(smoothing, v, over_others=True)
+
+
+def _target_entropy(eps: float, v: int, over_others: bool = False) -> float:
+    """Entropy of the smoothed target distribution: 1 - eps + eps/V on one token and eps/V on
+    the V - 1 others, or (``over_others``) 1 - eps and eps/(V - 1)."""
+    top, rest = (1 - eps, eps / (v - 1)) if over_others else (1 - eps + eps / v, eps / v)
+    return -(top * math.log(top) if top > 0 else 0.0) - (
+        (v - 1) * rest * math.log(rest) if rest > 0 else 0.0
+    )
+
+
 LOSS_BUGS: list[BugVariant] = [
+    BugVariant(
+        id="label_smoothing.kl_divergence",
+        item=LOSS_ITEM,
+        description="the loss is the KL divergence KL(q || p) (nn.KLDivLoss against the "
+        "smoothed targets), which is the cross-entropy minus the entropy of q: the gradient "
+        "is right but the value is lower by a constant",
+        advice="Return the cross-entropy -sum(q * log_softmax(logits)) averaged over the kept "
+        "positions, without the sum(q * log q) term.",
+        impl=_ls_kl_divergence,
+    ),
+    BugVariant(
+        id="label_smoothing.kl_eps_over_v_minus_1",
+        item=LOSS_ITEM,
+        description="two conventions at once: the loss is the KL divergence (cross-entropy "
+        "minus the entropy of q, lower by a constant), and eps is spread over the V - 1 wrong "
+        "tokens (the true token gets 1 - eps) instead of over all V",
+        advice="Return the cross-entropy -sum(q * log_softmax(logits)) with q = (1 - eps) * "
+        "one_hot + eps / V on every token (the true one gets 1 - eps + eps / V), averaged over "
+        "the kept positions.",
+        impl=_ls_kl_eps_over_v_minus_1,
+    ),
     BugVariant(
         id="label_smoothing.eps_over_v_minus_1",
         item=LOSS_ITEM,
@@ -291,12 +337,12 @@ register_configs(
     LOSS_ITEM,
     visible=[
         {"B": 1, "T": 1, "V": 5, "eps": 0.1, "pad": 0},
-        {"B": 2, "T": 3, "V": 7, "eps": 0.1, "pad": 0},
+        {"B": 2, "T": 3, "V": 7, "eps": 0.1, "pad": -100},
         {"B": 3, "T": 5, "V": 11, "eps": 0.3, "pad": 0},
     ],
     extra=[
         {"B": 4, "T": 0, "V": 6, "eps": 0.2, "pad": 0},
-        {"B": 2, "T": 4, "V": 9, "eps": 0.1, "pad": -100},
+        {"B": 2, "T": 4, "V": 9, "eps": 0.1, "pad": 0},
     ],
     sample=_sample_loss,
 )
@@ -525,6 +571,31 @@ def _diagnose_loss(
     )
 
 
+def _target_distributions(impl: Callable, config: dict[str, Any]) -> str:
+    """Lines showing the target distribution the student's loss implies next to the expected
+    one, on a single position with equal logits: there the gradient of a cross-entropy
+    against q is 1/V - q, so q = 1/V - gradient (a KL divergence has the same gradient)."""
+    v, eps, pad = min(config["V"], 6), config["eps"], config["pad"]
+    target = 1 if pad == 0 else 0
+    logits = torch.zeros(1, v, dtype=torch.float64)  # (1, V)
+    targets = torch.tensor([target])  # (1,)
+    try:
+        _, grad = _value_and_grad(impl, logits, targets, eps, pad)
+    except Exception:  # noqa: BLE001 - nothing to show when the student's loss cannot run here
+        return ""
+    implied = (1.0 / v - grad[0]).tolist()
+    expected = [eps / v + (1 - eps if j == target else 0.0) for j in range(v)]
+
+    def row(values: list[float]) -> str:
+        return "[" + ", ".join(f"{q:.4f}" for q in values) + "]"
+
+    return (
+        f"\nOn one position (V={v}, eps={eps}, target {target}, equal logits), the target "
+        f"distribution your loss implies (from its gradient): {row(implied)}; expected: "
+        f"{row(expected)} (1 - eps + eps/V on the target, eps/V on every other token)."
+    )
+
+
 def _check_one_loss(report: Report, impl: Callable, config: dict[str, Any], seed: int) -> None:
     eps, pad = config["eps"], config["pad"]
     where = f"({describe(config)})"
@@ -542,7 +613,10 @@ def _check_one_loss(report: Report, impl: Callable, config: dict[str, Any], seed
         try:
             assert_close(out, expected, f"your loss {where}")
         except CheckFailure as failure:
-            report.fail(failure.message, _diagnose_loss(impl, logits, targets, eps, pad, True))
+            report.fail(
+                failure.message + _target_distributions(impl, config),
+                _diagnose_loss(impl, logits, targets, eps, pad, True),
+            )
         if not out.requires_grad:
             report.fail(
                 "your loss does not require grad, so it cannot train the model: do not use "
@@ -563,7 +637,10 @@ def _check_one_loss(report: Report, impl: Callable, config: dict[str, Any], seed
         try:
             assert_close(logits.grad, expected_logits.grad, f"the gradient of your loss {where}")
         except CheckFailure as failure:
-            report.fail(failure.message, _diagnose_loss(impl, logits, targets, eps, pad, True))
+            report.fail(
+                failure.message + _target_distributions(impl, config),
+                _diagnose_loss(impl, logits, targets, eps, pad, True),
+            )
 
     # Every position padding: 0 (and no NaN), for each configuration's shape.
     logits, targets = _loss_inputs(config, seed + 1)

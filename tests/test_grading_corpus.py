@@ -1,0 +1,52 @@
+"""Every implementation of the corpus (``grading_corpus.py``: the habits of widely used public
+Transformer code) gets the verdict its exercise's docstring calls for, in visible and thorough
+mode; a wrong one gets its mistake named, and no run ends in a crash of the checker."""
+
+from __future__ import annotations
+
+import grading_corpus as corpus
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # Tiny ops: a second thread only adds synchronisation on a busy machine.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_the_corpus_is_large_and_mixed():
+    ids = [e.id for e in corpus.CORPUS]
+    assert len(ids) == len(set(ids)) >= 40
+    assert sum(e.passes for e in corpus.CORPUS) >= 15
+    assert all(e.named for e in corpus.CORPUS if not e.passes)
+    assert not any(e.named for e in corpus.CORPUS if e.passes)
+    # Every check is exercised.
+    assert {e.check for e in corpus.CORPUS} >= {
+        "check_scaled_dot_product_attention",
+        "check_multi_head_attention",
+        "check_positional_encoding",
+        "check_layer_norm",
+        "check_feed_forward",
+        "check_encoder_layer",
+        "check_causal_mask",
+        "check_decoder_layer",
+        "check_noam_lr",
+        "check_label_smoothing",
+        "check_parameter_count",
+        "check_greedy_decode",
+        "check_beam_search",
+    }
+
+
+@pytest.mark.parametrize("thorough", [False, True], ids=["visible", "thorough"])
+@pytest.mark.parametrize("entry", corpus.CORPUS, ids=lambda e: e.id)
+def test_corpus_entry_gets_its_verdict_and_named_mistake(entry, thorough):
+    outcome = corpus.run(entry, thorough)
+    assert not outcome.checker_error, outcome.message
+    assert outcome.passed == entry.passes, outcome.message
+    if not entry.passes:
+        assert outcome.named_right(entry), (entry.named, outcome.diagnosis, outcome.message)
