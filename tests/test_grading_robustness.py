@@ -18,6 +18,7 @@ from coursepkg.grading import (
     CheckerError,
     CheckFailure,
     check_encoder_layer,
+    check_multi_head_attention,
     check_scaled_dot_product_attention,
 )
 from coursepkg.grading import attention as attention_checks
@@ -141,3 +142,12 @@ def test_the_parameter_explainer_may_use_a_part_twice():
     assert "counts 2 × a V·D embedding matrix" in text
     text = parameter_checks._explain_gap(kw, kw["vocab_size"])
     assert "output-projection bias" in text
+
+
+def test_a_fused_projection_is_counted_in_the_model_width():
+    """GPT-2's c_attn (D x 3D) reads '3D² + 3D' in the table, not a bare number times D."""
+    with pytest.raises(CheckFailure) as info:
+        check_multi_head_attention(lay.MHAFusedCAttn)
+    message = str(info.value)
+    assert "c_attn is not in the reference: +3D² + 3D" in message
+    assert "Split a fused projection (c_attn.weight, c_attn.bias)" in message

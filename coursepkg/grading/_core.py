@@ -784,28 +784,39 @@ def swap_in(layer: nn.Module, name: str, reference_piece: nn.Module) -> None:
 
 
 def _symbolic(shape: Sequence[int], dims: dict[str, int] | None) -> tuple[str, ...]:
-    """Factors of a shape as letters when they match a named dimension (e.g. ('D', 'F'))."""
-    names = {}
+    """Factors of a shape as letters when they match a named dimension (e.g. ('D', 'F')); a
+    small multiple of the model width (a fused projection's 3·D) becomes ('3', 'D')."""
+    names: dict[int, str] = {}
     for letter, size in (dims or {}).items():
         names.setdefault(size, letter)
-    return tuple(sorted(names.get(s, str(s)) for s in shape))
+    factors: list[str] = []
+    for s in shape:
+        if s in names:
+            factors.append(names[s])
+            continue
+        d = (dims or {}).get("D")
+        k = next((k for k in (2, 3, 4) if d and s == k * d), None)
+        factors.extend((str(k), "D") if k else (str(s),))
+    return tuple(sorted(factors))
 
 
 def _polynomial(terms: Counter[tuple[str, ...]]) -> str:
-    """Format {('D','F'): 2, ('D',): 1} as '2D·F + D'."""
-    parts = []
-    for factors, coef in sorted(terms.items(), key=lambda kv: (-len(kv[0]), kv[0])):
-        if coef == 0:
-            continue
-        counted = Counter(factors)
-        numbers = [int(f) for f in counted.elements() if f.isdigit()]
+    """Format {('D','F'): 2, ('D',): 1} as '2D·F + D' (numbers among the factors are folded
+    into the coefficient: {('3','D','D'): 1, ('D','D'): 1} reads '4D²')."""
+    folded: Counter[tuple[str, ...]] = Counter()
+    for factors, coef in terms.items():
         value = coef
-        for n in numbers:
-            value *= n
+        for f in factors:
+            if f.isdigit():
+                value *= int(f)
+        folded[tuple(f for f in factors if not f.isdigit())] += value
+    parts = []
+    for letters_of, value in sorted(folded.items(), key=lambda kv: (-len(kv[0]), kv[0])):
+        if value == 0:
+            continue
         letters = "·".join(
             f + ("²" if k == 2 else "" if k == 1 else f"^{k}")
-            for f, k in sorted(counted.items())
-            if not f.isdigit()
+            for f, k in sorted(Counter(letters_of).items())
         )
         if not letters:
             parts.append(str(value))
