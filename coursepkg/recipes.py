@@ -181,12 +181,19 @@ CACHE_ENV = "COURSEPKG_CACHE_DIR"
 
 
 def _cache_file(settings: dict) -> Path:
-    """The cache file of a training run: a hash of its settings, the thread count, PyTorch's
-    version and the source of every coursepkg module it could depend on, so that a change to any
-    of them means a new run rather than a stale one."""
+    """The cache file of a training run: a hash of its settings, the thread count, the CPU
+    kernels PyTorch dispatches to, PyTorch's version and the source of every coursepkg module it
+    could depend on, so that a change to any of them means a new run rather than a stale one.
+
+    The kernels matter: ``ATEN_CPU_CAPABILITY=avx2`` on a CPU with AVX-512 selects other
+    vectorised kernels, whose rounding differs in the last bits, and after a thousand steps the
+    weights differ too."""
     root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "coursepkg")
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    digest.update(f"{torch.__version__} threads={torch.get_num_threads()}".encode())
+    digest.update(
+        f"{torch.__version__} threads={torch.get_num_threads()} "
+        f"cpu={torch.backends.cpu.get_cpu_capability()}".encode()
+    )
     package = Path(__file__).resolve().parent
     for source in sorted(package.rglob("*.py")):
         if "grading" not in source.relative_to(package).parts:

@@ -182,3 +182,23 @@ def test_a_broken_or_unwritable_cache_only_costs_a_warning(tmp_path, monkeypatch
     monkeypatch.setenv(recipes.CACHE_ENV, str(blocked))
     with pytest.warns(UserWarning, match="could not save"):
         assert _same_run(good, train_date_translator(cache="save", **args))
+
+
+def test_the_cache_key_names_threads_and_cpu_kernels(tmp_path, monkeypatch):
+    """Other thread counts or other vectorised kernels (ATEN_CPU_CAPABILITY) round differently,
+    so a run saved under one of them is never reused under another."""
+    monkeypatch.setenv(recipes.CACHE_ENV, str(tmp_path))
+    settings = {"steps": 8, "seed": 0}
+    here = recipes._cache_file(settings)
+    assert here == recipes._cache_file(dict(settings))  # the key is stable
+    assert here != recipes._cache_file({**settings, "seed": 1})
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "OTHER")
+    assert recipes._cache_file(settings) != here
+    monkeypatch.undo()
+    monkeypatch.setenv(recipes.CACHE_ENV, str(tmp_path))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads + 1)
+        assert recipes._cache_file(settings) != here
+    finally:
+        torch.set_num_threads(threads)
