@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,65 @@ def test_built_chapter_carries_its_figures(chapter):
         if not src.startswith("data:"):
             assert (page.parent / src).resolve().exists(), f"{chapter}: missing image {src}"
     assert "Traceback (most recent call last)" not in html, f"{chapter} shows an error"
+
+
+# ---------------------------------------------------------------- code written to the column
+
+
+def _book_line_length() -> int:
+    import tomllib
+
+    return tomllib.loads((ROOT / "book" / "ruff.toml").read_text())["line-length"]
+
+
+def _format_book():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "format_book", ROOT / "scripts" / "format_book.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_book_code_cells_are_formatted_to_the_text_column(capsys):
+    """Every code cell is as `ruff format` leaves it with book/ruff.toml, and no line is longer
+    than its line length (the formatter does not break strings or comments)."""
+    fmt = _format_book()
+    width = _book_line_length()
+    assert width <= 76, "a 1280-pixel window shows 77 characters of a code cell"
+    too_long = [
+        f"{cell.page.name}:{cell.start + i + 1} ({len(line)} characters)"
+        for page in fmt.pages()
+        for cell in fmt.code_cells(page)
+        for i, line in enumerate(cell.code.splitlines())
+        if len(line) > width
+    ]
+    assert not too_long, f"code lines longer than {width} characters: {too_long[:10]}"
+    assert fmt.main(["--check"]) == 0, capsys.readouterr().out + (
+        "\nrun `python scripts/format_book.py` to format the book's code cells"
+    )
+
+
+def test_the_cell_finder_sees_options_and_code():
+    fmt = _format_book()
+    cells = fmt.code_cells(ROOT / "book" / "08_training.md")
+    assert len(cells) == len(re.findall(r"^```\{code-cell\}", _source("08_training"), re.M))
+    assert all(not cell.code.startswith((":", "---")) for cell in cells)
+    assert any("train_date_translator(" in cell.code for cell in cells)
+
+
+@pytest.mark.parametrize("chapter", list(CHAPTERS))
+def test_built_chapter_keeps_one_line_per_progress_bar(chapter):
+    """A training's progress bar ends as one line in the static page: its final state, not the
+    intermediate redraws (which would start with the bar at 0%)."""
+    _require_built()
+    text = re.sub(r"<[^>]+>", "", (HTML / "book" / f"{chapter}.html").read_text())
+    bars = re.findall(r"^.*\d+%\|.*\| *\d+/\d+ \[.*$", text, re.M)
+    assert all(re.search(r"\b100%\|", bar) for bar in bars), f"{chapter}: {bars[:3]}"
+    width = _book_line_length()
+    assert all(len(bar) <= width for bar in bars), f"{chapter}: bars wider than the column"
+    if "fit(" in _source(chapter) or "train_date_translator(" in _source(chapter):
+        assert bars or "progress=False" in _source(chapter), f"{chapter} shows no progress bar"
