@@ -215,3 +215,41 @@ def test_built_chapter_keeps_one_line_per_progress_bar(chapter):
     assert all(len(bar) <= width for bar in bars), f"{chapter}: bars wider than the column"
     if "fit(" in _source(chapter) or "train_date_translator(" in _source(chapter):
         assert bars or "progress=False" in _source(chapter), f"{chapter} shows no progress bar"
+
+
+def test_in_a_notebook_the_progress_bar_is_one_display_updated_in_place(monkeypatch):
+    """fit() in a notebook shows its bar as one text display that each redraw replaces, so the
+    executed page keeps the final state only (and no line wider than the column)."""
+    import IPython.display
+    import torch
+
+    import coursepkg.train as train
+
+    shown: list[tuple[str, str]] = []
+
+    class Handle:
+        def update(self, data, raw=False):
+            shown.append(("update", data["text/plain"]))
+
+    def display(data, raw=False, display_id=False):
+        shown.append(("display", data["text/plain"]))
+        return Handle()
+
+    monkeypatch.setattr(train, "_in_notebook", lambda: True)
+    monkeypatch.setattr(IPython.display, "display", display)
+    model = torch.nn.Linear(2, 1)
+    evaluate = lambda m: {"held-out": 1.0, "a_long_metric_name": 2.0}  # noqa: E731
+    train.fit(
+        model,
+        [torch.ones(4, 2)],
+        lambda m, b: m(b).pow(2).mean(),
+        steps=50,
+        eval_fn=evaluate,
+        eval_every=25,
+        desc="a rather long description of the run",
+    )
+    assert [kind for kind, _ in shown].count("display") == 1  # one output...
+    assert all(kind == "update" for kind, _ in shown[1:])  # ...redrawn in place
+    final = shown[-1][1]
+    assert "100%" in final and "50/50" in final and "loss=" in final
+    assert len(final) <= train.NOTEBOOK_COLUMNS
