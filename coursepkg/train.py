@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 
 #: Characters that fit one line of a code cell's output in the book's text column.
-NOTEBOOK_COLUMNS = 76
+NOTEBOOK_COLUMNS = 74
 
 
 def _in_notebook() -> bool:

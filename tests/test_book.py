@@ -181,7 +181,7 @@ def test_book_code_cells_are_formatted_to_the_text_column(capsys):
     than its line length (the formatter does not break strings or comments)."""
     fmt = _format_book()
     width = _book_line_length()
-    assert width <= 76, "a 1280-pixel window shows 77 characters of a code cell"
+    assert width <= 74, "a 1280-pixel window shows 75 characters of a hidden-input cell"
     too_long = [
         f"{cell.page.name}:{cell.start + i + 1} ({len(line)} characters)"
         for page in fmt.pages()
