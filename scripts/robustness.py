@@ -19,13 +19,14 @@ any setting (the claim the book makes for it).
 Usage::
 
     python scripts/robustness.py                   # every page that trains (long: ~30 min)
-    python scripts/robustness.py 08_training 09_decoding
+    python scripts/robustness.py 08_training 09_decoding --json figures.json
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import json
 import os
 import sys
 import tempfile
@@ -131,6 +132,9 @@ def table(results: dict[str, dict[str, float]], columns: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("pages", nargs="*", default=TRAINING_PAGES, help="pages to run")
+    parser.add_argument(
+        "--json", type=Path, help="also write the figures here, after every page (partial runs)"
+    )
     args = parser.parse_args(argv)
     unknown = [p for p in args.pages if not (ROOT / "book" / f"{p}.md").exists()]
     if unknown:
@@ -145,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
                 results[column].update({f"{page}/{k}": v for k, v in numbers.items()})
                 took = time.perf_counter() - start
                 print(f"[{column}] {page}: {len(numbers)} figures, {took:.0f} s", flush=True)
+                if args.json is not None:
+                    args.json.write_text(json.dumps(results, indent=1, sort_keys=True))
     print()
     print(table(results, columns))
     failed = [
