@@ -23,7 +23,7 @@ TORCH_VERSION := 2.13.0
 WHEELS ?= /opt/wheels
 PIP_FLAGS := --disable-pip-version-check $(if $(wildcard $(WHEELS)),--find-links $(WHEELS))
 
-.PHONY: help install test lint format book publish release bench clean distclean lock
+.PHONY: help install test lint format book publish release bench robustness clean distclean lock
 
 help:
 	@echo "make install    create $(VENV)/ and install $(LOCK) and coursepkg (editable); no-op when up to date"
@@ -34,6 +34,7 @@ help:
 	@echo "make publish    push the built book (_build/html) to the gh-pages branch (PUSH= for a local dry run)"
 	@echo "make release    regenerate exercises/ (students' notebooks) from solutions/ with nbgrader"
 	@echo "make bench      run benchmarks/run_all.py"
+	@echo "make robustness run the book's trainings under 4 CPU settings; print each figure's spread"
 	@echo "make clean      remove _build/ and tool caches (the venv stays)"
 	@echo "make distclean  clean, and remove $(VENV)/ too"
 	@echo "make lock       re-resolve the course environment and rewrite $(LOCK)"
@@ -102,6 +103,13 @@ bench: install
 	else \
 	  echo "make bench: benchmarks/run_all.py does not exist yet; nothing to run."; \
 	fi
+
+# The pages that train, executed under the default and the AVX2 kernels with 1 and 2 threads;
+# prints every figure the pages glue into their prose, per setting, with its spread, and fails if
+# the date translator drops below 99%. PAGES="08_training 09_decoding" runs only those pages.
+PAGES ?=
+robustness: install
+	$(VENV_PATH) $(BIN)/python scripts/robustness.py $(PAGES)
 
 clean:
 	rm -rf _build .pytest_cache .ruff_cache .hypothesis build coursepkg.egg-info

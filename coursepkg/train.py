@@ -8,6 +8,7 @@ chapters teach what happens inside a step, this only removes the bookkeeping.
 
 from __future__ import annotations
 
+import io
 import itertools
 import logging
 import math
@@ -22,6 +23,51 @@ from torch import Tensor, nn
 __all__ = ["History", "fit", "seed_everything"]
 
 log = logging.getLogger(__name__)
+
+
+#: Characters that fit one line of a code cell's output in the book's text column.
+NOTEBOOK_COLUMNS = 74
+
+
+def _in_notebook() -> bool:
+    """True inside a Jupyter kernel (a live notebook, or a page executed when the book is built)."""
+    shell = sys.modules.get("IPython")
+    get = getattr(shell, "get_ipython", None)
+    return get is not None and getattr(get(), "kernel", None) is not None
+
+
+def _progress_bar(total: int, desc: str, disable: bool):
+    """A tqdm bar; in a notebook, one output that each redraw replaces.
+
+    In a terminal the bar redraws in place with carriage returns. A notebook keeps each write to
+    stdout as an output of its own, so a page executed for the book would show every redraw on a
+    line of its own (and tqdm.auto's widget shows nothing without a live kernel). There the bar
+    is a text display that each redraw updates, which leaves exactly its final line in the saved
+    notebook, no wider than the text column.
+    """
+    from tqdm import tqdm
+
+    if disable or not _in_notebook():
+        return tqdm(total=total, desc=desc, disable=disable, file=sys.stdout)
+    from IPython.display import display
+
+    class DisplayBar(tqdm):
+        def display(self, msg: str | None = None, pos: int | None = None) -> bool:
+            text = {"text/plain": self.__str__() if msg is None else msg}
+            if getattr(self, "_handle", None) is None:
+                self._handle = display(text, raw=True, display_id=True)
+            else:
+                self._handle.update(text, raw=True)
+            return True
+
+    return DisplayBar(
+        total=total,
+        desc=desc,
+        file=io.StringIO(),  # tqdm's own writes (the newline at close) go nowhere
+        ascii=False,
+        ncols=NOTEBOOK_COLUMNS,  # the bar shrinks so that the line fits
+        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",
+    )
 
 
 def seed_everything(seed: int) -> torch.Generator:
@@ -105,15 +151,10 @@ def fit(
         raise ValueError(f"eval_every must be a positive int, got {eval_every!r}")
     if optimizer is None:
         optimizer = torch.optim.Adam(model.parameters(), lr=lr, foreach=True)
-    # A text bar on stdout (not tqdm.auto's widget, which needs a kernel to show anything). It
-    # redraws in place in a live notebook; `make book` sets TQDM_MININTERVAL so the static pages
-    # keep only a few redraws and the final state.
-    from tqdm import tqdm
-
     history = History()
     start = time.perf_counter()
     source = itertools.cycle(batches) if not hasattr(batches, "__next__") else batches
-    bar = tqdm(total=steps, desc=desc, disable=not progress, file=sys.stdout)
+    bar = _progress_bar(steps, desc, disable=not progress)
     running = None
     try:
         for step in range(1, steps + 1):
@@ -145,13 +186,11 @@ def fit(
                 for name, metric in results.items():
                     history.metrics.setdefault(name, []).append(float(metric))
                 log.info("step %d: %s", step, results)
-                # refresh=False: redraw at the bar's own pace (TQDM_MININTERVAL), not at
-                # every postfix change, so executed pages keep a few lines, not hundreds.
-                bar.set_postfix(
-                    refresh=False,
-                    loss=f"{running:.3f}",
-                    **{k: f"{v:.3f}" for k, v in results.items()},
-                )
+                # refresh=False: redraw at the bar's own pace (mininterval), not at every
+                # postfix change.
+                # the loss first: a line too long for the column loses its end
+                shown = {"loss": f"{running:.3f}", **{k: f"{v:.3f}" for k, v in results.items()}}
+                bar.set_postfix(shown, refresh=False)
             elif step % 10 == 0:
                 bar.set_postfix(refresh=False, loss=f"{running:.3f}")
             bar.update(1)

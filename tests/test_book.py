@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,108 @@ def test_built_chapter_carries_its_figures(chapter):
         if not src.startswith("data:"):
             assert (page.parent / src).resolve().exists(), f"{chapter}: missing image {src}"
     assert "Traceback (most recent call last)" not in html, f"{chapter} shows an error"
+
+
+# ---------------------------------------------------------------- code written to the column
+
+
+def _book_line_length() -> int:
+    import tomllib
+
+    return tomllib.loads((ROOT / "book" / "ruff.toml").read_text())["line-length"]
+
+
+def _format_book():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "format_book", ROOT / "scripts" / "format_book.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_book_code_cells_are_formatted_to_the_text_column(capsys):
+    """Every code cell is as `ruff format` leaves it with book/ruff.toml, and no line is longer
+    than its line length (the formatter does not break strings or comments)."""
+    fmt = _format_book()
+    width = _book_line_length()
+    assert width <= 74, "a 1280-pixel window shows 75 characters of a hidden-input cell"
+    too_long = [
+        f"{cell.page.name}:{cell.start + i + 1} ({len(line)} characters)"
+        for page in fmt.pages()
+        for cell in fmt.code_cells(page)
+        for i, line in enumerate(cell.code.splitlines())
+        if len(line) > width
+    ]
+    assert not too_long, f"code lines longer than {width} characters: {too_long[:10]}"
+    assert fmt.main(["--check"]) == 0, capsys.readouterr().out + (
+        "\nrun `python scripts/format_book.py` to format the book's code cells"
+    )
+
+
+def test_the_cell_finder_sees_options_and_code():
+    fmt = _format_book()
+    cells = fmt.code_cells(ROOT / "book" / "08_training.md")
+    assert len(cells) == len(re.findall(r"^```\{code-cell\}", _source("08_training"), re.M))
+    assert all(not cell.code.startswith((":", "---")) for cell in cells)
+    assert any("train_date_translator(" in cell.code for cell in cells)
+
+
+@pytest.mark.parametrize("chapter", list(CHAPTERS))
+def test_built_chapter_keeps_one_line_per_progress_bar(chapter):
+    """A training's progress bar ends as one line in the static page: its final state, not the
+    intermediate redraws (which would start with the bar at 0%)."""
+    _require_built()
+    text = re.sub(r"<[^>]+>", "", (HTML / "book" / f"{chapter}.html").read_text())
+    bars = re.findall(r"^.*\d+%\|.*\| *\d+/\d+ \[.*$", text, re.M)
+    assert all(re.search(r"\b100%\|", bar) for bar in bars), f"{chapter}: {bars[:3]}"
+    width = _book_line_length()
+    assert all(len(bar) <= width for bar in bars), f"{chapter}: bars wider than the column"
+    source = _source(chapter)
+    # a page that trains (not one that reuses a saved run) shows its bar
+    trains = re.search(r"(?<![\w.])fit\(", source) or (
+        "train_date_translator(" in source and 'cache="reuse"' not in source
+    )
+    if trains and "progress=False" not in source:
+        assert bars, f"{chapter} trains but shows no progress bar"
+
+
+def test_in_a_notebook_the_progress_bar_is_one_display_updated_in_place(monkeypatch):
+    """fit() in a notebook shows its bar as one text display that each redraw replaces, so the
+    executed page keeps the final state only (and no line wider than the column)."""
+    import IPython.display
+    import torch
+
+    import coursepkg.train as train
+
+    shown: list[tuple[str, str]] = []
+
+    class Handle:
+        def update(self, data, raw=False):
+            shown.append(("update", data["text/plain"]))
+
+    def display(data, raw=False, display_id=False):
+        shown.append(("display", data["text/plain"]))
+        return Handle()
+
+    monkeypatch.setattr(train, "_in_notebook", lambda: True)
+    monkeypatch.setattr(IPython.display, "display", display)
+    model = torch.nn.Linear(2, 1)
+    evaluate = lambda m: {"held-out": 1.0, "a_long_metric_name": 2.0}  # noqa: E731
+    train.fit(
+        model,
+        [torch.ones(4, 2)],
+        lambda m, b: m(b).pow(2).mean(),
+        steps=50,
+        eval_fn=evaluate,
+        eval_every=25,
+        desc="a rather long description of the run",
+    )
+    assert [kind for kind, _ in shown].count("display") == 1  # one output...
+    assert all(kind == "update" for kind, _ in shown[1:])  # ...redrawn in place
+    final = shown[-1][1]
+    assert "100%" in final and "50/50" in final and "loss=" in final
+    assert len(final) <= train.NOTEBOOK_COLUMNS

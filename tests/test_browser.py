@@ -6,7 +6,8 @@ Two parts:
   scripts, styles, fonts, images and frames must all come from the site itself;
 * headless Chromium (Debian's ``chromium``) visiting every page served on loopback: math is
   typeset (no raw TeX left), every image loads, nothing is logged as an error, no request leaves
-  the machine, the sidebar reaches every chapter, and an exploration's slider changes its figure.
+  the machine, no code cell or output needs a horizontal scrollbar in a 1280-pixel window, the
+  sidebar reaches every chapter, and an exploration's slider changes its figure.
   A screenshot of each page is saved in ``_build/screenshots/``.
 
 Both need the built book (``make book``); they skip without it unless ``COURSE_REQUIRE_BOOK`` is
@@ -152,6 +153,19 @@ _BROKEN_IMAGES = """
 })()
 """
 
+# Code cells and their outputs that need a horizontal scrollbar: wider content than box. (Package
+# code shown with literalinclude keeps the package's own line length and is not counted.)
+_SCROLLING_CELLS = """
+Array.from(document.querySelectorAll('div.cell pre, div.cell_output pre, div.output pre'))
+  .filter(e => e.scrollWidth > e.clientWidth + 1)
+  .map(e => {
+    const lines = e.textContent.split('\\n');
+    const longest = lines.reduce((a, l) => (l.length > a.length ? l : a), '');
+    const where = e.closest('.cell_output, div.output') ? 'output' : 'code';
+    return `${where} (${e.scrollWidth} > ${e.clientWidth} px): ${longest.slice(0, 90)}`;
+  })
+"""
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
@@ -181,6 +195,10 @@ def test_every_page_reads_well_offline(site, browser):
             failures.append(f"{rel}: images that do not load {broken[:3]}")
         if browser.errors:
             failures.append(f"{rel}: errors {browser.errors[:3]}")
+        assert browser.evaluate("window.innerWidth") == 1280, "the test reads at 1280 pixels"
+        scrolling = browser.evaluate(_SCROLLING_CELLS)
+        if scrolling:
+            failures.append(f"{rel}: code wider than the column {scrolling[:3]}")
         browser.screenshot(SHOTS / (rel.replace("/", "__").removesuffix(".html") + ".png"))
     assert not outside, f"requests left the machine: {outside[:5]}"
     assert not failures, "\n".join(failures)

@@ -9,7 +9,9 @@ import coursepkg.recipes as recipes
 from coursepkg.data.dates import date_vocabs, encode_batch, make_date_pairs
 from coursepkg.recipes import ISO_LENGTH, DateTranslator, _batches, train_date_translator
 
-TINY = dict(d_model=32, n_heads=2, d_ff=64, n_layers=1, batch_size=16, n_test=12, eval_size=6)
+TINY = dict(
+    d_model=32, n_heads=2, d_ff=64, n_layers=1, batch_size=16, n_test=12, eval_size=6, average=1
+)
 
 
 def test_length_buckets_use_every_pair_once_with_less_padding():
@@ -115,6 +117,8 @@ def test_checkpoints_keep_earlier_weights():
         (dict(steps=2, batch_size=0), "batch_size"),
         (dict(steps=2, n_test=0), "n_test"),
         (dict(steps=2, cache="yes"), "cache"),
+        (dict(steps=2, average=0), "average"),
+        (dict(steps=400, average=5, average_every=100), "average=5 checkpoints"),
     ],
 )
 def test_bad_arguments_are_rejected(kwargs, message):
@@ -182,3 +186,39 @@ def test_a_broken_or_unwritable_cache_only_costs_a_warning(tmp_path, monkeypatch
     monkeypatch.setenv(recipes.CACHE_ENV, str(blocked))
     with pytest.warns(UserWarning, match="could not save"):
         assert _same_run(good, train_date_translator(cache="save", **args))
+
+
+def test_the_cache_key_names_threads_and_cpu_kernels(tmp_path, monkeypatch):
+    """Other thread counts or other vectorised kernels (ATEN_CPU_CAPABILITY) round differently,
+    so a run saved under one of them is never reused under another."""
+    monkeypatch.setenv(recipes.CACHE_ENV, str(tmp_path))
+    settings = {"steps": 8, "seed": 0}
+    here = recipes._cache_file(settings)
+    assert here == recipes._cache_file(dict(settings))  # the key is stable
+    assert here != recipes._cache_file({**settings, "seed": 1})
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "OTHER")
+    assert recipes._cache_file(settings) != here
+    monkeypatch.undo()
+    monkeypatch.setenv(recipes.CACHE_ENV, str(tmp_path))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads + 1)
+        assert recipes._cache_file(settings) != here
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_the_final_model_averages_the_last_checkpoints():
+    """Sec. 6.1: the final weights are the mean of the last `average` checkpoints, the last one
+    being the weights after the last step; its accuracy is measured on those averaged weights."""
+    args = dict(steps=9, progress=False, eval_every=3, **{**TINY, "average": 1})
+    last = train_date_translator(checkpoints=(3, 6), **args)
+    mean = train_date_translator(**{**args, "average": 3, "average_every": 3})
+    assert sorted(mean.checkpoints) == []  # the averaged ones are not kept as checkpoints
+    for name, value in mean.model.state_dict().items():
+        expected = torch.stack(
+            [last.checkpoints[3][name], last.checkpoints[6][name], last.model.state_dict()[name]]
+        ).mean(0)
+        torch.testing.assert_close(value, expected)
+    assert mean.history.loss == last.history.loss  # the same training run
+    assert mean.accuracy == mean.exact_match(mean.test_pairs)

@@ -1,0 +1,57 @@
+"""scripts/robustness.py: it reads the figures a page glued and reports their spread."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("robustness", ROOT / "scripts" / "robustness.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _glue_output(name, text):
+    return nbformat.v4.new_output(
+        "display_data",
+        data={"application/papermill.record/text/plain": text},
+        metadata={"scrapbook": {"name": name, "mime_prefix": "application/papermill.record/"}},
+    )
+
+
+def test_glued_numbers_are_read_and_other_outputs_ignored():
+    robustness = _script()
+    cell = nbformat.v4.new_code_cell("...")
+    cell.outputs = [
+        _glue_output("accuracy", "0.991"),
+        _glue_output("steps", "1600"),
+        _glue_output("format", "'YYYY Mon D'"),  # text, not a figure
+        nbformat.v4.new_output("stream", name="stdout", text="accuracy 0.5\n"),
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[cell])
+    assert robustness.glued(notebook) == {"accuracy": 0.991, "steps": 1600.0}
+
+
+def test_the_table_shows_each_setting_and_the_spread():
+    robustness = _script()
+    columns = ["default/1t", "avx2/1t"]
+    text = robustness.table({"default/1t": {"acc": 0.99}, "avx2/1t": {"acc": 0.995}}, columns)
+    header, row = text.splitlines()
+    assert header.split()[1:] == [*columns, "spread"]
+    assert row.split() == ["acc", "0.99", "0.995", "0.005"]
+
+
+def test_the_four_settings_are_two_kernels_by_two_thread_counts():
+    robustness = _script()
+    assert sorted(robustness.SETTINGS, key=str) == sorted(
+        [(None, 1), (None, 2), ("avx2", 1), ("avx2", 2)], key=str
+    )
+    pages = robustness.TRAINING_PAGES
+    assert pages.index("08_training") < pages.index("09_decoding")  # 9 reuses 8's translator
+    assert all((ROOT / "book" / f"{p}.md").exists() for p in pages)
