@@ -258,7 +258,9 @@ class Transformer(nn.Module):
         self.config = config
         self.src_embed = _token_embedding(config, config.source_vocab_size)
         self.tgt_embed = (
-            self.src_embed if config.share_embeddings else _token_embedding(config, config.vocab_size)
+            self.src_embed
+            if config.share_embeddings
+            else _token_embedding(config, config.vocab_size)
         )
         self.positions = _make_positions(config)
         self.dropout = nn.Dropout(config.dropout)
