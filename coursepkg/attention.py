@@ -127,6 +127,20 @@ def _attention_fast(
     return out
 
 
+def _one_query_attention(query: Tensor, key: Tensor, value: Tensor) -> Tensor:
+    """Eq. 1 for a single query per head with nothing masked: one step of cached decoding.
+
+    The same formula as :func:`scaled_dot_product_attention`, in three small operations. For
+    one query the fused kernel costs more than the work itself: it sets up blocks and shares
+    out the B * H heads among threads at every call.
+
+    Shape:
+        query (B, H, 1, Dk), key (B, H, S, Dk), value (B, H, S, Dv) -> (B, H, 1, Dv).
+    """
+    scores = query @ key.transpose(-2, -1) * query.size(-1) ** -0.5  # (B, H, 1, S)
+    return torch.softmax(scores, dim=-1) @ value  # (B, H, 1, Dv)
+
+
 # Below this many query rows (B * L), MultiHeadAttention projects Q, K and V separately.
 _FUSE_MIN_ROWS = 32
 
@@ -254,11 +268,13 @@ class MultiHeadAttention(nn.Module):
             if cache is not None:
                 k, v = cache.update(k, v)  # (B, H, S_total, Dk), (B, H, S_total, Dv)
         q = self._split(q, self.d_k)  # (B, H, L, Dk)
+        n_q = q.size(2)
         if mask is not None:
-            b, h, n_q, n_k = q.size(0), self.n_heads, q.size(2), k.size(2)
-            check_attention_mask("mask", mask, (b, h, n_q, n_k))
+            check_attention_mask("mask", mask, (q.size(0), self.n_heads, n_q, k.size(2)))
         p = self.dropout if self.training else 0.0
-        if self.record_weights:
+        if cache is not None and n_q == 1 and mask is None and not self.record_weights:
+            out = _one_query_attention(q, k, v)  # (B, H, 1, Dv): a decoding step
+        elif self.record_weights:
             out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)
             self.last_weights = weights.detach()  # (B, H, L, S)
         else:

@@ -72,9 +72,9 @@ class AttentionCache:
                 v.new_empty(b, h, self.capacity, v.size(3)),  # (B, H, capacity, Dv)
             )
         k_all, v_all = self._storage
-        k_all[:, :, start:end] = k
-        v_all[:, :, start:end] = v
-        self.k, self.v = k_all[:, :, :end], v_all[:, :, :end]  # (B, H, S + n, Dk), ...
+        k_all.narrow(2, start, end - start).copy_(k)  # write positions start..end-1
+        v_all.narrow(2, start, end - start).copy_(v)
+        self.k, self.v = k_all.narrow(2, 0, end), v_all.narrow(2, 0, end)  # (B, H, S + n, D*)
         return self.k, self.v
 
     def reorder(self, index: Tensor) -> None:
