@@ -217,6 +217,18 @@ class MultiHeadAttention(nn.Module):
             outs.extend(F.linear(x, weight, bias).split(group_sizes, dim=-1))
         return tuple(outs)
 
+    def _project_decoding(self, x: Tensor, cache: AttentionCache) -> tuple[Tensor, Tensor, Tensor]:
+        """Self-attention during generation: W^Q, W^K, W^V as one matmul per step. Their
+        stacked copy is made on the first step and kept in the cache, since the weights do not
+        change while the model generates (this path runs only without gradients)."""
+        projs = (self.q_proj, self.k_proj, self.v_proj)
+        if cache.stacked_qkv is None:
+            weight = torch.cat([p.weight for p in projs])  # (2*H*Dk + H*Dv, D)
+            bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projs])
+            cache.stacked_qkv = (weight, bias)
+        sizes = [p.out_features for p in projs]
+        return F.linear(x, *cache.stacked_qkv).split(sizes, dim=-1)
+
     def forward(
         self,
         query: Tensor,
@@ -262,7 +274,11 @@ class MultiHeadAttention(nn.Module):
             q = self.q_proj(query)  # (B, L, H*Dk)
             k, v = cache.k, cache.v  # (B, H, S, Dk), (B, H, S, Dv)
         else:
-            q, k, v = self._project(query, key, value)  # (B, L, H*Dk), (B, S, H*Dk), ...
+            decoding = cache is not None and not cache.static and not torch.is_grad_enabled()
+            if decoding and query is key and key is value:
+                q, k, v = self._project_decoding(query, cache)  # (B, L, H*Dk), ...
+            else:
+                q, k, v = self._project(query, key, value)  # (B, L, H*Dk), (B, S, H*Dk), ...
             k = self._split(k, self.d_k)  # (B, H, S, Dk)
             v = self._split(v, self.d_v)  # (B, H, S, Dv)
             if cache is not None:

@@ -32,6 +32,8 @@ class AttentionCache:
         v: (B, H, S, Dv) or None before the first call.
         static: whether the cache is filled once and reused.
         capacity: most positions a growing cache holds, or None to grow without limit.
+        stacked_qkv: the owning self-attention's W^Q, W^K, W^V stacked into one matrix (and
+            bias) on the first step, so that each step projects with one matmul.
     """
 
     def __init__(self, static: bool = False, capacity: int | None = None) -> None:
@@ -40,6 +42,7 @@ class AttentionCache:
         self.k: Tensor | None = None
         self.v: Tensor | None = None
         self._storage: tuple[Tensor, Tensor] | None = None  # preallocated (B, H, capacity, *)
+        self.stacked_qkv: tuple[Tensor, Tensor | None] | None = None
 
     @property
     def length(self) -> int:
