@@ -75,8 +75,8 @@ def _copy(dst: Tensor, src: Tensor, name: str) -> None:
     dst.copy_(src)
 
 
-def _copy_linear(dst: nn.Linear, weight: Tensor, bias: Tensor | None, name: str) -> None:
-    """Copy an (out, in) weight and its bias into ``dst``."""
+def _copy_linear(dst: nn.Module, weight: Tensor, bias: Tensor | None, name: str) -> None:
+    """Copy a weight and its bias into ``dst`` (an ``nn.Linear``, (out, in), or a LayerNorm)."""
     _copy(dst.weight, weight, f"{name}.weight")
     if (dst.bias is None) != (bias is None):
         raise ValueError(f"{name}: one side has a bias and the other has not")
@@ -85,7 +85,7 @@ def _copy_linear(dst: nn.Linear, weight: Tensor, bias: Tensor | None, name: str)
 
 
 def _copy_norm(dst: LayerNorm, src: nn.LayerNorm, name: str) -> None:
-    _copy_linear(dst, src.weight, src.bias, name)  # same attribute names as a Linear
+    _copy_linear(dst, src.weight, src.bias, name)  # gain and shift are weight and bias too
 
 
 def _like(module: nn.Module, hf_model: nn.Module) -> nn.Module:
@@ -223,7 +223,8 @@ def to_hf_gpt2(lm: DecoderOnlyLM) -> nn.Module:
         a = src.self_attn
         qkv = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])  # (3D, D)
         _copy(dst.attn.c_attn.weight, qkv.t(), "c_attn.weight")
-        _copy(dst.attn.c_attn.bias, torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]), "b")
+        qkv_bias = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])  # (3D,)
+        _copy(dst.attn.c_attn.bias, qkv_bias, "c_attn.bias")
         _copy(dst.attn.c_proj.weight, a.out_proj.weight.t(), "attn.c_proj.weight")
         _copy(dst.attn.c_proj.bias, a.out_proj.bias, "attn.c_proj.bias")
         _copy(dst.mlp.c_fc.weight, src.ffn.linear1.weight.t(), "mlp.c_fc.weight")
