@@ -97,16 +97,17 @@ def _like(module: nn.Module, hf_model: nn.Module) -> nn.Module:
 def gpt2_config(hf_config: Any) -> TransformerConfig:
     """The :class:`TransformerConfig` of a ``transformers.GPT2Config``.
 
-    GPT-2 is pre-LN with a final LayerNorm, learned positions, unscaled token embeddings tied to
-    the output, and GELU (tanh approximation) in the feed-forward network.
+    GPT-2 is pre-LN with a final LayerNorm, learned positions, unscaled
+    token embeddings tied to the output, and GELU (tanh approximation) in
+    the feed-forward network.
     """
     c = hf_config
-    _require(c.scale_attn_weights, "GPT-2: scale_attn_weights=False is not supported")
-    _require(
-        not c.scale_attn_by_inverse_layer_idx,
-        "GPT-2: scale_attn_by_inverse_layer_idx=True is not supported",
-    )
-    _require(not c.add_cross_attention, "GPT-2: add_cross_attention=True is not supported")
+    for name, supported in (
+        ("scale_attn_weights", c.scale_attn_weights),
+        ("scale_attn_by_inverse_layer_idx", not c.scale_attn_by_inverse_layer_idx),
+        ("add_cross_attention", not c.add_cross_attention),
+    ):
+        _require(supported, f"GPT-2: {name}={getattr(c, name)} is not supported")
     return TransformerConfig(
         vocab_size=c.vocab_size,
         d_model=c.n_embd,
