@@ -7,6 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import decode_hf  # noqa: E402
 import grade_class  # noqa: E402
 import kv_cache  # noqa: E402
 import train_step  # noqa: E402
@@ -16,5 +17,7 @@ if __name__ == "__main__":
     train_step.main([])
     print("\n== greedy decoding: KV cache vs recomputation ==")
     kv_cache.main([])
+    print("\n== greedy decoding: coursepkg vs Hugging Face transformers, same GPT-2 weights ==")
+    decode_hf.main([])
     print("\n== grading a class: coursepkg grade --workers 2 vs sequential nbgrader (~10 min) ==")
     grade_class.main([])

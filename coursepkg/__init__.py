@@ -29,6 +29,7 @@ from .attention import (
 )
 from .config import TransformerConfig
 from .decoding import KVCache, beam_search, greedy_decode
+from .encoder_only import EncoderOnlyLM
 from .layers import DecoderLayer, EncoderLayer, LayerNorm, PositionwiseFeedForward
 from .masks import causal_mask, padding_mask
 from .model import Decoder, DecoderOnlyLM, Encoder, EncoderDecoder, Transformer
@@ -48,6 +49,7 @@ __all__ = [
     "Encoder",
     "EncoderDecoder",
     "EncoderLayer",
+    "EncoderOnlyLM",
     "KVCache",
     "LabelSmoothingLoss",
     "LayerNorm",

@@ -127,6 +127,20 @@ def _attention_fast(
     return out
 
 
+def _one_query_attention(query: Tensor, key: Tensor, value: Tensor) -> Tensor:
+    """Eq. 1 for a single query per head with nothing masked: one step of cached decoding.
+
+    The same formula as :func:`scaled_dot_product_attention`, in three small operations. For
+    one query the fused kernel costs more than the work itself: it sets up blocks and shares
+    out the B * H heads among threads at every call.
+
+    Shape:
+        query (B, H, 1, Dk), key (B, H, S, Dk), value (B, H, S, Dv) -> (B, H, 1, Dv).
+    """
+    scores = query @ key.transpose(-2, -1) * query.size(-1) ** -0.5  # (B, H, 1, S)
+    return torch.softmax(scores, dim=-1) @ value  # (B, H, 1, Dv)
+
+
 # Below this many query rows (B * L), MultiHeadAttention projects Q, K and V separately.
 _FUSE_MIN_ROWS = 32
 
@@ -203,6 +217,18 @@ class MultiHeadAttention(nn.Module):
             outs.extend(F.linear(x, weight, bias).split(group_sizes, dim=-1))
         return tuple(outs)
 
+    def _project_decoding(self, x: Tensor, cache: AttentionCache) -> tuple[Tensor, Tensor, Tensor]:
+        """Self-attention during generation: W^Q, W^K, W^V as one matmul per step. Their
+        stacked copy is made on the first step and kept in the cache, since the weights do not
+        change while the model generates (this path runs only without gradients)."""
+        projs = (self.q_proj, self.k_proj, self.v_proj)
+        if cache.stacked_qkv is None:
+            weight = torch.cat([p.weight for p in projs])  # (2*H*Dk + H*Dv, D)
+            bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projs])
+            cache.stacked_qkv = (weight, bias)
+        sizes = [p.out_features for p in projs]
+        return F.linear(x, *cache.stacked_qkv).split(sizes, dim=-1)
+
     def forward(
         self,
         query: Tensor,
@@ -248,17 +274,23 @@ class MultiHeadAttention(nn.Module):
             q = self.q_proj(query)  # (B, L, H*Dk)
             k, v = cache.k, cache.v  # (B, H, S, Dk), (B, H, S, Dv)
         else:
-            q, k, v = self._project(query, key, value)  # (B, L, H*Dk), (B, S, H*Dk), ...
+            decoding = cache is not None and not cache.static and not torch.is_grad_enabled()
+            if decoding and query is key and key is value:
+                q, k, v = self._project_decoding(query, cache)  # (B, L, H*Dk), ...
+            else:
+                q, k, v = self._project(query, key, value)  # (B, L, H*Dk), (B, S, H*Dk), ...
             k = self._split(k, self.d_k)  # (B, H, S, Dk)
             v = self._split(v, self.d_v)  # (B, H, S, Dv)
             if cache is not None:
                 k, v = cache.update(k, v)  # (B, H, S_total, Dk), (B, H, S_total, Dv)
         q = self._split(q, self.d_k)  # (B, H, L, Dk)
+        n_q = q.size(2)
         if mask is not None:
-            b, h, n_q, n_k = q.size(0), self.n_heads, q.size(2), k.size(2)
-            check_attention_mask("mask", mask, (b, h, n_q, n_k))
+            check_attention_mask("mask", mask, (q.size(0), self.n_heads, n_q, k.size(2)))
         p = self.dropout if self.training else 0.0
-        if self.record_weights:
+        if cache is not None and n_q == 1 and mask is None and not self.record_weights:
+            out = _one_query_attention(q, k, v)  # (B, H, 1, Dv): a decoding step
+        elif self.record_weights:
             out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)
             self.last_weights = weights.detach()  # (B, H, L, S)
         else:

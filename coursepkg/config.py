@@ -6,7 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 
 _POSITIONAL = ("sinusoidal", "learned")
-_ACTIVATIONS = ("relu", "gelu")
+_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+_SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
 
 
 @dataclass(frozen=True)
@@ -39,11 +40,20 @@ class TransformerConfig:
     share_embeddings: bool = True  # one embedding matrix for source and target (shared vocab)
     tie_embeddings: bool = True  # output projection reuses the target embedding matrix
     pad_id: int | None = None  # padding id; when set, models derive token masks from it
-    activation: str = "relu"  # FFN non-linearity: "relu" (paper) or "gelu" (BERT, GPT)
+    activation: str = "relu"  # FFN non-linearity: "relu" (paper), "gelu" (exact, BERT),
+    # "gelu_tanh" (GPT-2's tanh approximation) or "silu" (swish, Marian/OPUS-MT)
     bias: bool = True  # biases in the attention projections, FFN linears and LayerNorms
     layer_norm_eps: float = 1e-5  # epsilon inside the LayerNorm square root
     attention_dropout: float = 0.0  # dropout on attention weights: none in the paper (Sec. 5.4);
     # tensor2tensor and torch.nn.Transformer use ``dropout`` here
+    scale_embeddings: bool = True  # multiply token embeddings by sqrt(D) (Sec. 3.4; not GPT/BERT)
+    sinusoidal_layout: str = "interleaved"  # "interleaved": sin, cos, sin, ... (Eq. of Sec. 3.5);
+    # "halves": all sines, then all cosines (tensor2tensor, Marian)
+    n_token_types: int = 0  # segment (token type) embeddings added to the input (BERT: 2)
+    embed_norm: bool = False  # LayerNorm on the summed input embeddings (BERT)
+    logits_bias: bool = False  # a fixed bias buffer added to the output logits (Marian)
+    pooler: bool = False  # encoder-only models: tanh-dense "pooler" on the first token (BERT)
+    mlm_head: bool = True  # encoder-only models: the masked-LM head (dense, act, norm, output)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
@@ -67,6 +77,17 @@ class TransformerConfig:
             raise ValueError(f"positional must be one of {_POSITIONAL}, got {self.positional!r}")
         if self.activation not in _ACTIVATIONS:
             raise ValueError(f"activation must be one of {_ACTIVATIONS}, got {self.activation!r}")
+        if self.sinusoidal_layout not in _SINUSOIDAL_LAYOUTS:
+            raise ValueError(
+                f"sinusoidal_layout must be one of {_SINUSOIDAL_LAYOUTS}, "
+                f"got {self.sinusoidal_layout!r}"
+            )
+        if (
+            isinstance(self.n_token_types, bool)
+            or not isinstance(self.n_token_types, int)
+            or self.n_token_types < 0
+        ):
+            raise ValueError(f"n_token_types must be an integer >= 0, got {self.n_token_types!r}")
         if self.layer_norm_eps <= 0:
             raise ValueError(f"layer_norm_eps must be > 0, got {self.layer_norm_eps}")
         if self.pad_id is not None and not (0 <= self.pad_id < self.vocab_size):

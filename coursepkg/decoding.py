@@ -23,16 +23,26 @@ class AttentionCache:
     A growing cache (self-attention) appends each step's keys/values; a static cache
     (cross-attention) is filled once from the encoder output and then only read.
 
+    Given a ``capacity`` (the longest sequence that will be decoded), a growing cache allocates
+    its storage once, on the first call, and each step writes into it; without one it
+    concatenates, which copies the whole cache at every step.
+
     Attributes:
         k: (B, H, S, Dk) or None before the first call.
         v: (B, H, S, Dv) or None before the first call.
         static: whether the cache is filled once and reused.
+        capacity: most positions a growing cache holds, or None to grow without limit.
+        stacked_qkv: the owning self-attention's W^Q, W^K, W^V stacked into one matrix (and
+            bias) on the first step, so that each step projects with one matmul.
     """
 
-    def __init__(self, static: bool = False) -> None:
+    def __init__(self, static: bool = False, capacity: int | None = None) -> None:
         self.static = static
+        self.capacity = capacity
         self.k: Tensor | None = None
         self.v: Tensor | None = None
+        self._storage: tuple[Tensor, Tensor] | None = None  # preallocated (B, H, capacity, *)
+        self.stacked_qkv: tuple[Tensor, Tensor | None] | None = None
 
     @property
     def length(self) -> int:
@@ -45,16 +55,40 @@ class AttentionCache:
         Shape:
             k (B, H, n, Dk), v (B, H, n, Dv) -> (B, H, S, Dk), (B, H, S, Dv).
         """
-        if self.k is None or self.static:
+        if self.static or (self.k is None and self.capacity is None):
             self.k, self.v = k, v
-        else:
+            return self.k, self.v
+        start, end = self.length, self.length + k.size(2)
+        if self.capacity is None:
             self.k = torch.cat([self.k, k], dim=2)  # (B, H, S + n, Dk)
             self.v = torch.cat([self.v, v], dim=2)  # (B, H, S + n, Dv)
+            return self.k, self.v
+        if end > self.capacity:
+            raise ValueError(
+                f"the cache holds at most capacity={self.capacity} positions; "
+                f"{start} are cached and {k.size(2)} more were given"
+            )
+        if self._storage is None:
+            b, h = k.shape[:2]
+            self._storage = (
+                k.new_empty(b, h, self.capacity, k.size(3)),  # (B, H, capacity, Dk)
+                v.new_empty(b, h, self.capacity, v.size(3)),  # (B, H, capacity, Dv)
+            )
+        k_all, v_all = self._storage
+        k_all.narrow(2, start, end - start).copy_(k)  # write positions start..end-1
+        v_all.narrow(2, start, end - start).copy_(v)
+        self.k, self.v = k_all.narrow(2, 0, end), v_all.narrow(2, 0, end)  # (B, H, S + n, D*)
         return self.k, self.v
 
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` (beam search reshuffles its hypotheses each step)."""
-        if self.k is not None:
+        if self.k is None:
+            return
+        if self._storage is not None:
+            n = self.length
+            self._storage = tuple(t.index_select(0, index) for t in self._storage)
+            self.k, self.v = (t[:, :, :n] for t in self._storage)
+        else:
             self.k = self.k.index_select(0, index)
             self.v = self.v.index_select(0, index)
 
@@ -65,10 +99,13 @@ class KVCache:
     Args:
         n_layers: number of decoder layers.
         cross: whether the layers also have cross-attention (encoder-decoder models).
+        capacity: longest target the growing caches will hold; given, they preallocate it.
     """
 
-    def __init__(self, n_layers: int, cross: bool = True) -> None:
-        self.self_attn = [AttentionCache() for _ in range(n_layers)]
+    def __init__(self, n_layers: int, cross: bool = True, capacity: int | None = None) -> None:
+        if capacity is not None and (not isinstance(capacity, int) or capacity < 1):
+            raise ValueError(f"capacity must be None or a positive integer, got {capacity!r}")
+        self.self_attn = [AttentionCache(capacity=capacity) for _ in range(n_layers)]
         self.cross_attn = [AttentionCache(static=True) for _ in range(n_layers)] if cross else None
 
     @property
@@ -153,7 +190,7 @@ def greedy_decode(
     b = src.size(0)
     tokens = torch.full((b, 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
     finished = torch.zeros(b, dtype=torch.bool, device=src.device)  # (B,)
-    cache = model.new_cache() if use_cache else None
+    cache = model.new_cache(capacity=1 + max_len) if use_cache else None
     for _ in range(max_len):
         logits = _next_logits(model, tokens, memory, src_mask, cache)  # (B, V)
         nxt = logits.argmax(dim=-1)  # (B,)
@@ -221,7 +258,7 @@ def beam_search(
     scores[:, 0] = 0.0
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]
     done = [False] * b
-    cache = model.new_cache() if use_cache else None
+    cache = model.new_cache(capacity=1 + max_len) if use_cache else None
 
     def normalise(logp: float, length: int) -> float:
         return logp / (length**length_penalty)

@@ -6,6 +6,7 @@ Dimension legend: B batch, L target/query length, S source length, D d_model, F 
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
@@ -57,6 +58,14 @@ class LayerNorm(nn.Module):
         return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
 
 
+_ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": partial(F.gelu, approximate="tanh"),
+    "silu": F.silu,
+}
+
+
 class PositionwiseFeedForward(nn.Module):
     """FFN(x) = W2 act(W1 x + b1) + b2, applied at each position alone (Eq. 2).
 
@@ -64,7 +73,8 @@ class PositionwiseFeedForward(nn.Module):
         d_model: width D of input and output.
         d_ff: inner width F.
         dropout: dropout after the activation (as ``nn.TransformerEncoderLayer`` does).
-        activation: "relu" (paper) or "gelu".
+        activation: "relu" (paper), "gelu" (exact), "gelu_tanh" (its tanh approximation, as
+            in GPT-2) or "silu" (x * sigmoid(x), also called swish; Marian).
         bias: whether the two linears have biases.
 
     Submodules ``linear1`` (D -> F) and ``linear2`` (F -> D).
@@ -79,12 +89,12 @@ class PositionwiseFeedForward(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        if activation not in ("relu", "gelu"):
-            raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {tuple(_ACTIVATIONS)}, got {activation!r}")
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
-        self.activation = F.relu if activation == "relu" else F.gelu
+        self.activation = _ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
         """Shape: (B, L, D) -> (B, L, D)."""

@@ -50,12 +50,13 @@ class TokenEmbedding(nn.Module):
     Args:
         vocab_size: V.
         d_model: D.
+        scale: multiply by sqrt(D) (the paper, Marian); GPT-2 and BERT do not.
     """
 
-    def __init__(self, vocab_size: int, d_model: int) -> None:
+    def __init__(self, vocab_size: int, d_model: int, scale: bool = True) -> None:
         super().__init__()
         self.vocab_size = vocab_size
-        self.scale = math.sqrt(d_model)
+        self.scale = math.sqrt(d_model) if scale else None
         self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
         # std D^-1/2 makes the scaled embedding unit-variance, and the tied logits start small.
         nn.init.normal_(self.weight, std=d_model**-0.5)
@@ -63,13 +64,41 @@ class TokenEmbedding(nn.Module):
     def forward(self, tokens: Tensor, name: str = "tokens") -> Tensor:
         """Shape: (B, L) integer ids -> (B, L, D)."""
         check_tokens(name, tokens, self.vocab_size)
-        return F.embedding(tokens, self.weight) * self.scale  # (B, L, D)
+        return self.lookup(tokens)
+
+    def lookup(self, tokens: Tensor) -> Tensor:
+        """:meth:`forward` without the argument check, for callers that checked ``tokens``.
+
+        Shape: (B, L) -> (B, L, D).
+        """
+        x = F.embedding(tokens, self.weight)  # (B, L, D)
+        return x if self.scale is None else x * self.scale
 
 
 def _make_positions(config: TransformerConfig) -> nn.Module:
     if config.positional == "learned":
         return LearnedPositionalEmbedding(config.d_model, config.max_len)
-    return SinusoidalPositionalEncoding(config.d_model, config.max_len)
+    return SinusoidalPositionalEncoding(config.d_model, config.max_len, config.sinusoidal_layout)
+
+
+def _token_embedding(config: TransformerConfig, vocab_size: int) -> TokenEmbedding:
+    return TokenEmbedding(vocab_size, config.d_model, config.scale_embeddings)
+
+
+def _reject_encoder_only_options(config: TransformerConfig, model: str) -> None:
+    # Token types and an embedding LayerNorm are built only by EncoderOnlyLM (BERT).
+    for name in ("n_token_types", "embed_norm"):
+        if getattr(config, name):
+            raise ValueError(
+                f"{model} does not support {name}={getattr(config, name)!r} "
+                "(only EncoderOnlyLM has token-type embeddings and an embedding LayerNorm)"
+            )
+
+
+def _logits_bias(module: nn.Module, config: TransformerConfig) -> None:
+    # A fixed (not trained) bias on the logits, as Marian's final_logits_bias; None when absent.
+    bias = torch.zeros(config.vocab_size) if config.logits_bias else None
+    module.register_buffer("logits_bias", bias)
 
 
 class Encoder(nn.Module):
@@ -225,18 +254,20 @@ class Transformer(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
+        _reject_encoder_only_options(config, "Transformer")
         self.config = config
-        self.src_embed = TokenEmbedding(config.source_vocab_size, config.d_model)
+        self.src_embed = _token_embedding(config, config.source_vocab_size)
         self.tgt_embed = (
             self.src_embed
             if config.share_embeddings
-            else TokenEmbedding(config.vocab_size, config.d_model)
+            else _token_embedding(config, config.vocab_size)
         )
         self.positions = _make_positions(config)
         self.dropout = nn.Dropout(config.dropout)
         self.encoder = Encoder(config)
         self.decoder = Decoder(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        _logits_bias(self, config)
         _init_linear_weights(self)
         if config.tie_embeddings:
             self.lm_head.weight = self.tgt_embed.weight
@@ -254,9 +285,9 @@ class Transformer(nn.Module):
         return self._token_mask("src_mask", src, src_mask)
 
     # ----- pieces used by generation ------------------------------------------------------------
-    def new_cache(self) -> KVCache:
-        """An empty key/value cache for :meth:`decode`."""
-        return KVCache(self.config.decoder_layers, cross=True)
+    def new_cache(self, capacity: int | None = None) -> KVCache:
+        """An empty key/value cache for :meth:`decode`, holding up to ``capacity`` targets."""
+        return KVCache(self.config.decoder_layers, cross=True, capacity=capacity)
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Run the encoder.
@@ -270,7 +301,7 @@ class Transformer(nn.Module):
         """
         check_tokens("src", src, self.config.source_vocab_size)
         src_mask = self.source_mask(src, src_mask)
-        x = self.dropout(self.positions(self.src_embed(src, "src")))  # (B, S, D)
+        x = self.dropout(self.positions(self.src_embed.lookup(src)))  # (B, S, D)
         return self.encoder(x, src_mask)  # (B, S, D)
 
     def decode(
@@ -303,9 +334,10 @@ class Transformer(nn.Module):
         offset = 0 if cache is None else cache.length
         if cache is None:
             tgt_mask = self._token_mask("tgt_mask", tgt, tgt_mask)
-        y = self.dropout(self.positions(self.tgt_embed(tgt, "tgt"), offset))  # (B, T, D)
+        y = self.dropout(self.positions(self.tgt_embed.lookup(tgt), offset))  # (B, T, D)
         h = self.decoder(y, memory, src_mask, tgt_mask, cache)  # (B, T, D)
-        return self.lm_head(h)  # (B, T, V)
+        logits = self.lm_head(h)  # (B, T, V)
+        return logits if self.logits_bias is None else logits + self.logits_bias
 
     def forward(
         self,
@@ -352,8 +384,9 @@ class DecoderOnlyLM(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
+        _reject_encoder_only_options(config, "DecoderOnlyLM")
         self.config = config
-        self.embed = TokenEmbedding(config.vocab_size, config.d_model)
+        self.embed = _token_embedding(config, config.vocab_size)
         self.positions = _make_positions(config)
         self.dropout = nn.Dropout(config.dropout)
         self.layers = nn.ModuleList(
@@ -361,13 +394,14 @@ class DecoderOnlyLM(nn.Module):
         )
         self.norm = _final_norm(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        _logits_bias(self, config)
         _init_linear_weights(self)
         if config.tie_embeddings:
             self.lm_head.weight = self.embed.weight
 
-    def new_cache(self) -> KVCache:
-        """An empty key/value cache for :meth:`forward`."""
-        return KVCache(self.config.n_layers, cross=False)
+    def new_cache(self, capacity: int | None = None) -> KVCache:
+        """An empty key/value cache for :meth:`forward`, holding up to ``capacity`` positions."""
+        return KVCache(self.config.n_layers, cross=False, capacity=capacity)
 
     def forward(
         self,
@@ -397,12 +431,18 @@ class DecoderOnlyLM(nn.Module):
             mask = mask & key_mask(token_mask)  # (B, 1, T, T_total)
         elif t == 1:
             mask = None
-        x = self.dropout(self.positions(self.embed(tokens), past))  # (B, T, D)
+        return self._logits(tokens, mask, cache)
+
+    def _logits(self, tokens: Tensor, mask: Tensor | None, cache: KVCache | None) -> Tensor:
+        # forward() after its checks: ``tokens`` are valid ids, ``mask`` the attention mask.
+        past = 0 if cache is None else cache.length
+        x = self.dropout(self.positions(self.embed.lookup(tokens), past))  # (B, T, D)
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, None if cache is None else cache.self_attn[i])  # (B, T, D)
         if self.norm is not None:
             x = self.norm(x)
-        return self.lm_head(x)  # (B, T, V)
+        logits = self.lm_head(x)  # (B, T, V)
+        return logits if self.logits_bias is None else logits + self.logits_bias
 
     @torch.no_grad()
     def generate(
@@ -415,6 +455,10 @@ class DecoderOnlyLM(nn.Module):
         generator: torch.Generator | None = None,
     ) -> Tensor:
         """Continue ``tokens`` by ``max_new_tokens`` tokens.
+
+        The arguments are checked once, here; each step then runs the model without checks and
+        without building a mask (one new query may see every cached position), and the cache is
+        allocated once for the whole output.
 
         Args:
             tokens: the prompt ids (no padding).
@@ -435,23 +479,25 @@ class DecoderOnlyLM(nn.Module):
             raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
         if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
             raise ValueError(f"top_k must be None or an integer >= 1, got {top_k!r}")
-        total = tokens.size(1) + max_new_tokens
+        prompt_len = tokens.size(1)
+        total = prompt_len + max_new_tokens
         if total > self.config.max_len:
             raise ValueError(
-                f"prompt length {tokens.size(1)} + max_new_tokens {max_new_tokens} = {total} "
+                f"prompt length {prompt_len} + max_new_tokens {max_new_tokens} = {total} "
                 f"exceeds max_len={self.config.max_len} of the positional table"
             )
-        if tokens.size(1) == 0:
+        if prompt_len == 0:
             raise ValueError("tokens must hold at least one prompt token per row, got length 0")
-        cache = self.new_cache() if use_cache else None
-        for _ in range(max_new_tokens):
-            if cache is not None:
-                new = tokens if cache.length == 0 else tokens[:, -1:]  # prompt, then one token
-                logits = self(new, cache=cache)[:, -1]  # (B, V)
+        out = tokens.new_empty(tokens.size(0), total)  # (B, T + new)
+        out[:, :prompt_len] = tokens
+        cache = self.new_cache(capacity=total) if use_cache else None
+        for t in range(prompt_len, total):
+            if cache is None:
+                # Recompute the whole prefix; every token is real, so only the causal mask.
+                logits = self._logits(out[:, :t], causal_mask(t, device=out.device), None)
+            elif t == prompt_len:
+                logits = self._logits(tokens, causal_mask(t, device=out.device), cache)
             else:
-                # Every token here is real, even one equal to pad_id: mask nothing.
-                real = torch.ones_like(tokens, dtype=torch.bool)  # (B, t)
-                logits = self(tokens, token_mask=real)[:, -1]  # (B, V)
-            nxt = sample_next(logits, temperature, top_k, generator)  # (B,)
-            tokens = torch.cat([tokens, nxt[:, None]], dim=1)  # (B, t + 1)
-        return tokens
+                logits = self._logits(out[:, t - 1 : t], None, cache)  # (B, 1, V)
+            out[:, t] = sample_next(logits[:, -1], temperature, top_k, generator)  # (B,)
+        return out

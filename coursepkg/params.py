@@ -27,6 +27,9 @@ def layer_norm_parameters(config: TransformerConfig) -> int:
     return config.d_model * (2 if config.bias else 1)
 
 
+_MODELS = ("encoder-decoder", "decoder-only", "encoder-only")
+
+
 def parameter_breakdown(
     config: TransformerConfig, model: str = "encoder-decoder"
 ) -> dict[str, int]:
@@ -37,14 +40,16 @@ def parameter_breakdown(
 
     Args:
         config: the hyper-parameters.
-        model: ``"encoder-decoder"`` (:class:`~coursepkg.Transformer`) or ``"decoder-only"``
-            (:class:`~coursepkg.DecoderOnlyLM`).
+        model: ``"encoder-decoder"`` (:class:`~coursepkg.Transformer`), ``"decoder-only"``
+            (:class:`~coursepkg.DecoderOnlyLM`) or ``"encoder-only"``
+            (:class:`~coursepkg.EncoderOnlyLM`, BERT-style: token types, embedding norm,
+            pooler and masked-LM head as the config says).
 
     Returns:
         An ordered mapping part -> count whose values sum to :func:`count_parameters`.
     """
-    if model not in ("encoder-decoder", "decoder-only"):
-        raise ValueError(f"model must be 'encoder-decoder' or 'decoder-only', got {model!r}")
+    if model not in _MODELS:
+        raise ValueError(f"model must be one of {_MODELS}, got {model!r}")
     d, v = config.d_model, config.vocab_size
     attn, ffn, ln = (
         attention_parameters(config),
@@ -61,6 +66,20 @@ def parameter_breakdown(
         out["final_norm"] = final
         out["output_head"] = 0 if config.tie_embeddings else v * d
         return out
+    if model == "encoder-only":
+        out["embeddings"] = v * d
+        out["positions"] = positions
+        out["token_types"] = config.n_token_types * d
+        out["embed_norm"] = ln if config.embed_norm else 0
+        out["layers"] = config.n_layers * (attn + ffn + 2 * ln) + final
+        out["pooler"] = (d * d + (d if config.bias else 0)) if config.pooler else 0
+        head = 0
+        if config.mlm_head:  # dense D x D, LayerNorm, output D x V (unless tied), output bias
+            dense = d * d + (d if config.bias else 0)
+            output = (0 if config.tie_embeddings else v * d) + (v if config.bias else 0)
+            head = dense + ln + output
+        out["mlm_head"] = head
+        return out
     src_embed = config.source_vocab_size * d
     tgt_embed = 0 if config.share_embeddings else v * d
     out["embeddings"] = src_embed + tgt_embed
@@ -75,7 +94,8 @@ def count_parameters(config: TransformerConfig, model: str = "encoder-decoder") 
     """Total number of distinct trainable parameters, in closed form.
 
     Equals ``sum(p.numel() for p in Transformer(config).parameters())`` (or
-    :class:`~coursepkg.DecoderOnlyLM` with ``model="decoder-only"``) without building it.
+    :class:`~coursepkg.DecoderOnlyLM` with ``model="decoder-only"``,
+    :class:`~coursepkg.EncoderOnlyLM` with ``model="encoder-only"``) without building it.
     """
     return sum(parameter_breakdown(config, model).values())
 

@@ -1,14 +1,14 @@
-"""Weight transfer from public implementations into the reference model."""
+"""Weight transfer from ``torch.nn.Transformer`` into the reference encoder-decoder stack."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from .attention import MultiHeadAttention
-from .config import TransformerConfig
-from .layers import LayerNorm
-from .model import EncoderDecoder
+from ..attention import MultiHeadAttention
+from ..config import TransformerConfig
+from ..layers import LayerNorm
+from ..model import EncoderDecoder
 
 
 def _copy_mha(dst: MultiHeadAttention, src: nn.MultiheadAttention) -> None:

@@ -1,0 +1,119 @@
+"""Greedy decoding: coursepkg's DecoderOnlyLM against Hugging Face's GPT-2, same weights.
+
+A random GPT-2-shaped model (D=256, 4 layers, 4 heads, V=1000) is built with ``transformers``
+from a config (nothing downloaded) and loaded into coursepkg with ``from_hf_gpt2``; both
+generate 256 greedy tokens after a 16-token prompt, at batch 1 and batch 8, with 2 threads,
+timed alternately in one run; their tokens must be identical. Also times coursepkg with the
+KV cache against recomputing the prefix at every step.
+
+Targets: at most 0.5x transformers' time at batch 1 and 0.9x at batch 8, at least 1,000
+tokens/s at batch 1, and the cache at least 8x faster than recomputation.
+
+Run: ``.venv/bin/python benchmarks/decode_hf.py [--rounds N]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import alternate, median, setup_threads  # noqa: E402
+
+PROMPT = 16
+
+
+def _models(new: int):
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    from coursepkg.interop import from_hf_gpt2
+
+    config = transformers.GPT2Config(
+        vocab_size=1000,
+        n_positions=PROMPT + new,
+        n_embd=256,
+        n_layer=4,
+        n_head=4,
+        bos_token_id=0,
+        eos_token_id=None,  # no early stop: both generate every requested token
+        pad_token_id=0,
+    )
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(config).eval()
+    return hf, from_hf_gpt2(hf)
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--no-recompute", action="store_true", help="skip the slow baseline")
+    args = parser.parse_args(argv)
+    setup_threads(args.threads)
+    new = args.new_tokens
+    hf, lm = _models(new)
+    results = {}
+    print(
+        f"GPT-2 shaped D=256 L=4 H=4 V=1000, prompt {PROMPT}, {new} greedy tokens, "
+        f"threads={torch.get_num_threads()}, median of {args.rounds} alternated rounds"
+    )
+    for batch in args.batches:
+        prompt = torch.randint(0, 1000, (batch, PROMPT), generator=torch.Generator().manual_seed(1))
+        out = {}
+
+        def ours(prompt=prompt, out=out):
+            out["ours"] = lm.generate(prompt, new)
+
+        def recompute(prompt=prompt, out=out):
+            out["recompute"] = lm.generate(prompt, new, use_cache=False)
+
+        def theirs(prompt=prompt, out=out):
+            with torch.no_grad():
+                out["theirs"] = hf.generate(
+                    prompt,
+                    attention_mask=torch.ones_like(prompt),
+                    max_new_tokens=new,
+                    do_sample=False,
+                    num_beams=1,
+                )
+
+        fns = {"ours": ours, "theirs": theirs}
+        if batch == 1 and not args.no_recompute:
+            fns["recompute"] = recompute
+        times = alternate(fns, args.rounds, warmup=1)
+        t = {name: median(ts) for name, ts in times.items()}
+        same = torch.equal(out["ours"], out["theirs"])
+        ratio = t["ours"] / t["theirs"]
+        target = 0.5 if batch == 1 else 0.9
+        tok_s = batch * new / t["ours"]
+        print(f"batch {batch}:")
+        print(f"  coursepkg     : {t['ours']:.3f} s ({tok_s:.0f} tok/s)")
+        print(f"  transformers  : {t['theirs']:.3f} s ({batch * new / t['theirs']:.0f} tok/s)")
+        print(
+            f"  ratio         : {ratio:.2f}x their time (target <= {target}x); "
+            f"identical tokens: {same}"
+        )
+        row = dict(ours_s=t["ours"], theirs_s=t["theirs"], ratio=ratio, tok_s=tok_s, same=same)
+        if "recompute" in t:
+            speedup = t["recompute"] / t["ours"]
+            print(
+                f"  recompute     : {t['recompute']:.3f} s; KV cache {speedup:.1f}x faster "
+                f"(target >= 8x); identical: {torch.equal(out['recompute'], out['ours'])}"
+            )
+            row["cache_speedup"] = speedup
+        if not same:
+            raise SystemExit("coursepkg and transformers generated different tokens")
+        results[batch] = row
+    return results
+
+
+if __name__ == "__main__":
+    main()

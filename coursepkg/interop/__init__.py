@@ -1,0 +1,32 @@
+"""Weight transfer between the reference models and public implementations.
+
+- :func:`from_torch_transformer`: ``torch.nn.Transformer`` -> the encoder-decoder stack.
+- :func:`from_hf_gpt2`, :func:`from_hf_bert`, :func:`from_hf_marian`: Hugging Face GPT-2,
+  BERT and Marian (OPUS-MT) -> :class:`~coursepkg.DecoderOnlyLM`,
+  :class:`~coursepkg.EncoderOnlyLM`, :class:`~coursepkg.Transformer`; :func:`to_hf_gpt2` goes
+  back. These need the optional extra: ``pip install 'coursepkg[interop]'``.
+"""
+
+from .hf import (
+    bert_config,
+    from_hf_bert,
+    from_hf_gpt2,
+    from_hf_marian,
+    gpt2_config,
+    marian_config,
+    marian_en_de_hf_config,
+    to_hf_gpt2,
+)
+from .torch_nn import from_torch_transformer
+
+__all__ = [
+    "bert_config",
+    "from_hf_bert",
+    "from_hf_gpt2",
+    "from_hf_marian",
+    "from_torch_transformer",
+    "gpt2_config",
+    "marian_config",
+    "marian_en_de_hf_config",
+    "to_hf_gpt2",
+]
