@@ -10,13 +10,15 @@ committed release is current, and scans it for leaks with :func:`find_leaks`.
 
 from __future__ import annotations
 
+import glob
 import re
 import shutil
 from pathlib import Path
 
 import nbformat
+from nbgrader.exchange.default.release_feedback import ExchangeReleaseFeedback
 
-__all__ = ["find_leaks", "generate_release", "secret_lines"]
+__all__ = ["ReleaseFeedback", "find_leaks", "generate_release", "secret_lines"]
 
 _BLOCK = re.compile(
     r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END \1", flags=re.DOTALL
@@ -31,17 +33,22 @@ def generate_release(
     *,
     source: str = "solutions",
     release: str = "exercises",
+    db_url: str | None = None,
 ) -> list[Path]:
     """Run nbgrader's ``generate_assignment`` on ``root/source`` into ``root/release``.
 
-    Runs in-process without a gradebook (like ``nbgrader generate_assignment --no-db
-    --force``), replacing the assignments' previous release.
+    Runs in-process, replacing the assignments' previous release (like ``nbgrader
+    generate_assignment --force``). With ``db_url`` it also records each assignment, its
+    notebooks and their graded cells in that gradebook, as nbgrader's command does, which
+    ``nbgrader release_assignment``, ``autograde`` and ``coursepkg grade`` need; without it no
+    gradebook is touched (``--no-db``).
 
     Args:
         root: the course directory (the repository root).
         assignment: an assignment id, or ``"*"`` for every assignment in ``source``.
         source: nbgrader's source directory, relative to ``root``.
-        release: nbgrader's release directory, relative to ``root``.
+        release: nbgrader's release directory, relative to ``root`` (or absolute).
+        db_url: the gradebook's SQLAlchemy URL, or None for no gradebook.
 
     Returns:
         The released notebooks, sorted.
@@ -63,8 +70,11 @@ def generate_release(
     config.CourseDirectory.root = str(root)
     config.CourseDirectory.source_directory = source
     config.CourseDirectory.release_directory = release
-    config.GenerateAssignment.no_database = True
-    config.SaveCells.enabled = False
+    if db_url is None:
+        config.GenerateAssignment.no_database = True
+        config.SaveCells.enabled = False
+    else:
+        config.CourseDirectory.db_url = db_url
     coursedir = CourseDirectory(config=config)
     coursedir.assignment_id = assignment
     converter = GenerateAssignment(coursedir=coursedir, config=config)
@@ -108,3 +118,39 @@ def find_leaks(source_notebook: str | Path, released_notebook: str | Path) -> li
     nb = nbformat.read(str(released_notebook), as_version=4)
     released = {line.strip() for cell in nb.cells for line in cell.source.splitlines()}
     return [line for line in secret_lines(source_notebook) if line in released]
+
+
+class ReleaseFeedback(ExchangeReleaseFeedback):
+    """nbgrader's ``release_feedback``, which skips (with a warning) instead of crashing on a
+    student who did not hand in through the exchange.
+
+    nbgrader files released feedback under a hash of the secret the exchange gave the
+    submission; one collected the ``zip_collect`` way has no secret, so nbgrader cannot deliver
+    its feedback (and its own command stops at the first such student). Their feedback stays in
+    ``feedback/<student>/<assignment>/`` to hand back another way. Selected in
+    ``nbgrader_config.py`` with ``c.ExchangeFactory.release_feedback``.
+    """
+
+    def copy_files(self) -> None:
+        """Release every student's feedback that the exchange can deliver."""
+        pattern = self.coursedir.format_path(
+            self.coursedir.feedback_directory, "*", self.coursedir.assignment_id
+        )
+        skipped = sorted(
+            folder.parent.name
+            for folder in map(Path, glob.glob(pattern))
+            if any(folder.glob("*.html")) and not (folder / "submission_secret.txt").is_file()
+        )
+        if skipped:
+            self.log.warning(
+                "Not releasing the feedback of %s on %s through the exchange: they did not "
+                "submit through it (no submission_secret.txt); hand back the HTML files in "
+                "%s/<student>/%s another way",
+                ", ".join(skipped),
+                self.coursedir.assignment_id,
+                self.coursedir.feedback_directory,
+                self.coursedir.assignment_id,
+            )
+            excluded = set(filter(None, (self.coursedir.student_id_exclude or "").split(",")))
+            self.coursedir.student_id_exclude = ",".join(sorted(excluded | set(skipped)))
+        super().copy_files()
