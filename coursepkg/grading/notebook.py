@@ -316,16 +316,36 @@ def check_notebook(path: str | Path | None = None, *, timeout: float = 120.0) ->
     finally:
         if saved is not None:
             os.environ[_SESSION_ENV] = saved
+    report.path = Path(path.name)  # the folder is the student's own; the name says enough
     text = report.format()
+    display({"text/plain": text, "text/html": _report_html(report)}, raw=True)
+
+
+def _report_html(report: Report) -> str:
+    """The report as a notebook shows it: one line per test, its message indented under it."""
+    marks = {"passed": ("PASS", "#2e7d32"), "failed": ("FAIL", "#c62828")}
+    rows = []
+    for cell in report.cells:
+        if cell.status == "hidden":
+            rows.append(f"<div>[hidden] {html.escape(cell.grade_id)}: {_points(cell.points)} "
+                        "points, graded later</div>")  # fmt: skip
+            continue
+        mark, colour = marks.get(cell.status, ("SKIP", "#6d6d6d"))
+        message = "".join(
+            f'<div style="margin-left:2em">{html.escape(line)}</div>'
+            for line in cell.message.splitlines()
+            if line.strip()
+        )
+        rows.append(
+            f'<div><b style="color:{colour}">[{mark}]</b> {html.escape(cell.grade_id)}: '
+            f"{_points(cell.score)}/{_points(cell.points)}{message}</div>"
+        )
+    if report.problem:
+        rows.append(f"<div>Stopped early: {html.escape(report.problem)}</div>")
+    total = html.escape(report.format().splitlines()[-1])
     colour = "#2e7d32" if report.passed else "#c62828"
-    display(
-        {
-            "text/plain": text,
-            "text/html": (
-                f'<pre style="border-left:4px solid {colour};padding:6px 10px;'
-                'white-space:pre-wrap;overflow-wrap:normal;word-break:normal">'
-                f"{html.escape(text)}</pre>"
-            ),
-        },
-        raw=True,
+    return (
+        f'<div style="border-left:4px solid {colour};padding:6px 10px;font-family:monospace">'
+        f"<div>{html.escape(str(report.path))}</div>{''.join(rows)}<div><b>{total}</b></div>"
+        "</div>"
     )

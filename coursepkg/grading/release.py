@@ -11,14 +11,23 @@ committed release is current, and scans it for leaks with :func:`find_leaks`.
 from __future__ import annotations
 
 import glob
+import importlib.metadata
+import logging
 import re
 import shutil
 from pathlib import Path
 
 import nbformat
+from nbconvert.exporters import HTMLExporter
 from nbgrader.exchange.default.release_feedback import ExchangeReleaseFeedback
 
-__all__ = ["ReleaseFeedback", "find_leaks", "generate_release", "secret_lines"]
+__all__ = [
+    "FeedbackExporter",
+    "ReleaseFeedback",
+    "find_leaks",
+    "generate_release",
+    "secret_lines",
+]
 
 _BLOCK = re.compile(
     r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END \1", flags=re.DOTALL
@@ -154,3 +163,52 @@ class ReleaseFeedback(ExchangeReleaseFeedback):
             excluded = set(filter(None, (self.coursedir.student_id_exclude or "").split(",")))
             self.coursedir.student_id_exclude = ",".join(sorted(excluded | set(skipped)))
         super().copy_files()
+
+
+log = logging.getLogger(__name__)
+
+# The script tag nbconvert's classic template writes: MathJax 2 from a CDN.
+_CDN_MATHJAX = re.compile(
+    r'<script src="https://cdnjs\.cloudflare\.com/ajax/libs/mathjax/[^"]*">\s*</script>'
+)
+# MathJax 3 typesets the same delimiters; the SVG output needs no font files.
+_MATHJAX_CONFIG = (
+    "window.MathJax = {tex: {inlineMath: [['$', '$'], ['\\\\(', '\\\\)']], "
+    "displayMath: [['$$', '$$'], ['\\\\[', '\\\\]']], processEscapes: true, "
+    "processEnvironments: true}, svg: {fontCache: 'global'}};"
+)
+
+
+def _offline_mathjax() -> str | None:
+    """The script tags that typeset math with the MathJax copy installed with the course's
+    environment (sphinx-mathjax-offline, which the book uses too), or None without it."""
+    try:
+        dist = importlib.metadata.distribution("sphinx-mathjax-offline")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    script = Path(str(dist.locate_file("sphinx-mathjax-offline/static/mathjax/tex-svg.js")))
+    if not script.is_file():
+        return None
+    code = script.read_text(encoding="utf-8")
+    if "</script" in code:  # cannot be inlined safely
+        return None
+    return f"<script>{_MATHJAX_CONFIG}</script>\n<script>{code}</script>"
+
+
+class FeedbackExporter(HTMLExporter):
+    """nbgrader's feedback page with its math typeset offline.
+
+    nbconvert's template loads MathJax from a CDN, so a student reading feedback without a
+    network sees raw LaTeX. This exporter swaps that script for MathJax 3 inlined into the page
+    (about 2 MB, the price of a page that works anywhere). Selected in ``nbgrader_config.py``
+    with ``c.GenerateFeedback.exporter_class``; nbgrader's template is otherwise unchanged.
+    """
+
+    def from_notebook_node(self, nb, resources=None, **kw):  # noqa: ANN001, ANN201 - nbconvert's API
+        """Export as nbgrader does, then replace the CDN's MathJax with the inlined copy."""
+        output, resources = super().from_notebook_node(nb, resources, **kw)
+        mathjax = _offline_mathjax()
+        if mathjax is None:
+            log.warning("MathJax for offline feedback not found; the feedback loads it from a CDN")
+            return output, resources
+        return _CDN_MATHJAX.sub(lambda _: mathjax, output, count=1), resources

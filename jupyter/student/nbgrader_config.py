@@ -12,3 +12,8 @@ c = get_config()  # noqa: F821  (injected by traitlets when it loads this file)
 c.CourseDirectory.course_id = "transformers"
 if os.environ.get("COURSE_EXCHANGE"):
     c.Exchange.root = os.environ["COURSE_EXCHANGE"]
+
+# Fetch into the folder JupyterLab shows. nbgrader's Assignment List reads this file from
+# JupyterLab's root folder, but would fetch into the folder JupyterLab was started from (the
+# repository under `make lab`) if assignment_dir kept its default ".".
+c.Exchange.assignment_dir = os.getcwd()
