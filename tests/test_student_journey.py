@@ -450,7 +450,7 @@ def test_student_and_instructor_journey(tmp_path):
                 "Interest(f) { setTimeout(() => f('End'), 0); }}}}};",
                 "application/javascript",
             )
-            t = time.monotonic()
+            t = j._start = time.monotonic()
             submission = _submission(course, student_id)[0]
             # Log in with the token on the login page (the formgrader's own requests need the
             # login cookie, which a token in the URL does not set).
@@ -495,6 +495,7 @@ def test_student_and_instructor_journey(tmp_path):
         j.timings["instructor: generate and release feedback"] = round(time.monotonic() - t, 1)
 
         # The student fetches the feedback and opens it.
+        j._start = time.monotonic()
         j.b.goto(f"{lab}/lab?token={TOKEN}", timeout=180)
         j.js("window.jupyterapp.restored.then(() => true)", 180)
         j.command("nbgrader:open-assignment-list")

@@ -302,8 +302,8 @@ def check_notebook(path: str | Path | None = None, *, timeout: float = 120.0) ->
         candidate = Path.cwd() / Path(session).name if session else None
         if candidate is None or candidate.suffix != ".ipynb" or not candidate.is_file():
             text = (
-                "check_notebook(): nothing checked here. In JupyterLab this cell runs the "
-                "saved notebook in a fresh kernel and lists every visible test; from a "
+                "check_notebook(): nothing checked here. In JupyterLab this cell runs the\n"
+                "saved notebook in a fresh kernel and lists every visible test; from a\n"
                 "terminal, run `coursepkg check <notebook>.ipynb`."
             )
             display({"text/plain": text}, raw=True)
