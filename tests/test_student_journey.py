@@ -521,3 +521,37 @@ def test_student_and_instructor_journey(tmp_path):
         j.step("feedback", lab=False)
 
     (SHOTS / "timings.json").write_text(json.dumps(j.timings, indent=1))
+
+
+def test_lab_terminal_finds_the_course_commands(tmp_path):
+    """JupyterLab's terminal under `make lab` (jupyter/student/bashrc) has the environment's
+    bin/ first on PATH, even where the shell's start-up files rebuild PATH."""
+    (tmp_path / ".bashrc").write_text("export PATH=/usr/bin:/bin\n")  # as /etc/profile does
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "COURSE_VENV_BIN": str(BIN)}
+    rcfile = ROOT / "jupyter" / "student" / "bashrc"
+    done = subprocess.run(
+        ["bash", "--rcfile", str(rcfile), "-i", "-c", "command -v coursepkg"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.stdout.strip() == str(BIN / "coursepkg"), done.stdout + done.stderr
+
+
+def test_name_error_after_a_restart_says_what_to_run(tmp_path):
+    """Under `make lab`, a NameError says to run the setup cell (a check) or the cells above."""
+    hints = ROOT / "jupyter" / "student" / "course_hints.py"
+    code = (
+        "import runpy\n"
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "shell = InteractiveShell.instance()\n"
+        f"runpy.run_path({str(hints)!r})\n"
+        "first = shell.run_cell('check_additive_score(additive_score)')\n"
+        "second = shell.run_cell('my_helper(1)')\n"
+        "assert isinstance(first.error_in_exec, NameError)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "comes from the notebook's setup cell" in out, out
+    assert "if `my_helper` is defined in a cell above, run that cell first" in out, out
