@@ -341,3 +341,29 @@ def test_another_gradebook_url(graded):
 def test_grading_takes_minutes_not_more(graded):
     # ~35 notebooks, 2 workers, one notebook killed at the 50 s limit: a few minutes.
     assert graded["seconds"] < 360, graded["seconds"]
+
+
+def test_release_feedback_skips_a_zip_collect_submission(tmp_path):
+    """nbgrader's release_feedback stopped at a student without an exchange secret (collected
+    with zip_collect); the course's ReleaseFeedback releases the others and names the skipped."""
+    course, exchange = tmp_path / "course", tmp_path / "exchange"
+    shutil.copytree(ROOT / "solutions" / "ex01_attention", course / "solutions" / "ex01_attention")
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    exchange.mkdir()
+    for student, secret in (("zoe", None), ("yan", "s3cret")):
+        folder = course / "feedback" / student / "ex01_attention"
+        folder.mkdir(parents=True)
+        (folder / "ex01_attention.html").write_text(f"<p>feedback for {student}</p>")
+        (folder / "timestamp.txt").write_text("2026-01-01 00:00:00.000000 UTC")
+        if secret:
+            (folder / "submission_secret.txt").write_text(secret)
+    env = {**os.environ, "COURSE_EXCHANGE": str(exchange), "PATH": f"{BIN}:{os.environ['PATH']}"}
+    done = subprocess.run(
+        [str(BIN / "nbgrader"), "release_feedback", "ex01_attention"],
+        cwd=course, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    released = list((exchange / "transformers" / "feedback").glob("*.html"))
+    assert [p.read_text() for p in released] == ["<p>feedback for yan</p>"], out
+    assert "zoe" in out and "submission_secret.txt" in out, out
