@@ -99,7 +99,7 @@ release: install
 	$(VENV_PATH) $(BIN)/coursepkg release
 
 # JupyterLab for students, with jupyter/student/ on JUPYTER_CONFIG_PATH: the student's nbgrader
-# tools only, the book served at /static/book/ (after `make book`), the terminal with the venv on
+# tools only, the book's chapters served at /static/book/ (after `make book`), the terminal with the venv on
 # PATH. Without COURSE_EXCHANGE it opens exercises/; with it (the course's exchange folder) it
 # opens coursework/, where the Assignment List fetches assignments (exercises/ already holds
 # them). LAB_DIR= chooses another folder; LAB_ARGS= passes options to jupyter lab.
@@ -107,7 +107,7 @@ COURSE_EXCHANGE ?=
 LAB_DIR ?= $(if $(COURSE_EXCHANGE),coursework,exercises)
 LAB_ARGS ?=
 lab: install
-	@mkdir -p _build/lab "$(LAB_DIR)" && ln -sfn ../html _build/lab/book
+	@mkdir -p "$(LAB_DIR)"
 	@test -f _build/html/index.html || echo "make lab: the book is not built, so the notebooks' links to it will not open; run \`make book\` first" >&2
 	$(VENV_PATH) JUPYTER_CONFIG_PATH=$(CURDIR)/jupyter/student$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH} \
 	  COURSE_EXCHANGE="$(COURSE_EXCHANGE)" $(BIN)/jupyter lab --notebook-dir="$(LAB_DIR)" $(LAB_ARGS)

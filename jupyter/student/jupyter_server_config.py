@@ -47,5 +47,6 @@ c.ServerApp.tornado_settings = {"page_config_hook": _hide_instructor_tools}
 os.environ["COURSE_VENV_BIN"] = str(Path(sys.executable).parent)
 c.ServerApp.terminado_settings = {"shell_command": ["bash", "--rcfile", str(here / "bashrc"), "-i"]}
 
-# The book, when built (`make book`): `make lab` links _build/html as _build/lab/book.
-c.ServerApp.extra_static_paths = [str(repo / "_build" / "lab")]
+# The built book (`make book`): its chapters, in _build/html/book/, are then served at
+# /static/book/ (the server's static handler refuses symbolic links out of its folders).
+c.ServerApp.extra_static_paths = [str(repo / "_build" / "html")]
