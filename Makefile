@@ -23,7 +23,7 @@ TORCH_VERSION := 2.13.0
 WHEELS ?= /opt/wheels
 PIP_FLAGS := --disable-pip-version-check $(if $(wildcard $(WHEELS)),--find-links $(WHEELS))
 
-.PHONY: help install test lint format book publish release bench robustness clean distclean lock
+.PHONY: help install test lint format book publish release lab bench robustness clean distclean lock
 
 help:
 	@echo "make install    create $(VENV)/ and install $(LOCK) and coursepkg (editable); no-op when up to date"
@@ -33,6 +33,7 @@ help:
 	@echo "make format     ruff format and ruff check --fix"
 	@echo "make publish    push the built book (_build/html) to the gh-pages branch (PUSH= for a local dry run)"
 	@echo "make release    regenerate exercises/ (students' notebooks) from solutions/ with nbgrader"
+	@echo "make lab        JupyterLab for students on exercises/ (COURSE_EXCHANGE=dir: on coursework/)"
 	@echo "make bench      run benchmarks/run_all.py"
 	@echo "make robustness run the book's trainings under 4 CPU settings; print each figure's spread"
 	@echo "make clean      remove _build/ and tool caches (the venv stays)"
@@ -92,10 +93,25 @@ publish:
 	@test -f $(SITE)/index.html || { echo "make publish: $(SITE)/index.html is missing; run \`make book\` first" >&2; exit 1; }
 	$(BIN)/ghp-import --no-jekyll --force $(PUSH) --message "Publish the book" $(SITE)
 
-# nbgrader's generate_assignment, in-process and without a gradebook; fails if a solution or a
-# hidden test leaks into exercises/.
+# nbgrader's generate_assignment, in-process; records the assignments in gradebook.db (what
+# nbgrader's release_assignment and autograde need); fails if a solution or a hidden test leaks
+# into exercises/.
 release: install
 	$(VENV_PATH) $(BIN)/coursepkg release
+
+# JupyterLab for students, with jupyter/student/ on JUPYTER_CONFIG_PATH: the student's nbgrader
+# tools only, the book's chapters served at /static/book/ (after `make book`), the terminal with the venv on
+# PATH. Without COURSE_EXCHANGE it opens exercises/; with it (the course's exchange folder) it
+# opens coursework/, where the Assignment List fetches assignments (exercises/ already holds
+# them). LAB_DIR= chooses another folder; LAB_ARGS= passes options to jupyter lab.
+COURSE_EXCHANGE ?=
+LAB_DIR ?= $(if $(COURSE_EXCHANGE),coursework,exercises)
+LAB_ARGS ?=
+lab: install
+	@mkdir -p "$(LAB_DIR)"
+	@test -f _build/html/index.html || echo "make lab: the book is not built, so the notebooks' links to it will not open; run \`make book\` first" >&2
+	$(VENV_PATH) JUPYTER_CONFIG_PATH=$(CURDIR)/jupyter/student$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH} \
+	  COURSE_EXCHANGE="$(COURSE_EXCHANGE)" $(BIN)/jupyter lab --notebook-dir="$(LAB_DIR)" $(LAB_ARGS)
 
 bench: install
 	@if [ -f benchmarks/run_all.py ]; then \

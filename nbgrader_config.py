@@ -5,6 +5,10 @@ Run nbgrader from the repository root with .venv/bin first on PATH, for example
 
 solutions/<assignment id>/  instructor notebooks (nbgrader's "source"): solutions and hidden tests
 exercises/<assignment id>/  student notebooks (nbgrader's "release"), generated from solutions/
+
+With an exchange (the folder that `nbgrader release_assignment`, `collect`, `release_feedback` and
+the students' Assignment List share), set COURSE_EXCHANGE to it; the students' side of these
+settings is jupyter/student/nbgrader_config.py.
 """
 
 import os
@@ -15,6 +19,8 @@ c.CourseDirectory.course_id = "transformers"
 c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "exercises"
+if os.environ.get("COURSE_EXCHANGE"):
+    c.Exchange.root = os.environ["COURSE_EXCHANGE"]
 
 # Feedback shows each student their graded notebook. Keep the hidden tests' code out of it (their
 # score and the check's message, which says what is wrong, still show), so the hidden shapes stay
@@ -27,3 +33,14 @@ c.GenerateFeedback.preprocessors = [
 
 # Autograding: the longest one cell may run (the checks take seconds; a stuck notebook stops here).
 c.ExecutePreprocessor.timeout = 120
+
+# Feedback is made again each time, so scores given by hand in the formgrader after a first
+# `generate_feedback` reach the students (nbgrader would otherwise skip the existing feedback).
+c.GenerateFeedback.force = True
+
+# release_feedback skips, with a warning, students who did not submit through the exchange
+# (zip_collect) instead of stopping at the first of them.
+c.ExchangeFactory.release_feedback = "coursepkg.grading.release.ReleaseFeedback"
+
+# Feedback typesets its math without a network (MathJax inlined instead of nbconvert's CDN).
+c.GenerateFeedback.exporter_class = "coursepkg.grading.release.FeedbackExporter"

@@ -64,7 +64,10 @@ def _check(args: argparse.Namespace) -> int:
 def _release(args: argparse.Namespace) -> int:
     from .grading.release import find_leaks, generate_release
 
-    released = generate_release(args.root, args.assignment)
+    db_url = (
+        None if args.no_db else args.db or f"sqlite:///{Path(args.root).resolve()}/gradebook.db"
+    )
+    released = generate_release(args.root, args.assignment, db_url=db_url)
     leaks = 0
     for notebook in released:
         source = Path(args.root) / "solutions" / notebook.parent.name / notebook.name
@@ -133,11 +136,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "release",
         help="regenerate exercises/ from solutions/ (instructors)",
-        description="Run nbgrader's generate_assignment on solutions/ into exercises/ (no "
-        "gradebook needed) and scan the result for leaked solutions or hidden tests.",
+        description="Run nbgrader's generate_assignment on solutions/ into exercises/, record "
+        "the assignments and their graded cells in the gradebook (what nbgrader's "
+        "release_assignment, autograde and the formgrader need), and scan the result for "
+        "leaked solutions or hidden tests.",
     )
     p.add_argument("assignment", nargs="?", default="*", help="an assignment id (default: all)")
     p.add_argument("--root", default=".", help="the course directory (default: .)")
+    p.add_argument("--db", help="gradebook SQLAlchemy URL (default: sqlite gradebook.db in root)")
+    p.add_argument("--no-db", action="store_true", help="leave every gradebook alone")
     p.set_defaults(func=_release)
     p = sub.add_parser(
         "grade",

@@ -23,6 +23,7 @@ import os
 import random
 import sys
 import sysconfig
+import textwrap
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -95,6 +96,9 @@ DIAGNOSE_TOLERANCE: tuple[float, float] = (1e-3, 1e-4)
 # ---------------------------------------------------------------------------------------------
 
 
+_WRAP = 88  # columns of a check's message as a notebook shows it
+
+
 class CheckFailure(AssertionError):
     """A check failed. The message is written for the student: what is wrong and what to change.
 
@@ -116,10 +120,26 @@ class CheckFailure(AssertionError):
         return self.message
 
     def _render_traceback_(self) -> list[str]:
-        """What IPython shows instead of a traceback: ``✗ <check>: <message>`` lines."""
-        lines = self.message.splitlines() or [""]
+        """What IPython shows instead of a traceback: ``✗ <check>: <message>`` lines.
+
+        Long lines are wrapped between words at 88 columns here, because the places that show
+        this text (a notebook cell, nbgrader's Validate dialog, the feedback page) either cut a
+        long line off or break it in the middle of a word.
+        """
         head = f"✗ {self.check}: " if self.check else "✗ "
-        return [head + lines[0], *("  " + line for line in lines[1:])]
+        out: list[str] = []
+        for i, line in enumerate(self.message.splitlines() or [""]):
+            first = head + line if i == 0 else "  " + line
+            indent = " " * (len(first) - len(first.lstrip()))
+            wrapped = textwrap.wrap(
+                first,
+                width=_WRAP,
+                subsequent_indent=indent + "  ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+            out.extend(wrapped or [first])
+        return out
 
 
 class NotImplementedYet(CheckFailure):
@@ -205,15 +225,25 @@ class CheckResult:
         # IPython's plain-text form (terminals, `coursepkg check`, nbgrader's text output).
         printer.text(str(self))
 
+    def _ipython_display_(self) -> None:
+        # Shown as display data rather than returned as the cell's value: nbgrader reads a test
+        # cell's returned value as partial credit (a float), and warns on anything else.
+        from IPython.display import display
+
+        display({"text/plain": str(self), "text/html": self._repr_html_()}, raw=True)
+
     def _repr_html_(self) -> str:
         colour, border, mark = (
             ("#e8f5e9", "#2e7d32", "✓") if self.passed else ("#ffebee", "#c62828", "✗")
         )
         items = "".join(f"<li>{html.escape(m)}</li>" for m in self.messages)
         state = "passed" if self.passed else "failed"
+        # The text colour is set with the background: a dark theme's light text on this pale
+        # box is unreadable.
         return (
-            f'<div style="background:{colour};border-left:4px solid {border};'
-            'padding:6px 10px;margin:4px 0;font-family:sans-serif;font-size:90%">'
+            f'<div style="background:{colour};color:#1a1a1a;border-left:4px solid {border};'
+            "padding:6px 10px;margin:4px 0;font-family:sans-serif;font-size:90%;"
+            'overflow-wrap:normal;word-break:normal;white-space:normal">'
             f"<b>{mark} {html.escape(self.name)}</b> {state}"
             f"{html.escape(self._points_text())}"
             + (f'<ul style="margin:4px 0 0 0">{items}</ul>' if items else "")

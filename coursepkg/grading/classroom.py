@@ -471,9 +471,13 @@ def _worker_grade(api: Any, settings: _Settings, job: dict) -> dict:
             f.write(f"== {title}: {'ok' if out.get('success') else 'FAILED'}\n")
             f.write(out.get("log", "") + out.get("error", "") + "\n")
 
+    hand_graded = _hand_grades(settings, student)
+
     def autograde() -> dict:
         out = api.autograde(settings.assignment, student, force=True, create=True)
         pidfile.unlink(missing_ok=True)
+        if out.get("success"):
+            _keep_hand_grades(settings, student, hand_graded)
         return out
 
     try:
@@ -518,6 +522,44 @@ def _worker_grade(api: Any, settings: _Settings, job: dict) -> dict:
         "sandbox": sandbox,
         "feedback": feedback,
     }
+
+
+def _hand_grades(settings: _Settings, student: str) -> dict[tuple[str, str], tuple]:
+    """The grades of ``student`` a grader has settled by hand (in the formgrader), keyed by
+    (notebook, cell), with the submission's timestamp and the autograder's score then."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    kept: dict[tuple[str, str], tuple] = {}
+    with Gradebook(settings.db_url) as gb:
+        try:
+            submission = gb.find_submission(settings.assignment, student)
+        except MissingEntry:
+            return kept
+        for nb in submission.notebooks:
+            for grade in nb.grades:
+                if grade.manual_score is not None and not grade.needs_manual_grade:
+                    kept[nb.name, grade.name] = (submission.timestamp, grade.auto_score)
+    return kept
+
+
+def _keep_hand_grades(
+    settings: _Settings, student: str, kept: dict[tuple[str, str], tuple]
+) -> None:
+    """After a rerun of the autograder: a hand grade given to this same submission stays
+    settled. nbgrader flags every hand-graded cell for manual grading again on each autograde;
+    that is right for a new submission or a changed autograder score, not for a rerun."""
+    from nbgrader.api import Gradebook
+
+    if not kept:
+        return
+    with Gradebook(settings.db_url) as gb:
+        submission = gb.find_submission(settings.assignment, student)
+        for nb in submission.notebooks:
+            for grade in nb.grades:
+                before = kept.get((nb.name, grade.name))
+                if before is not None and before == (submission.timestamp, grade.auto_score):
+                    grade.needs_manual_grade = False
+        gb.db.commit()
 
 
 def _worker_export(api: Any, settings: _Settings, job: dict) -> dict:
@@ -829,7 +871,7 @@ def _cell_message(cell: Any) -> str:
             name, value = output.get("ename", "Error"), _ANSI.sub("", output.get("evalue", ""))
             return value if name in ("CheckFailure", "NotImplementedYet") else f"{name}: {value}"
     for output in cell.get("outputs", []):
-        if output.get("output_type") == "execute_result":
+        if output.get("output_type") in ("execute_result", "display_data"):
             return _ANSI.sub("", output.get("data", {}).get("text/plain", ""))
     return ""
 
@@ -1015,6 +1057,36 @@ def build_dashboard(course: str | Path) -> Path:
 # ---------------------------------------------------------------------------------------------
 
 
+def _gradebook_notebooks(url: str, assignment: str) -> list[str]:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(url) as gb:
+        return sorted(nb.name for nb in gb.find_assignment(assignment).notebooks)
+
+
+def _add_to_gradebook(course: Path, assignment: str, url: str) -> None:
+    """Record an assignment the gradebook lacks, from its source, as ``coursepkg release`` and
+    ``nbgrader generate_assignment`` do; the release students have is left as it is."""
+    from .release import generate_release
+
+    source = "solutions" if (course / "solutions").is_dir() else "source"
+    if not (course / source / assignment).is_dir():
+        raise ValueError(
+            f"the gradebook does not know assignment {assignment!r} and {course / source} has "
+            f"no source for it: run `coursepkg release {assignment}` (or `nbgrader "
+            f"generate_assignment {assignment} --force`) where the source is"
+        )
+    with tempfile.TemporaryDirectory(prefix="coursepkg-release-") as scratch:
+        generate_release(course, assignment, source=source, release=scratch, db_url=url)
+    log.warning(
+        "the gradebook did not know %s: recorded it from %s/%s (the release students have is "
+        "unchanged)",
+        assignment,
+        source,
+        assignment,
+    )
+
+
 def _students(course: Path, assignment: str) -> list[str]:
     submitted = course / "submitted"
     return sorted(p.name for p in submitted.glob("*") if p.is_dir() and (p / assignment).is_dir())
@@ -1074,7 +1146,7 @@ def grade_class(
 
     Args:
         course: the nbgrader course directory (with ``nbgrader_config.py``, ``submitted/`` and
-            a gradebook holding the assignment, i.e. after ``nbgrader generate_assignment``).
+            the assignment's source; its gradebook entry is made if missing).
         assignment: the assignment id.
         workers: students graded at a time (default: the number of CPU cores).
         students: grade only these student ids (default: everyone in ``submitted/``).
@@ -1093,9 +1165,10 @@ def grade_class(
         A :class:`ClassResult` (its :meth:`~ClassResult.summary` is the final line).
 
     Raises:
-        ValueError: the course or assignment is not there, or the gradebook does not know it.
+        ValueError: the course or assignment is not there. An assignment the gradebook does
+            not know yet is recorded from its source first (nbgrader's generate_assignment).
     """
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import MissingEntry
     from tqdm.auto import tqdm
 
     start = time.perf_counter()
@@ -1104,13 +1177,10 @@ def grade_class(
         raise ValueError(f"{course} is not an nbgrader course directory (no nbgrader_config.py)")
     url = _with_busy_timeout(db_url or f"sqlite:///{course / 'gradebook.db'}")
     try:
-        with Gradebook(url) as gb:
-            notebooks = sorted(nb.name for nb in gb.find_assignment(assignment).notebooks)
+        notebooks = _gradebook_notebooks(url, assignment)
     except MissingEntry:
-        raise ValueError(
-            f"the gradebook does not know assignment {assignment!r}: run "
-            f"`nbgrader generate_assignment {assignment}` in {course} first"
-        ) from None
+        _add_to_gradebook(course, assignment, url)
+        notebooks = _gradebook_notebooks(url, assignment)
     release = course / _release_dir(course) / assignment
     if not all((release / f"{name}.ipynb").is_file() for name in notebooks):
         raise ValueError(f"the release of {assignment!r} is missing from {release}")

@@ -10,7 +10,9 @@ not reached are reported as not run.
 
 from __future__ import annotations
 
+import html
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,12 +24,15 @@ __all__ = [
     "CellOutcome",
     "NotebookError",
     "Report",
+    "check_notebook",
     "find_test_cells",
     "load_notebook",
     "run_notebook",
 ]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# Set by Jupyter Server in the environment of a notebook's kernel: the notebook's path.
+_SESSION_ENV = "JPY_SESSION_NAME"
 
 
 class NotebookError(ValueError):
@@ -180,7 +185,8 @@ def _error_message(cell: NotebookNode) -> str | None:
 def _result_text(cell: NotebookNode) -> str:
     """The plain-text result a passing check displayed (its CheckResult)."""
     for output in cell.get("outputs", []):
-        if output.get("output_type") == "execute_result":
+        # A CheckResult displays itself (display_data); an older one was the cell's value.
+        if output.get("output_type") in ("display_data", "execute_result"):
             return _ANSI.sub("", output.get("data", {}).get("text/plain", ""))
     return ""
 
@@ -272,3 +278,74 @@ def run_notebook(
         else:
             report.cells.append(CellOutcome(grade_id, points, "passed", _result_text(cell)))
     return report
+
+
+def check_notebook(path: str | Path | None = None, *, timeout: float = 120.0) -> None:
+    """Check the whole notebook from inside it, as ``coursepkg check`` does from a terminal.
+
+    Meant for the last cell of an assignment notebook opened in JupyterLab: it runs the
+    notebook's *saved* file top to bottom in a fresh kernel (so save first) and shows the
+    report. Run anywhere else without a path (``coursepkg check``, nbgrader's autograder, a
+    plain Python session), it only says so, so it never runs a notebook inside itself.
+
+    Args:
+        path: the notebook; by default the one whose kernel this is (JupyterLab tells it).
+        timeout: the longest a single cell may run, in seconds.
+
+    Returns:
+        Nothing: the report (or why there was nothing to check) is displayed in the cell.
+    """
+    from IPython.display import display
+
+    if path is None:
+        session = os.environ.get(_SESSION_ENV, "")
+        candidate = Path.cwd() / Path(session).name if session else None
+        if candidate is None or candidate.suffix != ".ipynb" or not candidate.is_file():
+            text = (
+                "check_notebook(): nothing checked here. In JupyterLab this cell runs the\n"
+                "saved notebook in a fresh kernel and lists every visible test; from a\n"
+                "terminal, run `coursepkg check <notebook>.ipynb`."
+            )
+            display({"text/plain": text}, raw=True)
+            return
+        path = candidate
+    # The notebook runs this cell too: its kernel must not find the session and recurse.
+    saved = os.environ.pop(_SESSION_ENV, None)
+    try:
+        report = run_notebook(path, timeout=timeout)
+    finally:
+        if saved is not None:
+            os.environ[_SESSION_ENV] = saved
+    report.path = Path(path.name)  # the folder is the student's own; the name says enough
+    text = report.format()
+    display({"text/plain": text, "text/html": _report_html(report)}, raw=True)
+
+
+def _report_html(report: Report) -> str:
+    """The report as a notebook shows it: one line per test, its message indented under it."""
+    marks = {"passed": ("PASS", "#2e7d32"), "failed": ("FAIL", "#c62828")}
+    rows = []
+    for cell in report.cells:
+        if cell.status == "hidden":
+            rows.append(f"<div>[hidden] {html.escape(cell.grade_id)}: {_points(cell.points)} "
+                        "points, graded later</div>")  # fmt: skip
+            continue
+        mark, colour = marks.get(cell.status, ("SKIP", "#6d6d6d"))
+        message = "".join(
+            f'<div style="margin-left:2em">{html.escape(line)}</div>'
+            for line in cell.message.splitlines()
+            if line.strip()
+        )
+        rows.append(
+            f'<div><b style="color:{colour}">[{mark}]</b> {html.escape(cell.grade_id)}: '
+            f"{_points(cell.score)}/{_points(cell.points)}{message}</div>"
+        )
+    if report.problem:
+        rows.append(f"<div>Stopped early: {html.escape(report.problem)}</div>")
+    total = html.escape(report.format().splitlines()[-1])
+    colour = "#2e7d32" if report.passed else "#c62828"
+    return (
+        f'<div style="border-left:4px solid {colour};padding:6px 10px;font-family:monospace">'
+        f"<div>{html.escape(str(report.path))}</div>{''.join(rows)}<div><b>{total}</b></div>"
+        "</div>"
+    )

@@ -13,7 +13,7 @@ from torch import Tensor
 
 
 def additive_score(query: Tensor, keys: Tensor, W_q: Tensor, W_k: Tensor, v: Tensor) -> Tensor:
-    """Bahdanau's additive score (Bahdanau et al. 2015; notes 1.1), optional exercise:
+    """Bahdanau's additive score (Bahdanau et al. 2015; notes 1.1):
 
     score(s, h_j) = v^T tanh(W_q s + W_k h_j)
 
