@@ -11,8 +11,8 @@ gradebook (SQLite by default, any SQLAlchemy URL). What this module adds around 
   tqdm progress bar and a summary at the end. Each kernel gets ``cores // workers`` threads.
 * **Kernels forked, not started**: each worker runs a fork server
   (:mod:`coursepkg.grading.forkserver`) that imports torch, IPython and the checks once; every
-  notebook's kernel is a forked child of it, confined like a fresh one, which saves the ~3 s of
-  CPU a fresh kernel spends importing them (``fork=False`` starts kernels as nbgrader does).
+  notebook's kernel is a forked child of it, confined like a fresh one, which saves the CPU time a
+  fresh kernel spends importing them (``fork=False`` starts kernels as nbgrader does).
 * **Limits** per notebook: nbgrader's per-cell timeout (the cell is interrupted, its test
   scores 0), a wall-clock limit per student after which the worker and its kernel are killed
   (and the worker replaced), and the sandbox kernel of :mod:`coursepkg.grading.sandbox`
