@@ -2,6 +2,7 @@
 test, tests/test_student_journey.py, shows the page working offline)."""
 
 import asyncio
+import json
 import types
 from pathlib import Path
 
@@ -9,6 +10,8 @@ import pytest
 from nbconvert.exporters import HTMLExporter
 
 from coursepkg.grading import formgrader_offline as fo
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _macro(exporter: HTMLExporter, *args: str) -> str:
@@ -50,13 +53,17 @@ def test_odd_url_is_refused():
         fo.offline_mathjax_template('/static/"><script>')
 
 
-def test_extension_is_enabled_in_the_course_root_and_mathjax_is_installed():
-    import jupyter_server_mathjax  # noqa: F401  (the course environment installs it)
-    from traitlets.config.loader import PyFileConfigLoader
+def test_extension_and_mathjax_are_enabled_in_the_environment():
+    import sys
 
-    root = Path(__file__).resolve().parent.parent
-    config = PyFileConfigLoader("jupyter_server_config.py", path=str(root)).load_config()
-    extensions = config.ServerApp.jpserver_extensions.get_value({})  # the file's update()
-    assert extensions["coursepkg.grading.formgrader_offline"] is True
-    assert extensions["jupyter_server_mathjax"] is True
+    import jupyter_server_mathjax  # noqa: F401  (the course environment installs it)
+    from jupyter_server.extension.manager import ExtensionPackage
+
+    name = "coursepkg.grading.formgrader_offline"
+    shipped = json.loads((ROOT / "jupyter/jupyter_server_config.d/coursepkg.json").read_text())
+    assert shipped == {"ServerApp": {"jpserver_extensions": {name: True}}}
+    installed = Path(sys.prefix, "etc/jupyter/jupyter_server_config.d/coursepkg.json")
+    assert installed.exists(), "run `make install`"
+    assert json.loads(installed.read_text()) == shipped
+    assert ExtensionPackage(name=name).validate()
     assert fo._jupyter_server_extension_points() == [{"module": fo.__name__}]

@@ -7,8 +7,9 @@ This extension gives the formgrader's exporter a ``mathjax.html.j2`` of its own 
 the MathJax 2 that ``jupyter-server-mathjax`` serves from the same server
 (``{base_url}static/jupyter_server_mathjax/MathJax.js``), with nbconvert's TeX settings.
 
-The repository's ``jupyter_server_config.py`` enables it for the server an instructor starts in
-the course root; it does nothing in a server without the formgrader.
+``make install`` enables it in the course's environment (``jupyter/jupyter_server_config.d/``,
+copied into ``.venv/etc/jupyter``; a non-editable ``pip install`` installs it as a data file), as
+``jupyter-server-mathjax`` enables itself. It does nothing in a server without the formgrader.
 """
 
 from __future__ import annotations
