@@ -46,6 +46,8 @@ install: $(STAMP)
 # Then coursepkg itself: --no-deps because the lock is the whole environment, and
 # --no-build-isolation to build with the setuptools pinned in the lock rather than fetch another.
 # `pip check` fails if pyproject.toml asks for something the lock does not provide.
+# Then the course's Jupyter server extension is enabled in the venv (an editable install skips
+# data files): it lets nbgrader's formgrader load MathJax without a network.
 $(STAMP): $(LOCK) pyproject.toml
 	@if [ -z "$(filter --find-links%,$(PIP_FLAGS))" ]; then \
 	  echo "warning: $(WHEELS) not found; pip will take torch from the index you configured" \
@@ -54,6 +56,7 @@ $(STAMP): $(LOCK) pyproject.toml
 	$(BIN)/python -m pip install $(PIP_FLAGS) -r $(LOCK)
 	$(BIN)/python -m pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	$(BIN)/python -m pip check
+	install -D -m 644 jupyter/jupyter_server_config.d/coursepkg.json $(VENV)/etc/jupyter/jupyter_server_config.d/coursepkg.json
 	touch $@
 
 lint: install

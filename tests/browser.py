@@ -76,7 +76,6 @@ class Browser:
         self._ids = itertools.count(1)
         self._events: list[dict[str, Any]] = []
         self.errors: list[str] = []
-        self._served: dict[str, tuple[str, str]] = {}
         for domain in ("Page", "Runtime", "Log", "Network"):
             self.send(f"{domain}.enable")
 
@@ -113,33 +112,19 @@ class Browser:
             self.errors.append(f"{entry.get('source')}: {entry.get('text')} {entry.get('url', '')}")
         elif method == "Network.loadingFailed" and not params.get("canceled"):
             self.errors.append(f"request failed: {params.get('errorText')}")
-        elif method == "Fetch.requestPaused":
-            self._fulfill(params)
         self._events.append(event)
 
-    def serve(self, prefix: str, body: str, content_type: str) -> None:
-        """Answer every request for a URL starting with ``prefix`` with ``body`` (a stand-in for
-        a resource on another host, which a test on loopback cannot reach)."""
-        self._served[prefix] = (body, content_type)
-        self.send("Fetch.enable", patterns=[{"urlPattern": p + "*"} for p in self._served])
-
-    def _fulfill(self, params: dict[str, Any]) -> None:
-        url = params["request"]["url"]
-        prefix = next((p for p in self._served if url.startswith(p)), None)
-        if prefix is None:
-            method, extra = "Fetch.continueRequest", {}
-        else:
-            body, content_type = self._served[prefix]
-            method = "Fetch.fulfillRequest"
-            extra = {
-                "responseCode": 200,
-                "responseHeaders": [{"name": "Content-Type", "value": content_type}],
-                "body": base64.b64encode(body.encode()).decode(),
-            }
-        # Sent without waiting for the answer (this runs inside the loop that reads answers).
-        message = {"id": next(self._ids), "method": method,
-                   "params": {"requestId": params["requestId"], **extra}}  # fmt: skip
-        self._ws.send(json.dumps(message))
+    def requested_urls(self) -> list[str]:
+        """Every URL the page asked for since the last :meth:`goto` (documents, scripts,
+        styles, fetches, websockets), in order."""
+        urls = []
+        for event in self._events:
+            params = event.get("params", {})
+            if event.get("method") == "Network.requestWillBeSent":
+                urls.append(params["request"]["url"])
+            elif event.get("method") == "Network.webSocketCreated":
+                urls.append(params["url"])
+        return urls
 
     def send(self, method: str, **params: Any) -> dict[str, Any]:
         """Send one DevTools command and return its result (events meanwhile are recorded)."""

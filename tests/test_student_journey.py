@@ -121,6 +121,13 @@ def _server(args: list[str], env: dict, log: Path, port: int, cwd: Path):
             proc.wait()
 
 
+def _assert_loopback(urls: list[str]) -> None:
+    """Fail on any request to another host than 127.0.0.1 (a CDN would not answer offline)."""
+    local = ("http://127.0.0.1:", "ws://127.0.0.1:", "data:", "blob:", "about:")
+    away = [u for u in urls if not u.startswith(local)]
+    assert urls and not away, f"requests that left loopback: {away}"
+
+
 class Journey:
     """The browser, the screenshots (light and dark) and the time each step took."""
 
@@ -442,14 +449,6 @@ def test_student_and_instructor_journey(tmp_path):
         fport = _free_port()
         with _server(["lab", f"--notebook-dir={course}"], {**instructor, "HOME": str(tmp_path)},
                      tmp_path / "formgrader.log", fport, course) as formgrader:  # fmt: skip
-            # nbgrader's formgrader loads MathJax 2 from a CDN and its own script stops (no
-            # score can be saved) when MathJax is missing: on loopback, a stand-in answers.
-            j.b.serve(
-                "https://cdnjs.cloudflare.com/ajax/libs/mathjax/",
-                "window.MathJax = {Hub: {Config() {}, Queue() {}, Startup: {signal: {"
-                "Interest(f) { setTimeout(() => f('End'), 0); }}}}};",
-                "application/javascript",
-            )
             t = j._start = time.monotonic()
             submission = _submission(course, student_id)[0]
             # Log in with the token on the login page (the formgrader's own requests need the
@@ -465,6 +464,12 @@ def test_student_and_instructor_journey(tmp_path):
                 " && !!document.activeElement?.classList.contains('tabbable')",
                 180,
             ), "the formgrader page did not get ready"
+            # nbgrader's script needs MathJax 2 (MathJax.Hub); the course's server extension
+            # has it served by this server instead of a CDN. Nothing may leave loopback.
+            assert j.wait("!!window.MathJax?.Hub", 60), "no MathJax 2 on the formgrader page"
+            mathjax = j.js("document.querySelector('script[src*=\"MathJax.js\"]')?.src || ''")
+            assert mathjax.startswith(f"{formgrader}/static/jupyter_server_mathjax/"), mathjax
+            _assert_loopback(j.b.requested_urls())
             box = "document.getElementById('written_sqrt_dk')"
             assert j.wait(f"!!{box}", 60), "the written answer has no score box"
             shown = j.js(f"{box}.closest('.nbgrader_cell')?.innerText || ''")
@@ -478,6 +483,13 @@ def test_student_and_instructor_journey(tmp_path):
                 j.wait("false", 0.5)
             j.step("formgrader", lab=False)
             j.timings["instructor: formgrader"] = j.timings.pop("formgrader")
+            _assert_loopback(j.b.requested_urls())
+            # The formgrader's other pages load nothing from another host either.
+            for other in ("/formgrader/manage_assignments", "/formgrader/gradebook"):
+                j.b.goto(f"{formgrader}{other}", 120)
+                shown = f"document.getElementById('main-table')?.innerText.includes('{AID}')"
+                assert j.wait(shown, 60), f"{other} did not list {AID}"
+                _assert_loopback(j.b.requested_urls())
 
         # Our grader again: the hand grade of the same submission stays settled.
         t = time.monotonic()
