@@ -119,6 +119,37 @@ class KVCache:
             cache.reorder(index)
 
 
+LENGTH_NORMS = ("power", "gnmt")
+
+
+def length_penalty(length: int | Tensor, alpha: float, form: str = "power") -> float | Tensor:
+    """The divisor that length-normalises a hypothesis's summed log-probability.
+
+    ``"power"`` is ``length ** alpha``; ``"gnmt"`` is Wu et al. (2016)'s
+    ``((5 + length) / 6) ** alpha``, the form behind the Transformer paper's ``alpha = 0.6``.
+    Both are 1 when ``alpha = 0`` (raw log-probability) and grow with the length; the GNMT form
+    is 1 for a one-token output and grows more slowly for short ones.
+
+    Args:
+        length: generated tokens of the hypothesis, EOS included (>= 1).
+        alpha: the exponent, >= 0.
+        form: ``"power"`` or ``"gnmt"``.
+
+    Returns:
+        The divisor (a tensor when ``length`` is one).
+    """
+    if form not in LENGTH_NORMS:
+        raise ValueError(f"form must be one of {LENGTH_NORMS}, got {form!r}")
+    if alpha < 0:
+        raise ValueError(f"alpha must be >= 0, got {alpha}")
+    if form == "gnmt":
+        return ((5 + length) / 6) ** alpha
+    return length**alpha
+
+
+_length_divisor = length_penalty  # beam_search's keyword of that name shadows the function
+
+
 def _check_decode_args(model: Transformer, src: Tensor, max_len: int, bos_id: int, eos_id: int):
     vocab = model.config.vocab_size
     check_tokens("src", src, model.config.source_vocab_size)
@@ -213,6 +244,7 @@ def beam_search(
     length_penalty: float = 1.0,
     src_mask: Tensor | None = None,
     use_cache: bool = True,
+    length_norm: str = "power",
 ) -> tuple[Tensor, Tensor]:
     """Beam search with length normalisation.
 
@@ -221,7 +253,9 @@ def beam_search(
     (length counts generated tokens including EOS; ``length_penalty=0`` ranks by raw
     log-probability, which favours short outputs). A source is done once it has
     ``beam_size`` finished hypotheses; hypotheses still open after ``max_len`` tokens are
-    ranked the same way. With ``beam_size=1`` this is exactly greedy decoding.
+    ranked the same way. With ``beam_size=1`` this is exactly greedy decoding. With
+    ``length_norm="gnmt"`` the divisor is ``((5 + length) / 6) ** length_penalty`` instead
+    (see :func:`length_penalty`).
 
     Args:
         model: an encoder-decoder :class:`~coursepkg.Transformer` (eval mode).
@@ -233,6 +267,7 @@ def beam_search(
         length_penalty: exponent alpha of the length normalisation.
         src_mask: bool (B, S), True = real token.
         use_cache: reuse keys/values across steps.
+        length_norm: ``"power"`` (``length ** alpha``) or ``"gnmt"``.
 
     Shape:
         src (B, S) -> tokens (B, 1 + T), scores (B,).
@@ -245,6 +280,8 @@ def beam_search(
         raise ValueError(f"beam_size must be an integer >= 1, got {beam_size!r}")
     if length_penalty < 0:
         raise ValueError(f"length_penalty must be >= 0, got {length_penalty}")
+    if length_norm not in LENGTH_NORMS:
+        raise ValueError(f"length_norm must be one of {LENGTH_NORMS}, got {length_norm!r}")
     _check_decode_args(model, src, max_len, bos_id, eos_id)
     pad = model.config.pad_id if model.config.pad_id is not None else eos_id
     k, device = beam_size, src.device
@@ -261,7 +298,7 @@ def beam_search(
     cache = model.new_cache(capacity=1 + max_len) if use_cache else None
 
     def normalise(logp: float, length: int) -> float:
-        return logp / (length**length_penalty)
+        return logp / _length_divisor(length, length_penalty, length_norm)
 
     for step in range(1, max_len + 1):
         logits = _next_logits(model, tokens, memory, src_mask, cache)  # (B*K, V)
@@ -355,5 +392,6 @@ __all__ = [
     "KVCache",
     "beam_search",
     "greedy_decode",
+    "length_penalty",
     "sample_next",
 ]

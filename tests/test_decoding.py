@@ -10,7 +10,7 @@ import torch
 from torch.testing import assert_close
 
 from coursepkg import KVCache, beam_search, greedy_decode
-from coursepkg.decoding import AttentionCache
+from coursepkg.decoding import AttentionCache, length_penalty
 
 V, BOS, EOS = 11, 1, 2
 
@@ -398,3 +398,39 @@ def test_beam_batch_equals_each_source_alone(seed, make_model, make_tokens) -> N
         assert torch.equal(tokens[i, :n], alone[0])
         assert bool((tokens[i, n:] == pad).all())
         assert_close(scores[i], score[0], atol=1e-5, rtol=1e-5)
+
+
+# ------------------------------------------------------------------- GNMT length penalty
+def test_length_penalty_forms() -> None:
+    lengths = torch.arange(1, 40, dtype=torch.float64)
+    for form in ("power", "gnmt"):
+        assert torch.all(length_penalty(lengths, 0.0, form) == 1)  # alpha = 0: raw log p
+        lp = length_penalty(lengths, 0.6, form)
+        assert torch.all(lp[1:] > lp[:-1])  # longer hypotheses get a larger divisor
+    assert length_penalty(1, 0.6, "gnmt") == pytest.approx(1.0)
+    assert length_penalty(7, 1.0, "gnmt") == pytest.approx(2.0)  # (5 + 7) / 6
+    assert length_penalty(7, 0.5, "power") == pytest.approx(7**0.5)
+    # the GNMT divisor grows more slowly than the plain power of the length
+    assert torch.all(length_penalty(lengths[1:], 0.6, "gnmt") < lengths[1:] ** 0.6)
+    with pytest.raises(ValueError, match="form must be one of"):
+        length_penalty(3, 0.6, "wu")
+    with pytest.raises(ValueError, match="alpha must be >= 0"):
+        length_penalty(3, -1.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_gnmt_exhaustive_beam_equals_brute_force(seed, make_model, make_tokens) -> None:
+    """Ranked by log p / ((5 + len) / 6)^alpha, an exhaustive beam finds the best hypothesis."""
+    vocab, max_len, alpha = 4, 3, 0.6
+    model = make_model(seed=seed, vocab_size=vocab)
+    src = make_tokens(1, 4, vocab, seed=seed)
+    raw = _brute_force(model, src[0], max_len, 0.0, vocab)  # (log p, hyp)
+    ranked = sorted(((lp / ((5 + len(h) - 1) / 6) ** alpha, h) for lp, h in raw), reverse=True)
+    tokens, scores = beam_search(
+        model, src, vocab**max_len, max_len, BOS, EOS, length_penalty=alpha, length_norm="gnmt"
+    )
+    assert float(scores[0]) == pytest.approx(ranked[0][0], abs=1e-4)
+    assert tokens[0].tolist()[: len(ranked[0][1])] == ranked[0][1]
+    assert len(ranked[0][1]) > 2  # longer than one token, where both forms divide by 1
+    with pytest.raises(ValueError, match="length_norm"):
+        beam_search(model, src, 2, max_len, BOS, EOS, length_norm="GNMT")
