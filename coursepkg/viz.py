@@ -56,6 +56,7 @@ def attention_heatmap(
     title: str | None = None,
     cmap: str = "viridis",
     colorbar: bool = True,
+    vmax: float | None = None,
 ) -> Axes:
     """Draw one attention matrix: row i is how query i spreads its attention over the keys.
 
@@ -67,6 +68,8 @@ def attention_heatmap(
         title: the axes title.
         cmap: matplotlib colour map.
         colorbar: add a colour bar next to the matrix.
+        vmax: the weight drawn in the brightest colour (default: the largest weight), so that
+            several maps can share one colour scale.
 
     Shape:
         weights: (L, S)
@@ -81,7 +84,8 @@ def attention_heatmap(
             raise ValueError(f"{name} has {len(labels)} labels but weights has {n} along that axis")
     if ax is None:
         _, ax = plt.subplots(figsize=(max(3.0, 0.32 * n_k + 1.5), max(2.5, 0.32 * n_q + 1.0)))
-    image = ax.imshow(w.numpy(), cmap=cmap, vmin=0.0, vmax=max(1e-9, float(w.max())), aspect="auto")
+    top = max(1e-9, float(w.max()) if vmax is None else vmax)
+    image = ax.imshow(w.numpy(), cmap=cmap, vmin=0.0, vmax=top, aspect="auto")
     if keys is not None:
         ax.set_xticks(range(n_k), [str(k) for k in keys], rotation=90)
     if queries is not None:
@@ -101,8 +105,9 @@ def head_grid(
     keys: Sequence[str] | None = None,
     ncols: int = 4,
     title: str | None = None,
+    colorbar: bool = True,
 ) -> Figure:
-    """One small heatmap per head, side by side.
+    """One small heatmap per head, side by side, on one shared colour scale.
 
     Args:
         weights: per-head attention probabilities of one example.
@@ -110,6 +115,8 @@ def head_grid(
         keys: column labels shared by every head.
         ncols: heads per row of the grid.
         title: the figure's title.
+        colorbar: add one colour bar for the whole grid (every head uses its scale, from 0 to
+            the largest weight of any head).
 
     Shape:
         weights: (H, L, S)
@@ -124,12 +131,13 @@ def head_grid(
     ncols = max(1, min(ncols, n_heads))
     nrows = -(-n_heads // ncols)
     size = 2.6 if keys is None else max(2.6, 0.22 * len(keys) + 1.2)
+    top = max(1e-9, float(w.max()))  # one colour scale for every head
     fig, axes = plt.subplots(nrows, ncols, figsize=(size * ncols, size * nrows), squeeze=False)
     for h, ax in enumerate(axes.flat):
         if h >= n_heads:
             ax.axis("off")
             continue
-        attention_heatmap(w[h], queries, keys, ax=ax, title=f"head {h}", colorbar=False)
+        attention_heatmap(w[h], queries, keys, ax=ax, title=f"head {h}", colorbar=False, vmax=top)
         if h % ncols:
             ax.set_ylabel("")
             ax.set_yticks([])
@@ -138,6 +146,10 @@ def head_grid(
     if title:
         fig.suptitle(title)
     fig.tight_layout()
+    if colorbar:
+        drawn = [ax for ax in axes.flat if ax.images]
+        bar = fig.colorbar(drawn[0].images[0], ax=list(axes.flat), fraction=0.025, pad=0.02)
+        bar.set_label("attention weight")
     return fig
 
 

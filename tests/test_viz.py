@@ -25,8 +25,21 @@ def test_attention_heatmap_labels_and_shape_errors():
 
 
 def test_head_grid_draws_one_map_per_head():
-    fig = viz.head_grid(torch.rand(6, 4, 4), ncols=4)
+    fig = viz.head_grid(torch.rand(6, 4, 4), ncols=4, colorbar=False)
     assert sum(1 for ax in fig.axes if ax.images) == 6
+    assert len(fig.axes) == 8  # 2 rows of 4, the last two blank, and no colour bar
+    plt.close(fig)
+
+
+def test_head_grid_shares_one_colour_bar():
+    w = torch.softmax(torch.randn(3, 5, 5), dim=-1)
+    w[1] = torch.eye(5)  # one head with weight 1: the top of the shared scale
+    fig = viz.head_grid(w, ncols=3)
+    maps = [ax for ax in fig.axes if ax.images]
+    assert len(maps) == 3
+    assert {ax.images[0].get_clim() for ax in maps} == {(0.0, 1.0)}  # same scale for all
+    bars = [ax for ax in fig.axes if ax not in maps and ax.get_label() == "<colorbar>"]
+    assert len(bars) == 1 and bars[0].get_ylabel() == "attention weight"
     plt.close(fig)
 
 
