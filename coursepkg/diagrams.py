@@ -1,0 +1,298 @@
+"""Architecture diagrams for the book, drawn with matplotlib (no files, no network).
+
+* :func:`encoder_decoder_diagram`: the paper's Figure 1 redrawn with the book's shape letters.
+* :func:`multi_head_diagram`: the Q/K/V projections, the split into heads and the concatenation.
+
+Each returns a new figure made of labelled boxes and arrows; every label is plain text (no glyph
+outside the DejaVu fonts that matplotlib ships), so the drawing looks the same on any machine.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+__all__ = ["encoder_decoder_diagram", "multi_head_diagram"]
+
+# Box colours by role, shared by both diagrams.
+COLOURS = {
+    "embed": "#f4d6a0",
+    "attention": "#f6b6a8",
+    "norm": "#f3f0a6",
+    "ffn": "#a9d6f5",
+    "output": "#cbb8e8",
+    "tensor": "#ffffff",
+    "stack": "#eeeeee",
+}
+
+
+def _box(ax: Axes, x: float, y: float, w: float, h: float, text: str, role: str, size=8.5):
+    """A rounded box centred on (x, y) with centred text; returns its (bottom, top) y."""
+    ax.add_patch(
+        FancyBboxPatch(
+            (x - w / 2, y - h / 2),
+            w,
+            h,
+            boxstyle="round,pad=0.02,rounding_size=0.08",
+            facecolor=COLOURS[role],
+            edgecolor="#444444",
+            linewidth=1.0,
+            zorder=2,
+        )
+    )
+    ax.text(x, y, text, ha="center", va="center", fontsize=size, zorder=3)
+    return y - h / 2, y + h / 2
+
+
+def _arrow(ax: Axes, start, end, style="-|>", colour="#333333", rad=0.0, lw=1.1):
+    ax.add_patch(
+        FancyArrowPatch(
+            start,
+            end,
+            arrowstyle=style,
+            mutation_scale=10,
+            color=colour,
+            linewidth=lw,
+            connectionstyle=f"arc3,rad={rad}",
+            zorder=1,
+        )
+    )
+
+
+def _shape(ax: Axes, x: float, y: float, text: str, ha: str = "left") -> None:
+    """A shape annotation such as ``(B, S, D)`` in monospace, next to an arrow."""
+    ax.text(x, y, text, ha=ha, va="center", fontsize=7.5, family="monospace", color="#1f4e8c")
+
+
+def _column(ax: Axes, x: float, y0: float, items, width: float, gap: float) -> list[float]:
+    """Boxes stacked upwards from y0 with arrows between them; returns each box's centre y."""
+    centres, y = [], y0
+    for text, role in items:
+        centres.append(y)
+        _box(ax, x, y, width, 0.5, text, role)
+        y += gap
+    for lower, upper in zip(centres, centres[1:], strict=False):
+        _arrow(ax, (x, lower + 0.25), (x, upper - 0.25))
+    return centres
+
+
+def _residual(ax: Axes, x: float, width: float, y_from: float, y_to: float, side: int) -> None:
+    """A skip connection: from below a sublayer round its side into the add & norm box."""
+    edge = x + side * (width / 2 + 0.25)
+    ax.plot([x, edge, edge], [y_from, y_from, y_to], color="#777777", lw=1.0, zorder=1)
+    _arrow(ax, (edge, y_to), (x + side * width / 2, y_to), colour="#777777", lw=1.0)
+
+
+def encoder_decoder_diagram() -> Figure:
+    """The Transformer of the paper's Figure 1, with the tensor shape on every arrow.
+
+    Letters: B batch, S source length, L target length, D model width, F feed-forward width,
+    V vocabulary, N layers per stack.
+
+    Returns:
+        The figure.
+    """
+    fig, ax = plt.subplots(figsize=(9.5, 9.2))
+    width, gap = 3.1, 0.78
+    enc_x, dec_x = 2.4, 7.4
+
+    # ------------------------------------------------------------------ encoder
+    ax.text(enc_x, -0.55, "source tokens", ha="center", fontsize=9, weight="bold")
+    _shape(ax, enc_x + 0.1, -0.1, "(B, S) ids")
+    _arrow(ax, (enc_x, -0.3), (enc_x, 0.25))
+    enc_in = _column(
+        ax,
+        enc_x,
+        0.5,
+        [("token embedding  x sqrt(D)", "embed"), ("+ positional encoding", "embed")],
+        width,
+        gap,
+    )
+    enc_layer = _column(
+        ax,
+        enc_x,
+        enc_in[-1] + 1.35,
+        [
+            ("multi-head self-attention\n(padding mask)", "attention"),
+            ("add & norm", "norm"),
+            ("feed-forward  D -> F -> D", "ffn"),
+            ("add & norm", "norm"),
+        ],
+        width,
+        gap,
+    )
+    _arrow(ax, (enc_x, enc_in[-1] + 0.25), (enc_x, enc_layer[0] - 0.25))
+    _shape(ax, enc_x + 0.1, enc_in[-1] + 0.55, "(B, S, D)")
+    for sub, norm in ((0, 1), (2, 3)):
+        _residual(ax, enc_x, width, enc_layer[sub] - 0.4, enc_layer[norm], side=-1)
+    _stack_frame(ax, enc_x, enc_layer, width, "N x encoder layer", side=-1)
+    memory_y = enc_layer[-1] + 1.15
+    _arrow(ax, (enc_x, enc_layer[-1] + 0.25), (enc_x, memory_y - 0.22))
+    _box(ax, enc_x, memory_y, 2.2, 0.42, "memory", "tensor")
+    _shape(ax, enc_x, memory_y + 0.42, "(B, S, D)", ha="center")
+
+    # ------------------------------------------------------------------ decoder
+    ax.text(dec_x, -0.55, "target tokens, shifted right", ha="center", fontsize=9, weight="bold")
+    _shape(ax, dec_x + 0.1, -0.1, "(B, L) ids: <bos> y1 ... y(L-1)")
+    _arrow(ax, (dec_x, -0.3), (dec_x, 0.25))
+    dec_in = _column(
+        ax,
+        dec_x,
+        0.5,
+        [("token embedding  x sqrt(D)", "embed"), ("+ positional encoding", "embed")],
+        width,
+        gap,
+    )
+    dec_layer = _column(
+        ax,
+        dec_x,
+        dec_in[-1] + 1.35,
+        [
+            ("masked multi-head\nself-attention (causal)", "attention"),
+            ("add & norm", "norm"),
+            ("multi-head cross-attention\nQ: decoder   K, V: memory", "attention"),
+            ("add & norm", "norm"),
+            ("feed-forward  D -> F -> D", "ffn"),
+            ("add & norm", "norm"),
+        ],
+        width,
+        gap,
+    )
+    _arrow(ax, (dec_x, dec_in[-1] + 0.25), (dec_x, dec_layer[0] - 0.25))
+    _shape(ax, dec_x + 0.1, dec_in[-1] + 0.55, "(B, L, D)")
+    for sub, norm in ((0, 1), (2, 3), (4, 5)):
+        _residual(ax, dec_x, width, dec_layer[sub] - 0.4, dec_layer[norm], side=1)
+    _stack_frame(ax, dec_x, dec_layer, width, "N x decoder layer", side=1)
+    # the memory feeds every decoder layer's cross-attention
+    _arrow(ax, (enc_x + 1.1, memory_y), (dec_x - width / 2, dec_layer[2]), rad=-0.25)
+    _shape(ax, (enc_x + dec_x) / 2 + 0.1, memory_y + 0.2, "K, V: (B, S, D)", ha="center")
+
+    head = _column(
+        ax,
+        dec_x,
+        dec_layer[-1] + 1.3,
+        [("linear D -> V\n(weights tied to the embedding)", "output"), ("softmax", "output")],
+        width,
+        gap + 0.1,
+    )
+    _arrow(ax, (dec_x, dec_layer[-1] + 0.25), (dec_x, head[0] - 0.25))
+    _shape(ax, dec_x + 0.1, dec_layer[-1] + 0.7, "(B, L, D)")
+    _arrow(ax, (dec_x, head[-1] + 0.25), (dec_x, head[-1] + 0.75))
+    ax.text(
+        dec_x, head[-1] + 0.95, "next-token probabilities", ha="center", fontsize=9, weight="bold"
+    )
+    _shape(ax, dec_x + 0.1, head[-1] + 0.5, "(B, L, V)")
+    _shape(ax, dec_x + 0.1, (head[0] + head[1]) / 2, "(B, L, V) logits")
+
+    ax.set_xlim(-0.6, 10.4)
+    ax.set_ylim(-0.9, head[-1] + 1.3)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title("The Transformer (the paper's Figure 1) with the book's shapes", fontsize=11)
+    return fig
+
+
+def _stack_frame(ax: Axes, x: float, centres: list[float], width: float, label: str, side: int):
+    """A grey frame round one layer's boxes, labelled with the repeat count N."""
+    pad_x, pad_y = 0.55, 0.5
+    bottom, top = centres[0] - pad_y, centres[-1] + pad_y
+    ax.add_patch(
+        FancyBboxPatch(
+            (x - width / 2 - pad_x, bottom),
+            width + 2 * pad_x,
+            top - bottom,
+            boxstyle="round,pad=0.02,rounding_size=0.15",
+            facecolor=COLOURS["stack"],
+            edgecolor="#999999",
+            linewidth=1.0,
+            zorder=0,
+        )
+    )
+    label_x = x + side * (width / 2 + pad_x + 0.15)
+    ax.text(
+        label_x,
+        (bottom + top) / 2,
+        label,
+        rotation=90,
+        ha="center",
+        va="center",
+        fontsize=9,
+        weight="bold",
+    )
+
+
+def multi_head_diagram() -> Figure:
+    """Multi-head attention's data flow: project, split into heads, attend, concatenate, project.
+
+    Letters: B batch, L query length, S key length, D model width, H heads, Dk = D / H.
+
+    Returns:
+        The figure.
+    """
+    fig, ax = plt.subplots(figsize=(12.5, 5.2))
+    w, row = 2.2, {"q": 4.3, "k": 2.6, "v": 0.9}
+    col = [2.6, 6.1, 10.7, 15.4, 18.7]
+    heads_y, panel = 2.6, 4.2
+    ax.text(0.0, row["q"], "queries from\n(B, L, D)", ha="center", va="center", fontsize=8.5)
+    ax.text(0.0, 1.75, "keys and values\nfrom (B, S, D)", ha="center", va="center", fontsize=8.5)
+    for name, y in row.items():
+        letter = name.upper()
+        source_y = row["q"] if name == "q" else 1.75
+        seq = "L" if name == "q" else "S"
+        _arrow(ax, (0.9, source_y), (col[0] - w / 2, y))
+        _box(ax, col[0], y, w, 0.6, f"x W{letter}   (D x D)", "attention")
+        _arrow(ax, (col[0] + w / 2, y), (col[1] - w / 2, y))
+        _shape(ax, (col[0] + col[1]) / 2, y + 0.3, f"(B, {seq}, D)", ha="center")
+        _box(ax, col[1], y, w, 0.7, "split into heads\nview, transpose", "tensor", size=8)
+        end = (col[2] - panel / 2, heads_y + (y - heads_y) * 0.45)
+        _arrow(ax, (col[1] + w / 2, y), end)
+        _shape(ax, col[1], y - 0.55, f"(B, H, {seq}, Dk)", ha="center")
+    ax.add_patch(
+        FancyBboxPatch(
+            (col[2] - panel / 2, heads_y - panel / 2),
+            panel,
+            panel,
+            boxstyle="round,pad=0.02,rounding_size=0.1",
+            facecolor=COLOURS["stack"],
+            edgecolor="#999999",
+            zorder=0,
+        )
+    )
+    for k in (2, 1, 0):  # the heads as a stack of cards, the front one labelled
+        _box(ax, col[2] + 0.12 * k, heads_y + 0.12 * k, 3.7, 1.3, "", "attention")
+    ax.text(
+        col[2],
+        heads_y,
+        "H heads, each on its own Dk:\nsoftmax(Q K^T / sqrt(Dk)) V",
+        ha="center",
+        va="center",
+        fontsize=8,
+        zorder=4,
+    )
+    ax.text(col[2], heads_y - 1.6, "weights (B, H, L, S)", ha="center", fontsize=7.5)
+    _arrow(ax, (col[2] + panel / 2, heads_y), (col[3] - w / 2, heads_y))
+    _shape(
+        ax, (col[2] + panel / 2 + col[3] - w / 2) / 2, heads_y + 0.45, "(B, H, L, Dk)", ha="center"
+    )
+    _box(ax, col[3], heads_y, w, 0.7, "concatenate heads\ntranspose, reshape", "tensor", size=8)
+    _arrow(ax, (col[3] + w / 2, heads_y), (col[4] - w / 2, heads_y))
+    _shape(ax, (col[3] + col[4]) / 2, heads_y + 0.3, "(B, L, D)", ha="center")
+    _box(ax, col[4], heads_y, w, 0.6, "x WO   (D x D)", "ffn")
+    _arrow(ax, (col[4], heads_y - 0.3), (col[4], heads_y - 1.1))
+    _shape(ax, col[4], heads_y - 1.3, "output (B, L, D)", ha="center")
+    ax.text(
+        col[2],
+        -0.35,
+        "H x Dk = D: the heads split the width, so together they cost about one full-width head",
+        ha="center",
+        fontsize=8.5,
+        style="italic",
+    )
+    ax.set_xlim(-1.0, 20.0)
+    ax.set_ylim(-0.6, 5.0)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title("Multi-head attention: projections, head split and concatenation", fontsize=11)
+    return fig
