@@ -142,8 +142,8 @@ def logit_lens(model: DecoderOnlyLM, stream: ResidualStream) -> Tensor:
 def ffn_unit_activations(model: DecoderOnlyLM, stream: ResidualStream, layer: int) -> Tensor:
     """The feed-forward units of one layer, as they fired at every position.
 
-    Unit u's *key* is row u of W1: its activation is act(k_u . norm2(x) + b_u), large where
-    the normalised stream matches the key.
+    Unit u's *key* k_u is row u of ``ffn.linear1.weight`` (F, D): its activation is
+    act(k_u . norm2(x) + b_u), large where the normalised stream matches the key.
 
     Args:
         model: the model ``stream`` came from.
@@ -165,9 +165,10 @@ def ffn_unit_activations(model: DecoderOnlyLM, stream: ResidualStream, layer: in
 def ffn_unit_promotes(model: DecoderOnlyLM, layer: int) -> Tensor:
     """What each feed-forward unit's *value* promotes: its column of W2 read by the output head.
 
-    Unit u adds activation_u times column u of W2 to the stream. Read through the final
-    LayerNorm's gain and the output embedding (ignoring the norm's centring and scale, which
-    depend on the whole stream), that direction raises some tokens' logits and lowers others'.
+    Unit u adds activation_u times column u of ``ffn.linear2.weight`` (D, F) to the stream.
+    Read through the final LayerNorm's gain and the output embedding (ignoring the norm's
+    centring and scale, which depend on the whole stream), that direction raises some tokens'
+    logits and lowers others'.
 
     Args:
         model: a pre-LN :class:`~coursepkg.DecoderOnlyLM`.
