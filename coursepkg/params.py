@@ -116,3 +116,83 @@ def layer_breakdown(config: TransformerConfig) -> dict[str, int]:
         "decoder.ffn": ffn,
         "decoder.norms": 3 * ln,
     }
+
+
+def forward_multiply_adds(
+    config: TransformerConfig,
+    model: str = "encoder-decoder",
+    *,
+    src_len: int,
+    tgt_len: int | None = None,
+) -> dict[str, int]:
+    """Multiply-adds of the matrix products of one forward pass over one sequence, by part.
+
+    Every weight matrix multiplies each token it sees once, so a part's share is its
+    weights times its tokens; attention adds the products of queries with keys and of the
+    weights with the values, which grow with the square of the length. The score matrix is
+    counted in full, as the model computes it (a causal mask blanks half of it, after the
+    product). Elementwise work (softmax, LayerNorm, biases, activations, the embedding
+    lookup) is left out: it grows with D, not D^2. One multiply-add is two FLOPs.
+
+    Args:
+        config: the hyper-parameters.
+        model: ``"encoder-decoder"`` (:class:`~coursepkg.Transformer`) or ``"decoder-only"``
+            (:class:`~coursepkg.DecoderOnlyLM`).
+        src_len: S, the source length (for a decoder-only model, the sequence length).
+        tgt_len: L, the target length of an encoder-decoder (default: ``src_len``).
+
+    Returns:
+        part -> multiply-adds for the whole sequence (pair): ``encoder`` (its weights, S
+        tokens), ``decoder`` or ``layers`` (the decoder's weights; cross-attention projects
+        the S source tokens to keys and values once per layer), ``output_head`` (D x V per
+        target token, tied or not) and ``attention_scores`` (Q K^T and the weighted sum of
+        the values in every layer).
+    """
+    if model not in ("encoder-decoder", "decoder-only"):
+        raise ValueError(f"model must be 'encoder-decoder' or 'decoder-only', got {model!r}")
+    for name, value in (("src_len", src_len), ("tgt_len", tgt_len)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    s = src_len
+    t = src_len if tgt_len is None else tgt_len
+    d, f, v = config.d_model, config.d_ff, config.vocab_size
+    qk, vo = config.n_heads * config.head_dim_k, config.n_heads * config.head_dim_v
+    # per token: W^Q and W^K (D x H*Dk), W^V (D x H*Dv), W^O (H*Dv x D); W1, W2 (D x F)
+    projections, ffn = 2 * d * qk + 2 * d * vo, 2 * d * f
+    # per query and key: one dot product of H*Dk, one weighted sum of H*Dv
+    pair = qk + vo
+    if model == "decoder-only":
+        return {
+            "layers": config.n_layers * s * (projections + ffn),
+            "output_head": s * d * v,
+            "attention_scores": config.n_layers * s * s * pair,
+        }
+    n_dec = config.decoder_layers
+    cross_queries, cross_keys = d * qk + vo * d, d * qk + d * vo  # (W^Q, W^O), (W^K, W^V)
+    return {
+        "encoder": config.n_layers * s * (projections + ffn),
+        "decoder": n_dec * (t * (projections + cross_queries + ffn) + s * cross_keys),
+        "output_head": t * d * v,
+        "attention_scores": (config.n_layers * s * s + n_dec * (t * t + t * s)) * pair,
+    }
+
+
+def training_flops(parameters: float, tokens: float) -> float:
+    """The usual estimate of a training run's arithmetic: 6 FLOPs per parameter per token.
+
+    A forward pass spends one multiply-add (2 FLOPs) per weight per token; the backward pass
+    spends about twice that (the gradients with respect to the inputs and to the weights), so
+    a training step costs 3 x 2 = 6 FLOPs per parameter per token. Attention's
+    length-dependent products and elementwise work are left out (Kaplan et al., 2020).
+
+    Args:
+        parameters: the number of weights that multiply each token (an embedding read by
+            lookup counts nothing; used as the output projection, it counts once).
+        tokens: the tokens processed in the whole run.
+
+    Returns:
+        FLOPs of the whole run.
+    """
+    if parameters < 0 or tokens < 0:
+        raise ValueError(f"parameters and tokens must be >= 0, got {parameters}, {tokens}")
+    return 6.0 * parameters * tokens

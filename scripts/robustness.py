@@ -46,6 +46,7 @@ TRAINING_PAGES = [
     "08_training",
     "09_decoding",
     "11_bert_gpt",
+    "12_inside_the_model",
 ]
 #: glued figure -> the least value the book claims for it under every setting
 REQUIRED = {"08_training/translator_accuracy": 0.99}

@@ -32,6 +32,7 @@ CHAPTERS = {
     "09_decoding": "ex08",
     "10_parameters": "ex07",
     "11_bert_gpt": None,
+    "12_inside_the_model": None,
 }
 PART_ONE = [c for c in CHAPTERS if c < "07"]
 PART_TWO = [c for c in CHAPTERS if c >= "07"]
