@@ -85,18 +85,30 @@ def _grade(args: argparse.Namespace) -> int:
     from .grading.classroom import grade_class
 
     logging.basicConfig(level=logging.WARNING, format="coursepkg grade: %(message)s")
-    result = grade_class(
-        args.root,
-        args.assignment,
+    # Dask's own bookkeeping (workers joining, closing) is not the instructor's business.
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+    options = dict(
+        course=args.root,
+        assignment=args.assignment,
         workers=args.workers,
         students=args.student or None,
         db_url=args.db,
+        scheduler=args.scheduler,
         cell_timeout=args.cell_timeout,
         notebook_timeout=args.notebook_timeout,
         memory_mb=args.memory_mb,
         progress=not args.no_progress,
         fork=not args.no_fork,
     )
+    try:
+        result = grade_class(**options)
+    except KeyboardInterrupt:
+        print(
+            "coursepkg grade: interrupted; the students recorded so far are complete, the "
+            "others keep their earlier grades (run it again to finish)",
+            file=sys.stderr,
+        )
+        return 130
     print(result.summary())
     print(f"reports: {result.reports}  dashboard: {result.dashboard}")
     return 1 if any(s.error for s in result.students) else 0
@@ -159,9 +171,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("assignment", help="the assignment id, e.g. ex06_training")
     p.add_argument("--root", default=".", help="the nbgrader course directory (default: .)")
-    p.add_argument("--workers", type=int, help="students graded at a time (default: cores)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes of the local Dask cluster (default: cores; not with --scheduler)",
+    )
+    p.add_argument(
+        "--scheduler",
+        help="a running Dask scheduler, tcp://HOST:PORT (default: a local cluster)",
+    )
     p.add_argument("--student", action="append", help="grade only this student (repeatable)")
-    p.add_argument("--db", help="gradebook SQLAlchemy URL (default: sqlite gradebook.db)")
+    p.add_argument(
+        "--db",
+        help="gradebook URL: postgresql://USER@HOST:PORT/DB or any SQLAlchemy URL (default: "
+        "sqlite gradebook.db in the course)",
+    )
     p.add_argument("--cell-timeout", type=int, default=120, help="seconds per cell (120)")
     p.add_argument(
         "--notebook-timeout", type=int, default=900, help="seconds per notebook in all (900)"

@@ -40,7 +40,7 @@ import nbformat
 import pytest
 
 from coursepkg.grading.hostile import expected_score, hostile_catalogue, points, write_submissions
-from coursepkg.grading.sandbox import landlock_abi
+from coursepkg.grading.kernel.confine import landlock_abi
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
