@@ -284,17 +284,17 @@ def grade_class(
         raise ValueError(f"{root} is not an nbgrader course directory (no nbgrader_config.py)")
     url = gradebook.database_url(db_url or f"sqlite:///{root / 'gradebook.db'}")
     gradebook.check_gradebook(url)
-    book = gradebook.Course(root, url)
     everyone = sorted(
         p.name for p in (root / "submitted").glob("*") if p.is_dir() and (p / assignment).is_dir()
     )
     chosen = everyone if students is None else [s for s in everyone if s in set(students)]
     if not chosen:
         raise ValueError(f"no submissions of {assignment!r} in {root / 'submitted'}")
-    notebooks = book.notebooks(assignment)
-    reports = root / "reports" / assignment
-    (reports / "logs").mkdir(parents=True, exist_ok=True)
-    with connect(scheduler, workers) as client:
+    with connect(scheduler, workers) as client:  # reachable, before anything is written
+        book = gradebook.Course(root, url)
+        notebooks = book.notebooks(assignment)
+        reports = root / "reports" / assignment
+        (reports / "logs").mkdir(parents=True, exist_ok=True)
         n_workers = len(client.scheduler_info()["workers"]) or 1
         limits = {
             "cell_timeout": cell_timeout,

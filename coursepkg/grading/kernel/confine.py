@@ -254,6 +254,19 @@ def _read(path: Path) -> str:
         return ""
 
 
+def _processes_of(uid: int) -> int:
+    """How many processes (threads included) the user ``uid`` has now (Linux ``/proc``)."""
+    count = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == uid:
+                    count += len(os.listdir(f"/proc/{entry.name}/task"))
+            except OSError:
+                pass
+    return count
+
+
 def limit_processes(most: int) -> str:
     """Let this process and its descendants have at most ``most`` processes (and threads).
 
@@ -269,6 +282,8 @@ def limit_processes(most: int) -> str:
     """
     if os.geteuid() != 0:
         try:
+            # RLIMIT_NPROC counts all of the user's processes, so the ceiling is above those.
+            most += _processes_of(os.getuid())
             resource.setrlimit(resource.RLIMIT_NPROC, (most, most))
             return ""
         except (OSError, ValueError) as err:
