@@ -22,6 +22,32 @@ def _figure_png(fig: Any) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
+def _figures(aid: str, scores: list[float], top: float, hits: Counter) -> str:
+    """The score histogram and the named mistakes' bars of one assignment, as a base64 PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    axes[0].hist(scores, bins=min(20, max(int(top), 1) + 1), range=(-0.5, top + 0.5))
+    axes[0].set(xlabel="autograded points", ylabel="students", title=f"{aid}: score distribution")
+    if hits:
+        names = sorted(hits, key=lambda k: (-hits[k], k))
+        axes[1].barh(names[::-1], [hits[k] for k in names[::-1]], color="#c62828")
+        axes[1].set(xlabel="students", title="named mistakes")
+        axes[1].xaxis.set_major_locator(MaxNLocator(integer=True))
+    else:
+        axes[1].text(0.5, 0.5, "no named mistake", ha="center", va="center")
+        axes[1].set_axis_off()
+    axes[0].yaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.tight_layout()
+    image = _figure_png(fig)
+    plt.close(fig)
+    return image
+
+
 def build_dashboard(course: str | Path) -> Path:
     """Write ``<course>/reports/dashboard.html``: per assignment graded so far, how many students
     hit each named mistake, the score distribution, and who needs a look.
@@ -32,12 +58,6 @@ def build_dashboard(course: str | Path) -> Path:
     Returns:
         The HTML file (figures embedded as PNG, so it is one self-contained file).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
     course = Path(course)
     descriptions = {bug.id: bug.description for bug in catalogue()}
     parts = [
@@ -55,23 +75,7 @@ def build_dashboard(course: str | Path) -> Path:
         scores = [r["autograded_points"] for r in reports]
         top = max(r["autograded_max_points"] for r in reports)
         hits = Counter(d for r in reports for d in r["diagnoses"])
-        fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
-        axes[0].hist(scores, bins=min(20, max(int(top), 1) + 1), range=(-0.5, top + 0.5))
-        axes[0].set(
-            xlabel="autograded points", ylabel="students", title=f"{aid}: score distribution"
-        )
-        if hits:
-            names = sorted(hits, key=lambda k: (-hits[k], k))
-            axes[1].barh(names[::-1], [hits[k] for k in names[::-1]], color="#c62828")
-            axes[1].set(xlabel="students", title="named mistakes")
-            axes[1].xaxis.set_major_locator(MaxNLocator(integer=True))
-        else:
-            axes[1].text(0.5, 0.5, "no named mistake", ha="center", va="center")
-            axes[1].set_axis_off()
-        axes[0].yaxis.set_major_locator(MaxNLocator(integer=True))
-        fig.tight_layout()
-        image = _figure_png(fig)
-        plt.close(fig)
+        image = _figures(aid, scores, top, hits)
         mean = sum(scores) / len(scores)
         parts.append(
             f"<h2>{html.escape(aid)}</h2><p>{len(reports)} students, mean {mean:.2f} of "

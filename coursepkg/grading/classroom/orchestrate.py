@@ -25,7 +25,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -216,20 +215,57 @@ def _assignment(course: gradebook.Course, name: str, notebooks: list[str], **lim
     )
 
 
-def _run(batch: _Batch, jobs: list[GradeJob], window: int, bar: Any) -> None:
-    """Keep at most ``window`` jobs on the cluster; record each answer as it arrives."""
+def _run(batch: _Batch, jobs: list[GradeJob], window: int, progress: bool) -> None:
+    """Keep at most ``window`` jobs on the cluster; record each answer as it arrives, with a
+    progress bar. Whatever is still running when this stops (Ctrl-C) is cancelled."""
     from distributed import as_completed
+    from tqdm.auto import tqdm
 
+    name = batch.assignment.name
     todo = list(reversed(jobs))
-    running = as_completed([batch.submit(todo.pop()) for _ in range(min(window, len(todo)))])
-    for future in running:
-        follow_up = batch.done(future)
-        if follow_up is not None:
-            running.add(batch.submit(follow_up))
-            continue
-        bar.update(1)
-        if todo:
-            running.add(batch.submit(todo.pop()))
+    bar = tqdm(total=len(jobs), desc=f"grading {name}", unit="nb", disable=not progress,
+               file=sys.stderr)  # fmt: skip
+    try:
+        with bar:
+            running = as_completed(
+                [batch.submit(todo.pop()) for _ in range(min(window, len(todo)))]
+            )
+            for future in running:
+                follow_up = batch.done(future)
+                if follow_up is not None:
+                    running.add(batch.submit(follow_up))
+                    continue
+                bar.update(1)
+                if todo:
+                    running.add(batch.submit(todo.pop()))
+    finally:
+        batch.cancel()
+
+
+def _finish(batch: _Batch, chosen: list[str], notebooks: list[str], reports: Path):
+    """nbgrader's CSV export, the per-student JSON reports and the dashboard."""
+    book, assignment = batch.course, batch.assignment.name
+    gradebook.export_csv(book, assignment, reports / "grades.csv")
+    for sid in chosen:
+        report = student_report(book.root, assignment, book.url, batch.results[sid], notebooks)
+        (reports / f"{sid}.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+    return ClassResult(
+        assignment=assignment,
+        students=[batch.results[s] for s in chosen],
+        reports=reports,
+        dashboard=build_dashboard(book.root),
+        sandbox=sandbox_summary(batch.statuses),
+    )
+
+
+def _submissions(root: Path, assignment: str, students: list[str] | None) -> list[str]:
+    everyone = sorted(
+        p.name for p in (root / "submitted").glob("*") if p.is_dir() and (p / assignment).is_dir()
+    )
+    chosen = everyone if students is None else [s for s in everyone if s in set(students)]
+    if not chosen:
+        raise ValueError(f"no submissions of {assignment!r} in {root / 'submitted'}")
+    return chosen
 
 
 def grade_class(
@@ -276,64 +312,37 @@ def grade_class(
         ValueError: the course, assignment, gradebook or scheduler is not there.
         KeyboardInterrupt: stopped; every student recorded so far is complete.
     """
-    from tqdm.auto import tqdm
-
     start = time.perf_counter()
     root = Path(course).resolve()
     if not (root / "nbgrader_config.py").is_file():
         raise ValueError(f"{root} is not an nbgrader course directory (no nbgrader_config.py)")
     url = gradebook.database_url(db_url or f"sqlite:///{root / 'gradebook.db'}")
     gradebook.check_gradebook(url)
-    everyone = sorted(
-        p.name for p in (root / "submitted").glob("*") if p.is_dir() and (p / assignment).is_dir()
-    )
-    chosen = everyone if students is None else [s for s in everyone if s in set(students)]
-    if not chosen:
-        raise ValueError(f"no submissions of {assignment!r} in {root / 'submitted'}")
+    chosen = _submissions(root, assignment, students)
     with connect(scheduler, workers) as client:  # reachable, before anything is written
         book = gradebook.Course(root, url)
         notebooks = book.notebooks(assignment)
         reports = root / "reports" / assignment
         (reports / "logs").mkdir(parents=True, exist_ok=True)
         n_workers = len(client.scheduler_info()["workers"]) or 1
-        limits = {
-            "cell_timeout": cell_timeout,
-            "notebook_timeout": notebook_timeout,
-            "memory_mb": memory_mb,
-            "threads": max(1, (os.cpu_count() or 1) // n_workers) if not scheduler else 1,
-            "fork": fork,
-        }
-        shipped = _assignment(book, assignment, notebooks, **limits)
+        threads = max(1, (os.cpu_count() or 1) // n_workers) if not scheduler else 1
+        shipped = _assignment(book, assignment, notebooks, cell_timeout=cell_timeout,
+                              notebook_timeout=notebook_timeout, memory_mb=memory_mb,
+                              threads=threads, fork=fork)  # fmt: skip
         if fork:
             from .worker import GradingPlugin
 
             client.register_plugin(GradingPlugin())
         batch = _Batch(client, shipped, book)
-        jobs = [_job(root, assignment, sid, notebooks) for sid in chosen]
-        bar = tqdm(total=len(jobs), desc=f"grading {assignment}", unit="nb",
-                   disable=not progress, file=sys.stderr)  # fmt: skip
         grade_start = time.perf_counter()
-        try:
-            with bar:
-                _run(batch, jobs, window=4 * n_workers, bar=bar)
-        finally:
-            batch.cancel()
+        _run(batch, [_job(root, assignment, sid, notebooks) for sid in chosen], 4 * n_workers,
+             progress)  # fmt: skip
         grade_seconds = time.perf_counter() - grade_start
-    shutil.rmtree(root / ".coursepkg-grade", ignore_errors=True)
-    gradebook.export_csv(book, assignment, reports / "grades.csv")
-    results = batch.results
-    for sid in chosen:
-        report = student_report(root, assignment, url, results[sid], notebooks)
-        (reports / f"{sid}.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
-    result = ClassResult(
-        assignment=assignment,
-        students=[results[s] for s in chosen],
-        seconds=time.perf_counter() - start,
-        grade_seconds=grade_seconds,
-        workers=n_workers,
-        reports=reports,
-        dashboard=build_dashboard(root),
-        sandbox=sandbox_summary(batch.statuses),
+    result = _finish(batch, chosen, notebooks, reports)
+    result.seconds, result.grade_seconds, result.workers = (
+        time.perf_counter() - start,
+        grade_seconds,
+        n_workers,
     )
     log.info("%s", result.summary())
     return result

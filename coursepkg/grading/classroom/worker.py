@@ -11,9 +11,10 @@ the :class:`~.protocol.GradeAnswer`, and the student's files are removed from th
 
 Kernels are the sandbox kernels of :mod:`coursepkg.grading.kernel.sandbox`, forked from a fork
 server of this worker process (:class:`GradingPlugin` starts it when the worker starts, so its
-imports overlap the first job's). A notebook that runs longer than its time limit has its
-kernel killed (and whatever it started); the student then gets the fallback grade: the release
-graded in place of the submission, every test scoring 0 with the reason.
+imports overlap the worker's; a job waits for it before its notebook's time starts). A
+notebook that runs longer than its time limit has its kernel killed (and whatever it started);
+the student then gets the fallback grade: the release graded in place of the submission, every
+test scoring 0 with the reason.
 
 One job runs at a time in a worker process (a lock): nbgrader sets process-wide state (the
 working directory, environment variables). Start workers with one thread each
@@ -179,8 +180,6 @@ class _PrivateCourse:
             memory_mb=assignment.memory_mb,
             cpu_seconds=assignment.notebook_timeout + 60,
         )
-        if assignment.fork:
-            start_fork_server()
         self.api = self._api()
 
     def _api(self) -> Any:
@@ -256,6 +255,8 @@ class _PrivateCourse:
         os.environ.update(env)
         tempfile.tempdir = str(scratch)
         run = _Run(sid, scratch, self.a)
+        if self.a.fork and not start_fork_server().wait_ready(timeout=600):
+            log.warning("the fork server did not start; kernels are started anew")
         try:
             reason = job.reason
             if not reason:

@@ -43,12 +43,13 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning import LocalProvisioner
 from nbgrader.preprocessors import Execute
 
+from . import sandbox
 from .confine import die_with_parent, kernel_environment
 
 __all__ = ["ForkExecute", "ForkKernelManager", "ForkProvisioner", "ForkServer", "serve"]
 
 #: The module whose ``-m`` command line the server knows how to run in a forked child.
-SANDBOX_MODULE = "coursepkg.grading.kernel.sandbox"
+SANDBOX_MODULE = sandbox.MODULE
 #: What the server imports before it forks (what every exercise notebook and kernel imports).
 PRELOAD = (
     "torch",
@@ -244,7 +245,7 @@ class ForkServer:
         # Started with a kernel's environment: a forked kernel's /proc/self/environ is the
         # server's, so nothing secret of the worker's may be in it.
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", __name__, str(self.path)],
+            [sys.executable, "-m", "coursepkg.grading.kernel.forkserver", str(self.path)],
             cwd=self.path.parent,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

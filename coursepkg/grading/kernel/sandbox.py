@@ -74,6 +74,8 @@ __all__ = [
     "write_kernelspec",
 ]
 
+#: This module's name (run as ``python -m``, its ``__name__`` is ``"__main__"``).
+MODULE = "coursepkg.grading.kernel.sandbox"
 #: The kernelspec name nbgrader is told to use.
 KERNEL_NAME = "coursepkg-sandbox"
 #: Bytes a cell may print to stdout (and again to stderr) before the rest is dropped.
@@ -302,7 +304,7 @@ def write_kernelspec(
         "argv": [
             sys.executable,
             "-m",
-            __name__,
+            MODULE,
             f"--protect={Path(course_root).resolve()}",
             f"--memory-mb={memory_mb}",
             f"--cpu-seconds={cpu_seconds}",
@@ -432,7 +434,7 @@ def launch(argv: list[str]) -> None:
     IPKernelApp.launch_instance(
         argv=[
             *kernel_args,
-            f"--IPKernelApp.exec_lines=['import {__name__} as _cg_sandbox', "
+            f"--IPKernelApp.exec_lines=['import {MODULE} as _cg_sandbox', "
             "'_cg_sandbox._in_kernel_setup()', 'del _cg_sandbox']",
         ]
     )
