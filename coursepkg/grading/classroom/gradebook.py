@@ -22,6 +22,7 @@ import nbformat
 __all__ = [
     "Course",
     "check_gradebook",
+    "copy_assignment",
     "database_url",
     "definition",
     "export_csv",
@@ -127,10 +128,16 @@ class Course:
                 f"{assignment}` (or `nbgrader generate_assignment {assignment} --force`) where "
                 "the source is"
             )
+        from nbgrader.api import Gradebook
+
+        # Into a scratch gradebook, then copied under the course's id: nbgrader's
+        # generate_assignment records it under a course whose row it does not create, which
+        # PostgreSQL (unlike SQLite) refuses.
         with tempfile.TemporaryDirectory(prefix="coursepkg-release-") as scratch:
-            generate_release(
-                self.root, assignment, source=self.source, release=scratch, db_url=self.url
-            )
+            url = f"sqlite:///{Path(scratch) / 'gradebook.db'}"
+            generate_release(self.root, assignment, source=self.source, release=scratch, db_url=url)
+            with Gradebook(url) as src, self.gradebook() as dst:
+                copy_assignment(src, dst, assignment)
         log.warning(
             "the gradebook did not know %s: recorded it from %s/%s (the release students have "
             "is unchanged)",
@@ -162,31 +169,38 @@ def definition(course: Course, assignment: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="coursepkg-definition-") as scratch:
         path = Path(scratch) / "gradebook.db"
         with course.gradebook() as src, Gradebook(f"sqlite:///{path}", course.course_id) as dst:
-            source = src.find_assignment(assignment)
-            dst.update_or_create_assignment(assignment, duedate=source.duedate)
-            for nb in source.notebooks:
-                dst.update_or_create_notebook(nb.name, assignment)
-                for c in nb.grade_cells:
-                    dst.update_or_create_grade_cell(
-                        c.name, nb.name, assignment, max_score=c.max_score, cell_type=c.cell_type
-                    )
-                for c in nb.task_cells:
-                    dst.update_or_create_task_cell(
-                        c.name, nb.name, assignment, max_score=c.max_score, cell_type=c.cell_type
-                    )
-                for c in nb.solution_cells:
-                    dst.update_or_create_solution_cell(c.name, nb.name, assignment)
-                for c in nb.source_cells:
-                    dst.update_or_create_source_cell(
-                        c.name,
-                        nb.name,
-                        assignment,
-                        cell_type=c.cell_type,
-                        locked=c.locked,
-                        source=c.source,
-                        checksum=c.checksum,
-                    )
+            copy_assignment(src, dst, assignment)
         return path.read_bytes()
+
+
+def copy_assignment(src: Any, dst: Any, assignment: str) -> None:
+    """Record ``assignment``'s definition from gradebook ``src`` in gradebook ``dst`` (open
+    nbgrader ``Gradebook`` objects): its notebooks, graded, task and solution cells with their
+    points, and the sources of its cells."""
+    source = src.find_assignment(assignment)
+    dst.update_or_create_assignment(assignment, duedate=source.duedate)
+    for nb in source.notebooks:
+        dst.update_or_create_notebook(nb.name, assignment)
+        for c in nb.grade_cells:
+            dst.update_or_create_grade_cell(
+                c.name, nb.name, assignment, max_score=c.max_score, cell_type=c.cell_type
+            )
+        for c in nb.task_cells:
+            dst.update_or_create_task_cell(
+                c.name, nb.name, assignment, max_score=c.max_score, cell_type=c.cell_type
+            )
+        for c in nb.solution_cells:
+            dst.update_or_create_solution_cell(c.name, nb.name, assignment)
+        for c in nb.source_cells:
+            dst.update_or_create_source_cell(
+                c.name,
+                nb.name,
+                assignment,
+                cell_type=c.cell_type,
+                locked=c.locked,
+                source=c.source,
+                checksum=c.checksum,
+            )
 
 
 def _replace_folder(folder: Path, files: dict[str, bytes]) -> None:
