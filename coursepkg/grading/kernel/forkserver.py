@@ -44,7 +44,7 @@ from jupyter_client.provisioning import LocalProvisioner
 from nbgrader.preprocessors import Execute
 
 from . import sandbox
-from .confine import die_with_parent, kernel_environment
+from .confine import die_with_parent, kernel_environment, kill_process_group_cgroup
 
 __all__ = ["ForkExecute", "ForkKernelManager", "ForkProvisioner", "ForkServer", "serve"]
 
@@ -416,7 +416,10 @@ class ForkKernelManager(AsyncKernelManager):
         return await super()._async_pre_start_kernel(**kw)
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
+        pid = getattr(self.provisioner, "pid", None)
         await super()._async_cleanup_resources(restart=restart)
+        if pid:  # what the kernel left running (a fork bomb) goes, and its pids cgroup
+            kill_process_group_cgroup(pid)
         if self._ipc_folder and not restart:
             import shutil
 
