@@ -137,11 +137,13 @@ class _Batch:
     """The jobs of one run in flight on the cluster, and what became of each student."""
 
     def __init__(self, client: Any, assignment: Assignment, course: gradebook.Course) -> None:
-        from .worker import grade
+        from .worker import grade, hold
 
         self.client, self.assignment, self.course = client, assignment, course
         self.task = grade
-        self.shipped = client.scatter(assignment, broadcast=True)
+        # A task that returns the assignment, not scattered data: if every worker holding it is
+        # killed, Dask computes it again from the task (scattered data would be lost for good).
+        self.shipped = client.submit(hold, assignment, key=f"assignment-{assignment.digest}")
         self.results: dict[str, StudentResult] = {}
         self.statuses: list[SandboxStatus] = []
         self.pending: dict[Any, GradeJob] = {}
