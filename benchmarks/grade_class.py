@@ -8,7 +8,7 @@ one after the other in the same run:
    own configuration), then ``generate_feedback`` and ``export`` for the full nbgrader pipeline;
 2. ``coursepkg grade ex01_attention --workers 2`` (autograde in the sandbox kernel, feedback,
    export, per-student JSON and the dashboard), kernels forked from a process that has imported
-   torch (:mod:`coursepkg.grading.forkserver`);
+   torch (:mod:`coursepkg.grading.kernel.forkserver`);
 3. ``coursepkg grade ex01_attention --workers 1``, whose difference from (1) is the per-notebook
    cost of the wrapper (sandbox, guard, feedback, reports) net of what the fork server saves;
 4. ``coursepkg grade ex01_attention --workers 2 --no-fork``: kernels started anew as nbgrader

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from .config import TransformerConfig
 from .params import count_parameters, layer_breakdown, parameter_breakdown
@@ -85,21 +86,78 @@ def _grade(args: argparse.Namespace) -> int:
     from .grading.classroom import grade_class
 
     logging.basicConfig(level=logging.WARNING, format="coursepkg grade: %(message)s")
-    result = grade_class(
-        args.root,
-        args.assignment,
+    # Dask's own bookkeeping (workers joining, closing) is not the instructor's business.
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+    options = dict(
+        course=args.root,
+        assignment=args.assignment,
         workers=args.workers,
         students=args.student or None,
         db_url=args.db,
+        scheduler=args.scheduler,
         cell_timeout=args.cell_timeout,
         notebook_timeout=args.notebook_timeout,
         memory_mb=args.memory_mb,
         progress=not args.no_progress,
         fork=not args.no_fork,
     )
+    try:
+        result = grade_class(**options)
+    except KeyboardInterrupt:
+        print(
+            "coursepkg grade: interrupted; the students recorded so far are complete, the "
+            "others keep their earlier grades (run it again to finish)",
+            file=sys.stderr,
+        )
+        return 130
     print(result.summary())
     print(f"reports: {result.reports}  dashboard: {result.dashboard}")
     return 1 if any(s.error for s in result.students) else 0
+
+
+def _add_grade_parser(sub: Any) -> None:
+    """The ``coursepkg grade`` subcommand."""
+    p = sub.add_parser(
+        "grade",
+        help="autograde every submission of an assignment with nbgrader (instructors)",
+        description="Autograde submitted/*/ASSIGNMENT with nbgrader, students in parallel, each "
+        "notebook in a sandboxed kernel with time and memory limits; then nbgrader's feedback "
+        "and CSV export, a JSON report per student and the misconception dashboard in "
+        "reports/. A broken or hostile notebook loses the points of what it breaks (0 if it "
+        "cannot run at all), with the reason in its feedback; it never stops the batch or "
+        "changes another student's grade. Safe to rerun. Exit status 1 if some student's grade "
+        "could not be recorded at all.",
+    )
+    p.add_argument("assignment", help="the assignment id, e.g. ex06_training")
+    p.add_argument("--root", default=".", help="the nbgrader course directory (default: .)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes of the local Dask cluster (default: cores; not with --scheduler)",
+    )
+    p.add_argument(
+        "--scheduler",
+        help="a running Dask scheduler, tcp://HOST:PORT (default: a local cluster)",
+    )
+    p.add_argument("--student", action="append", help="grade only this student (repeatable)")
+    p.add_argument(
+        "--db",
+        help="gradebook URL: postgresql://USER@HOST:PORT/DB or any SQLAlchemy URL (default: "
+        "sqlite gradebook.db in the course)",
+    )
+    p.add_argument("--cell-timeout", type=int, default=120, help="seconds per cell (120)")
+    p.add_argument(
+        "--notebook-timeout", type=int, default=900, help="seconds per notebook in all (900)"
+    )
+    p.add_argument("--memory-mb", type=int, default=4096, help="kernel memory limit (4096)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-fork",
+        action="store_true",
+        help="start every kernel anew, as nbgrader does, instead of forking it from a process "
+        "that has imported torch (slower; for comparison or debugging)",
+    )
+    p.set_defaults(func=_grade)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,35 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--db", help="gradebook SQLAlchemy URL (default: sqlite gradebook.db in root)")
     p.add_argument("--no-db", action="store_true", help="leave every gradebook alone")
     p.set_defaults(func=_release)
-    p = sub.add_parser(
-        "grade",
-        help="autograde every submission of an assignment with nbgrader (instructors)",
-        description="Autograde submitted/*/ASSIGNMENT with nbgrader, students in parallel, each "
-        "notebook in a sandboxed kernel with time and memory limits; then nbgrader's feedback "
-        "and CSV export, a JSON report per student and the misconception dashboard in "
-        "reports/. A broken or hostile notebook loses the points of what it breaks (0 if it "
-        "cannot run at all), with the reason in its feedback; it never stops the batch or "
-        "changes another student's grade. Safe to rerun. Exit status 1 if some student's grade "
-        "could not be recorded at all.",
-    )
-    p.add_argument("assignment", help="the assignment id, e.g. ex06_training")
-    p.add_argument("--root", default=".", help="the nbgrader course directory (default: .)")
-    p.add_argument("--workers", type=int, help="students graded at a time (default: cores)")
-    p.add_argument("--student", action="append", help="grade only this student (repeatable)")
-    p.add_argument("--db", help="gradebook SQLAlchemy URL (default: sqlite gradebook.db)")
-    p.add_argument("--cell-timeout", type=int, default=120, help="seconds per cell (120)")
-    p.add_argument(
-        "--notebook-timeout", type=int, default=900, help="seconds per notebook in all (900)"
-    )
-    p.add_argument("--memory-mb", type=int, default=4096, help="kernel memory limit (4096)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument(
-        "--no-fork",
-        action="store_true",
-        help="start every kernel anew, as nbgrader does, instead of forking it from a process "
-        "that has imported torch (slower; for comparison or debugging)",
-    )
-    p.set_defaults(func=_grade)
+    _add_grade_parser(sub)
     return parser
 
 

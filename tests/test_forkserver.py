@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from coursepkg.grading import forkserver
-from coursepkg.grading.sandbox import KERNEL_NAME, _parse, landlock_abi, write_kernelspec
+from coursepkg.grading.kernel import forkserver
+from coursepkg.grading.kernel.confine import landlock_abi
+from coursepkg.grading.kernel.sandbox import KERNEL_NAME, _parse, write_kernelspec
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

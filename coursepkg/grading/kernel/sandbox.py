@@ -39,22 +39,33 @@ cells for such code and flags the notebook for review (see
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import functools
 import io
 import json
 import os
 import resource
-import signal
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from .confine import (
+    deny_network,
+    die_with_parent,
+    landlock_abi,
+    limit_processes,
+    readable_roots,
+    restrict_files,
+)
 
 __all__ = [
     "KERNEL_NAME",
     "LANDLOCK_ENV",
+    "MAX_PROCESSES",
+    "NETWORK_ENV",
+    "NOT_GRADED_ENV",
+    "PIDFILE_ENV",
+    "launch",
     "STATUS_ENV",
     "OUTPUT_LIMIT",
     "install_guard",
@@ -63,6 +74,8 @@ __all__ = [
     "write_kernelspec",
 ]
 
+#: This module's name (run as ``python -m``, its ``__name__`` is ``"__main__"``).
+MODULE = "coursepkg.grading.kernel.sandbox"
 #: The kernelspec name nbgrader is told to use.
 KERNEL_NAME = "coursepkg-sandbox"
 #: Bytes a cell may print to stdout (and again to stderr) before the rest is dropped.
@@ -77,135 +90,10 @@ PIDFILE_ENV = "COURSEPKG_KERNEL_PIDFILE"
 STATUS_ENV = "COURSEPKG_KERNEL_STATUS"
 #: Set to ``0`` to run kernels without Landlock (to test the grader as on a kernel without it).
 LANDLOCK_ENV = "COURSEPKG_LANDLOCK"
-
-# ---------------------------------------------------------------------------------------------
-# Landlock (Linux): an unprivileged file-system sandbox, via its three system calls
-# ---------------------------------------------------------------------------------------------
-
-_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446  # same on x86-64/arm64
-_RULE_PATH_BENEATH = 1
-_CREATE_RULESET_VERSION = 1
-_PR_SET_NO_NEW_PRIVS = 38
-_PR_SET_PDEATHSIG = 1
-
-_EXECUTE, _WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
-_READ = _EXECUTE | _READ_FILE | _READ_DIR
-# The rights a rule on a single file may carry: execute, write, read, truncate (3), ioctl (5).
-_FILE_RIGHTS = _EXECUTE | _WRITE_FILE | _READ_FILE | (1 << 14) | (1 << 15)
-# Landlock's rights by the ABI that introduced them (1: 13 rights; 2: REFER; 3: TRUNCATE;
-# 5: IOCTL_DEV). A ruleset may only name rights its kernel knows.
-_ALL_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 5: (1 << 16) - 1}
-_SCOPE_SIGNAL = 1 << 1  # ABI 6
-
-
-class _PathBeneath(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-
-def _libc() -> Any:
-    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-
-
-def landlock_abi() -> int:
-    """The Landlock ABI version the running kernel offers (0 when there is none)."""
-    if not sys.platform.startswith("linux"):
-        return 0
-    try:
-        version = _libc().syscall(_SYS_CREATE_RULESET, None, 0, _CREATE_RULESET_VERSION)
-    except (OSError, AttributeError):
-        return 0
-    return max(int(version), 0)
-
-
-def _handled(abi: int) -> int:
-    return max(mask for version, mask in _ALL_BY_ABI.items() if version <= abi)
-
-
-def restrict_files(read: Iterable[str | Path], write: Iterable[str | Path]) -> int:
-    """Confine this process (and its future children) to reading ``read`` and writing ``write``.
-
-    Paths that do not exist are skipped. Every right Landlock knows is restricted: outside
-    the listed directories, files can be neither read, written, created nor removed.
-
-    Args:
-        read: directories (with everything under them) that may be read and executed, or
-            single files that may be read.
-        write: directories that may also be written, created in and removed from.
-
-    Returns:
-        The Landlock ABI used, or 0 when the kernel has no Landlock (nothing was restricted).
-    """
-    abi = landlock_abi()
-    if abi < 1:
-        return 0
-    libc = _libc()
-    handled = _handled(abi)
-    # struct landlock_ruleset_attr grew with the ABI: fs (1), net (4), scoped (6).
-    fields = [handled, 0, _SCOPE_SIGNAL] if abi >= 6 else [handled, 0] if abi >= 4 else [handled]
-    attr = (ctypes.c_uint64 * len(fields))(*fields)
-    ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.sizeof(attr), 0)
-    if ruleset < 0:
-        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
-    try:
-        for paths, access in ((read, _READ), (write, handled)):
-            for path in paths:
-                if not os.path.exists(path):
-                    continue
-                rights = access if os.path.isdir(path) else access & _FILE_RIGHTS & handled
-                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-                try:
-                    rule = _PathBeneath(rights, fd)
-                    if libc.syscall(
-                        _SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), 0
-                    ):
-                        raise OSError(ctypes.get_errno(), f"landlock_add_rule failed for {path}")
-                finally:
-                    os.close(fd)
-        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0):
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
-        if libc.syscall(_SYS_RESTRICT_SELF, ruleset, 0):
-            raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
-    finally:
-        os.close(ruleset)
-    return abi
-
-
-def _readable_roots(protected: Path) -> list[str]:
-    """Directories the kernel needs to read: the interpreter, libraries, system files.
-
-    A directory that contains ``protected`` (the course root) is left out, so granting it
-    cannot expose ``solutions/``; the course's own virtual environment or package, which sit
-    *inside* the course directory, are fine.
-    """
-    import coursepkg
-
-    candidates = [
-        "/usr",
-        "/lib",
-        "/lib64",
-        "/lib32",
-        "/bin",
-        "/sbin",
-        "/etc",
-        "/opt",
-        "/proc",
-        "/sys",
-        sys.prefix,
-        sys.base_prefix,
-        sys.exec_prefix,
-        os.path.dirname(os.path.realpath(sys.executable)),
-        os.path.dirname(os.path.abspath(coursepkg.__file__)),
-        *(p for p in sys.path if p and os.path.isabs(p)),
-    ]
-    roots = []
-    for path in candidates:
-        real = Path(os.path.realpath(path))
-        if real == protected or protected.is_relative_to(real):
-            continue
-        roots.append(str(real))
-    return sorted(set(roots))
-
+#: Set to ``0`` to leave kernels their network (only to test the grader without a namespace).
+NETWORK_ENV = "COURSEPKG_KERNEL_NETWORK_NAMESPACE"
+#: Processes and threads a kernel may have in all (a fork bomb stops there).
+MAX_PROCESSES = 256
 
 # ---------------------------------------------------------------------------------------------
 # Inside the kernel: capped output and the guard of the checks
@@ -341,7 +229,7 @@ def install_guard(shell: Any | None = None) -> Callable[..., None]:
     def no_reference(name: str, check: Callable[..., Any]) -> Callable[..., Any]:
         # The checks ignore calls the reference makes, so an answer that *is* the reference
         # (``from coursepkg.attention import scaled_dot_product_attention``) would pass.
-        from coursepkg.grading._core import _is_reference_module
+        from coursepkg.grading._core import _is_reference_module  # issue 16 makes it public
 
         @functools.wraps(check)
         def checked(impl: Any = None, *args: Any, **kwargs: Any) -> Any:
@@ -416,7 +304,7 @@ def write_kernelspec(
         "argv": [
             sys.executable,
             "-m",
-            "coursepkg.grading.sandbox",
+            MODULE,
             f"--protect={Path(course_root).resolve()}",
             f"--memory-mb={memory_mb}",
             f"--cpu-seconds={cpu_seconds}",
@@ -444,21 +332,10 @@ def _parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     return options, argv[split + 1 :]
 
 
-def _launch(argv: list[str]) -> None:
-    """Confine this process, then become an IPython kernel (argv as in the kernelspec)."""
-    options, kernel_args = _parse(argv)
-    protected = Path(options["protect"]).resolve()
-
-    pidfile = os.environ.get(PIDFILE_ENV)
-    if pidfile:
-        Path(pidfile).write_text(str(os.getpid()))
-    # Each protection is applied if the system offers it; what could not be applied is reported
-    # (the grader's summary says so) but never stops the kernel: a grade without a sandbox beats
-    # no grade.
-    status: dict[str, Any] = {"landlock": 0, "memory": 0, "cpu": 0, "error": ""}
-    problems = []
+def _set_limits(options: dict[str, str], status: dict[str, Any], problems: list[str]) -> None:
+    """Memory, core dumps, CPU time and processes: each limit the system allows."""
     try:
-        _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        die_with_parent()
     except (OSError, AttributeError) as err:
         problems.append(f"PR_SET_PDEATHSIG: {err}")
     try:
@@ -478,7 +355,45 @@ def _launch(argv: list[str]) -> None:
         status["cpu"] = cpu
     except (OSError, ValueError) as err:
         problems.append(f"RLIMIT_CPU: {err}")
+    why = limit_processes(int(options.get("max_processes", MAX_PROCESSES)))
+    status["processes"] = 0 if why else int(options.get("max_processes", MAX_PROCESSES))
+    if why:
+        problems.append(f"process limit: {why}")
+    if os.environ.get(NETWORK_ENV, "1") != "0":
+        why = deny_network()
+        status["network"] = "" if why else "namespace"
+        if why:
+            problems.append(f"network: {why}")
 
+
+def _ipc_folder(connection: str | None) -> list[str]:
+    """The folder where the kernel must create its Unix sockets (transport ``ipc``)."""
+    try:
+        info = json.loads(Path(connection or "").read_text())
+    except (OSError, ValueError):
+        return []
+    if info.get("transport") != "ipc":
+        return []
+    return [os.path.dirname(os.path.abspath(info["ip"]))]
+
+
+def launch(argv: list[str]) -> None:
+    """Confine this process, then become an IPython kernel (argv as in the kernelspec).
+
+    Args:
+        argv: ``--protect=DIR --memory-mb=N --cpu-seconds=N -- <IPKernelApp arguments>``.
+    """
+    options, kernel_args = _parse(argv)
+    protected = Path(options["protect"]).resolve()
+    pidfile = os.environ.get(PIDFILE_ENV)
+    if pidfile:
+        Path(pidfile).write_text(str(os.getpid()))
+    # Each protection is applied if the system offers it; what could not be applied is reported
+    # (the grader's summary says so) but never stops the kernel: a grade without a sandbox beats
+    # no grade.
+    status: dict[str, Any] = {"landlock": 0, "memory": 0, "cpu": 0, "network": "", "error": ""}
+    problems: list[str] = []
+    _set_limits(options, status, problems)
     # A private scratch directory for temporary files and IPython's profile; the kernel's
     # working directory is nbgrader's autograded/<student>/<assignment>/.
     scratch = Path(os.environ.get("TMPDIR", "/tmp")) / f"coursepkg-kernel-{os.getpid()}"
@@ -486,11 +401,12 @@ def _launch(argv: list[str]) -> None:
     for name in ("TMPDIR", "IPYTHONDIR", "MPLCONFIGDIR"):
         os.environ[name] = str(scratch)
     connection = kernel_args[kernel_args.index("-f") + 1] if "-f" in kernel_args else None
-    readable = _readable_roots(protected)
+    readable = readable_roots(protected)
     if connection:
         # The file only: its folder may be a shared one such as /tmp.
         readable.append(os.path.abspath(connection))
     readable.append(os.getcwd())
+    writable = [os.getcwd(), str(scratch), "/dev", *_ipc_folder(connection)]
     # Opened before Landlock applies (which checks at open time): the report is written after.
     report = None
     if os.environ.get(STATUS_ENV):
@@ -500,9 +416,11 @@ def _launch(argv: list[str]) -> None:
             pass
     if os.environ.get(LANDLOCK_ENV, "1") != "0":
         try:
-            status["landlock"] = restrict_files(readable, [os.getcwd(), str(scratch), "/dev"])
+            status["landlock"] = restrict_files(readable, writable, deny_tcp=True)
         except OSError as err:
             problems.append(f"Landlock: {err}")
+    if not status["network"] and status["landlock"] >= 4:
+        status["network"] = "landlock-tcp"
     status["error"] = "; ".join(problems)
     os.environ["COURSEPKG_SANDBOX_LANDLOCK"] = str(status["landlock"])
     if report is not None:
@@ -516,11 +434,11 @@ def _launch(argv: list[str]) -> None:
     IPKernelApp.launch_instance(
         argv=[
             *kernel_args,
-            "--IPKernelApp.exec_lines=['import coursepkg.grading.sandbox as _cg_sandbox', "
+            f"--IPKernelApp.exec_lines=['import {MODULE} as _cg_sandbox', "
             "'_cg_sandbox._in_kernel_setup()', 'del _cg_sandbox']",
         ]
     )
 
 
 if __name__ == "__main__":
-    _launch(sys.argv[1:])
+    launch(sys.argv[1:])

@@ -8,17 +8,17 @@ students that is two minutes of CPU per assignment spent importing the same modu
 ``coursepkg grade`` therefore starts one *fork server* per grading worker. The server imports
 those modules once, then waits on a Unix socket; for each notebook the worker's kernel manager
 asks it for a kernel, and the server ``fork()``s a child that becomes the sandbox kernel of
-:mod:`coursepkg.grading.sandbox` exactly as a freshly started one would (the same command line,
-environment, working directory, limits and Landlock confinement, applied in the child before
-any student code runs). Each notebook still gets a process of its own: the child's memory is a
+:mod:`coursepkg.grading.kernel.sandbox` exactly as a freshly started one would (the same command
+line, environment, working directory, limits and confinement, applied in the child before any
+student code runs). Each notebook still gets a process of its own: the child's memory is a
 copy-on-write copy of the server's, and nothing it does reaches the server, the worker or
 another student's kernel.
 
 The pieces:
 
-* :func:`serve` runs the server (``python -m coursepkg.grading.forkserver SOCKET``); it answers
-  only its parent process (the peer's pid is checked with ``SO_PEERCRED``), so a student's
-  kernel that finds the socket cannot ask it for an unconfined process.
+* :func:`serve` runs the server (``python -m coursepkg.grading.kernel.forkserver SOCKET``); it
+  answers only its parent process (the peer's pid is checked with ``SO_PEERCRED``), so a
+  student's kernel that finds the socket cannot ask it for an unconfined process.
 * :class:`ForkServer` starts and stops a server from the worker.
 * :class:`ForkProvisioner` is a jupyter_client kernel provisioner that launches the sandbox
   kernelspec through the server, and falls back to an ordinary launch when there is no server
@@ -43,10 +43,13 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning import LocalProvisioner
 from nbgrader.preprocessors import Execute
 
+from . import sandbox
+from .confine import die_with_parent, kernel_environment, kill_process_group_cgroup
+
 __all__ = ["ForkExecute", "ForkKernelManager", "ForkProvisioner", "ForkServer", "serve"]
 
 #: The module whose ``-m`` command line the server knows how to run in a forked child.
-SANDBOX_MODULE = "coursepkg.grading.sandbox"
+SANDBOX_MODULE = sandbox.MODULE
 #: What the server imports before it forks (what every exercise notebook and kernel imports).
 PRELOAD = (
     "torch",
@@ -54,7 +57,7 @@ PRELOAD = (
     "torch.nn.functional",
     "coursepkg",
     "coursepkg.grading",
-    "coursepkg.grading.sandbox",
+    "coursepkg.grading.kernel.sandbox",
     "ipykernel.kernelapp",
     "ipykernel.ipkernel",
     "ipykernel.zmqshell",
@@ -115,16 +118,19 @@ def _become_kernel(request: dict, own_fds: list[int]) -> None:
         import torch
 
         torch.seed()
+        threads = request["env"].get("OMP_NUM_THREADS", "")
+        if threads.isdigit() and int(threads) > 0:
+            torch.set_num_threads(int(threads))  # the kernel's share of the cores
         argv = list(request["argv"])
         sys.argv = argv
         if sys.path and sys.path[0] == request["server_dir"]:
             sys.path[0] = os.getcwd()  # what `python -m` in the kernel's folder would put
-        from .sandbox import _launch
+        from .sandbox import launch
 
         # The kernel's parent is this server: ipykernel watches it (it read JPY_PARENT_PID
         # when the server imported it, so it is told on the command line).
         os.environ["JPY_PARENT_PID"] = str(os.getppid())
-        _launch(
+        launch(
             [*argv[argv.index(SANDBOX_MODULE) + 1 :], f"--IPKernelApp.parent_handle={os.getppid()}"]
         )
         code = 0
@@ -155,17 +161,20 @@ def serve(path: str | Path) -> None:
     Args:
         path: where to create the socket (its directory should be private to the grader).
     """
-    from .sandbox import _PR_SET_PDEATHSIG, _libc
-
-    _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # die with the worker
+    die_with_parent()  # die with the worker
     parent = os.getppid()
     here = os.getcwd()  # `python -m` put it first on sys.path; each kernel gets its own
     for name in PRELOAD:
         __import__(name)
+    # Bound and listening under a temporary name, then renamed into place: whoever finds the
+    # socket at ``path`` can connect at once, and the line on stdout says so to the worker.
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(path))
-    os.chmod(path, 0o600)
+    staging = f"{path}.{os.getpid()}"
+    listener.bind(staging)
+    os.chmod(staging, 0o600)
     listener.listen(16)
+    os.rename(staging, path)
+    print("ready", flush=True)
     chooser = selectors.DefaultSelector()
     chooser.register(listener, selectors.EVENT_READ, None)
     children: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
@@ -175,9 +184,12 @@ def serve(path: str | Path) -> None:
                 conn, _ = listener.accept()
                 conn.settimeout(30)
                 try:
+                    # The request is read first, refused or not: closing a connection with
+                    # unread data resets it, and the refusal might never reach the client.
+                    line = _read_line(conn)
                     if _peer_pid(conn) != parent:
                         raise PermissionError("only the grading worker may ask for kernels")
-                    request = json.loads(_read_line(conn))
+                    request = json.loads(line)
                     argv = request.get("argv", [])
                     if SANDBOX_MODULE not in argv or argv[0] != sys.executable:
                         raise ValueError(f"not the sandbox kernel's command line: {argv}")
@@ -230,11 +242,16 @@ class ForkServer:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        # Started with a kernel's environment: a forked kernel's /proc/self/environ is the
+        # server's, so nothing secret of the worker's may be in it.
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "coursepkg.grading.forkserver", str(self.path)],
+            [sys.executable, "-m", "coursepkg.grading.kernel.forkserver", str(self.path)],
             cwd=self.path.parent,
             stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            env=kernel_environment(os.environ),
         )
+        self._ready = False
 
     def start(self) -> ForkServer:
         """Make this the server the provisioners of this process use."""
@@ -242,9 +259,22 @@ class ForkServer:
         _current = self
         return self
 
+    def wait_ready(self, timeout: float = 120.0) -> bool:
+        """Wait until the server has finished its imports and listens (it says so on its
+        stdout); False when it died or did not within ``timeout`` seconds."""
+        if not self._ready and self.proc.stdout is not None:
+            chooser = selectors.DefaultSelector()
+            chooser.register(self.proc.stdout, selectors.EVENT_READ)
+            if chooser.select(timeout=timeout):
+                self._ready = self.proc.stdout.readline().strip() == b"ready"
+            chooser.close()
+        return self._ready and self.proc.poll() is None
+
     def connect(self, timeout: float = 120.0) -> socket.socket | None:
         """A connection to the server, waiting for it to finish its imports; None when it
         died or did not start within ``timeout`` seconds."""
+        if not self.wait_ready(timeout):
+            return None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.proc.poll() is None:
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -331,11 +361,13 @@ class ForkProvisioner(LocalProvisioner):
         server = _current
         forkable = SANDBOX_MODULE in cmd and cmd[0] == sys.executable
         conn = server.connect() if server is not None and forkable else None
+        if forkable:  # nothing secret of the worker's reaches a sandbox kernel
+            kwargs["env"] = kernel_environment(kwargs.get("env") or os.environ)
         if conn is None:
             if server is not None and forkable:
                 self.log.warning("the fork server is not running; starting the kernel anew")
             return await super().launch_kernel(cmd, **kwargs)
-        env = dict(kwargs.get("env") or os.environ)
+        env = kernel_environment(kwargs.get("env") or os.environ)
         request = {"argv": cmd, "env": env, "cwd": str(kwargs.get("cwd") or os.getcwd())}
         conn.settimeout(60)
         try:
@@ -355,9 +387,25 @@ class ForkProvisioner(LocalProvisioner):
 
 
 class ForkKernelManager(AsyncKernelManager):
-    """jupyter_client's kernel manager, with :class:`ForkProvisioner` as its provisioner."""
+    """jupyter_client's kernel manager, with :class:`ForkProvisioner` as its provisioner.
+
+    It talks to its kernel over Unix sockets (transport ``ipc``) in a private folder, not TCP:
+    the sandbox kernel has no network at all (a network namespace of its own).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._ipc_folder: str | None = None
+        if "transport" not in self.config.get("KernelManager", {}):
+            self.transport = "ipc"
 
     async def _async_pre_start_kernel(self, **kw: Any) -> Any:
+        if self.transport == "ipc" and self._ipc_folder is None:
+            import tempfile
+
+            # Short (a socket's path has at most 107 bytes) and private to this kernel.
+            self._ipc_folder = tempfile.mkdtemp(prefix="cgk-", dir="/tmp")
+            self.ip = os.path.join(self._ipc_folder, "k")
         if self.provisioner is None:
             import uuid
 
@@ -366,6 +414,17 @@ class ForkKernelManager(AsyncKernelManager):
                 kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self
             )
         return await super()._async_pre_start_kernel(**kw)
+
+    async def _async_cleanup_resources(self, restart: bool = False) -> None:
+        pid = getattr(self.provisioner, "pid", None)
+        await super()._async_cleanup_resources(restart=restart)
+        if pid:  # what the kernel left running (a fork bomb) goes, and its pids cgroup
+            kill_process_group_cgroup(pid)
+        if self._ipc_folder and not restart:
+            import shutil
+
+            shutil.rmtree(self._ipc_folder, ignore_errors=True)
+            self._ipc_folder = None
 
 
 class ForkExecute(Execute):

@@ -1,0 +1,350 @@
+"""``coursepkg grade``: autograde a whole class on Dask distributed.
+
+:func:`grade_class` checks the gradebook and the cluster can be reached (before any work),
+ships the assignment to the workers once and each submission as a job
+(:mod:`~coursepkg.grading.classroom.protocol`), and records each answer as it arrives: the
+graded notebook and feedback into the course folder, the grades into the gradebook
+(:mod:`~coursepkg.grading.classroom.gradebook`). Then nbgrader's CSV export, the per-student
+JSON reports and the dashboard.
+
+* **Where**: with no scheduler, a ``LocalCluster`` on this machine (one worker process per core,
+  one job at a time each); with ``scheduler="tcp://HOST:PORT"``, a running cluster
+  (``dask scheduler`` and ``dask worker``, dask-jobqueue on Slurm, dask-kubernetes).
+* **Faults**: a worker killed while it grades (SIGKILL, a crashed machine) is replaced by Dask
+  and the student graded by another; a notebook that kills its worker every time fails the
+  task after the scheduler's ``allowed-failures`` tries (``distributed.scheduler.allowed-
+  failures``, 3 by default) and gets 0 with that reason. Each student is recorded once, by the
+  client, from the one answer it receives. A recorded student is never half-written: Ctrl-C
+  waits for the record in progress, then stops (the others keep their earlier grades).
+* **Rerun**: nbgrader replaces a submission's grades in place, and the files are swapped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..notebook import NotebookError, load_notebook
+from . import gradebook
+from .dashboard import build_dashboard
+from .protocol import Assignment, GradeAnswer, GradeJob, SandboxStatus
+from .reports import ClassResult, StudentResult, sandbox_summary, student_report
+
+__all__ = ["connect", "grade_class"]
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def connect(scheduler: str | None, workers: int | None) -> Iterator[Any]:
+    """A Dask client: on the scheduler at ``scheduler``, or on a new ``LocalCluster`` of
+    ``workers`` processes (default: one per core) that lives as long as the block.
+
+    Raises:
+        ValueError: the scheduler cannot be reached.
+    """
+    import dask
+    from distributed import Client, LocalCluster
+
+    if scheduler:
+        try:
+            client = Client(scheduler, timeout="10s")
+        except (OSError, TimeoutError) as err:
+            raise ValueError(
+                f"cannot reach the Dask scheduler at {scheduler}: {err} (nothing was graded)"
+            ) from err
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    n = max(1, workers or os.cpu_count() or 1)
+    # The kernels have their own memory limit; Dask's would count the worker only.
+    with dask.config.set({"distributed.scheduler.allowed-failures": 2}):
+        cluster = LocalCluster(
+            n_workers=n,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+            memory_limit=0,
+            silence_logs=logging.ERROR,
+        )
+    try:
+        with Client(cluster) as client:
+            yield client
+    finally:
+        cluster.close()
+
+
+def _problem(root: Path, assignment: str, student: str, notebooks: list[str]) -> str:
+    """Why the submission cannot be run at all (missing, empty, not JSON), or ``""``."""
+    folder = root / "submitted" / student / assignment
+    for name in notebooks:
+        path = folder / f"{name}.ipynb"
+        if not path.exists():
+            found = sorted(p.name for p in folder.glob("*.ipynb"))
+            return f"no {name}.ipynb in your submission (found: {', '.join(found) or 'nothing'})"
+        # Only what certainly cannot run is caught here; anything nbgrader can read, it grades
+        # (a stricter schema check would give zeros to notebooks nbgrader accepts).
+        try:
+            load_notebook(path)
+        except NotebookError as err:
+            return str(err).replace(str(path), f"{name}.ipynb")
+    return ""
+
+
+def _job(root: Path, assignment: str, student: str, notebooks: list[str]) -> GradeJob:
+    reason = _problem(root, assignment, student, notebooks)
+    if reason:
+        return GradeJob(student, reason=reason)
+    folder = root / "submitted" / student / assignment
+    files = {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and ".ipynb_checkpoints" not in p.parts
+    }
+    return GradeJob(student, files=files)
+
+
+@contextlib.contextmanager
+def _uninterrupted() -> Iterator[None]:
+    """Hold Ctrl-C until the block is done (one student's record is all or nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            raise KeyboardInterrupt
+
+
+class _Batch:
+    """The jobs of one run in flight on the cluster, and what became of each student."""
+
+    def __init__(self, client: Any, assignment: Assignment, course: gradebook.Course) -> None:
+        from .worker import grade, hold
+
+        self.client, self.assignment, self.course = client, assignment, course
+        self.task = grade
+        # A task that returns the assignment, not scattered data: if every worker holding it is
+        # killed, Dask computes it again from the task (scattered data would be lost for good).
+        self.shipped = client.submit(hold, assignment, key=f"assignment-{assignment.digest}")
+        self.results: dict[str, StudentResult] = {}
+        self.statuses: list[SandboxStatus] = []
+        self.pending: dict[Any, GradeJob] = {}
+
+    def submit(self, job: GradeJob) -> Any:
+        key = f"grade-{self.assignment.name}-{job.student}-{uuid.uuid4().hex[:8]}"
+        future = self.client.submit(self.task, self.shipped, job, key=key, pure=False)
+        self.pending[future] = job
+        return future
+
+    def done(self, future: Any) -> GradeJob | None:
+        """Record a finished job; return the fallback job to run when it failed."""
+        from distributed import KilledWorker
+
+        job = self.pending.pop(future)
+        result = self.results.setdefault(job.student, StudentResult(job.student))
+        try:
+            answer: GradeAnswer = future.result()
+        except KilledWorker:
+            reason = (
+                "the process grading your notebook was killed every time it ran it (did the "
+                "notebook kill or crash its grader?), so it was stopped"
+            )
+            return self._failed(job, result, reason, "its worker was killed every time")
+        except Exception as err:  # noqa: BLE001 - the grader's failure, reported as such
+            text = f"{type(err).__name__}: {err}"
+            reason = f"the grader failed on this notebook ({text[:200]})"
+            return self._failed(job, result, reason, text)
+        with _uninterrupted():
+            self._record(answer, result)
+        return None
+
+    def _failed(self, job: GradeJob, result: StudentResult, reason: str, error: str) -> Any:
+        result.attempts += 1
+        if job.reason:  # even the fallback failed: nothing more to try
+            result.graded, result.reason, result.error = False, job.reason, error
+            log.error("could not record a grade for %s: %s", job.student, error)
+            return None
+        return GradeJob(job.student, reason=reason)
+
+    def _record(self, answer: GradeAnswer, result: StudentResult) -> None:
+        root = self.course.root
+        gradebook.record(self.course, self.assignment.name, answer, list(self.assignment.notebooks))
+        logs = root / "reports" / self.assignment.name / "logs"
+        (logs / f"{answer.student}.log").write_text(answer.log, encoding="utf-8")
+        result.graded, result.reason = answer.graded, answer.reason
+        result.attempts += answer.attempts
+        result.seconds += answer.seconds
+        result.feedback = bool(answer.feedback)
+        if answer.sandbox is not None:
+            self.statuses.append(answer.sandbox)
+
+    def cancel(self) -> None:
+        if self.pending:
+            self.client.cancel(list(self.pending))
+
+
+def _assignment(course: gradebook.Course, name: str, notebooks: list[str], **limits: Any):
+    release = course.root / course.release / name
+    if not all((release / f"{nb}.ipynb").is_file() for nb in notebooks):
+        raise ValueError(f"the release of {name!r} is missing from {release}")
+    return Assignment(
+        name=name,
+        course_id=course.course_id,
+        notebooks=tuple(notebooks),
+        config=course.config_text,
+        release={f"{nb}.ipynb": (release / f"{nb}.ipynb").read_bytes() for nb in notebooks},
+        source_files=course.source_files(name),
+        gradebook=gradebook.definition(course, name),
+        **limits,
+    )
+
+
+def _run(batch: _Batch, jobs: list[GradeJob], window: int, progress: bool) -> None:
+    """Keep at most ``window`` jobs on the cluster; record each answer as it arrives, with a
+    progress bar. Whatever is still running when this stops (Ctrl-C) is cancelled."""
+    from distributed import as_completed
+    from tqdm.auto import tqdm
+
+    name = batch.assignment.name
+    todo = list(reversed(jobs))
+    bar = tqdm(total=len(jobs), desc=f"grading {name}", unit="nb", disable=not progress,
+               file=sys.stderr)  # fmt: skip
+    try:
+        with bar:
+            running = as_completed(
+                [batch.submit(todo.pop()) for _ in range(min(window, len(todo)))]
+            )
+            for future in running:
+                follow_up = batch.done(future)
+                if follow_up is not None:
+                    running.add(batch.submit(follow_up))
+                    continue
+                bar.update(1)
+                if todo:
+                    running.add(batch.submit(todo.pop()))
+    finally:
+        batch.cancel()
+
+
+def _finish(batch: _Batch, chosen: list[str], notebooks: list[str], reports: Path):
+    """nbgrader's CSV export, the per-student JSON reports and the dashboard."""
+    book, assignment = batch.course, batch.assignment.name
+    gradebook.export_csv(book, assignment, reports / "grades.csv")
+    for sid in chosen:
+        report = student_report(book.root, assignment, book.url, batch.results[sid], notebooks)
+        (reports / f"{sid}.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+    return ClassResult(
+        assignment=assignment,
+        students=[batch.results[s] for s in chosen],
+        reports=reports,
+        dashboard=build_dashboard(book.root),
+        sandbox=sandbox_summary(batch.statuses),
+    )
+
+
+def _submissions(root: Path, assignment: str, students: list[str] | None) -> list[str]:
+    everyone = sorted(
+        p.name for p in (root / "submitted").glob("*") if p.is_dir() and (p / assignment).is_dir()
+    )
+    chosen = everyone if students is None else [s for s in everyone if s in set(students)]
+    if not chosen:
+        raise ValueError(f"no submissions of {assignment!r} in {root / 'submitted'}")
+    return chosen
+
+
+def grade_class(
+    course: str | Path,
+    assignment: str,
+    *,
+    workers: int | None = None,
+    students: list[str] | None = None,
+    db_url: str | None = None,
+    scheduler: str | None = None,
+    cell_timeout: int = 120,
+    notebook_timeout: int = 900,
+    memory_mb: int = 4096,
+    progress: bool = True,
+    fork: bool = True,
+) -> ClassResult:
+    """Autograde every submission of ``assignment`` on Dask, then write feedback, the CSV
+    export, the per-student JSON reports and the dashboard.
+
+    Args:
+        course: the nbgrader course directory (with ``nbgrader_config.py``, ``submitted/`` and
+            the assignment's release; its gradebook entry is made from the source if missing).
+        assignment: the assignment id.
+        workers: worker processes of the local cluster (default: the number of CPU cores);
+            ignored with ``scheduler``.
+        students: grade only these student ids (default: everyone in ``submitted/``).
+        db_url: the gradebook's URL (default: ``sqlite:///<course>/gradebook.db``;
+            ``postgresql://user@host:port/db`` for PostgreSQL).
+        scheduler: a running Dask scheduler's address (``tcp://HOST:PORT``); default: a
+            ``LocalCluster`` on this machine.
+        cell_timeout: seconds one cell may run (nbgrader's ``Execute.timeout``); a cell that
+            runs longer is interrupted and its test scores 0.
+        notebook_timeout: wall-clock seconds one student's notebook may take in all; then its
+            kernel is killed and the student gets the fallback zero with the reason.
+        memory_mb: the address-space limit of each student's kernel, in MiB.
+        progress: show a tqdm progress bar on stderr.
+        fork: fork each kernel from a process that has imported torch and the checks
+            (:mod:`coursepkg.grading.kernel.forkserver`); False starts every kernel anew.
+
+    Returns:
+        A :class:`ClassResult` (its :meth:`~ClassResult.summary` is the final line).
+
+    Raises:
+        ValueError: the course, assignment, gradebook or scheduler is not there.
+        KeyboardInterrupt: stopped; every student recorded so far is complete.
+    """
+    start = time.perf_counter()
+    root = Path(course).resolve()
+    if not (root / "nbgrader_config.py").is_file():
+        raise ValueError(f"{root} is not an nbgrader course directory (no nbgrader_config.py)")
+    url = gradebook.database_url(db_url or f"sqlite:///{root / 'gradebook.db'}")
+    gradebook.check_gradebook(url)
+    chosen = _submissions(root, assignment, students)
+    with connect(scheduler, workers) as client:  # reachable, before anything is written
+        book = gradebook.Course(root, url)
+        notebooks = book.notebooks(assignment)
+        reports = root / "reports" / assignment
+        (reports / "logs").mkdir(parents=True, exist_ok=True)
+        n_workers = len(client.scheduler_info()["workers"]) or 1
+        threads = max(1, (os.cpu_count() or 1) // n_workers) if not scheduler else 1
+        shipped = _assignment(book, assignment, notebooks, cell_timeout=cell_timeout,
+                              notebook_timeout=notebook_timeout, memory_mb=memory_mb,
+                              threads=threads, fork=fork)  # fmt: skip
+        if fork:
+            from .worker import GradingPlugin
+
+            client.register_plugin(GradingPlugin())
+        batch = _Batch(client, shipped, book)
+        grade_start = time.perf_counter()
+        _run(batch, [_job(root, assignment, sid, notebooks) for sid in chosen], 4 * n_workers,
+             progress)  # fmt: skip
+        grade_seconds = time.perf_counter() - grade_start
+    result = _finish(batch, chosen, notebooks, reports)
+    result.seconds, result.grade_seconds, result.workers = (
+        time.perf_counter() - start,
+        grade_seconds,
+        n_workers,
+    )
+    log.info("%s", result.summary())
+    return result

@@ -1,0 +1,152 @@
+"""The nbgrader preprocessors ``coursepkg grade`` adds to autograding and feedback: the grader's
+notes at the top of a graded notebook, and two workarounds for nbgrader failures one student's
+notebook could otherwise cause. They run on the grading workers, inside nbgrader.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from nbgrader.preprocessors import NbGraderPreprocessor
+
+from ..kernel.sandbox import NOT_GRADED_ENV
+
+__all__ = ["NOTE_MARK", "RELEASE_ENV", "DefuseHiddenMarkers", "DropEmptyMetadata", "GraderNotes"]
+
+#: The first line of the grader's note cell.
+NOTE_MARK = "**Notes from the grader** (coursepkg grade)"
+#: Tells :class:`GraderNotes` where the release notebooks are.
+RELEASE_ENV = "COURSEPKG_RELEASE_DIR"
+
+
+class GraderNotes(NbGraderPreprocessor):
+    """Put a note cell at the top of the notebook being autograded, listing what the grader
+    changed or noticed: edited locked cells (nbgrader restores them), duplicated cell ids,
+    deleted test cells (nbgrader adds them back), the reason a notebook was not graded.
+
+    Runs first in nbgrader's sanitizing step, so it sees the submission as handed in.
+    """
+
+    def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
+        from nbgrader.api import Gradebook, MissingEntry
+
+        notes: list[str] = []
+        reason = os.environ.get(NOT_GRADED_ENV, "")
+        if reason:
+            notes.append(f"Your notebook was not graded: {reason}. Every test scores 0.")
+        meta = resources.get("metadata", {})
+        raw_path = Path(meta.get("path", ".")) / f"{meta.get('name', '')}.ipynb"
+        try:
+            raw = json.loads(raw_path.read_text(encoding="utf-8"))
+            ids = Counter(c.get("id") for c in raw.get("cells", []) if c.get("id"))
+            grade_ids = Counter(
+                c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+                for c in raw.get("cells", [])
+                if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+            )
+        except (OSError, ValueError, AttributeError):
+            ids, grade_ids = Counter(), Counter()
+        dup = sorted({k for k, n in (*ids.items(), *grade_ids.items()) if n > 1})
+        if dup and not reason:
+            notes.append(
+                f"Duplicated cell ids ({', '.join(dup)}): a copied graded cell counts once; only "
+                "its last copy keeps nbgrader's marks, the others run as ordinary cells."
+            )
+        info = resources.get("nbgrader", {})
+        present: set[str] = set()
+        # The release is what the student was given (hidden tests already stripped out).
+        release_file = Path(os.environ.get(RELEASE_ENV, "")) / f"{info.get('notebook')}.ipynb"
+        try:
+            release = nbformat.read(str(release_file), as_version=4)
+            originals = {
+                c.metadata["nbgrader"]["grade_id"]: c.source
+                for c in release.cells
+                if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+            }
+        except (OSError, ValueError, KeyError):
+            originals = {}
+        try:
+            with Gradebook(info["db_url"]) as gb:
+                source = gb.find_notebook(info["notebook"], info["assignment"])
+                # A locked cell is as handed out if it reads like the release (hidden tests
+                # stripped) or like nbgrader's source (hidden tests in).
+                locked = {
+                    cell.name: {cell.source.strip()} for cell in source.source_cells if cell.locked
+                }
+                for grade_id, text in originals.items():
+                    locked.get(grade_id, set()).add(text.strip())
+                for cell in nb.cells:
+                    grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+                    if not grade_id:
+                        continue
+                    present.add(grade_id)
+                    if grade_id in locked and cell.source.strip() not in locked[grade_id]:
+                        if not reason:
+                            notes.append(
+                                f"The locked cell `{grade_id}` had been edited; it was put back "
+                                "to the original before grading."
+                            )
+                missing = sorted(
+                    c.name for c in source.grade_cells if c.name not in present and c.name in locked
+                )
+        except (KeyError, MissingEntry):
+            missing = []
+        if missing and not reason:
+            notes.append(
+                f"Test cells missing from your notebook were added back: {', '.join(missing)}."
+            )
+        if notes:
+            text = NOTE_MARK + "\n\n" + "\n".join(f"- {n}" for n in notes)
+            nb.cells.insert(0, nbformat.v4.new_markdown_cell(text))
+        return nb, resources
+
+
+class DropEmptyMetadata(NbGraderPreprocessor):
+    """Remove the empty ``nbgrader`` metadata that nbgrader's ``DeduplicateIds`` leaves on the
+    extra copies of a duplicated cell.
+
+    nbgrader 0.9's ``OverwriteCells.add_missing_task_cells`` then reads ``grade_id`` from every
+    cell that has ``nbgrader`` metadata and fails on those empty ones (a ``KeyError`` that stops
+    the whole notebook), so a student who copied a test cell would get nothing. Without the key
+    the copy is an ordinary cell, which is what ``DeduplicateIds`` meant.
+    """
+
+    def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
+        for cell in nb.cells:
+            if "nbgrader" in cell.get("metadata", {}) and not cell.metadata.nbgrader:
+                del cell.metadata["nbgrader"]
+        return nb, resources
+
+
+class DefuseHiddenMarkers(NbGraderPreprocessor):
+    """Before feedback: drop hidden-test regions from cells that are not test cells.
+
+    nbgrader's ``ClearHiddenTests`` refuses to make feedback at all when a student's own cell
+    contains its ``BEGIN HIDDEN TESTS`` marker (a copied test cell, or the text typed in an
+    answer), so that student would get no feedback. Here such a region is replaced by a comment
+    (as ``ClearHiddenTests`` would do to a test cell), an unterminated one up to the cell's end.
+    The autograded notebook and its grades are not touched; this is the feedback's copy.
+    """
+
+    def preprocess_cell(self, cell: Any, resources: dict, index: int) -> tuple[Any, dict]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade") or (
+            "BEGIN HIDDEN TESTS" not in cell.source and "END HIDDEN TESTS" not in cell.source
+        ):
+            return cell, resources
+        kept, inside = [], False
+        for line in cell.source.split("\n"):
+            if "BEGIN HIDDEN TESTS" in line:
+                if not inside:
+                    kept.append("# (a hidden-test region here was removed by the grader)")
+                inside = True
+            elif "END HIDDEN TESTS" in line:
+                inside = False
+            elif not inside:
+                kept.append(line)
+        cell.source = "\n".join(kept)
+        return cell, resources

@@ -1,0 +1,320 @@
+"""Results and reports of ``coursepkg grade``: one :class:`StudentResult` per student, the
+:class:`ClassResult` and its summary, and the per-student JSON report (each test's points,
+message and the named mistakes of :func:`coursepkg.grading.catalogue`, notes, review flags),
+read from the gradebook (whichever it is) and the graded notebooks in the course folder.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+from .. import catalogue
+from .._core import CHECKER_FAILED
+from ..notebook import NotebookError, load_notebook
+from .preprocessors import NOTE_MARK
+from .protocol import SandboxStatus
+
+__all__ = [
+    "ClassResult",
+    "StudentResult",
+    "checker_failure_flag",
+    "review_flags",
+    "sandbox_summary",
+    "student_report",
+]
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@dataclass
+class StudentResult:
+    """How grading one student went.
+
+    Attributes:
+        student: the student id.
+        graded: False when the notebook could not be run and got the fallback zero.
+        reason: why it was not graded (empty when it was).
+        score: total points in the gradebook.
+        max_score: points available.
+        seconds: wall-clock time of this student's autograde runs.
+        attempts: nbgrader runs (a retry after "database is locked" counts).
+        error: set when not even the fallback grade could be recorded (the student then has
+            no grade in the gradebook; the summary says so).
+        feedback: whether nbgrader's feedback was generated.
+        checker_failed: test cells whose check itself crashed (to grade by hand).
+    """
+
+    student: str
+    graded: bool = True
+    reason: str = ""
+    score: float = 0.0
+    max_score: float = 0.0
+    seconds: float = 0.0
+    attempts: int = 0
+    error: str = ""
+    feedback: bool = True
+    checker_failed: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ClassResult:
+    """The outcome of :func:`grade_class`.
+
+    Attributes:
+        assignment: the assignment id.
+        students: one result per student, sorted by id.
+        seconds: wall-clock time of the whole run.
+        grade_seconds: of which autograding (and feedback) in the workers.
+        workers: parallel workers used.
+        reports: the directory holding the CSV, JSON files and logs.
+        dashboard: the dashboard's HTML file.
+        sandbox: how the kernels were confined (see :func:`sandbox_summary`).
+    """
+
+    assignment: str
+    students: list[StudentResult] = field(default_factory=list)
+    seconds: float = 0.0
+    grade_seconds: float = 0.0
+    workers: int = 1
+    reports: Path = Path()
+    dashboard: Path = Path()
+    sandbox: str = ""
+
+    def summary(self) -> str:
+        """A few lines: how many were graded, how fast, the mean score, who could not be run
+        (and why), and how the notebooks were confined."""
+        n = len(self.students)
+        mean = sum(s.score for s in self.students) / n if n else 0.0
+        top = max((s.max_score for s in self.students), default=0.0)
+        rate = 60 * n / self.grade_seconds if self.grade_seconds else 0.0
+        lines = [
+            f"{self.assignment}: graded {n} student(s) in {self.seconds:.0f} s with "
+            f"{self.workers} worker(s) ({rate:.1f} notebooks/min); mean score "
+            f"{mean:.2f}/{top:g}"
+        ]
+        failed = [s for s in self.students if not s.graded]
+        if failed:
+            lines.append(f"{len(failed)} notebook(s) could not be run and scored 0:")
+            lines.extend(f"  {s.student}: {s.reason}" for s in failed)
+        lost = [s.student for s in self.students if s.error]
+        if lost:
+            lines.append(
+                f"ERROR: no grade could be recorded for {', '.join(lost)} (see the logs in "
+                f"{self.reports / 'logs'}); grade them again with --student"
+            )
+        review = [s for s in self.students if s.checker_failed]
+        if review:
+            lines.append(
+                f"REVIEW: the checker itself failed for {len(review)} student(s); their points "
+                "in those cells are not a verdict, grade them by hand:"
+            )
+            lines.extend(f"  {s.student}: {', '.join(s.checker_failed)}" for s in review)
+        no_feedback = [s.student for s in self.students if not s.feedback and not s.error]
+        if no_feedback:
+            lines.append(
+                f"WARNING: nbgrader could not generate feedback for {', '.join(no_feedback)} "
+                f"(see the logs in {self.reports / 'logs'})"
+            )
+        if self.sandbox:
+            lines.append(self.sandbox)
+        return "\n".join(lines)
+
+
+_REVIEW_PATTERNS = [
+    (r"\bcoursepkg\b", "mentions coursepkg in an answer cell"),
+    (
+        r"sys\.modules|__code__|__globals__|setattr\s*\(|\bbuiltins\b|gc\.get_objects|settrace|"
+        r"setprofile|events\.unregister|get_ipython",
+        "touches the interpreter's internals (possible tampering with the checks)",
+    ),
+    (r"os\._exit|os\.kill|\bsignal\.|sys\.exit|os\.abort", "exits or signals the process"),
+    (
+        r"(?m)^\s*(torch|coursepkg|math|np|numpy)(\.\w+)+\s*=[^=]",
+        "assigns to an attribute of torch, coursepkg or math (monkeypatching)",
+    ),
+    (r"\bsolutions\b|\.\./|gradebook", "refers to files outside the notebook's folder"),
+    (r"subprocess|os\.system|socket", "starts processes or opens network connections"),
+]
+
+
+def review_flags(nb: Any) -> list[str]:
+    """Reasons an instructor may want to read the answer cells of a notebook.
+
+    Only cells a student could write are scanned (nbgrader's answer cells and cells the student
+    added); the locked cells are restored by nbgrader anyway.
+
+    Args:
+        nb: the notebook as handed in.
+
+    Returns:
+        One phrase per kind of suspicious code found, in a fixed order.
+    """
+    text = "\n".join(
+        cell.source
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        and not cell.get("metadata", {}).get("nbgrader", {}).get("locked", False)
+    )
+    return [label for pattern, label in _REVIEW_PATTERNS if re.search(pattern, text)]
+
+
+def checker_failure_flag(grade_id: str, message: str) -> str | None:
+    """The review flag of a test cell whose check crashed (:class:`~._core.CheckerError`): its
+    points are not a verdict on the student, so the instructor grades that cell by hand."""
+    if CHECKER_FAILED in message:
+        return f"the checker itself failed on {grade_id}: grade that cell by hand"
+    return None
+
+
+def _diagnoses(message: str) -> list[dict[str, str]]:
+    """The catalogued mistakes a check's message names (its "known mistake" sentences)."""
+    found = []
+    for bug in catalogue():
+        if f"known mistake: {bug.description.rstrip('.')}" in message or (
+            f"(known mistake: {bug.id})" in message
+        ):
+            found.append({"id": bug.id, "item": bug.item, "description": bug.description})
+    return found
+
+
+def _cell_message(cell: Any) -> str:
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "error":
+            name, value = output.get("ename", "Error"), _ANSI.sub("", output.get("evalue", ""))
+            return value if name in ("CheckFailure", "NotImplementedYet") else f"{name}: {value}"
+    for output in cell.get("outputs", []):
+        if output.get("output_type") in ("execute_result", "display_data"):
+            return _ANSI.sub("", output.get("data", {}).get("text/plain", ""))
+    return ""
+
+
+def student_report(
+    course: Path, aid: str, db_url: str, result: StudentResult, notebooks: list[str]
+) -> dict:
+    """The per-student JSON: every graded cell's points, message and diagnoses."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    student = result.student
+    tests: list[dict] = []
+    notes: list[str] = []
+    flags: list[str] = []
+    with Gradebook(db_url) as gb:
+        for name in notebooks:
+            try:
+                sub = gb.find_submission_notebook(name, aid, student)
+            except MissingEntry:
+                continue
+            grades = {g.name: g for g in sub.grades}
+            graded = course / "autograded" / student / aid / f"{name}.ipynb"
+            cells = {}
+            if graded.is_file():
+                nb = nbformat.read(str(graded), as_version=4)
+                for cell in nb.cells:
+                    grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+                    if grade_id:
+                        cells[grade_id] = cell
+                    elif cell.cell_type == "markdown" and cell.source.startswith(NOTE_MARK):
+                        notes.extend(
+                            ln[2:] for ln in cell.source.splitlines() if ln.startswith("- ")
+                        )
+            submitted = course / "submitted" / student / aid / f"{name}.ipynb"
+            if result.graded:
+                try:
+                    flags.extend(review_flags(load_notebook(submitted)))
+                except NotebookError:
+                    pass
+            for grade_id, grade in grades.items():
+                if grade.cell.cell_type != "code":
+                    continue  # written answers are graded by hand
+                message = _cell_message(cells[grade_id]) if grade_id in cells else ""
+                flag = checker_failure_flag(grade_id, message)
+                if flag:
+                    flags.append(flag)
+                    result.checker_failed.append(grade_id)
+                earned = grade.score
+                tests.append(
+                    {
+                        "notebook": name,
+                        "grade_id": grade_id,
+                        "points": earned,
+                        "max_points": grade.max_score,
+                        "passed": earned == grade.max_score,
+                        "message": message,
+                        "diagnoses": _diagnoses(message),
+                    }
+                )
+        try:
+            submission = gb.find_submission(aid, student)
+            score, max_score = submission.score, submission.max_score
+        except MissingEntry:
+            score, max_score = 0.0, 0.0
+    result.score, result.max_score = score, max_score
+    tests.sort(key=lambda t: (t["notebook"], t["grade_id"]))
+    return {
+        "student": student,
+        "assignment": aid,
+        "score": score,
+        "max_score": max_score,
+        "autograded_points": sum(t["points"] for t in tests),
+        "autograded_max_points": sum(t["max_points"] for t in tests),
+        "graded": result.graded,
+        "reason": result.reason,
+        "notes": notes,
+        "review_flags": sorted(set(flags)),
+        "diagnoses": sorted({d["id"] for t in tests for d in t["diagnoses"]}),
+        "tests": tests,
+        "seconds": round(result.seconds, 2),
+        "attempts": result.attempts,
+    }
+
+
+def sandbox_summary(statuses: list[SandboxStatus]) -> str:
+    """One sentence on how the kernels were confined (from the kernels' own reports).
+
+    Args:
+        statuses: what each sandbox kernel reported.
+
+    Returns:
+        ``"sandbox: ..."``, with a warning for each protection that was unavailable.
+    """
+    if not statuses:
+        return "sandbox: no student code was run"
+    abi = min(s.landlock for s in statuses)
+    parts = []
+    if abi >= 1:
+        parts.append(
+            f"file access confined with Landlock (ABI {abi})"
+            + (", signals too" if abi >= 6 else "")
+        )
+    else:
+        parts.append(
+            "WARNING: Landlock is not available on this system, so notebooks were NOT confined "
+            "to their own folder (they could read solutions/ or write elsewhere; grade in a "
+            "container or as a separate user)"
+        )
+    networks = {s.network for s in statuses}
+    if networks == {"namespace"}:
+        parts.append("no network (a namespace of their own)")
+    elif "" not in networks:
+        parts.append("no TCP connections (Landlock; a network namespace was not possible)")
+    else:
+        parts.append("WARNING: some kernels had network access (no network namespace possible)")
+    if all(s.memory for s in statuses):
+        parts.append(f"memory limited to {statuses[0].memory} MiB per kernel")
+    else:
+        parts.append("WARNING: the memory limit could not be set")
+    if not all(s.cpu for s in statuses):
+        parts.append("WARNING: the CPU-time limit could not be set")
+    if all(s.processes for s in statuses):
+        parts.append(f"at most {statuses[0].processes} processes per kernel")
+    else:
+        parts.append("WARNING: the number of processes could not be limited (fork bombs)")
+    errors = sorted({s.error for s in statuses if s.error})
+    if errors:
+        parts.append("problems: " + "; ".join(errors))
+    return "sandbox: " + ", ".join(parts)

@@ -1,0 +1,410 @@
+"""The grading worker: what runs on a Dask worker for each student (:func:`grade`).
+
+A worker shares no file system with the client. For each :class:`~.protocol.Assignment` it
+prepares a private nbgrader course of its own once (the course's ``nbgrader_config.py``, the
+release, the source's data files and an SQLite gradebook holding only the assignment's
+definition: no solutions, no other student and no database URL of the real gradebook), and then
+grades one submission after another in it with nbgrader's own API
+(``NbGraderAPI.autograde`` and ``generate_feedback``, as its formgrader does). The submission
+arrives in the :class:`~.protocol.GradeJob`; the graded notebook and the feedback go back in
+the :class:`~.protocol.GradeAnswer`, and the student's files are removed from the worker.
+
+Kernels are the sandbox kernels of :mod:`coursepkg.grading.kernel.sandbox`, forked from a fork
+server of this worker process (:class:`GradingPlugin` starts it when the worker starts, so its
+imports overlap the worker's; a job waits for it before its notebook's time starts). A
+notebook that runs longer than its time limit has its kernel killed (and whatever it started);
+the student then gets the fallback grade: the release graded in place of the submission, every
+test scoring 0 with the reason.
+
+One job runs at a time in a worker process (a lock): nbgrader sets process-wide state (the
+working directory, environment variables). Start workers with one thread each
+(``dask worker --nthreads 1 --nworkers N``); more threads only wait.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from ..kernel.confine import kill_process_group_cgroup
+from ..kernel.forkserver import ForkServer
+from ..kernel.sandbox import KERNEL_NAME, NOT_GRADED_ENV, PIDFILE_ENV, STATUS_ENV, write_kernelspec
+from .preprocessors import RELEASE_ENV
+from .protocol import Assignment, GradeAnswer, GradeJob, SandboxStatus
+
+__all__ = ["GradingPlugin", "grade", "hold", "start_fork_server", "stop_fork_server"]
+
+log = logging.getLogger(__name__)
+
+# A graded submission's files bigger than this are not sent back (a notebook may write a huge
+# file into its folder); the log says which.
+MAX_FILE_BYTES = 20 * 2**20
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {"server": None, "home": None, "courses": {}}
+
+
+def _home() -> Path:
+    """This worker process's private scratch folder (short: socket paths are limited)."""
+    if _state["home"] is None:
+        _state["home"] = Path(tempfile.mkdtemp(prefix="cg-w-", dir="/tmp"))
+    return _state["home"]
+
+
+def start_fork_server() -> ForkServer:
+    """This process's fork server, started on first use (it imports torch while the worker does
+    other things) and made the one its kernel provisioners use."""
+    server = _state["server"]
+    if server is None or server.proc.poll() is not None:
+        server = ForkServer(_home() / "fork.sock").start()
+        _state["server"] = server
+    return server
+
+
+def stop_fork_server() -> None:
+    """Stop this process's fork server and remove its scratch folder."""
+    server, _state["server"] = _state["server"], None
+    if server is not None:
+        server.stop()
+    if _state["home"] is not None:
+        shutil.rmtree(_state["home"], ignore_errors=True)
+        _state["home"], _state["courses"] = None, {}
+
+
+class GradingPlugin(WorkerPlugin):
+    """Starts the fork server when a Dask worker starts (or restarts after a crash) and stops
+    it with the worker."""
+
+    name = "coursepkg-grading"
+
+    def setup(self, worker: Any) -> None:
+        start_fork_server()
+
+    def teardown(self, worker: Any) -> None:
+        stop_fork_server()
+
+
+def hold(assignment: Assignment) -> Assignment:
+    """The Dask task that gives every job its assignment (computed again wherever needed)."""
+    return assignment
+
+
+def grade(assignment: Assignment, job: GradeJob) -> GradeAnswer:
+    """Grade one student (the Dask task).
+
+    Args:
+        assignment: what grading this assignment needs.
+        job: the student and their submission.
+
+    Returns:
+        The graded notebooks, feedback, log and sandbox report.
+
+    Raises:
+        RuntimeError: not even the fallback grade could be made (the client reports it).
+    """
+    with _lock:
+        course = _state["courses"].get(assignment.digest)
+        if course is None:
+            course = _PrivateCourse(_home() / assignment.digest, assignment)
+            _state["courses"][assignment.digest] = course
+        return course.grade(job)
+
+
+# ---------------------------------------------------------------------------------------------
+# The private course
+# ---------------------------------------------------------------------------------------------
+
+
+def classify(output: str, cell_timeout: int) -> str:
+    """A sentence for the student from nbgrader's log of a failed run."""
+    if "DeadKernelError" in output or "Kernel died" in output or "kernel died" in output:
+        return (
+            "the Python kernel died while running your notebook (the code exited the process, "
+            "killed it, crashed it or ran out of memory), so none of its tests could run"
+        )
+    if "CellTimeoutError" in output or "UnresponsiveKernelError" in output:
+        # nbgrader interrupts a cell that runs too long; this one ignored the interrupt.
+        return (
+            f"a cell ran longer than the {cell_timeout} s allowed and could not be interrupted "
+            "(a loop that ignores KeyboardInterrupt?), so the notebook was stopped"
+        )
+    errors = [ln for ln in output.splitlines() if "ERROR" in ln or "Error" in ln]
+    last = errors[-1].strip() if errors else "unknown error"
+    return f"nbgrader could not run your notebook ({last[:200]})"
+
+
+# Failures that are the machine's, not the notebook's, and pass on a second try: a kernel that
+# could not start (another starting at the same moment took its socket). No code of the
+# student's has run before the kernel answers.
+_TRANSIENT = ("database is locked", "before replying to kernel_info", "Address already in use")
+
+
+def _retrying(call: Any, attempts: int = 4) -> tuple[dict, int]:
+    """Call an NbGraderAPI method, again while it fails for a transient reason."""
+    for attempt in range(1, attempts + 1):
+        out = call()
+        text = out.get("log", "") + out.get("error", "")
+        if out.get("success") or not any(t in text for t in _TRANSIENT) or attempt == attempts:
+            return out, attempt
+        time.sleep(0.5 * attempt)
+    raise AssertionError("unreachable")
+
+
+class _PrivateCourse:
+    """An nbgrader course folder private to this worker, for one assignment."""
+
+    def __init__(self, root: Path, assignment: Assignment) -> None:
+        self.root, self.a = root, assignment
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        (root / "nbgrader_config.py").write_text(assignment.config, encoding="utf-8")
+        (root / "gradebook.db").write_bytes(assignment.gradebook)
+        self.release = root / "exercises" / assignment.name
+        self.release.mkdir(parents=True)
+        for name, data in assignment.release.items():
+            (self.release / name).write_bytes(data)
+        for name, data in assignment.source_files.items():
+            target = root / "solutions" / assignment.name / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        self.jupyter = root / "jupyter"
+        write_kernelspec(
+            self.jupyter,
+            course_root=root,
+            memory_mb=assignment.memory_mb,
+            cpu_seconds=assignment.notebook_timeout + 60,
+        )
+        self.api = self._api()
+
+    def _api(self) -> Any:
+        """nbgrader's API on this course, configured as ``nbgrader`` would be in its folder,
+        with the grader's settings on top."""
+        from nbgrader.apps import NbGraderAPI
+        from nbgrader.apps.nbgraderapp import NbGraderApp
+        from nbgrader.converters import Autograde, GenerateFeedback
+        from nbgrader.preprocessors import Execute
+        from traitlets.config import Config
+
+        here = os.getcwd()
+        os.chdir(self.root)
+        try:
+            app = NbGraderApp()
+            app.initialize([])  # the course's nbgrader_config.py, as `nbgrader` reads it
+        finally:
+            os.chdir(here)
+        config = Config()
+        config.CourseDirectory.root = str(self.root)
+        config.CourseDirectory.db_url = f"sqlite:///{self.root / 'gradebook.db'}"
+        config.CourseDirectory.source_directory = "solutions"
+        config.CourseDirectory.release_directory = "exercises"
+        config.CourseDirectory.submitted_directory = "submitted"
+        config.Execute.kernel_name = KERNEL_NAME
+        config.Execute.timeout = self.a.cell_timeout
+        # Deleted test cells are put back (nbgrader's own option), so deleting them gains nothing.
+        config.OverwriteCells.add_missing_cells = True
+        # Kernels forked from a process that has imported torch (or started anew), over Unix
+        # sockets: the sandbox kernel has no network.
+        from ..kernel.forkserver import ForkExecute
+
+        config.Autograde.autograde_preprocessors = [
+            ForkExecute if pp is Execute else pp
+            for pp in Autograde.class_traits()["autograde_preprocessors"].default()
+        ]
+        pre = "coursepkg.grading.classroom.preprocessors."
+        config.Autograde.sanitize_preprocessors = [
+            pre + "GraderNotes",
+            "nbgrader.preprocessors.ClearOutput",
+            "nbgrader.preprocessors.DeduplicateIds",
+            pre + "DropEmptyMetadata",
+            "nbgrader.preprocessors.OverwriteKernelspec",
+            "nbgrader.preprocessors.OverwriteCells",
+            "nbgrader.preprocessors.CheckCellMetadata",
+        ]
+        feedback = app.config.GenerateFeedback.get("preprocessors") or list(
+            GenerateFeedback.class_traits()["preprocessors"].default()
+        )
+        config.GenerateFeedback.preprocessors = [pre + "DefuseHiddenMarkers", *feedback]
+        app.update_config(config)
+        return NbGraderAPI(parent=app)
+
+    def _folder(self, kind: str, student: str) -> Path:
+        return self.root / kind / student / self.a.name
+
+    def grade(self, job: GradeJob) -> GradeAnswer:
+        """Autograde, the fallback zero if needed, feedback; then collect and clean up."""
+        start = time.perf_counter()
+        sid = job.student
+        scratch = Path(tempfile.mkdtemp(prefix=f"{sid[:20]}-", dir=_home()))
+        env = {
+            PIDFILE_ENV: str(scratch / "kernel.pid"),
+            STATUS_ENV: str(scratch / "sandbox.json"),
+            "TMPDIR": str(scratch),
+            RELEASE_ENV: str(self.release),
+            "JUPYTER_PATH": str(self.jupyter),
+            "OMP_NUM_THREADS": str(self.a.threads),
+            "MKL_NUM_THREADS": str(self.a.threads),
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        tempfile.tempdir = str(scratch)
+        run = _Run(sid, scratch, self.a)
+        if self.a.fork and not start_fork_server().wait_ready(timeout=600):
+            log.warning("the fork server did not start; kernels are started anew")
+        try:
+            reason = job.reason
+            if not reason:
+                self._submit(sid, job.files)
+                reason = run.autograde(self.api)
+            if reason:
+                self._submit(sid, None)  # the release in place of the submission
+                run.fallback(self.api, reason)
+            ok = run.feedback(self.api)
+            return GradeAnswer(
+                student=sid,
+                graded=not reason,
+                reason=reason,
+                attempts=run.attempts,
+                seconds=time.perf_counter() - start,
+                autograded=self._collect("autograded", sid, run.notes),
+                feedback=self._collect("feedback", sid) if ok else {},
+                log=run.text(),
+                sandbox=run.sandbox,
+                worker=os.environ.get("DASK_WORKER_NAME", str(os.getpid())),
+            )
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            tempfile.tempdir = None
+            for kind in ("submitted", "autograded", "feedback"):
+                shutil.rmtree(self.root / kind / sid, ignore_errors=True)
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _submit(self, student: str, files: dict[str, bytes] | None) -> None:
+        """Write the submission (or, with None, the release under the expected names)."""
+        folder = self._folder("submitted", student)
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        if files is None:
+            files = {f"{name}.ipynb": self.a.release[f"{name}.ipynb"] for name in self.a.notebooks}
+        for name, data in files.items():
+            target = (folder / name).resolve()
+            if not target.is_relative_to(folder.resolve()):
+                raise ValueError(f"a submitted file's name leaves its folder: {name!r}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+
+    def _collect(self, kind: str, student: str, notes: list[str] | None = None) -> dict[str, bytes]:
+        folder = self._folder(kind, student)
+        found: dict[str, bytes] = {}
+        for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
+            if not path.is_file() or path.is_symlink():
+                continue
+            if path.stat().st_size > MAX_FILE_BYTES:
+                if notes is not None:
+                    notes.append(f"{path.relative_to(folder)} was too large to keep")
+                continue
+            found[str(path.relative_to(folder))] = path.read_bytes()
+        return found
+
+
+class _Run:
+    """The nbgrader runs of one student, their log, and the watchdog of the time limit."""
+
+    def __init__(self, student: str, scratch: Path, assignment: Assignment) -> None:
+        self.student, self.scratch, self.a = student, scratch, assignment
+        self.attempts = 0
+        self.sandbox: SandboxStatus | None = None
+        self.notes: list[str] = []
+        self._log: list[str] = []
+        self._timed_out = False
+
+    def text(self) -> str:
+        return "\n".join(self._log + [f"note: {n}" for n in self.notes])
+
+    def _record(self, title: str, out: dict) -> None:
+        self._log.append(f"== {title}: {'ok' if out.get('success') else 'FAILED'}")
+        self._log.append(out.get("log", "") + out.get("error", ""))
+
+    def _kill_kernel(self) -> None:
+        """Kill the running kernel, its process group and its cgroup (the time limit)."""
+        self._timed_out = True
+        try:
+            pid = int((self.scratch / "kernel.pid").read_text().strip())
+        except (OSError, ValueError):
+            return
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        kill_process_group_cgroup(pid)
+
+    def _autograde(self, api: Any, title: str) -> dict:
+        watchdog = threading.Timer(self.a.notebook_timeout, self._kill_kernel)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            out, n = _retrying(lambda: api.autograde(self.a.name, self.student, True, True))
+        finally:
+            watchdog.cancel()
+            pidfile = self.scratch / "kernel.pid"
+            if pidfile.is_file():  # whatever the kernel left running (a fork bomb) goes too
+                try:
+                    kill_process_group_cgroup(int(pidfile.read_text().strip()))
+                except ValueError:
+                    pass
+                pidfile.unlink()
+        self.attempts += n
+        self._record(title, out)
+        return out
+
+    def autograde(self, api: Any) -> str:
+        """Grade the submission; the reason it could not be graded, or ``""``."""
+        out = self._autograde(api, "autograde")
+        status = self.scratch / "sandbox.json"
+        if status.is_file():
+            try:
+                self.sandbox = SandboxStatus.from_json(json.loads(status.read_text() or "{}"))
+            except ValueError:
+                pass
+            status.unlink()
+        if out.get("success") and not self._timed_out:
+            return ""
+        if self._timed_out:
+            return (
+                f"it ran longer than the {self.a.notebook_timeout} s allowed for a whole "
+                "notebook (an infinite loop or far too slow code), so it was stopped"
+            )
+        return classify(out.get("log", "") + out.get("error", ""), self.a.cell_timeout)
+
+    def fallback(self, api: Any, reason: str) -> None:
+        """The release graded in place of the submission, every check failing with ``reason``.
+        It runs no student code, so it cannot hang or crash."""
+        self._timed_out = False
+        os.environ[NOT_GRADED_ENV] = reason
+        try:
+            out = self._autograde(api, "autograde (fallback: every test scores 0)")
+        finally:
+            del os.environ[NOT_GRADED_ENV]
+        if not out.get("success"):
+            raise RuntimeError(f"even the fallback grading failed:\n{self.text()[-3000:]}")
+
+    def feedback(self, api: Any) -> bool:
+        out, _ = _retrying(lambda: api.generate_feedback(self.a.name, self.student, True))
+        self._record("generate_feedback", out)
+        return bool(out.get("success"))

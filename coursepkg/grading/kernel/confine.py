@@ -1,0 +1,360 @@
+"""Confinement helpers for the kernels that run students' notebooks (Linux), shared by the
+sandbox launcher (:mod:`coursepkg.grading.kernel.sandbox`), the fork server and the grading
+worker.
+
+Each helper applies one protection if the system offers it and says what it could not do; none
+of them stops a kernel (a grade without a sandbox beats no grade, and the grader's summary says
+what was missing):
+
+* :func:`restrict_files` -- Landlock: read only the listed trees, write only the listed ones,
+  optionally no TCP at all (ABI >= 4), no signals out of the sandbox (ABI >= 6).
+* :func:`deny_network` -- a network namespace of the kernel's own (``unshare(CLONE_NEWNET)``,
+  as root, or inside a new user namespace otherwise): no interface but a loopback that is down,
+  so every connection, to the gradebook's PostgreSQL or anywhere, fails.
+* :func:`limit_processes` -- a fork bomb is contained: a ``pids`` cgroup with a ceiling (as root,
+  where ``RLIMIT_NPROC`` does not apply) and ``RLIMIT_NPROC`` (as any other user).
+* :func:`kernel_environment` -- the environment a kernel may see: no database URL, password,
+  token or key of the grader.
+* :func:`die_with_parent` -- ``PR_SET_PDEATHSIG``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import re
+import resource
+import signal
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "PR_SET_PDEATHSIG",
+    "die_with_parent",
+    "deny_network",
+    "kernel_environment",
+    "kill_process_group_cgroup",
+    "landlock_abi",
+    "libc",
+    "limit_processes",
+    "readable_roots",
+    "restrict_files",
+]
+
+# ---------------------------------------------------------------------------------------------
+# Landlock (Linux): an unprivileged file-system sandbox, via its three system calls
+# ---------------------------------------------------------------------------------------------
+_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446  # same on x86-64/arm64
+_RULE_PATH_BENEATH = 1
+_CREATE_RULESET_VERSION = 1
+_PR_SET_NO_NEW_PRIVS = 38
+PR_SET_PDEATHSIG = 1
+
+_EXECUTE, _WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+_READ = _EXECUTE | _READ_FILE | _READ_DIR
+# The rights a rule on a single file may carry: execute, write, read, truncate (3), ioctl (5).
+_FILE_RIGHTS = _EXECUTE | _WRITE_FILE | _READ_FILE | (1 << 14) | (1 << 15)
+# Landlock's rights by the ABI that introduced them (1: 13 rights; 2: REFER; 3: TRUNCATE;
+# 5: IOCTL_DEV). A ruleset may only name rights its kernel knows.
+_ALL_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 5: (1 << 16) - 1}
+_SCOPE_SIGNAL = 1 << 1  # ABI 6
+_NET_TCP = (1 << 0) | (1 << 1)  # ABI 4: bind and connect TCP
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def libc() -> Any:
+    """The C library, through ctypes (errno kept)."""
+    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+
+
+def landlock_abi() -> int:
+    """The Landlock ABI version the running kernel offers (0 when there is none)."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    try:
+        version = libc().syscall(_SYS_CREATE_RULESET, None, 0, _CREATE_RULESET_VERSION)
+    except (OSError, AttributeError):
+        return 0
+    return max(int(version), 0)
+
+
+def _handled(abi: int) -> int:
+    return max(mask for version, mask in _ALL_BY_ABI.items() if version <= abi)
+
+
+def restrict_files(
+    read: Iterable[str | Path], write: Iterable[str | Path], *, deny_tcp: bool = False
+) -> int:
+    """Confine this process (and its future children) to reading ``read`` and writing ``write``.
+
+    Paths that do not exist are skipped. Every right Landlock knows is restricted: outside
+    the listed directories, files can be neither read, written, created nor removed.
+
+    Args:
+        read: directories (with everything under them) that may be read and executed, or
+            single files that may be read.
+        write: directories that may also be written, created in and removed from.
+        deny_tcp: also forbid binding and connecting TCP sockets (Landlock ABI >= 4;
+            ignored below it).
+
+    Returns:
+        The Landlock ABI used, or 0 when the kernel has no Landlock (nothing was restricted).
+    """
+    abi = landlock_abi()
+    if abi < 1:
+        return 0
+    lib = libc()
+    handled = _handled(abi)
+    # struct landlock_ruleset_attr grew with the ABI: fs (1), net (4), scoped (6).
+    net = _NET_TCP if deny_tcp and abi >= 4 else 0
+    fields = (
+        [handled, net, _SCOPE_SIGNAL] if abi >= 6 else [handled, net] if abi >= 4 else [handled]
+    )
+    attr = (ctypes.c_uint64 * len(fields))(*fields)
+    ruleset = lib.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.sizeof(attr), 0)
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
+    try:
+        for paths, access in ((read, _READ), (write, handled)):
+            for path in paths:
+                if not os.path.exists(path):
+                    continue
+                rights = access if os.path.isdir(path) else access & _FILE_RIGHTS & handled
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                try:
+                    rule = _PathBeneath(rights, fd)
+                    if lib.syscall(
+                        _SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), 0
+                    ):
+                        raise OSError(ctypes.get_errno(), f"landlock_add_rule failed for {path}")
+                finally:
+                    os.close(fd)
+        if lib.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0):
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+        if lib.syscall(_SYS_RESTRICT_SELF, ruleset, 0):
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
+    finally:
+        os.close(ruleset)
+    return abi
+
+
+def readable_roots(protected: Path) -> list[str]:
+    """Directories the kernel needs to read: the interpreter, libraries, system files.
+
+    A directory that contains ``protected`` (the course root) is left out, so granting it
+    cannot expose ``solutions/``; the course's own virtual environment or package, which sit
+    *inside* the course directory, are fine.
+    """
+    import coursepkg
+
+    candidates = [
+        "/usr",
+        "/lib",
+        "/lib64",
+        "/lib32",
+        "/bin",
+        "/sbin",
+        "/etc",
+        "/opt",
+        "/proc",
+        "/sys",
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+        os.path.dirname(os.path.abspath(coursepkg.__file__)),
+        *(p for p in sys.path if p and os.path.isabs(p)),
+    ]
+    roots = []
+    for path in candidates:
+        real = Path(os.path.realpath(path))
+        if real == protected or protected.is_relative_to(real):
+            continue
+        roots.append(str(real))
+    return sorted(set(roots))
+
+
+def die_with_parent(signum: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send ``signum`` to this process when its parent dies.
+
+    Raises:
+        OSError: the call failed.
+    """
+    if libc().prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0):
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+
+
+# ---------------------------------------------------------------------------------------------
+# Network: a namespace of the kernel's own
+# ---------------------------------------------------------------------------------------------
+
+_CLONE_NEWNET = 0x40000000
+_CLONE_NEWUSER = 0x10000000
+
+
+def deny_network() -> str:
+    """Move this process (and its future children) into a new, empty network namespace.
+
+    Must be called while the process has a single thread (a user namespace demands it). The
+    kernel then talks to its manager over Unix sockets (``KernelManager.transport = "ipc"``),
+    which a network namespace does not cut.
+
+    Returns:
+        ``""`` when done, else why it could not be done.
+    """
+    if not sys.platform.startswith("linux"):
+        return f"network namespaces are Linux-only (this is {sys.platform})"
+    lib = libc()
+    if lib.unshare(_CLONE_NEWNET) == 0:
+        return ""
+    first = os.strerror(ctypes.get_errno())
+    uid, gid = os.getuid(), os.getgid()
+    if lib.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) == 0:
+        # Map our own ids into the new user namespace, so files keep their owner.
+        try:
+            Path("/proc/self/setgroups").write_text("deny")
+            Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
+            Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
+        except OSError:
+            pass  # unmapped ids only change how owners are shown, not what may be opened
+        return ""
+    second = os.strerror(ctypes.get_errno())
+    return f"unshare(CLONE_NEWNET) failed ({first}; in a user namespace: {second})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Processes: a ceiling against fork bombs
+# ---------------------------------------------------------------------------------------------
+
+#: Where the grader's ``pids`` cgroups live (cgroup v1 layout, then v2's unified one).
+_CGROUP_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
+_CGROUP_PREFIX = "coursepkg-kernel-"
+
+
+def _pids_root() -> Path | None:
+    for root in _CGROUP_ROOTS:
+        if (root / "cgroup.procs").is_file() and (
+            root.name == "pids" or "pids" in _read(root / "cgroup.subtree_control")
+        ):
+            return root
+    return None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _processes_of(uid: int) -> int:
+    """How many processes (threads included) the user ``uid`` has now (Linux ``/proc``)."""
+    count = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == uid:
+                    count += len(os.listdir(f"/proc/{entry.name}/task"))
+            except OSError:
+                pass
+    return count
+
+
+def limit_processes(most: int) -> str:
+    """Let this process and its descendants have at most ``most`` processes (and threads).
+
+    As root, ``RLIMIT_NPROC`` is not enforced, so the process moves into a ``pids`` cgroup of
+    its own (``coursepkg-kernel-<pid>``; :func:`kill_process_group_cgroup` kills what is left
+    in it and removes it). As another user ``RLIMIT_NPROC`` counts that user's processes.
+
+    Args:
+        most: the ceiling (PyTorch's and ZeroMQ's threads count too).
+
+    Returns:
+        ``""`` when a ceiling is in place, else why not.
+    """
+    if os.geteuid() != 0:
+        try:
+            # RLIMIT_NPROC counts all of the user's processes, so the ceiling is above those.
+            most += _processes_of(os.getuid())
+            resource.setrlimit(resource.RLIMIT_NPROC, (most, most))
+            return ""
+        except (OSError, ValueError) as err:
+            return f"RLIMIT_NPROC: {err}"
+    root = _pids_root()
+    if root is None:
+        return "no pids cgroup controller is mounted, and RLIMIT_NPROC does not bind root"
+    group = root / f"{_CGROUP_PREFIX}{os.getpid()}"
+    try:
+        group.mkdir(exist_ok=True)
+        (group / "pids.max").write_text(str(most))
+        (group / "cgroup.procs").write_text(str(os.getpid()))
+    except OSError as err:
+        return f"pids cgroup {group}: {err}"
+    return ""
+
+
+def kill_process_group_cgroup(pid: int) -> None:
+    """Kill every process left in the ``pids`` cgroup of kernel ``pid`` and remove it (root
+    only; nothing to do elsewhere). Safe to call when there is no such cgroup."""
+    root = _pids_root()
+    if root is None:
+        return
+    group = root / f"{_CGROUP_PREFIX}{pid}"
+    for _ in range(100):
+        if not group.is_dir():
+            return
+        left = [int(p) for p in _read(group / "cgroup.procs").split()]
+        for other in left:
+            try:
+                os.kill(other, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            group.rmdir()
+            return
+        except OSError:
+            import time
+
+            time.sleep(0.05)  # killed processes leave the cgroup when they are reaped
+
+
+# ---------------------------------------------------------------------------------------------
+# Environment: nothing secret reaches a kernel
+# ---------------------------------------------------------------------------------------------
+
+# Names a kernel needs; anything else of the grader's environment is dropped.
+_KEEP = re.compile(
+    r"^(PATH|HOME|USER|LOGNAME|LANG|LANGUAGE|TZ|TERM|TMPDIR|LC_\w+|JPY_\w+|JUPYTER_\w+|"
+    r"IPYTHONDIR|MPLBACKEND|MPLCONFIGDIR|OMP_NUM_THREADS|MKL_NUM_THREADS|PYTHONHASHSEED|"
+    r"PYTHONUNBUFFERED|PYTHONIOENCODING|VIRTUAL_ENV|COURSEPKG_\w+)$"
+)
+# Even among those, values that look like a connection string with credentials go.
+_SECRET_VALUE = re.compile(r"://[^/@\s]*:[^/@\s]*@|postgres(ql)?(\+\w+)?://", re.IGNORECASE)
+
+
+def kernel_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The part of ``env`` a student's kernel may see.
+
+    An allow-list, not a deny-list: the grader's database URL, ``PGPASSWORD``, cloud and
+    scheduler credentials, tokens... never reach student code, whatever their names, and a
+    value that looks like a database URL is dropped even under an allowed name.
+
+    Args:
+        env: the environment the kernel would otherwise inherit.
+
+    Returns:
+        A new dict.
+    """
+    return {
+        key: value
+        for key, value in env.items()
+        if _KEEP.match(key) and not _SECRET_VALUE.search(value)
+    }

@@ -1,0 +1,333 @@
+"""``coursepkg grade`` on real distributed parts, started here on 127.0.0.1: a ``dask scheduler``
+with two ``dask worker`` processes, a PostgreSQL server (Debian's ``initdb``/``pg_ctl``, as the
+``postgres`` user when the tests run as root), and the default ``LocalCluster``.
+
+* A class graded on the cluster into PostgreSQL: every student exactly once with the expected
+  score; a worker SIGKILLed while it grades a (slow) notebook, and that student graded by the
+  other worker, exactly once; a notebook's kernel cannot connect to the PostgreSQL port (no
+  network) and does not see the workers' database credentials; a rerun replaces, never adds.
+* On the default LocalCluster: a notebook that kills its worker every time gets 0 with the
+  reason after a bounded number of tries while the batch finishes; a fork bomb is contained.
+* An unreachable scheduler or database is a clear error before any work.
+
+Without PostgreSQL or Dask's command line the tests that need them are skipped with the reason;
+``COURSE_REQUIRE_CLUSTER=1`` (set by ``.ci/run``) makes them mandatory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from coursepkg.grading.hostile import points
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+AID = "ex01_attention"
+REQUIRED = os.environ.get("COURSE_REQUIRE_CLUSTER") == "1"
+SECRET = "pg-secret-9f3a"  # in the workers' environment; no kernel may see it
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+
+
+def _missing(reason: str) -> None:
+    if REQUIRED:
+        pytest.fail(f"COURSE_REQUIRE_CLUSTER=1 but {reason}")
+    pytest.skip(reason)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _until(condition, what: str, seconds: float = 120.0):
+    """Wait for ``condition()`` to be truthy (polling), failing after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **extra}
+
+
+# ---------------------------------------------------------------------------------------------
+# Real parts
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    """A PostgreSQL server on 127.0.0.1 and a free port; yields its URL (database gradebook)."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    if not found:
+        _missing("PostgreSQL is not installed (Debian: apt-get install postgresql)")
+    pg = found[-1].parent
+    data = Path(tempfile.mkdtemp(prefix="cg-pg-"))
+    as_user: list[str] = []
+    if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+        shutil.chown(data, "postgres", "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    port = _free_port()
+
+    def run(*cmd: str) -> None:
+        subprocess.run([*as_user, *cmd], check=True, capture_output=True, timeout=120)
+
+    run(str(pg / "initdb"), "-D", str(data / "db"), "-U", "postgres", "--auth=trust")
+    # -w: pg_ctl waits until the server accepts connections (its own readiness check).
+    options = f"-h 127.0.0.1 -p {port} -k {data}"
+    run(str(pg / "pg_ctl"), "-D", str(data / "db"), "-o", options, "-l", str(data / "log"),
+        "-w", "-t", "120", "start")  # fmt: skip
+    try:
+        run(str(pg / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "gradebook")
+        yield {"url": f"postgresql://postgres@127.0.0.1:{port}/gradebook", "port": port}
+    finally:
+        run(str(pg / "pg_ctl"), "-D", str(data / "db"), "-m", "immediate", "stop")
+        shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """``dask scheduler`` and two ``dask worker`` processes (with nannies) on 127.0.0.1."""
+    if shutil.which("dask", path=str(BIN)) is None:
+        _missing("Dask's command line is not installed (pip install distributed)")
+    from distributed import Client
+
+    folder = tmp_path_factory.mktemp("dask")
+    info = folder / "scheduler.json"
+    env = _env(PGPASSWORD=SECRET, DATABASE_URL=f"postgresql://u:{SECRET}@127.0.0.1/x")
+    common = ["--no-dashboard", "--host", "127.0.0.1"]
+    procs = [
+        subprocess.Popen([str(BIN / "dask"), "scheduler", "--port", "0", "--scheduler-file",
+                          str(info), *common], env=env, stderr=subprocess.DEVNULL)
+    ]  # fmt: skip
+    try:
+        _until(info.exists, "the scheduler's file")
+        for name in ("w1", "w2"):
+            procs.append(subprocess.Popen(
+                [str(BIN / "dask"), "worker", "--scheduler-file", str(info), "--nthreads", "1",
+                 "--nworkers", "1", "--name", name, "--memory-limit", "0", *common],
+                env=env, stderr=subprocess.DEVNULL))  # fmt: skip
+        client = Client(scheduler_file=str(info), timeout="60s")
+        client.wait_for_workers(2, timeout=300)
+        yield {"client": client, "address": client.scheduler.address}
+        client.close()
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    """A course folder with ex01's source and release (``nbgrader generate_assignment``)."""
+    course = tmp_path_factory.mktemp("release")
+    shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    shutil.copytree(ROOT / "solutions" / AID, course / "solutions" / AID)
+    subprocess.run([str(BIN / "nbgrader"), "generate_assignment", AID, "--force"], cwd=course,
+                   env=_env(), check=True, capture_output=True, timeout=300)  # fmt: skip
+    return course
+
+
+def _course(release: Path, where: Path, students: dict[str, nbformat.NotebookNode]) -> Path:
+    course = where / "course"
+    shutil.copytree(release, course)
+    for sid, nb in students.items():
+        target = course / "submitted" / sid / AID / f"{AID}.ipynb"
+        target.parent.mkdir(parents=True)
+        nbformat.write(nb, str(target))
+    return course
+
+
+def _with_first_answer(nb: nbformat.NotebookNode, code: str) -> nbformat.NotebookNode:
+    """A copy of ``nb`` whose first answer cell starts with ``code``."""
+    nb = nbformat.from_dict(nb)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution"))
+    cell.source = code + "\n\n" + cell.source
+    return nb
+
+
+def _grade(course: Path, *args: str, check: bool = True, **env: str):
+    return subprocess.Popen(
+        [str(BIN / "coursepkg"), "grade", AID, "--root", str(course), "--no-progress",
+         "--cell-timeout", "60", "--notebook-timeout", "240", "--memory-mb", "2048", *args],
+        env=_env(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _finish(proc: subprocess.Popen, ok: bool = True) -> str:
+    out, err = proc.communicate(timeout=1100)
+    if ok:
+        assert proc.returncode == 0, f"coursepkg grade failed:\n{out}\n{err}"
+    return out + err
+
+
+def _rows(url: str) -> dict[str, list[float]]:
+    """Each student's submissions of ex01 in the gradebook, with their scores."""
+    from nbgrader.api import Gradebook
+
+    from coursepkg.grading.classroom.gradebook import database_url
+
+    with Gradebook(database_url(url), "transformers") as gb:
+        rows: dict[str, list[float]] = {}
+        for sub in gb.assignment_submissions(AID):
+            rows.setdefault(sub.student.id, []).append(sub.score)
+        return rows
+
+
+def _outputs(course: Path, student: str) -> str:
+    nb = nbformat.read(str(course / "autograded" / student / AID / f"{AID}.ipynb"), as_version=4)
+    return "\n".join(
+        o.get("text", "") + o.get("evalue", "") for c in nb.cells for o in c.get("outputs", [])
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The tests
+# ---------------------------------------------------------------------------------------------
+
+PROBE = f"""import os as _os, socket as _socket
+try:
+    _socket.create_connection(("127.0.0.1", {{port}}), timeout=5).close()
+    print("PROBE network: connected")
+except OSError as _err:
+    print("PROBE network: refused", _err)
+_seen = [k for k, v in _os.environ.items() if "{SECRET}" in v or k.startswith("PG")]
+print("PROBE env:", sorted(_seen))
+"""
+
+
+def test_a_class_on_a_cluster_into_postgresql(cluster, postgres, release, tmp_path):
+    source = nbformat.read(str(release / "solutions" / AID / f"{AID}.ipynb"), as_version=4)
+    stubs = nbformat.read(str(release / "exercises" / AID / f"{AID}.ipynb"), as_version=4)
+    full = points(source)
+    students = {f"s{i:02d}": source for i in range(6)}
+    students["untouched"] = stubs
+    students["prober"] = _with_first_answer(source, PROBE.format(port=postgres["port"]))
+    students["slowpoke"] = _with_first_answer(source, "import time\ntime.sleep(25)")
+    course = _course(release, tmp_path, students)
+    proc = _grade(course, "--scheduler", cluster["address"], "--db", postgres["url"])
+
+    # Kill the worker grading the slow notebook, while it grades it.
+    client = cluster["client"]
+
+    def grading_slowpoke():
+        assert proc.poll() is None, _finish(proc)  # the grader stopped before: say why
+        return next(
+            (w for w, keys in client.processing().items() if any("slowpoke" in k for k in keys)),
+            None,
+        )
+
+    worker = _until(grading_slowpoke, "the slow notebook to be graded", 900)
+    pid = client.run(os.getpid, workers=[worker])[worker]
+    os.kill(pid, signal.SIGKILL)
+    out = _finish(proc)
+
+    expected = {**{s: full for s in students}, "untouched": 0.0}
+    assert _rows(postgres["url"]) == {s: [expected[s]] for s in students}, out
+    assert "graded 9 student(s)" in out
+    probe = _outputs(course, "prober")
+    assert "PROBE network: refused" in probe and "connected" not in probe, probe
+    assert "PROBE env: []" in probe, probe
+    assert "no network" in out, out
+    assert not (course / "gradebook.db").read_bytes().count(b"slowpoke")  # PostgreSQL only
+
+    # A rerun replaces the grades: still one submission per student.
+    _finish(_grade(course, "--scheduler", cluster["address"], "--db", postgres["url"],
+                   "--student=untouched", "--student=s00"))  # fmt: skip
+    assert _rows(postgres["url"]) == {s: [expected[s]] for s in students}
+
+
+KILL_WORKER = """import os as _os, signal as _signal
+_pid = _os.getppid()
+for _ in range(3):  # the kernel's parent is the fork server (or the worker), then the worker
+    _cmd = open(f"/proc/{_pid}/cmdline", "rb").read()
+    if b"forkserver" not in _cmd:
+        break
+    _pid = int(open(f"/proc/{_pid}/stat").read().rsplit(")", 1)[1].split()[1])
+_os.kill(_pid, _signal.SIGKILL)
+"""
+
+# In a child, as a kernel does it; the parent removes the child's cgroup afterwards.
+CEILING = """import os
+from coursepkg.grading.kernel.confine import kill_process_group_cgroup, limit_processes
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.write(w, (limit_processes(64) or "ok").encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+print(os.read(r, 4096).decode())
+kill_process_group_cgroup(pid)
+"""
+
+FORK_BOMB = """import os as _os, time as _time
+while True:
+    if _os.fork() == 0:
+        _time.sleep(600)
+        _os._exit(0)
+"""
+
+
+def test_local_cluster_survives_a_worker_killer_and_a_fork_bomb(release, tmp_path):
+    """On the default LocalCluster, with Landlock off so that a notebook can reach its worker
+    (with Landlock ABI 6 it cannot signal it at all)."""
+    source = nbformat.read(str(release / "solutions" / AID / f"{AID}.ipynb"), as_version=4)
+    students = {"good": source, "killer": _with_first_answer(source, KILL_WORKER)}
+    probe = subprocess.run(  # can this machine put a ceiling on a kernel's processes?
+        [sys.executable, "-c", CEILING], capture_output=True, text=True, timeout=60, check=True
+    )
+    bomb = probe.stdout.strip() == "ok"
+    if bomb:
+        students["bomber"] = _with_first_answer(source, FORK_BOMB)
+    course = _course(release, tmp_path, students)
+    out = _finish(_grade(course, "--workers", "2", COURSEPKG_LANDLOCK="0"))
+    rows = _rows(f"sqlite:///{course / 'gradebook.db'}")
+    assert rows["good"] == [points(source)]
+    assert rows["killer"] == [0.0]
+    assert "killer: the process grading your notebook was killed every time" in out, out
+    if bomb:
+        assert rows["bomber"] == [points(source) - points(source, _first_item(source))]
+        assert "Resource temporarily unavailable" in _outputs(course, "bomber")
+    else:
+        pytest.skip(f"no process ceiling here ({probe.stdout.strip()}): fork bomb not run")
+
+
+def _first_item(nb: nbformat.NotebookNode) -> str:
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution"))
+    return cell.metadata["nbgrader"]["grade_id"].removeprefix("answer_")
+
+
+def test_unreachable_scheduler_or_database_is_a_clear_error_before_any_work(release, tmp_path):
+    source = nbformat.read(str(release / "solutions" / AID / f"{AID}.ipynb"), as_version=4)
+    course = _course(release, tmp_path, {"s1": source})
+    before = sorted(p.name for p in course.iterdir())
+    nowhere = _free_port()
+    proc = _grade(course, "--scheduler", f"tcp://127.0.0.1:{nowhere}")
+    text = _finish(proc, ok=False)
+    assert proc.returncode == 2 and "cannot reach the Dask scheduler" in text, text
+    proc = _grade(course, "--db", f"postgresql://someone:{SECRET}@127.0.0.1:{nowhere}/gradebook")
+    text = _finish(proc, ok=False)
+    assert proc.returncode == 2 and "cannot reach the gradebook" in text, text
+    assert SECRET not in text  # the password is not echoed
+    assert sorted(p.name for p in course.iterdir()) == before  # nothing was done
