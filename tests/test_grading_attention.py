@@ -11,14 +11,18 @@ import torch.nn.functional as F
 from torch import nn
 
 import coursepkg.attention as ref
-from coursepkg.grading import CheckFailure, NotImplementedYet, attention
-from coursepkg.grading._core import configs
+from coursepkg.grading import CheckFailure, NotImplementedYet
+from coursepkg.grading.checks import ex01_attention as ex01
+from coursepkg.grading.checks import ex02_multihead as ex02
+from coursepkg.grading.framework import configs, weights
 from coursepkg.stubs import ex01_attention, ex02_multihead
 
+ATTENTION_BUGS = [*ex01.SDPA_BUGS, *ex01.ADDITIVE_BUGS, *ex02.MHA_BUGS]
+
 CHECKS = {
-    attention.SDPA: attention.check_scaled_dot_product_attention,
-    attention.ADDITIVE: attention.check_additive_score,
-    attention.MHA: attention.check_multi_head_attention,
+    ex01.SDPA: ex01.check_scaled_dot_product_attention,
+    ex01.ADDITIVE: ex01.check_additive_score,
+    ex02.MHA: ex02.check_multi_head_attention,
 }
 
 
@@ -32,7 +36,7 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
-@pytest.mark.parametrize("bug", attention.BUGS, ids=lambda b: b.id)
+@pytest.mark.parametrize("bug", ATTENTION_BUGS, ids=lambda b: b.id)
 def test_every_catalogued_mistake_is_caught_and_named(bug):
     with pytest.raises(CheckFailure) as info:
         CHECKS[bug.item](bug.impl)
@@ -42,7 +46,7 @@ def test_every_catalogued_mistake_is_caught_and_named(bug):
 
 
 def test_catalogue_ids_are_unique_and_cover_the_issue():
-    ids = [b.id for b in attention.BUGS]
+    ids = [b.id for b in ATTENTION_BUGS]
     assert len(ids) == len(set(ids))
     for required in (
         "sdpa.no_scaling",
@@ -59,46 +63,44 @@ def test_catalogue_ids_are_unique_and_cover_the_issue():
 
 
 def test_reference_functions_pass():
-    assert attention.check_scaled_dot_product_attention(ref.scaled_dot_product_attention)
-    assert attention.check_additive_score(attention._reference_additive, thorough=True, seed=1)
+    assert ex01.check_scaled_dot_product_attention(ref.scaled_dot_product_attention)
+    assert ex01.check_additive_score(ex01._reference_additive, thorough=True, seed=1)
 
 
 def test_reference_class_passes_when_not_rejected(monkeypatch):
     # The reference class is rejected by design; with that step disabled it must pass,
     # which shows the numbers the check demands are the reference's.
-    monkeypatch.setattr(attention, "reject_reference_class", lambda *a, **k: None)
-    result = attention.check_multi_head_attention(ref.MultiHeadAttention, points=2)
+    monkeypatch.setattr(weights, "reject_reference_class", lambda *a, **k: None)
+    result = ex02.check_multi_head_attention(ref.MultiHeadAttention, points=2)
     assert result.passed and result.points == 2
 
 
 @pytest.mark.parametrize("impl", [impls.sdpa_einsum, impls.sdpa_manual_softmax])
 @pytest.mark.parametrize("seed", [None, 0, 1])
 def test_independent_sdpa_passes(impl, seed):
-    result = attention.check_scaled_dot_product_attention(
-        impl, thorough=seed is not None, seed=seed
-    )
+    result = ex01.check_scaled_dot_product_attention(impl, thorough=seed is not None, seed=seed)
     assert result.passed
     assert any("float64" in m for m in result.messages)
 
 
 @pytest.mark.parametrize("impl", [impls.additive_score_einsum, impls.additive_score_loop])
 def test_independent_additive_score_passes(impl):
-    assert attention.check_additive_score(impl)
-    assert attention.check_additive_score(impl, thorough=True, seed=4)
+    assert ex01.check_additive_score(impl)
+    assert ex01.check_additive_score(impl, thorough=True, seed=4)
 
 
 @pytest.mark.parametrize("impl", [impls.HeadLoopMHA, impls.WeightViewMHA])
 @pytest.mark.parametrize("seed", [None, 0, 1])
 def test_independent_mha_passes(impl, seed):
-    assert attention.check_multi_head_attention(impl, thorough=seed is not None, seed=seed)
+    assert ex02.check_multi_head_attention(impl, thorough=seed is not None, seed=seed)
 
 
 @pytest.mark.parametrize(
     ("check", "stub"),
     [
-        (attention.check_scaled_dot_product_attention, ex01_attention.scaled_dot_product_attention),
-        (attention.check_additive_score, ex01_attention.additive_score),
-        (attention.check_multi_head_attention, ex02_multihead.MultiHeadAttention),
+        (ex01.check_scaled_dot_product_attention, ex01_attention.scaled_dot_product_attention),
+        (ex01.check_additive_score, ex01_attention.additive_score),
+        (ex02.check_multi_head_attention, ex02_multihead.MultiHeadAttention),
     ],
 )
 def test_untouched_stub_is_not_implemented_yet(check, stub):
@@ -108,7 +110,7 @@ def test_untouched_stub_is_not_implemented_yet(check, stub):
     assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("item", [attention.SDPA, attention.ADDITIVE, "multi_head_attention"])
+@pytest.mark.parametrize("item", [ex01.SDPA, ex01.ADDITIVE, "multi_head_attention"])
 def test_thorough_configs_depend_on_the_seed(item):
     visible = configs(item)
     first, second = configs(item, True, 0), configs(item, True, 1)
@@ -118,7 +120,7 @@ def test_thorough_configs_depend_on_the_seed(item):
 
 
 def test_visible_configs_cover_batch_one_odd_lengths_and_unequal_sizes():
-    sdpa = configs(attention.SDPA)
+    sdpa = configs(ex01.SDPA)
     assert any(c["B"] == 1 for c in sdpa)
     assert any(c["L"] != c["S"] for c in sdpa)
     assert any(c["Dk"] != c["Dv"] for c in sdpa)
@@ -146,7 +148,7 @@ def _sdpa_calls_reference(query, key, value, mask=None):
 )
 def test_forbidden_calls_in_sdpa_are_named(impl, named):
     with pytest.raises(CheckFailure) as info:
-        attention.check_scaled_dot_product_attention(impl)
+        ex01.check_scaled_dot_product_attention(impl)
     assert named in str(info.value)
 
 
@@ -184,7 +186,7 @@ class _SubclassMHA(ref.MultiHeadAttention):
 )
 def test_forbidden_mha_is_named(impl, named):
     with pytest.raises(CheckFailure) as info:
-        attention.check_multi_head_attention(impl)
+        ex02.check_multi_head_attention(impl)
     assert named in str(info.value)
 
 
@@ -196,7 +198,7 @@ class _NoBiasMHA(impls.HeadLoopMHA):
 
 def test_parameter_gap_is_explained_per_submodule():
     with pytest.raises(CheckFailure) as info:
-        attention.check_multi_head_attention(_NoBiasMHA)
+        ex02.check_multi_head_attention(_NoBiasMHA)
     message = str(info.value)
     assert "out_proj has no bias: −D" in message
     assert "reference" in message and "yours" in message
@@ -204,7 +206,7 @@ def test_parameter_gap_is_explained_per_submodule():
 
 def test_sdpa_returning_one_tensor_is_told_the_contract():
     with pytest.raises(CheckFailure) as info:
-        attention.check_scaled_dot_product_attention(lambda q, k, v, mask=None: q @ k.mT @ v)
+        ex01.check_scaled_dot_product_attention(lambda q, k, v, mask=None: q @ k.mT @ v)
     assert "tuple (output, weights)" in str(info.value)
 
 
@@ -215,7 +217,7 @@ def _sdpa_crashes(query, key, value, mask=None):
 
 def test_student_error_names_the_line():
     with pytest.raises(CheckFailure) as info:
-        attention.check_scaled_dot_product_attention(_sdpa_crashes)
+        ex01.check_scaled_dot_product_attention(_sdpa_crashes)
     message = str(info.value)
     assert "scores = query @ key" in message and "RuntimeError" in message
 
@@ -227,7 +229,7 @@ def _sdpa_float32_always(query, key, value, mask=None):
 
 def test_dtype_must_follow_the_inputs():
     with pytest.raises(CheckFailure) as info:
-        attention.check_scaled_dot_product_attention(_sdpa_float32_always)
+        ex01.check_scaled_dot_product_attention(_sdpa_float32_always)
     assert "dtype torch.float32, expected torch.float64" in str(info.value)
 
 
@@ -237,7 +239,7 @@ def _sdpa_ignores_mask(query, key, value, mask=None):
 
 def test_ignored_mask_fails_the_invariance_with_the_convention():
     with pytest.raises(CheckFailure) as info:
-        attention.check_scaled_dot_product_attention(_sdpa_ignores_mask)
+        ex01.check_scaled_dot_product_attention(_sdpa_ignores_mask)
     message = str(info.value)
     assert "padding mask hides" in message and "True = may attend" in message
 
@@ -249,5 +251,5 @@ class _DetachedMHA(impls.HeadLoopMHA):
 
 def test_missing_gradients_are_named():
     with pytest.raises(CheckFailure) as info:
-        attention.check_multi_head_attention(_DetachedMHA)
+        ex02.check_multi_head_attention(_DetachedMHA)
     assert "no gradient reaches `q_proj.weight`" in str(info.value)

@@ -19,8 +19,8 @@ from coursepkg.grading import (
     check_causal_mask,
     check_decoder_layer,
 )
-from coursepkg.grading import decoder as grading
-from coursepkg.grading._core import configs, diagnosis_message
+from coursepkg.grading.checks import ex05_decoder as grading
+from coursepkg.grading.framework import configs, diagnosis_message
 from coursepkg.layers import DecoderLayer as ReferenceDecoderLayer
 from coursepkg.layers import LayerNorm as ReferenceLayerNorm
 from coursepkg.masks import causal_mask

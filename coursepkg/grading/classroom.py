@@ -65,7 +65,7 @@ import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from . import catalogue
-from ._core import CHECKER_FAILED
+from .framework import CHECKER_FAILED
 from .notebook import NotebookError, load_notebook
 from .sandbox import KERNEL_NAME, NOT_GRADED_ENV, PIDFILE_ENV, STATUS_ENV, write_kernelspec
 

@@ -21,15 +21,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..layers import DecoderLayer as _ReferenceDecoderLayer
-from ..masks import causal_mask as _reference_causal_mask
-from ._core import (
+from ...layers import DecoderLayer as _ReferenceDecoderLayer
+from ...masks import causal_mask as _reference_causal_mask
+from ..framework import (
     TOLERANCES,
     BugVariant,
     CheckFailure,
-    CheckResult,
+    CheckReport,
     NotImplementedYet,
-    Report,
     assert_close,
     call_student,
     check_gradients,
@@ -42,14 +41,15 @@ from ._core import (
     forbidden_calls,
     materialise_lazy,
     max_abs_error,
+    module_runner,
     parameter_table,
+    public_check,
     register_configs,
     reject_reference_class,
-    run_check,
     swap_in,
 )
-from .attention import MHA_BUGS, module_runner
-from .encoder import FFN_BUGS, LN_BUGS, analyse_norm, combined
+from .ex02_multihead import MHA_BUGS
+from .ex04_encoder import FFN_BUGS, LN_BUGS, analyse_norm, combined
 
 __all__ = ["BUGS", "check_causal_mask", "check_decoder_layer"]
 
@@ -372,31 +372,6 @@ def _grid(mask: Tensor) -> str:
     return "\n".join(rows)
 
 
-def check_causal_mask(
-    impl: Callable[[int], Tensor],
-    *,
-    thorough: bool = False,
-    seed: int | None = None,
-    points: float | None = None,
-) -> CheckResult:
-    """Check the student's ``causal_mask(length)`` against the reference.
-
-    Args:
-        impl: the student's function.
-        thorough: also try larger and randomised lengths (hidden tests).
-        seed: picks the randomised lengths in thorough mode.
-        points: points awarded when it passes.
-
-    Returns:
-        A passed :class:`CheckResult`.
-
-    Raises:
-        CheckFailure: naming the first length where the mask is wrong, and the known mistake
-            when it matches one.
-    """
-    return run_check("check_causal_mask", points, _causal_mask_body, impl, thorough, seed)
-
-
 def _readable_grids(impl: Callable, length: int, out: Tensor) -> str:
     """The student's mask next to the expected one, at a length where the pattern shows
     (``length`` when it is 4..8, else 5)."""
@@ -438,7 +413,11 @@ def _diagnose_mask(impl: Callable, length: int, boolean: bool) -> BugVariant | N
     return diagnose(lambda: masks(impl), MASK_BUGS, [], run=masks, reference_output=expected)
 
 
-def _causal_mask_body(report: Report, impl: Callable, thorough: bool, seed: int | None) -> None:
+@public_check(assignment="ex05_decoder", implements="causal_mask", bugs=MASK_BUGS, kind="function")
+def check_causal_mask(
+    report: CheckReport, impl: Callable, thorough: bool, seed: int | None
+) -> None:
+    """Check the student's ``causal_mask(length)`` against the reference."""
     for config in configs(MASK_ITEM, thorough, seed):
         length = config["L"]
         with forbidden_calls(MASK_ITEM):
@@ -724,13 +703,8 @@ def _diagnose_layer(
     )
 
 
-def check_decoder_layer(
-    impl: type,
-    *,
-    thorough: bool = False,
-    seed: int | None = None,
-    points: float | None = None,
-) -> CheckResult:
+@public_check(assignment="ex05_decoder", implements="DecoderLayer", bugs=LAYER_BUGS, kind="class")
+def check_decoder_layer(report: CheckReport, impl: type, thorough: bool, seed: int | None) -> None:
     """Check the student's ``DecoderLayer(d_model, n_heads, d_ff)`` against the reference.
 
     For each configuration: the class is the student's own (no reference classes, no
@@ -738,23 +712,7 @@ def check_decoder_layer(
     reference's per submodule; after copying the reference weights in by name, outputs match
     in float32 and float64; later target positions, padded memory positions and a fully
     masked memory row do not leak into the output; gradients reach every parameter.
-
-    Args:
-        impl: the student's class.
-        thorough: also try extra and randomised configurations (hidden tests).
-        seed: picks the randomised configurations in thorough mode.
-        points: points awarded when it passes.
-
-    Returns:
-        A passed :class:`CheckResult`.
-
-    Raises:
-        CheckFailure: naming the first wrong piece (e.g. ``norm2``) or the wiring mistake.
     """
-    return run_check("check_decoder_layer", points, _decoder_layer_body, impl, thorough, seed)
-
-
-def _decoder_layer_body(report: Report, impl: type, thorough: bool, seed: int | None) -> None:
     reject_reference_class(impl, LAYER_ITEM)
     cases = []
     # Numbers first over every configuration (the wiring mistakes show there, and their
@@ -777,7 +735,7 @@ def _decoder_layer_body(report: Report, impl: type, thorough: bool, seed: int | 
 
 
 def _check_layer_numbers(
-    report: Report, impl: type, config: dict[str, int], seed: int
+    report: CheckReport, impl: type, config: dict[str, int], seed: int
 ) -> tuple[nn.Module, nn.Module]:
     """Build the student's layer, compare parameter counts, copy the reference weights in and
     compare outputs. Returns the student's layer (with the reference weights) and the
@@ -872,7 +830,7 @@ def _check_layer_gradients_and_float64(
 
 
 def _check_layer_masking(
-    report: Report, student: nn.Module, reference: nn.Module, config: dict[str, int], seed: int
+    report: CheckReport, student: nn.Module, reference: nn.Module, config: dict[str, int], seed: int
 ) -> None:
     """Invariances: future target positions, padded memory, and a fully masked memory row."""
     x, memory, self_mask, cross_mask = _layer_inputs(config, seed + 1)

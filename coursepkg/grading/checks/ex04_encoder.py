@@ -22,16 +22,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..layers import EncoderLayer as _ReferenceEncoderLayer
-from ..layers import LayerNorm as _ReferenceLayerNorm
-from ..layers import PositionwiseFeedForward as _ReferenceFFN
-from ..masks import causal_mask
-from ._core import (
+from ...layers import EncoderLayer as _ReferenceEncoderLayer
+from ...layers import LayerNorm as _ReferenceLayerNorm
+from ...layers import PositionwiseFeedForward as _ReferenceFFN
+from ...masks import causal_mask
+from ..framework import (
     BugVariant,
     CheckFailure,
-    CheckResult,
-    Report,
+    CheckReport,
     assert_close,
+    build_module,
     call_student,
     check_gradients,
     clone_module,
@@ -39,24 +39,20 @@ from ._core import (
     copy_weights,
     describe,
     diagnose,
-    forbidden_calls,
-    register_configs,
-    run_check,
-    swap_in,
-)
-from .attention import (
-    MHA_BUGS,
-    _HeadsVariant,
-    build_module,
     dtype_name,
     expect_close,
+    expect_tensor,
+    forbidden_calls,
     generator,
     module_runner,
     param_gap,
+    public_check,
     randn,
     random_keep,
-    require_shape,
+    register_configs,
+    swap_in,
 )
+from .ex02_multihead import MHA_BUGS, HeadsVariant
 
 __all__ = ["BUGS", "check_encoder_layer", "check_feed_forward", "check_layer_norm"]
 
@@ -356,36 +352,6 @@ def _norm_input(gen: torch.Generator, b: int, n: int, d: int, dtype: torch.dtype
     return x.to(dtype)
 
 
-def check_layer_norm(
-    impl: type,
-    *,
-    thorough: bool = False,
-    seed: int | None = None,
-    points: float | None = None,
-) -> CheckResult:
-    """Check the class ``LayerNorm(d_model, eps=1e-5)`` with parameters ``weight`` and ``bias``.
-
-    Checks the parameters and their initial values (ones, zeros), copies random gains and
-    shifts into both modules and compares with :class:`coursepkg.layers.LayerNorm` on inputs
-    whose rows have different means and spreads (one nearly constant, where eps matters), in
-    float32 and float64 and with a non-default eps; checks gradients, and rejects
-    ``nn.LayerNorm`` and ``F.layer_norm``.
-
-    Args:
-        impl: the student's class.
-        thorough: also try extra and randomised shapes.
-        seed: picks the randomised shapes and the inputs.
-        points: points to report on success.
-
-    Returns:
-        A passed :class:`CheckResult`.
-
-    Raises:
-        CheckFailure: what is wrong and, for a known mistake, what to change.
-    """
-    return run_check("check_layer_norm", points, _layer_norm_body, impl, thorough, seed)
-
-
 _LN_FORBID = {
     "extra": [
         (F.layer_norm, "torch.nn.functional.layer_norm"),
@@ -409,7 +375,16 @@ def _diagnose_norm(
     )
 
 
-def _layer_norm_body(report: Report, cls: Any, thorough: bool, seed: int | None) -> None:
+@public_check(assignment="ex04_encoder", implements="LayerNorm", bugs=LN_BUGS, kind="class")
+def check_layer_norm(report: CheckReport, cls: Any, thorough: bool, seed: int | None) -> None:
+    """Check the class ``LayerNorm(d_model, eps=1e-5)`` with parameters ``weight`` and ``bias``.
+
+    Checks the parameters and their initial values (ones, zeros), copies random gains and
+    shifts into both modules and compares with :class:`coursepkg.layers.LayerNorm` on inputs
+    whose rows have different means and spreads (one nearly constant, where eps matters), in
+    float32 and float64 and with a non-default eps; checks gradients, and rejects
+    ``nn.LayerNorm`` and ``F.layer_norm``.
+    """
     gen = generator(seed, salt=3)
     cfgs = configs("layer_norm", thorough, seed)
     for index, cfg in enumerate(cfgs):
@@ -445,8 +420,8 @@ def _layer_norm_body(report: Report, cls: Any, thorough: bool, seed: int | None)
             mine = student.to(dtype)
             x = _norm_input(gen, b, n, d, dtype)
             where = f"{describe(cfg)}, {dtype_name(dtype)}"
-            actual = require_shape(
-                report, guarded(mine, LN, **_LN_FORBID)(x), (b, n, d), f"your output ({where})"
+            actual = expect_tensor(
+                guarded(mine, LN, **_LN_FORBID)(x), f"your output ({where})", (b, n, d)
             )
             expected = ref(x)
             expect_close(
@@ -489,13 +464,10 @@ register_configs(
 )
 
 
-def check_feed_forward(
-    impl: type,
-    *,
-    thorough: bool = False,
-    seed: int | None = None,
-    points: float | None = None,
-) -> CheckResult:
+@public_check(
+    assignment="ex04_encoder", implements="PositionwiseFeedForward", bugs=FFN_BUGS, kind="class"
+)
+def check_feed_forward(report: CheckReport, cls: Any, thorough: bool, seed: int | None) -> None:
     """Check the class ``PositionwiseFeedForward(d_model, d_ff)`` (``linear1``, ReLU,
     ``linear2``).
 
@@ -503,23 +475,7 @@ def check_feed_forward(
     copies its weights in and compares outputs (float32 and float64), checks that each
     position is transformed on its own (reordering the positions reorders the output) and
     that every parameter gets a gradient.
-
-    Args:
-        impl: the student's class.
-        thorough: also try extra and randomised shapes.
-        seed: picks the randomised shapes and the inputs.
-        points: points to report on success.
-
-    Returns:
-        A passed :class:`CheckResult`.
-
-    Raises:
-        CheckFailure: what is wrong and, for a known mistake, what to change.
     """
-    return run_check("check_feed_forward", points, _ffn_body, impl, thorough, seed)
-
-
-def _ffn_body(report: Report, cls: Any, thorough: bool, seed: int | None) -> None:
     gen = generator(seed, salt=4)
     cfgs = configs("feed_forward", thorough, seed)
     for index, cfg in enumerate(cfgs):
@@ -538,7 +494,7 @@ def _ffn_body(report: Report, cls: Any, thorough: bool, seed: int | None) -> Non
             x = randn(gen, b, n, d, dtype=dtype)  # (B, L, D)
             where = f"{describe(cfg)}, {dtype_name(dtype)}"
             expected = ref(x)
-            actual = require_shape(report, mine(x), (b, n, d), f"your output ({where})")
+            actual = expect_tensor(mine(x), f"your output ({where})", (b, n, d))
             expect_close(
                 report,
                 actual,
@@ -583,7 +539,7 @@ class _EncoderVariant(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int) -> None:
         super().__init__()
-        self.self_attn = _HeadsVariant(d_model, n_heads)
+        self.self_attn = HeadsVariant(d_model, n_heads)
         self.ffn = _FeedForwardVariant(d_model, d_ff)
         self.norm1 = _NormVariant(d_model)
         self.norm2 = _NormVariant(d_model)
@@ -767,7 +723,7 @@ def localise(
 
 
 def compare_layer(
-    report: Report,
+    report: CheckReport,
     actual: Any,
     expected: Tensor,
     what: str,
@@ -828,13 +784,8 @@ def _norm_probe(x: Tensor) -> Tensor:
     return probe
 
 
-def check_encoder_layer(
-    impl: type,
-    *,
-    thorough: bool = False,
-    seed: int | None = None,
-    points: float | None = None,
-) -> CheckResult:
+@public_check(assignment="ex04_encoder", implements="EncoderLayer", bugs=ENCODER_BUGS, kind="class")
+def check_encoder_layer(report: CheckReport, cls: Any, thorough: bool, seed: int | None) -> None:
     """Check the class ``EncoderLayer(d_model, n_heads, d_ff)`` (post-LN; ``self_attn``,
     ``ffn``, ``norm1``, ``norm2``).
 
@@ -845,23 +796,7 @@ def check_encoder_layer(
     checks that hidden positions change nothing, and that every parameter gets a gradient.
     When the output differs it reports which piece is wrong (or that the wiring is) and names
     a known mistake.
-
-    Args:
-        impl: the student's class.
-        thorough: also try extra and randomised shapes.
-        seed: picks the randomised shapes and the inputs.
-        points: points to report on success.
-
-    Returns:
-        A passed :class:`CheckResult`.
-
-    Raises:
-        CheckFailure: what is wrong and, for a known mistake, what to change.
     """
-    return run_check("check_encoder_layer", points, _encoder_body, impl, thorough, seed)
-
-
-def _encoder_body(report: Report, cls: Any, thorough: bool, seed: int | None) -> None:
     gen = generator(seed, salt=5)
     cfgs = configs("encoder_layer", thorough, seed)
     for index, cfg in enumerate(cfgs):
@@ -898,7 +833,7 @@ def _encoder_body(report: Report, cls: Any, thorough: bool, seed: int | None) ->
 
 
 def _encoder_cases(
-    report: Report,
+    report: CheckReport,
     student: nn.Module,
     reference: nn.Module,
     cfg: dict[str, int],
@@ -914,9 +849,7 @@ def _encoder_cases(
 
     def compare(inputs: tuple[Any, ...], case: str) -> Tensor:
         expected = reference(*inputs)
-        actual = require_shape(
-            report, mine(*inputs), (b, n, d), f"the output of your {ENC} ({case})"
-        )
+        actual = expect_tensor(mine(*inputs), f"the output of your {ENC} ({case})", (b, n, d))
         compare_layer(
             report,
             actual,

@@ -23,14 +23,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..schedule import label_smoothed_cross_entropy as _reference_loss
-from ..schedule import noam_lr as _reference_noam
-from ._core import (
+from ...schedule import label_smoothed_cross_entropy as _reference_loss
+from ...schedule import noam_lr as _reference_noam
+from ..framework import (
     BugVariant,
     CheckFailure,
-    CheckResult,
+    CheckReport,
     NotImplementedYet,
-    Report,
     assert_close,
     call_student,
     configs,
@@ -38,8 +37,8 @@ from ._core import (
     diagnose,
     expect_tensor,
     forbidden_calls,
+    public_check,
     register_configs,
-    run_check,
 )
 
 __all__ = ["BUGS", "check_label_smoothing", "check_noam_lr"]
@@ -376,31 +375,9 @@ def _as_float(value: Any, what: str) -> float:
     return float(value)
 
 
-def check_noam_lr(
-    impl: Callable[[int, int, int], float],
-    *,
-    thorough: bool = False,
-    seed: int | None = None,
-    points: float | None = None,
-) -> CheckResult:
-    """Check the student's ``noam_lr(step, d_model, warmup_steps)`` against the reference.
-
-    Args:
-        impl: the student's function.
-        thorough: also try extra and randomised (d_model, warmup_steps, step) (hidden tests).
-        seed: picks the randomised values in thorough mode.
-        points: points awarded when it passes.
-
-    Returns:
-        A passed :class:`CheckResult`.
-
-    Raises:
-        CheckFailure: naming the first wrong step, and the known mistake when it matches one.
-    """
-    return run_check("check_noam_lr", points, _noam_body, impl, thorough, seed)
-
-
-def _noam_body(report: Report, impl: Callable, thorough: bool, seed: int | None) -> None:
+@public_check(assignment="ex06_training", implements="noam_lr", bugs=NOAM_BUGS, kind="function")
+def check_noam_lr(report: CheckReport, impl: Callable, thorough: bool, seed: int | None) -> None:
+    """Check the student's ``noam_lr(step, d_model, warmup_steps)`` against the reference."""
     rng = random.Random(0 if seed is None else seed)
     for config in configs(NOAM_ITEM, thorough, seed):
         d, w = config["D"], config["W"]
@@ -493,32 +470,6 @@ def _loss_inputs(
     return logits.to(dtype), targets
 
 
-def check_label_smoothing(
-    impl: Callable[..., Tensor],
-    *,
-    thorough: bool = False,
-    seed: int | None = None,
-    points: float | None = None,
-) -> CheckResult:
-    """Check the student's ``label_smoothed_cross_entropy(logits, targets, smoothing,
-    ignore_index)`` against the reference.
-
-    Args:
-        impl: the student's function.
-        thorough: also try extra and randomised shapes, vocabularies and eps (hidden tests).
-        seed: picks the randomised configurations in thorough mode.
-        points: points awarded when it passes.
-
-    Returns:
-        A passed :class:`CheckResult`.
-
-    Raises:
-        CheckFailure: naming what differs (value, dtype, gradient, padding), and the known
-            mistake when it matches one.
-    """
-    return run_check("check_label_smoothing", points, _loss_body, impl, thorough, seed)
-
-
 def _call_loss(impl: Callable, logits: Tensor, targets: Tensor, eps: float, pad: int) -> Tensor:
     with forbidden_calls(
         LOSS_ITEM,
@@ -540,7 +491,18 @@ def _call_loss(impl: Callable, logits: Tensor, targets: Tensor, eps: float, pad:
     return expect_tensor(out, "the loss")
 
 
-def _loss_body(report: Report, impl: Callable, thorough: bool, seed: int | None) -> None:
+@public_check(
+    assignment="ex06_training",
+    implements="label_smoothed_cross_entropy",
+    bugs=LOSS_BUGS,
+    kind="function",
+)
+def check_label_smoothing(
+    report: CheckReport, impl: Callable, thorough: bool, seed: int | None
+) -> None:
+    """Check the student's ``label_smoothed_cross_entropy(logits, targets, smoothing,
+    ignore_index)`` against the reference.
+    """
     for index, config in enumerate(configs(LOSS_ITEM, thorough, seed)):
         case_seed = 100 * index + (0 if seed is None else seed)
         _check_one_loss(report, impl, config, case_seed)
@@ -596,7 +558,7 @@ def _target_distributions(impl: Callable, config: dict[str, Any]) -> str:
     )
 
 
-def _check_one_loss(report: Report, impl: Callable, config: dict[str, Any], seed: int) -> None:
+def _check_one_loss(report: CheckReport, impl: Callable, config: dict[str, Any], seed: int) -> None:
     eps, pad = config["eps"], config["pad"]
     where = f"({describe(config)})"
     for dtype in (torch.float32, torch.float64):

@@ -22,21 +22,20 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..config import TransformerConfig
-from ..decoding import beam_search as _reference_beam
-from ..decoding import greedy_decode as _reference_greedy
-from ..model import Transformer
-from ._core import (
+from ...config import TransformerConfig
+from ...decoding import beam_search as _reference_beam
+from ...decoding import greedy_decode as _reference_greedy
+from ...model import Transformer
+from ..framework import (
     BugVariant,
-    CheckResult,
-    Report,
+    CheckReport,
     call_student,
     configs,
     describe,
     expect_tensor,
     forbidden_calls,
+    public_check,
     register_configs,
-    run_check,
 )
 
 __all__ = ["BOS", "BUGS", "EOS", "check_beam_search", "check_greedy_decode", "decoding_case"]
@@ -507,7 +506,7 @@ def _row(tokens: Tensor, i: int) -> str:
     return "[" + ", ".join(str(int(t)) for t in tokens[i]) + "]"
 
 
-def _validate_tokens(report: Report, tokens: Any, what: str, b: int, max_len: int) -> Tensor:
+def _validate_tokens(report: CheckReport, tokens: Any, what: str, b: int, max_len: int) -> Tensor:
     tokens = expect_tensor(tokens, what)
     if tokens.is_floating_point() or tokens.dtype == torch.bool:
         report.fail(
@@ -525,7 +524,7 @@ def _validate_tokens(report: Report, tokens: Any, what: str, b: int, max_len: in
 
 
 def _compare_tokens(
-    report: Report,
+    report: CheckReport,
     tokens: Tensor,
     expected: Tensor,
     pad: int,
@@ -624,32 +623,13 @@ def _diagnose_tokens(
 _DECODE_ADVICE = "use only model.encode and model.decode (the exercise is the decoding loop itself)"
 
 
+@public_check(
+    assignment="ex08_decoding", implements="greedy_decode", bugs=GREEDY_BUGS, kind="function"
+)
 def check_greedy_decode(
-    impl: Callable[..., Tensor],
-    *,
-    thorough: bool = False,
-    seed: int | None = None,
-    points: float | None = None,
-) -> CheckResult:
-    """Check the student's ``greedy_decode(model, src, max_len, bos_id, eos_id)``.
-
-    Args:
-        impl: the student's function.
-        thorough: also try extra and randomised models, batches and lengths (hidden tests).
-        seed: picks the randomised configurations in thorough mode.
-        points: points awarded when it passes.
-
-    Returns:
-        A passed :class:`CheckResult`.
-
-    Raises:
-        CheckFailure: showing the first wrong row next to the reference's, and naming the
-            known mistake when it matches one.
-    """
-    return run_check("check_greedy_decode", points, _greedy_body, impl, thorough, seed)
-
-
-def _greedy_body(report: Report, impl: Callable, thorough: bool, seed: int | None) -> None:
+    report: CheckReport, impl: Callable, thorough: bool, seed: int | None
+) -> None:
+    """Check the student's ``greedy_decode(model, src, max_len, bos_id, eos_id)``."""
     for config in configs(GREEDY_ITEM, thorough, seed):
         model, src = decoding_case(config)
         max_len, pad, where = config["max_len"], _pad_id(model), f"({describe(config)})"
@@ -676,32 +656,6 @@ def _greedy_body(report: Report, impl: Callable, thorough: bool, seed: int | Non
 # ---------------------------------------------------------------------------------------------
 # check_beam_search
 # ---------------------------------------------------------------------------------------------
-
-
-def check_beam_search(
-    impl: Callable[..., tuple[Tensor, Tensor]],
-    *,
-    thorough: bool = False,
-    seed: int | None = None,
-    points: float | None = None,
-) -> CheckResult:
-    """Check the student's ``beam_search(model, src, beam_size, max_len, bos_id, eos_id,
-    length_penalty)``: the chosen tokens and their normalised scores.
-
-    Args:
-        impl: the student's function.
-        thorough: also try extra and randomised models, beams and penalties (hidden tests).
-        seed: picks the randomised configurations in thorough mode.
-        points: points awarded when it passes.
-
-    Returns:
-        A passed :class:`CheckResult`.
-
-    Raises:
-        CheckFailure: showing the first wrong row or score next to the reference's, and
-            naming the known mistake when it matches one.
-    """
-    return run_check("check_beam_search", points, _beam_body, impl, thorough, seed)
 
 
 @torch.no_grad()
@@ -796,7 +750,13 @@ def _explain_scores(
     )
 
 
-def _beam_body(report: Report, impl: Callable, thorough: bool, seed: int | None) -> None:
+@public_check(assignment="ex08_decoding", implements="beam_search", bugs=BEAM_BUGS, kind="function")
+def check_beam_search(
+    report: CheckReport, impl: Callable, thorough: bool, seed: int | None
+) -> None:
+    """Check the student's ``beam_search(model, src, beam_size, max_len, bos_id, eos_id,
+    length_penalty)``: the chosen tokens and their normalised scores.
+    """
     for config in configs(BEAM_ITEM, thorough, seed):
         model, src = decoding_case(config)
         max_len, pad, where = config["max_len"], _pad_id(model), f"({describe(config)})"
