@@ -38,8 +38,8 @@ from pathlib import Path
 import grading_impls_encoder as impls
 import nbformat
 import pytest
+from grading_hostile import expected_score, hostile_catalogue, points, write_submissions
 
-from coursepkg.grading.hostile import expected_score, hostile_catalogue, points, write_submissions
 from coursepkg.grading.sandbox import landlock_abi
 
 ROOT = Path(__file__).resolve().parents[1]

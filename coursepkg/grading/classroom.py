@@ -1067,7 +1067,7 @@ def _gradebook_notebooks(url: str, assignment: str) -> list[str]:
 def _add_to_gradebook(course: Path, assignment: str, url: str) -> None:
     """Record an assignment the gradebook lacks, from its source, as ``coursepkg release`` and
     ``nbgrader generate_assignment`` do; the release students have is left as it is."""
-    from .release import generate_release
+    from ..release import generate_release
 
     source = "solutions" if (course / "solutions").is_dir() else "source"
     if not (course / source / assignment).is_dir():

@@ -1,11 +1,10 @@
 """Checks of ex04 (LayerNorm, the position-wise feed-forward network and the post-LN encoder
 layer), with the catalogue of mistakes they recognise.
 
-The encoder-layer check localises a wrong result: it puts each of the student's submodules in
-turn into the reference layer (and the reference's into the student's), so the message says
-which piece differs ("your norm2 differs from the reference LayerNorm; the rest is right"),
-or that every piece is right and the wiring of the forward pass is not. The helpers for that
-(:func:`guarded`, :func:`localise`) are shared with the decoder-layer check.
+The encoder-layer check localises a wrong result with
+:func:`coursepkg.grading.framework.locate`, so the message says which piece differs ("your
+norm2 differs from the reference LayerNorm; ... the rest of your layer is right"), or that every
+piece is right and the wiring of the forward pass is not.
 
 Dimension legend: B batch, L length, D d_model, H heads, F d_ff.
 """
@@ -30,6 +29,7 @@ from ..framework import (
     BugVariant,
     CheckFailure,
     CheckReport,
+    Piece,
     assert_close,
     build_module,
     call_student,
@@ -44,13 +44,14 @@ from ..framework import (
     expect_tensor,
     forbidden_calls,
     generator,
+    locate,
     module_runner,
     param_gap,
+    piece_mistake,
     public_check,
     randn,
     random_keep,
     register_configs,
-    swap_in,
 )
 from .ex02_multihead import MHA_BUGS, HeadsVariant
 
@@ -600,142 +601,25 @@ ENCODER_BUGS: list[BugVariant] = [
 # ---------------------------------------------------------------------------------------------
 
 
-class _DropCache(nn.Module):
-    """Lets a student's attention block stand in for the reference's inside a reference
-    layer, which passes a fifth argument (a key/value cache, None here)."""
-
-    def __init__(self, inner: nn.Module) -> None:
-        super().__init__()
-        self.inner = inner
-
-    def forward(
-        self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None, cache=None
-    ) -> Tensor:
-        return self.inner(query, key, value, mask)
-
-
-def _close(a: Any, b: Tensor) -> bool:
-    try:
-        assert_close(a, b, "x")
-    except (CheckFailure, Exception):  # noqa: BLE001 - an error means "not close"
-        return False
-    return True
-
-
-def localise(
-    student: nn.Module,
-    reference: nn.Module,
-    inputs: Sequence[Any],
-    pieces: dict[str, tuple[str, Sequence[BugVariant], Sequence[int], Callable[..., Any]]],
-    wiring_bugs: Sequence[BugVariant],
-    layer_args: Sequence[int],
+def _explain_layer(
+    student: nn.Module, reference: nn.Module, inputs: tuple[Any, ...], cfg: dict[str, int]
 ) -> tuple[str, BugVariant | None]:
-    """Find which piece of a wrong layer is wrong, and name its mistake when it is known.
-
-    Each student submodule is put in turn into a copy of the reference layer: a piece that
-    changes the reference's output is wrong. If none is, the wiring of the student's forward
-    is wrong, and ``wiring_bugs`` are tried on the whole layer.
-
-    Args:
-        student, reference: the two layers, sharing weights and dtype.
-        inputs: the layer inputs on which they differ.
-        pieces: submodule name -> ``(kind, bugs, args, probe)``: the kind as a student knows
-            it ("LayerNorm"), the piece's catalogue, its constructor arguments, and
-            ``probe(x)`` -> the inputs to call the piece with, given the layer input ``x``.
-        wiring_bugs: the layer's own catalogue (correct pieces, wrong wiring).
-        layer_args: the layer's constructor arguments.
-
-    Returns:
-        ``(sentence, bug)``: what the localisation found, and the matched mistake, if any.
-    """
-    expected = reference(*inputs)
-    wrong: list[str] = []
-    for name in pieces:
-        hybrid = copy.deepcopy(reference)
-        piece = clone_module(getattr(student, name))
-        if name.endswith("attn"):
-            piece = _DropCache(piece)
-        setattr(hybrid, name, piece)
-        try:
-            with torch.no_grad():
-                out = hybrid(*inputs)
-        except Exception:  # noqa: BLE001 - a piece that cannot run in place is wrong
-            wrong.append(name)
-            continue
-        if not _close(out, expected):
-            wrong.append(name)
-    if not wrong:
-        bug = diagnose(
-            lambda *a: student(*a),
-            wiring_bugs,
-            inputs,
-            run=module_runner(reference, layer_args),
-            reference_output=expected,
-        )
-        names = ", ".join(pieces)
-        return (
-            f"Each of your pieces ({names}) gives the reference's result when put into the "
-            "reference layer, so the way your forward connects them differs from the paper's.",
-            bug,
-        )
-    first = wrong[0]
-    kind, bugs, args, probe = pieces[first]
-    repaired = clone_module(student)
-    for name in wrong:
-        swap_in(repaired, name, getattr(reference, name))
-    swap_error = None
-    try:
-        with torch.no_grad():
-            rest_ok = _close(repaired(*inputs), expected)
-    except Exception as exc:  # noqa: BLE001 - said in the message, not blamed on the wiring
-        rest_ok, swap_error = False, f"{type(exc).__name__}: {exc}"
-    piece_inputs = probe(inputs[0])
-    piece_ref = getattr(reference, first)
-    piece = getattr(student, first)
-    bug = None
-    if kind == "LayerNorm":
-        bug = combined(analyse_norm(piece, args[0]))
-    if bug is None:
-        bug = diagnose(
-            lambda *a: piece(*a),
-            bugs,
-            piece_inputs,
-            run=module_runner(piece_ref, args),
-            reference_output=piece_ref(*piece_inputs),
-        )
-    others = [n for n in wrong if n != first]
-    sentence = f"Your {first} differs from the reference {kind}"
-    if others:
-        sentence += f" (and so does your {', '.join(others)})"
-    if swap_error is not None:
-        sentence += (
-            f". The reference's {', '.join(wrong)} could not be swapped into your layer to "
-            f"judge the rest ({swap_error}); fix {first} first, then run the check again."
-        )
-    elif rest_ok:
-        sentence += "; the rest of your layer is right."
-    else:
-        sentence += (
-            "; with the reference's pieces in their place your layer still differs, so "
-            "check how your forward connects them too."
-        )
+    """Which piece of a wrong encoder layer is wrong (:func:`locate`) and the known mistake:
+    the wrong piece's own, or, when every piece is right, the wiring's."""
+    d, h, d_ff = cfg["D"], cfg["H"], cfg["F"]
+    pieces = encoder_pieces(d, h, d_ff)
+    sentence, wrong = locate(student, reference, inputs, pieces, layer=ENC)
+    if wrong:
+        found = piece_mistake(student, reference, pieces, inputs, wrong)
+        return sentence, found[1] if found is not None else None
+    bug = diagnose(
+        lambda *a: student(*a),
+        ENCODER_BUGS,
+        inputs,
+        run=module_runner(reference, (d, h, d_ff)),
+        reference_output=reference(*inputs),
+    )
     return sentence, bug
-
-
-def compare_layer(
-    report: CheckReport,
-    actual: Any,
-    expected: Tensor,
-    what: str,
-    localiser: Callable[[], tuple[str, BugVariant | None]],
-) -> None:
-    """Fail unless ``actual`` is close to ``expected``; on a mismatch, add what
-    :func:`localise` found and its diagnosis."""
-    try:
-        assert_close(actual, expected, what)
-    except CheckFailure as failure:
-        sentence, bug = localiser()
-        report.fail(f"{failure.message}\n{sentence}", bug)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -766,14 +650,40 @@ register_configs(
 )
 
 
-def encoder_pieces(d: int, h: int, d_ff: int, mask: Tensor | None) -> dict[str, tuple]:
-    """The encoder layer's submodules for :func:`localise`."""
-    return {
-        "self_attn": ("MultiHeadAttention", MHA_BUGS, (d, h), lambda x: (x, x, x, mask)),
-        "ffn": ("PositionwiseFeedForward", FFN_BUGS, (d, d_ff), lambda x: (x,)),
-        "norm1": ("LayerNorm", LN_BUGS, (d,), lambda x: (_norm_probe(x),)),
-        "norm2": ("LayerNorm", LN_BUGS, (d,), lambda x: (_norm_probe(x),)),
-    }
+def encoder_pieces(d: int, h: int, d_ff: int) -> list[Piece]:
+    """The encoder layer's submodules for :func:`locate`, called on the layer's ``(x, mask)``."""
+
+    def norm(name: str) -> Piece:
+        return Piece(
+            name,
+            "LayerNorm",
+            "check_layer_norm",
+            LN_BUGS,
+            (d,),
+            lambda i: (_norm_probe(i[0]),),
+            analyse=lambda m: combined(analyse_norm(m, d)),
+        )
+
+    return [
+        Piece(
+            "self_attn",
+            "MultiHeadAttention",
+            "check_multi_head_attention",
+            MHA_BUGS,
+            (d, h),
+            lambda i: (i[0], i[0], i[0], i[1]),
+        ),
+        Piece(
+            "ffn",
+            "PositionwiseFeedForward",
+            "check_feed_forward",
+            FFN_BUGS,
+            (d, d_ff),
+            lambda i: (i[0],),
+        ),
+        norm("norm1"),
+        norm("norm2"),
+    ]
 
 
 def _norm_probe(x: Tensor) -> Tensor:
@@ -842,7 +752,7 @@ def _encoder_cases(
 ) -> None:
     """No mask, padding mask and causal mask: numbers against the reference (localising a
     mismatch) and invariance to the positions a mask hides."""
-    b, n, d, h, d_ff = cfg["B"], cfg["L"], cfg["D"], cfg["H"], cfg["F"]
+    b, n, d = cfg["B"], cfg["L"], cfg["D"]
     mine = guarded(student, ENC)
     where = f"{describe(cfg)}, {dtype_name(dtype)}"
     x = randn(gen, b, n, d, dtype=dtype)  # (B, L, D)
@@ -850,21 +760,11 @@ def _encoder_cases(
     def compare(inputs: tuple[Any, ...], case: str) -> Tensor:
         expected = reference(*inputs)
         actual = expect_tensor(mine(*inputs), f"the output of your {ENC} ({case})", (b, n, d))
-        compare_layer(
-            report,
-            actual,
-            expected,
-            f"the output of your {ENC} ({where}, {case})",
-            partial(
-                localise,
-                student,
-                reference,
-                inputs,
-                encoder_pieces(d, h, d_ff, inputs[1]),
-                ENCODER_BUGS,
-                (d, h, d_ff),
-            ),
-        )
+        try:
+            assert_close(actual, expected, f"the output of your {ENC} ({where}, {case})")
+        except CheckFailure as failure:
+            sentence, bug = _explain_layer(student, reference, inputs, cfg)
+            report.fail(f"{failure.message}\n{sentence}", bug)
         return actual
 
     compare((x, None), "no mask")

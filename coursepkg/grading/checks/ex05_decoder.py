@@ -28,7 +28,9 @@ from ..framework import (
     BugVariant,
     CheckFailure,
     CheckReport,
+    ForbiddenCall,
     NotImplementedYet,
+    Piece,
     assert_close,
     call_student,
     check_gradients,
@@ -39,14 +41,14 @@ from ..framework import (
     diagnose,
     expect_tensor,
     forbidden_calls,
+    locate,
     materialise_lazy,
     max_abs_error,
-    module_runner,
     parameter_table,
+    piece_mistake,
     public_check,
     register_configs,
     reject_reference_class,
-    swap_in,
 )
 from .ex02_multihead import MHA_BUGS
 from .ex04_encoder import FFN_BUGS, LN_BUGS, analyse_norm, combined
@@ -463,24 +465,41 @@ def check_causal_mask(
 # check_decoder_layer
 # ---------------------------------------------------------------------------------------------
 
-_PIECES = ("self_attn", "cross_attn", "ffn", "norm1", "norm2", "norm3")
-#: The earlier assignment's check of each kind of piece (ex02, ex04).
-_PIECE_CHECK = {
-    "MultiHeadAttention": "check_multi_head_attention",
-    "PositionwiseFeedForward": "check_feed_forward",
-    "LayerNorm": "check_layer_norm",
-}
-_PIECE_CLASS = {
-    "self_attn": "MultiHeadAttention",
-    "cross_attn": "MultiHeadAttention",
-    "ffn": "PositionwiseFeedForward",
-    "norm1": "LayerNorm",
-    "norm2": "LayerNorm",
-    "norm3": "LayerNorm",
-}
+
+def _pieces(d: int, h: int, f: int) -> list[Piece]:
+    """The decoder layer's submodules for :func:`locate`, called on the layer's
+    ``(x, memory, self_mask, cross_mask)``."""
+
+    def norm(name: str) -> Piece:
+        return Piece(
+            name,
+            "LayerNorm",
+            "check_layer_norm",
+            LN_BUGS,
+            (d,),
+            lambda i: (i[0],),
+            analyse=lambda m: combined(analyse_norm(m, d)),
+        )
+
+    mha = ("MultiHeadAttention", "check_multi_head_attention", MHA_BUGS, (d, h))
+    return [
+        Piece("self_attn", *mha, lambda i: (i[0], i[0], i[0], i[2])),
+        Piece("cross_attn", *mha, lambda i: (i[0], i[1], i[1], i[3])),
+        Piece(
+            "ffn",
+            "PositionwiseFeedForward",
+            "check_feed_forward",
+            FFN_BUGS,
+            (d, f),
+            lambda i: (i[0],),
+        ),
+        norm("norm1"),
+        norm("norm2"),
+        norm("norm3"),
+    ]
 
 
-# Tolerances are _core.TOLERANCES. Measured for this layer over the visible and thorough
+# Tolerances are framework.TOLERANCES. Measured for this layer over the visible and thorough
 # configurations (seeds 0-4): the float32 reference against itself in float64 differs by at
 # most 9e-7, and the two independent test layers (einsum heads; per-head loop with a -1e9
 # fill) differ from the reference by at most 1.5e-6 once the weights are copied. The float32
@@ -526,105 +545,6 @@ def _layer_inputs(
     return x, memory, self_mask, cross_mask
 
 
-def _close(a: Any, b: Tensor) -> bool:
-    rtol, atol = TOLERANCES.get(b.dtype, TOLERANCES[torch.float32])
-    return (
-        isinstance(a, Tensor)
-        and a.shape == b.shape
-        and torch.allclose(a.detach().to(b.dtype), b, rtol=rtol, atol=atol)
-    )
-
-
-def _piece_args(name: str, x: Tensor, memory: Tensor, self_mask: Tensor, cross_mask: Tensor):
-    if name == "self_attn":
-        return (x, x, x, self_mask)
-    if name == "cross_attn":
-        return (x, memory, memory, cross_mask)
-    return (x,)
-
-
-def _first_wrong_piece(
-    student: nn.Module,
-    reference: nn.Module,
-    inputs: tuple[Tensor, ...],
-    expected: Tensor,
-    probe: tuple[Tensor, ...],
-) -> tuple[str, bool]:
-    """Say which of the student's pieces differ from the reference's, given the same weights.
-
-    Each piece is called on its own with ``probe`` inputs (at least 4 target positions, so
-    that self-attention has something to mix); the wrong ones are then swapped for the
-    reference's (one at a time, then together) to see whether the rest of the layer is right
-    on ``inputs``.
-
-    Returns:
-        ``(explanation, pieces_wrong)``.
-    """
-    x, memory, self_mask, cross_mask = inputs
-    wrong: list[str] = []
-    with torch.no_grad():
-        for name in _PIECES:
-            piece = getattr(student, name, None)
-            args = _piece_args(name, *probe)
-            try:
-                ok = _close(piece(*args), getattr(reference, name)(*args))
-            except Exception:  # noqa: BLE001 - a piece that cannot run counts as wrong
-                ok = False
-            if not ok:
-                wrong.append(name)
-        if not wrong:
-            # Swap the reference's pieces in one at a time: one may behave differently inside
-            # the layer than when called on its own (e.g. through keyword arguments).
-            for name in _PIECES:
-                swapped = clone_module(student)
-                swap_in(swapped, name, getattr(reference, name))
-                try:
-                    if _close(swapped(x, memory, self_mask, cross_mask), expected):
-                        wrong.append(name)
-                        break
-                except Exception:  # noqa: BLE001 - that swap does not help
-                    continue
-        if not wrong:
-            return (
-                "Each piece (self_attn, cross_attn, ffn, norm1, norm2, norm3) matches the "
-                "reference on its own, so the mistake is in how forward combines them.",
-                False,
-            )
-        swapped = clone_module(student)
-        for name in wrong:
-            swap_in(swapped, name, getattr(reference, name))
-        swap_error = None
-        try:
-            rest_right = _close(swapped(x, memory, self_mask, cross_mask), expected)
-        except Exception as exc:  # noqa: BLE001 - said in the message, not blamed on forward
-            rest_right, swap_error = False, f"{type(exc).__name__}: {exc}"
-    kinds = sorted({_PIECE_CLASS[n] for n in wrong})
-    names = ", ".join(wrong)
-    verb = "differs" if len(wrong) == 1 else "differ"
-    text = (
-        f"Your {names} {verb} from the reference {' / '.join(kinds)} given the same weights and "
-        "inputs"
-    )
-    if swap_error is not None:
-        text += (
-            f". The reference's {names} could not be swapped into your layer to judge the rest "
-            f"({swap_error}), so fix {names} first and run the check again."
-        )
-    elif rest_right:
-        text += (
-            f"; with the reference's {names} swapped in, your DecoderLayer matches, so the rest "
-            "is right."
-        )
-    else:
-        text += (
-            f"; even with the reference's {names} swapped in your DecoderLayer differs, so "
-            "forward also combines the pieces wrongly."
-        )
-    checks = " and ".join(f"{_PIECE_CHECK[k]}({k})" for k in kinds)
-    text += f" Fix your {' and '.join(kinds)} first: {checks} says more."
-    return text, True
-
-
 def _piece_bug(
     student: nn.Module, reference: nn.Module, config: dict[str, int], seed: int
 ) -> tuple[str, BugVariant] | None:
@@ -636,37 +556,8 @@ def _piece_bug(
     x, memory, self_mask, cross_mask = _layer_inputs(probe_config, seed + 7, same_length=True)
     cross_mask = cross_mask.clone()
     cross_mask[0] = False  # (B, 1, 1, S): batch row 0 may attend no memory position
-    d, h, f = config["D"], config["H"], config["F"]
-    catalogues = {
-        "MultiHeadAttention": (MHA_BUGS, (d, h)),
-        "PositionwiseFeedForward": (FFN_BUGS, (d, f)),
-        "LayerNorm": (LN_BUGS, (d,)),
-    }
-    for name in _PIECES:
-        piece, ref_piece = getattr(student, name, None), getattr(reference, name)
-        if not isinstance(piece, nn.Module):
-            continue
-        args = _piece_args(name, x, memory, self_mask, cross_mask)
-        with torch.no_grad():
-            expected = ref_piece(*args)
-            try:
-                if _close(piece(*args), expected):
-                    continue
-            except Exception:  # noqa: BLE001 - a piece that cannot run is named below, if known
-                pass
-            kind = _PIECE_CLASS[name]
-            bugs, piece_args = catalogues[kind]
-            bug = combined(analyse_norm(piece, d)) if kind == "LayerNorm" else None
-            bug = bug or diagnose(
-                lambda *a, piece=piece: piece(*a),
-                bugs,
-                args,
-                run=module_runner(ref_piece, piece_args),
-                reference_output=expected,
-            )
-        if bug is not None:
-            return name, bug
-    return None
+    pieces = _pieces(config["D"], config["H"], config["F"])
+    return piece_mistake(student, reference, pieces, (x, memory, self_mask, cross_mask))
 
 
 def _bound_run(reference: nn.Module) -> Callable[[Callable, Any], Any]:
@@ -770,11 +661,9 @@ def _check_layer_numbers(
     try:
         with forbidden_calls(LAYER_ITEM):
             out = call_student(student, *inputs, item=LAYER_ITEM)
-    except NotImplementedYet:
+    except (NotImplementedYet, ForbiddenCall):
         raise
     except CheckFailure as failure:
-        if failure.message.startswith("your DecoderLayer calls"):
-            raise
         where_bug = _piece_bug(student, reference, config, seed)
         if where_bug is not None:
             name, bug = where_bug
@@ -790,7 +679,11 @@ def _check_layer_numbers(
             "S": max(3, config["S"]),
         }
         probe = _layer_inputs(probe_config, seed + 5)
-        explanation, pieces_wrong = _first_wrong_piece(student, reference, inputs, expected, probe)
+        pieces = _pieces(config["D"], config["H"], config["F"])
+        explanation, wrong = locate(
+            student, reference, inputs, pieces, layer=LAYER_ITEM, probe=probe
+        )
+        pieces_wrong = bool(wrong)
         bug = None
         if pieces_wrong:
             where_bug = _piece_bug(student, reference, config, seed)

@@ -13,9 +13,10 @@
 - :mod:`.weights`: building a student's module, copying weights by name, parameter tables.
 - :mod:`.inputs`: the shape tables of the checks and seeded random inputs.
 - :mod:`.masks`: the four mask properties of an attention block, written once.
+- :mod:`.locate`: which piece of a student's layer is wrong, and its known mistake.
 
-Modules import each other downwards only: results <- inputs <- calling <- compare <- weights,
-masks; registry needs results only.
+Modules import each other downwards only: results <- inputs <- calling <- compare <- weights
+<- masks, locate; registry needs results only.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from .inputs import (
     register_configs,
     shape_text,
 )
+from .locate import Piece, is_close, locate, piece_mistake
 from .masks import MASK_RULE, run_attention_cases
 from .registry import CheckEntry, catalogue, public_check, registered_checks
 from .results import (
@@ -58,6 +60,7 @@ from .results import (
     CheckFailure,
     CheckReport,
     CheckResult,
+    ForbiddenCall,
     NotImplementedYet,
     diagnosis_message,
     run_check,
@@ -89,7 +92,9 @@ __all__ = [
     "CheckReport",
     "CheckResult",
     "CheckerError",
+    "ForbiddenCall",
     "NotImplementedYet",
+    "Piece",
     "assert_close",
     "build_module",
     "call_student",
@@ -107,7 +112,9 @@ __all__ = [
     "expect_tensor",
     "forbidden_calls",
     "generator",
+    "is_close",
     "is_reference_module",
+    "locate",
     "materialise_lazy",
     "max_abs_error",
     "module_runner",
@@ -115,6 +122,7 @@ __all__ = [
     "outputs_match_safely",
     "param_gap",
     "parameter_table",
+    "piece_mistake",
     "public_check",
     "randn",
     "random_keep",

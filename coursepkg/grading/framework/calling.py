@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .results import CheckFailure, NotImplementedYet
+from .results import CheckFailure, ForbiddenCall, NotImplementedYet
 
 # ---------------------------------------------------------------------------------------------
 # Calling student code
@@ -349,7 +349,7 @@ def forbidden_calls(
         if calls:
             names = ", ".join(label for label, _ in calls)
             tip = advice or calls[0][1]
-            raise CheckFailure(f"your {item} calls {names}; {tip}.")
+            raise ForbiddenCall(f"your {item} calls {names}; {tip}.")
 
 
 def reject_reference_class(
@@ -384,7 +384,7 @@ def reject_reference_class(
 
     for ref in forbidden:
         if cls is ref or issubclass(cls, ref):
-            raise CheckFailure(
+            raise ForbiddenCall(
                 f"your {item} is or subclasses {label(ref)}; write the class yourself, "
                 "starting from nn.Module."
             )
@@ -392,7 +392,7 @@ def reject_reference_class(
         for name, sub in instance.named_modules():
             for ref in forbidden:
                 if isinstance(sub, ref) and name:
-                    raise CheckFailure(
+                    raise ForbiddenCall(
                         f"your {item} contains {label(ref)} as `{name}`; build it from your "
                         "own classes (paste them from the earlier assignments) instead."
                     )

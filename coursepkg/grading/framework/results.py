@@ -84,6 +84,11 @@ class NotImplementedYet(CheckFailure):
 
 #: The phrase every message of a failure of the checker itself starts with (``coursepkg grade``
 #: looks for it to flag the student for review).
+class ForbiddenCall(CheckFailure):
+    """The student's code called what the exercise asks them to write (the reference, or
+    PyTorch's fused version); no diagnosis of the numbers applies."""
+
+
 CHECKER_FAILED = "the checker itself failed"
 
 
