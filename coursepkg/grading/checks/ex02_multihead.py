@@ -7,7 +7,6 @@ Dimension legend: B batch, H heads, L queries, S keys, D d_model, Dk/Dv per-head
 
 from __future__ import annotations
 
-import copy
 import math
 import random
 from typing import Any
@@ -19,16 +18,13 @@ from ...attention import MultiHeadAttention as _ReferenceMHA
 from ..framework import (
     BugVariant,
     CheckReport,
-    build_module,
+    ModuleSpec,
     call_student,
-    check_gradients,
+    check_module,
     configs,
-    copy_weights,
-    expect_tensor,
     forbidden_calls,
     generator,
     module_runner,
-    param_gap,
     public_check,
     randn,
     register_configs,
@@ -199,6 +195,48 @@ register_configs(
 )
 
 
+def _mha_cases(
+    report: CheckReport,
+    mine: nn.Module,
+    ref: nn.Module,
+    cfg: dict[str, int],
+    dtype: torch.dtype,
+    gen: torch.Generator,
+) -> None:
+    """The four mask properties of the student's block against the reference's, in ``dtype``."""
+    args = (cfg["D"], cfg["H"])
+    with forbidden_calls(MHA):
+        run_attention_cases(
+            report,
+            lambda q, k, v, m: call_student(mine, q, k, v, m, item=MHA),
+            lambda q, k, v, m: ref(q, k, v, m),
+            cfg,
+            dtype,
+            gen,
+            item=MHA,
+            bugs=MHA_BUGS,
+            run=module_runner(ref, args),
+        )
+
+
+def _mha_gradient_inputs(gen: torch.Generator, cfg: dict[str, int]) -> tuple[Any, ...]:
+    x = randn(gen, cfg["B"], cfg["L"], cfg["D"])  # (B, L, D)
+    m = randn(gen, cfg["B"], cfg["S"], cfg["D"])  # (B, S, D)
+    return (x, m, m, None)
+
+
+_MHA_SPEC = ModuleSpec(
+    item=MHA,
+    bugs=MHA_BUGS,
+    reference=lambda cfg: _ReferenceMHA(cfg["D"], cfg["H"]).eval(),
+    args=lambda cfg: (cfg["D"], cfg["H"]),
+    dims=lambda cfg: {"D": cfg["D"], "H": cfg["H"]},
+    dry=lambda cfg: (torch.zeros(1, 2, cfg["D"]),) * 3 + (None,),  # (1, 2, D) each
+    gradient_inputs=_mha_gradient_inputs,
+    cases=_mha_cases,
+)
+
+
 @public_check(
     assignment="ex02_multihead", implements="MultiHeadAttention", bugs=MHA_BUGS, kind="class"
 )
@@ -216,47 +254,7 @@ def check_multi_head_attention(
     """
     gen = generator(seed, salt=2)
     cfgs = configs("multi_head_attention", thorough, seed)
-    for index, cfg in enumerate(cfgs):
-        d_model, n_heads = cfg["D"], cfg["H"]
-        torch.manual_seed(index)
-        reference = _ReferenceMHA(d_model, n_heads).eval()
-        with forbidden_calls(MHA):
-            dry = torch.zeros(1, 2, d_model)  # (1, 2, D)
-            student = build_module(
-                cls, (d_model, n_heads), MHA, seed=index, probe=(dry, dry, dry, None)
-            )
-        param_gap(
-            report,
-            student,
-            reference,
-            MHA,
-            dims={"D": d_model, "H": n_heads},
-            bugs=MHA_BUGS,
-            args=(d_model, n_heads),
-        )
-        copy_weights(reference, student, MHA)
-        for dtype in (torch.float32, torch.float64) if index == 0 else (torch.float32,):
-            ref = copy.deepcopy(reference).to(dtype)
-            mine = student.to(dtype)
-            with forbidden_calls(MHA):
-                run_attention_cases(
-                    report,
-                    lambda q, k, v, m, mine=mine: call_student(mine, q, k, v, m, item=MHA),
-                    lambda q, k, v, m, ref=ref: ref(q, k, v, m),
-                    cfg,
-                    dtype,
-                    gen,
-                    item=MHA,
-                    bugs=MHA_BUGS,
-                    run=module_runner(ref, (d_model, n_heads)),
-                )
-        if index == 0:
-            mine = student.float()
-            x = randn(gen, cfg["B"], cfg["L"], d_model)
-            m = randn(gen, cfg["B"], cfg["S"], d_model)
-            with forbidden_calls(MHA):
-                out = expect_tensor(call_student(mine, x, m, m, None, item=MHA), "the output")
-            check_gradients(out, list(mine.named_parameters()), MHA)
+    check_module(report, cls, _MHA_SPEC, cfgs, gen)
     report.ok(f"parameter count and names match the reference on {len(cfgs)} shapes")
     report.ok("outputs match the reference (float32 and float64; no mask, padding, causal)")
     report.ok(

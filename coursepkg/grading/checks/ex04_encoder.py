@@ -11,7 +11,6 @@ Dimension legend: B batch, L length, D d_model, H heads, F d_ff.
 
 from __future__ import annotations
 
-import copy
 import random
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -29,11 +28,11 @@ from ..framework import (
     BugVariant,
     CheckFailure,
     CheckReport,
+    ModuleSpec,
     Piece,
     assert_close,
-    build_module,
     call_student,
-    check_gradients,
+    check_module,
     clone_module,
     configs,
     copy_weights,
@@ -46,7 +45,6 @@ from ..framework import (
     generator,
     locate,
     module_runner,
-    param_gap,
     piece_mistake,
     public_check,
     randn,
@@ -376,6 +374,74 @@ def _diagnose_norm(
     )
 
 
+def _ln_initial_values(
+    report: CheckReport,
+    student: nn.Module,
+    reference: nn.Module,
+    cfg: dict[str, Any],
+    gen: torch.Generator,
+) -> None:
+    """Names and shapes, then the initial values (ones, zeros); then random gains and shifts
+    in the reference, so that the comparison sees them."""
+    d = cfg["D"]
+    copy_weights(reference, clone_module(student), LN)  # names and shapes
+    params = dict(student.named_parameters())
+    for name, value in (("weight", 1.0), ("bias", 0.0)):
+        if not torch.equal(params[name].detach(), torch.full((d,), value)):
+            report.fail(
+                f"a new LayerNorm should start as a plain normalisation: `{name}` should "
+                f"be initialised to {'ones' if value else 'zeros'} "
+                f"(torch.{'ones' if value else 'zeros'}(d_model))."
+            )
+    with torch.no_grad():
+        reference.weight.copy_(1 + 0.5 * randn(gen, d))
+        reference.bias.copy_(randn(gen, d))
+
+
+def _ln_cases(
+    report: CheckReport,
+    mine: nn.Module,
+    ref: nn.Module,
+    cfg: dict[str, Any],
+    dtype: torch.dtype,
+    gen: torch.Generator,
+) -> None:
+    """The student's LayerNorm against the reference on rows of different means and spreads."""
+    b, n, d = cfg["B"], cfg["L"], cfg["D"]
+    x = _norm_input(gen, b, n, d, dtype)
+    where = f"{describe(cfg)}, {dtype_name(dtype)}"
+    actual = expect_tensor(guarded(mine, LN, **_LN_FORBID)(x), f"your output ({where})", (b, n, d))
+    expected = ref(x)
+    expect_close(
+        report,
+        actual,
+        expected,
+        f"the output of your LayerNorm ({where})",
+        diagnosis=partial(_diagnose_norm, mine, ref, x, expected, (d, cfg.get("eps", 1e-5))),
+        hint="Expected (x - mean) / sqrt(var + eps) * weight + bias over the last axis, "
+        "with the biased variance.",
+    )
+
+
+_LN_SPEC = ModuleSpec(
+    item=LN,
+    bugs=LN_BUGS,
+    reference=lambda cfg: _ReferenceLayerNorm(cfg["D"], cfg.get("eps", 1e-5)),
+    args=lambda cfg: (cfg["D"],),
+    bug_args=lambda cfg: (cfg["D"], cfg.get("eps", 1e-5)),
+    kwargs=lambda cfg: {"eps": cfg["eps"]} if "eps" in cfg else None,
+    dims=lambda cfg: {"D": cfg["D"]},
+    dry=lambda cfg: None,
+    gradient_inputs=lambda gen, cfg: (
+        _norm_input(gen, cfg["B"], cfg["L"], cfg["D"], torch.float32),
+    ),
+    cases=_ln_cases,
+    before_copy=_ln_initial_values,
+    forbid=_LN_FORBID,
+    extra=(nn.LayerNorm,),
+)
+
+
 @public_check(assignment="ex04_encoder", implements="LayerNorm", bugs=LN_BUGS, kind="class")
 def check_layer_norm(report: CheckReport, cls: Any, thorough: bool, seed: int | None) -> None:
     """Check the class ``LayerNorm(d_model, eps=1e-5)`` with parameters ``weight`` and ``bias``.
@@ -388,57 +454,7 @@ def check_layer_norm(report: CheckReport, cls: Any, thorough: bool, seed: int | 
     """
     gen = generator(seed, salt=3)
     cfgs = configs("layer_norm", thorough, seed)
-    for index, cfg in enumerate(cfgs):
-        b, n, d = cfg["B"], cfg["L"], cfg["D"]
-        eps = cfg.get("eps", 1e-5)
-        args = (d, eps)
-        reference = _ReferenceLayerNorm(d, eps)
-        with forbidden_calls(LN, **_LN_FORBID):
-            student = build_module(
-                cls,
-                (d,),
-                LN,
-                seed=index,
-                extra=(nn.LayerNorm,),
-                kwargs={"eps": eps} if "eps" in cfg else None,
-            )
-        param_gap(report, student, reference, LN, dims={"D": d}, bugs=LN_BUGS, args=args)
-        copy_weights(reference, clone_module(student), LN)  # names and shapes
-        params = dict(student.named_parameters())
-        for name, value in (("weight", 1.0), ("bias", 0.0)):
-            if not torch.equal(params[name].detach(), torch.full((d,), value)):
-                report.fail(
-                    f"a new LayerNorm should start as a plain normalisation: `{name}` should "
-                    f"be initialised to {'ones' if value else 'zeros'} "
-                    f"(torch.{'ones' if value else 'zeros'}(d_model))."
-                )
-        with torch.no_grad():
-            reference.weight.copy_(1 + 0.5 * randn(gen, d))
-            reference.bias.copy_(randn(gen, d))
-        copy_weights(reference, student, LN)
-        for dtype in (torch.float32, torch.float64) if index == 0 else (torch.float32,):
-            ref = copy.deepcopy(reference).to(dtype)
-            mine = student.to(dtype)
-            x = _norm_input(gen, b, n, d, dtype)
-            where = f"{describe(cfg)}, {dtype_name(dtype)}"
-            actual = expect_tensor(
-                guarded(mine, LN, **_LN_FORBID)(x), f"your output ({where})", (b, n, d)
-            )
-            expected = ref(x)
-            expect_close(
-                report,
-                actual,
-                expected,
-                f"the output of your LayerNorm ({where})",
-                diagnosis=partial(_diagnose_norm, mine, ref, x, expected, args),
-                hint="Expected (x - mean) / sqrt(var + eps) * weight + bias over the last axis, "
-                "with the biased variance.",
-            )
-        if index == 0:
-            mine = student.float()
-            x = _norm_input(gen, b, n, d, torch.float32)
-            out = guarded(mine, LN, **_LN_FORBID)(x)
-            check_gradients(out, list(mine.named_parameters()), LN)
+    check_module(report, cls, _LN_SPEC, cfgs, gen)
     report.ok(f"weight and bias (ones, zeros) match the reference on {len(cfgs)} shapes")
     report.ok("outputs match with random gains and shifts (float32, float64, other eps)")
     report.ok("gradients reach weight and bias")
@@ -465,6 +481,58 @@ register_configs(
 )
 
 
+def _ffn_cases(
+    report: CheckReport,
+    student: nn.Module,
+    ref: nn.Module,
+    cfg: dict[str, int],
+    dtype: torch.dtype,
+    gen: torch.Generator,
+) -> None:
+    """Numbers against the reference, and each position transformed on its own."""
+    b, n, d, d_ff = cfg["B"], cfg["L"], cfg["D"], cfg["F"]
+    mine = guarded(student, FFN)
+    x = randn(gen, b, n, d, dtype=dtype)  # (B, L, D)
+    where = f"{describe(cfg)}, {dtype_name(dtype)}"
+    expected = ref(x)
+    actual = expect_tensor(mine(x), f"your output ({where})", (b, n, d))
+    expect_close(
+        report,
+        actual,
+        expected,
+        f"the output of your feed-forward network ({where})",
+        diagnosis=partial(
+            diagnose,
+            mine,
+            FFN_BUGS,
+            (x,),
+            run=module_runner(ref, (d, d_ff)),
+            reference_output=expected,
+        ),
+        hint="Expected linear2(relu(linear1(x))).",
+    )
+    order = torch.randperm(n, generator=gen)
+    expect_close(
+        report,
+        mine(x[:, order]),
+        actual[:, order],
+        f"the output of your feed-forward network for reordered positions ({where})",
+        hint="Each position must be transformed on its own; do not mix positions.",
+    )
+
+
+_FFN_SPEC = ModuleSpec(
+    item=FFN,
+    bugs=FFN_BUGS,
+    reference=lambda cfg: _ReferenceFFN(cfg["D"], cfg["F"]).eval(),
+    args=lambda cfg: (cfg["D"], cfg["F"]),
+    dims=lambda cfg: {"D": cfg["D"], "F": cfg["F"]},
+    dry=lambda cfg: (torch.zeros(1, 2, cfg["D"]),),  # (1, 2, D)
+    gradient_inputs=lambda gen, cfg: (randn(gen, cfg["B"], cfg["L"], cfg["D"]),),
+    cases=_ffn_cases,
+)
+
+
 @public_check(
     assignment="ex04_encoder", implements="PositionwiseFeedForward", bugs=FFN_BUGS, kind="class"
 )
@@ -479,50 +547,7 @@ def check_feed_forward(report: CheckReport, cls: Any, thorough: bool, seed: int 
     """
     gen = generator(seed, salt=4)
     cfgs = configs("feed_forward", thorough, seed)
-    for index, cfg in enumerate(cfgs):
-        b, n, d, d_ff = cfg["B"], cfg["L"], cfg["D"], cfg["F"]
-        torch.manual_seed(index)
-        reference = _ReferenceFFN(d, d_ff).eval()
-        with forbidden_calls(FFN):
-            student = build_module(cls, (d, d_ff), FFN, seed=index, probe=(torch.zeros(1, 2, d),))
-        param_gap(
-            report, student, reference, FFN, dims={"D": d, "F": d_ff}, bugs=FFN_BUGS, args=(d, d_ff)
-        )
-        copy_weights(reference, student, FFN)
-        for dtype in (torch.float32, torch.float64) if index == 0 else (torch.float32,):
-            ref = copy.deepcopy(reference).to(dtype)
-            mine = guarded(student.to(dtype), FFN)
-            x = randn(gen, b, n, d, dtype=dtype)  # (B, L, D)
-            where = f"{describe(cfg)}, {dtype_name(dtype)}"
-            expected = ref(x)
-            actual = expect_tensor(mine(x), f"your output ({where})", (b, n, d))
-            expect_close(
-                report,
-                actual,
-                expected,
-                f"the output of your feed-forward network ({where})",
-                diagnosis=partial(
-                    diagnose,
-                    mine,
-                    FFN_BUGS,
-                    (x,),
-                    run=module_runner(ref, (d, d_ff)),
-                    reference_output=expected,
-                ),
-                hint="Expected linear2(relu(linear1(x))).",
-            )
-            order = torch.randperm(n, generator=gen)
-            expect_close(
-                report,
-                mine(x[:, order]),
-                actual[:, order],
-                f"the output of your feed-forward network for reordered positions ({where})",
-                hint="Each position must be transformed on its own; do not mix positions.",
-            )
-        if index == 0:
-            mine_module = student.float()
-            out = guarded(mine_module, FFN)(randn(gen, b, n, d))
-            check_gradients(out, list(mine_module.named_parameters()), FFN)
+    check_module(report, cls, _FFN_SPEC, cfgs, gen)
     report.ok(f"parameter count and names match the reference on {len(cfgs)} shapes")
     report.ok("outputs match (float32 and float64); each position is transformed on its own")
     report.ok("gradients reach every parameter")
@@ -709,30 +734,7 @@ def check_encoder_layer(report: CheckReport, cls: Any, thorough: bool, seed: int
     """
     gen = generator(seed, salt=5)
     cfgs = configs("encoder_layer", thorough, seed)
-    for index, cfg in enumerate(cfgs):
-        b, n, d, h, d_ff = cfg["B"], cfg["L"], cfg["D"], cfg["H"], cfg["F"]
-        args = (d, h, d_ff)
-        torch.manual_seed(index)
-        reference = _ReferenceEncoderLayer(d, h, d_ff).eval()
-        with forbidden_calls(ENC):
-            dry = torch.zeros(1, 2, d)  # (1, 2, D)
-            student = build_module(cls, args, ENC, seed=index, probe=(dry, None))
-        param_gap(
-            report,
-            student,
-            reference,
-            ENC,
-            dims={"D": d, "H": h, "F": d_ff},
-            bugs=ENCODER_BUGS,
-            args=args,
-        )
-        copy_weights(reference, student, ENC)
-        for dtype in (torch.float32, torch.float64) if index == 0 else (torch.float32,):
-            _encoder_cases(report, student.to(dtype), reference.to(dtype), cfg, dtype, gen)
-        if index == 0:
-            mine_module = student.float()
-            out = guarded(mine_module, ENC)(randn(gen, b, n, d), None)
-            check_gradients(out, list(mine_module.named_parameters()), ENC)
+    check_module(report, cls, _ENCODER_SPEC, cfgs, gen)
     report.ok(f"parameter count and names match the reference on {len(cfgs)} shapes")
     report.ok("outputs match (float32 and float64; no mask, padding mask, causal mask)")
     report.ok(
@@ -799,5 +801,16 @@ def _encoder_cases(
     mask[0] = False  # a sequence with no position to attend: finite output, never NaN
     compare((x, mask), "a sequence whose every position is masked")
 
+
+_ENCODER_SPEC = ModuleSpec(
+    item=ENC,
+    bugs=ENCODER_BUGS,
+    reference=lambda cfg: _ReferenceEncoderLayer(cfg["D"], cfg["H"], cfg["F"]).eval(),
+    args=lambda cfg: (cfg["D"], cfg["H"], cfg["F"]),
+    dims=lambda cfg: {"D": cfg["D"], "H": cfg["H"], "F": cfg["F"]},
+    dry=lambda cfg: (torch.zeros(1, 2, cfg["D"]), None),  # (1, 2, D)
+    gradient_inputs=lambda gen, cfg: (randn(gen, cfg["B"], cfg["L"], cfg["D"]), None),
+    cases=_encoder_cases,
+)
 
 BUGS: list[BugVariant] = [*LN_BUGS, *FFN_BUGS, *ENCODER_BUGS]

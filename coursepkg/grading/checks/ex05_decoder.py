@@ -33,19 +33,17 @@ from ..framework import (
     Piece,
     assert_close,
     call_student,
-    check_gradients,
     clone_module,
     configs,
-    copy_weights,
     describe,
     diagnose,
     expect_tensor,
     forbidden_calls,
+    gradients_reach,
     locate,
-    materialise_lazy,
     max_abs_error,
-    parameter_table,
     piece_mistake,
+    prepare_module,
     public_check,
     register_configs,
     reject_reference_class,
@@ -633,27 +631,11 @@ def _check_layer_numbers(
     reference."""
     d, h, f = config["D"], config["H"], config["F"]
     where = f"({describe(config)})"
-    student = call_student(impl, d, h, f, item=LAYER_ITEM)
-    if not isinstance(student, nn.Module):
-        report.fail(f"DecoderLayer({d}, {h}, {f}) should be an nn.Module, got {type(student)}.")
-    reject_reference_class(impl, LAYER_ITEM, instance=student)
-    dry_x, dry_memory = torch.zeros(1, 2, d), torch.zeros(1, 3, d)  # (1, 2, D), (1, 3, D)
-    materialise_lazy(
-        student,
-        lambda m: call_student(m, dry_x, dry_memory, None, None, item=LAYER_ITEM),
-        LAYER_ITEM,
-    )
-    student.eval()
     reference = _reference_layer(config, seed)
-
-    ok, table = parameter_table(student, reference, dims={"D": d, "F": f})
-    if not ok:
-        n_s = sum(p.numel() for p in student.parameters())
-        n_r = sum(p.numel() for p in reference.parameters())
-        report.fail(
-            f"your DecoderLayer({d}, {h}, {f}) has {n_s} parameters, the reference {n_r}:\n{table}"
-        )
-    copy_weights(reference, student, LAYER_ITEM)
+    dry = (torch.zeros(1, 2, d), torch.zeros(1, 3, d), None, None)  # x (1, 2, D), memory (1, 3, D)
+    student = prepare_module(
+        report, impl, reference, (d, h, f), LAYER_ITEM, seed=seed, dims={"D": d, "F": f}, probe=dry
+    )
 
     inputs = _layer_inputs(config, seed)
     with torch.no_grad():
@@ -705,13 +687,7 @@ def _check_layer_gradients_and_float64(
     where = f"({describe(config)})"
     grad_config = {**config, "L": max(3, config["L"]), "S": max(2, config["S"])}
     x, memory, self_mask, cross_mask = _layer_inputs(grad_config, seed + 3)
-    out = call_student(student, x, memory, self_mask, cross_mask, item=LAYER_ITEM)
-    check_gradients(
-        expect_tensor(out, "the output of your DecoderLayer"),
-        student.named_parameters(),
-        LAYER_ITEM,
-        seed=seed,
-    )
+    gradients_reach(student, (x, memory, self_mask, cross_mask), LAYER_ITEM, seed=seed)
 
     x, memory, self_mask, cross_mask = _layer_inputs(config, seed)
     student64 = clone_module(student).double()

@@ -11,12 +11,13 @@
 - :mod:`.compare`: the tolerances and comparisons (:func:`assert_close`, :func:`expect_close`),
   recognising a mistake by its outputs (:func:`diagnose`) and gradients.
 - :mod:`.weights`: building a student's module, copying weights by name, parameter tables.
+- :mod:`.modules`: the one module check (build, count, copy weights, dtypes, gradients).
 - :mod:`.inputs`: the shape tables of the checks and seeded random inputs.
 - :mod:`.masks`: the four mask properties of an attention block, written once.
 - :mod:`.locate`: which piece of a student's layer is wrong, and its known mistake.
 
 Modules import each other downwards only: results <- inputs <- calling <- compare <- weights
-<- masks, locate; registry needs results only.
+<- masks, locate, modules; registry needs results only.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from .inputs import (
 )
 from .locate import Piece, is_close, locate, piece_mistake
 from .masks import MASK_RULE, run_attention_cases
+from .modules import ModuleSpec, check_module, dtypes_for, gradients_reach, prepare_module
 from .registry import CheckEntry, catalogue, public_check, registered_checks
 from .results import (
     CHECKER_FAILED,
@@ -85,6 +87,7 @@ __all__ = [
     "MASK_RULE",
     "N_RANDOM_CONFIGS",
     "NAMING_CONTRACT",
+    "ModuleSpec",
     "TOLERANCES",
     "BugVariant",
     "CheckEntry",
@@ -100,6 +103,7 @@ __all__ = [
     "call_student",
     "catalogue",
     "check_gradients",
+    "check_module",
     "clone_module",
     "configs",
     "copy_weights",
@@ -107,11 +111,13 @@ __all__ = [
     "diagnose",
     "diagnose_structure",
     "diagnosis_message",
+    "dtypes_for",
     "dtype_name",
     "expect_close",
     "expect_tensor",
     "forbidden_calls",
     "generator",
+    "gradients_reach",
     "is_close",
     "is_reference_module",
     "locate",
@@ -123,6 +129,7 @@ __all__ = [
     "param_gap",
     "parameter_table",
     "piece_mistake",
+    "prepare_module",
     "public_check",
     "randn",
     "random_keep",
