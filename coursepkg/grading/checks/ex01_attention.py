@@ -257,8 +257,6 @@ def _sdpa_config(
     k = randn(gen, *lead, n_k, d_k, dtype=dtype)  # (..., S, Dk)
     v = randn(gen, *lead, n_k, d_v, dtype=dtype)  # (..., S, Dv)
     where = f"{describe(cfg)}, {dtype_name(dtype)}"
-    # Pad so a (B, S) mask broadcasts against (..., L, S).
-    pad_axes = (1,) * (len(lead) - 1) + (1,)
 
     def compare(mask: Tensor | None, case: str, inputs: tuple[Tensor, ...]) -> None:
         expected = _reference_sdpa(*inputs, mask)
@@ -279,45 +277,89 @@ def _sdpa_config(
     compare(None, "no mask", (q, k, v))
 
     if n_k >= 2:
-        keep = random_keep(gen, b, n_k)  # (B, S)
-        mask = keep.view(b, *pad_axes, n_k)  # (B, [1,] 1, S)
-        out = student(q, k, v, mask)[0]
-        hidden = ~mask.transpose(-1, -2)  # (B, [1,] S, 1)
-        k2 = torch.where(hidden, randn(gen, *k.shape, dtype=dtype) * 3, k)
-        v2 = torch.where(hidden, randn(gen, *v.shape, dtype=dtype) * 3, v)
-        expect_close(
-            report,
-            student(q, k2, v2, mask)[0],
-            out,
-            f"your output after changing the keys and values that a padding mask hides ({where})",
-            diagnosis=lambda: diagnose(
-                student, SDPA_BUGS, (q, k, v, mask), reference_output=_reference_sdpa(q, k, v, mask)
-            ),
-            hint="Positions where the mask is False must not influence the output. " + MASK_RULE,
-        )
+        mask = _sdpa_padding_invariance(report, student, (q, k, v), gen, where)
         compare(mask, "padding mask", (q, k, v))
-
     if 2 <= n_q <= n_k:
-        mask = causal_mask(n_q, n_k)  # (L, S), bottom-right aligned
-        cut = n_q // 2  # queries 0 .. cut-1 see keys 0 .. cut-1 + S - L only
-        visible_keys = cut + n_k - n_q
-        out = student(q, k, v, mask)[0]
-        k2, v2 = k.clone(), v.clone()
-        k2[..., visible_keys:, :] = randn(gen, *k2[..., visible_keys:, :].shape, dtype=dtype)
-        v2[..., visible_keys:, :] = randn(gen, *v2[..., visible_keys:, :].shape, dtype=dtype)
-        expect_close(
-            report,
-            student(q, k2, v2, mask)[0][..., :cut, :],
-            out[..., :cut, :],
-            f"the first {cut} rows of your output after changing later keys and values under "
-            f"a causal mask ({where})",
-            diagnosis=lambda: diagnose(
-                student, SDPA_BUGS, (q, k, v, mask), reference_output=_reference_sdpa(q, k, v, mask)
-            ),
-            hint="A query must not see keys the causal mask hides. " + MASK_RULE,
-        )
+        mask = _sdpa_causal_invariance(report, student, (q, k, v), gen, where)
         compare(mask, "causal mask", (q, k, v))
+    mask = _sdpa_masked_row(report, student, (q, k, v), gen, where)
+    compare(mask, "a fully masked query", (q, k, v))
 
+
+def _sdpa_padding_invariance(
+    report: CheckReport,
+    student: Callable[..., Any],
+    qkv: tuple[Tensor, Tensor, Tensor],
+    gen: torch.Generator,
+    where: str,
+) -> Tensor:
+    """Keys and values a padding mask hides change nothing; returns the padding mask."""
+    q, k, v = qkv
+    b, n_k, dtype = q.size(0), k.size(-2), q.dtype
+    pad_axes = (1,) * (q.dim() - 3) + (1,)  # so a (B, S) mask broadcasts against (..., L, S)
+    keep = random_keep(gen, b, n_k)  # (B, S)
+    mask = keep.view(b, *pad_axes, n_k)  # (B, [1,] 1, S)
+    out = student(q, k, v, mask)[0]
+    hidden = ~mask.transpose(-1, -2)  # (B, [1,] S, 1)
+    k2 = torch.where(hidden, randn(gen, *k.shape, dtype=dtype) * 3, k)
+    v2 = torch.where(hidden, randn(gen, *v.shape, dtype=dtype) * 3, v)
+    expect_close(
+        report,
+        student(q, k2, v2, mask)[0],
+        out,
+        f"your output after changing the keys and values that a padding mask hides ({where})",
+        diagnosis=lambda: diagnose(
+            student, SDPA_BUGS, (q, k, v, mask), reference_output=_reference_sdpa(q, k, v, mask)
+        ),
+        hint="Positions where the mask is False must not influence the output. " + MASK_RULE,
+    )
+    return mask
+
+
+def _sdpa_causal_invariance(
+    report: CheckReport,
+    student: Callable[..., Any],
+    qkv: tuple[Tensor, Tensor, Tensor],
+    gen: torch.Generator,
+    where: str,
+) -> Tensor:
+    """Under a causal mask, later keys and values change nothing earlier; returns the mask."""
+    q, k, v = qkv
+    n_q, n_k, dtype = q.size(-2), k.size(-2), q.dtype
+    mask = causal_mask(n_q, n_k)  # (L, S), bottom-right aligned
+    cut = n_q // 2  # queries 0 .. cut-1 see keys 0 .. cut-1 + S - L only
+    visible_keys = cut + n_k - n_q
+    out = student(q, k, v, mask)[0]
+    k2, v2 = k.clone(), v.clone()
+    k2[..., visible_keys:, :] = randn(gen, *k2[..., visible_keys:, :].shape, dtype=dtype)
+    v2[..., visible_keys:, :] = randn(gen, *v2[..., visible_keys:, :].shape, dtype=dtype)
+    expect_close(
+        report,
+        student(q, k2, v2, mask)[0][..., :cut, :],
+        out[..., :cut, :],
+        f"the first {cut} rows of your output after changing later keys and values under "
+        f"a causal mask ({where})",
+        diagnosis=lambda: diagnose(
+            student, SDPA_BUGS, (q, k, v, mask), reference_output=_reference_sdpa(q, k, v, mask)
+        ),
+        hint="A query must not see keys the causal mask hides. " + MASK_RULE,
+    )
+    return mask
+
+
+def _sdpa_masked_row(
+    report: CheckReport,
+    student: Callable[..., Any],
+    qkv: tuple[Tensor, Tensor, Tensor],
+    gen: torch.Generator,
+    where: str,
+) -> Tensor:
+    """A query that may attend no key gives zero weights and output, never NaN; returns the
+    mask (also a padding mask on the other rows)."""
+    q, k, v = qkv
+    b, n_q, n_k = q.size(0), q.size(-2), k.size(-2)
+    lead = tuple(q.shape[:-2])
+    pad_axes = (1,) * (len(lead) - 1) + (1,)
     mask = torch.ones(*lead, n_q, n_k, dtype=torch.bool)  # (..., L, S)
     mask[(0,) * len(lead) + (0,)] = False  # the first query of the first row sees nothing
     if n_k >= 2:
@@ -335,7 +377,7 @@ def _sdpa_config(
                 "masked row must give zero weights and a zero output.",
                 bug,
             )
-    compare(mask, "a fully masked query", (q, k, v))
+    return mask
 
 
 # ---------------------------------------------------------------------------------------------

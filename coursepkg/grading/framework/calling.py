@@ -261,6 +261,32 @@ def _callable_key(fn: Any) -> tuple[str, Any] | None:
     return None
 
 
+def _watched_targets(
+    extra: Iterable[Callable[..., Any] | tuple[Callable[..., Any], str]],
+    allow: Iterable[Callable[..., Any]],
+) -> tuple[dict[CodeType, tuple[str, str]], dict[int, tuple[str, str]]]:
+    """The reference targets of :func:`_reference_targets`, plus ``extra``, minus ``allow``."""
+    codes, builtins = _reference_targets()
+    for entry in extra:
+        fn, label = entry if isinstance(entry, tuple) else (entry, None)
+        key = _callable_key(fn)
+        if key is None:
+            continue
+        name = label or getattr(fn, "__qualname__", repr(fn))
+        module = getattr(fn, "__module__", None)
+        if label is None and module:
+            name = f"{module}.{name}"
+        if key[0] == "code":
+            codes[key[1]] = (name, _REFERENCE_ADVICE)
+        else:
+            builtins[key[1]] = (name, _REFERENCE_ADVICE)
+    for fn in allow:
+        key = _callable_key(fn)
+        if key is not None:
+            (codes if key[0] == "code" else builtins).pop(key[1], None)
+    return codes, builtins
+
+
 @contextmanager
 def forbidden_calls(
     item: str,
@@ -294,24 +320,7 @@ def forbidden_calls(
     Raises:
         CheckFailure: on leaving the block, if student code called anything forbidden.
     """
-    codes, builtins = _reference_targets()
-    for entry in extra:
-        fn, label = entry if isinstance(entry, tuple) else (entry, None)
-        key = _callable_key(fn)
-        if key is None:
-            continue
-        name = label or getattr(fn, "__qualname__", repr(fn))
-        module = getattr(fn, "__module__", None)
-        if label is None and module:
-            name = f"{module}.{name}"
-        if key[0] == "code":
-            codes[key[1]] = (name, _REFERENCE_ADVICE)
-        else:
-            builtins[key[1]] = (name, _REFERENCE_ADVICE)
-    for fn in allow:
-        key = _callable_key(fn)
-        if key is not None:
-            (codes if key[0] == "code" else builtins).pop(key[1], None)
+    codes, builtins = _watched_targets(extra, allow)
     calls: list[tuple[str, str]] = []
 
     def called_from_student(frame: FrameType | None) -> bool:

@@ -27,6 +27,44 @@ MASK_RULE = (
 )
 
 
+class _Block:
+    """One attention block under test: the student's and the reference's, called as
+    ``f(query, key, value, mask) -> (B, L, D)``, and how to name a mistake."""
+
+    def __init__(self, report: CheckReport, student, reference, item: str, bugs, run, where: str):
+        self.report, self.student, self.reference = report, student, reference
+        self.item, self.bugs, self.run, self.where = item, bugs, run, where
+
+    def mistake(self, inputs: tuple[Any, ...]) -> BugVariant | None:
+        """The known mistake whose output the student's matches on ``inputs``, if any."""
+        return diagnose(
+            self.student,
+            self.bugs,
+            inputs,
+            run=self.run,
+            reference_output=self.reference(*inputs),
+        )
+
+    def compare(self, inputs: tuple[Any, ...], case: str) -> Tensor:
+        """Fail unless the student's output on ``inputs`` is the reference's; return it."""
+        expected = self.reference(*inputs)
+        actual = expect_tensor(
+            self.student(*inputs),
+            f"the output of your {self.item} ({case})",
+            tuple(expected.shape),
+        )
+        expect_close(
+            self.report,
+            actual,
+            expected,
+            f"the output of your {self.item} ({self.where}, {case})",
+            diagnosis=lambda: diagnose(
+                self.student, self.bugs, inputs, run=self.run, reference_output=expected
+            ),
+        )
+        return actual
+
+
 def run_attention_cases(
     report: CheckReport,
     student: Callable[[Tensor, Tensor, Tensor, Tensor | None], Any],
@@ -39,7 +77,7 @@ def run_attention_cases(
     bugs: Sequence[BugVariant],
     run: Callable[[Any, Sequence[Any]], Any],
 ) -> None:
-    """The masking and number checks of an attention block called as
+    """The four mask properties of an attention block called as
     ``f(query, key, value, mask) -> (B, L, D)``: cross-attention without a mask and with a
     padding mask (hidden keys must change nothing), causal self-attention (later positions
     must change nothing earlier), and a fully masked query (no NaN). Each comparison with the
@@ -56,89 +94,73 @@ def run_attention_cases(
         run: builds and runs a candidate (see :func:`module_runner`).
     """
     b, n_q, n_k, d = cfg["B"], cfg["L"], cfg["S"], cfg["D"]
-    where = f"{describe(cfg)}, {dtype_name(dtype)}"
+    block = _Block(
+        report, student, reference, item, bugs, run, f"{describe(cfg)}, {dtype_name(dtype)}"
+    )
     query = randn(gen, b, n_q, d, dtype=dtype)  # (B, L, D)
     memory = randn(gen, b, n_k, d, dtype=dtype)  # (B, S, D)
-
-    def compare(inputs: tuple[Any, ...], case: str) -> Tensor:
-        expected = reference(*inputs)
-        actual = expect_tensor(
-            student(*inputs), f"the output of your {item} ({case})", tuple(expected.shape)
-        )
-        expect_close(
-            report,
-            actual,
-            expected,
-            f"the output of your {item} ({where}, {case})",
-            diagnosis=lambda: diagnose(student, bugs, inputs, run=run, reference_output=expected),
-        )
-        return actual
-
     expected = reference(query, memory, memory, None)
     if not outputs_match_safely(student, (query, memory, memory, None), expected):
-        _probe_key_value(report, student, query, memory, item, where, bugs)
-    compare((query, memory, memory, None), "no mask")
-
+        _probe_key_value(report, student, query, memory, item, block.where, bugs)
+    block.compare((query, memory, memory, None), "no mask")
     if n_k >= 2:
-        keep = random_keep(gen, b, n_k)  # (B, S)
-        mask = keep[:, None, None, :]  # (B, 1, 1, S)
-        out = compare((query, memory, memory, mask), "padding mask (B, 1, 1, S)")
-        changed = torch.where(keep[..., None], memory, randn(gen, b, n_k, d, dtype=dtype) * 3)
-        expect_close(
-            report,
-            student(query, changed, changed, mask),
-            out,
-            f"the output of your {item} after changing the keys and values a padding mask "
-            f"hides ({where})",
-            diagnosis=lambda: diagnose(
-                student,
-                bugs,
-                (query, memory, memory, mask),
-                run=run,
-                reference_output=reference(query, memory, memory, mask),
-            ),
-            hint="Positions where the mask is False must not influence the output. " + MASK_RULE,
-        )
-
+        _padding_invariance(block, gen, query, memory)
     if n_q >= 2:
-        mask = causal_mask(n_q)  # (L, L)
-        out = compare((query, query, query, mask), "self-attention, causal mask (L, L)")
-        cut = n_q // 2
-        later = query.clone()
-        later[:, cut:] = randn(gen, b, n_q - cut, d, dtype=dtype)
-        expect_close(
-            report,
-            student(later, later, later, mask)[:, :cut],
-            out[:, :cut],
-            f"the first {cut} positions of your {item}'s output after changing the later "
-            f"positions under a causal mask ({where})",
-            diagnosis=lambda: diagnose(
-                student,
-                bugs,
-                (query, query, query, mask),
-                run=run,
-                reference_output=reference(query, query, query, mask),
-            ),
-            hint="Under a causal mask a position must not see later positions. " + MASK_RULE,
-        )
+        _causal_invariance(block, gen, query)
+    _fully_masked_row(block, query, memory)
 
+
+def _padding_invariance(block: _Block, gen: torch.Generator, query: Tensor, memory: Tensor) -> None:
+    """Keys and values a padding mask hides change nothing."""
+    (b, n_k, d), dtype = memory.shape, memory.dtype
+    keep = random_keep(gen, b, n_k)  # (B, S)
+    mask = keep[:, None, None, :]  # (B, 1, 1, S)
+    out = block.compare((query, memory, memory, mask), "padding mask (B, 1, 1, S)")
+    changed = torch.where(keep[..., None], memory, randn(gen, b, n_k, d, dtype=dtype) * 3)
+    expect_close(
+        block.report,
+        block.student(query, changed, changed, mask),
+        out,
+        f"the output of your {block.item} after changing the keys and values a padding mask "
+        f"hides ({block.where})",
+        diagnosis=lambda: block.mistake((query, memory, memory, mask)),
+        hint="Positions where the mask is False must not influence the output. " + MASK_RULE,
+    )
+
+
+def _causal_invariance(block: _Block, gen: torch.Generator, query: Tensor) -> None:
+    """Under a causal mask, later positions change nothing earlier."""
+    (b, n_q, d), dtype = query.shape, query.dtype
+    mask = causal_mask(n_q)  # (L, L)
+    out = block.compare((query, query, query, mask), "self-attention, causal mask (L, L)")
+    cut = n_q // 2
+    later = query.clone()
+    later[:, cut:] = randn(gen, b, n_q - cut, d, dtype=dtype)
+    expect_close(
+        block.report,
+        block.student(later, later, later, mask)[:, :cut],
+        out[:, :cut],
+        f"the first {cut} positions of your {block.item}'s output after changing the later "
+        f"positions under a causal mask ({block.where})",
+        diagnosis=lambda: block.mistake((query, query, query, mask)),
+        hint="Under a causal mask a position must not see later positions. " + MASK_RULE,
+    )
+
+
+def _fully_masked_row(block: _Block, query: Tensor, memory: Tensor) -> None:
+    """A query that may attend no key gets the reference's output: zeros, never NaN."""
+    b, n_q, n_k = query.size(0), query.size(1), memory.size(1)
     mask = torch.ones(b, 1, n_q, n_k, dtype=torch.bool)  # (B, 1, L, S)
     mask[0, 0, 0] = False  # the first query of the first sequence sees nothing
-    out = student(query, memory, memory, mask)
+    out = block.student(query, memory, memory, mask)
     if isinstance(out, Tensor) and bool(torch.isnan(out).any()):
-        report.fail(
-            f"the output of your {item} contains NaN when a query may attend no key ({where}). "
-            "A fully masked row must give zero attention weights (so a zero attention output), "
-            "never NaN.",
-            diagnose(
-                student,
-                bugs,
-                (query, memory, memory, mask),
-                run=run,
-                reference_output=reference(query, memory, memory, mask),
-            ),
+        block.report.fail(
+            f"the output of your {block.item} contains NaN when a query may attend no key "
+            f"({block.where}). A fully masked row must give zero attention weights (so a zero "
+            "attention output), never NaN.",
+            block.mistake((query, memory, memory, mask)),
         )
-    compare((query, memory, memory, mask), "a fully masked query (B, 1, L, S)")
+    block.compare((query, memory, memory, mask), "a fully masked query (B, 1, L, S)")
 
 
 def _probe_key_value(
