@@ -286,6 +286,11 @@ def _sdpa_config(
     compare(mask, "a fully masked query", (q, k, v))
 
 
+def _sdpa_mistake(student: Callable[..., Any], inputs: tuple[Any, ...]) -> BugVariant | None:
+    """The known mistake whose output the student's function matches on ``inputs``."""
+    return diagnose(student, SDPA_BUGS, inputs, reference_output=_reference_sdpa(*inputs))
+
+
 def _sdpa_padding_invariance(
     report: CheckReport,
     student: Callable[..., Any],
@@ -308,9 +313,7 @@ def _sdpa_padding_invariance(
         student(q, k2, v2, mask)[0],
         out,
         f"your output after changing the keys and values that a padding mask hides ({where})",
-        diagnosis=lambda: diagnose(
-            student, SDPA_BUGS, (q, k, v, mask), reference_output=_reference_sdpa(q, k, v, mask)
-        ),
+        diagnosis=lambda: _sdpa_mistake(student, (q, k, v, mask)),
         hint="Positions where the mask is False must not influence the output. " + MASK_RULE,
     )
     return mask
@@ -339,9 +342,7 @@ def _sdpa_causal_invariance(
         out[..., :cut, :],
         f"the first {cut} rows of your output after changing later keys and values under "
         f"a causal mask ({where})",
-        diagnosis=lambda: diagnose(
-            student, SDPA_BUGS, (q, k, v, mask), reference_output=_reference_sdpa(q, k, v, mask)
-        ),
+        diagnosis=lambda: _sdpa_mistake(student, (q, k, v, mask)),
         hint="A query must not see keys the causal mask hides. " + MASK_RULE,
     )
     return mask
@@ -369,9 +370,7 @@ def _sdpa_masked_row(
     for name, t in (("output", out), ("weights", weights)):
         t = expect_tensor(t, "the output")
         if bool(torch.isnan(t).any()):
-            bug = diagnose(
-                student, SDPA_BUGS, (q, k, v, mask), reference_output=_reference_sdpa(q, k, v, mask)
-            )
+            bug = _sdpa_mistake(student, (q, k, v, mask))
             report.fail(
                 f"your {name} contains NaN when a query may attend no key ({where}). A fully "
                 "masked row must give zero weights and a zero output.",

@@ -12,7 +12,7 @@ Dimension legend: B batch, L length, D d_model, H heads, F d_ff.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -64,6 +64,9 @@ from .ex04_encoder_mistakes import (
 )
 
 __all__ = ["BUGS", "check_encoder_layer", "check_feed_forward", "check_layer_norm"]
+
+PieceInputs = Callable[[Sequence[Any]], tuple[Any, ...]]
+MHA = "MultiHeadAttention"
 
 
 def guarded(module: nn.Module, item: str, **forbid: Any) -> Callable[..., Any]:
@@ -365,39 +368,40 @@ register_configs(
 )
 
 
+def attention_piece(name: str, d: int, h: int, inputs: PieceInputs) -> Piece:
+    """A multi-head attention block of a layer, for :func:`locate` (ex02's catalogue)."""
+    return Piece(name, MHA, "check_multi_head_attention", MHA_BUGS, (d, h), inputs)
+
+
+def feed_forward_piece(d: int, d_ff: int) -> Piece:
+    """The layer's ``ffn``, called on the layer's first input."""
+    return Piece("ffn", FFN, "check_feed_forward", FFN_BUGS, (d, d_ff), lambda i: (i[0],))
+
+
+def layer_norm_piece(name: str, d: int, inputs: PieceInputs) -> Piece:
+    """A LayerNorm of a layer; its mistake is first read from the module itself."""
+    return Piece(
+        name,
+        LN,
+        "check_layer_norm",
+        LN_BUGS,
+        (d,),
+        inputs,
+        analyse=lambda m: combined(analyse_norm(m, d)),
+    )
+
+
 def encoder_pieces(d: int, h: int, d_ff: int) -> list[Piece]:
     """The encoder layer's submodules for :func:`locate`, called on the layer's ``(x, mask)``."""
 
-    def norm(name: str) -> Piece:
-        return Piece(
-            name,
-            "LayerNorm",
-            "check_layer_norm",
-            LN_BUGS,
-            (d,),
-            lambda i: (_norm_probe(i[0]),),
-            analyse=lambda m: combined(analyse_norm(m, d)),
-        )
+    def norm_input(i: Sequence[Any]) -> tuple[Tensor]:
+        return (_norm_probe(i[0]),)
 
     return [
-        Piece(
-            "self_attn",
-            "MultiHeadAttention",
-            "check_multi_head_attention",
-            MHA_BUGS,
-            (d, h),
-            lambda i: (i[0], i[0], i[0], i[1]),
-        ),
-        Piece(
-            "ffn",
-            "PositionwiseFeedForward",
-            "check_feed_forward",
-            FFN_BUGS,
-            (d, d_ff),
-            lambda i: (i[0],),
-        ),
-        norm("norm1"),
-        norm("norm2"),
+        attention_piece("self_attn", d, h, lambda i: (i[0], i[0], i[0], i[1])),
+        feed_forward_piece(d, d_ff),
+        layer_norm_piece("norm1", d, norm_input),
+        layer_norm_piece("norm2", d, norm_input),
     ]
 
 

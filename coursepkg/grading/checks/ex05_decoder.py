@@ -50,8 +50,7 @@ from ..framework import (
     register_configs,
     reject_reference_class,
 )
-from .ex02_multihead import MHA_BUGS
-from .ex04_encoder_mistakes import FFN_BUGS, LN_BUGS, analyse_norm, combined
+from .ex04_encoder import attention_piece, feed_forward_piece, layer_norm_piece
 from .ex05_decoder_mistakes import (
     LAYER_BUGS,
     LAYER_ITEM,
@@ -216,33 +215,11 @@ def check_causal_mask(
 def _pieces(d: int, h: int, f: int) -> list[Piece]:
     """The decoder layer's submodules for :func:`locate`, called on the layer's
     ``(x, memory, self_mask, cross_mask)``."""
-
-    def norm(name: str) -> Piece:
-        return Piece(
-            name,
-            "LayerNorm",
-            "check_layer_norm",
-            LN_BUGS,
-            (d,),
-            lambda i: (i[0],),
-            analyse=lambda m: combined(analyse_norm(m, d)),
-        )
-
-    mha = ("MultiHeadAttention", "check_multi_head_attention", MHA_BUGS, (d, h))
     return [
-        Piece("self_attn", *mha, lambda i: (i[0], i[0], i[0], i[2])),
-        Piece("cross_attn", *mha, lambda i: (i[0], i[1], i[1], i[3])),
-        Piece(
-            "ffn",
-            "PositionwiseFeedForward",
-            "check_feed_forward",
-            FFN_BUGS,
-            (d, f),
-            lambda i: (i[0],),
-        ),
-        norm("norm1"),
-        norm("norm2"),
-        norm("norm3"),
+        attention_piece("self_attn", d, h, lambda i: (i[0], i[0], i[0], i[2])),
+        attention_piece("cross_attn", d, h, lambda i: (i[0], i[1], i[1], i[3])),
+        feed_forward_piece(d, f),
+        *(layer_norm_piece(name, d, lambda i: (i[0],)) for name in ("norm1", "norm2", "norm3")),
     ]
 
 
