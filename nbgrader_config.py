@@ -40,7 +40,7 @@ c.GenerateFeedback.force = True
 
 # release_feedback skips, with a warning, students who did not submit through the exchange
 # (zip_collect) instead of stopping at the first of them.
-c.ExchangeFactory.release_feedback = "coursepkg.grading.release.ReleaseFeedback"
+c.ExchangeFactory.release_feedback = "coursepkg.release.ReleaseFeedback"
 
 # Feedback typesets its math without a network (MathJax inlined instead of nbconvert's CDN).
-c.GenerateFeedback.exporter_class = "coursepkg.grading.release.FeedbackExporter"
+c.GenerateFeedback.exporter_class = "coursepkg.release.FeedbackExporter"

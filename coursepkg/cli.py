@@ -63,7 +63,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _release(args: argparse.Namespace) -> int:
-    from .grading.release import find_leaks, generate_release
+    from .release import find_leaks, generate_release
 
     db_url = (
         None if args.no_db else args.db or f"sqlite:///{Path(args.root).resolve()}/gradebook.db"

@@ -1,7 +1,7 @@
 """``coursepkg grade`` on a whole class: honest, buggy, broken and hostile notebooks in ONE batch.
 
 In a temporary nbgrader course directory holding ex01 (the fastest assignment), every entry of
-:func:`coursepkg.grading.hostile.hostile_catalogue` is handed in by its own student, next to
+:func:`grading_hostile.hostile_catalogue` is handed in by its own student, next to
 two correct submissions (the solutions and an independent implementation), the untouched
 release and a known bug (``sdpa.no_scaling``). One ``coursepkg grade --workers 2`` run grades
 them all, with short time limits so the loops cost seconds. Then:
@@ -38,8 +38,8 @@ from pathlib import Path
 import grading_impls_encoder as impls
 import nbformat
 import pytest
+from grading_hostile import expected_score, hostile_catalogue, points, write_submissions
 
-from coursepkg.grading.hostile import expected_score, hostile_catalogue, points, write_submissions
 from coursepkg.grading.kernel.confine import landlock_abi
 
 ROOT = Path(__file__).resolve().parents[1]

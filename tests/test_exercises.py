@@ -18,7 +18,7 @@ import nbformat
 import pytest
 
 from coursepkg.grading.notebook import NotebookError, find_test_cells, load_notebook, run_notebook
-from coursepkg.grading.release import find_leaks, generate_release, secret_lines
+from coursepkg.release import find_leaks, generate_release, secret_lines
 from coursepkg.stubs import ASSIGNMENTS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,8 +28,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
-from coursepkg.grading.hostile import points
+from grading_hostile import points
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -21,10 +21,10 @@ from coursepkg.grading import (
     check_multi_head_attention,
     check_scaled_dot_product_attention,
 )
-from coursepkg.grading import attention as attention_checks
-from coursepkg.grading import parameters as parameter_checks
-from coursepkg.grading._core import CHECKER_FAILED, clone_module, materialise_lazy, swap_in
+from coursepkg.grading.checks import ex01_attention as attention_checks
+from coursepkg.grading.checks import ex07_parameters as parameter_checks
 from coursepkg.grading.classroom import ClassResult, StudentResult, checker_failure_flag
+from coursepkg.grading.framework import CHECKER_FAILED, clone_module, materialise_lazy, swap_in
 from coursepkg.layers import MultiHeadAttention as ReferenceMHA
 
 
@@ -32,7 +32,7 @@ def test_a_crash_of_the_checker_says_so_and_asks_to_tell_the_instructor(monkeypa
     def broken(*args, **kwargs):
         raise KeyError("a bug in the checker")
 
-    monkeypatch.setattr(attention_checks, "require_shape", broken)
+    monkeypatch.setattr(attention_checks, "expect_tensor", broken)
     with pytest.raises(CheckerError) as info:
         check_scaled_dot_product_attention(impls.sdpa_einsum)
     message = str(info.value)

@@ -32,50 +32,44 @@ check_beam_search              ``beam_search``                             ex08_
 
 from __future__ import annotations
 
-import importlib
-from pathlib import Path
-
-from ._core import BugVariant, CheckerError, CheckFailure, CheckResult, NotImplementedYet
+from .checks.ex01_attention import check_additive_score, check_scaled_dot_product_attention
+from .checks.ex02_multihead import check_multi_head_attention
+from .checks.ex03_positions import check_positional_encoding
+from .checks.ex04_encoder import check_encoder_layer, check_feed_forward, check_layer_norm
+from .checks.ex05_decoder import check_causal_mask, check_decoder_layer
+from .checks.ex06_training import check_label_smoothing, check_noam_lr
+from .checks.ex07_parameters import check_parameter_count
+from .checks.ex08_decoding import check_beam_search, check_greedy_decode
+from .framework import (
+    BugVariant,
+    CheckerError,
+    CheckFailure,
+    CheckResult,
+    NotImplementedYet,
+    catalogue,
+    registered_checks,
+)
 
 __all__ = [
     "BugVariant",
     "CheckFailure",
-    "CheckerError",
     "CheckResult",
+    "CheckerError",
     "NotImplementedYet",
     "catalogue",
+    "check_additive_score",
+    "check_beam_search",
+    "check_causal_mask",
+    "check_decoder_layer",
+    "check_encoder_layer",
+    "check_feed_forward",
+    "check_greedy_decode",
+    "check_label_smoothing",
+    "check_layer_norm",
+    "check_multi_head_attention",
+    "check_noam_lr",
+    "check_parameter_count",
+    "check_positional_encoding",
+    "check_scaled_dot_product_attention",
+    "registered_checks",
 ]
-
-# module -> the checks it defines. Modules written in parallel are imported only once their
-# file exists, so the package imports at every stage of the work.
-_CHECK_MODULES: dict[str, tuple[str, ...]] = {
-    "attention": (
-        "check_scaled_dot_product_attention",
-        "check_additive_score",
-        "check_multi_head_attention",
-    ),
-    "positions": ("check_positional_encoding",),
-    "encoder": ("check_layer_norm", "check_feed_forward", "check_encoder_layer"),
-    "decoder": ("check_causal_mask", "check_decoder_layer"),
-    "training": ("check_noam_lr", "check_label_smoothing"),
-    "parameters": ("check_parameter_count",),
-    "decoding": ("check_greedy_decode", "check_beam_search"),
-}
-
-_loaded = []
-for _module_name, _checks in _CHECK_MODULES.items():
-    if not (Path(__file__).parent / f"{_module_name}.py").exists():
-        continue
-    _module = importlib.import_module(f".{_module_name}", __name__)
-    _loaded.append(_module)
-    for _check in _checks:
-        globals()[_check] = getattr(_module, _check)
-        __all__.append(_check)
-
-
-def catalogue() -> list[BugVariant]:
-    """Every known mistake the checks recognise, gathered from each module's ``BUGS`` list."""
-    bugs: list[BugVariant] = []
-    for module in _loaded:
-        bugs.extend(getattr(module, "BUGS", []))
-    return bugs

@@ -14,7 +14,7 @@ from typing import Any
 import nbformat
 
 from .. import catalogue
-from .._core import CHECKER_FAILED
+from ..framework import CHECKER_FAILED
 from ..notebook import NotebookError, load_notebook
 from .preprocessors import NOTE_MARK
 from .protocol import SandboxStatus
@@ -164,7 +164,7 @@ def review_flags(nb: Any) -> list[str]:
 
 
 def checker_failure_flag(grade_id: str, message: str) -> str | None:
-    """The review flag of a test cell whose check crashed (:class:`~._core.CheckerError`): its
+    """The review flag of a test cell whose check crashed (``CheckerError``): its
     points are not a verdict on the student, so the instructor grades that cell by hand."""
     if CHECKER_FAILED in message:
         return f"the checker itself failed on {grade_id}: grade that cell by hand"

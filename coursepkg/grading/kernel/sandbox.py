@@ -229,12 +229,12 @@ def install_guard(shell: Any | None = None) -> Callable[..., None]:
     def no_reference(name: str, check: Callable[..., Any]) -> Callable[..., Any]:
         # The checks ignore calls the reference makes, so an answer that *is* the reference
         # (``from coursepkg.attention import scaled_dot_product_attention``) would pass.
-        from coursepkg.grading._core import _is_reference_module  # issue 16 makes it public
+        from coursepkg.grading.framework import is_reference_module
 
         @functools.wraps(check)
         def checked(impl: Any = None, *args: Any, **kwargs: Any) -> Any:
             module = getattr(impl, "__module__", None) or ""
-            if _is_reference_module(module):
+            if is_reference_module(module):
                 what = f"{module}.{getattr(impl, '__qualname__', type(impl).__name__)}"
                 raise CheckFailure(
                     f"your answer is coursepkg's reference implementation ({what}), imported "

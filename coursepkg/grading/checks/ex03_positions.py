@@ -14,20 +14,20 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..positional import sinusoidal_table
-from ._core import (
+from ...positional import sinusoidal_table
+from ..framework import (
     BugVariant,
-    CheckResult,
-    Report,
+    CheckReport,
     call_student,
     configs,
     describe,
     diagnose,
+    expect_close,
+    expect_tensor,
     forbidden_calls,
+    public_check,
     register_configs,
-    run_check,
 )
-from .attention import expect_close, require_shape
 
 __all__ = ["BUGS", "check_positional_encoding"]
 
@@ -171,35 +171,6 @@ register_configs(
 _PROBE = (12, 8)
 
 
-def check_positional_encoding(
-    impl: Callable[..., Any],
-    *,
-    thorough: bool = False,
-    seed: int | None = None,
-    points: float | None = None,
-) -> CheckResult:
-    """Check ``sinusoidal_positional_encoding(max_len, d_model) -> (max_len, d_model)``.
-
-    Compares the table with :func:`coursepkg.positional.sinusoidal_table` for several sizes
-    (a single position, narrow and wide tables), checks that it is a floating-point tensor of
-    the right shape with values in [-1, 1], and that it is computed rather than taken from the
-    reference.
-
-    Args:
-        impl: the student's function.
-        thorough: also try extra and randomised sizes.
-        seed: picks the randomised sizes.
-        points: points to report on success.
-
-    Returns:
-        A passed :class:`CheckResult`.
-
-    Raises:
-        CheckFailure: what is wrong and, for a known mistake, what to change.
-    """
-    return run_check("check_positional_encoding", points, _body, impl, thorough, seed)
-
-
 def _halves_layout(student: Callable[[int, int], Any], size: tuple[int, int]) -> BugVariant | None:
     """Recognise the sines-then-cosines layout (tensor2tensor's timing signal) by its shape
     alone, whatever frequencies it uses: row 0 (position 0) is D/2 zeros then D/2 ones, and
@@ -232,7 +203,22 @@ def _halves_layout(student: Callable[[int, int], Any], size: tuple[int, int]) ->
     )
 
 
-def _body(report: Report, fn: Any, thorough: bool, seed: int | None) -> None:
+@public_check(
+    assignment="ex03_positions",
+    implements="sinusoidal_positional_encoding",
+    bugs=BUGS,
+    kind="function",
+)
+def check_positional_encoding(
+    report: CheckReport, fn: Any, thorough: bool, seed: int | None
+) -> None:
+    """Check ``sinusoidal_positional_encoding(max_len, d_model) -> (max_len, d_model)``.
+
+    Compares the table with :func:`coursepkg.positional.sinusoidal_table` for several sizes
+    (a single position, narrow and wide tables), checks that it is a floating-point tensor of
+    the right shape with values in [-1, 1], and that it is computed rather than taken from the
+    reference.
+    """
     if not callable(fn):
         report.fail(f"expected your function {PE}, got {type(fn).__name__}.")
 
@@ -254,8 +240,8 @@ def _body(report: Report, fn: Any, thorough: bool, seed: int | None) -> None:
         for cfg in cfgs:
             max_len, d_model = cfg["max_len"], cfg["d_model"]
             where = describe(cfg)
-            table = require_shape(
-                report, student(max_len, d_model), (max_len, d_model), f"your table ({where})"
+            table = expect_tensor(
+                student(max_len, d_model), f"your table ({where})", (max_len, d_model)
             )
             if not table.is_floating_point():
                 report.fail(

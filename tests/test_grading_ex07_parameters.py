@@ -15,8 +15,8 @@ from coursepkg.grading import (
     catalogue,
     check_parameter_count,
 )
-from coursepkg.grading import parameters as grading
-from coursepkg.grading._core import configs, diagnosis_message
+from coursepkg.grading.checks import ex07_parameters as grading
+from coursepkg.grading.framework import configs, diagnosis_message
 from coursepkg.stubs import ex07_parameters as stub
 
 

@@ -23,25 +23,24 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..config import TransformerConfig
-from ..model import Transformer
-from ..params import (
+from ...config import TransformerConfig
+from ...model import Transformer
+from ...params import (
     attention_parameters,
     count_parameters,
     feed_forward_parameters,
     layer_norm_parameters,
 )
-from ._core import (
+from ..framework import (
     BugVariant,
     CheckFailure,
-    CheckResult,
-    Report,
+    CheckReport,
     call_student,
     configs,
     diagnose,
     forbidden_calls,
+    public_check,
     register_configs,
-    run_check,
 )
 
 __all__ = ["BUGS", "check_parameter_count"]
@@ -450,31 +449,16 @@ def _signature(kw: dict[str, Any]) -> str:
     return f"transformer_parameter_count({', '.join(parts)})"
 
 
+@public_check(
+    assignment="ex07_parameters",
+    implements="transformer_parameter_count",
+    bugs=BUGS,
+    kind="function",
+)
 def check_parameter_count(
-    impl: Callable[..., int],
-    *,
-    thorough: bool = False,
-    seed: int | None = None,
-    points: float | None = None,
-) -> CheckResult:
-    """Check the student's ``transformer_parameter_count(...)`` against the reference.
-
-    Args:
-        impl: the student's function.
-        thorough: also try extra and randomised configurations (hidden tests).
-        seed: picks the randomised configurations in thorough mode.
-        points: points awarded when it passes.
-
-    Returns:
-        A passed :class:`CheckResult`.
-
-    Raises:
-        CheckFailure: naming the first wrong configuration and explaining the gap by name.
-    """
-    return run_check("check_parameter_count", points, _body, impl, thorough, seed)
-
-
-def _body(report: Report, impl: Callable, thorough: bool, seed: int | None) -> None:
+    report: CheckReport, impl: Callable, thorough: bool, seed: int | None
+) -> None:
+    """Check the student's ``transformer_parameter_count(...)`` against the reference."""
     cases = configs(ITEM, thorough, seed)
     expected = [count_parameters(_config(kw)) for kw in cases]
     got = []

@@ -8,8 +8,9 @@ import grading_impls_encoder as impls
 import pytest
 import torch
 
-from coursepkg.grading import CheckFailure, NotImplementedYet, positions
-from coursepkg.grading._core import configs
+from coursepkg.grading import CheckFailure, NotImplementedYet
+from coursepkg.grading.checks import ex03_positions as positions
+from coursepkg.grading.framework import configs
 from coursepkg.positional import sinusoidal_table
 from coursepkg.stubs import ex03_positions
 

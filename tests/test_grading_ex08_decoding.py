@@ -16,8 +16,8 @@ from coursepkg.grading import (
     check_beam_search,
     check_greedy_decode,
 )
-from coursepkg.grading import decoding as grading
-from coursepkg.grading._core import configs, diagnosis_message
+from coursepkg.grading.checks import ex08_decoding as grading
+from coursepkg.grading.framework import configs, diagnosis_message
 from coursepkg.stubs import ex08_decoding as stub
 
 BOS, EOS = grading.BOS, grading.EOS

@@ -19,8 +19,8 @@ from coursepkg.grading import (
     check_causal_mask,
     check_decoder_layer,
 )
-from coursepkg.grading import decoder as grading
-from coursepkg.grading._core import configs, diagnosis_message
+from coursepkg.grading.checks import ex05_decoder as grading
+from coursepkg.grading.framework import configs, diagnosis_message
 from coursepkg.layers import DecoderLayer as ReferenceDecoderLayer
 from coursepkg.layers import LayerNorm as ReferenceLayerNorm
 from coursepkg.masks import causal_mask
@@ -194,7 +194,7 @@ def test_first_wrong_piece_is_named_and_the_rest_declared_right() -> None:
         check_decoder_layer(_layer_with(norm2=_CenteringOnlyNorm))
     text = str(info.value)
     assert "Your norm2 differs from the reference LayerNorm" in text
-    assert "the rest is right" in text
+    assert "the rest of your layer is right" in text
     assert "norm1" not in text.split("Your norm2")[1].split(".")[0]
 
 
@@ -221,8 +221,9 @@ def test_wrong_attention_class_is_named_for_both_attention_blocks() -> None:
     with pytest.raises(CheckFailure) as info:
         check_decoder_layer(_layer_with(self_attn=_UnscaledMHA, cross_attn=_UnscaledMHA))
     text = str(info.value)
-    assert "Your self_attn, cross_attn differ from the reference MultiHeadAttention" in text
-    assert "Fix your MultiHeadAttention first: check_multi_head_attention(" in text
+    assert "Your self_attn differs from the reference MultiHeadAttention" in text
+    assert "(and so does your cross_attn)" in text
+    assert "Fix your MultiHeadAttention first: check_multi_head_attention says more" in text
 
 
 class _NaNMHA(impls.EinsumMHA):

@@ -13,8 +13,10 @@ from torch import nn
 
 from coursepkg import layers
 from coursepkg.attention import MultiHeadAttention as ReferenceMHA
-from coursepkg.grading import CheckFailure, NotImplementedYet, attention, encoder
-from coursepkg.grading._core import configs
+from coursepkg.grading import CheckFailure, NotImplementedYet
+from coursepkg.grading.checks import ex02_multihead as attention
+from coursepkg.grading.checks import ex04_encoder as encoder
+from coursepkg.grading.framework import configs, weights
 from coursepkg.stubs import ex02_multihead, ex04_encoder
 
 CHECKS = {
@@ -65,7 +67,7 @@ def test_catalogue_covers_the_issue():
 )
 def test_reference_classes_pass_when_not_rejected(monkeypatch, check, cls):
     # Reference classes are rejected by design; with that step off they must pass.
-    monkeypatch.setattr(attention, "reject_reference_class", lambda *a, **k: None)
+    monkeypatch.setattr(weights, "reject_reference_class", lambda *a, **k: None)
     assert check(cls, thorough=True, seed=3)
 
 
@@ -135,7 +137,7 @@ def encoder_with(attn=impls.HeadLoopMHA, ffn=impls.ClampFFN, norm=impls.VarMeanL
 
 
 def _bug(bug_id):
-    return next(b.impl for b in [*encoder.BUGS, *attention.BUGS] if b.id == bug_id)
+    return next(b.impl for b in [*encoder.BUGS, *attention.MHA_BUGS] if b.id == bug_id)
 
 
 @pytest.mark.parametrize(

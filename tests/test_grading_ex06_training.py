@@ -17,8 +17,8 @@ from coursepkg.grading import (
     check_label_smoothing,
     check_noam_lr,
 )
-from coursepkg.grading import training as grading
-from coursepkg.grading._core import configs, diagnosis_message
+from coursepkg.grading.checks import ex06_training as grading
+from coursepkg.grading.framework import configs, diagnosis_message
 from coursepkg.schedule import label_smoothed_cross_entropy, noam_lr
 from coursepkg.stubs import ex06_training as stub
 

@@ -1,0 +1,515 @@
+"""Checks of ex01_attention: scaled dot-product attention and the additive (Bahdanau) score,
+with the catalogue of mistakes they recognise.
+
+Dimension legend: B batch, H heads, L queries, S keys, Dk/Dv per-head sizes, A additive-attention
+width.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ...attention import AdditiveAttention
+from ...attention import scaled_dot_product_attention as _reference_sdpa
+from ...masks import causal_mask
+from ..framework import (
+    MASK_RULE,
+    BugVariant,
+    CheckFailure,
+    CheckReport,
+    call_student,
+    check_gradients,
+    configs,
+    describe,
+    diagnose,
+    dtype_name,
+    expect_close,
+    expect_tensor,
+    forbidden_calls,
+    generator,
+    public_check,
+    randn,
+    random_keep,
+    register_configs,
+)
+
+__all__ = [
+    "ADDITIVE_BUGS",
+    "SDPA_BUGS",
+    "check_additive_score",
+    "check_scaled_dot_product_attention",
+]
+
+SDPA = "scaled_dot_product_attention"
+ADDITIVE = "additive_score"
+
+
+# ---------------------------------------------------------------------------------------------
+# Catalogue: scaled dot-product attention
+# ---------------------------------------------------------------------------------------------
+
+
+def attention_variant(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    *,
+    scale: str = "sqrt_dk",
+    softmax_dim: int = -1,
+    mask_mode: str = "fill",
+    empty_rows: str = "zero",
+    return_scores: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """Attention with switches for the catalogued mistakes; the defaults are the correct
+    computation. ``scale``: "sqrt_dk", "none", "dk" or "sqrt_dv"; ``mask_mode``: "fill"
+    (-inf before softmax), "after" (zero the weights after softmax, no renormalising) or
+    "inverted" (hide the True positions); ``empty_rows``: "zero", "nan" (leave softmax's NaN)
+    or "uniform" (a large finite fill, so a fully hidden row averages every value)."""
+    d_k, d_v = query.size(-1), value.size(-1)
+    divisor = {"sqrt_dk": math.sqrt(d_k), "none": 1.0, "dk": float(d_k), "sqrt_dv": math.sqrt(d_v)}
+    scores = query @ key.transpose(-2, -1) / divisor[scale]  # (..., L, S)
+    allowed = None if mask is None else (~mask if mask_mode == "inverted" else mask)
+    if allowed is not None and mask_mode != "after":
+        fill = float("-inf") if empty_rows != "uniform" else -1e9
+        scores = scores.masked_fill(~allowed, fill)
+    weights = torch.softmax(scores, dim=softmax_dim)  # (..., L, S)
+    if allowed is not None and (mask_mode == "after" or empty_rows == "zero"):
+        weights = weights.masked_fill(~allowed, 0.0)
+    return weights @ value, scores if return_scores else weights  # (..., L, Dv), (..., L, S)
+
+
+def _sdpa_bug(name: str, **switches: Any) -> Callable[..., tuple[Tensor, Tensor]]:
+    def impl(query, key, value, mask=None):  # noqa: ANN001, ANN202 - the stub's signature
+        return attention_variant(query, key, value, mask, **switches)
+
+    impl.__name__ = impl.__qualname__ = f"sdpa_{name}"
+    return impl
+
+
+SDPA_BUGS: list[BugVariant] = [
+    BugVariant(
+        "sdpa.no_scaling",
+        SDPA,
+        "the scores Q K^T are not divided by sqrt(d_k)",
+        "Divide the scores by math.sqrt(d_k), where d_k = query.size(-1), before the softmax.",
+        _sdpa_bug("no_scaling", scale="none"),
+    ),
+    BugVariant(
+        "sdpa.scale_by_dk",
+        SDPA,
+        "the scores are divided by d_k instead of sqrt(d_k)",
+        "Divide by math.sqrt(d_k), not by d_k.",
+        _sdpa_bug("scale_by_dk", scale="dk"),
+    ),
+    BugVariant(
+        "sdpa.scale_by_dv",
+        SDPA,
+        "the scores are scaled with the value size Dv instead of the key size Dk",
+        "Use d_k = query.size(-1) (the size of the dot products), not value.size(-1).",
+        _sdpa_bug("scale_by_dv", scale="sqrt_dv"),
+    ),
+    BugVariant(
+        "sdpa.softmax_query_axis",
+        SDPA,
+        "the softmax runs over the queries (dim=-2) instead of over the keys",
+        "Use torch.softmax(scores, dim=-1): each query's weights over the keys must sum to 1.",
+        _sdpa_bug("softmax_query_axis", softmax_dim=-2),
+    ),
+    BugVariant(
+        "sdpa.mask_after_softmax",
+        SDPA,
+        "the mask zeroes the weights after the softmax, so the remaining weights no longer "
+        "sum to 1",
+        "Mask the scores before the softmax: scores.masked_fill(~mask, float('-inf')).",
+        _sdpa_bug("mask_after_softmax", mask_mode="after"),
+    ),
+    BugVariant(
+        "sdpa.inverted_mask",
+        SDPA,
+        "the mask is read the wrong way round (True treated as blocked)",
+        "True means may attend: hide the positions where the mask is False, "
+        "scores.masked_fill(~mask, float('-inf')).",
+        _sdpa_bug("inverted_mask", mask_mode="inverted"),
+    ),
+    BugVariant(
+        "sdpa.masked_row_nan",
+        SDPA,
+        "a query whose keys are all masked gets NaN (softmax of a row of -inf)",
+        "After the softmax, set the weights of masked positions to 0, e.g. "
+        "weights.masked_fill(~mask, 0.0); a fully masked row then gives zeros.",
+        _sdpa_bug("masked_row_nan", empty_rows="nan"),
+    ),
+    BugVariant(
+        "sdpa.masked_row_uniform",
+        SDPA,
+        "a query whose keys are all masked averages all values (a finite fill such as -1e9 "
+        "makes that row's softmax uniform)",
+        "After the softmax, set the weights of masked positions to 0, e.g. "
+        "weights.masked_fill(~mask, 0.0), so a fully masked row gives zeros.",
+        _sdpa_bug("masked_row_uniform", empty_rows="uniform"),
+    ),
+    BugVariant(
+        "sdpa.returns_scores",
+        SDPA,
+        "the second value returned is the scores before the softmax, not the weights",
+        "Return (output, weights) where weights = softmax(scores) after masking.",
+        _sdpa_bug("returns_scores", return_scores=True),
+    ),
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# check_scaled_dot_product_attention
+# ---------------------------------------------------------------------------------------------
+
+
+def _sample_sdpa(rng: random.Random) -> dict[str, int]:
+    config = {"B": rng.randint(1, 3)}
+    if rng.random() < 0.5:
+        config["H"] = rng.randint(1, 3)
+    config.update(
+        L=rng.randint(1, 9), S=rng.randint(1, 9), Dk=rng.randint(1, 9), Dv=rng.randint(1, 9)
+    )
+    return config
+
+
+register_configs(
+    SDPA,
+    visible=[
+        {"B": 2, "L": 5, "S": 7, "Dk": 4, "Dv": 3},
+        {"B": 1, "L": 3, "S": 3, "Dk": 8, "Dv": 8},
+        {"B": 2, "H": 3, "L": 4, "S": 6, "Dk": 5, "Dv": 2},
+    ],
+    extra=[
+        {"B": 1, "L": 1, "S": 1, "Dk": 1, "Dv": 1},
+        {"B": 3, "H": 2, "L": 7, "S": 2, "Dk": 3, "Dv": 6},
+    ],
+    sample=_sample_sdpa,
+)
+
+
+@public_check(
+    assignment="ex01_attention",
+    implements="scaled_dot_product_attention",
+    bugs=SDPA_BUGS,
+    kind="function",
+)
+def check_scaled_dot_product_attention(
+    report: CheckReport, fn: Any, thorough: bool, seed: int | None
+) -> None:
+    """Check ``scaled_dot_product_attention(query, key, value, mask=None) -> (output, weights)``.
+
+    Compares with :func:`coursepkg.attention.scaled_dot_product_attention` over several shapes
+    (3-D and 4-D inputs, L != S, Dk != Dv) in float32 and float64, without a mask, with a
+    padding mask, with a causal mask and with a fully masked query; checks that hidden keys
+    cannot influence the output, that gradients reach Q, K and V, and that the function does
+    not call PyTorch's fused attention.
+    """
+    if not callable(fn):
+        report.fail(f"expected your function {SDPA}, got {type(fn).__name__}.")
+
+    def student(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None) -> Any:
+        result = call_student(fn, query, key, value, mask, item=SDPA)
+        if not isinstance(result, tuple) or len(result) != 2:
+            kind = type(result).__name__ + (
+                f" of length {len(result)}" if isinstance(result, (tuple, list)) else ""
+            )
+            raise CheckFailure(
+                f"{SDPA} should return a tuple (output, weights), but it returned {kind}."
+            )
+        return result
+
+    gen = generator(seed)
+    cfgs = configs(SDPA, thorough, seed)
+    with forbidden_calls(SDPA):
+        for index, cfg in enumerate(cfgs):
+            for dtype in (torch.float32, torch.float64) if index == 0 else (torch.float32,):
+                _sdpa_config(report, student, cfg, dtype, gen)
+        report.ok(f"matches the reference on {len(cfgs)} shapes (float32 and float64)")
+        report.ok("hidden keys change nothing (padding and causal masks); True = may attend")
+        report.ok("a fully masked query gives zeros, not NaN")
+        cfg = cfgs[0]
+        q = randn(gen, cfg["B"], cfg["L"], cfg["Dk"]).requires_grad_()
+        k = randn(gen, cfg["B"], cfg["S"], cfg["Dk"]).requires_grad_()
+        v = randn(gen, cfg["B"], cfg["S"], cfg["Dv"]).requires_grad_()
+        output = expect_tensor(student(q, k, v)[0], "the output")
+        check_gradients(output, [("query", q), ("key", k), ("value", v)], SDPA)
+    report.ok("gradients reach query, key and value")
+
+
+def _sdpa_config(
+    report: CheckReport,
+    student: Callable[..., Any],
+    cfg: dict[str, int],
+    dtype: torch.dtype,
+    gen: torch.Generator,
+) -> None:
+    b, n_q, n_k, d_k, d_v = cfg["B"], cfg["L"], cfg["S"], cfg["Dk"], cfg["Dv"]
+    lead = (b, cfg["H"]) if "H" in cfg else (b,)
+    q = randn(gen, *lead, n_q, d_k, dtype=dtype)  # (..., L, Dk)
+    k = randn(gen, *lead, n_k, d_k, dtype=dtype)  # (..., S, Dk)
+    v = randn(gen, *lead, n_k, d_v, dtype=dtype)  # (..., S, Dv)
+    where = f"{describe(cfg)}, {dtype_name(dtype)}"
+
+    def compare(mask: Tensor | None, case: str, inputs: tuple[Tensor, ...]) -> None:
+        expected = _reference_sdpa(*inputs, mask)
+        out, weights = student(*inputs, mask)
+        expect_tensor(out, f"the output ({where}, {case})", (*lead, n_q, d_v))
+        expect_tensor(weights, f"the weights ({where}, {case})", (*lead, n_q, n_k))
+
+        def diagnosis() -> BugVariant | None:
+            return diagnose(student, SDPA_BUGS, (*inputs, mask), reference_output=expected)
+
+        expect_close(
+            report, out, expected[0], f"your output ({where}, {case})", diagnosis=diagnosis
+        )
+        expect_close(
+            report, weights, expected[1], f"your weights ({where}, {case})", diagnosis=diagnosis
+        )
+
+    compare(None, "no mask", (q, k, v))
+
+    if n_k >= 2:
+        mask = _sdpa_padding_invariance(report, student, (q, k, v), gen, where)
+        compare(mask, "padding mask", (q, k, v))
+    if 2 <= n_q <= n_k:
+        mask = _sdpa_causal_invariance(report, student, (q, k, v), gen, where)
+        compare(mask, "causal mask", (q, k, v))
+    mask = _sdpa_masked_row(report, student, (q, k, v), gen, where)
+    compare(mask, "a fully masked query", (q, k, v))
+
+
+def _sdpa_mistake(student: Callable[..., Any], inputs: tuple[Any, ...]) -> BugVariant | None:
+    """The known mistake whose output the student's function matches on ``inputs``."""
+    return diagnose(student, SDPA_BUGS, inputs, reference_output=_reference_sdpa(*inputs))
+
+
+def _sdpa_padding_invariance(
+    report: CheckReport,
+    student: Callable[..., Any],
+    qkv: tuple[Tensor, Tensor, Tensor],
+    gen: torch.Generator,
+    where: str,
+) -> Tensor:
+    """Keys and values a padding mask hides change nothing; returns the padding mask."""
+    q, k, v = qkv
+    b, n_k, dtype = q.size(0), k.size(-2), q.dtype
+    pad_axes = (1,) * (q.dim() - 3) + (1,)  # so a (B, S) mask broadcasts against (..., L, S)
+    keep = random_keep(gen, b, n_k)  # (B, S)
+    mask = keep.view(b, *pad_axes, n_k)  # (B, [1,] 1, S)
+    out = student(q, k, v, mask)[0]
+    hidden = ~mask.transpose(-1, -2)  # (B, [1,] S, 1)
+    k2 = torch.where(hidden, randn(gen, *k.shape, dtype=dtype) * 3, k)
+    v2 = torch.where(hidden, randn(gen, *v.shape, dtype=dtype) * 3, v)
+    expect_close(
+        report,
+        student(q, k2, v2, mask)[0],
+        out,
+        f"your output after changing the keys and values that a padding mask hides ({where})",
+        diagnosis=lambda: _sdpa_mistake(student, (q, k, v, mask)),
+        hint="Positions where the mask is False must not influence the output. " + MASK_RULE,
+    )
+    return mask
+
+
+def _sdpa_causal_invariance(
+    report: CheckReport,
+    student: Callable[..., Any],
+    qkv: tuple[Tensor, Tensor, Tensor],
+    gen: torch.Generator,
+    where: str,
+) -> Tensor:
+    """Under a causal mask, later keys and values change nothing earlier; returns the mask."""
+    q, k, v = qkv
+    n_q, n_k, dtype = q.size(-2), k.size(-2), q.dtype
+    mask = causal_mask(n_q, n_k)  # (L, S), bottom-right aligned
+    cut = n_q // 2  # queries 0 .. cut-1 see keys 0 .. cut-1 + S - L only
+    visible_keys = cut + n_k - n_q
+    out = student(q, k, v, mask)[0]
+    k2, v2 = k.clone(), v.clone()
+    k2[..., visible_keys:, :] = randn(gen, *k2[..., visible_keys:, :].shape, dtype=dtype)
+    v2[..., visible_keys:, :] = randn(gen, *v2[..., visible_keys:, :].shape, dtype=dtype)
+    expect_close(
+        report,
+        student(q, k2, v2, mask)[0][..., :cut, :],
+        out[..., :cut, :],
+        f"the first {cut} rows of your output after changing later keys and values under "
+        f"a causal mask ({where})",
+        diagnosis=lambda: _sdpa_mistake(student, (q, k, v, mask)),
+        hint="A query must not see keys the causal mask hides. " + MASK_RULE,
+    )
+    return mask
+
+
+def _sdpa_masked_row(
+    report: CheckReport,
+    student: Callable[..., Any],
+    qkv: tuple[Tensor, Tensor, Tensor],
+    gen: torch.Generator,
+    where: str,
+) -> Tensor:
+    """A query that may attend no key gives zero weights and output, never NaN; returns the
+    mask (also a padding mask on the other rows)."""
+    q, k, v = qkv
+    b, n_q, n_k = q.size(0), q.size(-2), k.size(-2)
+    lead = tuple(q.shape[:-2])
+    pad_axes = (1,) * (len(lead) - 1) + (1,)
+    mask = torch.ones(*lead, n_q, n_k, dtype=torch.bool)  # (..., L, S)
+    mask[(0,) * len(lead) + (0,)] = False  # the first query of the first row sees nothing
+    if n_k >= 2:
+        mask &= random_keep(gen, b, n_k).view(b, *pad_axes, n_k)
+        mask[(0,) * len(lead) + (0,)] = False
+    out, weights = student(q, k, v, mask)
+    for name, t in (("output", out), ("weights", weights)):
+        t = expect_tensor(t, "the output")
+        if bool(torch.isnan(t).any()):
+            bug = _sdpa_mistake(student, (q, k, v, mask))
+            report.fail(
+                f"your {name} contains NaN when a query may attend no key ({where}). A fully "
+                "masked row must give zero weights and a zero output.",
+                bug,
+            )
+    return mask
+
+
+# ---------------------------------------------------------------------------------------------
+# Additive score
+# ---------------------------------------------------------------------------------------------
+
+
+def _additive_variant(query, keys, W_q, W_k, v, *, mode):  # noqa: ANN001, ANN202, N803
+    q = query @ W_q.T  # (B, A)
+    k = keys @ W_k.T  # (B, S, A)
+    if mode == "no_tanh":
+        return (q.unsqueeze(1) + k) @ v  # (B, S)
+    if mode == "tanh_separately":
+        return (torch.tanh(q).unsqueeze(1) + torch.tanh(k)) @ v  # (B, S)
+    scores = torch.tanh(q.unsqueeze(1) + k) @ v  # (B, S)
+    return torch.softmax(scores, dim=-1)  # mode == "softmax"
+
+
+def _additive_bug(mode: str) -> Callable[..., Tensor]:
+    def impl(query, keys, W_q, W_k, v):  # noqa: ANN001, ANN202, N803 - the stub's signature
+        return _additive_variant(query, keys, W_q, W_k, v, mode=mode)
+
+    impl.__name__ = impl.__qualname__ = f"additive_{mode}"
+    return impl
+
+
+ADDITIVE_BUGS: list[BugVariant] = [
+    BugVariant(
+        "additive.no_tanh",
+        ADDITIVE,
+        "the tanh between the projections and v is missing (the score is then linear)",
+        "Compute v^T tanh(W_q s + W_k h): apply torch.tanh to the sum before the product with v.",
+        _additive_bug("no_tanh"),
+    ),
+    BugVariant(
+        "additive.tanh_separately",
+        ADDITIVE,
+        "tanh is applied to W_q s and to W_k h separately instead of to their sum",
+        "Add the two projections first, then apply one tanh: tanh(W_q s + W_k h).",
+        _additive_bug("tanh_separately"),
+    ),
+    BugVariant(
+        "additive.softmax_applied",
+        ADDITIVE,
+        "the function returns softmax weights instead of the raw scores",
+        "Return the scores; the softmax (and the mask) belong to the caller.",
+        _additive_bug("softmax"),
+    ),
+]
+
+register_configs(
+    ADDITIVE,
+    visible=[
+        {"B": 2, "S": 5, "Dq": 3, "Dk": 4, "A": 6},
+        {"B": 1, "S": 1, "Dq": 2, "Dk": 2, "A": 2},
+        {"B": 3, "S": 7, "Dq": 5, "Dk": 1, "A": 3},
+    ],
+    extra=[{"B": 4, "S": 2, "Dq": 8, "Dk": 6, "A": 1}],
+    sample=lambda rng: {
+        "B": rng.randint(1, 4),
+        "S": rng.randint(1, 9),
+        "Dq": rng.randint(1, 8),
+        "Dk": rng.randint(1, 8),
+        "A": rng.randint(1, 8),
+    },
+)
+
+
+def _reference_additive(query, keys, W_q, W_k, v):  # noqa: ANN001, ANN202, N803
+    """Scores of the reference module with these weights (its key bias zero): its own layers,
+    composed as its forward composes them before the softmax, and differentiable in all five
+    inputs (``functional_call`` runs each layer with the given tensors as its parameters)."""
+    module = AdditiveAttention(W_q.size(1), W_k.size(1), W_q.size(0))
+    run = torch.func.functional_call
+    q = run(module.query_proj, {"weight": W_q}, (query,))  # (B, A)
+    k = run(module.key_proj, {"weight": W_k, "bias": W_k.new_zeros(W_k.size(0))}, (keys,))
+    hidden = torch.tanh(q.unsqueeze(1) + k)  # (B, S, A)
+    return run(module.score, {"weight": v.unsqueeze(0)}, (hidden,)).squeeze(-1)  # (B, S)
+
+
+@public_check(
+    assignment="ex01_attention", implements="additive_score", bugs=ADDITIVE_BUGS, kind="function"
+)
+def check_additive_score(report: CheckReport, fn: Any, thorough: bool, seed: int | None) -> None:
+    """Check ``additive_score(query, keys, W_q, W_k, v) -> scores (B, S)`` (optional item).
+
+    The expected scores come from :class:`coursepkg.attention.AdditiveAttention` given the same
+    weights (its key bias set to zero, since the standalone score has none).
+    """
+    if not callable(fn):
+        report.fail(f"expected your function {ADDITIVE}, got {type(fn).__name__}.")
+
+    def student(*inputs: Tensor) -> Any:
+        return call_student(fn, *inputs, item=ADDITIVE)
+
+    gen = generator(seed, salt=1)
+    cfgs = configs(ADDITIVE, thorough, seed)
+    with forbidden_calls(ADDITIVE):
+        for index, cfg in enumerate(cfgs):
+            for dtype in (torch.float32, torch.float64) if index == 0 else (torch.float32,):
+                b, n_k, a = cfg["B"], cfg["S"], cfg["A"]
+                inputs = (
+                    randn(gen, b, cfg["Dq"], dtype=dtype),
+                    randn(gen, b, n_k, cfg["Dk"], dtype=dtype),
+                    randn(gen, a, cfg["Dq"], dtype=dtype),
+                    randn(gen, a, cfg["Dk"], dtype=dtype),
+                    randn(gen, a, dtype=dtype),
+                )
+                where = f"{describe(cfg)}, {dtype_name(dtype)}"
+                scores = expect_tensor(student(*inputs), f"your scores ({where})", (b, n_k))
+                expected = _reference_additive(*inputs)
+                expect_close(
+                    report,
+                    scores,
+                    expected,
+                    f"your scores ({where})",
+                    diagnosis=lambda inputs=inputs, expected=expected: diagnose(
+                        student, ADDITIVE_BUGS, inputs, reference_output=expected
+                    ),
+                )
+        report.ok(f"matches the reference on {len(cfgs)} shapes (float32 and float64)")
+        cfg = cfgs[0]
+        names = ("query", "keys", "W_q", "W_k", "v")
+        inputs = tuple(
+            randn(gen, *shape).requires_grad_()
+            for shape in (
+                (cfg["B"], cfg["Dq"]),
+                (cfg["B"], cfg["S"], cfg["Dk"]),
+                (cfg["A"], cfg["Dq"]),
+                (cfg["A"], cfg["Dk"]),
+                (cfg["A"],),
+            )
+        )
+        scores = expect_tensor(student(*inputs), "the output")
+        check_gradients(scores, list(zip(names, inputs, strict=True)), ADDITIVE)
+    report.ok("gradients reach all five inputs")

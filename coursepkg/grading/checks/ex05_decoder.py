@@ -1,0 +1,497 @@
+"""Checks of assignment ex05_decoder: the causal mask and the decoder layer.
+
+``check_causal_mask`` compares the student's mask with :func:`coursepkg.masks.causal_mask`
+entry by entry. ``check_decoder_layer`` builds the student's layer (from the student's own
+attention, LayerNorm and feed-forward classes), copies the reference weights into it by name,
+and compares outputs; when they differ it tests each piece on its own to say which one is
+wrong, or, when every piece is right, names the wiring mistake in ``forward``. Masking is
+checked by invariance: later target positions, padded memory positions and fully masked rows.
+
+Dimension legend: B batch, L target length, S source (memory) length, D d_model, H heads,
+F d_ff.
+
+The catalogue of known mistakes these checks name is in :mod:`.ex05_decoder_mistakes`.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ...layers import DecoderLayer as _ReferenceDecoderLayer
+from ...masks import causal_mask as _reference_causal_mask
+from ..framework import (
+    TOLERANCES,
+    BugVariant,
+    CheckFailure,
+    CheckReport,
+    ForbiddenCall,
+    NotImplementedYet,
+    Piece,
+    assert_close,
+    call_student,
+    clone_module,
+    configs,
+    describe,
+    diagnose,
+    expect_tensor,
+    forbidden_calls,
+    gradients_reach,
+    locate,
+    max_abs_error,
+    piece_mistake,
+    prepare_module,
+    public_check,
+    register_configs,
+    reject_reference_class,
+)
+from .ex04_encoder import attention_piece, feed_forward_piece, layer_norm_piece
+from .ex05_decoder_mistakes import (
+    LAYER_BUGS,
+    LAYER_ITEM,
+    MASK_BUGS,
+    MASK_ITEM,
+    SUBLAYERS,
+)
+
+__all__ = ["BUGS", "check_causal_mask", "check_decoder_layer"]
+
+BUGS: list[BugVariant] = MASK_BUGS + LAYER_BUGS
+
+# ---------------------------------------------------------------------------------------------
+# Configurations
+# ---------------------------------------------------------------------------------------------
+
+
+def _sample_mask(rng: random.Random) -> dict[str, int]:
+    return {"L": rng.randint(2, 48)}
+
+
+def _sample_layer(rng: random.Random) -> dict[str, int]:
+    h = rng.choice([1, 2, 3, 4])
+    d = h * rng.choice([2, 3, 4, 5])
+    return {
+        "B": rng.randint(1, 4),
+        "L": rng.randint(1, 9),
+        "S": rng.randint(1, 9),
+        "D": d,
+        "H": h,
+        "F": rng.choice([f for f in (8, 14, 20, 32) if f != d]),
+    }
+
+
+register_configs(
+    MASK_ITEM,
+    visible=[{"L": 1}, {"L": 4}, {"L": 7}],
+    extra=[{"L": 2}, {"L": 33}],
+    sample=_sample_mask,
+)
+# Batch of 1, odd lengths, L != S both ways, one head and several; D != F so that the
+# parameter table can name D and F apart.
+register_configs(
+    "decoder_layer",
+    visible=[
+        {"B": 1, "L": 1, "S": 3, "D": 8, "H": 2, "F": 16},
+        {"B": 2, "L": 5, "S": 7, "D": 12, "H": 3, "F": 20},
+        {"B": 3, "L": 6, "S": 4, "D": 16, "H": 4, "F": 24},
+    ],
+    extra=[
+        {"B": 2, "L": 9, "S": 9, "D": 6, "H": 1, "F": 10},
+        {"B": 1, "L": 3, "S": 11, "D": 24, "H": 6, "F": 40},
+    ],
+    sample=_sample_layer,
+)
+
+# ---------------------------------------------------------------------------------------------
+# check_causal_mask
+# ---------------------------------------------------------------------------------------------
+
+
+def _grid(mask: Tensor) -> str:
+    """A small mask as rows of 1/0 (or its values when not boolean), for messages."""
+    rows = []
+    for row in mask.tolist():
+        rows.append("    " + " ".join(f"{int(v)}" if v in (0, 1) else f"{v:g}" for v in row))
+    return "\n".join(rows)
+
+
+def _readable_grids(impl: Callable, length: int, out: Tensor) -> str:
+    """The student's mask next to the expected one, at a length where the pattern shows
+    (``length`` when it is 4..8, else 5)."""
+    show = length if 4 <= length <= 8 else 5
+    if show != length:
+        try:
+            with forbidden_calls(MASK_ITEM):
+                out = call_student(impl, show, item=MASK_ITEM)
+        except CheckFailure:
+            return ""
+        if not isinstance(out, Tensor) or out.dim() < 2:
+            return ""
+    grid = out.detach().cpu()
+    while grid.dim() > 2 and grid.size(0) == 1:
+        grid = grid[0]  # a leading batch axis of 1 is shown without it
+    if grid.dim() != 2 or max(grid.shape) > 8:
+        return ""
+    label = "1 = True" if grid.dtype == torch.bool else "its values"
+    return (
+        f"\nYours at L = {show} ({label}):\n{_grid(grid)}\n"
+        f"Expected at L = {show} (1 = True = may attend):\n"
+        f"{_grid(_reference_causal_mask(show).int())}"
+    )
+
+
+def _diagnose_mask(impl: Callable, length: int, boolean: bool) -> BugVariant | None:
+    """Match the student's masks of ``length`` and of 5 (where every catalogued mask differs
+    from the others: at L = 1 a hidden diagonal and an inverted mask are both [[False]])."""
+    lengths = (length, 5)
+
+    def masks(fn: Callable, _: Any = None) -> tuple[Tensor, ...]:
+        return tuple(fn(n) for n in lengths)
+
+    if not boolean:
+        # A float mask can equal the reference numerically; match on values alone.
+        float_bugs = [b for b in MASK_BUGS if b.impl(2).dtype != torch.bool]
+        return diagnose(lambda: masks(impl), float_bugs, [], run=masks)
+    expected = masks(_reference_causal_mask)
+    return diagnose(lambda: masks(impl), MASK_BUGS, [], run=masks, reference_output=expected)
+
+
+@public_check(assignment="ex05_decoder", implements="causal_mask", bugs=MASK_BUGS, kind="function")
+def check_causal_mask(
+    report: CheckReport, impl: Callable, thorough: bool, seed: int | None
+) -> None:
+    """Check the student's ``causal_mask(length)`` against the reference."""
+    for config in configs(MASK_ITEM, thorough, seed):
+        length = config["L"]
+        with forbidden_calls(MASK_ITEM):
+            out = call_student(impl, length, item=MASK_ITEM)
+        what = f"causal_mask({length})"
+        out = expect_tensor(out, what)
+        expected = _reference_causal_mask(length)  # (L, L)
+        if tuple(out.shape) != tuple(expected.shape):
+            extra = ""
+            if out.dim() > 2 and all(n == 1 for n in out.shape[:-2]):
+                extra = (
+                    " Drop the leading axes of size 1 (a batch axis, as in subsequent_mask): "
+                    "attention broadcasts an (L, L) mask itself."
+                )
+            report.fail(
+                f"{what} has shape {tuple(out.shape)}, expected {tuple(expected.shape)}: one "
+                f"row per query position and one column per key position.{extra}"
+                + _readable_grids(impl, length, out)
+            )
+        if out.dtype != torch.bool or not torch.equal(out, expected):
+            bug = _diagnose_mask(impl, length, boolean=out.dtype == torch.bool)
+            if out.dtype != torch.bool:
+                message = (
+                    f"{what} has dtype {out.dtype}; the course's masks are torch.bool, "
+                    "True = may attend."
+                )
+            else:
+                wrong = (out != expected).nonzero()
+                i, j = (int(v) for v in wrong[0])
+                verb = "may" if bool(out[i, j]) else "may not"
+                message = (
+                    f"{what} is wrong at {len(wrong)} of {expected.numel()} entries; first at "
+                    f"row {i}, column {j}: yours says query {i} {verb} attend key {j}. Query i "
+                    "may attend key j exactly when j <= i (True = may attend)."
+                )
+            message += _readable_grids(impl, length, out)
+            report.fail(message, bug)
+    lengths = ", ".join(str(c["L"]) for c in configs(MASK_ITEM, thorough, seed))
+    report.ok(f"lower-triangular boolean mask for L = {lengths}")
+
+
+# ---------------------------------------------------------------------------------------------
+# check_decoder_layer
+# ---------------------------------------------------------------------------------------------
+
+
+def _pieces(d: int, h: int, f: int) -> list[Piece]:
+    """The decoder layer's submodules for :func:`locate`, called on the layer's
+    ``(x, memory, self_mask, cross_mask)``."""
+    return [
+        attention_piece("self_attn", d, h, lambda i: (i[0], i[0], i[0], i[2])),
+        attention_piece("cross_attn", d, h, lambda i: (i[0], i[1], i[1], i[3])),
+        feed_forward_piece(d, f),
+        *(layer_norm_piece(name, d, lambda i: (i[0],)) for name in ("norm1", "norm2", "norm3")),
+    ]
+
+
+# Tolerances are framework.TOLERANCES. Measured for this layer over the visible and thorough
+# configurations (seeds 0-4): the float32 reference against itself in float64 differs by at
+# most 9e-7, and the two independent test layers (einsum heads; per-head loop with a -1e9
+# fill) differ from the reference by at most 1.5e-6 once the weights are copied. The float32
+# default (rtol 1e-4, atol 5e-5) leaves a ~30x margin; the smallest catalogued mistake
+# (cross_mask ignored) moves the output by more than 1e-2.
+
+
+def _reference_layer(config: dict[str, int], seed: int) -> nn.Module:
+    """The reference layer of a configuration, with LayerNorm gains and shifts moved away from
+    1 and 0 (so that a swapped or missing norm shows in the numbers)."""
+    torch.manual_seed(seed)
+    layer = _ReferenceDecoderLayer(config["D"], config["H"], config["F"], dropout=0.0).eval()
+    with torch.no_grad():
+        for name in ("norm1", "norm2", "norm3"):
+            norm = getattr(layer, name)
+            norm.weight.copy_(1.0 + 0.5 * torch.randn_like(norm.weight))
+            norm.bias.copy_(0.5 * torch.randn_like(norm.bias))
+    return layer
+
+
+def _layer_inputs(
+    config: dict[str, int], seed: int, *, same_length: bool = False
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Decoder input, memory, and masks: causal self-attention with target padding at the
+    end of some rows, and source padding at the end of some rows (never a whole row).
+
+    Returns:
+        x (B, L, D), memory (B, S, D), self_mask (B, 1, L, L), cross_mask (B, 1, 1, S).
+    """
+    b, n_q, d = config["B"], config["L"], config["D"]
+    n_k = n_q if same_length else config["S"]
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(b, n_q, d, generator=gen)  # (B, L, D)
+    memory = torch.randn(b, n_k, d, generator=gen)  # (B, S, D)
+    tgt_real = torch.ones(b, n_q, dtype=torch.bool)  # (B, L)
+    src_real = torch.ones(b, n_k, dtype=torch.bool)  # (B, S)
+    for row in range(1, b):
+        tgt_real[row, max(1, n_q - row) :] = False
+        src_real[row, max(1, n_k - row) :] = False
+    self_mask = _reference_causal_mask(n_q)[None, None] & tgt_real[:, None, None, :]
+    # self_mask: (B, 1, L, L)
+    cross_mask = src_real[:, None, None, :]  # (B, 1, 1, S)
+    return x, memory, self_mask, cross_mask
+
+
+def _piece_bug(
+    student: nn.Module, reference: nn.Module, config: dict[str, int], seed: int
+) -> tuple[str, BugVariant] | None:
+    """The first of the student's pieces whose known mistake can be named, called on its own
+    with the reference's piece as the yardstick: inputs where memory and target have one
+    length (so self-attention-only code runs) and one memory row hidden entirely (so a finite
+    mask fill shows)."""
+    probe_config = {**config, "B": max(2, config["B"]), "L": max(4, config["L"])}
+    x, memory, self_mask, cross_mask = _layer_inputs(probe_config, seed + 7, same_length=True)
+    cross_mask = cross_mask.clone()
+    cross_mask[0] = False  # (B, 1, 1, S): batch row 0 may attend no memory position
+    pieces = _pieces(config["D"], config["H"], config["F"])
+    return piece_mistake(student, reference, pieces, (x, memory, self_mask, cross_mask))
+
+
+def _bound_run(reference: nn.Module) -> Callable[[Callable, Any], Any]:
+    """``run`` for :func:`diagnose`: a wiring variant applied to the reference's pieces."""
+    return lambda impl, args: impl(reference, *args)
+
+
+def _diagnose_layer(
+    student: nn.Module, reference: nn.Module, config: dict[str, int], inputs: tuple, seed: int
+) -> BugVariant | None:
+    """Match the student's layer against the wiring variants: first on the check's inputs,
+    then on inputs with L == S, where variants that mix up memory and x can run."""
+    with torch.no_grad():
+        expected = reference(*inputs)
+    bug = diagnose(
+        lambda *a: student(*a),
+        LAYER_BUGS,
+        inputs,
+        run=_bound_run(reference),
+        reference_output=expected,
+    )
+    if bug is not None:
+        return bug
+    probe_config = {**config, "B": max(2, config["B"]), "L": max(3, config["L"])}
+    probe = _layer_inputs(probe_config, seed, same_length=True)
+    with torch.no_grad():
+        expected = reference(*probe)
+    return diagnose(
+        lambda *a: student(*a),
+        LAYER_BUGS,
+        probe,
+        run=_bound_run(reference),
+        reference_output=expected,
+    )
+
+
+@public_check(assignment="ex05_decoder", implements="DecoderLayer", bugs=LAYER_BUGS, kind="class")
+def check_decoder_layer(report: CheckReport, impl: type, thorough: bool, seed: int | None) -> None:
+    """Check the student's ``DecoderLayer(d_model, n_heads, d_ff)`` against the reference.
+
+    For each configuration: the class is the student's own (no reference classes, no
+    ``nn.MultiheadAttention``, no fused attention calls); parameter counts match the
+    reference's per submodule; after copying the reference weights in by name, outputs match
+    in float32 and float64; later target positions, padded memory positions and a fully
+    masked memory row do not leak into the output; gradients reach every parameter.
+    """
+    reject_reference_class(impl, LAYER_ITEM)
+    cases = []
+    # Numbers first over every configuration (the wiring mistakes show there, and their
+    # diagnosis is most precise), then masking, gradients and float64.
+    for index, config in enumerate(configs("decoder_layer", thorough, seed)):
+        case_seed = 1000 * index + (0 if seed is None else seed)
+        student, reference = _check_layer_numbers(report, impl, config, case_seed)
+        cases.append((config, case_seed, student, reference))
+    report.ok("parameter counts match the reference per submodule")
+    report.ok("outputs match the reference with its weights copied in")
+    for config, case_seed, student, reference in cases:
+        _check_layer_masking(report, student, reference, config, case_seed)
+    report.ok(
+        "no leak from future positions or padded memory; a fully masked memory row gets zero "
+        "cross-attention (no NaN, no average of the values)"
+    )
+    for config, case_seed, student, reference in cases:
+        _check_layer_gradients_and_float64(student, reference, config, case_seed)
+    report.ok("gradients reach every parameter; float64 inputs give float64 outputs")
+
+
+def _check_layer_numbers(
+    report: CheckReport, impl: type, config: dict[str, int], seed: int
+) -> tuple[nn.Module, nn.Module]:
+    """Build the student's layer, compare parameter counts, copy the reference weights in and
+    compare outputs. Returns the student's layer (with the reference weights) and the
+    reference."""
+    d, h, f = config["D"], config["H"], config["F"]
+    where = f"({describe(config)})"
+    reference = _reference_layer(config, seed)
+    dry = (torch.zeros(1, 2, d), torch.zeros(1, 3, d), None, None)  # x (1, 2, D), memory (1, 3, D)
+    student = prepare_module(
+        report, impl, reference, (d, h, f), LAYER_ITEM, seed=seed, dims={"D": d, "F": f}, probe=dry
+    )
+
+    inputs = _layer_inputs(config, seed)
+    with torch.no_grad():
+        expected = reference(*inputs)  # (B, L, D)
+    try:
+        with forbidden_calls(LAYER_ITEM):
+            out = call_student(student, *inputs, item=LAYER_ITEM)
+    except (NotImplementedYet, ForbiddenCall):
+        raise
+    except CheckFailure as failure:
+        where_bug = _piece_bug(student, reference, config, seed)
+        if where_bug is not None:
+            name, bug = where_bug
+            report.fail(f"{failure.message}\nThe cause is in your {name}.", bug)
+        report.fail(failure.message, _diagnose_layer(student, reference, config, inputs, seed))
+    try:
+        assert_close(out, expected, f"the output of your DecoderLayer {where}")
+    except CheckFailure as failure:
+        probe_config = {
+            **config,
+            "B": max(2, config["B"]),
+            "L": max(4, config["L"]),
+            "S": max(3, config["S"]),
+        }
+        probe = _layer_inputs(probe_config, seed + 5)
+        pieces = _pieces(config["D"], config["H"], config["F"])
+        explanation, wrong = locate(
+            student, reference, inputs, pieces, layer=LAYER_ITEM, probe=probe
+        )
+        pieces_wrong = bool(wrong)
+        bug = None
+        if pieces_wrong:
+            where_bug = _piece_bug(student, reference, config, seed)
+            bug = where_bug[1] if where_bug is not None else None
+        else:
+            bug = _diagnose_layer(student, reference, config, inputs, seed)
+            if bug is None:
+                explanation += f" The paper's order: {SUBLAYERS}."
+        report.fail(f"{failure.message}\n{explanation}", bug)
+    return student, reference
+
+
+def _check_layer_gradients_and_float64(
+    student: nn.Module, reference: nn.Module, config: dict[str, int], seed: int
+) -> None:
+    """Every parameter gets a gradient, and float64 inputs give the reference's float64
+    output. At least 3 target positions: with a single one, softmax weights are all 1 and the
+    query projection rightly gets no gradient."""
+    where = f"({describe(config)})"
+    grad_config = {**config, "L": max(3, config["L"]), "S": max(2, config["S"])}
+    x, memory, self_mask, cross_mask = _layer_inputs(grad_config, seed + 3)
+    gradients_reach(student, (x, memory, self_mask, cross_mask), LAYER_ITEM, seed=seed)
+
+    x, memory, self_mask, cross_mask = _layer_inputs(config, seed)
+    student64 = clone_module(student).double()
+    reference64 = copy.deepcopy(reference).double()
+    inputs64 = (x.double(), memory.double(), self_mask, cross_mask)
+    with torch.no_grad():
+        out64 = call_student(student64, *inputs64, item=LAYER_ITEM)
+        assert_close(out64, reference64(*inputs64), f"your DecoderLayer's float64 output {where}")
+
+
+def _check_layer_masking(
+    report: CheckReport, student: nn.Module, reference: nn.Module, config: dict[str, int], seed: int
+) -> None:
+    """Invariances: future target positions, padded memory, and a fully masked memory row."""
+    x, memory, self_mask, cross_mask = _layer_inputs(config, seed + 1)
+    b, n_q, d = config["B"], config["L"], config["D"]
+    where = f"({describe(config)})"
+    gen = torch.Generator().manual_seed(seed + 2)
+    causal = _reference_causal_mask(n_q)  # (L, L)
+    rtol, atol = TOLERANCES[torch.float32]
+    with torch.no_grad():
+        base = call_student(student, x, memory, causal, None, item=LAYER_ITEM)
+        if n_q > 1:
+            cut = n_q // 2
+            changed = x.clone()
+            changed[:, cut + 1 :] = 3.0 * torch.randn(b, n_q - cut - 1, d, generator=gen)
+            out = call_student(student, changed, memory, causal, None, item=LAYER_ITEM)
+            err = max_abs_error(out[:, : cut + 1], base[:, : cut + 1])
+            if err > atol + rtol:
+                report.fail(
+                    f"with self_mask = causal_mask({n_q}), changing the decoder input after "
+                    f"position {cut} changed your output at positions 0..{cut} (by up to "
+                    f"{err:.3g}) {where}: your layer lets a position see the future. Pass "
+                    "self_mask to self-attention (True = may attend).",
+                    _diagnose_layer(student, reference, config, (x, memory, causal, None), seed),
+                )
+        n_mem = memory.size(1)
+        if n_mem > 1:
+            # Hide the second half of every memory row and scramble it.
+            real = torch.ones(b, n_mem, dtype=torch.bool)  # (B, S)
+            real[:, (n_mem + 1) // 2 :] = False
+            hidden = real[:, None, None, :]  # (B, 1, 1, S)
+            first = call_student(student, x, memory, causal, hidden, item=LAYER_ITEM)
+            scrambled = torch.where(
+                real[..., None], memory, 5.0 * torch.randn(memory.shape, generator=gen)
+            )  # (B, S, D)
+            second = call_student(student, x, scrambled, causal, hidden, item=LAYER_ITEM)
+            err = max_abs_error(second, first)
+            if err > atol + rtol:
+                report.fail(
+                    f"changing memory positions that cross_mask hides changed your output (by up "
+                    f"to {err:.3g}) {where}: pass cross_mask to cross-attention (True = may "
+                    "attend).",
+                    _diagnose_layer(student, reference, config, (x, memory, causal, hidden), seed),
+                )
+        # Batch row 0 may attend no memory position at all: attention gives zeros, not NaN.
+        none = torch.ones(b, 1, 1, n_mem, dtype=torch.bool)  # (B, 1, 1, S)
+        none[0] = False
+        out = call_student(student, x, memory, causal, none, item=LAYER_ITEM)
+        out = expect_tensor(out, "the output of your DecoderLayer")
+        if not bool(torch.isfinite(out).all()):
+            report.fail(
+                f"when cross_mask hides every memory position of a row, your DecoderLayer "
+                f"returns NaN or inf {where}. A fully masked row must give zero attention "
+                "weights (and so a zero attention output), never NaN: e.g. replace NaN weights "
+                "with 0 after the softmax."
+            )
+        try:
+            assert_close(
+                out,
+                reference(x, memory, causal, none),
+                f"your DecoderLayer's output when cross_mask hides a whole row {where}",
+            )
+        except CheckFailure as failure:
+            where_bug = _piece_bug(student, reference, config, seed)
+            report.fail(
+                f"{failure.message}\nA memory row that cross_mask hides entirely must give zero "
+                "cross-attention weights (so a zero attention output), neither NaN nor uniform "
+                "weights.",
+                where_bug[1] if where_bug is not None else None,
+            )

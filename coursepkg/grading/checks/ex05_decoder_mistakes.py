@@ -1,0 +1,271 @@
+"""The catalogue of ex05_decoder: the known mistakes of the causal mask and of how
+``DecoderLayer.forward`` wires its pieces, each a runnable variant with the advice a student
+gets when their output matches it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..framework import BugVariant
+
+MASK_ITEM = "causal_mask"
+LAYER_ITEM = "DecoderLayer"
+
+# ---------------------------------------------------------------------------------------------
+# Known mistakes: the causal mask
+# ---------------------------------------------------------------------------------------------
+
+
+def _mask_hides_diagonal(length: int) -> Tensor:
+    return torch.ones(length, length, dtype=torch.bool).tril(diagonal=-1)  # (L, L)
+
+
+def _mask_upper_triangle(length: int) -> Tensor:
+    return torch.ones(length, length, dtype=torch.bool).triu()  # (L, L)
+
+
+def _mask_inverted(length: int) -> Tensor:
+    return torch.ones(length, length, dtype=torch.bool).triu(diagonal=1)  # (L, L)
+
+
+def _mask_float_ones(length: int) -> Tensor:
+    return torch.ones(length, length).tril()  # (L, L)
+
+
+def _mask_inverted_float(length: int) -> Tensor:
+    return torch.ones(length, length).triu(diagonal=1)  # (L, L)
+
+
+def _mask_additive(length: int) -> Tensor:
+    blocked = torch.ones(length, length, dtype=torch.bool).triu(diagonal=1)  # (L, L)
+    return torch.zeros(length, length).masked_fill(blocked, float("-inf"))  # (L, L)
+
+
+MASK_BUGS: list[BugVariant] = [
+    BugVariant(
+        id="causal_mask.hides_diagonal",
+        item=MASK_ITEM,
+        description="the mask hides the diagonal: position i may not attend itself",
+        advice="Position i may attend keys 0..i, itself included: use tril() with the default "
+        "diagonal=0 (or j <= i, not j < i).",
+        impl=_mask_hides_diagonal,
+    ),
+    BugVariant(
+        id="causal_mask.upper_triangle",
+        item=MASK_ITEM,
+        description="the mask is transposed (upper triangle): position i attends the future "
+        "positions i..L-1 instead of the past 0..i",
+        advice="Rows are queries and columns are keys; query i may attend key j when j <= i, "
+        "which is the lower triangle: use tril(), not triu().",
+        impl=_mask_upper_triangle,
+    ),
+    BugVariant(
+        id="causal_mask.inverted",
+        item=MASK_ITEM,
+        description="the mask uses the opposite convention (True = blocked, as "
+        "nn.MultiheadAttention's attn_mask)",
+        advice="In this course True means 'may attend': return the lower triangle including "
+        "the diagonal (or negate your mask with ~).",
+        impl=_mask_inverted,
+    ),
+    BugVariant(
+        id="causal_mask.float_ones",
+        item=MASK_ITEM,
+        description="the mask is a float tensor of ones and zeros instead of a boolean tensor",
+        advice="Return a torch.bool tensor, e.g. add dtype=torch.bool or call .bool(); "
+        "masked_fill and ~mask need booleans.",
+        impl=_mask_float_ones,
+    ),
+    BugVariant(
+        id="causal_mask.additive",
+        item=MASK_ITEM,
+        description="the mask is an additive float mask (0 where allowed, -inf where blocked)",
+        advice="The course's masks are boolean, True = may attend; attention turns them into "
+        "-inf itself. Return the lower-triangular boolean mask instead.",
+        impl=_mask_additive,
+    ),
+    BugVariant(
+        id="causal_mask.inverted_float",
+        item=MASK_ITEM,
+        description="the mask is a float tensor with 1 = blocked (the future positions), "
+        "as torch.triu(torch.ones(L, L), diagonal=1) gives: both the dtype and the meaning "
+        "are the opposite of the course's",
+        advice="Return the boolean lower triangle, True = may attend: "
+        "torch.ones(L, L, dtype=torch.bool).tril() (or triu(..., diagonal=1) == 0).",
+        impl=_mask_inverted_float,
+    ),
+]
+
+# ---------------------------------------------------------------------------------------------
+# Known mistakes: how DecoderLayer.forward wires its pieces
+# ---------------------------------------------------------------------------------------------
+# Each variant is a buggy ``forward(layer, x, memory, self_mask, cross_mask)``: the check runs it
+# on the reference layer's own pieces, and the tests bind it to a layer built from independent
+# pieces. No correct piece lives here.
+
+
+def _fwd_cross_from_decoder(layer, x, memory, self_mask=None, cross_mask=None):
+    x = layer.norm1(x + layer.self_attn(x, x, x, self_mask))
+    x = layer.norm2(x + layer.cross_attn(x, x, x, cross_mask))
+    return layer.norm3(x + layer.ffn(x))
+
+
+def _fwd_cross_queries_from_memory(layer, x, memory, self_mask=None, cross_mask=None):
+    x = layer.norm1(x + layer.self_attn(x, x, x, self_mask))
+    x = layer.norm2(x + layer.cross_attn(memory, x, x, cross_mask))
+    return layer.norm3(x + layer.ffn(x))
+
+
+def _fwd_no_residual_self(layer, x, memory, self_mask=None, cross_mask=None):
+    x = layer.norm1(layer.self_attn(x, x, x, self_mask))
+    x = layer.norm2(x + layer.cross_attn(x, memory, memory, cross_mask))
+    return layer.norm3(x + layer.ffn(x))
+
+
+def _fwd_no_residual_cross(layer, x, memory, self_mask=None, cross_mask=None):
+    x = layer.norm1(x + layer.self_attn(x, x, x, self_mask))
+    x = layer.norm2(layer.cross_attn(x, memory, memory, cross_mask))
+    return layer.norm3(x + layer.ffn(x))
+
+
+def _fwd_no_residual_ffn(layer, x, memory, self_mask=None, cross_mask=None):
+    x = layer.norm1(x + layer.self_attn(x, x, x, self_mask))
+    x = layer.norm2(x + layer.cross_attn(x, memory, memory, cross_mask))
+    return layer.norm3(layer.ffn(x))
+
+
+def _fwd_pre_ln(layer, x, memory, self_mask=None, cross_mask=None):
+    h = layer.norm1(x)
+    x = x + layer.self_attn(h, h, h, self_mask)
+    h = layer.norm2(x)
+    x = x + layer.cross_attn(h, memory, memory, cross_mask)
+    return x + layer.ffn(layer.norm3(x))
+
+
+def _fwd_norms_reversed(layer, x, memory, self_mask=None, cross_mask=None):
+    x = layer.norm3(x + layer.self_attn(x, x, x, self_mask))
+    x = layer.norm2(x + layer.cross_attn(x, memory, memory, cross_mask))
+    return layer.norm1(x + layer.ffn(x))
+
+
+def _fwd_norm_before_residual(layer, x, memory, self_mask=None, cross_mask=None):
+    x = x + layer.norm1(layer.self_attn(x, x, x, self_mask))
+    x = x + layer.norm2(layer.cross_attn(x, memory, memory, cross_mask))
+    return x + layer.norm3(layer.ffn(x))
+
+
+def _fwd_self_mask_ignored(layer, x, memory, self_mask=None, cross_mask=None):
+    x = layer.norm1(x + layer.self_attn(x, x, x))
+    x = layer.norm2(x + layer.cross_attn(x, memory, memory, cross_mask))
+    return layer.norm3(x + layer.ffn(x))
+
+
+def _fwd_cross_mask_ignored(layer, x, memory, self_mask=None, cross_mask=None):
+    x = layer.norm1(x + layer.self_attn(x, x, x, self_mask))
+    x = layer.norm2(x + layer.cross_attn(x, memory, memory))
+    return layer.norm3(x + layer.ffn(x))
+
+
+def _fwd_masks_swapped(layer, x, memory, self_mask=None, cross_mask=None):
+    x = layer.norm1(x + layer.self_attn(x, x, x, cross_mask))
+    x = layer.norm2(x + layer.cross_attn(x, memory, memory, self_mask))
+    return layer.norm3(x + layer.ffn(x))
+
+
+SUBLAYERS = (
+    "x = norm1(x + self_attn(x, x, x, self_mask)); "
+    "x = norm2(x + cross_attn(x, memory, memory, cross_mask)); "
+    "return norm3(x + ffn(x))"
+)
+
+LAYER_BUGS: list[BugVariant] = [
+    BugVariant(
+        id="decoder_layer.cross_attention_from_decoder",
+        item=LAYER_ITEM,
+        description="cross-attention takes its keys and values from the decoder (x) instead "
+        "of the encoder output (memory)",
+        advice="Call cross_attn(x, memory, memory, cross_mask): queries from the decoder, keys "
+        "and values from memory.",
+        impl=_fwd_cross_from_decoder,
+    ),
+    BugVariant(
+        id="decoder_layer.cross_attention_queries_from_memory",
+        item=LAYER_ITEM,
+        description="cross-attention takes its queries from memory and its keys and values "
+        "from the decoder (the arguments are swapped)",
+        advice="The order is cross_attn(query, key, value): cross_attn(x, memory, memory, "
+        "cross_mask).",
+        impl=_fwd_cross_queries_from_memory,
+    ),
+    BugVariant(
+        id="decoder_layer.no_residual_self_attention",
+        item=LAYER_ITEM,
+        description="the residual connection around the self-attention sub-layer is missing",
+        advice="Add the input back before the norm: x = norm1(x + self_attn(x, x, x, self_mask)).",
+        impl=_fwd_no_residual_self,
+    ),
+    BugVariant(
+        id="decoder_layer.no_residual_cross_attention",
+        item=LAYER_ITEM,
+        description="the residual connection around the cross-attention sub-layer is missing",
+        advice="Add the input back before the norm: x = norm2(x + cross_attn(x, memory, "
+        "memory, cross_mask)).",
+        impl=_fwd_no_residual_cross,
+    ),
+    BugVariant(
+        id="decoder_layer.no_residual_ffn",
+        item=LAYER_ITEM,
+        description="the residual connection around the feed-forward sub-layer is missing",
+        advice="Add the input back before the norm: x = norm3(x + ffn(x)).",
+        impl=_fwd_no_residual_ffn,
+    ),
+    BugVariant(
+        id="decoder_layer.pre_ln",
+        item=LAYER_ITEM,
+        description="the norms are applied before each sub-layer (pre-LN) instead of after the "
+        "residual sum (post-LN, the paper's order)",
+        advice=f"Use the paper's post-LN order: {SUBLAYERS}.",
+        impl=_fwd_pre_ln,
+    ),
+    BugVariant(
+        id="decoder_layer.norms_reversed",
+        item=LAYER_ITEM,
+        description="the norms are used in the wrong order (norm3 after self-attention and "
+        "norm1 after the feed-forward network)",
+        advice="norm1 belongs to self-attention, norm2 to cross-attention and norm3 to the "
+        "feed-forward network.",
+        impl=_fwd_norms_reversed,
+    ),
+    BugVariant(
+        id="decoder_layer.norm_inside_residual",
+        item=LAYER_ITEM,
+        description="each norm is applied to the sub-layer's output before the residual sum, "
+        "x + norm(sublayer(x)), instead of to the sum",
+        advice=f"Normalise the sum: {SUBLAYERS}.",
+        impl=_fwd_norm_before_residual,
+    ),
+    BugVariant(
+        id="decoder_layer.self_mask_ignored",
+        item=LAYER_ITEM,
+        description="self-attention ignores self_mask, so every position sees the future",
+        advice="Pass the mask on: self_attn(x, x, x, self_mask).",
+        impl=_fwd_self_mask_ignored,
+    ),
+    BugVariant(
+        id="decoder_layer.cross_mask_ignored",
+        item=LAYER_ITEM,
+        description="cross-attention ignores cross_mask, so padded source positions are attended",
+        advice="Pass the mask on: cross_attn(x, memory, memory, cross_mask).",
+        impl=_fwd_cross_mask_ignored,
+    ),
+    BugVariant(
+        id="decoder_layer.masks_swapped",
+        item=LAYER_ITEM,
+        description="self_mask and cross_mask are swapped",
+        advice="self_mask (causal, L x L) goes to self-attention and cross_mask (source "
+        "padding, L x S) to cross-attention.",
+        impl=_fwd_masks_swapped,
+    ),
+]

@@ -1,0 +1,144 @@
+"""The toolkit every check is written with, one concern per module.
+
+- :mod:`.results`: what a check returns or raises (:class:`CheckResult`, :class:`CheckFailure`,
+  :class:`CheckerError`, :class:`NotImplementedYet`), the known mistakes (:class:`BugVariant`),
+  the :class:`CheckReport` a body fills and :func:`run_check`.
+- :mod:`.registry`: :func:`public_check`, the decorator that makes a body a public check and
+  records it; :func:`catalogue` reads the known mistakes from it.
+- :mod:`.calling`: calling student code (:func:`call_student`), the one tensor guard
+  (:func:`expect_tensor`) and the honesty rules (:func:`forbidden_calls`,
+  :func:`reject_reference_class`).
+- :mod:`.compare`: the tolerances and comparisons (:func:`assert_close`, :func:`expect_close`),
+  recognising a mistake by its outputs (:func:`diagnose`) and gradients.
+- :mod:`.weights`: building a student's module, copying weights by name, parameter tables.
+- :mod:`.modules`: the one module check (build, count, copy weights, dtypes, gradients).
+- :mod:`.inputs`: the shape tables of the checks and seeded random inputs.
+- :mod:`.masks`: the four mask properties of an attention block, written once.
+- :mod:`.locate`: which piece of a student's layer is wrong, and its known mistake.
+
+Modules import each other downwards only: results <- inputs <- calling <- compare <- weights
+<- masks, locate, modules; registry needs results only.
+"""
+
+from __future__ import annotations
+
+from .calling import (
+    call_student,
+    expect_tensor,
+    forbidden_calls,
+    is_reference_module,
+    reject_reference_class,
+)
+from .compare import (
+    DIAGNOSE_TOLERANCE,
+    TOLERANCES,
+    assert_close,
+    check_gradients,
+    diagnose,
+    expect_close,
+    max_abs_error,
+    near,
+    outputs_match_safely,
+)
+from .inputs import (
+    N_RANDOM_CONFIGS,
+    configs,
+    describe,
+    dtype_name,
+    generator,
+    randn,
+    random_keep,
+    register_configs,
+    shape_text,
+)
+from .locate import Piece, is_close, locate, piece_mistake
+from .masks import MASK_RULE, run_attention_cases
+from .modules import ModuleSpec, check_module, dtypes_for, gradients_reach, prepare_module
+from .registry import CheckEntry, catalogue, public_check, registered_checks
+from .results import (
+    CHECKER_FAILED,
+    BugVariant,
+    CheckerError,
+    CheckFailure,
+    CheckReport,
+    CheckResult,
+    ForbiddenCall,
+    NotImplementedYet,
+    diagnosis_message,
+    run_check,
+)
+from .weights import (
+    NAMING_CONTRACT,
+    build_module,
+    clone_module,
+    copy_weights,
+    diagnose_structure,
+    materialise_lazy,
+    module_runner,
+    param_gap,
+    parameter_table,
+    structure,
+    swap_in,
+)
+
+__all__ = [
+    "CHECKER_FAILED",
+    "DIAGNOSE_TOLERANCE",
+    "MASK_RULE",
+    "N_RANDOM_CONFIGS",
+    "NAMING_CONTRACT",
+    "ModuleSpec",
+    "TOLERANCES",
+    "BugVariant",
+    "CheckEntry",
+    "CheckFailure",
+    "CheckReport",
+    "CheckResult",
+    "CheckerError",
+    "ForbiddenCall",
+    "NotImplementedYet",
+    "Piece",
+    "assert_close",
+    "build_module",
+    "call_student",
+    "catalogue",
+    "check_gradients",
+    "check_module",
+    "clone_module",
+    "configs",
+    "copy_weights",
+    "describe",
+    "diagnose",
+    "diagnose_structure",
+    "diagnosis_message",
+    "dtypes_for",
+    "dtype_name",
+    "expect_close",
+    "expect_tensor",
+    "forbidden_calls",
+    "generator",
+    "gradients_reach",
+    "is_close",
+    "is_reference_module",
+    "locate",
+    "materialise_lazy",
+    "max_abs_error",
+    "module_runner",
+    "near",
+    "outputs_match_safely",
+    "param_gap",
+    "parameter_table",
+    "piece_mistake",
+    "prepare_module",
+    "public_check",
+    "randn",
+    "random_keep",
+    "register_configs",
+    "registered_checks",
+    "reject_reference_class",
+    "run_attention_cases",
+    "run_check",
+    "shape_text",
+    "structure",
+    "swap_in",
+]

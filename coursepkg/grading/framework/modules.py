@@ -1,0 +1,184 @@
+"""The one module check: build the student's class, count its parameters against the
+reference's, copy the reference's weights in, compare numbers in float32 and float64, and see
+gradients reach every parameter.
+
+:func:`check_module` runs that loop over a check's configurations from a :class:`ModuleSpec`
+(multi-head attention, LayerNorm, feed-forward, encoder layer); :func:`prepare_module` (build,
+count, copy) and :func:`gradients_reach` are its steps, for a check that orders its work
+otherwise (the decoder layer compares numbers over every configuration before masking).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from .calling import call_student, expect_tensor, forbidden_calls
+from .compare import check_gradients
+from .results import BugVariant, CheckReport
+from .weights import build_module, copy_weights, param_gap
+
+__all__ = ["ModuleSpec", "check_module", "dtypes_for", "gradients_reach", "prepare_module"]
+
+Config = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """What :func:`check_module` needs to know about one class a student writes.
+
+    Attributes:
+        item: the class, as messages name it (``MultiHeadAttention``).
+        bugs: its catalogue, matched structurally when the parameter counts differ.
+        reference: ``(cfg) -> module``: the reference of a configuration (in eval mode).
+        args: ``(cfg) -> tuple``: the constructor's positional arguments.
+        dims: ``(cfg) -> dict``: named sizes for the parameter table (``{"D": 8}``).
+        dry: ``(cfg) -> tuple``: inputs of one forward pass that sizes lazy parameters.
+        gradient_inputs: ``(gen, cfg) -> tuple``: inputs of the gradient check.
+        cases: ``(report, student, reference, cfg, dtype, gen)``: the numbers of one dtype.
+        before_copy: ``(report, student, reference, cfg, gen)``: run after the parameter count
+            and before the weights are copied (LayerNorm checks its initial values there).
+        forbid: keyword arguments of :func:`forbidden_calls` for every call of the student's
+            module.
+        extra: more forbidden classes (see :func:`reject_reference_class`).
+        kwargs: ``(cfg) -> dict | None``: keyword arguments of the constructor.
+        bug_args: ``(cfg) -> tuple``: constructor arguments of a catalogued variant (default
+            ``args``).
+    """
+
+    item: str
+    bugs: Sequence[BugVariant]
+    reference: Callable[[Config], nn.Module]
+    args: Callable[[Config], tuple[Any, ...]]
+    dims: Callable[[Config], dict[str, int]]
+    dry: Callable[[Config], tuple[Any, ...] | None]
+    gradient_inputs: Callable[[torch.Generator, Config], tuple[Any, ...]]
+    cases: Callable[..., None]
+    before_copy: Callable[..., None] | None = None
+    forbid: dict[str, Any] = field(default_factory=dict)
+    extra: Sequence[type] = ()
+    kwargs: Callable[[Config], dict[str, Any] | None] = lambda cfg: None
+    bug_args: Callable[[Config], tuple[Any, ...]] | None = None
+
+
+def dtypes_for(index: int) -> tuple[torch.dtype, ...]:
+    """The dtypes of a configuration: float32 and float64 for the first, float32 after."""
+    return (torch.float32, torch.float64) if index == 0 else (torch.float32,)
+
+
+def prepare_module(
+    report: CheckReport,
+    cls: Any,
+    reference: nn.Module,
+    args: Sequence[Any],
+    item: str,
+    *,
+    seed: int,
+    dims: dict[str, int],
+    bugs: Sequence[BugVariant] = (),
+    probe: Sequence[Any] | None = None,
+    forbid: dict[str, Any] | None = None,
+    extra: Sequence[type] = (),
+    kwargs: dict[str, Any] | None = None,
+    before_copy: Callable[[nn.Module], None] | None = None,
+    bug_args: Sequence[Any] | None = None,
+) -> nn.Module:
+    """Build the student's module, compare its parameters with the reference's per submodule,
+    and copy the reference's weights into it by name.
+
+    Args:
+        report: the running check's report.
+        cls: the student's class.
+        reference: the reference module (its weights are copied).
+        args: constructor arguments.
+        item: what the student implements.
+        seed: seeds the student's initialisation.
+        dims: named sizes for the parameter table.
+        bugs: catalogue matched structurally when the counts differ.
+        probe: inputs of one forward pass that sizes lazy parameters.
+        forbid: keyword arguments of :func:`forbidden_calls` while building.
+        extra: more forbidden classes.
+        kwargs: keyword arguments of the constructor.
+        before_copy: called with the student's module before the weights are copied.
+        bug_args: constructor arguments of a catalogued variant (default ``args``).
+
+    Returns:
+        The student's module in eval mode, holding the reference's weights.
+    """
+    with forbidden_calls(item, **(forbid or {})):
+        student = build_module(cls, args, item, seed=seed, extra=extra, kwargs=kwargs, probe=probe)
+    variant_args = args if bug_args is None else bug_args
+    param_gap(report, student, reference, item, dims=dims, bugs=bugs, args=variant_args)
+    if before_copy is not None:
+        before_copy(student)
+    copy_weights(reference, student, item)
+    return student
+
+
+def gradients_reach(
+    module: nn.Module,
+    inputs: Sequence[Any],
+    item: str,
+    forbid: dict[str, Any] | None = None,
+    *,
+    seed: int = 0,
+) -> None:
+    """Call the student's module (in float32) on ``inputs`` and check that every parameter gets
+    a gradient (``seed`` picks the random projection that is backpropagated)."""
+    mine = module.float()
+    with forbidden_calls(item, **(forbid or {})):
+        out = call_student(mine, *inputs, item=item)
+    output = expect_tensor(out, f"the output of your {item}")
+    check_gradients(output, list(mine.named_parameters()), item, seed=seed)
+
+
+def check_module(
+    report: CheckReport, cls: Any, spec: ModuleSpec, cfgs: Sequence[Config], gen: torch.Generator
+) -> None:
+    """The module check over ``cfgs``: for each configuration build, count and copy
+    (:func:`prepare_module`), run ``spec.cases`` per dtype (:func:`dtypes_for`), and on the
+    first configuration check gradients.
+
+    Args:
+        report: the running check's report.
+        cls: the student's class.
+        spec: what to build and compare.
+        cfgs: the configurations (see :func:`configs`).
+        gen: generator of the inputs.
+    """
+    for index, cfg in enumerate(cfgs):
+        torch.manual_seed(index)
+        reference = spec.reference(cfg)
+        hook = None
+        if spec.before_copy is not None:
+
+            def hook(student: nn.Module, reference: nn.Module = reference, cfg: Config = cfg):
+                spec.before_copy(report, student, reference, cfg, gen)
+
+        student = prepare_module(
+            report,
+            cls,
+            reference,
+            spec.args(cfg),
+            spec.item,
+            seed=index,
+            dims=spec.dims(cfg),
+            bugs=spec.bugs,
+            probe=spec.dry(cfg),
+            forbid=spec.forbid,
+            extra=spec.extra,
+            kwargs=spec.kwargs(cfg),
+            before_copy=hook,
+            bug_args=spec.bug_args(cfg) if spec.bug_args is not None else None,
+        )
+        for dtype in dtypes_for(index):
+            spec.cases(
+                report, student.to(dtype), copy.deepcopy(reference).to(dtype), cfg, dtype, gen
+            )
+        if index == 0:
+            gradients_reach(student, spec.gradient_inputs(gen, cfg), spec.item, spec.forbid)

@@ -1,0 +1,121 @@
+"""The public checks, declared in one place: :func:`public_check` turns a check's body into the
+function a notebook calls and records it, so the check table and :func:`catalogue` of known
+mistakes are read from the same list.
+
+A body has the signature ``body(report, impl, thorough, seed)``, says in its docstring what it
+verifies, and either returns (every property held) or fails through ``report``. The public
+check built from it has the signature every check shares::
+
+    check_<name>(impl, *, thorough=False, seed=None, points=None) -> CheckResult
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .results import BugVariant, CheckReport, CheckResult, run_check
+
+__all__ = ["CheckEntry", "catalogue", "public_check", "registered_checks"]
+
+Body = Callable[[CheckReport, Any, bool, "int | None"], None]
+
+_COMMON_DOC = """
+    Args:
+        impl: the student's {kind}.
+        thorough: also try extra and randomised shapes (hidden tests).
+        seed: picks the randomised shapes and the inputs.
+        points: points to report on success.
+
+    Returns:
+        A passed :class:`CheckResult` listing what was verified.
+
+    Raises:
+        CheckFailure: what is wrong and, for a known mistake, what to change.
+"""
+
+
+@dataclass(frozen=True)
+class CheckEntry:
+    """One public check as the registry knows it.
+
+    Attributes:
+        name: the check's name (``check_layer_norm``).
+        check: the public function.
+        implements: what the student implements (``LayerNorm``).
+        assignment: the assignment it grades (``ex04_encoder``).
+        bugs: the known mistakes it recognises.
+    """
+
+    name: str
+    check: Callable[..., CheckResult]
+    implements: str
+    assignment: str
+    bugs: tuple[BugVariant, ...]
+
+
+_REGISTRY: dict[str, CheckEntry] = {}
+
+
+def _signature() -> inspect.Signature:
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    return inspect.Signature(
+        [
+            inspect.Parameter("impl", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="Any"),
+            inspect.Parameter("thorough", keyword, default=False, annotation="bool"),
+            inspect.Parameter("seed", keyword, default=None, annotation="int | None"),
+            inspect.Parameter("points", keyword, default=None, annotation="float | None"),
+        ],
+        return_annotation="CheckResult",
+    )
+
+
+def public_check(
+    *, assignment: str, implements: str, bugs: Sequence[BugVariant] = (), kind: str = "function"
+) -> Callable[[Body], Callable[..., CheckResult]]:
+    """Decorator: make ``body`` the public check of the same name and register it.
+
+    Args:
+        assignment: the assignment the check grades (``ex01_attention``).
+        implements: what the student implements, as the table names it.
+        bugs: the known mistakes the check recognises (listed by :func:`catalogue`).
+        kind: ``"function"`` or ``"class"``, for the docstring of ``impl``.
+
+    Returns:
+        The decorator; it raises ``ValueError`` when a check of that name already exists.
+    """
+
+    def register(body: Body) -> Callable[..., CheckResult]:
+        name = body.__name__
+        if name in _REGISTRY:
+            raise ValueError(f"a check named {name} is already registered")
+
+        def check(
+            impl: Any,
+            *,
+            thorough: bool = False,
+            seed: int | None = None,
+            points: float | None = None,
+        ) -> CheckResult:
+            return run_check(name, points, body, impl, thorough, seed)
+
+        check.__name__ = check.__qualname__ = name
+        check.__module__ = body.__module__
+        check.__doc__ = (body.__doc__ or "").rstrip() + "\n" + _COMMON_DOC.format(kind=kind)
+        check.__signature__ = _signature()  # type: ignore[attr-defined]
+        _REGISTRY[name] = CheckEntry(name, check, implements, assignment, tuple(bugs))
+        return check
+
+    return register
+
+
+def registered_checks() -> list[CheckEntry]:
+    """Every public check, in the order the assignments define them."""
+    return sorted(_REGISTRY.values(), key=lambda entry: entry.assignment)
+
+
+def catalogue() -> list[BugVariant]:
+    """Every known mistake the checks recognise, check by check."""
+    return [bug for entry in registered_checks() for bug in entry.bugs]

@@ -1,0 +1,138 @@
+"""The checks' framework (``coursepkg/grading/framework/``) and the layout of the checks: the
+registry is the one list of public checks (the table in ``coursepkg.grading``'s docstring and
+:func:`catalogue` follow it), the tensor guard and the locator's comparison say what they
+promise, forbidden calls have their own failure type, and the grading modules stay small, import
+no private name of another module and form no import cycle."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import coursepkg.grading as grading
+from coursepkg import stubs
+from coursepkg.grading.framework import (
+    CheckFailure,
+    ForbiddenCall,
+    expect_tensor,
+    forbidden_calls,
+    is_close,
+    registered_checks,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+GRADING = ROOT / "coursepkg" / "grading"
+#: The part of grading/ this layout covers (classroom, sandbox, fork server and notebook
+#: runner are the class grader's, with their own tests).
+CHECK_FILES = sorted([GRADING / "__init__.py", *(GRADING / "framework").glob("*.py")]) + sorted(
+    (GRADING / "checks").glob("*.py")
+)
+
+
+def test_every_public_check_is_registered_once_with_an_existing_assignment():
+    entries = registered_checks()
+    names = [e.name for e in entries]
+    assert len(names) == len(set(names)) == 14
+    exported = {n for n in grading.__all__ if n.startswith("check_")}
+    assert exported == set(names)
+    assignments = {p.stem for p in Path(stubs.__file__).parent.glob("ex*.py")}
+    for entry in entries:
+        assert getattr(grading, entry.name) is entry.check
+        assert entry.assignment in assignments
+        assert entry.check.__module__ == f"coursepkg.grading.checks.{entry.assignment}"
+        assert list(inspect.signature(entry.check).parameters) == [
+            "impl",
+            "thorough",
+            "seed",
+            "points",
+        ]
+        assert "Args:" in entry.check.__doc__ and "Raises:" in entry.check.__doc__
+
+
+def test_the_docstring_table_lists_the_registry():
+    rows = re.findall(r"^(check_\S+)\s+(.+?)\s{2,}(ex\d\d_\w+)\s*$", grading.__doc__, re.M)
+    entries = registered_checks()
+    assert len(rows) == len(entries)
+    for (name, _, assignment), entry in zip(rows, entries, strict=True):
+        assert entry.name.startswith(name.rstrip("."))  # long names are cut with "..."
+        assert assignment == entry.assignment
+
+
+def test_catalogue_is_every_registered_mistake_with_unique_ids():
+    bugs = grading.catalogue()
+    assert bugs == [bug for entry in registered_checks() for bug in entry.bugs]
+    ids = [bug.id for bug in bugs]
+    assert len(ids) == len(set(ids)) and len(ids) > 80
+
+
+def test_the_tensor_guard_names_what_came_back_and_the_shapes():
+    t = torch.zeros(2, 3)
+    assert expect_tensor(t, "x") is t and expect_tensor(t, "x", (2, 3)) is t
+    with pytest.raises(CheckFailure, match="your code returned a tuple"):
+        expect_tensor((t, t), "the output")
+    with pytest.raises(CheckFailure, match=r"has shape \(2, 3\), expected \(3, 2\)"):
+        expect_tensor(t, "the output", (3, 2))
+
+
+def test_is_close_is_false_for_anything_but_a_near_tensor_of_the_same_shape():
+    t = torch.randn(2, 3)
+    assert is_close(t + 1e-7, t)
+    assert not is_close(t + 1e-2, t)
+    assert not is_close(t[:1], t)
+    assert not is_close([0.0], t)
+    assert is_close(t.double(), t)
+
+
+def test_a_forbidden_call_has_its_own_failure_type():
+    q = torch.randn(1, 2, 4)
+    with pytest.raises(ForbiddenCall, match="scaled_dot_product_attention"):
+        with forbidden_calls("x"):
+            exec("F.scaled_dot_product_attention(q, q, q)", {"F": F, "q": q})  # noqa: S102
+    assert issubclass(ForbiddenCall, CheckFailure)
+
+
+def _functions(tree: ast.AST):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield node
+
+
+@pytest.mark.parametrize("path", CHECK_FILES, ids=lambda p: p.name)
+def test_grading_files_are_small_and_their_functions_short(path):
+    text = path.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 600
+    for fn in _functions(ast.parse(text)):
+        assert fn.end_lineno - fn.lineno + 1 <= 80, fn.name
+
+
+@pytest.mark.parametrize("path", CHECK_FILES, ids=lambda p: p.name)
+def test_no_private_name_is_imported_from_another_module(path):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.level or "coursepkg" in (node.module or "")):
+            private = [a.name for a in node.names if a.name.startswith("_")]
+            assert not private, f"{path.name} imports {private} from {node.module}"
+
+
+def test_coursepkg_grading_has_no_import_cycle():
+    path = ROOT / "scripts" / "import_cycles.py"
+    spec = importlib.util.spec_from_file_location("import_cycles", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    root = ROOT / "coursepkg"
+    paths = sorted(root.rglob("*.py"))
+    known = {module.module_name(root, p) for p in paths}
+    graph = {module.module_name(root, p): module.imports(root, p, known, True) for p in paths}
+    grading_graph = {
+        name: {m for m in imported if m.startswith("coursepkg.grading")}
+        for name, imported in graph.items()
+        if name.startswith("coursepkg.grading")
+    }
+    assert module.cycles(grading_graph) == []
+    assert "coursepkg.grading.framework" in grading_graph["coursepkg.grading.checks.ex01_attention"]
