@@ -341,11 +341,6 @@ def test_another_gradebook_url(graded):
         export.write_bytes(kept)  # the class's export, for the other tests
 
 
-def test_grading_takes_minutes_not_more(graded):
-    # ~35 notebooks, 2 workers, one notebook killed at the 50 s limit: a few minutes.
-    assert graded["seconds"] < 360, graded["seconds"]
-
-
 def test_release_feedback_skips_a_zip_collect_submission(tmp_path):
     """nbgrader's release_feedback stopped at a student without an exchange secret (collected
     with zip_collect); the course's ReleaseFeedback releases the others and names the skipped."""
