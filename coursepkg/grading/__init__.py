@@ -79,3 +79,6 @@ def catalogue() -> list[BugVariant]:
     for module in _loaded:
         bugs.extend(getattr(module, "BUGS", []))
     return bugs
+
+
+from .checks.ex09_training_run import check_training_run  # noqa: E402, F401 - ex09_training_run
