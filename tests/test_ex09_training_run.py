@@ -43,7 +43,7 @@ PLANTED = {
     ],
     "ex09.dropout_at_evaluation": [
         (TF, "model.eval()\n    return losses", "return losses"),
-        ("answer_greedy_decode", "model.eval()\n", ""),
+        ("answer_greedy_decode", "model.eval()\n    with", "with"),
     ],
 }
 
