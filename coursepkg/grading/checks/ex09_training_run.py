@@ -96,10 +96,14 @@ def _trusted_roots() -> tuple[str, ...]:
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.__file__)}
     paths.update(p for p in sysconfig.get_paths().values() if p)
     paths.update(("/proc", "/sys", "/dev", "/etc", "/usr/share", "/usr/lib", "/lib"))
+    return tuple(os.path.realpath(p) + os.sep for p in paths)
+
+
+def _matplotlib_dirs() -> tuple[str, ...]:
+    """Where matplotlib keeps its font cache and settings (read when a student plots)."""
     home = Path.home()
-    paths.update(str(home / d / "matplotlib") for d in (".cache", ".config"))
-    if os.environ.get("MPLCONFIGDIR"):
-        paths.add(os.environ["MPLCONFIGDIR"])
+    paths = [str(home / d / "matplotlib") for d in (".cache", ".config")]
+    paths += [os.environ["MPLCONFIGDIR"]] if os.environ.get("MPLCONFIGDIR") else []
     return tuple(os.path.realpath(p) + os.sep for p in paths)
 
 
@@ -160,6 +164,18 @@ def _install(watch: TrainingWatch, limit: float) -> None:
     roots = _trusted_roots()
     ipykernel_tmp = os.path.join(os.path.realpath(tempfile.gettempdir()), "ipykernel_")
     package = os.path.realpath(Path(__file__).parents[2]) + os.sep  # .../coursepkg/
+    plotting = _matplotlib_dirs()
+    # Library code that reads its caller's frame for its own purposes, not to snoop.
+    frame_users = tuple(
+        os.path.join(os.path.dirname(os.__file__), f)
+        for f in (
+            "logging/__init__.py",
+            "typing.py",
+            "warnings.py",
+            "enum.py",
+            "collections/__init__.py",
+        )
+    )
     busy = threading.local()  # the hook's own work must not re-enter it
 
     def flag(message: str) -> None:
@@ -175,6 +191,9 @@ def _install(watch: TrainingWatch, limit: float) -> None:
             return
         real = os.path.realpath(os.fsdecode(path))
         if real.startswith(roots):
+            return
+        name = os.path.basename(real)
+        if real.startswith(plotting) and (name.startswith("fontlist-") or name == "matplotlibrc"):
             return
         if real.endswith(".py") and real.startswith((ipykernel_tmp, package)):
             # Source for tracebacks and warnings: IPython's copies of the notebook's cells,
@@ -195,10 +214,11 @@ def _install(watch: TrainingWatch, limit: float) -> None:
                 flag(f"opened a network connection ({event})")
             elif event in _SNOOP_EVENTS:
                 flag(f"searched the interpreter's memory ({event})")
-            elif watch._grading[0] and (
-                event == "sys._getframe"
-                or (event == "object.__getattr__" and args[1] in _FRAME_ATTRS)
-            ):
+            elif watch._grading[0] and event == "sys._getframe":
+                caller = sys._getframe(1).f_code.co_filename  # who called sys._getframe
+                if caller not in frame_users:
+                    flag("looked at the grader's call frames while being graded")
+            elif watch._grading[0] and event == "object.__getattr__" and args[1] in _FRAME_ATTRS:
                 flag("looked at the grader's call frames while being graded")
         finally:
             busy.on = False
@@ -367,7 +387,15 @@ def _probe_batch(n: int = 48):
 
 def _logits(model: nn.Module, batch: Any, tgt_in: Tensor) -> Tensor:
     with torch.no_grad():
-        return model(batch.src, tgt_in, batch.src_mask, batch.tgt_mask)  # (B, T, V)
+        args = (batch.src, tgt_in, batch.src_mask, batch.tgt_mask)
+        logits = _call(model, *args, item="DateTransformer.forward")  # (B, T, V)
+    if not isinstance(logits, Tensor) or logits.shape[:2] != tgt_in.shape:
+        raise CheckFailure(
+            "DateTransformer.forward(src, tgt_in, src_mask, tgt_mask) must return logits of "
+            f"shape (B, T, V) = ({tgt_in.shape[0]}, {tgt_in.shape[1]}, V), got "
+            f"{getattr(logits, 'shape', type(logits).__name__)}"
+        )
+    return logits
 
 
 def _diagnose_model(model: nn.Module) -> list[str]:
