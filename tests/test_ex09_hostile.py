@@ -7,6 +7,10 @@ import pytest
 from ex09_runner import start_scenario, verdict
 from hostile_ex09 import hostile_runs
 
+# Each scenario is a fresh Python process that imports torch and trains a little; they run side
+# by side, and on a busy machine the lot takes minutes.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
 
 @pytest.fixture(scope="module")
 def verdicts(tmp_path_factory) -> dict[str, dict]:

@@ -20,6 +20,10 @@ from coursepkg.grading.checks.ex09_training_run import (
     check_own_pieces,
 )
 
+# Each scenario is a fresh Python process that imports torch and trains a little; they run side
+# by side, and on a busy machine the lot takes minutes.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
 TF = "answer_train_model"
 # mistake id -> the edits that plant it in the solution
 PLANTED = {
