@@ -147,6 +147,15 @@ def test_check_untouched_release_says_not_implemented_yet():
     assert report.score == 0 and not report.passed
 
 
+def test_check_untouched_training_run_says_not_implemented_yet():
+    """ex09's tests grade a model the untouched notebook never builds: they say so, fast."""
+    report = run_notebook(_release("ex09_training_run"))
+    visible = report.visible
+    assert visible and all(c.status == "failed" for c in visible)
+    assert all("model is not implemented yet" in c.message for c in visible), report.format()
+    assert report.score == 0 and not report.passed
+
+
 def test_check_solution_passes_every_test():
     report = run_notebook(_source("ex07_parameters"))
     assert report.passed, report.format()

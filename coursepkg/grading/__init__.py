@@ -40,6 +40,7 @@ from .checks.ex05_decoder import check_causal_mask, check_decoder_layer
 from .checks.ex06_training import check_label_smoothing, check_noam_lr
 from .checks.ex07_parameters import check_parameter_count
 from .checks.ex08_decoding import check_beam_search, check_greedy_decode
+from .checks.ex09_training_run import check_training_run
 from .framework import (
     BugVariant,
     CheckerError,
@@ -71,5 +72,6 @@ __all__ = [
     "check_parameter_count",
     "check_positional_encoding",
     "check_scaled_dot_product_attention",
+    "check_training_run",
     "registered_checks",
 ]

@@ -18,4 +18,5 @@ ASSIGNMENTS = (
     "ex06_training",
     "ex07_parameters",
     "ex08_decoding",
+    "ex09_training_run",
 )
