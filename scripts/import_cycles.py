@@ -42,7 +42,14 @@ def imports(root: Path, path: Path, known: set[str], typing: bool = False) -> se
                 base = base.rpartition(".")[0]
             stem = f"{base}.{node.module}" if node.level and node.module else base
             stem = node.module if not node.level else stem
-            targets = [stem] + [f"{stem}.{alias.name}" for alias in node.names]
+            submodules = [f"{stem}.{alias.name}" for alias in node.names]
+            # ``from . import sub`` imports the submodule; the package itself is already
+            # initialised before any of its modules runs, so it is an edge only when a name
+            # comes from the package's own namespace.
+            if all(sub in known for sub in submodules):
+                targets = submodules
+            else:
+                targets = [stem, *submodules]
         for target in targets:
             while target and target not in known:
                 target = target.rpartition(".")[0]

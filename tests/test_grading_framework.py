@@ -41,7 +41,9 @@ def test_every_public_check_is_registered_once_with_an_existing_assignment():
     names = [e.name for e in entries]
     assert len(names) == len(set(names)) == 14
     exported = {n for n in grading.__all__ if n.startswith("check_")}
-    assert exported == set(names)
+    # ex09 grades a whole training run (model, decoder, loss), not one implementation, so its
+    # check has its own signature and is exported without joining the registry.
+    assert exported == set(names) | {"check_training_run"}
     assignments = {p.stem for p in Path(stubs.__file__).parent.glob("ex*.py")}
     for entry in entries:
         assert getattr(grading, entry.name) is entry.check

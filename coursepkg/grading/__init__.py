@@ -27,6 +27,11 @@ check_greedy_decode            ``greedy_decode``                           ex08_
 check_beam_search              ``beam_search``                             ex08_decoding
 =============================  ==========================================  ==============
 
+``check_training_run`` (ex09_training_run) grades a whole training run (the trained model, the
+student's greedy decoder and loss) on a hidden held-out set; it lives in
+:mod:`.checks.ex09_training_run` with its own signature and its own list of training mistakes
+(``MISTAKES``), outside the registry of the item checks above.
+
 :func:`catalogue` lists every known mistake (:class:`BugVariant`) the checks recognise.
 """
 
