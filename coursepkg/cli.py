@@ -145,7 +145,12 @@ def _add_grade_parser(sub: Any) -> None:
         help="gradebook URL: postgresql://USER@HOST:PORT/DB or any SQLAlchemy URL (default: "
         "sqlite gradebook.db in the course)",
     )
-    p.add_argument("--cell-timeout", type=int, default=120, help="seconds per cell (120)")
+    p.add_argument(
+        "--cell-timeout",
+        type=int,
+        default=None,
+        help="seconds per cell (default: the notebook's metadata.coursepkg.cell_timeout, else 120)",
+    )
     p.add_argument(
         "--notebook-timeout", type=int, default=900, help="seconds per notebook in all (900)"
     )
@@ -188,7 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
         "notebook", help="the .ipynb file, e.g. exercises/ex01_attention/ex01_attention.ipynb"
     )
     p.add_argument(
-        "--timeout", type=float, default=120.0, help="seconds a single cell may run (default 120)"
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds a single cell may run (default: the notebook's "
+        "metadata.coursepkg.cell_timeout, else 120)",
     )
     p.set_defaults(func=_check)
     p = sub.add_parser(

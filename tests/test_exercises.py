@@ -17,7 +17,14 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from coursepkg.grading.notebook import NotebookError, find_test_cells, load_notebook, run_notebook
+from coursepkg.grading.notebook import (
+    DEFAULT_CELL_TIMEOUT,
+    NotebookError,
+    cell_timeout,
+    find_test_cells,
+    load_notebook,
+    run_notebook,
+)
 from coursepkg.release import find_leaks, generate_release, secret_lines
 from coursepkg.stubs import ASSIGNMENTS
 
@@ -215,3 +222,21 @@ def test_check_cli_prints_each_test_and_a_total():
     assert "[FAIL] test_transformer_parameter_count_visible: 0/2" in cli.stdout
     assert "not implemented yet" in cli.stdout
     assert "Total: 0/2 points on the visible tests" in cli.stdout
+
+
+def test_a_notebook_asks_for_its_cell_time_limit_in_its_metadata():
+    assert cell_timeout({"metadata": {}}) == DEFAULT_CELL_TIMEOUT
+    assert cell_timeout({"metadata": {"coursepkg": {"cell_timeout": 900}}}) == 900
+    for bad in (0, -5, "900", True, None):
+        with pytest.raises(NotebookError, match="cell_timeout"):
+            cell_timeout({"metadata": {"coursepkg": {"cell_timeout": bad}}})
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_only_the_training_run_asks_for_longer_cells_and_its_release_keeps_it(assignment):
+    """ex09 trains a model in one cell, longer than the 120 s every other notebook gets; the
+    release (what ``coursepkg grade`` reads) carries the source's request."""
+    source = load_notebook(ROOT / "solutions" / assignment / f"{assignment}.ipynb")
+    release = load_notebook(ROOT / "exercises" / assignment / f"{assignment}.ipynb")
+    expected = 900 if assignment == "ex09_training_run" else DEFAULT_CELL_TIMEOUT
+    assert cell_timeout(source) == cell_timeout(release) == expected

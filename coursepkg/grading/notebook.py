@@ -191,8 +191,28 @@ def _result_text(cell: NotebookNode) -> str:
     return ""
 
 
+#: Seconds a single cell may run unless the notebook asks for more (see :func:`cell_timeout`).
+DEFAULT_CELL_TIMEOUT = 120
+
+
+def cell_timeout(nb: NotebookNode | dict) -> int:
+    """The seconds a single cell of ``nb`` may run: the notebook's own
+    ``metadata.coursepkg.cell_timeout`` (an assignment that trains a model asks for more), else
+    :data:`DEFAULT_CELL_TIMEOUT`.
+
+    Raises:
+        NotebookError: the metadata's value is not a positive number of seconds.
+    """
+    value = nb.get("metadata", {}).get("coursepkg", {}).get("cell_timeout", DEFAULT_CELL_TIMEOUT)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise NotebookError(
+            f"metadata.coursepkg.cell_timeout must be a positive number of seconds, not {value!r}"
+        )
+    return int(value)
+
+
 def run_notebook(
-    path: str | Path, *, timeout: float = 120.0, startup_timeout: float = 60.0
+    path: str | Path, *, timeout: float | None = None, startup_timeout: float = 60.0
 ) -> Report:
     """Execute a notebook in a fresh kernel and report its test cells.
 
@@ -200,7 +220,8 @@ def run_notebook(
 
     Args:
         path: the notebook (.ipynb).
-        timeout: the longest a single cell may run, in seconds.
+        timeout: the longest a single cell may run, in seconds (default: the notebook's
+            :func:`cell_timeout`).
         startup_timeout: the longest the kernel may take to start.
 
     Returns:
@@ -214,6 +235,7 @@ def run_notebook(
 
     path = Path(path)
     nb = load_notebook(path)
+    timeout = cell_timeout(nb) if timeout is None else timeout
     tests = find_test_cells(nb)
     client = NotebookClient(
         nb,
@@ -280,7 +302,7 @@ def run_notebook(
     return report
 
 
-def check_notebook(path: str | Path | None = None, *, timeout: float = 120.0) -> None:
+def check_notebook(path: str | Path | None = None, *, timeout: float | None = None) -> None:
     """Check the whole notebook from inside it, as ``coursepkg check`` does from a terminal.
 
     Meant for the last cell of an assignment notebook opened in JupyterLab: it runs the
@@ -290,7 +312,8 @@ def check_notebook(path: str | Path | None = None, *, timeout: float = 120.0) ->
 
     Args:
         path: the notebook; by default the one whose kernel this is (JupyterLab tells it).
-        timeout: the longest a single cell may run, in seconds.
+        timeout: the longest a single cell may run, in seconds (default: the notebook's
+            :func:`cell_timeout`).
 
     Returns:
         Nothing: the report (or why there was nothing to check) is displayed in the cell.

@@ -34,7 +34,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..notebook import NotebookError, load_notebook
+from ..notebook import DEFAULT_CELL_TIMEOUT, NotebookError, load_notebook
+from ..notebook import cell_timeout as notebook_cell_timeout
 from . import gradebook
 from .dashboard import build_dashboard
 from .protocol import Assignment, GradeAnswer, GradeJob, SandboxStatus
@@ -205,6 +206,9 @@ def _assignment(course: gradebook.Course, name: str, notebooks: list[str], **lim
     release = course.root / course.release / name
     if not all((release / f"{nb}.ipynb").is_file() for nb in notebooks):
         raise ValueError(f"the release of {name!r} is missing from {release}")
+    if limits.get("cell_timeout") is None:
+        asked = [notebook_cell_timeout(load_notebook(release / f"{nb}.ipynb")) for nb in notebooks]
+        limits["cell_timeout"] = max(asked, default=DEFAULT_CELL_TIMEOUT)
     return Assignment(
         name=name,
         course_id=course.course_id,
@@ -278,7 +282,7 @@ def grade_class(
     students: list[str] | None = None,
     db_url: str | None = None,
     scheduler: str | None = None,
-    cell_timeout: int = 120,
+    cell_timeout: int | None = None,
     notebook_timeout: int = 900,
     memory_mb: int = 4096,
     progress: bool = True,
@@ -299,7 +303,8 @@ def grade_class(
         scheduler: a running Dask scheduler's address (``tcp://HOST:PORT``); default: a
             ``LocalCluster`` on this machine.
         cell_timeout: seconds one cell may run (nbgrader's ``Execute.timeout``); a cell that
-            runs longer is interrupted and its test scores 0.
+            runs longer is interrupted and its test scores 0. Default: the longest the
+            release's notebooks ask for (:func:`~coursepkg.grading.notebook.cell_timeout`).
         notebook_timeout: wall-clock seconds one student's notebook may take in all; then its
             kernel is killed and the student gets the fallback zero with the reason.
         memory_mb: the address-space limit of each student's kernel, in MiB.
