@@ -266,8 +266,7 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         cache: AttentionCache | None = None,
     ) -> Tensor:
-        """MultiHead(Q, K, V) without the argument checks of :meth:`forward` (the layers call
-        this after checking their own inputs).
+        """MultiHead(Q, K, V): :meth:`forward` after its argument checks.
 
         Shape:
             query (B, L, D), key (B, S, D), value (B, S, D) -> (B, L, D).

@@ -12,7 +12,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._validation import check_attention_mask, check_float
 from .attention import MultiHeadAttention
 from .kv_cache import AttentionCache
 
@@ -164,7 +163,6 @@ class EncoderLayer(nn.Module):
         Shape:
             x (B, L, D) -> (B, L, D).
         """
-        _check_layer_input(self.self_attn, x, mask, cache)
         if self.norm_first:
             x = x + self._sa_block(self.norm1(x), mask, cache)  # (B, L, D)
             x = x + self._ff_block(self.norm2(x))  # (B, L, D)
@@ -175,7 +173,7 @@ class EncoderLayer(nn.Module):
 
     def _sa_block(self, x: Tensor, mask: Tensor | None, cache: AttentionCache | None) -> Tensor:
         # Self-attention and its residual dropout; (B, L, D) -> (B, L, D).
-        return self.dropout1(self.self_attn.attend(x, x, x, mask, cache))
+        return self.dropout1(self.self_attn(x, x, x, mask, cache))
 
     def _ff_block(self, x: Tensor) -> Tensor:
         # The position-wise FFN and its residual dropout; (B, L, D) -> (B, L, D).
@@ -241,8 +239,6 @@ class DecoderLayer(nn.Module):
         Shape:
             x (B, T, D), memory (B, S, D) -> (B, T, D).
         """
-        _check_layer_input(self.self_attn, x, self_mask, self_cache)
-        _check_memory(self.cross_attn, x, memory, cross_mask, cross_cache)
         if self.norm_first:
             x = x + self._sa_block(self.norm1(x), self_mask, self_cache)  # (B, T, D)
             x = x + self._ca_block(self.norm2(x), memory, cross_mask, cross_cache)  # (B, T, D)
@@ -255,47 +251,14 @@ class DecoderLayer(nn.Module):
 
     def _sa_block(self, x: Tensor, mask: Tensor | None, cache: AttentionCache | None) -> Tensor:
         # Masked self-attention and its residual dropout; (B, T, D) -> (B, T, D).
-        return self.dropout1(self.self_attn.attend(x, x, x, mask, cache))
+        return self.dropout1(self.self_attn(x, x, x, mask, cache))
 
     def _ca_block(
         self, x: Tensor, memory: Tensor, mask: Tensor | None, cache: AttentionCache | None
     ) -> Tensor:
         # Cross-attention to the encoder output and its residual dropout; -> (B, T, D).
-        return self.dropout2(self.cross_attn.attend(x, memory, memory, mask, cache))
+        return self.dropout2(self.cross_attn(x, memory, memory, mask, cache))
 
     def _ff_block(self, x: Tensor) -> Tensor:
         # The position-wise FFN and its residual dropout; (B, T, D) -> (B, T, D).
         return self.dropout3(self.ffn(x))
-
-
-def _check_layer_input(
-    attn: MultiHeadAttention, x: Tensor, mask: Tensor | None, cache: AttentionCache | None
-) -> None:
-    """A layer's checks, made once at its entry (its attention blocks then skip theirs)."""
-    check_float("x", x, ndim=3)
-    if x.size(-1) != attn.d_model:
-        raise ValueError(
-            f"x must have last dimension d_model={attn.d_model}, got shape {tuple(x.shape)}"
-        )
-    if mask is not None:
-        n_keys = x.size(1) + (0 if cache is None else cache.length)
-        check_attention_mask("mask", mask, (x.size(0), attn.n_heads, x.size(1), n_keys))
-
-
-def _check_memory(
-    attn: MultiHeadAttention,
-    x: Tensor,
-    memory: Tensor,
-    mask: Tensor | None,
-    cache: AttentionCache | None,
-) -> None:
-    """The decoder layer's checks of the encoder output and the cross-attention mask."""
-    check_float("memory", memory, ndim=3)
-    if memory.size(0) != x.size(0) or memory.size(-1) != attn.d_model:
-        raise ValueError(
-            f"memory must have shape (B, S, d_model) = ({x.size(0)}, S, {attn.d_model}), "
-            f"got {tuple(memory.shape)}"
-        )
-    if mask is not None:
-        n_keys = memory.size(1) if cache is None or cache.k is None else cache.length
-        check_attention_mask("cross_mask", mask, (x.size(0), attn.n_heads, x.size(1), n_keys))

@@ -10,7 +10,7 @@ import torch
 from torch.testing import assert_close
 
 from coursepkg import KVCache, beam_search, greedy_decode
-from coursepkg.decoding import AttentionCache
+from coursepkg.kv_cache import AttentionCache
 
 V, BOS, EOS = 11, 1, 2
 
