@@ -9,7 +9,10 @@ KV cache against recomputing the prefix at every step.
 Targets: at most 0.5x transformers' time at batch 1 and 0.9x at batch 8, at least 1,000
 tokens/s at batch 1, and the cache at least 8x faster than recomputation.
 
-Run: ``.venv/bin/python benchmarks/decode_hf.py [--rounds N]``
+``--profile`` also counts the ATen operator calls per generated token of each side (with
+``torch.profiler``; a count, so it does not depend on the machine's load).
+
+Run: ``.venv/bin/python benchmarks/decode_hf.py [--rounds N] [--threads T] [--profile]``
 """
 
 from __future__ import annotations
@@ -49,6 +52,23 @@ def _models(new: int):
     return hf, from_hf_gpt2(hf)
 
 
+def aten_calls_per_token(generate, short: int = 16, long: int = 48) -> tuple[float, float]:
+    """ATen calls per generated token, all and top-level only: the difference between two
+    generation lengths divided by the extra tokens (so the prompt's pass cancels out)."""
+
+    def count(n: int) -> tuple[int, int]:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            generate(n)
+        aten = [e for e in prof.events() if e.name.startswith("aten::")]
+        top = [
+            e for e in aten if e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")
+        ]
+        return len(aten), len(top)
+
+    (a_short, t_short), (a_long, t_long) = count(short), count(long)
+    return (a_long - a_short) / (long - short), (t_long - t_short) / (long - short)
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -56,6 +76,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--no-recompute", action="store_true", help="skip the slow baseline")
+    parser.add_argument("--profile", action="store_true", help="count ATen calls per token")
     args = parser.parse_args(argv)
     setup_threads(args.threads)
     new = args.new_tokens
@@ -65,6 +86,20 @@ def main(argv=None) -> dict:
         f"GPT-2 shaped D=256 L=4 H=4 V=1000, prompt {PROMPT}, {new} greedy tokens, "
         f"threads={torch.get_num_threads()}, median of {args.rounds} alternated rounds"
     )
+    if args.profile:
+        prompt = torch.randint(0, 1000, (1, PROMPT), generator=torch.Generator().manual_seed(1))
+
+        def hf_generate(n):
+            with torch.no_grad():
+                hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n)
+
+        for name, gen in (
+            ("coursepkg", lambda n: lm.generate(prompt, n)),
+            ("transformers", hf_generate),
+        ):
+            every, top = aten_calls_per_token(gen)
+            print(f"{name}: {every:.0f} ATen calls per generated token ({top:.0f} top-level)")
+            results[f"aten_{name}"] = every
     for batch in args.batches:
         prompt = torch.randint(0, 1000, (batch, PROMPT), generator=torch.Generator().manual_seed(1))
         out = {}

@@ -28,8 +28,9 @@ from .attention import (
     scaled_dot_product_attention,
 )
 from .config import TransformerConfig
-from .decoding import KVCache, beam_search, greedy_decode
+from .decoding import beam_search, greedy_decode
 from .encoder_only import EncoderOnlyLM
+from .kv_cache import KVCache
 from .layers import DecoderLayer, EncoderLayer, LayerNorm, PositionwiseFeedForward
 from .masks import causal_mask, padding_mask
 from .model import Decoder, DecoderOnlyLM, Encoder, EncoderDecoder, Transformer

@@ -8,16 +8,13 @@ Masks are boolean, True = may attend.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._validation import check_attention_mask, check_float
-
-if TYPE_CHECKING:
-    from .decoding import AttentionCache
+from .kv_cache import AttentionCache
 
 __all__ = [
     "AdditiveAttention",
@@ -127,20 +124,6 @@ def _attention_fast(
     return out
 
 
-def _one_query_attention(query: Tensor, key: Tensor, value: Tensor) -> Tensor:
-    """Eq. 1 for a single query per head with nothing masked: one step of cached decoding.
-
-    The same formula as :func:`scaled_dot_product_attention`, in three small operations. For
-    one query the fused kernel costs more than the work itself: it sets up blocks and shares
-    out the B * H heads among threads at every call.
-
-    Shape:
-        query (B, H, 1, Dk), key (B, H, S, Dk), value (B, H, S, Dv) -> (B, H, 1, Dv).
-    """
-    scores = query @ key.transpose(-2, -1) * query.size(-1) ** -0.5  # (B, H, 1, S)
-    return torch.softmax(scores, dim=-1) @ value  # (B, H, 1, Dv)
-
-
 # Below this many query rows (B * L), MultiHeadAttention projects Q, K and V separately.
 _FUSE_MIN_ROWS = 32
 
@@ -197,7 +180,7 @@ class MultiHeadAttention(nn.Module):
         cross-attention runs W^K and W^V together: same result, fewer and larger GEMMs."""
         projs = (self.q_proj, self.k_proj, self.v_proj)
         sizes = [p.out_features for p in projs]
-        if query[..., 0].numel() < _FUSE_MIN_ROWS:
+        if query.numel() // self.d_model < _FUSE_MIN_ROWS:
             # A few rows (one decoding step): concatenating the weights would cost more than
             # the separate small matmuls it saves.
             return tuple(p(x) for p, x in zip(projs, (query, key, value), strict=True))
@@ -229,6 +212,25 @@ class MultiHeadAttention(nn.Module):
         sizes = [p.out_features for p in projs]
         return F.linear(x, *cache.stacked_qkv).split(sizes, dim=-1)
 
+    def _heads(
+        self, query: Tensor, key: Tensor, value: Tensor, cache: AttentionCache | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Q, K and V split into heads; K and V include what the cache holds."""
+        if cache is not None and cache.static and cache.k is not None:
+            # Cross-attention while decoding: the memory's keys and values were computed once.
+            return self._split(self.q_proj(query), self.d_k), cache.k, cache.v
+        decoding = cache is not None and not cache.static and not torch.is_grad_enabled()
+        if decoding and query is key and key is value:
+            q, k, v = self._project_decoding(query, cache)  # (B, L, H*Dk), ...
+        else:
+            q, k, v = self._project(query, key, value)  # (B, L, H*Dk), (B, S, H*Dk), ...
+        q = self._split(q, self.d_k)  # (B, H, L, Dk)
+        k = self._split(k, self.d_k)  # (B, H, S, Dk)
+        v = self._split(v, self.d_v)  # (B, H, S, Dv)
+        if cache is not None:
+            k, v = cache.update(k, v)  # (B, H, S_total, Dk), (B, H, S_total, Dv)
+        return q, k, v
+
     def forward(
         self,
         query: Tensor,
@@ -237,7 +239,8 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         cache: AttentionCache | None = None,
     ) -> Tensor:
-        """Attend from ``query`` to ``key``/``value``.
+        """Attend from ``query`` to ``key``/``value``: the arguments are checked, then
+        :meth:`attend` computes.
 
         Args:
             query: (B, L, D).
@@ -245,16 +248,48 @@ class MultiHeadAttention(nn.Module):
             value: (B, S, D).
             mask: bool, True = may attend, broadcastable to (B, H, L, S); with a cache, S counts
                 the cached keys too.
-            cache: optional key/value cache (see :mod:`coursepkg.decoding`). A growing cache
+            cache: optional key/value cache (see :mod:`coursepkg.kv_cache`). A growing cache
                 appends this call's keys and values; a static one (cross-attention) computes
                 them once from ``key``/``value`` and reuses them afterwards.
 
         Shape:
             -> (B, L, D).
-
-        Returns:
-            The attended values projected back to D.
         """
+        self._check_inputs(query, key, value, mask, cache)
+        return self.attend(query, key, value, mask, cache)
+
+    def attend(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: Tensor | None = None,
+        cache: AttentionCache | None = None,
+    ) -> Tensor:
+        """MultiHead(Q, K, V): :meth:`forward` after its argument checks.
+
+        Shape:
+            query (B, L, D), key (B, S, D), value (B, S, D) -> (B, L, D).
+        """
+        q, k, v = self._heads(query, key, value, cache)  # (B, H, L, Dk), (B, H, S, Dk), ...
+        p = self.dropout if self.training else 0.0
+        if self.record_weights:
+            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)
+            self.last_weights = weights.detach()  # (B, H, L, S)
+        else:
+            out = _attention_fast(q, k, v, mask, p)  # (B, H, L, Dv)
+        b, _, n_q, _ = out.shape
+        out = out.transpose(1, 2).reshape(b, n_q, self.n_heads * self.d_v)  # (B, L, H*Dv)
+        return self.out_proj(out)  # (B, L, D)
+
+    def _check_inputs(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: Tensor | None,
+        cache: AttentionCache | None,
+    ) -> None:
         check_float("query", query, ndim=3)
         check_float("key", key, ndim=3)
         check_float("value", value, ndim=3)
@@ -269,35 +304,18 @@ class MultiHeadAttention(nn.Module):
                 "query, key and value must share the batch size and key/value their length: "
                 f"got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
             )
-        reuse = cache is not None and cache.static and cache.k is not None
-        if reuse:
-            q = self.q_proj(query)  # (B, L, H*Dk)
-            k, v = cache.k, cache.v  # (B, H, S, Dk), (B, H, S, Dv)
-        else:
-            decoding = cache is not None and not cache.static and not torch.is_grad_enabled()
-            if decoding and query is key and key is value:
-                q, k, v = self._project_decoding(query, cache)  # (B, L, H*Dk), ...
-            else:
-                q, k, v = self._project(query, key, value)  # (B, L, H*Dk), (B, S, H*Dk), ...
-            k = self._split(k, self.d_k)  # (B, H, S, Dk)
-            v = self._split(v, self.d_v)  # (B, H, S, Dv)
-            if cache is not None:
-                k, v = cache.update(k, v)  # (B, H, S_total, Dk), (B, H, S_total, Dv)
-        q = self._split(q, self.d_k)  # (B, H, L, Dk)
-        n_q = q.size(2)
         if mask is not None:
-            check_attention_mask("mask", mask, (q.size(0), self.n_heads, n_q, k.size(2)))
-        p = self.dropout if self.training else 0.0
-        if cache is not None and n_q == 1 and mask is None and not self.record_weights:
-            out = _one_query_attention(q, k, v)  # (B, H, 1, Dv): a decoding step
-        elif self.record_weights:
-            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)
-            self.last_weights = weights.detach()  # (B, H, L, S)
-        else:
-            out = _attention_fast(q, k, v, mask, p)  # (B, H, L, Dv)
-        b, _, n_q, _ = out.shape
-        out = out.transpose(1, 2).reshape(b, n_q, self.n_heads * self.d_v)  # (B, L, H*Dv)
-        return self.out_proj(out)  # (B, L, D)
+            n_keys = _keys_after(cache, key.size(1))
+            check_attention_mask("mask", mask, (query.size(0), self.n_heads, query.size(1), n_keys))
+
+
+def _keys_after(cache: AttentionCache | None, n_new: int) -> int:
+    """How many keys attention sees once the cache has taken ``n_new`` more."""
+    if cache is None:
+        return n_new
+    if cache.static:
+        return n_new if cache.k is None else cache.length
+    return cache.length + n_new
 
 
 class AdditiveAttention(nn.Module):

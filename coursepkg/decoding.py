@@ -1,4 +1,8 @@
-"""Generation: the key/value cache, batched greedy decoding and beam search.
+"""Generation: batched greedy decoding and beam search for the encoder-decoder model.
+
+The key/value cache they use lives in :mod:`coursepkg.kv_cache`; sampling a next token
+(:func:`sample_next`) lives with :meth:`~coursepkg.DecoderOnlyLM.generate` in
+:mod:`coursepkg.model`. Both are re-exported here.
 
 Dimension legend: B batch, K beam size, H heads, T generated length, S source length,
 V vocabulary. Token masks are bool, True = real token.
@@ -6,118 +10,15 @@ V vocabulary. Token masks are bool, True = real token.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from ._validation import check_tokens
-
-if TYPE_CHECKING:
-    from .model import Transformer
-
-
-class AttentionCache:
-    """Keys and values one attention block has already computed.
-
-    A growing cache (self-attention) appends each step's keys/values; a static cache
-    (cross-attention) is filled once from the encoder output and then only read.
-
-    Given a ``capacity`` (the longest sequence that will be decoded), a growing cache allocates
-    its storage once, on the first call, and each step writes into it; without one it
-    concatenates, which copies the whole cache at every step.
-
-    Attributes:
-        k: (B, H, S, Dk) or None before the first call.
-        v: (B, H, S, Dv) or None before the first call.
-        static: whether the cache is filled once and reused.
-        capacity: most positions a growing cache holds, or None to grow without limit.
-        stacked_qkv: the owning self-attention's W^Q, W^K, W^V stacked into one matrix (and
-            bias) on the first step, so that each step projects with one matmul.
-    """
-
-    def __init__(self, static: bool = False, capacity: int | None = None) -> None:
-        self.static = static
-        self.capacity = capacity
-        self.k: Tensor | None = None
-        self.v: Tensor | None = None
-        self._storage: tuple[Tensor, Tensor] | None = None  # preallocated (B, H, capacity, *)
-        self.stacked_qkv: tuple[Tensor, Tensor | None] | None = None
-
-    @property
-    def length(self) -> int:
-        """Number of cached key positions."""
-        return 0 if self.k is None else self.k.size(2)
-
-    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store this call's keys/values and return everything cached so far.
-
-        Shape:
-            k (B, H, n, Dk), v (B, H, n, Dv) -> (B, H, S, Dk), (B, H, S, Dv).
-        """
-        if self.static or (self.k is None and self.capacity is None):
-            self.k, self.v = k, v
-            return self.k, self.v
-        start, end = self.length, self.length + k.size(2)
-        if self.capacity is None:
-            self.k = torch.cat([self.k, k], dim=2)  # (B, H, S + n, Dk)
-            self.v = torch.cat([self.v, v], dim=2)  # (B, H, S + n, Dv)
-            return self.k, self.v
-        if end > self.capacity:
-            raise ValueError(
-                f"the cache holds at most capacity={self.capacity} positions; "
-                f"{start} are cached and {k.size(2)} more were given"
-            )
-        if self._storage is None:
-            b, h = k.shape[:2]
-            self._storage = (
-                k.new_empty(b, h, self.capacity, k.size(3)),  # (B, H, capacity, Dk)
-                v.new_empty(b, h, self.capacity, v.size(3)),  # (B, H, capacity, Dv)
-            )
-        k_all, v_all = self._storage
-        k_all.narrow(2, start, end - start).copy_(k)  # write positions start..end-1
-        v_all.narrow(2, start, end - start).copy_(v)
-        self.k, self.v = k_all.narrow(2, 0, end), v_all.narrow(2, 0, end)  # (B, H, S + n, D*)
-        return self.k, self.v
-
-    def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` (beam search reshuffles its hypotheses each step)."""
-        if self.k is None:
-            return
-        if self._storage is not None:
-            n = self.length
-            self._storage = tuple(t.index_select(0, index) for t in self._storage)
-            self.k, self.v = (t[:, :, :n] for t in self._storage)
-        else:
-            self.k = self.k.index_select(0, index)
-            self.v = self.v.index_select(0, index)
-
-
-class KVCache:
-    """Per-layer caches of a decoder: ``self_attn[i]`` grows, ``cross_attn[i]`` is static.
-
-    Args:
-        n_layers: number of decoder layers.
-        cross: whether the layers also have cross-attention (encoder-decoder models).
-        capacity: longest target the growing caches will hold; given, they preallocate it.
-    """
-
-    def __init__(self, n_layers: int, cross: bool = True, capacity: int | None = None) -> None:
-        if capacity is not None and (not isinstance(capacity, int) or capacity < 1):
-            raise ValueError(f"capacity must be None or a positive integer, got {capacity!r}")
-        self.self_attn = [AttentionCache(capacity=capacity) for _ in range(n_layers)]
-        self.cross_attn = [AttentionCache(static=True) for _ in range(n_layers)] if cross else None
-
-    @property
-    def length(self) -> int:
-        """Number of target positions already processed."""
-        return self.self_attn[0].length if self.self_attn else 0
-
-    def reorder(self, index: Tensor) -> None:
-        """Reorder the growing caches' batch rows (the static ones are identical per beam)."""
-        for cache in self.self_attn:
-            cache.reorder(index)
-
+from .kv_cache import AttentionCache, KVCache
+from .model import Transformer, sample_next
 
 LENGTH_NORMS = ("power", "gnmt")
 
@@ -284,75 +185,144 @@ def beam_search(
         raise ValueError(f"length_norm must be one of {LENGTH_NORMS}, got {length_norm!r}")
     _check_decode_args(model, src, max_len, bos_id, eos_id)
     pad = model.config.pad_id if model.config.pad_id is not None else eos_id
-    k, device = beam_size, src.device
+    k = beam_size
     src_mask = model.source_mask(src, src_mask)
-    b = src.size(0)
     memory = model.encode(src, src_mask).repeat_interleave(k, dim=0)  # (B*K, S, D)
     src_mask = None if src_mask is None else src_mask.repeat_interleave(k, dim=0)  # (B*K, S)
-    tokens = torch.full((b * k, 1), bos_id, dtype=torch.long, device=device)  # (B*K, 1)
-    # Start from one live beam per source; the other K-1 copies are placeholders.
-    scores = torch.full((b, k), float("-inf"), device=device)  # (B, K)
-    scores[:, 0] = 0.0
-    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]
-    done = [False] * b
+    beams = _Beams.start(src.size(0), k, bos_id, src.device)
     cache = model.new_cache(capacity=1 + max_len) if use_cache else None
 
     def normalise(logp: float, length: int) -> float:
         return logp / _length_divisor(length, length_penalty, length_norm)
 
     for step in range(1, max_len + 1):
-        logits = _next_logits(model, tokens, memory, src_mask, cache)  # (B*K, V)
-        logp = torch.log_softmax(logits.float(), dim=-1)  # (B*K, V)
-        vocab = logp.size(-1)
-        total = (scores.view(b * k, 1) + logp).view(b, k * vocab)  # (B, K*V)
-        top_val, top_idx = total.topk(min(2 * k, k * vocab), dim=-1)  # (B, 2K)
-        top_val, top_idx = top_val.tolist(), top_idx.tolist()
-        rows, next_tok, next_scores = [], [], []
-        for i in range(b):
-            kept: list[tuple[int, int, float]] = []
-            if not done[i]:
-                for val, idx in zip(top_val[i], top_idx[i], strict=True):
-                    beam, tok = divmod(idx, vocab)
-                    if val == float("-inf"):
-                        break
-                    if tok == eos_id:
-                        hyp = tokens[i * k + beam].tolist() + [eos_id]
-                        finished[i].append((normalise(val, step), hyp))
-                        # Stop early with k finished hypotheses, except at the last step, where
-                        # the open ones are still ranked below.
-                        if len(finished[i]) >= k and step < max_len:
-                            done[i] = True
-                            break
-                    else:
-                        kept.append((beam, tok, val))
-                        if len(kept) == k:
-                            break
-            if done[i] or not kept:
-                done[i] = True
-                kept = [(0, pad, float("-inf"))] * k
-            kept += [(kept[0][0], kept[0][1], float("-inf"))] * (k - len(kept))
-            for beam, tok, val in kept:
-                rows.append(i * k + beam)
-                next_tok.append(tok)
-                next_scores.append(val)
-        index = torch.tensor(rows, device=device)
-        tokens = torch.cat(
-            [tokens.index_select(0, index), torch.tensor(next_tok, device=device)[:, None]], dim=1
-        )  # (B*K, step + 1)
-        scores = torch.tensor(next_scores, device=device).view(b, k)  # (B, K)
+        logits = _next_logits(model, beams.tokens, memory, src_mask, cache)  # (B*K, V)
+        index = _beam_step(beams, logits, step, step == max_len, eos_id, pad, normalise)
         if cache is not None:
             cache.reorder(index)
-        if all(done):
+        if all(beams.done):
             break
-    # Hypotheses still open at max_len compete with the finished ones.
+    return _best_hypotheses(beams, pad, normalise)
+
+
+@dataclass
+class _Beams:
+    """The state of beam search: K hypotheses per source and the finished ones."""
+
+    tokens: Tensor  # (B*K, t) the open hypotheses, BOS first
+    scores: Tensor  # (B, K) their total log-probabilities (-inf for placeholders)
+    finished: list[list[tuple[float, list[int]]]] = field(default_factory=list)
+    done: list[bool] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, b: int, k: int, bos_id: int, device: torch.device) -> _Beams:
+        tokens = torch.full((b * k, 1), bos_id, dtype=torch.long, device=device)  # (B*K, 1)
+        # Start from one live beam per source; the other K-1 copies are placeholders.
+        scores = torch.full((b, k), float("-inf"), device=device)  # (B, K)
+        scores[:, 0] = 0.0
+        return cls(tokens, scores, [[] for _ in range(b)], [False] * b)
+
+
+def _beam_step(
+    beams: _Beams,
+    logits: Tensor,
+    step: int,
+    last: bool,
+    eos_id: int,
+    pad: int,
+    normalise: Callable[[float, int], float],
+) -> Tensor:
+    """Extend every hypothesis by one token and keep the K best per source.
+
+    Returns the rows of the previous hypotheses the new ones continue (for the cache).
+
+    Shape:
+        logits (B*K, V) -> index (B*K,).
+    """
+    b, k = beams.scores.shape
+    logp = torch.log_softmax(logits.float(), dim=-1)  # (B*K, V)
+    vocab = logp.size(-1)
+    total = (beams.scores.view(b * k, 1) + logp).view(b, k * vocab)  # (B, K*V)
+    top_val, top_idx = total.topk(min(2 * k, k * vocab), dim=-1)  # (B, 2K)
+    top_val, top_idx = top_val.tolist(), top_idx.tolist()
+    rows, next_tok, next_scores = [], [], []
     for i in range(b):
-        if not done[i]:
+        kept = _extend_source(
+            beams, i, top_val[i], top_idx[i], vocab, step, last, eos_id, normalise
+        )
+        kept = [(i * k + beam, tok, val) for beam, tok, val in kept]
+        if beams.done[i] or not kept:
+            beams.done[i] = True
+            kept = [(i * k, pad, float("-inf"))] * k
+        kept += [(kept[0][0], kept[0][1], float("-inf"))] * (k - len(kept))
+        for row, tok, val in kept:
+            rows.append(row)
+            next_tok.append(tok)
+            next_scores.append(val)
+    device = beams.tokens.device
+    index = torch.tensor(rows, device=device)  # (B*K,)
+    new = torch.tensor(next_tok, device=device)[:, None]  # (B*K, 1)
+    beams.tokens = torch.cat([beams.tokens.index_select(0, index), new], dim=1)  # (B*K, t + 1)
+    beams.scores = torch.tensor(next_scores, device=device).view(b, k)  # (B, K)
+    return index
+
+
+def _extend_source(
+    beams: _Beams,
+    i: int,
+    values: list[float],
+    indices: list[int],
+    vocab: int,
+    step: int,
+    last: bool,
+    eos_id: int,
+    normalise: Callable[[float, int], float],
+) -> list[tuple[int, int, float]]:
+    """Walk source ``i``'s best candidates: an EOS finishes a hypothesis (normalised score
+    recorded in ``beams.finished``), any other token extends one; returns the extended ones
+    as (beam, token, score), at most K."""
+    k = beams.scores.size(1)
+    kept: list[tuple[int, int, float]] = []
+    if beams.done[i]:
+        return kept
+    for val, idx in zip(values, indices, strict=True):
+        beam, tok = divmod(idx, vocab)
+        if val == float("-inf"):
+            break
+        if tok == eos_id:
+            hyp = beams.tokens[i * k + beam].tolist() + [eos_id]
+            beams.finished[i].append((normalise(val, step), hyp))
+            # Stop early with k finished hypotheses, except at the last step, where the open
+            # ones are still ranked below.
+            if len(beams.finished[i]) >= k and not last:
+                beams.done[i] = True
+                break
+        else:
+            kept.append((beam, tok, val))
+            if len(kept) == k:
+                break
+    return kept
+
+
+def _best_hypotheses(
+    beams: _Beams, pad: int, normalise: Callable[[float, int], float]
+) -> tuple[Tensor, Tensor]:
+    """The best hypothesis per source, finished or (at max_len) still open, padded.
+
+    Shape:
+        -> tokens (B, 1 + T), scores (B,).
+    """
+    b, k = beams.scores.shape
+    device = beams.tokens.device
+    for i in range(b):
+        if not beams.done[i]:
+            # Hypotheses still open at max_len compete with the finished ones.
             for j in range(k):
-                val = float(scores[i, j])
+                val = float(beams.scores[i, j])
                 if val > float("-inf"):
-                    hyp = tokens[i * k + j].tolist()
-                    finished[i].append((normalise(val, _hyp_len(hyp)), hyp))
-    best = [max(f, key=lambda t: t[0]) for f in finished]
+                    hyp = beams.tokens[i * k + j].tolist()
+                    beams.finished[i].append((normalise(val, _hyp_len(hyp)), hyp))
+    best = [max(f, key=lambda t: t[0]) for f in beams.finished]
     width = max(len(hyp) for _, hyp in best)
     out = torch.full((b, width), pad, dtype=torch.long, device=device)  # (B, 1 + T)
     for i, (_, hyp) in enumerate(best):
@@ -363,28 +333,6 @@ def beam_search(
 def _hyp_len(hyp: list[int]) -> int:
     """Generated length of a hypothesis that starts with BOS."""
     return max(len(hyp) - 1, 1)
-
-
-def sample_next(logits: Tensor, temperature: float, top_k: int | None, generator=None) -> Tensor:
-    """Pick the next token from logits: argmax when ``temperature == 0``, else sample.
-
-    Args:
-        logits: next-token scores.
-        temperature: 0 for greedy; otherwise logits are divided by it before the softmax.
-        top_k: keep only the ``top_k`` most probable tokens before sampling.
-        generator: optional ``torch.Generator`` for reproducible samples.
-
-    Shape:
-        logits (B, V) -> (B,).
-    """
-    if temperature == 0.0:
-        return logits.argmax(dim=-1)  # (B,)
-    logits = logits.float() / temperature
-    if top_k is not None and top_k < logits.size(-1):
-        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = torch.softmax(logits, dim=-1)  # (B, V)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
 
 
 __all__ = [

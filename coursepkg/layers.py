@@ -7,16 +7,13 @@ Dimension legend: B batch, L target/query length, S source length, D d_model, F 
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention
-
-if TYPE_CHECKING:
-    from .decoding import AttentionCache
+from .kv_cache import AttentionCache
 
 
 def layer_norm_reference(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float) -> Tensor:
@@ -66,6 +63,15 @@ _ACTIVATIONS = {
 }
 
 
+class Dropout(nn.Dropout):
+    """``nn.Dropout`` that returns its input untouched, without a kernel call, when it is off
+    (evaluation mode or ``p == 0``): generation calls a dozen of them per token."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Shape: any -> same."""
+        return super().forward(x) if self.training and self.p > 0 else x
+
+
 class PositionwiseFeedForward(nn.Module):
     """FFN(x) = W2 act(W1 x + b1) + b2, applied at each position alone (Eq. 2).
 
@@ -93,7 +99,7 @@ class PositionwiseFeedForward(nn.Module):
             raise ValueError(f"activation must be one of {tuple(_ACTIVATIONS)}, got {activation!r}")
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.activation = _ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
@@ -141,8 +147,8 @@ class EncoderLayer(nn.Module):
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
         self.norm1 = LayerNorm(d_model, layer_norm_eps, bias)
         self.norm2 = LayerNorm(d_model, layer_norm_eps, bias)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout)
 
     def forward(
         self, x: Tensor, mask: Tensor | None = None, cache: AttentionCache | None = None
@@ -158,13 +164,20 @@ class EncoderLayer(nn.Module):
             x (B, L, D) -> (B, L, D).
         """
         if self.norm_first:
-            h = self.norm1(x)
-            x = x + self.dropout1(self.self_attn(h, h, h, mask, cache))  # (B, L, D)
-            x = x + self.dropout2(self.ffn(self.norm2(x)))  # (B, L, D)
+            x = x + self._sa_block(self.norm1(x), mask, cache)  # (B, L, D)
+            x = x + self._ff_block(self.norm2(x))  # (B, L, D)
         else:
-            x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, mask, cache)))
-            x = self.norm2(x + self.dropout2(self.ffn(x)))  # (B, L, D)
+            x = self.norm1(x + self._sa_block(x, mask, cache))  # (B, L, D)
+            x = self.norm2(x + self._ff_block(x))  # (B, L, D)
         return x
+
+    def _sa_block(self, x: Tensor, mask: Tensor | None, cache: AttentionCache | None) -> Tensor:
+        # Self-attention and its residual dropout; (B, L, D) -> (B, L, D).
+        return self.dropout1(self.self_attn(x, x, x, mask, cache))
+
+    def _ff_block(self, x: Tensor) -> Tensor:
+        # The position-wise FFN and its residual dropout; (B, L, D) -> (B, L, D).
+        return self.dropout2(self.ffn(x))
 
 
 class DecoderLayer(nn.Module):
@@ -200,9 +213,9 @@ class DecoderLayer(nn.Module):
         self.norm1 = LayerNorm(d_model, layer_norm_eps, bias)
         self.norm2 = LayerNorm(d_model, layer_norm_eps, bias)
         self.norm3 = LayerNorm(d_model, layer_norm_eps, bias)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-        self.dropout3 = nn.Dropout(dropout)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout)
+        self.dropout3 = Dropout(dropout)
 
     def forward(
         self,
@@ -227,15 +240,25 @@ class DecoderLayer(nn.Module):
             x (B, T, D), memory (B, S, D) -> (B, T, D).
         """
         if self.norm_first:
-            h = self.norm1(x)
-            x = x + self.dropout1(self.self_attn(h, h, h, self_mask, self_cache))
-            h = self.norm2(x)
-            x = x + self.dropout2(self.cross_attn(h, memory, memory, cross_mask, cross_cache))
-            x = x + self.dropout3(self.ffn(self.norm3(x)))  # (B, T, D)
+            x = x + self._sa_block(self.norm1(x), self_mask, self_cache)  # (B, T, D)
+            x = x + self._ca_block(self.norm2(x), memory, cross_mask, cross_cache)  # (B, T, D)
+            x = x + self._ff_block(self.norm3(x))  # (B, T, D)
         else:
-            x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, self_mask, self_cache)))
-            x = self.norm2(
-                x + self.dropout2(self.cross_attn(x, memory, memory, cross_mask, cross_cache))
-            )
-            x = self.norm3(x + self.dropout3(self.ffn(x)))  # (B, T, D)
+            x = self.norm1(x + self._sa_block(x, self_mask, self_cache))  # (B, T, D)
+            x = self.norm2(x + self._ca_block(x, memory, cross_mask, cross_cache))  # (B, T, D)
+            x = self.norm3(x + self._ff_block(x))  # (B, T, D)
         return x
+
+    def _sa_block(self, x: Tensor, mask: Tensor | None, cache: AttentionCache | None) -> Tensor:
+        # Masked self-attention and its residual dropout; (B, T, D) -> (B, T, D).
+        return self.dropout1(self.self_attn(x, x, x, mask, cache))
+
+    def _ca_block(
+        self, x: Tensor, memory: Tensor, mask: Tensor | None, cache: AttentionCache | None
+    ) -> Tensor:
+        # Cross-attention to the encoder output and its residual dropout; -> (B, T, D).
+        return self.dropout2(self.cross_attn(x, memory, memory, mask, cache))
+
+    def _ff_block(self, x: Tensor) -> Tensor:
+        # The position-wise FFN and its residual dropout; (B, T, D) -> (B, T, D).
+        return self.dropout3(self.ffn(x))

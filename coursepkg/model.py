@@ -16,8 +16,8 @@ from torch import Tensor, nn
 
 from ._validation import check_float, check_token_mask, check_tokens
 from .config import TransformerConfig
-from .decoding import KVCache, sample_next
-from .layers import DecoderLayer, EncoderLayer, LayerNorm
+from .kv_cache import KVCache
+from .layers import DecoderLayer, Dropout, EncoderLayer, LayerNorm
 from .masks import causal_mask, key_mask
 from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 
@@ -127,6 +127,14 @@ class Encoder(nn.Module):
         check_float("x", x, ndim=3)
         if src_mask is not None:
             check_token_mask("src_mask", src_mask, tuple(x.shape[:2]))
+        return self.run(x, src_mask)
+
+    def run(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """:meth:`forward` without its argument checks, for models that checked already.
+
+        Shape:
+            x (B, S, D), src_mask (B, S) -> (B, S, D).
+        """
         mask = None if src_mask is None else key_mask(src_mask)  # (B, 1, 1, S)
         for layer in self.layers:
             x = layer(x, mask)  # (B, S, D)
@@ -162,7 +170,7 @@ class Decoder(nn.Module):
             src_mask: bool (B, S), True = real source token.
             tgt_mask: bool (B, T_total), True = real target token; with a cache it covers
                 the cached positions too.
-            cache: a :class:`~coursepkg.decoding.KVCache` for incremental decoding.
+            cache: a :class:`~coursepkg.kv_cache.KVCache` for incremental decoding.
 
         Shape:
             y (B, T, D), memory (B, S, D) -> (B, T, D).
@@ -173,18 +181,34 @@ class Decoder(nn.Module):
             raise ValueError(
                 f"memory and target must share the batch size, got {memory.size(0)} and {y.size(0)}"
             )
-        b, t = y.shape[:2]
         past = 0 if cache is None else cache.length
-        self_mask = causal_mask(t, past + t, device=y.device)  # (T, T_total)
         if tgt_mask is not None:
-            check_token_mask("tgt_mask", tgt_mask, (b, past + t))
-            self_mask = self_mask & key_mask(tgt_mask)  # (B, 1, T, T_total)
-        elif t == 1:
-            self_mask = None  # one new query may see every earlier position
-        cross_mask = None
+            check_token_mask("tgt_mask", tgt_mask, (y.size(0), past + y.size(1)))
         if src_mask is not None:
             check_token_mask("src_mask", src_mask, tuple(memory.shape[:2]))
-            cross_mask = key_mask(src_mask)  # (B, 1, 1, S)
+        return self.run(y, memory, src_mask, tgt_mask, cache)
+
+    def run(
+        self,
+        y: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """:meth:`forward` without its argument checks, for models that checked already.
+
+        Shape:
+            y (B, T, D), memory (B, S, D) -> (B, T, D).
+        """
+        t = y.size(1)
+        past = 0 if cache is None else cache.length
+        self_mask = None  # one new query and no padding: it may see every earlier position
+        if t > 1 or tgt_mask is not None:
+            self_mask = causal_mask(t, past + t, device=y.device)  # (T, T_total)
+        if tgt_mask is not None:
+            self_mask = self_mask & key_mask(tgt_mask)  # (B, 1, T, T_total)
+        cross_mask = None if src_mask is None else key_mask(src_mask)  # (B, 1, 1, S)
         for i, layer in enumerate(self.layers):
             self_cache = None if cache is None else cache.self_attn[i]
             cross_cache = None if cache is None else cache.cross_attn[i]
@@ -263,7 +287,7 @@ class Transformer(nn.Module):
             else _token_embedding(config, config.vocab_size)
         )
         self.positions = _make_positions(config)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.encoder = Encoder(config)
         self.decoder = Decoder(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
@@ -300,9 +324,12 @@ class Transformer(nn.Module):
             src (B, S) -> memory (B, S, D).
         """
         check_tokens("src", src, self.config.source_vocab_size)
-        src_mask = self.source_mask(src, src_mask)
+        return self._encode(src, self.source_mask(src, src_mask))  # (B, S, D)
+
+    def _encode(self, src: Tensor, src_mask: Tensor | None) -> Tensor:
+        # encode() after its checks.
         x = self.dropout(self.positions(self.src_embed.lookup(src)))  # (B, S, D)
-        return self.encoder(x, src_mask)  # (B, S, D)
+        return self.encoder.run(x, src_mask)  # (B, S, D)
 
     def decode(
         self,
@@ -331,11 +358,22 @@ class Transformer(nn.Module):
             raise ValueError(
                 f"memory has batch size {memory.size(0)} but tgt has {tgt.size(0)}; they must match"
             )
-        offset = 0 if cache is None else cache.length
         if cache is None:
             tgt_mask = self._token_mask("tgt_mask", tgt, tgt_mask)
+        return self._decode(tgt, memory, src_mask, tgt_mask, cache)  # (B, T, V)
+
+    def _decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None,
+        tgt_mask: Tensor | None,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        # decode() after its checks.
+        offset = 0 if cache is None else cache.length
         y = self.dropout(self.positions(self.tgt_embed.lookup(tgt), offset))  # (B, T, D)
-        h = self.decoder(y, memory, src_mask, tgt_mask, cache)  # (B, T, D)
+        h = self.decoder.run(y, memory, src_mask, tgt_mask, cache)  # (B, T, D)
         logits = self.lm_head(h)  # (B, T, V)
         return logits if self.logits_bias is None else logits + self.logits_bias
 
@@ -364,8 +402,9 @@ class Transformer(nn.Module):
                 f"src and tgt must have the same batch size, got {src.size(0)} and {tgt.size(0)}"
             )
         src_mask = self.source_mask(src, src_mask)
-        memory = self.encode(src, src_mask)  # (B, S, D)
-        return self.decode(tgt, memory, src_mask, tgt_mask)  # (B, T, V)
+        tgt_mask = self._token_mask("tgt_mask", tgt, tgt_mask)
+        memory = self._encode(src, src_mask)  # (B, S, D)
+        return self._decode(tgt, memory, src_mask, tgt_mask)  # (B, T, V)
 
 
 class DecoderOnlyLM(nn.Module):
@@ -388,7 +427,7 @@ class DecoderOnlyLM(nn.Module):
         self.config = config
         self.embed = _token_embedding(config, config.vocab_size)
         self.positions = _make_positions(config)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.layers = nn.ModuleList(
             EncoderLayer(**_layer_kwargs(config)) for _ in range(config.n_layers)
         )
@@ -444,7 +483,7 @@ class DecoderOnlyLM(nn.Module):
         logits = self.lm_head(x)  # (B, T, V)
         return logits if self.logits_bias is None else logits + self.logits_bias
 
-    @torch.no_grad()
+    @torch.no_grad()  # as documented; the loop itself runs in inference mode, cheaper still
     def generate(
         self,
         tokens: Tensor,
@@ -456,9 +495,9 @@ class DecoderOnlyLM(nn.Module):
     ) -> Tensor:
         """Continue ``tokens`` by ``max_new_tokens`` tokens.
 
-        The arguments are checked once, here; each step then runs the model without checks and
-        without building a mask (one new query may see every cached position), and the cache is
-        allocated once for the whole output.
+        The arguments are checked once, here; each step then runs the model without building a
+        mask (one new query may see every cached position), the cache is allocated once for
+        the whole output, and the loop runs under ``torch.inference_mode``.
 
         Args:
             tokens: the prompt ids (no padding).
@@ -488,6 +527,23 @@ class DecoderOnlyLM(nn.Module):
             )
         if prompt_len == 0:
             raise ValueError("tokens must hold at least one prompt token per row, got length 0")
+        with torch.inference_mode():
+            out = self._generate(tokens, max_new_tokens, use_cache, temperature, top_k, generator)
+        # A plain tensor again: an inference-mode one could not be saved for a backward pass.
+        return out.clone()  # (B, T + new)
+
+    def _generate(
+        self,
+        tokens: Tensor,
+        max_new_tokens: int,
+        use_cache: bool,
+        temperature: float,
+        top_k: int | None,
+        generator: torch.Generator | None,
+    ) -> Tensor:
+        # generate() after its checks: the decoding loop.
+        prompt_len = tokens.size(1)
+        total = prompt_len + max_new_tokens
         out = tokens.new_empty(tokens.size(0), total)  # (B, T + new)
         out[:, :prompt_len] = tokens
         cache = self.new_cache(capacity=total) if use_cache else None
@@ -501,3 +557,25 @@ class DecoderOnlyLM(nn.Module):
                 logits = self._logits(out[:, t - 1 : t], None, cache)  # (B, 1, V)
             out[:, t] = sample_next(logits[:, -1], temperature, top_k, generator)  # (B,)
         return out
+
+
+def sample_next(logits: Tensor, temperature: float, top_k: int | None, generator=None) -> Tensor:
+    """Pick the next token from logits: argmax when ``temperature == 0``, else sample.
+
+    Args:
+        logits: next-token scores.
+        temperature: 0 for greedy; otherwise logits are divided by it before the softmax.
+        top_k: keep only the ``top_k`` most probable tokens before sampling.
+        generator: optional ``torch.Generator`` for reproducible samples.
+
+    Shape:
+        logits (B, V) -> (B,).
+    """
+    if temperature == 0.0:
+        return logits.argmax(dim=-1)  # (B,)
+    logits = logits.float() / temperature
+    if top_k is not None and top_k < logits.size(-1):
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)  # (B, V)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)

@@ -11,7 +11,7 @@ from torch import nn
 from torch.testing import assert_close
 
 from coursepkg import MultiHeadAttention, attention_fast, causal_mask, scaled_dot_product_attention
-from coursepkg.decoding import AttentionCache
+from coursepkg.kv_cache import AttentionCache
 
 
 def _rand(*shape: int, dtype: torch.dtype = torch.float32, grad: bool = False) -> torch.Tensor:

@@ -21,7 +21,7 @@ from coursepkg import (
     parameter_breakdown,
     sinusoidal_table,
 )
-from coursepkg.decoding import AttentionCache
+from coursepkg.kv_cache import AttentionCache
 from coursepkg.layers import PositionwiseFeedForward
 
 TINY = dict(vocab_size=13, d_model=8, n_heads=2, d_ff=12, n_layers=2, dropout=0.0, max_len=16)

@@ -10,7 +10,8 @@ import torch
 from torch.testing import assert_close
 
 from coursepkg import KVCache, beam_search, greedy_decode
-from coursepkg.decoding import AttentionCache, length_penalty
+from coursepkg.decoding import length_penalty
+from coursepkg.kv_cache import AttentionCache
 
 V, BOS, EOS = 11, 1, 2
 

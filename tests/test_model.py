@@ -245,3 +245,84 @@ def test_transformer_accepts_no_pad_id_and_no_masks(make_model, make_tokens) -> 
     model = make_model()
     assert model.source_mask(make_tokens(2, 3, V)) is None
     assert isinstance(model, Transformer)
+
+
+# ------------------------------------------------------------------------------ package layout
+def _package_imports() -> dict[str, set[str]]:
+    """Each coursepkg module (outside grading/) and the coursepkg modules it imports, counting
+    imports under ``if TYPE_CHECKING:`` too."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__import__("coursepkg").__file__).parent
+    graph: dict[str, set[str]] = {}
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root)
+        if rel.parts[0] in ("grading", "stubs"):
+            continue
+        name = ".".join(rel.with_suffix("").parts).removesuffix(".__init__")
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = package.split(".") if package else []
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join([*base, node.module] if node.module else base)
+                deps.add(target)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("coursepkg"):
+                deps.add(node.module.removeprefix("coursepkg").lstrip("."))
+        graph[name] = {d for d in deps if d != name}
+    return graph
+
+
+def test_the_model_modules_have_no_import_cycle() -> None:
+    graph = _package_imports()
+    assert {"attention", "kv_cache", "layers", "model", "decoding"} <= set(graph)
+    state: dict[str, str] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for dep in graph.get(node, ()):
+            if dep not in graph or dep == "":
+                continue
+            assert state.get(dep) != "open", f"import cycle: {' -> '.join([*path, dep])}"
+            if dep not in state:
+                visit(dep, [*path, dep])
+        state[node] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    # The cache sits below attention; attention and the layers know nothing of generation.
+    assert "decoding" not in graph["attention"] | graph["layers"] | graph["model"]
+    assert graph["kv_cache"] == set()
+
+
+def test_inputs_are_checked_once_per_forward(monkeypatch, make_model, make_tokens) -> None:
+    """Transformer.forward checks its token masks once each, not once per stack (it did 4x)."""
+    import coursepkg.model as model_module
+
+    calls: list[str] = []
+    real = model_module.check_token_mask
+
+    def counting(name, mask, shape):
+        calls.append(name)
+        return real(name, mask, shape)
+
+    monkeypatch.setattr(model_module, "check_token_mask", counting)
+    model = make_model(norm_first=False, positional="sinusoidal")
+    src, tgt = make_tokens(2, 5, 11), make_tokens(2, 4, 11, seed=1)
+    src_mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    with torch.no_grad():
+        model(src, tgt, src_mask, torch.ones(2, 4, dtype=torch.bool))
+    assert sorted(calls) == ["src_mask", "tgt_mask"]
+
+
+def test_generate_returns_an_ordinary_tensor(make_model, make_tokens) -> None:
+    """generate() runs in inference mode inside, but its output can feed a training step."""
+    model = make_model(kind="decoder-only", norm_first=True, positional="learned")
+    out = model.generate(make_tokens(2, 3, 11), 4)
+    assert not out.is_inference()
+    model.train()
+    model(out).sum().backward()  # the embedding saves the ids for backward
+    assert model.embed.weight.grad is not None

@@ -1,0 +1,116 @@
+"""The key/value cache of incremental decoding, one per attention block and one per decoder.
+
+It sits below :mod:`coursepkg.attention` (which writes into it) and knows nothing of models or
+search algorithms, so the import order is one way: kv_cache <- attention <- layers <- model
+<- decoding.
+
+Dimension legend: B batch, H heads, S cached positions, Dk/Dv per-head sizes.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["AttentionCache", "KVCache"]
+
+
+class AttentionCache:
+    """Keys and values one attention block has already computed.
+
+    A growing cache (self-attention) appends each step's keys/values; a static cache
+    (cross-attention) is filled once from the encoder output and then only read.
+
+    Given a ``capacity`` (the longest sequence that will be decoded), a growing cache allocates
+    its storage once, on the first call, and each step writes into it; without one it
+    concatenates, which copies the whole cache at every step.
+
+    Attributes:
+        k: (B, H, S, Dk) or None before the first call.
+        v: (B, H, S, Dv) or None before the first call.
+        static: whether the cache is filled once and reused.
+        capacity: most positions a growing cache holds, or None to grow without limit.
+        stacked_qkv: the owning self-attention's W^Q, W^K, W^V stacked into one matrix (and
+            bias) on the first step, so that each step projects with one matmul.
+    """
+
+    def __init__(self, static: bool = False, capacity: int | None = None) -> None:
+        self.static = static
+        self.capacity = capacity
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+        self.length = 0  # number of cached key positions
+        self._storage: tuple[Tensor, Tensor] | None = None  # preallocated (B, H, capacity, *)
+        self.stacked_qkv: tuple[Tensor, Tensor | None] | None = None
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store this call's keys/values and return everything cached so far.
+
+        Shape:
+            k (B, H, n, Dk), v (B, H, n, Dv) -> (B, H, S, Dk), (B, H, S, Dv).
+        """
+        if self.static or (self.k is None and self.capacity is None):
+            self.k, self.v = k, v
+        elif self.capacity is None:
+            self.k = torch.cat([self.k, k], dim=2)  # (B, H, S + n, Dk)
+            self.v = torch.cat([self.v, v], dim=2)  # (B, H, S + n, Dv)
+        else:
+            self._write(k, v)
+        self.length = self.k.size(2)
+        return self.k, self.v
+
+    def _write(self, k: Tensor, v: Tensor) -> None:
+        # Copy the new positions into the preallocated storage; k and v become views of it.
+        start, end = self.length, self.length + k.size(2)
+        if end > self.capacity:
+            raise ValueError(
+                f"the cache holds at most capacity={self.capacity} positions; "
+                f"{start} are cached and {k.size(2)} more were given"
+            )
+        if self._storage is None:
+            b, h = k.shape[:2]
+            self._storage = (
+                k.new_empty(b, h, self.capacity, k.size(3)),  # (B, H, capacity, Dk)
+                v.new_empty(b, h, self.capacity, v.size(3)),  # (B, H, capacity, Dv)
+            )
+        k_all, v_all = self._storage
+        k_all[:, :, start:end] = k
+        v_all[:, :, start:end] = v
+        self.k, self.v = k_all[:, :, :end], v_all[:, :, :end]  # (B, H, S + n, D*)
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` (beam search reshuffles its hypotheses each step)."""
+        if self.k is None:
+            return
+        if self._storage is not None:
+            self._storage = tuple(t.index_select(0, index) for t in self._storage)
+            self.k, self.v = (t[:, :, : self.length] for t in self._storage)
+        else:
+            self.k = self.k.index_select(0, index)
+            self.v = self.v.index_select(0, index)
+
+
+class KVCache:
+    """Per-layer caches of a decoder: ``self_attn[i]`` grows, ``cross_attn[i]`` is static.
+
+    Args:
+        n_layers: number of decoder layers.
+        cross: whether the layers also have cross-attention (encoder-decoder models).
+        capacity: longest target the growing caches will hold; given, they preallocate it.
+    """
+
+    def __init__(self, n_layers: int, cross: bool = True, capacity: int | None = None) -> None:
+        if capacity is not None and (not isinstance(capacity, int) or capacity < 1):
+            raise ValueError(f"capacity must be None or a positive integer, got {capacity!r}")
+        self.self_attn = [AttentionCache(capacity=capacity) for _ in range(n_layers)]
+        self.cross_attn = [AttentionCache(static=True) for _ in range(n_layers)] if cross else None
+
+    @property
+    def length(self) -> int:
+        """Number of target positions already processed."""
+        return self.self_attn[0].length if self.self_attn else 0
+
+    def reorder(self, index: Tensor) -> None:
+        """Reorder the growing caches' batch rows (the static ones are identical per beam)."""
+        for cache in self.self_attn:
+            cache.reorder(index)
