@@ -109,6 +109,11 @@ class Browser:
             self.errors.append(f"uncaught exception: {text}")
         elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
             entry = params["entry"]
+            if entry.get("url", "").endswith("/favicon.ico"):
+                # Chromium asks for a site icon on its own, sometimes before the page has
+                # told it there is none; that request is the browser's, not the page's.
+                self._events.append(event)
+                return
             self.errors.append(f"{entry.get('source')}: {entry.get('text')} {entry.get('url', '')}")
         elif method == "Network.loadingFailed" and not params.get("canceled"):
             self.errors.append(f"request failed: {params.get('errorText')}")
