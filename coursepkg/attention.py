@@ -201,16 +201,25 @@ class MultiHeadAttention(nn.Module):
         return tuple(outs)
 
     def _project_decoding(self, x: Tensor, cache: AttentionCache) -> tuple[Tensor, Tensor, Tensor]:
-        """Self-attention during generation: W^Q, W^K, W^V as one matmul per step. Their
-        stacked copy is made on the first step and kept in the cache, since the weights do not
-        change while the model generates (this path runs only without gradients)."""
-        projs = (self.q_proj, self.k_proj, self.v_proj)
+        """Self-attention during generation: W^Q, W^K, W^V as one matmul per step, split into
+        heads. Their stacked copy is made on the first step and kept in the cache, since the
+        weights do not change while the model generates (this path runs only without
+        gradients).
+
+        Shape:
+            x (B, L, D) -> (B, H, L, Dk), (B, H, L, Dk), (B, H, L, Dv).
+        """
         if cache.stacked_qkv is None:
+            projs = (self.q_proj, self.k_proj, self.v_proj)
             weight = torch.cat([p.weight for p in projs])  # (2*H*Dk + H*Dv, D)
             bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projs])
             cache.stacked_qkv = (weight, bias)
-        sizes = [p.out_features for p in projs]
-        return F.linear(x, *cache.stacked_qkv).split(sizes, dim=-1)
+        qkv = F.linear(x, *cache.stacked_qkv)  # (B, L, 2*H*Dk + H*Dv)
+        h, b, n = self.n_heads, x.size(0), x.size(1)
+        if self.d_k == self.d_v:  # one view splits all three into heads
+            return qkv.view(b, n, 3 * h, self.d_k).transpose(1, 2).split(h, dim=1)
+        q, k, v = qkv.split((h * self.d_k, h * self.d_k, h * self.d_v), dim=-1)
+        return self._split(q, self.d_k), self._split(k, self.d_k), self._split(v, self.d_v)
 
     def _heads(
         self, query: Tensor, key: Tensor, value: Tensor, cache: AttentionCache | None
@@ -221,12 +230,12 @@ class MultiHeadAttention(nn.Module):
             return self._split(self.q_proj(query), self.d_k), cache.k, cache.v
         decoding = cache is not None and not cache.static and not torch.is_grad_enabled()
         if decoding and query is key and key is value:
-            q, k, v = self._project_decoding(query, cache)  # (B, L, H*Dk), ...
+            q, k, v = self._project_decoding(query, cache)  # (B, H, L, Dk), ...
         else:
             q, k, v = self._project(query, key, value)  # (B, L, H*Dk), (B, S, H*Dk), ...
-        q = self._split(q, self.d_k)  # (B, H, L, Dk)
-        k = self._split(k, self.d_k)  # (B, H, S, Dk)
-        v = self._split(v, self.d_v)  # (B, H, S, Dv)
+            q = self._split(q, self.d_k)  # (B, H, L, Dk)
+            k = self._split(k, self.d_k)  # (B, H, S, Dk)
+            v = self._split(v, self.d_v)  # (B, H, S, Dv)
         if cache is not None:
             k, v = cache.update(k, v)  # (B, H, S_total, Dk), (B, H, S_total, Dv)
         return q, k, v
@@ -290,16 +299,20 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None,
         cache: AttentionCache | None,
     ) -> None:
-        check_float("query", query, ndim=3)
-        check_float("key", key, ndim=3)
-        check_float("value", value, ndim=3)
-        for name, x in (("query", query), ("key", key), ("value", value)):
+        self_attention = query is key and key is value  # one tensor: check it once
+        named = [("query", query)]
+        if not self_attention:
+            named += [("key", key), ("value", value)]
+        for name, x in named:
+            check_float(name, x, ndim=3)
             if x.size(-1) != self.d_model:
                 raise ValueError(
                     f"{name} must have last dimension d_model={self.d_model}, "
                     f"got shape {tuple(x.shape)}"
                 )
-        if key.shape[:2] != value.shape[:2] or key.size(0) != query.size(0):
+        if not self_attention and (
+            key.shape[:2] != value.shape[:2] or key.size(0) != query.size(0)
+        ):
             raise ValueError(
                 "query, key and value must share the batch size and key/value their length: "
                 f"got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"

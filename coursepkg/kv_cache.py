@@ -74,9 +74,9 @@ class AttentionCache:
                 v.new_empty(b, h, self.capacity, v.size(3)),  # (B, H, capacity, Dv)
             )
         k_all, v_all = self._storage
-        k_all[:, :, start:end] = k
-        v_all[:, :, start:end] = v
-        self.k, self.v = k_all[:, :, :end], v_all[:, :, :end]  # (B, H, S + n, D*)
+        k_all.narrow(2, start, end - start).copy_(k)
+        v_all.narrow(2, start, end - start).copy_(v)
+        self.k, self.v = k_all.narrow(2, 0, end), v_all.narrow(2, 0, end)  # (B, H, S + n, D*)
 
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` (beam search reshuffles its hypotheses each step)."""

@@ -476,8 +476,9 @@ class DecoderOnlyLM(nn.Module):
         # forward() after its checks: ``tokens`` are valid ids, ``mask`` the attention mask.
         past = 0 if cache is None else cache.length
         x = self.dropout(self.positions(self.embed.lookup(tokens), past))  # (B, T, D)
-        for i, layer in enumerate(self.layers):
-            x = layer(x, mask, None if cache is None else cache.self_attn[i])  # (B, T, D)
+        caches = [None] * len(self.layers) if cache is None else cache.self_attn
+        for layer, layer_cache in zip(self.layers, caches, strict=True):
+            x = layer(x, mask, layer_cache)  # (B, T, D)
         if self.norm is not None:
             x = self.norm(x)
         logits = self.lm_head(x)  # (B, T, V)
@@ -542,21 +543,17 @@ class DecoderOnlyLM(nn.Module):
         generator: torch.Generator | None,
     ) -> Tensor:
         # generate() after its checks: the decoding loop.
-        prompt_len = tokens.size(1)
-        total = prompt_len + max_new_tokens
-        out = tokens.new_empty(tokens.size(0), total)  # (B, T + new)
-        out[:, :prompt_len] = tokens
-        cache = self.new_cache(capacity=total) if use_cache else None
-        for t in range(prompt_len, total):
-            if cache is None:
-                # Recompute the whole prefix; every token is real, so only the causal mask.
-                logits = self._logits(out[:, :t], causal_mask(t, device=out.device), None)
-            elif t == prompt_len:
-                logits = self._logits(tokens, causal_mask(t, device=out.device), cache)
-            else:
-                logits = self._logits(out[:, t - 1 : t], None, cache)  # (B, 1, V)
-            out[:, t] = sample_next(logits[:, -1], temperature, top_k, generator)  # (B,)
-        return out
+        cache = self.new_cache(capacity=tokens.size(1) + max_new_tokens) if use_cache else None
+        seq = tokens  # what the model reads next: the prompt, then one token at a time
+        new: list[Tensor] = []
+        for _ in range(max_new_tokens):
+            # Every token is real, so only the causal mask; one query may see everything.
+            mask = causal_mask(seq.size(1), device=seq.device) if seq.size(1) > 1 else None
+            logits = self._logits(seq, mask, cache)  # (B, L, V)
+            new.append(sample_next(logits[:, -1], temperature, top_k, generator)[:, None])
+            # With the cache the model reads only the new token; without, the whole prefix.
+            seq = new[-1] if cache is not None else torch.cat([seq, new[-1]], dim=1)  # (B, *)
+        return torch.cat([tokens, *new], dim=1)  # (B, T + new)
 
 
 def sample_next(logits: Tensor, temperature: float, top_k: int | None, generator=None) -> Tensor:
