@@ -4,7 +4,9 @@ A random GPT-2-shaped model (D=256, 4 layers, 4 heads, V=1000) is built with ``t
 from a config (nothing downloaded) and loaded into coursepkg with ``from_hf_gpt2``; both
 generate 256 greedy tokens after a 16-token prompt, at batch 1 and batch 8, with 2 threads,
 timed alternately in one run; their tokens must be identical. Also times coursepkg with the
-KV cache against recomputing the prefix at every step.
+KV cache against recomputing the prefix at every step, and (at batch 1) the weight matmuls of
+the same steps alone, with nothing else: at batch 1 every weight is read once per token, so that
+time is a floor for any fp32 implementation on this machine.
 
 Targets: at most 0.5x transformers' time at batch 1 and 0.9x at batch 8, at least 1,000
 tokens/s at batch 1, and the cache at least 8x faster than recomputation.
@@ -50,6 +52,29 @@ def _models(new: int):
     torch.manual_seed(0)
     hf = transformers.GPT2LMHeadModel(config).eval()
     return hf, from_hf_gpt2(hf)
+
+
+def matmuls_only(lm, batch: int, new: int):
+    """The weight matmuls one greedy step cannot avoid (W^Q W^K W^V stacked, W^O, the FFN's
+    two, the output layer), run ``new`` times at ``batch`` rows and nothing else: at batch 1
+    they read every weight once per token, so their time is what memory bandwidth allows."""
+    weights = []
+    for layer in lm.layers:
+        attn, ffn = layer.self_attn, layer.ffn
+        projs = (attn.q_proj, attn.k_proj, attn.v_proj)
+        weights.append((torch.cat([p.weight for p in projs]), torch.cat([p.bias for p in projs])))
+        weights += [(m.weight, m.bias) for m in (attn.out_proj, ffn.linear1, ffn.linear2)]
+    weights.append((lm.lm_head.weight, None))
+    weights = [(w.detach(), None if b is None else b.detach()) for w, b in weights]
+    inputs = {w.size(1): torch.randn(batch, 1, w.size(1)) for w, _ in weights}
+
+    def run():
+        with torch.inference_mode():
+            for _ in range(new):
+                for w, b in weights:
+                    torch.nn.functional.linear(inputs[w.size(1)], w, b)
+
+    return run
 
 
 def aten_calls_per_token(generate, short: int = 16, long: int = 48) -> tuple[float, float]:
@@ -121,6 +146,8 @@ def main(argv=None) -> dict:
                 )
 
         fns = {"ours": ours, "theirs": theirs}
+        if batch == 1:
+            fns["matmuls"] = matmuls_only(lm, batch, new)
         if batch == 1 and not args.no_recompute:
             fns["recompute"] = recompute
         times = alternate(fns, args.rounds, warmup=1)
@@ -137,6 +164,12 @@ def main(argv=None) -> dict:
             f"identical tokens: {same}"
         )
         row = dict(ours_s=t["ours"], theirs_s=t["theirs"], ratio=ratio, tok_s=tok_s, same=same)
+        if "matmuls" in t:
+            print(
+                f"  matmuls alone : {t['matmuls']:.3f} s ({batch * new / t['matmuls']:.0f} tok/s): "
+                "the 17 weight matmuls per token and nothing else, the bound memory sets"
+            )
+            row["matmuls_s"] = t["matmuls"]
         if "recompute" in t:
             speedup = t["recompute"] / t["ours"]
             print(
