@@ -13,7 +13,9 @@
 - :mod:`.weights`: building a student's module, copying weights by name, parameter tables.
 - :mod:`.modules`: the one module check (build, count, copy weights, dtypes, gradients).
 - :mod:`.inputs`: the shape tables of the checks and seeded random inputs.
-- :mod:`.masks`: the four mask properties of an attention block, written once.
+- :mod:`.masks`: the four mask properties, written once for any callable under test
+  (:class:`MaskedBlock`, :class:`MaskCases`, :func:`run_mask_properties`), and an attention
+  block's inputs for them (:func:`run_attention_cases`).
 - :mod:`.locate`: which piece of a student's layer is wrong, and its known mistake.
 
 Modules import each other downwards only: results <- inputs <- calling <- compare <- weights
@@ -52,7 +54,15 @@ from .inputs import (
     shape_text,
 )
 from .locate import Piece, is_close, locate, piece_mistake
-from .masks import MASK_RULE, run_attention_cases
+from .masks import (
+    MASK_RULE,
+    FullyMasked,
+    Invariance,
+    MaskCases,
+    MaskedBlock,
+    run_attention_cases,
+    run_mask_properties,
+)
 from .modules import ModuleSpec, check_module, dtypes_for, gradients_reach, prepare_module
 from .registry import CheckEntry, catalogue, public_check, registered_checks
 from .results import (
@@ -82,6 +92,11 @@ from .weights import (
 )
 
 __all__ = [
+    "run_mask_properties",
+    "MaskedBlock",
+    "MaskCases",
+    "Invariance",
+    "FullyMasked",
     "CHECKER_FAILED",
     "DIAGNOSE_TOLERANCE",
     "MASK_RULE",
