@@ -2,7 +2,7 @@
 
 - :mod:`.results`: what a check returns or raises (:class:`CheckResult`, :class:`CheckFailure`,
   :class:`CheckerError`, :class:`NotImplementedYet`), the known mistakes (:class:`BugVariant`),
-  the :class:`CheckReport` a body fills and :func:`run_check`.
+  the :class:`CheckReport` a body fills, :func:`run_check` and :func:`checking`.
 - :mod:`.registry`: :func:`public_check`, the decorator that makes a body a public check and
   records it; :func:`catalogue` reads the known mistakes from it.
 - :mod:`.calling`: calling student code (:func:`call_student`), the one tensor guard
@@ -74,6 +74,7 @@ from .results import (
     CheckResult,
     ForbiddenCall,
     NotImplementedYet,
+    checking,
     diagnosis_message,
     run_check,
 )
@@ -119,6 +120,7 @@ __all__ = [
     "catalogue",
     "check_gradients",
     "check_module",
+    "checking",
     "clone_module",
     "configs",
     "copy_weights",
