@@ -23,7 +23,6 @@ from torch import Tensor, nn
 from ...layers import EncoderLayer as _ReferenceEncoderLayer
 from ...layers import LayerNorm as _ReferenceLayerNorm
 from ...layers import PositionwiseFeedForward as _ReferenceFFN
-from ...masks import causal_mask
 from ..framework import (
     BugVariant,
     CheckFailure,
@@ -36,6 +35,7 @@ from ..framework import (
     Piece,
     assert_close,
     call_student,
+    change_later,
     check_module,
     clone_module,
     configs,
@@ -47,12 +47,12 @@ from ..framework import (
     expect_tensor,
     forbidden_calls,
     generator,
+    hide_padding,
     locate,
     module_runner,
     piece_mistake,
     public_check,
     randn,
-    random_keep,
     register_configs,
     run_mask_properties,
 )
@@ -483,10 +483,7 @@ def _encoder_cases(
 
 def _encoder_padding_case(gen: torch.Generator, x: Tensor, where: str) -> Invariance:
     """Padded positions change nothing at the real ones."""
-    (b, n, d), dtype = x.shape, x.dtype
-    keep = random_keep(gen, b, n)  # (B, L)
-    mask = keep[:, None, None, :]  # (B, 1, 1, L)
-    changed = torch.where(keep[..., None], x, randn(gen, b, n, d, dtype=dtype) * 3)
+    mask, keep, changed = hide_padding(gen, x)
     return Invariance(
         (x, mask),
         (changed, mask),
@@ -500,11 +497,7 @@ def _encoder_padding_case(gen: torch.Generator, x: Tensor, where: str) -> Invari
 
 def _encoder_causal_case(gen: torch.Generator, x: Tensor, where: str) -> Invariance:
     """Under a causal mask, later positions change nothing earlier."""
-    (b, n, d), dtype = x.shape, x.dtype
-    mask = causal_mask(n)  # (L, L)
-    cut = n // 2
-    later = x.clone()
-    later[:, cut:] = randn(gen, b, n - cut, d, dtype=dtype)
+    mask, cut, later = change_later(gen, x)
     return Invariance(
         (x, mask),
         (later, mask),

@@ -5,8 +5,10 @@ earlier) and a fully masked row (no NaN, the reference's output).
 A check describes its callable as a :class:`MaskedBlock` (how to call the student's code, how
 to compare it with the reference, how to name a known mistake) and its inputs as
 :class:`MaskCases` (one :class:`Invariance` per hidden part, one :class:`FullyMasked` call);
-:func:`run_mask_properties` runs them in order. :func:`run_attention_cases` builds both for an
-attention block called as ``f(query, key, value, mask)``.
+:func:`run_mask_properties` runs them in order. :func:`hide_padding` and :func:`change_later`
+build the changed inputs of the two invariances for a (B, L, D) sequence;
+:func:`run_attention_cases` builds everything for an attention block called as
+``f(query, key, value, mask)``.
 
 Dimension legend: B batch, L queries, S keys, D d_model.
 """
@@ -190,6 +192,41 @@ def check_fully_masked(block: MaskedBlock, case: FullyMasked) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Inputs: what a padding mask hides, what a causal mask hides
+# ---------------------------------------------------------------------------------------------
+
+
+def hide_padding(gen: torch.Generator, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """A random padding mask over the positions of ``x`` and ``x`` with the positions it hides
+    replaced by other, larger numbers.
+
+    Shape:
+        x: (B, S, D); returns the mask (B, 1, 1, S), the kept positions (B, S) and the changed
+        ``x`` (B, S, D).
+    """
+    (b, n, d), dtype = x.shape, x.dtype
+    keep = random_keep(gen, b, n)  # (B, S)
+    mask = keep[:, None, None, :]  # (B, 1, 1, S)
+    changed = torch.where(keep[..., None], x, randn(gen, b, n, d, dtype=dtype) * 3)  # (B, S, D)
+    return mask, keep, changed
+
+
+def change_later(gen: torch.Generator, x: Tensor) -> tuple[Tensor, int, Tensor]:
+    """A causal mask over the positions of ``x``, the first position it keeps from the first
+    half (``cut = L // 2``), and ``x`` with the positions from ``cut`` on replaced.
+
+    Shape:
+        x: (B, L, D); returns the mask (L, L), ``cut`` and the changed ``x`` (B, L, D).
+    """
+    (b, n, d), dtype = x.shape, x.dtype
+    mask = causal_mask(n)  # (L, L)
+    cut = n // 2
+    later = x.clone()
+    later[:, cut:] = randn(gen, b, n - cut, d, dtype=dtype)  # (B, L - cut, D)
+    return mask, cut, later
+
+
+# ---------------------------------------------------------------------------------------------
 # An attention block: f(query, key, value, mask) -> (B, L, D)
 # ---------------------------------------------------------------------------------------------
 
@@ -277,10 +314,7 @@ def _padding_case(
     gen: torch.Generator, query: Tensor, memory: Tensor, item: str, where: str
 ) -> Invariance:
     """Keys and values a padding mask hides change nothing."""
-    (b, n_k, d), dtype = memory.shape, memory.dtype
-    keep = random_keep(gen, b, n_k)  # (B, S)
-    mask = keep[:, None, None, :]  # (B, 1, 1, S)
-    changed = torch.where(keep[..., None], memory, randn(gen, b, n_k, d, dtype=dtype) * 3)
+    mask, _, changed = hide_padding(gen, memory)
     return Invariance(
         (query, memory, memory, mask),
         (query, changed, changed, mask),
@@ -293,11 +327,7 @@ def _padding_case(
 
 def _causal_case(gen: torch.Generator, query: Tensor, item: str, where: str) -> Invariance:
     """Under a causal mask, later positions change nothing earlier."""
-    (b, n_q, d), dtype = query.shape, query.dtype
-    mask = causal_mask(n_q)  # (L, L)
-    cut = n_q // 2
-    later = query.clone()
-    later[:, cut:] = randn(gen, b, n_q - cut, d, dtype=dtype)
+    mask, cut, later = change_later(gen, query)
     return Invariance(
         (query, query, query, mask),
         (later, later, later, mask),
