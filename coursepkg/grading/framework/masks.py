@@ -152,7 +152,12 @@ def run_mask_properties(block: MaskedBlock, cases: MaskCases) -> None:
 
 
 def check_invariance(block: MaskedBlock, case: Invariance) -> None:
-    """Fail unless changing what the mask hides leaves the kept outputs as they were."""
+    """Fail unless changing what the mask hides leaves the kept outputs as they were.
+
+    Args:
+        block: the callable under test.
+        case: the call, its changed twin and the outputs that must stay.
+    """
     if case.case is not None and not case.compare_after:
         before = block.compare(case.inputs, case.case)
     else:
@@ -168,7 +173,7 @@ def check_invariance(block: MaskedBlock, case: Invariance) -> None:
             case.keep(after),
             case.keep(before),
             case.what,
-            diagnosis=diagnosis if block.mistake is not None else None,
+            diagnosis=diagnosis,
             hint=case.hint,
         )
     else:
@@ -182,7 +187,12 @@ def check_invariance(block: MaskedBlock, case: Invariance) -> None:
 
 def check_fully_masked(block: MaskedBlock, case: FullyMasked) -> None:
     """Fail when a part of the output has a value ``case.bad`` flags, then unless the output
-    is the reference's."""
+    is the reference's.
+
+    Args:
+        block: the callable under test.
+        case: the call in which some query may attend nothing.
+    """
     if case.message is not None:
         for name, value in block.named_parts(case.inputs):
             if isinstance(value, Tensor) and bool(case.bad(value).any()):
@@ -212,8 +222,8 @@ def hide_padding(gen: torch.Generator, x: Tensor) -> tuple[Tensor, Tensor, Tenso
 
 
 def change_later(gen: torch.Generator, x: Tensor) -> tuple[Tensor, int, Tensor]:
-    """A causal mask over the positions of ``x``, the first position it keeps from the first
-    half (``cut = L // 2``), and ``x`` with the positions from ``cut`` on replaced.
+    """A causal mask over the positions of ``x``, ``cut = L // 2``, and ``x`` with the positions
+    from ``cut`` on replaced (the outputs before ``cut`` must not move).
 
     Shape:
         x: (B, L, D); returns the mask (L, L), ``cut`` and the changed ``x`` (B, L, D).
