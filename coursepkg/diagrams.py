@@ -98,57 +98,29 @@ def encoder_decoder_diagram() -> Figure:
     width, gap = 3.1, 0.78
     enc_x, dec_x = 2.4, 7.4
 
-    # ------------------------------------------------------------------ encoder
-    ax.text(enc_x, -0.55, "source tokens", ha="center", fontsize=9, weight="bold")
-    _shape(ax, enc_x + 0.1, -0.1, "(B, S) ids")
-    _arrow(ax, (enc_x, -0.3), (enc_x, 0.25))
-    enc_in = _column(
+    enc_layer = _stack(
         ax,
         enc_x,
-        0.5,
-        [("token embedding  x sqrt(D)", "embed"), ("+ positional encoding", "embed")],
-        width,
-        gap,
-    )
-    enc_layer = _column(
-        ax,
-        enc_x,
-        enc_in[-1] + 1.35,
+        ("source tokens", "(B, S) ids", "(B, S, D)"),
         [
             ("multi-head self-attention\n(padding mask)", "attention"),
             ("add & norm", "norm"),
             ("feed-forward  D -> F -> D", "ffn"),
             ("add & norm", "norm"),
         ],
-        width,
-        gap,
+        "N x encoder layer",
+        side=-1,
+        size=(width, gap),
     )
-    _arrow(ax, (enc_x, enc_in[-1] + 0.25), (enc_x, enc_layer[0] - 0.25))
-    _shape(ax, enc_x + 0.1, enc_in[-1] + 0.55, "(B, S, D)")
-    for sub, norm in ((0, 1), (2, 3)):
-        _residual(ax, enc_x, width, enc_layer[sub] - 0.4, enc_layer[norm], side=-1)
-    _stack_frame(ax, enc_x, enc_layer, width, "N x encoder layer", side=-1)
     memory_y = enc_layer[-1] + 1.15
     _arrow(ax, (enc_x, enc_layer[-1] + 0.25), (enc_x, memory_y - 0.22))
     _box(ax, enc_x, memory_y, 2.2, 0.42, "memory", "tensor")
     _shape(ax, enc_x, memory_y + 0.42, "(B, S, D)", ha="center")
 
-    # ------------------------------------------------------------------ decoder
-    ax.text(dec_x, -0.55, "target tokens, shifted right", ha="center", fontsize=9, weight="bold")
-    _shape(ax, dec_x + 0.1, -0.1, "(B, L) ids: <bos> y1 ... y(L-1)")
-    _arrow(ax, (dec_x, -0.3), (dec_x, 0.25))
-    dec_in = _column(
+    dec_layer = _stack(
         ax,
         dec_x,
-        0.5,
-        [("token embedding  x sqrt(D)", "embed"), ("+ positional encoding", "embed")],
-        width,
-        gap,
-    )
-    dec_layer = _column(
-        ax,
-        dec_x,
-        dec_in[-1] + 1.35,
+        ("target tokens, shifted right", "(B, L) ids: <bos> y1 ... y(L-1)", "(B, L, D)"),
         [
             ("masked multi-head\nself-attention (causal)", "attention"),
             ("add & norm", "norm"),
@@ -157,41 +129,80 @@ def encoder_decoder_diagram() -> Figure:
             ("feed-forward  D -> F -> D", "ffn"),
             ("add & norm", "norm"),
         ],
-        width,
-        gap,
+        "N x decoder layer",
+        side=1,
+        size=(width, gap),
     )
-    _arrow(ax, (dec_x, dec_in[-1] + 0.25), (dec_x, dec_layer[0] - 0.25))
-    _shape(ax, dec_x + 0.1, dec_in[-1] + 0.55, "(B, L, D)")
-    for sub, norm in ((0, 1), (2, 3), (4, 5)):
-        _residual(ax, dec_x, width, dec_layer[sub] - 0.4, dec_layer[norm], side=1)
-    _stack_frame(ax, dec_x, dec_layer, width, "N x decoder layer", side=1)
     # the memory feeds every decoder layer's cross-attention
     _arrow(ax, (enc_x + 1.1, memory_y), (dec_x - width / 2, dec_layer[2]), rad=-0.25)
     _shape(ax, (enc_x + dec_x) / 2 + 0.1, memory_y + 0.2, "K, V: (B, S, D)", ha="center")
-
-    head = _column(
-        ax,
-        dec_x,
-        dec_layer[-1] + 1.3,
-        [("linear D -> V\n(weights tied to the embedding)", "output"), ("softmax", "output")],
-        width,
-        gap + 0.1,
-    )
-    _arrow(ax, (dec_x, dec_layer[-1] + 0.25), (dec_x, head[0] - 0.25))
-    _shape(ax, dec_x + 0.1, dec_layer[-1] + 0.7, "(B, L, D)")
-    _arrow(ax, (dec_x, head[-1] + 0.25), (dec_x, head[-1] + 0.75))
-    ax.text(
-        dec_x, head[-1] + 0.95, "next-token probabilities", ha="center", fontsize=9, weight="bold"
-    )
-    _shape(ax, dec_x + 0.1, head[-1] + 0.5, "(B, L, V)")
-    _shape(ax, dec_x + 0.1, (head[0] + head[1]) / 2, "(B, L, V) logits")
+    top = _output_head(ax, dec_x, dec_layer[-1], width, gap)
 
     ax.set_xlim(-0.6, 10.4)
-    ax.set_ylim(-0.9, head[-1] + 1.3)
+    ax.set_ylim(-0.9, top + 1.3)
     ax.set_aspect("equal")
     ax.axis("off")
     ax.set_title("The Transformer (the paper's Figure 1) with the book's shapes", fontsize=11)
     return fig
+
+
+def _stack(
+    ax: Axes,
+    x: float,
+    labels: tuple[str, str, str],
+    layer: list[tuple[str, str]],
+    frame: str,
+    side: int,
+    size: tuple[float, float],
+) -> list[float]:
+    """One side of the figure: tokens, embedding and positions, then one layer of sub-layers
+    (each followed by its add & norm, a residual around each pair) in a frame "N x ...".
+
+    Args:
+        ax: the axes.
+        x: the centre of the column.
+        labels: the title under the column, the shape of the ids, the shape after embedding.
+        layer: the layer's boxes, (text, role), a sub-layer then its add & norm each time.
+        frame: the frame's label.
+        side: where the residuals and the frame's label go (-1 left, 1 right).
+        size: the boxes' width and the gap between their centres.
+
+    Returns:
+        The centres of the layer's boxes.
+    """
+    (title, ids, embedded), (width, gap) = labels, size
+    ax.text(x, -0.55, title, ha="center", fontsize=9, weight="bold")
+    _shape(ax, x + 0.1, -0.1, ids)
+    _arrow(ax, (x, -0.3), (x, 0.25))
+    embed = [("token embedding  x sqrt(D)", "embed"), ("+ positional encoding", "embed")]
+    inputs = _column(ax, x, 0.5, embed, width, gap)
+    centres = _column(ax, x, inputs[-1] + 1.35, layer, width, gap)
+    _arrow(ax, (x, inputs[-1] + 0.25), (x, centres[0] - 0.25))
+    _shape(ax, x + 0.1, inputs[-1] + 0.55, embedded)
+    for sub in range(0, len(layer), 2):
+        _residual(ax, x, width, centres[sub] - 0.4, centres[sub + 1], side=side)
+    _stack_frame(ax, x, centres, width, frame, side=side)
+    return centres
+
+
+def _output_head(ax: Axes, x: float, below: float, width: float, gap: float) -> float:
+    """The linear layer and softmax above the decoder (whose last box is centred at
+    ``below``); returns the centre of the softmax box."""
+    head = _column(
+        ax,
+        x,
+        below + 1.3,
+        [("linear D -> V\n(weights tied to the embedding)", "output"), ("softmax", "output")],
+        width,
+        gap + 0.1,
+    )
+    _arrow(ax, (x, below + 0.25), (x, head[0] - 0.25))
+    _shape(ax, x + 0.1, below + 0.7, "(B, L, D)")
+    _arrow(ax, (x, head[-1] + 0.25), (x, head[-1] + 0.75))
+    ax.text(x, head[-1] + 0.95, "next-token probabilities", ha="center", fontsize=9, weight="bold")
+    _shape(ax, x + 0.1, head[-1] + 0.5, "(B, L, V)")
+    _shape(ax, x + 0.1, (head[0] + head[1]) / 2, "(B, L, V) logits")
+    return head[-1]
 
 
 def _stack_frame(ax: Axes, x: float, centres: list[float], width: float, label: str, side: int):

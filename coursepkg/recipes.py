@@ -7,34 +7,38 @@ recipe scaled down: Adam with beta2 = 0.98, the warm-up schedule of Sec. 5.3
 checkpoints as the final model (Sec. 6.1). The calendar dates of the
 held-out set never occur in training (:func:`~coursepkg.data.dates.date_split`), so its exact-match
 accuracy measures generalisation, not memorisation.
+
+Chapter 11's character GPT and the count bigram model it is compared with are in
+:mod:`coursepkg.char_gpt` (importable from here too); keeping a run on disk is
+:mod:`coursepkg.run_cache`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import random
 import time
-import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from functools import partial
+from types import SimpleNamespace
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from coursepkg.char_gpt import CharGPT, count_bigram, train_char_gpt
 from coursepkg.config import TransformerConfig
 from coursepkg.data.batching import Seq2SeqBatch, pad_sequences
 from coursepkg.data.dates import date_split, date_vocabs, encode_batch
-from coursepkg.data.text import char_lm_batches, load_tinyshakespeare
 from coursepkg.data.vocab import BOS_ID, EOS_ID, PAD_ID, CharVocab
 from coursepkg.decoding import beam_search, greedy_decode
-from coursepkg.model import DecoderOnlyLM, Transformer
+from coursepkg.model import Transformer
+from coursepkg.run_cache import CACHE_ENV, cache_file, check_cache_mode, reuse_run, save_run
 from coursepkg.schedule import label_smoothed_cross_entropy, noam_scheduler
 from coursepkg.train import History, fit, seed_everything
 
 __all__ = [
+    "CACHE_ENV",
     "CharGPT",
     "DateTranslator",
     "ISO_LENGTH",
@@ -187,32 +191,6 @@ def _loss(smoothing: float, checkpoints: set[int], saved: dict[int, dict[str, Te
     return loss_fn
 
 
-#: Where ``train_date_translator(cache=...)`` keeps trained translators (override with the
-#: environment variable ``COURSEPKG_CACHE_DIR``).
-CACHE_ENV = "COURSEPKG_CACHE_DIR"
-
-
-def _cache_file(settings: dict, name: str = "date_translator") -> Path:
-    """The cache file of a training run: a hash of its settings, the thread count, the CPU
-    kernels PyTorch dispatches to, PyTorch's version and the source of every coursepkg module it
-    could depend on, so that a change to any of them means a new run rather than a stale one.
-
-    The kernels matter: ``ATEN_CPU_CAPABILITY=avx2`` on a CPU with AVX-512 selects other
-    vectorised kernels, whose rounding differs in the last bits, and after a thousand steps the
-    weights differ too."""
-    root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "coursepkg")
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    digest.update(
-        f"{torch.__version__} threads={torch.get_num_threads()} "
-        f"cpu={torch.backends.cpu.get_cpu_capability()}".encode()
-    )
-    package = Path(__file__).resolve().parent
-    for source in sorted(package.rglob("*.py")):
-        if "grading" not in source.relative_to(package).parts:
-            digest.update(source.relative_to(package).as_posix().encode() + source.read_bytes())
-    return root / f"{name}-{digest.hexdigest()[:20]}.pt"
-
-
 def train_date_translator(
     steps: int = 1600,
     seed: int = 0,
@@ -278,67 +256,83 @@ def train_date_translator(
     """
     # Every argument that shapes the run keys its cache file (read before anything else is bound).
     settings = {k: v for k, v in locals().items() if k not in ("progress", "cache")}
-    if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive int, got {steps!r}")
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    if not isinstance(n_test, int) or n_test < 1:
-        raise ValueError(f"n_test must be a positive int, got {n_test!r}")
-    bad = [c for c in checkpoints if not (isinstance(c, int) and 1 <= c < steps)]
-    if bad:
-        raise ValueError(f"checkpoints must be ints in [1, steps={steps}), got {bad}")
-    if not isinstance(average, int) or average < 1:
-        raise ValueError(f"average must be a positive int, got {average!r}")
-    if not isinstance(average_every, int) or average_every < 1:
-        raise ValueError(f"average_every must be a positive int, got {average_every!r}")
-    if cache not in (None, "save", "reuse"):
-        raise ValueError(f"cache must be None, 'save' or 'reuse', got {cache!r}")
-    if (average - 1) * average_every >= steps:
-        raise ValueError(
-            f"average={average} checkpoints {average_every} steps apart need more than "
-            f"{(average - 1) * average_every} steps, got steps={steps}"
-        )
+    _check_translator_settings(settings, cache)
     settings["checkpoints"] = sorted(checkpoints)  # validated above
-    cache_file = _cache_file(settings) if cache is not None else None
-    seed_everything(seed)
+    path = cache_file(settings, "date_translator") if cache is not None else None
+    run = SimpleNamespace(**settings)
+    translator, train_pairs = _untrained_translator(run)
+    if cache == "reuse" and reuse_run(path, partial(_restore_translator, translator)):
+        return translator
+    _train_translator(translator, train_pairs, run, progress)
+    if path is not None:
+        save_run(path, _translator_record(translator), "the trained translator")
+    return translator
+
+
+def _check_translator_settings(settings: dict[str, Any], cache: str | None) -> None:
+    """Fail with a clear message on an argument of :func:`train_date_translator` out of range."""
+    s = SimpleNamespace(**settings)
+    for name in ("steps", "batch_size", "n_test"):
+        value = settings[name]
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    bad = [c for c in s.checkpoints if not (isinstance(c, int) and 1 <= c < s.steps)]
+    if bad:
+        raise ValueError(f"checkpoints must be ints in [1, steps={s.steps}), got {bad}")
+    for name in ("average", "average_every"):
+        value = settings[name]
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    check_cache_mode(cache)
+    if (s.average - 1) * s.average_every >= s.steps:
+        raise ValueError(
+            f"average={s.average} checkpoints {s.average_every} steps apart need more than "
+            f"{(s.average - 1) * s.average_every} steps, got steps={s.steps}"
+        )
+
+
+def _untrained_translator(run: SimpleNamespace) -> tuple[DateTranslator, list[tuple[str, str]]]:
+    """The seeded data split and the freshly initialised model of a run (in this order, so
+    that the same seed gives the same weights), and the training pairs."""
+    seed_everything(run.seed)
     src_vocab, tgt_vocab = date_vocabs()
-    train_pairs, test_pairs = date_split(steps * batch_size, n_test, seed=seed)
+    train_pairs, test_pairs = date_split(run.steps * run.batch_size, run.n_test, seed=run.seed)
     config = TransformerConfig(
         vocab_size=len(tgt_vocab),
         src_vocab_size=len(src_vocab),
         share_embeddings=False,  # the two alphabets differ
         tie_embeddings=True,  # the output head reuses the target embedding (Sec. 3.4)
-        d_model=d_model,
-        n_heads=n_heads,
-        d_ff=d_ff,
-        n_layers=n_layers,
-        dropout=dropout,
+        d_model=run.d_model,
+        n_heads=run.n_heads,
+        d_ff=run.d_ff,
+        n_layers=run.n_layers,
+        dropout=run.dropout,
         max_len=64,  # the longest human date has 29 characters
         pad_id=PAD_ID,
     )
     model = Transformer(config)
-    translator = DateTranslator(model, src_vocab, tgt_vocab, History(), test_pairs)
-    if cache == "reuse" and cache_file is not None and cache_file.is_file():
-        try:
-            saved = torch.load(cache_file, weights_only=True)
-            model.load_state_dict(saved["model"])
-            translator.history = History(**saved["history"])
-            translator.accuracy, translator.seconds = saved["accuracy"], saved["seconds"]
-            translator.checkpoints = saved["checkpoints"]
-            model.eval()
-            return translator
-        except Exception as err:  # noqa: BLE001 - a cache that cannot be read is retrained
-            warnings.warn(f"ignoring the unreadable cache {cache_file}: {err}", stacklevel=2)
+    return DateTranslator(model, src_vocab, tgt_vocab, History(), test_pairs), train_pairs
+
+
+def _train_translator(
+    translator: DateTranslator,
+    train_pairs: list[tuple[str, str]],
+    run: SimpleNamespace,
+    progress: bool,
+) -> None:
+    """Train the translator's model with the paper's recipe, average the last checkpoints
+    into it, and record the history, the kept checkpoints, the accuracy and the time."""
+    model, test_pairs = translator.model, translator.test_pairs
     # foreach: one call per operation for all parameters instead of one per parameter (same
     # numbers; on a model this small the number of calls is much of a step's cost).
     optimizer = torch.optim.Adam(
         model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, foreach=True
     )
-    scheduler = noam_scheduler(optimizer, d_model, warmup_steps, lr_factor)
-    monitor = test_pairs[:eval_size]
+    scheduler = noam_scheduler(optimizer, run.d_model, run.warmup_steps, run.lr_factor)
+    monitor = test_pairs[: run.eval_size]
     # fit evaluates at every multiple of eval_every and at the last step; the last one uses the
     # whole held-out set.
-    n_evals = steps // eval_every + (steps % eval_every != 0)
+    n_evals = run.steps // run.eval_every + (run.steps % run.eval_every != 0)
     calls = [0]
     started = time.perf_counter()
 
@@ -348,255 +342,63 @@ def train_date_translator(
             "exact_match": translator.exact_match(test_pairs if calls[0] == n_evals else monitor)
         }
 
-    averaged = [steps - k * average_every for k in range(1, average)]  # before the last step
+    # The checkpoints averaged with the final weights, before the last step.
+    averaged = [run.steps - k * run.average_every for k in range(1, run.average)]
     kept: dict[int, dict[str, Tensor]] = {}
+    src_vocab, tgt_vocab = translator.src_vocab, translator.tgt_vocab
     history = fit(
         model,
-        _batches(train_pairs, batch_size, src_vocab, tgt_vocab, seed),
-        _loss(smoothing, set(checkpoints) | set(averaged), kept),
-        steps=steps,
+        _batches(train_pairs, run.batch_size, src_vocab, tgt_vocab, run.seed),
+        _loss(run.smoothing, set(run.checkpoints) | set(averaged), kept),
+        steps=run.steps,
         optimizer=optimizer,
         scheduler=scheduler,
         clip_norm=1.0,
         eval_fn=evaluate,
-        eval_every=eval_every,
+        eval_every=run.eval_every,
         progress=progress,
         desc="date translator",
     )
-    translator.checkpoints = {step: kept[step] for step in sorted(checkpoints)}
+    translator.checkpoints = {step: kept[step] for step in run.checkpoints}
     if averaged:
-        # The mean of each weight over the checkpoints (Sec. 6.1 of the paper).
-        states = [kept[step] for step in averaged] + [model.state_dict()]
-        model.load_state_dict(
-            {
-                name: torch.stack([s[name] for s in states]).mean(0)
-                if value.is_floating_point()
-                else value
-                for name, value in states[-1].items()
-            }
-        )
+        _average_into(model, [kept[step] for step in averaged])
     model.eval()
     translator.history = history
     translator.accuracy = (
         translator.exact_match(test_pairs) if averaged else history.metrics["exact_match"][-1]
     )
     translator.seconds = time.perf_counter() - started
-    if cache_file is not None:
-        saved = {
-            "model": model.state_dict(),
-            "checkpoints": translator.checkpoints,
-            "history": asdict(history),
-            "accuracy": translator.accuracy,
-            "seconds": translator.seconds,
+
+
+def _average_into(model: torch.nn.Module, states: list[dict[str, Tensor]]) -> None:
+    """Replace each floating-point weight of ``model`` by its mean over ``states`` and the
+    model's own (Sec. 6.1 of the paper); integer buffers keep the model's values."""
+    states = [*states, model.state_dict()]
+    model.load_state_dict(
+        {
+            name: torch.stack([s[name] for s in states]).mean(0)
+            if value.is_floating_point()
+            else value
+            for name, value in states[-1].items()
         }
-        try:
-            cache_file.parent.mkdir(parents=True, exist_ok=True)
-            partial = cache_file.with_suffix(f".{os.getpid()}.part")
-            torch.save(saved, partial)
-            partial.replace(cache_file)  # whole or not at all
-        except OSError as err:
-            warnings.warn(
-                f"could not save the trained translator to {cache_file}: {err}", stacklevel=2
-            )
-    return translator
+    )
 
 
-@dataclass
-class CharGPT:
-    """A character-level GPT trained on Tiny Shakespeare, and what its training measured.
-
-    Attributes:
-        model: the :class:`~coursepkg.DecoderOnlyLM`, in eval mode.
-        vocab: the corpus' characters plus the special ids.
-        history: the :class:`~coursepkg.train.History` of the run; ``metrics["train"]`` and
-            ``metrics["held-out"]`` hold the mean next-character loss (nats) on fixed windows.
-        train_ids: the first 90% of the corpus, encoded (what the model was trained on).
-        heldout_ids: the last 10%, never seen in training.
-        eval_windows: name -> the fixed ``(x, y)`` batches each evaluation measures.
-        seconds: wall-clock time of the training run (evaluations included).
-    """
-
-    model: DecoderOnlyLM
-    vocab: CharVocab
-    history: History
-    train_ids: Tensor = field(repr=False)
-    heldout_ids: Tensor = field(repr=False)
-    eval_windows: dict[str, list[tuple[Tensor, Tensor]]] = field(repr=False)
-    seconds: float = 0.0
-
-
-def _next_char_loss(model: DecoderOnlyLM, batch: tuple[Tensor, Tensor]) -> Tensor:
-    x, y = batch  # (B, L), (B, L)
-    logits = model(x)  # (B, L, V)
-    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
-
-
-def train_char_gpt(
-    steps: int = 350,
-    seed: int = 0,
-    progress: bool = True,
-    *,
-    d_model: int = 64,
-    n_heads: int = 4,
-    d_ff: int = 256,
-    n_layers: int = 2,
-    block_size: int = 64,
-    batch_size: int = 32,
-    lr: float = 1e-2,
-    warmup_steps: int = 30,
-    eval_every: int = 50,
-    cache: str | None = None,
-) -> CharGPT:
-    """Train a small GPT-2-shaped character model on Tiny Shakespeare (chapter 11's run).
-
-    Pre-LN layers with GELU, learned positions, a final LayerNorm and a tied head (GPT-2's
-    design, at a small scale). The first 90% of the corpus trains, the last 10% is held out.
-    Adam at ``lr`` follows a linear warm-up over ``warmup_steps`` and then a linear decay to
-    10% at the last step; gradients are clipped at norm 1 (:func:`~coursepkg.train.fit`).
-    Every ``eval_every`` steps the mean loss on 4 fixed batches of 64 windows of the training
-    and of the held-out text is recorded.
-
-    Args:
-        steps: optimisation steps.
-        seed: seeds the initialisation and the training windows.
-        progress: show :func:`~coursepkg.train.fit`'s progress bar.
-        d_model: D.
-        n_heads: H.
-        d_ff: F.
-        n_layers: N.
-        block_size: characters per training window (L).
-        batch_size: windows per step (B).
-        lr: peak learning rate.
-        warmup_steps: steps of linear warm-up.
-        eval_every: steps between evaluations.
-        cache: ``None`` trains and keeps nothing; ``"save"`` trains and saves the result under
-            ``~/.cache/coursepkg`` (or ``$COURSEPKG_CACHE_DIR``); ``"reuse"`` loads a run saved
-            with the same arguments, coursepkg source, PyTorch version, CPU kernels and thread
-            count, and trains and saves one if there is none. Chapter 11 saves, chapter 12
-            reuses.
-
-    Returns:
-        A :class:`CharGPT` with the model in eval mode.
-    """
-    settings = {k: v for k, v in locals().items() if k not in ("progress", "cache")}
-    for name in ("steps", "d_model", "n_heads", "d_ff", "n_layers", "block_size", "batch_size"):
-        value = settings[name]
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if cache not in (None, "save", "reuse"):
-        raise ValueError(f"cache must be None, 'save' or 'reuse', got {cache!r}")
-    cache_file = _cache_file(settings, "char_gpt") if cache is not None else None
-    text = load_tinyshakespeare()
-    vocab = CharVocab.from_corpus(text)
-    ids = torch.tensor(vocab.encode(text))  # (N,)
-    split = int(0.9 * len(ids))
-    train_ids, heldout_ids = ids[:split], ids[split:]  # (N_train,), (N_heldout,)
-    windows = {
-        name: list(
-            char_lm_batches(
-                part,
-                vocab,
-                block_size,
-                64,
-                generator=torch.Generator().manual_seed(k),
-                num_batches=4,
-            )
-        )
-        for k, (name, part) in enumerate((("train", train_ids), ("held-out", heldout_ids)), 1)
+def _translator_record(translator: DateTranslator) -> dict[str, Any]:
+    """What the cache keeps of a trained translator."""
+    return {
+        "model": translator.model.state_dict(),
+        "checkpoints": translator.checkpoints,
+        "history": asdict(translator.history),
+        "accuracy": translator.accuracy,
+        "seconds": translator.seconds,
     }
-    config = TransformerConfig(
-        vocab_size=len(vocab),
-        d_model=d_model,
-        n_heads=n_heads,
-        d_ff=d_ff,
-        n_layers=n_layers,
-        dropout=0.0,
-        max_len=512,
-        norm_first=True,  # pre-LN with a final LayerNorm, as in GPT-2
-        positional="learned",  # GPT learns its position table
-        activation="gelu",
-    )
-    generator = seed_everything(seed)
-    model = DecoderOnlyLM(config)
-    result = CharGPT(model, vocab, History(), train_ids, heldout_ids, windows)
-    if cache == "reuse" and cache_file is not None and cache_file.is_file():
-        try:
-            saved = torch.load(cache_file, weights_only=True)
-            model.load_state_dict(saved["model"])
-            result.history, result.seconds = History(**saved["history"]), saved["seconds"]
-            model.eval()
-            return result
-        except Exception as err:  # noqa: BLE001 - a cache that cannot be read is retrained
-            warnings.warn(f"ignoring the unreadable cache {cache_file}: {err}", stacklevel=2)
-
-    def evaluate(trained: DecoderOnlyLM) -> dict[str, float]:
-        return {
-            name: sum(_next_char_loss(trained, b).item() for b in batches) / len(batches)
-            for name, batches in windows.items()
-        }
-
-    def warmup_then_decay(step: int) -> float:
-        return min(1.0, (step + 1) / warmup_steps) * max(0.1, 1 - step / steps)
-
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    started = time.perf_counter()
-    result.history = fit(
-        model,
-        char_lm_batches(train_ids, vocab, block_size, batch_size, generator=generator),
-        _next_char_loss,
-        steps=steps,
-        optimizer=optimizer,
-        scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_then_decay),
-        eval_fn=evaluate,
-        eval_every=eval_every,
-        progress=progress,
-        desc="char GPT",
-    )
-    result.seconds = time.perf_counter() - started
-    model.eval()
-    if cache_file is not None:
-        saved = {
-            "model": model.state_dict(),
-            "history": asdict(result.history),
-            "seconds": result.seconds,
-        }
-        try:
-            cache_file.parent.mkdir(parents=True, exist_ok=True)
-            partial = cache_file.with_suffix(f".{os.getpid()}.part")
-            torch.save(saved, partial)
-            partial.replace(cache_file)  # whole or not at all
-        except OSError as err:
-            warnings.warn(f"could not save the trained GPT to {cache_file}: {err}", stacklevel=2)
-    return result
 
 
-def count_bigram(ids: Tensor, vocab_size: int, smoothing: float = 1.0) -> Tensor:
-    """A count bigram model: log P(next | current) from how often each pair occurs in ``ids``.
-
-    Each row adds ``smoothing`` to every count (add-one smoothing by default), so a pair the
-    text never shows keeps a small probability instead of an infinite loss.
-
-    Args:
-        ids: the training text, encoded.
-        vocab_size: V.
-        smoothing: pseudo-count added to every pair (> 0).
-
-    Shape:
-        ids: (N,) long; returns (V, V), row = current id, column = next id.
-
-    Returns:
-        Log-probabilities; ``table[x, y]`` is the model's log P(y | x) and each row's
-        probabilities sum to 1.
-    """
-    if not isinstance(ids, Tensor) or ids.dim() != 1 or ids.dtype != torch.long:
-        raise TypeError("ids must be a 1-D torch.long tensor")
-    if len(ids) < 2:
-        raise ValueError(f"ids must hold at least 2 tokens, got {len(ids)}")
-    if not smoothing > 0:
-        raise ValueError(f"smoothing must be > 0, got {smoothing!r}")
-    if int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
-        raise ValueError(f"ids must lie in [0, vocab_size={vocab_size})")
-    pairs = ids[:-1] * vocab_size + ids[1:]  # (N - 1,) one index per (current, next)
-    counts = torch.bincount(pairs, minlength=vocab_size * vocab_size).view(vocab_size, -1)
-    counts = counts.double() + smoothing  # (V, V)
-    return (counts / counts.sum(dim=1, keepdim=True)).log().float()  # (V, V)
+def _restore_translator(translator: DateTranslator, saved: dict[str, Any]) -> None:
+    """Put a saved translator's weights and measurements in place (the model in eval mode)."""
+    translator.model.load_state_dict(saved["model"])
+    translator.history = History(**saved["history"])
+    translator.accuracy, translator.seconds = saved["accuracy"], saved["seconds"]
+    translator.checkpoints = saved["checkpoints"]
+    translator.model.eval()

@@ -14,7 +14,7 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -158,19 +158,8 @@ def fit(
     running = None
     try:
         for step in range(1, steps + 1):
-            try:
-                batch = next(source)
-            except StopIteration as exc:
-                raise ValueError(f"batches ran out after {step - 1} of {steps} steps") from exc
-            model.train()
-            loss = loss_fn(model, batch)
-            value = float(loss.detach())
-            if not math.isfinite(value):
-                raise FloatingPointError(f"loss became {value} at step {step}")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if clip_norm is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+            batch = _next_batch(source, step, steps)
+            value = _backward(model, loss_fn, batch, optimizer, clip_norm, step)
             history.lr.append(optimizer.param_groups[0]["lr"])
             optimizer.step()
             if scheduler is not None:
@@ -179,13 +168,7 @@ def fit(
             history.loss.append(value)
             running = value if running is None else 0.95 * running + 0.05 * value
             if eval_fn is not None and (step % eval_every == 0 or step == steps):
-                model.eval()
-                with torch.no_grad():
-                    results = eval_fn(model)
-                history.eval_step.append(step)
-                for name, metric in results.items():
-                    history.metrics.setdefault(name, []).append(float(metric))
-                log.info("step %d: %s", step, results)
+                results = _evaluate(model, eval_fn, step, history)
                 # refresh=False: redraw at the bar's own pace (mininterval), not at every
                 # postfix change.
                 # the loss first: a line too long for the column loses its end
@@ -199,3 +182,50 @@ def fit(
         model.eval()
         history.seconds = time.perf_counter() - start
     return history
+
+
+def _next_batch(source: Iterator, step: int, steps: int) -> object:
+    """The batch of ``step``; a clear error when a finite iterator runs out early."""
+    try:
+        return next(source)
+    except StopIteration as exc:
+        raise ValueError(f"batches ran out after {step - 1} of {steps} steps") from exc
+
+
+def _backward(
+    model: nn.Module,
+    loss_fn: Callable[[nn.Module, object], Tensor],
+    batch: object,
+    optimizer: torch.optim.Optimizer,
+    clip_norm: float | None,
+    step: int,
+) -> float:
+    """The loss of ``batch`` in train mode and its gradients, clipped to a global norm of
+    ``clip_norm``; returns the loss (the optimiser's step is the caller's)."""
+    model.train()
+    loss = loss_fn(model, batch)
+    value = float(loss.detach())
+    if not math.isfinite(value):
+        raise FloatingPointError(f"loss became {value} at step {step}")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if clip_norm is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    return value
+
+
+def _evaluate(
+    model: nn.Module,
+    eval_fn: Callable[[nn.Module], dict[str, float]],
+    step: int,
+    history: History,
+) -> dict[str, float]:
+    """Run ``eval_fn`` in eval mode without gradients and record its metrics at ``step``."""
+    model.eval()
+    with torch.no_grad():
+        results = eval_fn(model)
+    history.eval_step.append(step)
+    for name, metric in results.items():
+        history.metrics.setdefault(name, []).append(float(metric))
+    log.info("step %d: %s", step, results)
+    return results

@@ -8,6 +8,7 @@ import torch
 import coursepkg.recipes as recipes
 from coursepkg.data.dates import date_vocabs, encode_batch, make_date_pairs
 from coursepkg.recipes import ISO_LENGTH, DateTranslator, _batches, train_date_translator
+from coursepkg.run_cache import cache_file
 
 TINY = dict(
     d_model=32, n_heads=2, d_ff=64, n_layers=1, batch_size=16, n_test=12, eval_size=6, average=1
@@ -193,17 +194,17 @@ def test_the_cache_key_names_threads_and_cpu_kernels(tmp_path, monkeypatch):
     so a run saved under one of them is never reused under another."""
     monkeypatch.setenv(recipes.CACHE_ENV, str(tmp_path))
     settings = {"steps": 8, "seed": 0}
-    here = recipes._cache_file(settings)
-    assert here == recipes._cache_file(dict(settings))  # the key is stable
-    assert here != recipes._cache_file({**settings, "seed": 1})
+    here = cache_file(settings, "date_translator")
+    assert here == cache_file(dict(settings), "date_translator")  # the key is stable
+    assert here != cache_file({**settings, "seed": 1}, "date_translator")
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "OTHER")
-    assert recipes._cache_file(settings) != here
+    assert cache_file(settings, "date_translator") != here
     monkeypatch.undo()
     monkeypatch.setenv(recipes.CACHE_ENV, str(tmp_path))
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(threads + 1)
-        assert recipes._cache_file(settings) != here
+        assert cache_file(settings, "date_translator") != here
     finally:
         torch.set_num_threads(threads)
 

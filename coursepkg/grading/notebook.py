@@ -230,13 +230,49 @@ def run_notebook(
     Raises:
         NotebookError: the file cannot be read as a notebook.
     """
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
-
     path = Path(path)
     nb = load_notebook(path)
     timeout = cell_timeout(nb) if timeout is None else timeout
+    problem, started, finished = _execute(nb, path, timeout, startup_timeout)
+    report = Report(path=path, problem=problem)
+    stuck = started[-1] if started and started[-1] not in finished else None
     tests = find_test_cells(nb)
+    first_error = _first_error(nb, {index for index, _ in tests})
+    for index, cell in tests:
+        meta = _nbgrader(cell)
+        grade_id = meta.get("grade_id", "?")
+        points = float(meta.get("points", 0) or 0)
+        if _is_hidden(cell.source):
+            report.cells.append(CellOutcome(grade_id, points, "hidden"))
+            continue
+        error = _error_message(cell)
+        if index == stuck:
+            report.cells.append(CellOutcome(grade_id, points, "failed", f"this cell: {problem}"))
+        elif error is not None:
+            if first_error is not None and first_error[0] < index and error.startswith("NameError"):
+                where, cause = first_error
+                error += f"\n(an earlier cell failed first: cell {where + 1} raised {cause})"
+            report.cells.append(CellOutcome(grade_id, points, "failed", error))
+        elif index not in finished:
+            report.cells.append(CellOutcome(grade_id, points, "not run", "not run"))
+        else:
+            report.cells.append(CellOutcome(grade_id, points, "passed", _result_text(cell)))
+    return report
+
+
+def _execute(
+    nb: NotebookNode, path: Path, timeout: float, startup_timeout: float
+) -> tuple[str, list[int], set[int]]:
+    """Run every cell of ``nb`` (in place, errors kept as outputs) in a fresh kernel started
+    in the notebook's folder.
+
+    Returns:
+        What stopped the run early ("" when nothing did), the indices of the cells that
+        started (in order) and of those that finished.
+    """
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
     client = NotebookClient(
         nb,
         timeout=timeout,
@@ -264,13 +300,13 @@ def run_notebook(
         )
     except Exception as err:  # noqa: BLE001 - reported, e.g. a kernel that does not start
         problem = f"the notebook could not be run: {type(err).__name__}: {err}"
+    return problem, started, finished
 
-    report = Report(path=path, problem=problem)
-    stuck = started[-1] if started and started[-1] not in finished else None
-    test_indices = {index for index, _ in tests}
-    # The first error outside the test cells (a syntax error in an answer, a failed import)
-    # usually explains a test's NameError: say so.
-    first_error = next(
+
+def _first_error(nb: NotebookNode, test_indices: set[int]) -> tuple[int, str] | None:
+    """The first error outside the test cells (a syntax error in an answer, a failed import),
+    which usually explains a test's NameError: its cell index and message."""
+    return next(
         (
             (i, msg)
             for i, c in enumerate(nb.cells)
@@ -280,26 +316,6 @@ def run_notebook(
         ),
         None,
     )
-    for index, cell in tests:
-        meta = _nbgrader(cell)
-        grade_id = meta.get("grade_id", "?")
-        points = float(meta.get("points", 0) or 0)
-        if _is_hidden(cell.source):
-            report.cells.append(CellOutcome(grade_id, points, "hidden"))
-            continue
-        error = _error_message(cell)
-        if index == stuck:
-            report.cells.append(CellOutcome(grade_id, points, "failed", f"this cell: {problem}"))
-        elif error is not None:
-            if first_error is not None and first_error[0] < index and error.startswith("NameError"):
-                where, cause = first_error
-                error += f"\n(an earlier cell failed first: cell {where + 1} raised {cause})"
-            report.cells.append(CellOutcome(grade_id, points, "failed", error))
-        elif index not in finished:
-            report.cells.append(CellOutcome(grade_id, points, "not run", "not run"))
-        else:
-            report.cells.append(CellOutcome(grade_id, points, "passed", _result_text(cell)))
-    return report
 
 
 def check_notebook(path: str | Path | None = None, *, timeout: float | None = None) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -23,6 +23,10 @@ from ..framework import (
     BugVariant,
     CheckFailure,
     CheckReport,
+    FullyMasked,
+    Invariance,
+    MaskCases,
+    MaskedBlock,
     call_student,
     check_gradients,
     configs,
@@ -37,6 +41,7 @@ from ..framework import (
     randn,
     random_keep,
     register_configs,
+    run_mask_properties,
 )
 
 __all__ = [
@@ -251,21 +256,46 @@ def _sdpa_config(
     dtype: torch.dtype,
     gen: torch.Generator,
 ) -> None:
+    """The mask properties of the student's function on one shape: no mask, padding and
+    causal invariance (each followed by the comparison under that mask), a fully masked query."""
     b, n_q, n_k, d_k, d_v = cfg["B"], cfg["L"], cfg["S"], cfg["Dk"], cfg["Dv"]
     lead = (b, cfg["H"]) if "H" in cfg else (b,)
     q = randn(gen, *lead, n_q, d_k, dtype=dtype)  # (..., L, Dk)
     k = randn(gen, *lead, n_k, d_k, dtype=dtype)  # (..., S, Dk)
     v = randn(gen, *lead, n_k, d_v, dtype=dtype)  # (..., S, Dv)
     where = f"{describe(cfg)}, {dtype_name(dtype)}"
+    invariances = []
+    if n_k >= 2:
+        invariances.append(_sdpa_padding_case((q, k, v), gen, where))
+    if 2 <= n_q <= n_k:
+        invariances.append(_sdpa_causal_case((q, k, v), gen, where))
+    cases = MaskCases(
+        no_mask=(q, k, v, None),
+        invariances=invariances,
+        fully_masked=_sdpa_masked_row_case((q, k, v), gen, where),
+    )
+    run_mask_properties(_sdpa_block(report, student, where, (*lead, n_q), d_v, n_k), cases)
 
-    def compare(mask: Tensor | None, case: str, inputs: tuple[Tensor, ...]) -> None:
-        expected = _reference_sdpa(*inputs, mask)
-        out, weights = student(*inputs, mask)
-        expect_tensor(out, f"the output ({where}, {case})", (*lead, n_q, d_v))
-        expect_tensor(weights, f"the weights ({where}, {case})", (*lead, n_q, n_k))
+
+def _sdpa_block(
+    report: CheckReport,
+    student: Callable[..., Any],
+    where: str,
+    rows: tuple[int, ...],
+    d_v: int,
+    n_k: int,
+) -> MaskedBlock:
+    """The student's function as the mask properties see it: its output for the invariances,
+    output and weights compared with the reference's, its SDPA mistake named."""
+
+    def compare(inputs: tuple[Any, ...], case: str) -> None:
+        expected = _reference_sdpa(*inputs)
+        out, weights = student(*inputs)
+        expect_tensor(out, f"the output ({where}, {case})", (*rows, d_v))
+        expect_tensor(weights, f"the weights ({where}, {case})", (*rows, n_k))
 
         def diagnosis() -> BugVariant | None:
-            return diagnose(student, SDPA_BUGS, (*inputs, mask), reference_output=expected)
+            return diagnose(student, SDPA_BUGS, inputs, reference_output=expected)
 
         expect_close(
             report, out, expected[0], f"your output ({where}, {case})", diagnosis=diagnosis
@@ -274,16 +304,18 @@ def _sdpa_config(
             report, weights, expected[1], f"your weights ({where}, {case})", diagnosis=diagnosis
         )
 
-    compare(None, "no mask", (q, k, v))
+    def parts(inputs: tuple[Any, ...]) -> Iterator[tuple[str, Tensor]]:
+        out, weights = student(*inputs)
+        for name, t in (("output", out), ("weights", weights)):
+            yield name, expect_tensor(t, "the output")
 
-    if n_k >= 2:
-        mask = _sdpa_padding_invariance(report, student, (q, k, v), gen, where)
-        compare(mask, "padding mask", (q, k, v))
-    if 2 <= n_q <= n_k:
-        mask = _sdpa_causal_invariance(report, student, (q, k, v), gen, where)
-        compare(mask, "causal mask", (q, k, v))
-    mask = _sdpa_masked_row(report, student, (q, k, v), gen, where)
-    compare(mask, "a fully masked query", (q, k, v))
+    return MaskedBlock(
+        report,
+        output=lambda inputs: student(*inputs)[0],
+        compare=compare,
+        mistake=lambda inputs: _sdpa_mistake(student, inputs),
+        parts=parts,
+    )
 
 
 def _sdpa_mistake(student: Callable[..., Any], inputs: tuple[Any, ...]) -> BugVariant | None:
@@ -291,73 +323,58 @@ def _sdpa_mistake(student: Callable[..., Any], inputs: tuple[Any, ...]) -> BugVa
     return diagnose(student, SDPA_BUGS, inputs, reference_output=_reference_sdpa(*inputs))
 
 
-def _sdpa_padding_invariance(
-    report: CheckReport,
-    student: Callable[..., Any],
-    qkv: tuple[Tensor, Tensor, Tensor],
-    gen: torch.Generator,
-    where: str,
-) -> Tensor:
-    """Keys and values a padding mask hides change nothing; returns the padding mask."""
+def _sdpa_padding_case(
+    qkv: tuple[Tensor, Tensor, Tensor], gen: torch.Generator, where: str
+) -> Invariance:
+    """Keys and values a padding mask hides change nothing."""
     q, k, v = qkv
     b, n_k, dtype = q.size(0), k.size(-2), q.dtype
     pad_axes = (1,) * (q.dim() - 3) + (1,)  # so a (B, S) mask broadcasts against (..., L, S)
     keep = random_keep(gen, b, n_k)  # (B, S)
     mask = keep.view(b, *pad_axes, n_k)  # (B, [1,] 1, S)
-    out = student(q, k, v, mask)[0]
     hidden = ~mask.transpose(-1, -2)  # (B, [1,] S, 1)
     k2 = torch.where(hidden, randn(gen, *k.shape, dtype=dtype) * 3, k)
     v2 = torch.where(hidden, randn(gen, *v.shape, dtype=dtype) * 3, v)
-    expect_close(
-        report,
-        student(q, k2, v2, mask)[0],
-        out,
+    return Invariance(
+        (q, k, v, mask),
+        (q, k2, v2, mask),
         f"your output after changing the keys and values that a padding mask hides ({where})",
-        diagnosis=lambda: _sdpa_mistake(student, (q, k, v, mask)),
+        case="padding mask",
+        compare_after=True,
         hint="Positions where the mask is False must not influence the output. " + MASK_RULE,
     )
-    return mask
 
 
-def _sdpa_causal_invariance(
-    report: CheckReport,
-    student: Callable[..., Any],
-    qkv: tuple[Tensor, Tensor, Tensor],
-    gen: torch.Generator,
-    where: str,
-) -> Tensor:
-    """Under a causal mask, later keys and values change nothing earlier; returns the mask."""
+def _sdpa_causal_case(
+    qkv: tuple[Tensor, Tensor, Tensor], gen: torch.Generator, where: str
+) -> Invariance:
+    """Under a causal mask, later keys and values change nothing earlier."""
     q, k, v = qkv
     n_q, n_k, dtype = q.size(-2), k.size(-2), q.dtype
     mask = causal_mask(n_q, n_k)  # (L, S), bottom-right aligned
     cut = n_q // 2  # queries 0 .. cut-1 see keys 0 .. cut-1 + S - L only
     visible_keys = cut + n_k - n_q
-    out = student(q, k, v, mask)[0]
     k2, v2 = k.clone(), v.clone()
     k2[..., visible_keys:, :] = randn(gen, *k2[..., visible_keys:, :].shape, dtype=dtype)
     v2[..., visible_keys:, :] = randn(gen, *v2[..., visible_keys:, :].shape, dtype=dtype)
-    expect_close(
-        report,
-        student(q, k2, v2, mask)[0][..., :cut, :],
-        out[..., :cut, :],
+    return Invariance(
+        (q, k, v, mask),
+        (q, k2, v2, mask),
         f"the first {cut} rows of your output after changing later keys and values under "
         f"a causal mask ({where})",
-        diagnosis=lambda: _sdpa_mistake(student, (q, k, v, mask)),
+        case="causal mask",
+        compare_after=True,
+        keep=lambda out: out[..., :cut, :],
         hint="A query must not see keys the causal mask hides. " + MASK_RULE,
     )
-    return mask
 
 
-def _sdpa_masked_row(
-    report: CheckReport,
-    student: Callable[..., Any],
-    qkv: tuple[Tensor, Tensor, Tensor],
-    gen: torch.Generator,
-    where: str,
-) -> Tensor:
-    """A query that may attend no key gives zero weights and output, never NaN; returns the
-    mask (also a padding mask on the other rows)."""
-    q, k, v = qkv
+def _sdpa_masked_row_case(
+    qkv: tuple[Tensor, Tensor, Tensor], gen: torch.Generator, where: str
+) -> FullyMasked:
+    """A query that may attend no key gives zero weights and output, never NaN (the mask is
+    also a padding mask on the other rows)."""
+    q, k, _ = qkv
     b, n_q, n_k = q.size(0), q.size(-2), k.size(-2)
     lead = tuple(q.shape[:-2])
     pad_axes = (1,) * (len(lead) - 1) + (1,)
@@ -366,17 +383,14 @@ def _sdpa_masked_row(
     if n_k >= 2:
         mask &= random_keep(gen, b, n_k).view(b, *pad_axes, n_k)
         mask[(0,) * len(lead) + (0,)] = False
-    out, weights = student(q, k, v, mask)
-    for name, t in (("output", out), ("weights", weights)):
-        t = expect_tensor(t, "the output")
-        if bool(torch.isnan(t).any()):
-            bug = _sdpa_mistake(student, (q, k, v, mask))
-            report.fail(
-                f"your {name} contains NaN when a query may attend no key ({where}). A fully "
-                "masked row must give zero weights and a zero output.",
-                bug,
-            )
-    return mask
+    return FullyMasked(
+        (*qkv, mask),
+        "a fully masked query",
+        lambda name: (
+            f"your {name} contains NaN when a query may attend no key ({where}). A fully "
+            "masked row must give zero weights and a zero output."
+        ),
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,15 +23,19 @@ from torch import Tensor, nn
 from ...layers import EncoderLayer as _ReferenceEncoderLayer
 from ...layers import LayerNorm as _ReferenceLayerNorm
 from ...layers import PositionwiseFeedForward as _ReferenceFFN
-from ...masks import causal_mask
 from ..framework import (
     BugVariant,
     CheckFailure,
     CheckReport,
+    FullyMasked,
+    Invariance,
+    MaskCases,
+    MaskedBlock,
     ModuleSpec,
     Piece,
     assert_close,
     call_student,
+    change_later,
     check_module,
     clone_module,
     configs,
@@ -43,13 +47,14 @@ from ..framework import (
     expect_tensor,
     forbidden_calls,
     generator,
+    hide_padding,
     locate,
     module_runner,
     piece_mistake,
     public_check,
     randn,
-    random_keep,
     register_configs,
+    run_mask_properties,
 )
 from .ex02_multihead import MHA_BUGS
 from .ex04_encoder_mistakes import (
@@ -463,37 +468,54 @@ def _encoder_cases(
             report.fail(f"{failure.message}\n{sentence}", bug)
         return actual
 
-    compare((x, None), "no mask")
-    if n < 2:
-        return
-    keep = random_keep(gen, b, n)  # (B, L)
-    mask = keep[:, None, None, :]  # (B, 1, 1, L)
-    out = compare((x, mask), "padding mask (B, 1, 1, L)")
-    changed = torch.where(keep[..., None], x, randn(gen, b, n, d, dtype=dtype) * 3)
-    expect_close(
-        report,
-        mine(changed, mask)[keep],
-        out[keep],
+    if n < 2:  # a single position: nothing a mask could hide from it
+        cases = MaskCases(no_mask=(x, None))
+    else:
+        cases = MaskCases(
+            no_mask=(x, None),
+            invariances=[_encoder_padding_case(gen, x, where), _encoder_causal_case(gen, x, where)],
+            fully_masked=FullyMasked(
+                _encoder_masked_sequence(x), "a sequence whose every position is masked"
+            ),
+        )
+    run_mask_properties(MaskedBlock(report, lambda inputs: mine(*inputs), compare), cases)
+
+
+def _encoder_padding_case(gen: torch.Generator, x: Tensor, where: str) -> Invariance:
+    """Padded positions change nothing at the real ones."""
+    mask, keep, changed = hide_padding(gen, x)
+    return Invariance(
+        (x, mask),
+        (changed, mask),
         f"the outputs of your {ENC} at real positions after changing the padded positions "
         f"({where})",
+        case="padding mask (B, 1, 1, L)",
+        keep=lambda out: out[keep],
         hint="Padded positions (mask False) must not influence the others. True = may attend.",
     )
-    mask = causal_mask(n)  # (L, L)
-    out = compare((x, mask), "causal mask (L, L)")
-    cut = n // 2
-    later = x.clone()
-    later[:, cut:] = randn(gen, b, n - cut, d, dtype=dtype)
-    expect_close(
-        report,
-        mine(later, mask)[:, :cut],
-        out[:, :cut],
+
+
+def _encoder_causal_case(gen: torch.Generator, x: Tensor, where: str) -> Invariance:
+    """Under a causal mask, later positions change nothing earlier."""
+    mask, cut, later = change_later(gen, x)
+    return Invariance(
+        (x, mask),
+        (later, mask),
         f"the first {cut} positions of your {ENC}'s output after changing later positions "
         f"under a causal mask ({where})",
+        case="causal mask (L, L)",
+        keep=lambda out: out[:, :cut],
         hint="Pass the mask on to self-attention; True = may attend.",
     )
+
+
+def _encoder_masked_sequence(x: Tensor) -> tuple[Tensor, Tensor]:
+    """The layer's inputs with the first sequence's every position masked: the reference's
+    output (finite, never NaN) is expected."""
+    b, n = x.size(0), x.size(1)
     mask = torch.ones(b, 1, 1, n, dtype=torch.bool)  # (B, 1, 1, L)
-    mask[0] = False  # a sequence with no position to attend: finite output, never NaN
-    compare((x, mask), "a sequence whose every position is masked")
+    mask[0] = False  # a sequence with no position to attend
+    return x, mask
 
 
 _ENCODER_SPEC = ModuleSpec(

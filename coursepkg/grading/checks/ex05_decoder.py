@@ -26,11 +26,14 @@ from torch import Tensor, nn
 from ...layers import DecoderLayer as _ReferenceDecoderLayer
 from ...masks import causal_mask as _reference_causal_mask
 from ..framework import (
-    TOLERANCES,
     BugVariant,
     CheckFailure,
     CheckReport,
     ForbiddenCall,
+    FullyMasked,
+    Invariance,
+    MaskCases,
+    MaskedBlock,
     NotImplementedYet,
     Piece,
     assert_close,
@@ -43,12 +46,12 @@ from ..framework import (
     forbidden_calls,
     gradients_reach,
     locate,
-    max_abs_error,
     piece_mistake,
     prepare_module,
     public_check,
     register_configs,
     reject_reference_class,
+    run_mask_properties,
 )
 from .ex04_encoder import attention_piece, feed_forward_piece, layer_norm_piece
 from .ex05_decoder_mistakes import (
@@ -428,65 +431,51 @@ def _check_layer_masking(
     report: CheckReport, student: nn.Module, reference: nn.Module, config: dict[str, int], seed: int
 ) -> None:
     """Invariances: future target positions, padded memory, and a fully masked memory row."""
-    x, memory, self_mask, cross_mask = _layer_inputs(config, seed + 1)
-    b, n_q, d = config["B"], config["L"], config["D"]
+    x, memory, _, _ = _layer_inputs(config, seed + 1)
+    n_q, n_mem = config["L"], memory.size(1)
     where = f"({describe(config)})"
     gen = torch.Generator().manual_seed(seed + 2)
     causal = _reference_causal_mask(n_q)  # (L, L)
-    rtol, atol = TOLERANCES[torch.float32]
+    invariances = []
+    if n_q > 1:
+        invariances.append(_future_case(gen, x, memory, causal, where))
+    if n_mem > 1:
+        invariances.append(_hidden_memory_case(gen, x, memory, causal, where))
+    none = torch.ones(x.size(0), 1, 1, n_mem, dtype=torch.bool)  # (B, 1, 1, S)
+    none[0] = False  # batch row 0 may attend no memory position: zeros, not NaN
+    fully_masked = FullyMasked(
+        (x, memory, causal, none),
+        "your DecoderLayer's output when cross_mask hides a whole row",
+        lambda _: (
+            f"when cross_mask hides every memory position of a row, your DecoderLayer "
+            f"returns NaN or inf {where}. A fully masked row must give zero attention "
+            "weights (and so a zero attention output), never NaN: e.g. replace NaN weights "
+            "with 0 after the softmax."
+        ),
+        bad=lambda t: ~torch.isfinite(t),
+        name_mistake=False,
+    )
     with torch.no_grad():
-        base = call_student(student, x, memory, causal, None, item=LAYER_ITEM)
-        if n_q > 1:
-            cut = n_q // 2
-            changed = x.clone()
-            changed[:, cut + 1 :] = 3.0 * torch.randn(b, n_q - cut - 1, d, generator=gen)
-            out = call_student(student, changed, memory, causal, None, item=LAYER_ITEM)
-            err = max_abs_error(out[:, : cut + 1], base[:, : cut + 1])
-            if err > atol + rtol:
-                report.fail(
-                    f"with self_mask = causal_mask({n_q}), changing the decoder input after "
-                    f"position {cut} changed your output at positions 0..{cut} (by up to "
-                    f"{err:.3g}) {where}: your layer lets a position see the future. Pass "
-                    "self_mask to self-attention (True = may attend).",
-                    _diagnose_layer(student, reference, config, (x, memory, causal, None), seed),
-                )
-        n_mem = memory.size(1)
-        if n_mem > 1:
-            # Hide the second half of every memory row and scramble it.
-            real = torch.ones(b, n_mem, dtype=torch.bool)  # (B, S)
-            real[:, (n_mem + 1) // 2 :] = False
-            hidden = real[:, None, None, :]  # (B, 1, 1, S)
-            first = call_student(student, x, memory, causal, hidden, item=LAYER_ITEM)
-            scrambled = torch.where(
-                real[..., None], memory, 5.0 * torch.randn(memory.shape, generator=gen)
-            )  # (B, S, D)
-            second = call_student(student, x, scrambled, causal, hidden, item=LAYER_ITEM)
-            err = max_abs_error(second, first)
-            if err > atol + rtol:
-                report.fail(
-                    f"changing memory positions that cross_mask hides changed your output (by up "
-                    f"to {err:.3g}) {where}: pass cross_mask to cross-attention (True = may "
-                    "attend).",
-                    _diagnose_layer(student, reference, config, (x, memory, causal, hidden), seed),
-                )
-        # Batch row 0 may attend no memory position at all: attention gives zeros, not NaN.
-        none = torch.ones(b, 1, 1, n_mem, dtype=torch.bool)  # (B, 1, 1, S)
-        none[0] = False
-        out = call_student(student, x, memory, causal, none, item=LAYER_ITEM)
-        out = expect_tensor(out, "the output of your DecoderLayer")
-        if not bool(torch.isfinite(out).all()):
-            report.fail(
-                f"when cross_mask hides every memory position of a row, your DecoderLayer "
-                f"returns NaN or inf {where}. A fully masked row must give zero attention "
-                "weights (and so a zero attention output), never NaN: e.g. replace NaN weights "
-                "with 0 after the softmax."
-            )
+        run_mask_properties(
+            _layer_block(report, student, reference, config, seed),
+            MaskCases(invariances=invariances, fully_masked=fully_masked),
+        )
+
+
+def _layer_block(
+    report: CheckReport, student: nn.Module, reference: nn.Module, config: dict[str, int], seed: int
+) -> MaskedBlock:
+    """The student's layer as the mask properties see it: a wiring mistake named on an
+    invariance, the wrong piece's mistake on the fully masked comparison."""
+    where = f"({describe(config)})"
+
+    def output(inputs: tuple[Any, ...]) -> Any:
+        return call_student(student, *inputs, item=LAYER_ITEM)
+
+    def compare(inputs: tuple[Any, ...], case: str) -> Any:
+        out = output(inputs)
         try:
-            assert_close(
-                out,
-                reference(x, memory, causal, none),
-                f"your DecoderLayer's output when cross_mask hides a whole row {where}",
-            )
+            assert_close(out, reference(*inputs), f"{case} {where}")
         except CheckFailure as failure:
             where_bug = _piece_bug(student, reference, config, seed)
             report.fail(
@@ -495,3 +484,59 @@ def _check_layer_masking(
                 "weights.",
                 where_bug[1] if where_bug is not None else None,
             )
+        return out
+
+    return MaskedBlock(
+        report,
+        output=output,
+        compare=compare,
+        mistake=lambda inputs: _diagnose_layer(student, reference, config, inputs, seed),
+        parts=lambda inputs: [
+            ("output", expect_tensor(output(inputs), "the output of your DecoderLayer"))
+        ],
+    )
+
+
+def _future_case(
+    gen: torch.Generator, x: Tensor, memory: Tensor, causal: Tensor, where: str
+) -> Invariance:
+    """Under ``self_mask = causal``, later decoder inputs change nothing earlier."""
+    (b, n_q, d), cut = x.shape, x.size(1) // 2
+    changed = x.clone()
+    changed[:, cut + 1 :] = 3.0 * torch.randn(b, n_q - cut - 1, d, generator=gen)
+    return Invariance(
+        (x, memory, causal, None),
+        (changed, memory, causal, None),
+        "your DecoderLayer's output at earlier positions",
+        keep=lambda out: out[:, : cut + 1],
+        message=lambda err: (
+            f"with self_mask = causal_mask({n_q}), changing the decoder input after "
+            f"position {cut} changed your output at positions 0..{cut} (by up to "
+            f"{err:.3g}) {where}: your layer lets a position see the future. Pass "
+            "self_mask to self-attention (True = may attend)."
+        ),
+    )
+
+
+def _hidden_memory_case(
+    gen: torch.Generator, x: Tensor, memory: Tensor, causal: Tensor, where: str
+) -> Invariance:
+    """The second half of every memory row, hidden by ``cross_mask`` and scrambled, changes
+    nothing."""
+    b, n_mem = memory.size(0), memory.size(1)
+    real = torch.ones(b, n_mem, dtype=torch.bool)  # (B, S)
+    real[:, (n_mem + 1) // 2 :] = False
+    hidden = real[:, None, None, :]  # (B, 1, 1, S)
+    scrambled = torch.where(
+        real[..., None], memory, 5.0 * torch.randn(memory.shape, generator=gen)
+    )  # (B, S, D)
+    return Invariance(
+        (x, memory, causal, hidden),
+        (x, scrambled, causal, hidden),
+        "your DecoderLayer's output",
+        message=lambda err: (
+            f"changing memory positions that cross_mask hides changed your output (by up "
+            f"to {err:.3g}) {where}: pass cross_mask to cross-attention (True = may "
+            "attend)."
+        ),
+    )

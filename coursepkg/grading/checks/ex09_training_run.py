@@ -43,7 +43,13 @@ from coursepkg.data.batching import make_seq2seq_batch
 from coursepkg.data.dates import date_vocabs, encode_batch, make_date_pairs
 from coursepkg.data.vocab import BOS_ID, EOS_ID
 
-from ..framework import CheckerError, CheckFailure, CheckResult, NotImplementedYet
+from ..framework import (
+    CheckFailure,
+    CheckResult,
+    NotImplementedYet,
+    call_student,
+    checking,
+)
 from .ex09_own_pieces import check_own_pieces
 from .ex09_training_watch import (
     CPU_BUDGET_SECONDS,
@@ -142,42 +148,6 @@ def _named(bug_id: str, evidence: str) -> str:
     return f"Known mistake ({bug.id}): {bug.description} ({evidence}). {bug.advice}"
 
 
-# ---------------------------------------------------------------------------------------------
-# Calling student code
-# ---------------------------------------------------------------------------------------------
-
-
-def _call(fn: Callable[..., Any], *args: Any, item: str, **kwargs: Any) -> Any:
-    """Call student code; an untouched stub becomes "not implemented yet", any other error a
-    failure naming it (never a checker error)."""
-    try:
-        return fn(*args, **kwargs)
-    except CheckFailure:
-        raise
-    except NotImplementedError as exc:
-        if not str(exc):
-            raise NotImplementedYet(item) from None
-        raise CheckFailure(f"{item} raised NotImplementedError: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - reported to the student
-        raise CheckFailure(
-            f"{item} raised {type(exc).__name__}: {exc}\nFix the error in your code, then run "
-            "the notebook again."
-        ) from None
-
-
-def _checked(name: str, body: Callable[[], Any]) -> Any:
-    """Run a check's body: a failure is labelled with the check's name, a crash of the checker
-    itself becomes a :class:`CheckerError` (never the student's fault)."""
-    try:
-        with torch.random.fork_rng(devices=[]):
-            return body()
-    except CheckFailure as failure:
-        failure.check = failure.check or name
-        raise
-    except Exception as exc:  # noqa: BLE001 - an error of the checker
-        raise CheckerError(name, exc) from None
-
-
 def _texts(ids: Tensor, tgt_itos: list[str]) -> list[str]:
     """Decoded ISO strings: the tokens after BOS up to the first special token."""
     out = []
@@ -204,7 +174,7 @@ def _probe_batch(n: int = 48):
 def _logits(model: nn.Module, batch: Any, tgt_in: Tensor) -> Tensor:
     with torch.no_grad():
         args = (batch.src, tgt_in, batch.src_mask, batch.tgt_mask)
-        logits = _call(model, *args, item="DateTransformer.forward")  # (B, T, V)
+        logits = call_student(model, *args, item="DateTransformer.forward")  # (B, T, V)
     if not isinstance(logits, Tensor) or logits.shape[:2] != tgt_in.shape:
         raise CheckFailure(
             "DateTransformer.forward(src, tgt_in, src_mask, tgt_mask) must return logits of "
@@ -274,7 +244,7 @@ def _diagnose_loss(loss_fn: Callable[..., Any], model: nn.Module) -> list[str]:
 
     probe.register_forward_pre_hook(pre, with_kwargs=True)
     probe.register_forward_hook(post, with_kwargs=True)
-    loss = _call(loss_fn, probe, batch, item="sequence_loss")
+    loss = call_student(loss_fn, probe, batch, item="sequence_loss")
     if not isinstance(loss, Tensor) or loss.numel() != 1:
         raise CheckFailure(f"sequence_loss must return a scalar tensor, got {type(loss).__name__}")
     fed = [a for call in seen for a in call if isinstance(a, Tensor)]
@@ -287,7 +257,7 @@ def _diagnose_loss(loss_fn: Callable[..., Any], model: nn.Module) -> list[str]:
             _named("ex09.target_not_shifted", "sequence_loss gave the model batch.tgt_out")
         )
     noise[0] = 50 * torch.randn(batch.tgt_in.shape[0], batch.tgt_in.shape[1], len(tgt_vocab))
-    noisy = _call(loss_fn, probe, batch, item="sequence_loss")
+    noisy = call_student(loss_fn, probe, batch, item="sequence_loss")
     before, after = float(loss.detach()), float(torch.as_tensor(noisy).detach())
     if abs(after - before) > 1e-4 * max(1.0, before):
         found.append(
@@ -409,9 +379,9 @@ def _evaluate(
             args = (model, batch.src, batch.src_mask, ISO_LENGTH + 1, BOS_ID, EOS_ID)
             watch._grading[0] = True
             try:
-                out = _call(decode, *args, item="greedy_decode")
+                out = call_student(decode, *args, item="greedy_decode")
                 if start == 0:
-                    again = _call(decode, *args, item="greedy_decode")
+                    again = call_student(decode, *args, item="greedy_decode")
             finally:
                 watch._grading[0] = False
             if not isinstance(out, Tensor) or out.dim() != 2 or out.size(0) != len(chunk):
@@ -521,7 +491,8 @@ def check_training_run(
         run.result = CheckResult(name=name, passed=True, points=points, messages=messages)
         return run
 
-    return _checked(name, body)
+    with checking(name):
+        return body()
 
 
 def check_accuracy_band(
@@ -554,4 +525,5 @@ def check_accuracy_band(
             messages=[f"{run.accuracy:.1%} >= {min_accuracy:.0%} of {run.n} held-out dates"],
         )
 
-    return _checked(name, body)
+    with checking(name):
+        return body()

@@ -2,7 +2,7 @@
 
 - :mod:`.results`: what a check returns or raises (:class:`CheckResult`, :class:`CheckFailure`,
   :class:`CheckerError`, :class:`NotImplementedYet`), the known mistakes (:class:`BugVariant`),
-  the :class:`CheckReport` a body fills and :func:`run_check`.
+  the :class:`CheckReport` a body fills, :func:`run_check` and :func:`checking`.
 - :mod:`.registry`: :func:`public_check`, the decorator that makes a body a public check and
   records it; :func:`catalogue` reads the known mistakes from it.
 - :mod:`.calling`: calling student code (:func:`call_student`), the one tensor guard
@@ -13,7 +13,9 @@
 - :mod:`.weights`: building a student's module, copying weights by name, parameter tables.
 - :mod:`.modules`: the one module check (build, count, copy weights, dtypes, gradients).
 - :mod:`.inputs`: the shape tables of the checks and seeded random inputs.
-- :mod:`.masks`: the four mask properties of an attention block, written once.
+- :mod:`.masks`: the four mask properties, written once for any callable under test
+  (:class:`MaskedBlock`, :class:`MaskCases`, :func:`run_mask_properties`), and an attention
+  block's inputs for them (:func:`run_attention_cases`).
 - :mod:`.locate`: which piece of a student's layer is wrong, and its known mistake.
 
 Modules import each other downwards only: results <- inputs <- calling <- compare <- weights
@@ -52,7 +54,17 @@ from .inputs import (
     shape_text,
 )
 from .locate import Piece, is_close, locate, piece_mistake
-from .masks import MASK_RULE, run_attention_cases
+from .masks import (
+    MASK_RULE,
+    FullyMasked,
+    Invariance,
+    MaskCases,
+    MaskedBlock,
+    change_later,
+    hide_padding,
+    run_attention_cases,
+    run_mask_properties,
+)
 from .modules import ModuleSpec, check_module, dtypes_for, gradients_reach, prepare_module
 from .registry import CheckEntry, catalogue, public_check, registered_checks
 from .results import (
@@ -64,6 +76,7 @@ from .results import (
     CheckResult,
     ForbiddenCall,
     NotImplementedYet,
+    checking,
     diagnosis_message,
     run_check,
 )
@@ -82,6 +95,11 @@ from .weights import (
 )
 
 __all__ = [
+    "run_mask_properties",
+    "MaskedBlock",
+    "MaskCases",
+    "Invariance",
+    "FullyMasked",
     "CHECKER_FAILED",
     "DIAGNOSE_TOLERANCE",
     "MASK_RULE",
@@ -102,8 +120,10 @@ __all__ = [
     "build_module",
     "call_student",
     "catalogue",
+    "change_later",
     "check_gradients",
     "check_module",
+    "checking",
     "clone_module",
     "configs",
     "copy_weights",
@@ -117,6 +137,7 @@ __all__ = [
     "expect_tensor",
     "forbidden_calls",
     "generator",
+    "hide_padding",
     "gradients_reach",
     "is_close",
     "is_reference_module",

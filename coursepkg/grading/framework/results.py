@@ -3,7 +3,8 @@
 A check either returns a :class:`CheckResult` or raises :class:`CheckFailure`, an
 ``AssertionError`` whose message is a few plain sentences. :class:`CheckerError` marks a failure
 of the checker itself, never of the student. :func:`run_check` gives every check the same
-conventions (RNG state restored, failures labelled, checker errors caught).
+conventions (RNG state restored, failures labelled, checker errors caught); :func:`checking`
+is the same for a body that returns its own result.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import html
 import os
 import textwrap
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -231,6 +233,30 @@ class CheckReport:
         raise CheckFailure(message, check=self.name, diagnosis=bug.id if bug else None)
 
 
+@contextmanager
+def checking(name: str) -> Iterator[None]:
+    """The conventions every check runs under, for a body that returns its own result.
+
+    The global RNG state is saved and restored (the check seeds what it builds), gradients are
+    enabled, a failure is labelled with the check's name, and an unexpected error inside the
+    check itself becomes a :class:`CheckerError`, whose message says the checker failed (never
+    that the student did) and asks the student to tell the instructor. Student code is called
+    through :func:`call_student`, so its own errors never get here.
+
+    Args:
+        name: the public check's name.
+    """
+    try:
+        with torch.random.fork_rng(devices=[]), torch.enable_grad():
+            yield
+    except CheckFailure as failure:
+        if failure.check is None:
+            failure.check = name
+        raise
+    except Exception as exc:  # noqa: BLE001 - an error of the checker, never the student's
+        raise CheckerError(name, exc) from None
+
+
 def run_check(
     name: str,
     points: float | None,
@@ -238,25 +264,12 @@ def run_check(
     *args: Any,
     **kwargs: Any,
 ) -> CheckResult:
-    """Run a check's ``body(report, *args, **kwargs)`` with the conventions every check shares.
-
-    The global RNG state is saved and restored (the check seeds what it builds), a failure is
-    labelled with the check's name, and an unexpected error inside the check itself becomes a
-    :class:`CheckerError`, whose message says the checker failed (never that the student did)
-    and asks the student to tell the instructor. Student code is called through
-    :func:`call_student`, so its own errors never get here.
+    """Run a check's ``body(report, *args, **kwargs)`` under :func:`checking`.
 
     Returns:
         A passed :class:`CheckResult` listing what was verified.
     """
     report = CheckReport(name)
-    try:
-        with torch.random.fork_rng(devices=[]), torch.enable_grad():
-            body(report, *args, **kwargs)
-    except CheckFailure as failure:
-        if failure.check is None:
-            failure.check = name
-        raise
-    except Exception as exc:  # noqa: BLE001 - an error of the checker, never the student's
-        raise CheckerError(name, exc) from None
+    with checking(name):
+        body(report, *args, **kwargs)
     return CheckResult(name=name, passed=True, points=points, messages=report.verified)

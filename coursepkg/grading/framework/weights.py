@@ -226,6 +226,14 @@ def _renaming_advice(
     return text
 
 
+def _terms(params: dict[str, Tensor], dims: dict[str, int]) -> Counter:
+    """How many parameters of each symbolic shape (``D*F``, ``D``, ...) ``params`` holds."""
+    terms: Counter = Counter()
+    for p in params.values():
+        terms[_symbolic(p.shape, dims)] += 1
+    return terms
+
+
 def parameter_table(
     student: nn.Module, reference: nn.Module, dims: dict[str, int] | None = None
 ) -> tuple[bool, str]:
@@ -271,16 +279,10 @@ def parameter_table(
         if count["s"][t] == count["r"][t]:
             continue
         if t not in gs:
-            terms = Counter()
-            for p in gr[t].values():
-                terms[_symbolic(p.shape, dims)] += 1
-            notes.append(f"{t} missing: −{_grouped(_polynomial(terms))}")
+            notes.append(f"{t} missing: −{_grouped(_polynomial(_terms(gr[t], dims)))}")
             continue
         if t not in gr:
-            terms = Counter()
-            for p in gs[t].values():
-                terms[_symbolic(p.shape, dims)] += 1
-            notes.append(f"{t} is not in the reference: +{_polynomial(terms)}")
+            notes.append(f"{t} is not in the reference: +{_polynomial(_terms(gs[t], dims))}")
             continue
         for name, p in gr[t].items():
             if name not in ps:
