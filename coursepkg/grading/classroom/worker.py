@@ -37,7 +37,7 @@ from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from ..kernel.confine import kill_process_group_cgroup
+from ..kernel.confine import kill_process_group_cgroup, remove_stale_cgroups
 from ..kernel.forkserver import ForkServer
 from ..kernel.sandbox import KERNEL_NAME, NOT_GRADED_ENV, PIDFILE_ENV, STATUS_ENV, write_kernelspec
 from .preprocessors import RELEASE_ENV
@@ -84,15 +84,19 @@ def stop_fork_server() -> None:
 
 class GradingPlugin(WorkerPlugin):
     """Starts the fork server when a Dask worker starts (or restarts after a crash) and stops
-    it with the worker."""
+    it with the worker; both times, the ``pids`` cgroups of kernels that died with a worker are
+    removed (:func:`~coursepkg.grading.kernel.confine.remove_stale_cgroups`)."""
 
     name = "coursepkg-grading"
 
     def setup(self, worker: Any) -> None:
         start_fork_server()
+        # A worker started after one was killed: its kernels' pids cgroups go.
+        remove_stale_cgroups()
 
     def teardown(self, worker: Any) -> None:
         stop_fork_server()
+        remove_stale_cgroups()
 
 
 def hold(assignment: Assignment) -> Assignment:
