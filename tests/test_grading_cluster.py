@@ -9,6 +9,9 @@ with two ``dask worker`` processes, a PostgreSQL server (Debian's ``initdb``/``p
 * On the default LocalCluster: a notebook that kills its worker every time gets 0 with the
   reason after a bounded number of tries while the batch finishes; a fork bomb is contained.
 * An unreachable scheduler or database is a clear error before any work.
+* Ctrl-C (SIGINT to the command's process group, as a terminal sends it) or SIGTERM while a
+  class is graded: a clean exit, every recorded student complete and the others untouched, no
+  process left behind, and a rerun finishes the class with each student once.
 
 Without PostgreSQL or Dask's command line the tests that need them are skipped with the reason;
 ``COURSE_REQUIRE_CLUSTER=1`` (set by ``.ci/run``) makes them mandatory.
@@ -330,3 +333,75 @@ def test_unreachable_scheduler_or_database_is_a_clear_error_before_any_work(rele
     assert proc.returncode == 2 and "cannot reach the gradebook" in text, text
     assert SECRET not in text  # the password is not echoed
     assert sorted(p.name for p in course.iterdir()) == before  # nothing was done
+
+
+# ---------------------------------------------------------------------------------------------
+# Stopped by a signal
+# ---------------------------------------------------------------------------------------------
+
+
+def _recorded_whole(course: Path, student: str, cells: int) -> bool | None:
+    """True when ``student`` is recorded whole (gradebook rows, graded notebook, feedback, log),
+    False when nothing of theirs is, None when they are half-written."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "transformers") as gb:
+        try:
+            graded = [g for nb in gb.find_submission(AID, student).notebooks for g in nb.grades]
+        except MissingEntry:
+            graded = []
+    parts = [
+        len(graded) == cells,  # one grade per graded cell (the written answers' wait for a hand)
+        (course / "autograded" / student / AID / f"{AID}.ipynb").is_file(),
+        (course / "feedback" / student / AID / f"{AID}.html").is_file(),
+        (course / "reports" / AID / "logs" / f"{student}.log").is_file(),
+    ]
+    if all(parts):
+        return True
+    return False if not any(parts) and not graded else None
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_grading_between_students(release, tmp_path, signum):
+    import psutil
+
+    source = nbformat.read(str(release / "solutions" / AID / f"{AID}.ipynb"), as_version=4)
+    cells = sum(1 for c in source.cells if c.metadata.get("nbgrader", {}).get("grade"))
+    slow = _with_first_answer(source, "import time\ntime.sleep(3)")
+    students = [f"s{i}" for i in range(8)]
+    course = _course(release, tmp_path, dict.fromkeys(students, slow))
+    logs = course / "reports" / AID / "logs"
+    proc = subprocess.Popen(
+        [str(BIN / "coursepkg"), "grade", AID, "--root", str(course), "--workers", "2",
+         "--no-progress", "--cell-timeout", "60", "--memory-mb", "2048"],
+        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,  # its own process group, as a shell gives a command
+    )  # fmt: skip
+
+    def some_recorded():
+        assert proc.poll() is None, _finish(proc)  # it stopped before: say why
+        return logs.is_dir() and len(list(logs.glob("*.log"))) >= 2
+
+    _until(some_recorded, "two students to be recorded", 900)
+    tree = psutil.Process(proc.pid).children(recursive=True)  # workers, fork servers, kernels
+    assert tree, "no worker process was found"
+    if signum == signal.SIGINT:
+        os.killpg(proc.pid, signum)  # Ctrl-C: the terminal signals the whole process group
+    else:
+        proc.send_signal(signum)  # `kill`, a batch system: the command alone
+    out, err = proc.communicate(timeout=300)
+
+    assert proc.returncode == 128 + signum, f"{proc.returncode}\n{out}\n{err}"
+    assert f"interrupted ({signal.Signals(signum).name})" in err, err
+    assert "run it again" in err, err
+    states = {s: _recorded_whole(course, s, cells) for s in students}
+    assert None not in states.values(), states  # nobody half-written
+    assert 2 <= sum(states.values()) < len(students), states  # stopped in the middle
+    assert not list(course.glob("*/*/*.coursepkg-new")), "a half-swapped folder was left"
+    _, alive = psutil.wait_procs(tree, timeout=60)
+    assert not alive, f"left running: {[(p.pid, p.cmdline()) for p in alive]}"
+
+    # A rerun finishes the class: everyone once, with the full score.
+    _finish(_grade(course, "--workers", "2"))
+    assert _rows(f"sqlite:///{course / 'gradebook.db'}") == {s: [points(source)] for s in students}
+    assert all(_recorded_whole(course, s, cells) for s in students)
