@@ -91,13 +91,16 @@ def _variants(source, release) -> list:
     ]
 
 
-def make_course(folder: Path, students: int, first: int = 0) -> Path:
+def make_course(
+    folder: Path, students: int, first: int = 0, checkout: Path = ROOT, bin_dir: Path = BIN
+) -> Path:
     """A fresh course directory with ex01 released and ``students`` submissions
-    (``s<first>``, ``s<first + 1>``, ...)."""
+    (``s<first>``, ``s<first + 1>``, ...), from ``checkout``'s course configuration and
+    solutions, released by the nbgrader in ``bin_dir``."""
     folder.mkdir(parents=True)
-    shutil.copy(ROOT / "nbgrader_config.py", folder / "nbgrader_config.py")
-    shutil.copytree(ROOT / "solutions" / AID, folder / "solutions" / AID)
-    _run([str(BIN / "nbgrader"), "generate_assignment", AID, "--force"], folder)
+    shutil.copy(checkout / "nbgrader_config.py", folder / "nbgrader_config.py")
+    shutil.copytree(checkout / "solutions" / AID, folder / "solutions" / AID)
+    _run([str(bin_dir / "nbgrader"), "generate_assignment", AID, "--force"], folder, bin_dir)
     source = nbformat.read(str(folder / "solutions" / AID / f"{AID}.ipynb"), as_version=4)
     release = nbformat.read(str(folder / "exercises" / AID / f"{AID}.ipynb"), as_version=4)
     variants = _variants(source, release)
@@ -113,10 +116,12 @@ def _scores(path: Path) -> dict[str, float]:
         return {r["student_id"]: float(r["score"]) for r in csv.DictReader(f)}
 
 
-def _methods(args: argparse.Namespace) -> dict[str, tuple[list[str], Path]]:
-    """Each ``coursepkg grade`` run to time: its command (after ``grade AID``) and its bin."""
+def _methods(args: argparse.Namespace) -> dict[str, tuple[Path, Path]]:
+    """Each ``coursepkg grade`` run to time: its checkout and the ``bin`` of its environment
+    (the pool's course is made from its own checkout: its ``nbgrader_config.py`` names its
+    own modules)."""
     workers = str(args.workers)
-    methods = {f"coursepkg grade --workers {workers}": ([str(BIN / "coursepkg")], BIN)}
+    methods = {f"coursepkg grade --workers {workers}": (ROOT, BIN)}
     if args.pool:
         pool_bin = args.pool.resolve() / ".venv" / "bin"
         if not (pool_bin / "coursepkg").is_file():
@@ -124,17 +129,11 @@ def _methods(args: argparse.Namespace) -> dict[str, tuple[list[str], Path]]:
                 f"--pool {args.pool}: no {pool_bin / 'coursepkg'} (run `make -C {args.pool} "
                 "install` first)"
             )
-        methods[f"pool ({args.pool.name}) --workers {workers}"] = (
-            [str(pool_bin / "coursepkg")],
-            pool_bin,
-        )
+        methods[f"pool ({args.pool.name}) --workers {workers}"] = (args.pool.resolve(), pool_bin)
     if not args.no_overhead:
         if args.workers != 1:
-            methods["coursepkg grade --workers 1"] = ([str(BIN / "coursepkg")], BIN)
-        methods[f"coursepkg grade --workers {workers} --no-fork"] = (
-            [str(BIN / "coursepkg")],
-            BIN,
-        )
+            methods["coursepkg grade --workers 1"] = (ROOT, BIN)
+        methods[f"coursepkg grade --workers {workers} --no-fork"] = (ROOT, BIN)
     return methods
 
 
@@ -182,7 +181,8 @@ def main(argv=None) -> dict:
             expected: dict[str, float] | None = None
             scores: dict[str, dict[str, float]] = {}
             for i, name in enumerate(order):
-                course = make_course(Path(tmp) / f"r{r}-{i}", size, first)
+                checkout, bin_dir = methods.get(name, (ROOT, BIN))
+                course = make_course(Path(tmp) / f"r{r}-{i}", size, first, checkout, bin_dir)
                 if name == "nbgrader autograde":
                     nbgrader = str(BIN / "nbgrader")
                     seconds = _run([nbgrader, "autograde", AID, "--create"], course)
@@ -190,10 +190,8 @@ def main(argv=None) -> dict:
                     pipeline += _run([nbgrader, "export", "--to", "grades.csv"], course)
                     expected = _scores(course / "grades.csv")
                 else:
-                    command, bin_dir = methods[name]
-                    seconds = _run(
-                        [*command, "grade", AID, *_flags(name), "--no-progress"], course, bin_dir
-                    )
+                    command = [str(bin_dir / "coursepkg"), "grade", AID, *_flags(name)]
+                    seconds = _run([*command, "--no-progress"], course, bin_dir)
                     scores[name] = _scores(course / "reports" / AID / "grades.csv")
                 results[name] += seconds
                 print(f"  round {r + 1}/{args.rounds}: {name}: {seconds:.1f} s", flush=True)
