@@ -405,3 +405,52 @@ def test_a_signal_stops_grading_between_students(release, tmp_path, signum):
     _finish(_grade(course, "--workers", "2"))
     assert _rows(f"sqlite:///{course / 'gradebook.db'}") == {s: [points(source)] for s in students}
     assert all(_recorded_whole(course, s, cells) for s in students)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hand grades
+# ---------------------------------------------------------------------------------------------
+
+
+def _feedback_score(course: Path, student: str) -> float:
+    """The notebook's total in ``student``'s feedback page (nbgrader's feedback template)."""
+    import re
+
+    text = (course / "feedback" / student / AID / f"{AID}.html").read_text(encoding="utf-8")
+    found = re.search(rf"{AID} \(Score: ([\d.]+) / ([\d.]+)\)", text)
+    assert found, text[:2000]
+    return float(found.group(1))
+
+
+def test_a_rerun_keeps_a_hand_grade_and_its_feedback_shows_it(release, tmp_path):
+    from nbgrader.api import Gradebook
+
+    source = nbformat.read(str(release / "solutions" / AID / f"{AID}.ipynb"), as_version=4)
+    course = _course(release, tmp_path, {"alice": source})
+    url = f"sqlite:///{course / 'gradebook.db'}"
+    _finish(_grade(course, "--workers", "1"))
+    before = _feedback_score(course, "alice")
+    with Gradebook(url, "transformers") as gb:  # as the formgrader records a hand grade
+        written = [
+            g for nb in gb.find_submission(AID, "alice").notebooks for g in nb.grades
+            if g.cell_type == "markdown"
+        ]  # fmt: skip
+        assert written, "ex01 has no written answer to grade by hand"
+        for grade in written:
+            grade.manual_score = grade.max_score
+            grade.needs_manual_grade = False
+        hand = sum(g.max_score for g in written)
+        gb.db.commit()
+
+    _finish(_grade(course, "--workers", "1"))
+    with Gradebook(url, "transformers") as gb:
+        grades = [g for nb in gb.find_submission(AID, "alice").notebooks for g in nb.grades]
+        kept = [g for g in grades if g.cell_type == "markdown"]
+        assert all(g.manual_score == g.max_score and not g.needs_manual_grade for g in kept)
+    ours = _feedback_score(course, "alice")
+    assert ours == before + hand, (before, hand, ours)
+    # The same page as nbgrader's own generate_feedback makes from the gradebook.
+    subprocess.run([str(BIN / "nbgrader"), "generate_feedback", AID, "--force"], cwd=course,
+                   env=_env(), check=True, capture_output=True, timeout=300)  # fmt: skip
+    assert _feedback_score(course, "alice") == ours
+    assert not (course / "feedback.coursepkg").exists()
