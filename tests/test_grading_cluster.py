@@ -7,7 +7,9 @@ with two ``dask worker`` processes, a PostgreSQL server (Debian's ``initdb``/``p
   other worker, exactly once; a notebook's kernel cannot connect to the PostgreSQL port (no
   network) and does not see the workers' database credentials; a rerun replaces, never adds.
 * On the default LocalCluster: a notebook that kills its worker every time gets 0 with the
-  reason after a bounded number of tries while the batch finishes; a fork bomb is contained.
+  reason after a bounded number of tries while the batch finishes, and the pids cgroups of its
+  kernels do not stay behind; a fork bomb is contained.
+* A rerun keeps a hand grade and the feedback it writes shows it, as nbgrader's does.
 * An unreachable scheduler or database is a clear error before any work.
 * Ctrl-C (SIGINT to the command's process group, as a terminal sends it) or SIGTERM while a
   class is graded: a clean exit, every recorded student complete and the others untouched, no
@@ -32,6 +34,8 @@ from pathlib import Path
 import nbformat
 import pytest
 from grading_hostile import points
+
+from coursepkg.grading.kernel import confine
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -295,7 +299,9 @@ def test_local_cluster_survives_a_worker_killer_and_a_fork_bomb(release, tmp_pat
     """On the default LocalCluster, with Landlock off so that a notebook can reach its worker
     (with Landlock ABI 6 it cannot signal it at all)."""
     source = nbformat.read(str(release / "solutions" / AID / f"{AID}.ipynb"), as_version=4)
-    students = {"good": source, "killer": _with_first_answer(source, KILL_WORKER)}
+    pids = tmp_path / "killer-kernels"  # each killer kernel's pid, to find its cgroup after
+    note = f"import os as _o\nopen({str(pids)!r}, 'a').write(str(_o.getpid()) + '\\n')\n"
+    students = {"good": source, "killer": _with_first_answer(source, note + KILL_WORKER)}
     probe = subprocess.run(  # can this machine put a ceiling on a kernel's processes?
         [sys.executable, "-c", CEILING], capture_output=True, text=True, timeout=60, check=True
     )
@@ -308,6 +314,13 @@ def test_local_cluster_survives_a_worker_killer_and_a_fork_bomb(release, tmp_pat
     assert rows["good"] == [points(source)]
     assert rows["killer"] == [0.0]
     assert "killer: the process grading your notebook was killed every time" in out, out
+    # The pids cgroups of the kernels that died with their worker did not stay behind.
+    killers = pids.read_text().split()
+    assert len(killers) >= 2, killers  # it was tried again
+    cgroups = confine._pids_root()
+    if os.geteuid() == 0 and cgroups is not None:
+        left = [k for k in killers if (cgroups / f"coursepkg-kernel-{k}").exists()]
+        assert not left, f"pids cgroups left behind: {left}"
     if bomb:
         assert rows["bomber"] == [points(source) - points(source, _first_item(source))]
         assert "Resource temporarily unavailable" in _outputs(course, "bomber")
