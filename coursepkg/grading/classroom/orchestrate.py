@@ -369,6 +369,10 @@ def grade_class(
     stop = _Stop()
     with stop.installed():
         with connect(scheduler, workers) as client:  # reachable, before anything is written
+            if fork:  # first: the fork servers import torch while the client prepares the jobs
+                from .worker import GradingPlugin
+
+                client.register_plugin(GradingPlugin())
             book = gradebook.Course(root, url)
             notebooks = book.notebooks(assignment)
             reports = root / "reports" / assignment
@@ -378,10 +382,6 @@ def grade_class(
             shipped = _assignment(book, assignment, notebooks, cell_timeout=cell_timeout,
                                   notebook_timeout=notebook_timeout, memory_mb=memory_mb,
                                   threads=threads, fork=fork)  # fmt: skip
-            if fork:
-                from .worker import GradingPlugin
-
-                client.register_plugin(GradingPlugin())
             batch = _Batch(client, shipped, book, stop)
             grade_start = time.perf_counter()
             _run(batch, [_job(root, assignment, sid, notebooks) for sid in chosen], 4 * n_workers,
