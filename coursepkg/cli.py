@@ -10,6 +10,7 @@ parameter breakdown of a preset or of a configuration given on the command line;
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -103,13 +104,15 @@ def _grade(args: argparse.Namespace) -> int:
     )
     try:
         result = grade_class(**options)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        signum = getattr(stop, "signum", signal.SIGINT)
         print(
-            "coursepkg grade: interrupted; the students recorded so far are complete, the "
-            "others keep their earlier grades (run it again to finish)",
+            f"coursepkg grade: interrupted ({signal.Signals(signum).name}); the students "
+            "recorded so far are complete, the others keep their earlier grades (run it again "
+            "to finish)",
             file=sys.stderr,
         )
-        return 130
+        return 128 + signum
     print(result.summary())
     print(f"reports: {result.reports}  dashboard: {result.dashboard}")
     return 1 if any(s.error for s in result.students) else 0

@@ -7,8 +7,13 @@ with two ``dask worker`` processes, a PostgreSQL server (Debian's ``initdb``/``p
   other worker, exactly once; a notebook's kernel cannot connect to the PostgreSQL port (no
   network) and does not see the workers' database credentials; a rerun replaces, never adds.
 * On the default LocalCluster: a notebook that kills its worker every time gets 0 with the
-  reason after a bounded number of tries while the batch finishes; a fork bomb is contained.
+  reason after a bounded number of tries while the batch finishes, and the pids cgroups of its
+  kernels do not stay behind; a fork bomb is contained.
+* A rerun keeps a hand grade and the feedback it writes shows it, as nbgrader's does.
 * An unreachable scheduler or database is a clear error before any work.
+* Ctrl-C (SIGINT to the command's process group, as a terminal sends it) or SIGTERM while a
+  class is graded: a clean exit, every recorded student complete and the others untouched, no
+  process left behind, and a rerun finishes the class with each student once.
 
 Without PostgreSQL or Dask's command line the tests that need them are skipped with the reason;
 ``COURSE_REQUIRE_CLUSTER=1`` (set by ``.ci/run``) makes them mandatory.
@@ -29,6 +34,8 @@ from pathlib import Path
 import nbformat
 import pytest
 from grading_hostile import points
+
+from coursepkg.grading.kernel import confine
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -292,7 +299,9 @@ def test_local_cluster_survives_a_worker_killer_and_a_fork_bomb(release, tmp_pat
     """On the default LocalCluster, with Landlock off so that a notebook can reach its worker
     (with Landlock ABI 6 it cannot signal it at all)."""
     source = nbformat.read(str(release / "solutions" / AID / f"{AID}.ipynb"), as_version=4)
-    students = {"good": source, "killer": _with_first_answer(source, KILL_WORKER)}
+    pids = tmp_path / "killer-kernels"  # each killer kernel's pid, to find its cgroup after
+    note = f"import os as _o\nopen({str(pids)!r}, 'a').write(str(_o.getpid()) + '\\n')\n"
+    students = {"good": source, "killer": _with_first_answer(source, note + KILL_WORKER)}
     probe = subprocess.run(  # can this machine put a ceiling on a kernel's processes?
         [sys.executable, "-c", CEILING], capture_output=True, text=True, timeout=60, check=True
     )
@@ -305,6 +314,13 @@ def test_local_cluster_survives_a_worker_killer_and_a_fork_bomb(release, tmp_pat
     assert rows["good"] == [points(source)]
     assert rows["killer"] == [0.0]
     assert "killer: the process grading your notebook was killed every time" in out, out
+    # The pids cgroups of the kernels that died with their worker did not stay behind.
+    killers = pids.read_text().split()
+    assert len(killers) >= 2, killers  # it was tried again
+    cgroups = confine._pids_root()
+    if os.geteuid() == 0 and cgroups is not None:
+        left = [k for k in killers if (cgroups / f"coursepkg-kernel-{k}").exists()]
+        assert not left, f"pids cgroups left behind: {left}"
     if bomb:
         assert rows["bomber"] == [points(source) - points(source, _first_item(source))]
         assert "Resource temporarily unavailable" in _outputs(course, "bomber")
@@ -330,3 +346,124 @@ def test_unreachable_scheduler_or_database_is_a_clear_error_before_any_work(rele
     assert proc.returncode == 2 and "cannot reach the gradebook" in text, text
     assert SECRET not in text  # the password is not echoed
     assert sorted(p.name for p in course.iterdir()) == before  # nothing was done
+
+
+# ---------------------------------------------------------------------------------------------
+# Stopped by a signal
+# ---------------------------------------------------------------------------------------------
+
+
+def _recorded_whole(course: Path, student: str, cells: int) -> bool | None:
+    """True when ``student`` is recorded whole (gradebook rows, graded notebook, feedback, log),
+    False when nothing of theirs is, None when they are half-written."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "transformers") as gb:
+        try:
+            graded = [g for nb in gb.find_submission(AID, student).notebooks for g in nb.grades]
+        except MissingEntry:
+            graded = []
+    parts = [
+        len(graded) == cells,  # one grade per graded cell (the written answers' wait for a hand)
+        (course / "autograded" / student / AID / f"{AID}.ipynb").is_file(),
+        (course / "feedback" / student / AID / f"{AID}.html").is_file(),
+        (course / "reports" / AID / "logs" / f"{student}.log").is_file(),
+    ]
+    if all(parts):
+        return True
+    return False if not any(parts) and not graded else None
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_grading_between_students(release, tmp_path, signum):
+    import psutil
+
+    source = nbformat.read(str(release / "solutions" / AID / f"{AID}.ipynb"), as_version=4)
+    cells = sum(1 for c in source.cells if c.metadata.get("nbgrader", {}).get("grade"))
+    slow = _with_first_answer(source, "import time\ntime.sleep(3)")
+    students = [f"s{i}" for i in range(8)]
+    course = _course(release, tmp_path, dict.fromkeys(students, slow))
+    logs = course / "reports" / AID / "logs"
+    proc = subprocess.Popen(
+        [str(BIN / "coursepkg"), "grade", AID, "--root", str(course), "--workers", "2",
+         "--no-progress", "--cell-timeout", "60", "--memory-mb", "2048"],
+        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,  # its own process group, as a shell gives a command
+    )  # fmt: skip
+
+    def some_recorded():
+        assert proc.poll() is None, _finish(proc)  # it stopped before: say why
+        return logs.is_dir() and len(list(logs.glob("*.log"))) >= 2
+
+    _until(some_recorded, "two students to be recorded", 900)
+    tree = psutil.Process(proc.pid).children(recursive=True)  # workers, fork servers, kernels
+    assert tree, "no worker process was found"
+    if signum == signal.SIGINT:
+        os.killpg(proc.pid, signum)  # Ctrl-C: the terminal signals the whole process group
+    else:
+        proc.send_signal(signum)  # `kill`, a batch system: the command alone
+    out, err = proc.communicate(timeout=300)
+
+    assert proc.returncode == 128 + signum, f"{proc.returncode}\n{out}\n{err}"
+    assert f"interrupted ({signal.Signals(signum).name})" in err, err
+    assert "run it again" in err, err
+    states = {s: _recorded_whole(course, s, cells) for s in students}
+    assert None not in states.values(), states  # nobody half-written
+    assert 2 <= sum(states.values()) < len(students), states  # stopped in the middle
+    assert not list(course.glob("*/*/*.coursepkg-new")), "a half-swapped folder was left"
+    _, alive = psutil.wait_procs(tree, timeout=60)
+    assert not alive, f"left running: {[(p.pid, p.cmdline()) for p in alive]}"
+
+    # A rerun finishes the class: everyone once, with the full score.
+    _finish(_grade(course, "--workers", "2"))
+    assert _rows(f"sqlite:///{course / 'gradebook.db'}") == {s: [points(source)] for s in students}
+    assert all(_recorded_whole(course, s, cells) for s in students)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hand grades
+# ---------------------------------------------------------------------------------------------
+
+
+def _feedback_score(course: Path, student: str) -> float:
+    """The notebook's total in ``student``'s feedback page (nbgrader's feedback template)."""
+    import re
+
+    text = (course / "feedback" / student / AID / f"{AID}.html").read_text(encoding="utf-8")
+    found = re.search(rf"{AID} \(Score: ([\d.]+) / ([\d.]+)\)", text)
+    assert found, text[:2000]
+    return float(found.group(1))
+
+
+def test_a_rerun_keeps_a_hand_grade_and_its_feedback_shows_it(release, tmp_path):
+    from nbgrader.api import Gradebook
+
+    source = nbformat.read(str(release / "solutions" / AID / f"{AID}.ipynb"), as_version=4)
+    course = _course(release, tmp_path, {"alice": source})
+    url = f"sqlite:///{course / 'gradebook.db'}"
+    _finish(_grade(course, "--workers", "1"))
+    before = _feedback_score(course, "alice")
+    with Gradebook(url, "transformers") as gb:  # as the formgrader records a hand grade
+        written = [
+            g for nb in gb.find_submission(AID, "alice").notebooks for g in nb.grades
+            if g.cell_type == "markdown"
+        ]  # fmt: skip
+        assert written, "ex01 has no written answer to grade by hand"
+        for grade in written:
+            grade.manual_score = grade.max_score
+            grade.needs_manual_grade = False
+        hand = sum(g.max_score for g in written)
+        gb.db.commit()
+
+    _finish(_grade(course, "--workers", "1"))
+    with Gradebook(url, "transformers") as gb:
+        grades = [g for nb in gb.find_submission(AID, "alice").notebooks for g in nb.grades]
+        kept = [g for g in grades if g.cell_type == "markdown"]
+        assert all(g.manual_score == g.max_score and not g.needs_manual_grade for g in kept)
+    ours = _feedback_score(course, "alice")
+    assert ours == before + hand, (before, hand, ours)
+    # The same page as nbgrader's own generate_feedback makes from the gradebook.
+    subprocess.run([str(BIN / "nbgrader"), "generate_feedback", AID, "--force"], cwd=course,
+                   env=_env(), check=True, capture_output=True, timeout=300)  # fmt: skip
+    assert _feedback_score(course, "alice") == ours
+    assert not (course / "feedback.coursepkg").exists()

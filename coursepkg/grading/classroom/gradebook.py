@@ -224,7 +224,9 @@ def record(course: Course, assignment: str, answer: Any, notebooks: list[str]) -
     grades into the gradebook, replacing what an earlier run recorded.
 
     The grades come from the graded notebooks through nbgrader's ``SaveAutoGrades`` and
-    ``AssignLatePenalties``; a hand grade given to this same submission stays settled.
+    ``AssignLatePenalties``; a hand grade given to this same submission stays settled, and
+    then the feedback is made again here, from this gradebook, so that it shows the hand grade
+    (the worker's copy of the gradebook has none).
     """
     from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
     from nbgrader.utils import parse_utc
@@ -260,7 +262,50 @@ def record(course: Course, assignment: str, answer: Any, notebooks: list[str]) -
         }
         SaveAutoGrades(config=course.config).preprocess(nb, resources)
         AssignLatePenalties(config=course.config).preprocess(nb, resources)
-    _keep_hand_grades(course, assignment, sid, kept)
+    if _keep_hand_grades(course, assignment, sid, kept) and answer.feedback:
+        _feedback_here(course, assignment, sid)
+
+
+def _feedback_here(course: Course, assignment: str, student: str) -> None:
+    """nbgrader's feedback of ``student`` made from the course's own gradebook (with the
+    grader's preprocessors, as on the workers), swapped in for the worker's."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.apps.nbgraderapp import NbGraderApp
+    from traitlets.config import Config
+
+    from .preprocessors import feedback_preprocessors
+
+    here = os.getcwd()
+    os.chdir(course.root)
+    try:
+        app = NbGraderApp()
+        app.initialize([])  # the course's nbgrader_config.py, as `nbgrader` reads it
+        config = Config()
+        config.CourseDirectory.root = str(course.root)
+        config.CourseDirectory.db_url = course.url
+        config.CourseDirectory.source_directory = course.source
+        config.CourseDirectory.release_directory = course.release
+        config.CourseDirectory.submitted_directory = "submitted"
+        config.CourseDirectory.autograded_directory = "autograded"
+        config.CourseDirectory.feedback_directory = "feedback.coursepkg"
+        config.GenerateFeedback.preprocessors = feedback_preprocessors(app.config)
+        app.update_config(config)
+        out = NbGraderAPI(parent=app).generate_feedback(assignment, student, True)
+    finally:
+        os.chdir(here)
+    made = course.root / "feedback.coursepkg" / student / assignment
+    if out.get("success") and made.is_dir():
+        target = course.root / "feedback" / student / assignment
+        shutil.rmtree(target, ignore_errors=True)
+        made.rename(target)
+    else:
+        log.warning(
+            "%s: the feedback with the hand grades could not be made (it shows 0 for them; "
+            "`nbgrader generate_feedback` makes it): %s",
+            student,
+            (out.get("error") or out.get("log") or "")[-500:],
+        )
+    shutil.rmtree(course.root / "feedback.coursepkg", ignore_errors=True)
 
 
 def _hand_grades(course: Course, assignment: str, student: str) -> dict[tuple[str, str], tuple]:
@@ -283,12 +328,17 @@ def _hand_grades(course: Course, assignment: str, student: str) -> dict[tuple[st
 
 def _keep_hand_grades(
     course: Course, assignment: str, student: str, kept: dict[tuple[str, str], tuple]
-) -> None:
+) -> bool:
     """After a rerun of the autograder: a hand grade given to this same submission stays
     settled. nbgrader flags every hand-graded cell for manual grading again on each autograde;
-    that is right for a new submission or a changed autograder score, not for a rerun."""
+    that is right for a new submission or a changed autograder score, not for a rerun.
+
+    Returns:
+        Whether some hand grade stays settled.
+    """
     if not kept:
-        return
+        return False
+    settled = False
     with course.gradebook() as gb:
         submission = gb.find_submission(assignment, student)
         for nb in submission.notebooks:
@@ -296,7 +346,9 @@ def _keep_hand_grades(
                 before = kept.get((nb.name, grade.name))
                 if before is not None and before == (submission.timestamp, grade.auto_score):
                     grade.needs_manual_grade = False
+                    settled = True
         gb.db.commit()
+    return settled
 
 
 def export_csv(course: Course, assignment: str, to: Path) -> None:

@@ -15,7 +15,8 @@ JSON reports and the dashboard.
   task after the scheduler's ``allowed-failures`` tries (``distributed.scheduler.allowed-
   failures``, 3 by default) and gets 0 with that reason. Each student is recorded once, by the
   client, from the one answer it receives. A recorded student is never half-written: Ctrl-C
-  waits for the record in progress, then stops (the others keep their earlier grades).
+  (SIGINT) or SIGTERM waits for the record in progress, then stops, cancelling the jobs still
+  on the cluster (the others keep their earlier grades; a rerun finishes the class).
 * **Rerun**: nbgrader replaces a submission's grades in place, and the files are swapped.
 """
 
@@ -34,6 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..kernel.confine import remove_stale_cgroups
 from ..notebook import DEFAULT_CELL_TIMEOUT, NotebookError, load_notebook
 from ..notebook import cell_timeout as notebook_cell_timeout
 from . import gradebook
@@ -41,7 +43,7 @@ from .dashboard import build_dashboard
 from .protocol import Assignment, GradeAnswer, GradeJob, SandboxStatus
 from .reports import ClassResult, StudentResult, sandbox_summary, student_report
 
-__all__ = ["connect", "grade_class"]
+__all__ = ["Interrupted", "connect", "grade_class"]
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +88,8 @@ def connect(scheduler: str | None, workers: int | None) -> Iterator[Any]:
             yield client
     finally:
         cluster.close()
+        # The kernels of a worker that was killed leave their pids cgroups behind (root only).
+        remove_stale_cgroups()
 
 
 def _problem(root: Path, assignment: str, student: str, notebooks: list[str]) -> str:
@@ -118,29 +122,64 @@ def _job(root: Path, assignment: str, student: str, notebooks: list[str]) -> Gra
     return GradeJob(student, files=files)
 
 
-@contextlib.contextmanager
-def _uninterrupted() -> Iterator[None]:
-    """Hold Ctrl-C until the block is done (one student's record is all or nothing)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, _: caught.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if caught:
-            raise KeyboardInterrupt
+class Interrupted(KeyboardInterrupt):
+    """Grading was stopped by a signal (Ctrl-C's SIGINT, or SIGTERM); ``signum`` says which."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class _Stop:
+    """Ctrl-C (SIGINT) and SIGTERM while grading stop it, but never in the middle of recording
+    a student: a record in progress (:meth:`recording`) is finished first, so each student is
+    recorded whole or not at all. Then :class:`Interrupted` is raised in the main thread."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self._holding = False
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        self.signum = signum
+        if not self._holding:
+            raise Interrupted(signum)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """Handle the signals for the duration of the block (main thread only)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[None]:
+        """Hold the signals until the block is done, then act on one that came meanwhile."""
+        self._holding = True
+        try:
+            yield
+        finally:
+            self._holding = False
+        if self.signum:
+            raise Interrupted(self.signum)
 
 
 class _Batch:
     """The jobs of one run in flight on the cluster, and what became of each student."""
 
-    def __init__(self, client: Any, assignment: Assignment, course: gradebook.Course) -> None:
+    def __init__(
+        self, client: Any, assignment: Assignment, course: gradebook.Course, stop: _Stop
+    ) -> None:
         from .worker import grade, hold
 
-        self.client, self.assignment, self.course = client, assignment, course
+        self.client, self.assignment, self.course, self.stop = client, assignment, course, stop
         self.task = grade
         # A task that returns the assignment, not scattered data: if every worker holding it is
         # killed, Dask computes it again from the task (scattered data would be lost for good).
@@ -173,7 +212,7 @@ class _Batch:
             text = f"{type(err).__name__}: {err}"
             reason = f"the grader failed on this notebook ({text[:200]})"
             return self._failed(job, result, reason, text)
-        with _uninterrupted():
+        with self.stop.recording():
             self._record(answer, result)
         return None
 
@@ -317,7 +356,8 @@ def grade_class(
 
     Raises:
         ValueError: the course, assignment, gradebook or scheduler is not there.
-        KeyboardInterrupt: stopped; every student recorded so far is complete.
+        Interrupted: stopped by SIGINT (Ctrl-C) or SIGTERM (a :class:`KeyboardInterrupt`);
+            every student recorded so far is complete.
     """
     start = time.perf_counter()
     root = Path(course).resolve()
@@ -326,30 +366,32 @@ def grade_class(
     url = gradebook.database_url(db_url or f"sqlite:///{root / 'gradebook.db'}")
     gradebook.check_gradebook(url)
     chosen = _submissions(root, assignment, students)
-    with connect(scheduler, workers) as client:  # reachable, before anything is written
-        book = gradebook.Course(root, url)
-        notebooks = book.notebooks(assignment)
-        reports = root / "reports" / assignment
-        (reports / "logs").mkdir(parents=True, exist_ok=True)
-        n_workers = len(client.scheduler_info()["workers"]) or 1
-        threads = max(1, (os.cpu_count() or 1) // n_workers) if not scheduler else 1
-        shipped = _assignment(book, assignment, notebooks, cell_timeout=cell_timeout,
-                              notebook_timeout=notebook_timeout, memory_mb=memory_mb,
-                              threads=threads, fork=fork)  # fmt: skip
-        if fork:
-            from .worker import GradingPlugin
+    stop = _Stop()
+    with stop.installed():
+        with connect(scheduler, workers) as client:  # reachable, before anything is written
+            if fork:  # first: the fork servers import torch while the client prepares the jobs
+                from .worker import GradingPlugin
 
-            client.register_plugin(GradingPlugin())
-        batch = _Batch(client, shipped, book)
-        grade_start = time.perf_counter()
-        _run(batch, [_job(root, assignment, sid, notebooks) for sid in chosen], 4 * n_workers,
-             progress)  # fmt: skip
-        grade_seconds = time.perf_counter() - grade_start
-    result = _finish(batch, chosen, notebooks, reports)
-    result.seconds, result.grade_seconds, result.workers = (
-        time.perf_counter() - start,
-        grade_seconds,
-        n_workers,
-    )
+                client.register_plugin(GradingPlugin())
+            book = gradebook.Course(root, url)
+            notebooks = book.notebooks(assignment)
+            reports = root / "reports" / assignment
+            (reports / "logs").mkdir(parents=True, exist_ok=True)
+            n_workers = len(client.scheduler_info()["workers"]) or 1
+            threads = max(1, (os.cpu_count() or 1) // n_workers) if not scheduler else 1
+            shipped = _assignment(book, assignment, notebooks, cell_timeout=cell_timeout,
+                                  notebook_timeout=notebook_timeout, memory_mb=memory_mb,
+                                  threads=threads, fork=fork)  # fmt: skip
+            batch = _Batch(client, shipped, book, stop)
+            grade_start = time.perf_counter()
+            _run(batch, [_job(root, assignment, sid, notebooks) for sid in chosen], 4 * n_workers,
+                 progress)  # fmt: skip
+            grade_seconds = time.perf_counter() - grade_start
+        result = _finish(batch, chosen, notebooks, reports)
+        result.seconds, result.grade_seconds, result.workers = (
+            time.perf_counter() - start,
+            grade_seconds,
+            n_workers,
+        )
     log.info("%s", result.summary())
     return result

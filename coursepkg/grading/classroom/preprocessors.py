@@ -16,7 +16,14 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 
 from ..kernel.sandbox import NOT_GRADED_ENV
 
-__all__ = ["NOTE_MARK", "RELEASE_ENV", "DefuseHiddenMarkers", "DropEmptyMetadata", "GraderNotes"]
+__all__ = [
+    "NOTE_MARK",
+    "RELEASE_ENV",
+    "DefuseHiddenMarkers",
+    "DropEmptyMetadata",
+    "GraderNotes",
+    "feedback_preprocessors",
+]
 
 #: The first line of the grader's note cell.
 NOTE_MARK = "**Notes from the grader** (coursepkg grade)"
@@ -150,3 +157,15 @@ class DefuseHiddenMarkers(NbGraderPreprocessor):
                 kept.append(line)
         cell.source = "\n".join(kept)
         return cell, resources
+
+
+def feedback_preprocessors(config: Any) -> list:
+    """nbgrader's ``GenerateFeedback`` preprocessors for ``coursepkg grade``: the course's own
+    (``config``, an nbgrader app's configuration) or nbgrader's defaults, after
+    :class:`DefuseHiddenMarkers`."""
+    from nbgrader.converters import GenerateFeedback
+
+    own = config.GenerateFeedback.get("preprocessors") or list(
+        GenerateFeedback.class_traits()["preprocessors"].default()
+    )
+    return [f"{__name__}.DefuseHiddenMarkers", *own]

@@ -37,10 +37,10 @@ from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from ..kernel.confine import kill_process_group_cgroup
+from ..kernel.confine import kill_process_group_cgroup, remove_stale_cgroups
 from ..kernel.forkserver import ForkServer
 from ..kernel.sandbox import KERNEL_NAME, NOT_GRADED_ENV, PIDFILE_ENV, STATUS_ENV, write_kernelspec
-from .preprocessors import RELEASE_ENV
+from .preprocessors import RELEASE_ENV, feedback_preprocessors
 from .protocol import Assignment, GradeAnswer, GradeJob, SandboxStatus
 
 __all__ = ["GradingPlugin", "grade", "hold", "start_fork_server", "stop_fork_server"]
@@ -84,15 +84,19 @@ def stop_fork_server() -> None:
 
 class GradingPlugin(WorkerPlugin):
     """Starts the fork server when a Dask worker starts (or restarts after a crash) and stops
-    it with the worker."""
+    it with the worker; both times, the ``pids`` cgroups of kernels that died with a worker are
+    removed (:func:`~coursepkg.grading.kernel.confine.remove_stale_cgroups`)."""
 
     name = "coursepkg-grading"
 
     def setup(self, worker: Any) -> None:
         start_fork_server()
+        # A worker started after one was killed: its kernels' pids cgroups go.
+        remove_stale_cgroups()
 
     def teardown(self, worker: Any) -> None:
         stop_fork_server()
+        remove_stale_cgroups()
 
 
 def hold(assignment: Assignment) -> Assignment:
@@ -192,7 +196,7 @@ class _PrivateCourse:
         with the grader's settings on top."""
         from nbgrader.apps import NbGraderAPI
         from nbgrader.apps.nbgraderapp import NbGraderApp
-        from nbgrader.converters import Autograde, GenerateFeedback
+        from nbgrader.converters import Autograde
         from nbgrader.preprocessors import Execute
         from traitlets.config import Config
 
@@ -231,10 +235,7 @@ class _PrivateCourse:
             "nbgrader.preprocessors.OverwriteCells",
             "nbgrader.preprocessors.CheckCellMetadata",
         ]
-        feedback = app.config.GenerateFeedback.get("preprocessors") or list(
-            GenerateFeedback.class_traits()["preprocessors"].default()
-        )
-        config.GenerateFeedback.preprocessors = [pre + "DefuseHiddenMarkers", *feedback]
+        config.GenerateFeedback.preprocessors = feedback_preprocessors(app.config)
         app.update_config(config)
         return NbGraderAPI(parent=app)
 

@@ -12,7 +12,8 @@ what was missing):
   as root, or inside a new user namespace otherwise): no interface but a loopback that is down,
   so every connection, to the gradebook's PostgreSQL or anywhere, fails.
 * :func:`limit_processes` -- a fork bomb is contained: a ``pids`` cgroup with a ceiling (as root,
-  where ``RLIMIT_NPROC`` does not apply) and ``RLIMIT_NPROC`` (as any other user).
+  where ``RLIMIT_NPROC`` does not apply) and ``RLIMIT_NPROC`` (as any other user);
+  :func:`remove_stale_cgroups` removes the groups of kernels that died with their worker.
 * :func:`kernel_environment` -- the environment a kernel may see: no database URL, password,
   token or key of the grader.
 * :func:`die_with_parent` -- ``PR_SET_PDEATHSIG``.
@@ -41,6 +42,7 @@ __all__ = [
     "libc",
     "limit_processes",
     "readable_roots",
+    "remove_stale_cgroups",
     "restrict_files",
 ]
 
@@ -324,6 +326,36 @@ def kill_process_group_cgroup(pid: int) -> None:
             import time
 
             time.sleep(0.05)  # killed processes leave the cgroup when they are reaped
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not exited (a zombie has)."""
+    stat = _read(Path(f"/proc/{pid}/stat"))
+    return bool(stat) and stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def remove_stale_cgroups() -> int:
+    """Remove the ``pids`` cgroups of kernels that are gone, killing what is left in them.
+
+    A kernel normally has its group removed by :func:`kill_process_group_cgroup` when it ends;
+    one that died with its worker (a worker killed, or a notebook that kills its grader) leaves
+    an empty group behind. Groups whose kernel still runs (this grader's or another's on the
+    same machine) are left alone. Root only, as the groups are; nothing to do elsewhere.
+
+    Returns:
+        How many groups were removed.
+    """
+    root = _pids_root()
+    if root is None or os.geteuid() != 0:
+        return 0
+    removed = 0
+    for group in root.glob(f"{_CGROUP_PREFIX}*"):
+        pid = group.name.removeprefix(_CGROUP_PREFIX)
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        kill_process_group_cgroup(int(pid))
+        removed += not group.exists()
+    return removed
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,55 @@
+"""The kernels' confinement leaves nothing behind: the ``pids`` cgroup of a kernel that died
+without its cleanup (with its worker) is removed, and a running kernel's is kept."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from coursepkg.grading.kernel import confine
+
+LIMITED = """import os, sys
+from coursepkg.grading.kernel.confine import limit_processes
+print(os.getpid(), limit_processes(64) or "ok", flush=True)
+if sys.argv[1:] == ["stay"]:
+    sys.stdin.read()  # alive until its stdin closes
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or confine._pids_root() is None,
+    reason="kernels get a pids cgroup only as root, with the pids controller mounted",
+)
+def test_the_cgroup_of_a_kernel_gone_without_cleanup_is_removed():
+    root = confine._pids_root()
+    # A "kernel" that exits without removing its group, as one killed with its worker does.
+    gone = subprocess.run(
+        [sys.executable, "-c", LIMITED], capture_output=True, text=True, timeout=60, check=True
+    )
+    gone_pid, status = gone.stdout.split()
+    assert status == "ok", gone.stdout
+    # One still running, with its group.
+    live = subprocess.Popen(
+        [sys.executable, "-c", LIMITED, "stay"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        live_pid, status = live.stdout.readline().split()  # waits until it is in its group
+        assert status == "ok"
+        stale, running = (
+            root / f"coursepkg-kernel-{gone_pid}",
+            root / f"coursepkg-kernel-{live_pid}",
+        )
+        assert stale.is_dir() and running.is_dir()
+
+        assert confine.remove_stale_cgroups() >= 1
+        assert not stale.exists()
+        assert running.is_dir() and live_pid in (running / "cgroup.procs").read_text().split()
+    finally:
+        live.stdin.close()
+        live.wait(timeout=60)
+        confine.kill_process_group_cgroup(live.pid)
+    assert not (root / f"coursepkg-kernel-{live.pid}").exists()
