@@ -313,6 +313,15 @@ def _submissions(root: Path, assignment: str, students: list[str] | None) -> lis
     return chosen
 
 
+def _reachable_gradebook(root: Path, db_url: str | None) -> str:
+    """The gradebook's URL (the course's SQLite file by default), checked to be reachable."""
+    if not (root / "nbgrader_config.py").is_file():
+        raise ValueError(f"{root} is not an nbgrader course directory (no nbgrader_config.py)")
+    url = gradebook.database_url(db_url or f"sqlite:///{root / 'gradebook.db'}")
+    gradebook.check_gradebook(url)
+    return url
+
+
 def grade_class(
     course: str | Path,
     assignment: str,
@@ -361,10 +370,7 @@ def grade_class(
     """
     start = time.perf_counter()
     root = Path(course).resolve()
-    if not (root / "nbgrader_config.py").is_file():
-        raise ValueError(f"{root} is not an nbgrader course directory (no nbgrader_config.py)")
-    url = gradebook.database_url(db_url or f"sqlite:///{root / 'gradebook.db'}")
-    gradebook.check_gradebook(url)
+    url = _reachable_gradebook(root, db_url)
     chosen = _submissions(root, assignment, students)
     stop = _Stop()
     with stop.installed():
