@@ -12,8 +12,8 @@ from torch import Tensor, nn
 
 from ._validation import check_token_mask, check_tokens
 from .config import TransformerConfig
-from .layers import _ACTIVATIONS, LayerNorm
-from .model import Encoder, _init_linear_weights, _make_positions, _token_embedding
+from .layers import ACTIVATIONS, LayerNorm
+from .model import Encoder, init_linear_weights, make_positions, token_embedding
 
 
 class MaskedLMHead(nn.Module):
@@ -30,7 +30,7 @@ class MaskedLMHead(nn.Module):
         super().__init__()
         d = config.d_model
         self.dense = nn.Linear(d, d, bias=config.bias)
-        self.activation = _ACTIVATIONS[config.activation]
+        self.activation = ACTIVATIONS[config.activation]
         self.norm = LayerNorm(d, config.layer_norm_eps, config.bias)
         self.output = nn.Linear(d, config.vocab_size, bias=config.bias)
 
@@ -61,8 +61,8 @@ class EncoderOnlyLM(nn.Module):
         super().__init__()
         self.config = config
         d = config.d_model
-        self.embed = _token_embedding(config, config.vocab_size)
-        self.positions = _make_positions(config)
+        self.embed = token_embedding(config, config.vocab_size)
+        self.positions = make_positions(config)
         self.token_types = nn.Embedding(config.n_token_types, d) if config.n_token_types else None
         self.embed_norm = (
             LayerNorm(d, config.layer_norm_eps, config.bias) if config.embed_norm else None
@@ -71,7 +71,7 @@ class EncoderOnlyLM(nn.Module):
         self.encoder = Encoder(config)
         self.pooler = nn.Linear(d, d, bias=config.bias) if config.pooler else None
         self.head = MaskedLMHead(config) if config.mlm_head else None
-        _init_linear_weights(self)
+        init_linear_weights(self)
         if self.head is not None and config.tie_embeddings:
             self.head.output.weight = self.embed.weight
 

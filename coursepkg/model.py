@@ -75,13 +75,30 @@ class TokenEmbedding(nn.Module):
         return x if self.scale is None else x * self.scale
 
 
-def _make_positions(config: TransformerConfig) -> nn.Module:
+def make_positions(config: TransformerConfig) -> nn.Module:
+    """The position module ``config.positional`` names (shared with :mod:`~coursepkg.encoder_only`).
+
+    Args:
+        config: its ``positional``, ``d_model``, ``max_len`` and ``sinusoidal_layout``.
+
+    Returns:
+        A :class:`LearnedPositionalEmbedding` or :class:`SinusoidalPositionalEncoding`.
+    """
     if config.positional == "learned":
         return LearnedPositionalEmbedding(config.d_model, config.max_len)
     return SinusoidalPositionalEncoding(config.d_model, config.max_len, config.sinusoidal_layout)
 
 
-def _token_embedding(config: TransformerConfig, vocab_size: int) -> TokenEmbedding:
+def token_embedding(config: TransformerConfig, vocab_size: int) -> TokenEmbedding:
+    """A :class:`TokenEmbedding` of ``vocab_size`` rows, scaled as ``config`` says.
+
+    Args:
+        config: its ``d_model`` and ``scale_embeddings``.
+        vocab_size: number of rows V.
+
+    Returns:
+        The (untied) embedding module.
+    """
     return TokenEmbedding(vocab_size, config.d_model, config.scale_embeddings)
 
 
@@ -253,8 +270,13 @@ class EncoderDecoder(nn.Module):
         return self.decoder(tgt_emb, memory, src_mask, tgt_mask)  # (B, T, D)
 
 
-def _init_linear_weights(module: nn.Module) -> None:
-    # Xavier-uniform for every projection matrix (a common choice; the paper does not say).
+def init_linear_weights(module: nn.Module) -> None:
+    """Xavier-uniform for every ``nn.Linear`` weight in ``module``, zeros for the biases (a
+    common choice; the paper does not say).
+
+    Args:
+        module: initialised in place.
+    """
     for sub in module.modules():
         if isinstance(sub, nn.Linear):
             nn.init.xavier_uniform_(sub.weight)
@@ -280,19 +302,19 @@ class Transformer(nn.Module):
         super().__init__()
         _reject_encoder_only_options(config, "Transformer")
         self.config = config
-        self.src_embed = _token_embedding(config, config.source_vocab_size)
+        self.src_embed = token_embedding(config, config.source_vocab_size)
         self.tgt_embed = (
             self.src_embed
             if config.share_embeddings
-            else _token_embedding(config, config.vocab_size)
+            else token_embedding(config, config.vocab_size)
         )
-        self.positions = _make_positions(config)
+        self.positions = make_positions(config)
         self.dropout = Dropout(config.dropout)
         self.encoder = Encoder(config)
         self.decoder = Decoder(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         _logits_bias(self, config)
-        _init_linear_weights(self)
+        init_linear_weights(self)
         if config.tie_embeddings:
             self.lm_head.weight = self.tgt_embed.weight
 
@@ -425,8 +447,8 @@ class DecoderOnlyLM(nn.Module):
         super().__init__()
         _reject_encoder_only_options(config, "DecoderOnlyLM")
         self.config = config
-        self.embed = _token_embedding(config, config.vocab_size)
-        self.positions = _make_positions(config)
+        self.embed = token_embedding(config, config.vocab_size)
+        self.positions = make_positions(config)
         self.dropout = Dropout(config.dropout)
         self.layers = nn.ModuleList(
             EncoderLayer(**_layer_kwargs(config)) for _ in range(config.n_layers)
@@ -434,7 +456,7 @@ class DecoderOnlyLM(nn.Module):
         self.norm = _final_norm(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         _logits_bias(self, config)
-        _init_linear_weights(self)
+        init_linear_weights(self)
         if config.tie_embeddings:
             self.lm_head.weight = self.embed.weight
 
