@@ -458,10 +458,14 @@ def test_student_and_instructor_journey(tmp_path):
             j.js(f"document.querySelector('input[name=password]').value = '{TOKEN}'; "
                  "document.querySelector('form').submit(); true")  # fmt: skip
             assert j.wait(f"location.pathname === '{page}'", 180), "could not log in"
-            # Ready once its script has put the focus on the first box to fill.
+            # Ready once its script has put the focus on the first box to fill and has loaded the
+            # grades and comments: it fetches them after the page loads, and only then listens
+            # to the score boxes (a score typed before that is overwritten and never saved).
             assert j.wait(
                 "!!document.querySelector('input.score')"
-                " && !!document.activeElement?.classList.contains('tabbable')",
+                " && !!document.activeElement?.classList.contains('tabbable')"
+                " && window.formgrader?.grades?.loaded === true"
+                " && window.formgrader?.comments?.loaded === true",
                 180,
             ), "the formgrader page did not get ready"
             # nbgrader's script needs MathJax 2 (MathJax.Hub); the course's server extension
