@@ -365,3 +365,42 @@ def test_release_feedback_skips_a_zip_collect_submission(tmp_path):
     released = list((exchange / "transformers" / "feedback").glob("*.html"))
     assert [p.read_text() for p in released] == ["<p>feedback for yan</p>"], out
     assert "zoe" in out and "submission_secret.txt" in out, out
+
+
+def test_the_definition_shipped_to_workers_is_stamped_without_a_subprocess(graded, monkeypatch):
+    """The assignment's definition (an SQLite gradebook for the workers) has the course
+    gradebook's tables and schema version; nbgrader would stamp a new database by running
+    ``alembic heads`` in a subprocess (seconds per run), so that path must not be taken. A
+    gradebook without a stamp falls back to nbgrader's own."""
+    import sqlite3
+
+    import nbgrader.api
+
+    from coursepkg.grading.classroom import gradebook
+
+    course = graded["course"]
+    book = gradebook.Course(course, f"sqlite:///{course / 'gradebook.db'}")
+
+    def forbidden():
+        raise AssertionError("nbgrader ran `alembic heads`")
+
+    def schema(path: Path) -> tuple[list, list]:
+        with sqlite3.connect(path) as db:
+            tables = sorted(r[0] for r in db.execute("SELECT sql FROM sqlite_master") if r[0])
+            return tables, db.execute("SELECT version_num FROM alembic_version").fetchall()
+
+    monkeypatch.setattr(nbgrader.api, "get_alembic_version", forbidden)
+    shipped = course / "definition.db"
+    shipped.write_bytes(gradebook.definition(book, AID))
+    assert schema(shipped) == schema(course / "gradebook.db")
+    with sqlite3.connect(shipped) as db:
+        assert db.execute("SELECT count(*) FROM grade_cells").fetchone()[0] > 0
+
+    unstamped = course / "unstamped.db"
+    shutil.copy(course / "gradebook.db", unstamped)
+    with sqlite3.connect(unstamped) as db:
+        db.execute("DROP TABLE alembic_version")
+    monkeypatch.setattr(nbgrader.api, "get_alembic_version", lambda: "f00d")
+    book = gradebook.Course(course, f"sqlite:///{unstamped}")
+    shipped.write_bytes(gradebook.definition(book, AID))
+    assert schema(shipped)[1] == [("f00d",)]

@@ -168,9 +168,43 @@ def definition(course: Course, assignment: str) -> bytes:
 
     with tempfile.TemporaryDirectory(prefix="coursepkg-definition-") as scratch:
         path = Path(scratch) / "gradebook.db"
-        with course.gradebook() as src, Gradebook(f"sqlite:///{path}", course.course_id) as dst:
-            copy_assignment(src, dst, assignment)
+        with course.gradebook() as src:
+            _stamped_tables(path, _alembic_version(src))
+            with Gradebook(f"sqlite:///{path}", course.course_id) as dst:
+                copy_assignment(src, dst, assignment)
         return path.read_bytes()
+
+
+def _alembic_version(gb: Any) -> str | None:
+    """The schema version nbgrader stamped on an open gradebook, or None."""
+    from sqlalchemy import text
+
+    try:
+        return gb.db.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    except Exception:  # noqa: BLE001 - no stamp: nbgrader's Gradebook stamps the copy itself
+        gb.db.rollback()
+        return None
+
+
+def _stamped_tables(path: Path, version: str | None) -> None:
+    """nbgrader's empty tables in a new SQLite file at ``path``, stamped with ``version``.
+
+    nbgrader's ``Gradebook`` stamps a new database by running ``alembic heads`` in a
+    subprocess (seconds, on every run); the course's gradebook already says the version.
+    """
+    if version is None:
+        return
+    from nbgrader.api import Base
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(f"sqlite:///{path}")
+    try:
+        Base.metadata.create_all(bind=engine)
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
+            conn.execute(text("INSERT INTO alembic_version VALUES (:v)"), {"v": version})
+    finally:
+        engine.dispose()
 
 
 def copy_assignment(src: Any, dst: Any, assignment: str) -> None:
