@@ -211,7 +211,9 @@ class MultiHeadAttention(nn.Module):
         """
         if cache.stacked_qkv is None:
             projs = (self.q_proj, self.k_proj, self.v_proj)
-            weight = torch.cat([p.weight for p in projs])  # (2*H*Dk + H*Dv, D)
+            # Stored (D, 2*H*Dk + H*Dv) and used transposed: one input row times this layout
+            # is the faster matrix-vector product (benchmarks/decode_hf.py).
+            weight = torch.cat([p.weight.t() for p in projs], dim=1).t()  # (2*H*Dk + H*Dv, D)
             bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projs])
             cache.stacked_qkv = (weight, bias)
         qkv = F.linear(x, *cache.stacked_qkv)  # (B, L, 2*H*Dk + H*Dv)

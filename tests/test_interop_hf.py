@@ -114,6 +114,35 @@ def test_gpt2_greedy_generation_equals_generate(shape, batch) -> None:
     assert torch.equal(lm.generate(prompt, n_new, use_cache=False), ours)
 
 
+def test_gpt2_weights_keep_the_conv1d_layout_and_train() -> None:
+    """GPT-2's projections arrive as (in, out) Conv1D weights; the loaded ``nn.Linear``
+    weights are their (out, in) transposes stored in that layout (a view, no extra copy), which
+    decoding reads faster. Anything a model does with its weights still works: a
+    ``state_dict`` round trip, float64, and a training step that changes them."""
+    hf = _gpt2(9, **GPT2_SHAPES[1])
+    lm = from_hf_gpt2(hf)
+    linears = [m for m in lm.layers.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 6 * 3  # W^Q, W^K, W^V, W^O and the FFN's two, three layers
+    for m in linears:
+        assert m.weight.t().is_contiguous() and not m.weight.is_contiguous()
+        assert isinstance(m.weight, torch.nn.Parameter) and m.weight.requires_grad
+    assert_close(linears[3].weight, hf.transformer.h[0].attn.c_proj.weight.t(), rtol=0, atol=0)
+    tokens = _tokens(2, 9, GPT2_SHAPES[1]["vocab_size"], seed=10)
+    copy = DecoderOnlyLM(lm.config).eval()
+    copy.load_state_dict(lm.state_dict())
+    wide = from_hf_gpt2(_gpt2(9, **GPT2_SHAPES[1]).double())
+    with torch.no_grad():
+        assert_close(copy(tokens), lm(tokens), rtol=0, atol=0)
+        assert_close(wide(tokens).float(), lm(tokens), **ATOL)
+    lm.train()
+    before = linears[0].weight.detach().clone()
+    optimizer = torch.optim.AdamW(lm.parameters(), lr=1e-3)
+    lm(tokens).logsumexp(-1).mean().backward()
+    assert linears[0].weight.grad.shape == linears[0].weight.shape
+    optimizer.step()
+    assert not torch.equal(linears[0].weight, before)
+
+
 def test_gpt2_from_base_model_uses_the_tied_head() -> None:
     hf = _gpt2(4, **GPT2_SHAPES[0])
     lm = from_hf_gpt2(hf.transformer)

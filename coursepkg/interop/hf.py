@@ -84,6 +84,22 @@ def _copy_linear(dst: nn.Module, weight: Tensor, bias: Tensor | None, name: str)
         _copy(dst.bias, bias, f"{name}.bias")
 
 
+def _copy_conv1d(dst: nn.Linear, weight: Tensor, bias: Tensor, name: str) -> None:
+    """Copy a GPT-2 ``Conv1D`` weight (in, out) into ``dst`` keeping its memory layout:
+    ``dst.weight`` is the (out, in) transpose of an (in, out) tensor (a view, like
+    ``weight.t()``). Values, shapes and every use are those of any ``nn.Linear``; at batch 1
+    the matrix-vector products of decoding read this layout faster, as Hugging Face's GPT-2
+    does (measured in ``benchmarks/decode_hf.py``)."""
+    if dst.weight.shape != weight.t().shape:
+        raise ValueError(
+            f"{name}.weight: expected shape {tuple(dst.weight.t().shape)}, "
+            f"got {tuple(weight.shape)}"
+        )
+    stored = torch.empty_like(dst.weight.t(), memory_format=torch.contiguous_format)  # (in, out)
+    dst.weight = nn.Parameter(stored.t(), requires_grad=dst.weight.requires_grad)  # (out, in)
+    _copy_linear(dst, weight.t(), bias, name)
+
+
 def _copy_norm(dst: LayerNorm, src: nn.LayerNorm, name: str) -> None:
     _copy_linear(dst, src.weight, src.bias, name)  # gain and shift are weight and bias too
 
@@ -162,14 +178,14 @@ def from_hf_gpt2(model: nn.Module) -> DecoderOnlyLM:
         attn = dst.self_attn
         w_q, w_k, w_v = src.attn.c_attn.weight.split(d, dim=1)  # 3 x (D, D), Conv1D (in, out)
         b_q, b_k, b_v = src.attn.c_attn.bias.split(d)
-        _copy_linear(attn.q_proj, w_q.t(), b_q, f"{name}.attn.c_attn[q]")
-        _copy_linear(attn.k_proj, w_k.t(), b_k, f"{name}.attn.c_attn[k]")
-        _copy_linear(attn.v_proj, w_v.t(), b_v, f"{name}.attn.c_attn[v]")
+        _copy_conv1d(attn.q_proj, w_q, b_q, f"{name}.attn.c_attn[q]")
+        _copy_conv1d(attn.k_proj, w_k, b_k, f"{name}.attn.c_attn[k]")
+        _copy_conv1d(attn.v_proj, w_v, b_v, f"{name}.attn.c_attn[v]")
         c_proj = src.attn.c_proj
-        _copy_linear(attn.out_proj, c_proj.weight.t(), c_proj.bias, f"{name}.attn.c_proj")
+        _copy_conv1d(attn.out_proj, c_proj.weight, c_proj.bias, f"{name}.attn.c_proj")
         c_fc, m_proj = src.mlp.c_fc, src.mlp.c_proj
-        _copy_linear(dst.ffn.linear1, c_fc.weight.t(), c_fc.bias, f"{name}.mlp.c_fc")
-        _copy_linear(dst.ffn.linear2, m_proj.weight.t(), m_proj.bias, f"{name}.mlp.c_proj")
+        _copy_conv1d(dst.ffn.linear1, c_fc.weight, c_fc.bias, f"{name}.mlp.c_fc")
+        _copy_conv1d(dst.ffn.linear2, m_proj.weight, m_proj.bias, f"{name}.mlp.c_proj")
         _copy_norm(dst.norm1, src.ln_1, f"{name}.ln_1")
         _copy_norm(dst.norm2, src.ln_2, f"{name}.ln_2")
     _copy_norm(lm.norm, body.ln_f, "ln_f")
