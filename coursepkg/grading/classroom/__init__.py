@@ -12,10 +12,14 @@ Everything a grade depends on is nbgrader's own work, through its Python API. Th
 * :mod:`.reports` and :mod:`.dashboard` -- results, JSON reports, the misconception dashboard.
 """
 
-from .dashboard import build_dashboard
-from .orchestrate import grade_class
-from .preprocessors import DefuseHiddenMarkers, DropEmptyMetadata, GraderNotes
-from .reports import (
+from ..kernel import skip_iri_grammar
+
+skip_iri_grammar()  # before nbformat and nbgrader are imported (see its docstring)
+
+from .dashboard import build_dashboard  # noqa: E402
+from .orchestrate import grade_class  # noqa: E402
+from .preprocessors import DefuseHiddenMarkers, DropEmptyMetadata, GraderNotes  # noqa: E402
+from .reports import (  # noqa: E402
     ClassResult,
     StudentResult,
     checker_failure_flag,

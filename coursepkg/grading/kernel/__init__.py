@@ -5,3 +5,25 @@
 * :mod:`.sandbox` -- the sandbox kernel's launcher and kernelspec, and the guard of the checks.
 * :mod:`.forkserver` -- kernels forked from a process that has imported torch.
 """
+
+import sys
+
+__all__ = ["skip_iri_grammar"]
+
+
+def skip_iri_grammar() -> None:
+    """Make ``jsonschema`` skip its IRI format checks in this process.
+
+    Imported under ``nbformat`` and ``nbgrader``, ``jsonschema`` builds a parser for IRIs when
+    the optional ``rfc3987-syntax`` package is installed (it is, for JupyterLab's event
+    schemas): about 1.2 s of CPU in every process that imports it. No schema the grader
+    validates (notebooks, nbgrader's) uses the ``iri`` formats, so the grader's own processes
+    (the client, each Dask worker, each fork server and sandbox kernel) start without it;
+    in them ``import rfc3987_syntax`` raises ``ImportError``. Has no effect once ``jsonschema``
+    is imported.
+    """
+    if "jsonschema" not in sys.modules:
+        sys.modules.setdefault("rfc3987_syntax", None)
+
+
+skip_iri_grammar()
