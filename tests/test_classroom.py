@@ -404,3 +404,28 @@ def test_the_definition_shipped_to_workers_is_stamped_without_a_subprocess(grade
     book = gradebook.Course(course, f"sqlite:///{unstamped}")
     shipped.write_bytes(gradebook.definition(book, AID))
     assert schema(shipped)[1] == [("f00d",)]
+
+
+@pytest.mark.parametrize(
+    ("module", "skipped"),
+    [
+        ("coursepkg.grading.classroom.worker", True),  # a Dask worker (and the client)
+        ("coursepkg.grading.kernel.forkserver", True),  # a fork server, its kernels
+        ("coursepkg.grading", False),  # a student's notebook: nothing changes
+    ],
+)
+def test_only_the_graders_processes_skip_the_iri_grammar(module, skipped):
+    """The grader's own processes start without jsonschema's IRI grammar (seconds of CPU per
+    process); a student's process importing the checks is left as it was; notebooks still
+    validate either way."""
+    code = (
+        f"import sys, {module}, nbformat\n"
+        "nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('1')])\n"
+        "nbformat.validate(nb)\n"
+        "print(sys.modules.get('rfc3987_syntax', 'absent') is None)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(skipped)]

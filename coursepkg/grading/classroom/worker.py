@@ -23,6 +23,7 @@ working directory, environment variables). Start workers with one thread each
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -35,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from distributed.core import Status
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from ..kernel.confine import kill_process_group_cgroup, remove_stale_cgroups
@@ -97,6 +99,10 @@ class GradingPlugin(WorkerPlugin):
     def teardown(self, worker: Any) -> None:
         stop_fork_server()
         remove_stale_cgroups()
+        if getattr(worker, "status", None) == Status.closing:
+            # The worker process ends next: spare its exit a collector pass over every object
+            # of torch and nbgrader (~0.7 s that the cluster's close waits for).
+            gc.freeze()
 
 
 def hold(assignment: Assignment) -> Assignment:

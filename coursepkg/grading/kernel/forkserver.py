@@ -28,6 +28,7 @@ The pieces:
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import selectors
@@ -166,6 +167,10 @@ def serve(path: str | Path) -> None:
     here = os.getcwd()  # `python -m` put it first on sys.path; each kernel gets its own
     for name in PRELOAD:
         __import__(name)
+    # What the imports made lives as long as the server and every kernel: the kernels'
+    # collections skip it, and their pages stay shared with the server (Python's advice for
+    # a process that forks without exec).
+    gc.freeze()
     # Bound and listening under a temporary name, then renamed into place: whoever finds the
     # socket at ``path`` can connect at once, and the line on stdout says so to the worker.
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
