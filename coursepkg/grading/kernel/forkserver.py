@@ -150,6 +150,15 @@ def _become_kernel(request: dict, own_fds: list[int]) -> None:
         os._exit(code)
 
 
+def _preload() -> None:
+    """Import :data:`PRELOAD`, then freeze what the imports made: it lives as long as the
+    server and every kernel, so the kernels' collections skip it and its pages stay shared
+    with the server (Python's advice for a process that forks without exec)."""
+    for name in PRELOAD:
+        __import__(name)
+    gc.freeze()
+
+
 def serve(path: str | Path) -> None:
     """Run a fork server on the Unix socket ``path`` until the parent process dies.
 
@@ -165,12 +174,7 @@ def serve(path: str | Path) -> None:
     die_with_parent()  # die with the worker
     parent = os.getppid()
     here = os.getcwd()  # `python -m` put it first on sys.path; each kernel gets its own
-    for name in PRELOAD:
-        __import__(name)
-    # What the imports made lives as long as the server and every kernel: the kernels'
-    # collections skip it, and their pages stay shared with the server (Python's advice for
-    # a process that forks without exec).
-    gc.freeze()
+    _preload()
     # Bound and listening under a temporary name, then renamed into place: whoever finds the
     # socket at ``path`` can connect at once, and the line on stdout says so to the worker.
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
