@@ -478,7 +478,12 @@ def test_student_and_instructor_journey(tmp_path):
             assert j.wait(f"!!{box}", 60), "the written answer has no score box"
             shown = j.js(f"{box}.closest('.nbgrader_cell')?.innerText || ''")
             assert "D_k-dimensional" in shown, shown
+            # When MathJax has typeset the page, nbgrader's script moves the focus back to the
+            # first box and scrolls to it (formgrade.js, ``MathJax.loaded``): a score typed before
+            # that lands in another box (failed once in a fresh-clone run).
+            assert j.wait("window.MathJax?.loaded === true", 120), "MathJax did not typeset"
             j.click("input#written_sqrt_dk")
+            assert j.wait("document.activeElement?.id === 'written_sqrt_dk'", 30), "no focus"
             j.b.send("Input.insertText", text="2")
             j.key("Tab", "Tab", 9)
             deadline = time.monotonic() + 60
