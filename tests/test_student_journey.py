@@ -482,7 +482,9 @@ def test_student_and_instructor_journey(tmp_path):
             # first box and scrolls to it (formgrade.js, ``MathJax.loaded``): a score typed before
             # that lands in another box (failed once in a fresh-clone run).
             assert j.wait("window.MathJax?.loaded === true", 120), "MathJax did not typeset"
-            j.click("input#written_sqrt_dk")
+            # The script then scrolls with an animation, so a click at the box's position may
+            # miss it: the box is focused directly, then typed into and left with real keys.
+            j.js(f"{box}.scrollIntoView({{block: 'center'}}); {box}.focus(); true")
             assert j.wait("document.activeElement?.id === 'written_sqrt_dk'", 30), "no focus"
             j.b.send("Input.insertText", text="2")
             j.key("Tab", "Tab", 9)
