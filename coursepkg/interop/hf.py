@@ -90,14 +90,9 @@ def _copy_conv1d(dst: nn.Linear, weight: Tensor, bias: Tensor, name: str) -> Non
     ``weight.t()``). Values, shapes and every use are those of any ``nn.Linear``; at batch 1
     the matrix-vector products of decoding read this layout faster, as Hugging Face's GPT-2
     does (measured in ``benchmarks/decode_hf.py``)."""
-    if dst.weight.shape != weight.t().shape:
-        raise ValueError(
-            f"{name}.weight: expected shape {tuple(dst.weight.t().shape)}, "
-            f"got {tuple(weight.shape)}"
-        )
     stored = torch.empty_like(dst.weight.t(), memory_format=torch.contiguous_format)  # (in, out)
     dst.weight = nn.Parameter(stored.t(), requires_grad=dst.weight.requires_grad)  # (out, in)
-    _copy_linear(dst, weight.t(), bias, name)
+    _copy_linear(dst, weight.t(), bias, name)  # checks the shapes, as for any Linear
 
 
 def _copy_norm(dst: LayerNorm, src: nn.LayerNorm, name: str) -> None:
