@@ -102,24 +102,16 @@ def module_free(lm, prompt, new: int):
     assert cfg.norm_first and cfg.activation == "gelu_tanh" and lm.logits_bias is None
     assert lm.lm_head.weight is lm.embed.weight and lm.norm is not None
     d, h, eps = cfg.d_model, cfg.n_heads, cfg.layer_norm_eps
-    layers = []
-    for layer in lm.layers:
-        attn, ffn = layer.self_attn, layer.ffn
-        projs = (attn.q_proj, attn.k_proj, attn.v_proj)
-        qkv = (
-            torch.cat([p.weight.t() for p in projs], dim=1).t(),
-            torch.cat([p.bias for p in projs]),
+    layers = [  # W^Q W^K W^V come from the cache, stacked by the prompt's pass as generate does
+        (
+            (layer.norm1.weight, layer.norm1.bias),
+            (layer.self_attn.out_proj.weight, layer.self_attn.out_proj.bias),
+            (layer.norm2.weight, layer.norm2.bias),
+            (layer.ffn.linear1.weight, layer.ffn.linear1.bias),
+            (layer.ffn.linear2.weight, layer.ffn.linear2.bias),
         )
-        layers.append(
-            [
-                (layer.norm1.weight, layer.norm1.bias),
-                qkv,
-                (attn.out_proj.weight, attn.out_proj.bias),
-                (layer.norm2.weight, layer.norm2.bias),
-                (ffn.linear1.weight, ffn.linear1.bias),
-                (ffn.linear2.weight, ffn.linear2.bias),
-            ]
-        )
+        for layer in lm.layers
+    ]
     F = torch.nn.functional
     embed, positions = lm.embed.weight, lm.positions.weight
     final = (lm.norm.weight, lm.norm.bias)
@@ -129,13 +121,14 @@ def module_free(lm, prompt, new: int):
             b, t = prompt.shape
             cache = lm.new_cache(capacity=t + new)
             logits = lm._logits(prompt, causal_mask(t), cache)  # (B, t, V)
-            storage = [c._storage for c in cache.self_attn]  # (B, H, capacity, Dk) each
+            # Per layer: the stacked W^Q W^K W^V and the (B, H, capacity, Dk) key/value storage.
+            caches = [(c.stacked_qkv, *c._storage) for c in cache.self_attn]
             nxt = logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
             out = [prompt, nxt]
             for pos in range(t, t + new - 1):
                 x = F.embedding(nxt, embed) + positions[pos]  # (B, 1, D)
-                for (n1, w_qkv, w_o, n2, w_1, w_2), (k_all, v_all) in zip(
-                    layers, storage, strict=True
+                for (n1, w_o, n2, w_1, w_2), (w_qkv, k_all, v_all) in zip(
+                    layers, caches, strict=True
                 ):
                     y = F.layer_norm(x, (d,), *n1, eps)
                     qkv = F.linear(y, *w_qkv).view(b, 1, 3 * h, -1)  # (B, 1, 3H, Dk)
