@@ -117,19 +117,15 @@ def pretokenize(text: str) -> list[str]:
     return _PRETOKEN.findall(text)
 
 
-class _Reversed:
-    """Orders a value the other way round, so a min-heap pops the greatest of equal counts."""
+#: Maps byte b to the character 255 - b: strings made with it sort in the reverse order of the
+#: byte strings, once each ends with a character above them all (see :func:`_descending`).
+_FLIP = {b: chr(255 - b) for b in range(256)}
 
-    __slots__ = ("value",)
 
-    def __init__(self, value: tuple[bytes, bytes]) -> None:
-        self.value = value
-
-    def __lt__(self, other: _Reversed) -> bool:
-        return self.value > other.value
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Reversed) and self.value == other.value
+def _descending(token: bytes) -> str:
+    """A string that sorts before another exactly when ``token`` is the greater byte string,
+    so a min-heap of ``(-count, _descending(a) + _descending(b))`` pops the tie rule's pair."""
+    return token.decode("latin-1").translate(_FLIP) + "\u0100"
 
 
 def _read_corpus(text_or_path: str | os.PathLike) -> str:
@@ -164,6 +160,7 @@ class _PairCounts:
 
     def __init__(self, words: list[list[int]], freq: list[int], vocab: dict[int, bytes]) -> None:
         self.words, self.freq, self.vocab = words, freq, vocab
+        self.order = {i: _descending(token) for i, token in vocab.items()}
         self.count: Counter[tuple[int, int]] = Counter()
         self.where: dict[tuple[int, int], set[int]] = {}
         for index, word in enumerate(words):
@@ -173,8 +170,8 @@ class _PairCounts:
         self.heap = [self._entry(pair, n) for pair, n in self.count.items()]
         heapq.heapify(self.heap)
 
-    def _entry(self, pair: tuple[int, int], n: int) -> tuple:
-        return (-n, _Reversed((self.vocab[pair[0]], self.vocab[pair[1]])), pair)
+    def _entry(self, pair: tuple[int, int], n: int) -> tuple[int, str, tuple[int, int]]:
+        return (-n, self.order[pair[0]] + self.order[pair[1]], pair)
 
     def best(self) -> tuple[int, int] | None:
         """The most frequent pair, ties to the lexicographically greater (bytes, bytes)."""
@@ -187,19 +184,21 @@ class _PairCounts:
     def merge(self, pair: tuple[int, int], new_id: int) -> None:
         """Replace ``pair`` by ``new_id`` in every word holding it and update the counts of
         the pairs of those words only (no recount of the corpus)."""
+        self.order[new_id] = _descending(self.vocab[new_id])
         changed = set()
         for index in self.where.pop(pair, ()):
             word, n = self.words[index], self.freq[index]
             merged = _merge_pair(word, pair, new_id)
             if len(merged) == len(word):
                 continue  # the pair left this word in an earlier merge
-            for old in pairwise(word):
-                self.count[old] -= n
-                changed.add(old)
-            for new in pairwise(merged):
-                self.count[new] += n
-                self.where.setdefault(new, set()).add(index)
-                changed.add(new)
+            delta = Counter(pairwise(merged))  # pairs gained (> 0) and lost (< 0)
+            delta.subtract(pairwise(word))
+            for p, d in delta.items():
+                if d:
+                    self.count[p] += d * n
+                    changed.add(p)
+                    if d > 0:
+                        self.where.setdefault(p, set()).add(index)
             self.words[index] = merged
         for p in changed:
             n = self.count[p]
