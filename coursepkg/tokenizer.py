@@ -141,12 +141,14 @@ def _read_corpus(text_or_path: str | os.PathLike) -> str:
     return text_or_path
 
 
-def _count_pretokens(text: str, special_tokens: Sequence[str]) -> Counter[str]:
+def _count_pretokens(
+    text: str, special_tokens: Sequence[str], pattern: regex.Pattern
+) -> Counter[str]:
     """How often each pre-token occurs; the special tokens separate the text and are not counted."""
     counts: Counter[str] = Counter()
     pieces = split_special(text, special_tokens)
     for piece in pieces[::2]:  # even positions: ordinary text
-        counts.update(_PRETOKEN.findall(piece))
+        counts.update(pattern.findall(piece))
     return counts
 
 
@@ -227,6 +229,7 @@ def train_bpe(
     vocab_size: int,
     special_tokens: Iterable[str] | None = None,
     *,
+    pattern: str = GPT2_PATTERN,
     progress: bool = False,
 ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
     """Learn a byte-level BPE vocabulary (Sennrich et al., 2016; GPT-2's byte-level variant).
@@ -241,6 +244,8 @@ def train_bpe(
         text: the training text (a str), or a ``pathlib.Path`` to a UTF-8 file.
         vocab_size: the size of the vocabulary returned, at least 256 + len(special_tokens).
         special_tokens: strings kept whole: they separate the text and are never merged.
+        pattern: the regular expression whose matches are the pre-tokens (GPT-2's by default;
+            :class:`Tokenizer` always uses GPT-2's, so change it only to study its effect).
         progress: show a progress bar over the merges.
 
     Returns:
@@ -255,7 +260,8 @@ def train_bpe(
             f"vocab_size must be at least 256 + {len(specials)} special tokens = "
             f"{256 + len(specials)}, got {vocab_size}"
         )
-    counts = _count_pretokens(_read_corpus(text), specials)
+    splitter = _PRETOKEN if pattern == GPT2_PATTERN else regex.compile(pattern)
+    counts = _count_pretokens(_read_corpus(text), specials, splitter)
     vocab = {i: bytes([i]) for i in range(256)}
     pairs = _PairCounts([list(t.encode("utf-8")) for t in counts], list(counts.values()), vocab)
     merges: list[tuple[bytes, bytes]] = []
