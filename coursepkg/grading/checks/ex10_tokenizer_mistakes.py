@@ -14,7 +14,7 @@ from itertools import pairwise
 
 import regex
 
-from ...tokenizer import GPT2_PATTERN, Tokenizer, pretokenize, split_special
+from ...tokenizer import GPT2_PATTERN, Tokenizer, _merge_pair, pretokenize, split_special
 from ..framework import BugVariant
 
 TRAIN_ITEM = "train_bpe"
@@ -44,15 +44,7 @@ def _pair_counts(words: Counter) -> Counter:
 def _apply(words: Counter, pair: tuple[bytes, bytes]) -> Counter:
     merged: Counter[Word] = Counter()
     for word, n in words.items():
-        out, i = [], 0
-        while i < len(word):
-            if i + 1 < len(word) and (word[i], word[i + 1]) == pair:
-                out.append(pair[0] + pair[1])
-                i += 2
-            else:
-                out.append(word[i])
-                i += 1
-        merged[tuple(out)] += n
+        merged[tuple(_merge_pair(list(word), pair, pair[0] + pair[1]))] += n
     return merged
 
 
@@ -159,16 +151,7 @@ class _FrequencyOrder(Tokenizer):
             if not counts:
                 break
             pair = max(counts, key=lambda p: (counts[p], -self._ranks[p][0]))
-            rank, new_id, _ = self._ranks[pair]
-            out, i = [], 0
-            while i < len(ids):
-                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
-                    out.append(new_id)
-                    i += 2
-                else:
-                    out.append(ids[i])
-                    i += 1
-            ids = out
+            ids = _merge_pair(ids, pair, self._ranks[pair][1])
         return ids
 
 
