@@ -97,17 +97,15 @@ def test_equals_hf_and_tiktoken(gpt2, hf_gpt2, tiktoken_gpt2, name: str) -> None
     assert len(ids) > 0 or text == ""
 
 
-@settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(st.text(max_size=60))
-def test_equals_tiktoken_on_any_text(gpt2, tiktoken_gpt2, text: str) -> None:
-    assert gpt2.encode(text) == tiktoken_gpt2.encode(text, allowed_special="all")
+@settings(max_examples=150, deadline=None, suppress_health_check=FIXTURES)
+@given(st.text(max_size=60) | st.lists(st.sampled_from(PIECES)).map("".join))
+def test_equals_tiktoken_and_hf_on_any_text(gpt2, hf_gpt2, tiktoken_gpt2, text: str) -> None:
+    ids = gpt2.encode(text)
+    assert ids == tiktoken_gpt2.encode(text, allowed_special="all")
+    assert ids == hf_gpt2.encode(text).ids
 
 
-@settings(
-    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=200, deadline=None, suppress_health_check=FIXTURES)
 @given(
     st.text(max_size=80) | st.lists(st.sampled_from([EOT, " ", "a", "\n", "é", "😀"])).map("".join)
 )
@@ -158,6 +156,25 @@ def test_encode_iterable_equals_encode_on_any_split(chunks: list[str]) -> None:
     tok = _small_tokenizer(("<|a|>", "<|a|><|b|>"))
     assert list(tok.encode_iterable(chunks)) == tok.encode("".join(chunks))
     assert list(tok.encode_iterable(io.StringIO("".join(chunks)))) == tok.encode("".join(chunks))
+
+
+def test_encode_iterable_memory_does_not_grow_with_the_stream(gpt2) -> None:
+    """Streaming three times the text takes no more memory than streaming it once."""
+    import tracemalloc
+
+    lines = "".join(SAMPLES.values()).splitlines(keepends=True) * 200
+    expected = len(gpt2.encode("".join(lines)))  # also fills the bounded pre-token cache
+
+    def peak(copies: int) -> int:
+        tracemalloc.start()
+        n = sum(1 for _ in gpt2.encode_iterable(line for _ in range(copies) for line in lines))
+        _, top = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert n == copies * expected
+        return top
+
+    once, thrice = peak(1), peak(3)
+    assert thrice < 1.2 * once + 64_000, (once, thrice)
 
 
 _SMALL: dict = {}
