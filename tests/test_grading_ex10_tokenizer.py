@@ -193,6 +193,25 @@ def test_tokenizer_wrapping_the_reference_is_named() -> None:
         check_tokenizer(Wrapper)
 
 
+def test_tokenizer_built_on_tiktoken_is_named() -> None:
+    tiktoken = pytest.importorskip("tiktoken")
+    from coursepkg.tokenizer import GPT2_PATTERN
+
+    class OnTiktoken(impls.GPT2StyleTokenizer):
+        def __init__(self, vocab, merges, special_tokens=None):
+            super().__init__(vocab, merges, special_tokens)
+            specials = {t: self.encoder[t.encode()] for t in special_tokens or []}
+            ranks = {b: i for i, b in vocab.items() if i not in specials.values()}
+            self.enc = tiktoken.Encoding("x", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
+                                         special_tokens=specials)  # fmt: skip
+
+        def encode(self, text):
+            return self.enc.encode(text, allowed_special="all")
+
+    with pytest.raises(CheckFailure, match="tiktoken.Encoding"):
+        check_tokenizer(OnTiktoken)
+
+
 def test_tokenizer_returning_a_string_is_explained() -> None:
     class Strings(impls.GPT2StyleTokenizer):
         def encode(self, text):

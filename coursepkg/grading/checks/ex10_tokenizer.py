@@ -44,12 +44,27 @@ EOT = "<|endoftext|>"
 #: takes well under one; a plain trainer recounting every pair after each merge a few).
 TIME_BUDGET_S = 60.0
 
-_FORBIDDEN = [
+_REFERENCE_CALLS = [
     (_reference_train, "coursepkg.tokenizer.train_bpe"),
     (_Reference.__init__, "coursepkg.tokenizer.Tokenizer"),
     (_Reference.encode, "coursepkg.tokenizer.Tokenizer.encode"),
     (_Reference.decode, "coursepkg.tokenizer.Tokenizer.decode"),
 ]
+
+
+def _forbidden() -> list:
+    """The reference, and OpenAI's tokenizer where it is installed (it would encode with the
+    given ranks: not the exercise either); imported here, so importing the checks stays light."""
+    try:
+        import tiktoken
+    except ImportError:  # pragma: no cover - tiktoken is optional
+        return _REFERENCE_CALLS
+    return _REFERENCE_CALLS + [
+        (tiktoken.Encoding.__init__, "tiktoken.Encoding"),
+        (tiktoken.Encoding.encode, "tiktoken.Encoding.encode"),
+    ]
+
+
 _ADVICE = "write the BPE yourself (regex, collections.Counter and dicts are all you need)"
 
 # ---------------------------------------------------------------------------------------------
@@ -150,7 +165,7 @@ def _as_training(value: Any, where: str) -> tuple[dict[int, bytes], list[tuple[b
 
 
 def _call_train(fn: Callable, text: str, vocab_size: int, specials: list[str], where: str):
-    with forbidden_calls(TRAIN_ITEM, extra=_FORBIDDEN, advice=_ADVICE):
+    with forbidden_calls(TRAIN_ITEM, extra=_forbidden(), advice=_ADVICE):
         start = time.perf_counter()
         out = call_student(fn, text, vocab_size, list(specials), item=TRAIN_ITEM)
         seconds = time.perf_counter() - start
@@ -264,7 +279,7 @@ def _as_ids(value: Any, where: str) -> list[int]:
 
 def _run_tokenizer(cls: Any, vocab, merges, specials, texts, decode_ids) -> tuple[list, list]:
     """The student's encode of each text and decode of each id list, in the forbidden block."""
-    with forbidden_calls(TOKENIZER_ITEM, extra=_FORBIDDEN, advice=_ADVICE):
+    with forbidden_calls(TOKENIZER_ITEM, extra=_forbidden(), advice=_ADVICE):
         tok = call_student(cls, dict(vocab), list(merges), list(specials), item=TOKENIZER_ITEM)
         encoded = [
             _as_ids(call_student(tok.encode, t, item="Tokenizer.encode"), f"for {t!r}")
