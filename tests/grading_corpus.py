@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import grading_corpus_layers as lay  # noqa: E402
 import grading_corpus_training as trn  # noqa: E402
+import grading_impls_tokenizer as tok  # noqa: E402
 
 from coursepkg import grading  # noqa: E402
 from coursepkg.grading import CheckFailure  # noqa: E402
@@ -129,6 +130,14 @@ CORPUS: list[Entry] = [
       "beam.finished_kept_in_beam"),
     E("beam.bos_counted", "check_beam_search", trn.beam_bos_counted, False,
       "beam.length_counts_bos"),
+    # ex10: GPT-2's encoder.py, minbpe's trainer (ties to the pair seen first), plain loops
+    E("bpe.gpt2_encoder_py", "check_tokenizer", tok.GPT2StyleTokenizer, True),
+    E("bpe.sequential_merges", "check_tokenizer", tok.SequentialMergesTokenizer, True),
+    E("bpe.incremental_dicts", "check_train_bpe", tok.train_incremental, True),
+    E("bpe.minbpe_first_seen_ties", "check_train_bpe", tok.train_first_seen_ties, False,
+      ("your merges differ",)),
+    E("bpe.gpt2_per_token_decode", "check_tokenizer", tok.GPT2StylePerTokenDecode, False,
+      "tokenizer.decode_per_token"),
 ]  # fmt: skip
 
 

@@ -102,6 +102,16 @@ BUGS = {
         ],
         "beam.no_length_normalisation",
     ),
+    "ex10_tokenizer": (
+        "train_bpe",
+        [
+            (
+                "a, b = max(pairs, key=lambda p: (pairs[p], (vocab[p[0]], vocab[p[1]])))",
+                "a, b = min(pairs, key=lambda p: (-pairs[p], (vocab[p[0]], vocab[p[1]])))",
+            )
+        ],
+        "bpe.ties_reversed",
+    ),
     "ex09_training_run": (
         "sequence_loss",
         [("model(batch.src, batch.tgt_in,", "model(batch.src, batch.tgt_out,")],

@@ -25,6 +25,8 @@ check_label_smoothing          the label-smoothed loss                     ex06_
 check_parameter_count          ``transformer_parameter_count``             ex07_parameters
 check_greedy_decode            ``greedy_decode``                           ex08_decoding
 check_beam_search              ``beam_search``                             ex08_decoding
+check_train_bpe                ``train_bpe``                               ex10_tokenizer
+check_tokenizer                ``Tokenizer`` (``encode``, ``decode``)      ex10_tokenizer
 =============================  ==========================================  ==============
 
 ``check_training_run`` (ex09_training_run) grades a whole training run (the trained model, the
@@ -46,6 +48,7 @@ from .checks.ex06_training import check_label_smoothing, check_noam_lr
 from .checks.ex07_parameters import check_parameter_count
 from .checks.ex08_decoding import check_beam_search, check_greedy_decode
 from .checks.ex09_training_run import check_training_run
+from .checks.ex10_tokenizer import check_tokenizer, check_train_bpe
 from .framework import (
     BugVariant,
     CheckerError,
@@ -77,6 +80,8 @@ __all__ = [
     "check_parameter_count",
     "check_positional_encoding",
     "check_scaled_dot_product_attention",
+    "check_tokenizer",
+    "check_train_bpe",
     "check_training_run",
     "registered_checks",
 ]

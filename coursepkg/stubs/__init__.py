@@ -19,4 +19,5 @@ ASSIGNMENTS = (
     "ex07_parameters",
     "ex08_decoding",
     "ex09_training_run",
+    "ex10_tokenizer",
 )

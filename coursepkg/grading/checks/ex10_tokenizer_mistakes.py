@@ -1,0 +1,222 @@
+"""The catalogue of ex10_tokenizer: the known mistakes of BPE training and of encoding and
+decoding, each a runnable variant with the advice a student gets when their output matches it.
+
+The training mistakes run on a deliberately plain trainer (recount every pair after every merge)
+whose switches each make one mistake; with every switch off it learns the reference's merges,
+which the tests check. The encoding and decoding mistakes are subclasses of the reference
+:class:`~coursepkg.tokenizer.Tokenizer` that change one step.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from itertools import pairwise
+
+import regex
+
+from ...tokenizer import GPT2_PATTERN, Tokenizer, _merge_pair, pretokenize, split_special
+from ..framework import BugVariant
+
+TRAIN_ITEM = "train_bpe"
+TOKENIZER_ITEM = "Tokenizer"
+
+Word = tuple[bytes, ...]
+
+
+def _words(text: str, specials: list[str], *, cut_specials: bool, pretokens: bool) -> Counter:
+    """How often each word (a tuple of one-byte tokens) occurs in the training text."""
+    pieces = split_special(text, specials)[::2] if cut_specials else [text]
+    counts: Counter[Word] = Counter()
+    for piece in pieces:
+        for chunk in pretokenize(piece) if pretokens else [piece] if piece else []:
+            counts[tuple(bytes([b]) for b in chunk.encode("utf-8"))] += 1
+    return counts
+
+
+def _pair_counts(words: Counter) -> Counter:
+    pairs: Counter[tuple[bytes, bytes]] = Counter()
+    for word, n in words.items():
+        for pair in pairwise(word):
+            pairs[pair] += n
+    return pairs
+
+
+def _apply(words: Counter, pair: tuple[bytes, bytes]) -> Counter:
+    merged: Counter[Word] = Counter()
+    for word, n in words.items():
+        merged[tuple(_merge_pair(list(word), pair, pair[0] + pair[1]))] += n
+    return merged
+
+
+def plain_train_bpe(
+    text: str,
+    vocab_size: int,
+    special_tokens: list[str] | None = None,
+    *,
+    cut_specials: bool = True,
+    pretokens: bool = True,
+    greater_ties: bool = True,
+    recount: bool = True,
+) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+    """BPE training by recounting all pairs after each merge; each switch turned off makes one
+    of the catalogued mistakes (all on: the reference's result)."""
+    specials = list(special_tokens or [])
+    words = _words(text, specials, cut_specials=cut_specials, pretokens=pretokens)
+    merges: list[tuple[bytes, bytes]] = []
+    pairs = _pair_counts(words)
+    while 256 + len(merges) + len(specials) < vocab_size:
+        if recount:
+            pairs = _pair_counts(words)
+        pairs = Counter({p: n for p, n in pairs.items() if n > 0})
+        if not pairs:
+            break
+        if greater_ties:
+            best = max(pairs, key=lambda p: (pairs[p], p))
+        else:
+            best = min(pairs, key=lambda p: (-pairs[p], p))
+        merges.append(best)
+        words = _apply(words, best)
+        pairs.pop(best)  # without a recount, nothing else is updated: the stale counts stay
+    vocab = {i: bytes([i]) for i in range(256)}
+    for left, right in merges:
+        vocab[len(vocab)] = left + right
+    for token in specials:
+        vocab[len(vocab)] = token.encode("utf-8")
+    return vocab, merges
+
+
+def _across_pretokens(text, vocab_size, special_tokens=None):
+    return plain_train_bpe(text, vocab_size, special_tokens, pretokens=False)
+
+
+def _specials_trained_on(text, vocab_size, special_tokens=None):
+    return plain_train_bpe(text, vocab_size, special_tokens, cut_specials=False)
+
+
+def _ties_reversed(text, vocab_size, special_tokens=None):
+    return plain_train_bpe(text, vocab_size, special_tokens, greater_ties=False)
+
+
+def _stale_counts(text, vocab_size, special_tokens=None):
+    return plain_train_bpe(text, vocab_size, special_tokens, recount=False)
+
+
+TRAIN_BUGS: list[BugVariant] = [
+    BugVariant(
+        id="bpe.merges_across_pretokens",
+        item=TRAIN_ITEM,
+        description="merges cross pre-token boundaries: pairs are counted over the whole text, "
+        "not inside the pre-tokens of GPT-2's pattern",
+        advice="Split each piece with regex.findall(GPT2_PATTERN, piece), count the pre-tokens, "
+        "and count pairs inside each pre-token only (times its frequency).",
+        impl=_across_pretokens,
+    ),
+    BugVariant(
+        id="bpe.special_tokens_merged",
+        item=TRAIN_ITEM,
+        description="the special tokens are trained on as ordinary text, so their pieces get "
+        "merged with the text around them",
+        advice="Cut the text at the special tokens first (e.g. regex.split on their escaped "
+        "alternation, longest first) and train on the pieces between them only.",
+        impl=_specials_trained_on,
+    ),
+    BugVariant(
+        id="bpe.ties_reversed",
+        item=TRAIN_ITEM,
+        description="ties between equally frequent pairs go to the lexicographically smaller pair",
+        advice="Of equally frequent pairs take the greater one: max over (count, (left, right)) "
+        "with left and right the pairs' byte strings.",
+        impl=_ties_reversed,
+    ),
+    BugVariant(
+        id="bpe.stale_pair_counts",
+        item=TRAIN_ITEM,
+        description="the pair counts are not updated after a merge: later merges are chosen "
+        "from the counts of the original bytes (stale pairs), and pairs with a new token are "
+        "never counted",
+        advice="After each merge, update the counts: the pairs around each replaced occurrence "
+        "lose it, the new pairs with the merged token gain it (or recount the words).",
+        impl=_stale_counts,
+    ),
+]
+
+
+class _FrequencyOrder(Tokenizer):
+    """Encodes each pre-token by merging its most frequent learned pair first."""
+
+    def _encode_pretoken(self, pretoken: str) -> list[int]:
+        ids = [self._byte_ids[b] for b in pretoken.encode("utf-8")]
+        while len(ids) > 1:
+            counts = Counter(p for p in pairwise(ids) if p in self._ranks)
+            if not counts:
+                break
+            pair = max(counts, key=lambda p: (counts[p], -self._ranks[p][0]))
+            ids = _merge_pair(ids, pair, self._ranks[pair][1])
+        return ids
+
+
+class _SpecialsSplit(Tokenizer):
+    """Encodes the special tokens as ordinary text."""
+
+    def __init__(self, vocab, merges, special_tokens=None):
+        super().__init__(vocab, merges, None)
+        self.special_tokens = list(special_tokens or [])
+
+
+_NO_WHITESPACE = regex.compile(GPT2_PATTERN.removesuffix(r"|\s+(?!\S)|\s+"))
+
+
+class _LostWhitespace(Tokenizer):
+    """Pre-tokenises with GPT-2's pattern less its whitespace branches: runs of spaces,
+    tabs and newlines that no word takes are dropped."""
+
+    def _encode_ordinary(self, text: str, out: list[int]) -> None:
+        for pretoken in _NO_WHITESPACE.findall(text):
+            out.extend(self._encode_pretoken(pretoken))
+
+
+class _DecodePerToken(Tokenizer):
+    """Decodes each token's bytes on its own and joins the strings."""
+
+    def decode(self, ids):
+        return "".join(self.vocab[i].decode("utf-8", errors="replace") for i in ids)
+
+
+TOKENIZER_BUGS: list[BugVariant] = [
+    BugVariant(
+        id="tokenizer.frequency_order",
+        item=TOKENIZER_ITEM,
+        description="encode applies the merges in order of how often their pair occurs in the "
+        "pre-token, not in rank order (the order they were learned)",
+        advice="Within a pre-token, repeatedly merge the adjacent pair whose merge has the "
+        "lowest rank (learned first), whatever the counts in the text being encoded.",
+        impl=_FrequencyOrder,
+    ),
+    BugVariant(
+        id="tokenizer.special_tokens_split",
+        item=TOKENIZER_ITEM,
+        description="encode treats the special tokens as ordinary text and splits them into "
+        "several tokens",
+        advice="Cut the text at the special tokens before pre-tokenising (the longer first "
+        "where they overlap) and emit each special token's own id.",
+        impl=_SpecialsSplit,
+    ),
+    BugVariant(
+        id="tokenizer.lost_whitespace",
+        item=TOKENIZER_ITEM,
+        description="encode loses whitespace: runs of spaces, tabs or newlines that no word "
+        "takes are dropped",
+        advice="Use GPT2_PATTERN whole: its last branches (\\s+(?!\\S)|\\s+) keep every run of "
+        "whitespace as a pre-token, so the pre-tokens join back to the text.",
+        impl=_LostWhitespace,
+    ),
+    BugVariant(
+        id="tokenizer.decode_per_token",
+        item=TOKENIZER_ITEM,
+        description="decode turns each token into a string on its own, which breaks characters "
+        "whose UTF-8 bytes span two tokens",
+        advice="Join all the tokens' bytes first, then decode once: "
+        'b"".join(...).decode("utf-8", errors="replace").',
+        impl=_DecodePerToken,
+    ),
+]
