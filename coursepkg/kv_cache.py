@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["AttentionCache", "KVCache"]
+__all__ = ["AttentionCache", "KVCache", "SlidingWindowCache"]
 
 
 class AttentionCache:
@@ -114,3 +114,60 @@ class KVCache:
         """Reorder the growing caches' batch rows (the static ones are identical per beam)."""
         for cache in self.self_attn:
             cache.reorder(index)
+
+
+class SlidingWindowCache:
+    """The self-attention cache of a sliding window of W positions (Mistral's rolling buffer):
+    a ring of W slots, position p stored in slot p mod W, so memory stays bounded by W however
+    long the generation runs.
+
+    A query at absolute position t sees t - W + 1 ... t (``causal_mask(..., window=W)``), so the
+    new positions of a step need only the W - 1 newest cached ones besides themselves.
+    :meth:`update` returns those, oldest first, followed by the new ones: attending over them
+    with ``causal_mask(n, S, window=W)`` equals the full cache with the window mask.
+
+    Args:
+        window: W, how many positions (itself included) a query sees.
+
+    Attributes:
+        length: number of positions seen so far (may exceed W).
+        k: (B, H, W, Dk) ring of keys, or None before the first call.
+        v: (B, H, W, Dv) ring of values, or None before the first call.
+    """
+
+    def __init__(self, window: int) -> None:
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(f"window must be a positive integer, got {window!r}")
+        self.window = window
+        self.length = 0
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store this call's keys/values in the ring; return the keys/values its queries need.
+
+        Shape:
+            k (B, H, n, Dk), v (B, H, n, Dv) -> (B, H, S, Dk), (B, H, S, Dv) with
+            S = min(length, W - 1) + n.
+        """
+        if self.k is None:
+            b, h = k.shape[:2]
+            self.k = k.new_zeros(b, h, self.window, k.size(3))  # (B, H, W, Dk)
+            self.v = v.new_zeros(b, h, self.window, v.size(3))  # (B, H, W, Dv)
+        kept = min(self.length, self.window - 1)
+        slots = torch.arange(self.length - kept, self.length, device=k.device) % self.window
+        keys = torch.cat([self.k.index_select(2, slots), k], dim=2)  # (B, H, kept + n, Dk)
+        values = torch.cat([self.v.index_select(2, slots), v], dim=2)  # (B, H, kept + n, Dv)
+        # Only the last W new positions survive in the ring; earlier ones would be overwritten.
+        n = k.size(2)
+        first = max(0, n - self.window)
+        slots = torch.arange(self.length + first, self.length + n, device=k.device) % self.window
+        self.k.index_copy_(2, slots, k[:, :, first:])
+        self.v.index_copy_(2, slots, v[:, :, first:])
+        self.length += n
+        return keys, values
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` (beam search reshuffles its hypotheses each step)."""
+        if self.k is not None:
+            self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
