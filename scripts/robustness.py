@@ -47,6 +47,7 @@ TRAINING_PAGES = [
     "09_decoding",
     "11_bert_gpt",
     "12_inside_the_model",
+    "13_attention_at_length",
 ]
 #: glued figure -> the least value the book claims for it under every setting
 REQUIRED = {"08_training/translator_accuracy": 0.99}

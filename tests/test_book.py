@@ -33,6 +33,7 @@ CHAPTERS = {
     "10_parameters": "ex07",
     "11_bert_gpt": None,
     "12_inside_the_model": None,
+    "13_attention_at_length": None,
 }
 PART_ONE = [c for c in CHAPTERS if c < "07"]
 PART_TWO = [c for c in CHAPTERS if c >= "07"]
