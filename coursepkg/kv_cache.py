@@ -97,13 +97,33 @@ class KVCache:
         n_layers: number of decoder layers.
         cross: whether the layers also have cross-attention (encoder-decoder models).
         capacity: longest target the growing caches will hold; given, they preallocate it.
+        window: a sliding window of W positions: the growing caches are then
+            :class:`SlidingWindowCache` rings of W slots (``capacity`` is not needed).
     """
 
-    def __init__(self, n_layers: int, cross: bool = True, capacity: int | None = None) -> None:
+    def __init__(
+        self,
+        n_layers: int,
+        cross: bool = True,
+        capacity: int | None = None,
+        window: int | None = None,
+    ) -> None:
         if capacity is not None and (not isinstance(capacity, int) or capacity < 1):
             raise ValueError(f"capacity must be None or a positive integer, got {capacity!r}")
-        self.self_attn = [AttentionCache(capacity=capacity) for _ in range(n_layers)]
+        self.self_attn = [
+            # a ring of W slots needs no capacity: it never holds more
+            AttentionCache(capacity=capacity) if window is None else SlidingWindowCache(window)
+            for _ in range(n_layers)
+        ]
         self.cross_attn = [AttentionCache(static=True) for _ in range(n_layers)] if cross else None
+
+    def keys_after(self, n_new: int) -> int:
+        """How many keys self-attention sees once the caches take ``n_new`` more positions
+        (a sliding window's ring returns only the newest ones)."""
+        first = self.self_attn[0] if self.self_attn else None
+        if isinstance(first, SlidingWindowCache):
+            return first.keys_after(n_new)
+        return self.length + n_new
 
     @property
     def length(self) -> int:
@@ -142,6 +162,12 @@ class SlidingWindowCache:
         self.length = 0
         self.k: Tensor | None = None
         self.v: Tensor | None = None
+        self.static = False  # read by attention like an AttentionCache's
+        self.stacked_qkv: tuple[Tensor, Tensor | None] | None = None  # as AttentionCache's
+
+    def keys_after(self, n_new: int) -> int:
+        """How many keys :meth:`update` returns for ``n_new`` new positions."""
+        return min(self.length, self.window - 1) + n_new
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store this call's keys/values in the ring; return the keys/values its queries need.
@@ -154,7 +180,7 @@ class SlidingWindowCache:
             b, h = k.shape[:2]
             self.k = k.new_zeros(b, h, self.window, k.size(3))  # (B, H, W, Dk)
             self.v = v.new_zeros(b, h, self.window, v.size(3))  # (B, H, W, Dv)
-        kept = min(self.length, self.window - 1)
+        kept = self.keys_after(0)
         slots = torch.arange(self.length - kept, self.length, device=k.device) % self.window
         keys = torch.cat([self.k.index_select(2, slots), k], dim=2)  # (B, H, kept + n, Dk)
         values = torch.cat([self.v.index_select(2, slots), v], dim=2)  # (B, H, kept + n, Dv)

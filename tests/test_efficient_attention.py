@@ -223,3 +223,77 @@ def test_causal_mask_window_keeps_the_last_w_positions():
         absolute = i + 2
         assert mask[i].nonzero().flatten().tolist() == [absolute - 1, absolute]
     assert torch.equal(causal_mask(5, 7, window=100), causal_mask(5, 7))
+
+
+# ---------------------------------------------------------------- the decoder's sliding window
+
+
+def _windowed_lm(window, n_layers=2):
+    from coursepkg import DecoderOnlyLM, TransformerConfig
+
+    torch.manual_seed(0)
+    config = TransformerConfig(
+        vocab_size=23,
+        d_model=16,
+        n_heads=2,
+        d_ff=32,
+        n_layers=n_layers,
+        dropout=0.0,
+        max_len=64,
+        norm_first=True,
+        sliding_window=window,
+    )
+    return DecoderOnlyLM(config).eval()
+
+
+@pytest.mark.parametrize("window", [1, 3, 7])
+def test_decoder_window_cache_equals_the_full_forward_with_the_window_mask(window):
+    lm = _windowed_lm(window)
+    tokens = torch.randint(23, (2, 30), generator=torch.Generator().manual_seed(window))
+    full = lm(tokens)  # (2, 30, V), whole sequence under causal_mask(window=W)
+    cache, pieces, start = lm.new_cache(), [], 0
+    for n in (4, 1, 1, 9, 1, 14):  # a prompt, single steps and chunks
+        pieces.append(lm(tokens[:, start : start + n], cache=cache))
+        start += n
+        for layer_cache in cache.self_attn:
+            assert isinstance(layer_cache, SlidingWindowCache)
+            assert layer_cache.k.size(2) == window  # bounded by W, not by the 30 positions
+    assert_close(torch.cat(pieces, dim=1), full, **TOL)
+    greedy = lm.generate(tokens[:, :5], 20, use_cache=True)
+    assert torch.equal(greedy, lm.generate(tokens[:, :5], 20, use_cache=False))
+
+
+def test_decoder_window_limits_what_the_last_position_can_depend_on():
+    window, layers = 3, 2
+    lm = _windowed_lm(window, layers)
+    tokens = torch.randint(23, (1, 20), generator=torch.Generator().manual_seed(0))
+    reach = layers * (window - 1) + 1  # positions the last one can depend on
+    changed = tokens.clone()
+    changed[0, : 20 - reach] = (changed[0, : 20 - reach] + 1) % 23  # all beyond the reach
+    assert_close(lm(changed)[0, -1], lm(tokens)[0, -1], **TOL)
+    changed = tokens.clone()
+    changed[0, 20 - reach] = (changed[0, 20 - reach] + 1) % 23  # the farthest one within it
+    assert not torch.allclose(lm(changed)[0, -1], lm(tokens)[0, -1])
+
+
+def test_sliding_window_config_is_checked_and_rejected_where_unsupported():
+    from coursepkg import EncoderOnlyLM, Transformer, TransformerConfig
+
+    with pytest.raises(ValueError, match="sliding_window must be a positive integer"):
+        TransformerConfig(vocab_size=10, d_model=8, n_heads=2, sliding_window=0)
+    config = TransformerConfig(vocab_size=10, d_model=8, n_heads=2, d_ff=8, sliding_window=4)
+    for model in (Transformer, EncoderOnlyLM):
+        with pytest.raises(ValueError, match="does not support sliding_window=4"):
+            model(config)
+
+
+def test_decoder_window_cache_with_a_token_mask_equals_the_full_forward():
+    lm = _windowed_lm(4)
+    tokens = torch.randint(23, (2, 12), generator=torch.Generator().manual_seed(5))
+    token_mask = torch.ones(2, 12, dtype=torch.bool)
+    token_mask[0, :3] = False  # left padding in one row
+    full = lm(tokens, token_mask)  # (2, 12, V)
+    cache, pieces = lm.new_cache(), []
+    for start, end in ((0, 5), (5, 6), (6, 12)):
+        pieces.append(lm(tokens[:, start:end], token_mask[:, :end], cache=cache))
+    assert_close(torch.cat(pieces, dim=1), full, **TOL)
