@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.testing import assert_close
 
-from coursepkg import attention
+from coursepkg import DecoderOnlyLM, EncoderOnlyLM, Transformer, TransformerConfig, attention
 from coursepkg.efficient_attention import (
     LinearAttentionRecurrence,
     linear_attention,
@@ -229,20 +229,9 @@ def test_causal_mask_window_keeps_the_last_w_positions():
 
 
 def _windowed_lm(window, n_layers=2):
-    from coursepkg import DecoderOnlyLM, TransformerConfig
-
     torch.manual_seed(0)
-    config = TransformerConfig(
-        vocab_size=23,
-        d_model=16,
-        n_heads=2,
-        d_ff=32,
-        n_layers=n_layers,
-        dropout=0.0,
-        max_len=64,
-        norm_first=True,
-        sliding_window=window,
-    )
+    sizes = dict(vocab_size=23, d_model=16, n_heads=2, d_ff=32, max_len=64, dropout=0.0)
+    config = TransformerConfig(**sizes, n_layers=n_layers, norm_first=True, sliding_window=window)
     return DecoderOnlyLM(config).eval()
 
 
@@ -277,8 +266,6 @@ def test_decoder_window_limits_what_the_last_position_can_depend_on():
 
 
 def test_sliding_window_config_is_checked_and_rejected_where_unsupported():
-    from coursepkg import EncoderOnlyLM, Transformer, TransformerConfig
-
     with pytest.raises(ValueError, match="sliding_window must be a positive integer"):
         TransformerConfig(vocab_size=10, d_model=8, n_heads=2, sliding_window=0)
     config = TransformerConfig(vocab_size=10, d_model=8, n_heads=2, d_ff=8, sliding_window=4)
