@@ -216,14 +216,14 @@ def tiled_attention(
 
 
 def elu_feature_map(x: Tensor) -> Tensor:
-    """phi(x) = elu(x) + 1, the positive feature map of Katharopoulos et al. (2020), Eq. 7."""
+    """phi(x) = elu(x) + 1, the positive feature map of Katharopoulos et al. (2020)."""
     return F.elu(x) + 1.0
 
 
 def linear_attention(
     query: Tensor, key: Tensor, value: Tensor, causal: bool = False, eps: float = 1e-6
 ) -> Tensor:
-    """Linear attention (Katharopoulos et al., 2020, Eq. 4-6): softmax(q . k) replaced by
+    """Linear attention (Katharopoulos et al., 2020): softmax(q . k) replaced by
     phi(q) . phi(k), so that sum_j phi(k_j) v_j^T is computed once instead of per query.
 
     Args:
@@ -261,7 +261,7 @@ def linear_attention(
 
 class LinearAttentionRecurrence:
     """Causal linear attention one position at a time: a recurrent network whose state has a
-    fixed size, whatever the number of positions seen (Katharopoulos et al., 2020, Sec. 3.4).
+    fixed size, whatever the number of positions seen (Katharopoulos et al., 2020).
 
     Attributes:
         state: (..., Dk, Dv), sum of phi(k_j) v_j^T over the positions seen; None before.
