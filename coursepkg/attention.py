@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._validation import check_attention_mask, check_float
-from .kv_cache import AttentionCache
+from .kv_cache import AttentionCache, SlidingWindowCache
 
 __all__ = [
     "AdditiveAttention",
@@ -328,6 +328,8 @@ def _keys_after(cache: AttentionCache | None, n_new: int) -> int:
     """How many keys attention sees once the cache has taken ``n_new`` more."""
     if cache is None:
         return n_new
+    if isinstance(cache, SlidingWindowCache):
+        return cache.keys_after(n_new)
     if cache.static:
         return n_new if cache.k is None else cache.length
     return cache.length + n_new
@@ -433,3 +435,7 @@ class AdditiveAttention(nn.Module):
                 f"keys_proj must have shape (B, S, A) = {(batch, src_len, self.attn_dim)}, "
                 f"got {tuple(keys_proj.shape)}"
             )
+
+
+# Attention at length has its own module; its kernels are reachable here too.
+from .efficient_attention import linear_attention, tiled_attention  # noqa: E402, F401

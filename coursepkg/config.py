@@ -54,11 +54,13 @@ class TransformerConfig:
     logits_bias: bool = False  # a fixed bias buffer added to the output logits (Marian)
     pooler: bool = False  # encoder-only models: tanh-dense "pooler" on the first token (BERT)
     mlm_head: bool = True  # encoder-only models: the masked-LM head (dense, act, norm, output)
+    sliding_window: int | None = None  # W: decoder-only models attend to the last W positions
+    # only, themselves included (Mistral; its KV cache is a ring of W); None: the whole past
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
             _positive_int(name, getattr(self, name))
-        for name in ("n_decoder_layers", "d_k", "d_v", "src_vocab_size"):
+        for name in ("n_decoder_layers", "d_k", "d_v", "src_vocab_size", "sliding_window"):
             if getattr(self, name) is not None:
                 _positive_int(name, getattr(self, name))
         if self.d_k is None or self.d_v is None:
@@ -99,6 +101,14 @@ class TransformerConfig:
                 "share_embeddings=True needs one vocabulary for source and target, but "
                 f"src_vocab_size={self.src_vocab_size} != vocab_size={self.vocab_size}; "
                 "set share_embeddings=False"
+            )
+
+    def reject_sliding_window(self, model: str) -> None:
+        """Fail for a ``sliding_window`` on a model that does not implement one."""
+        if self.sliding_window is not None:
+            raise ValueError(
+                f"{model} does not support sliding_window={self.sliding_window!r} "
+                "(only DecoderOnlyLM has a sliding window)"
             )
 
     # ----- derived sizes -------------------------------------------------------------------

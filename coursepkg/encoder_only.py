@@ -59,6 +59,7 @@ class EncoderOnlyLM(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
+        config.reject_sliding_window("EncoderOnlyLM")
         self.config = config
         d = config.d_model
         self.embed = token_embedding(config, config.vocab_size)

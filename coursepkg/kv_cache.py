@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["AttentionCache", "KVCache"]
+__all__ = ["AttentionCache", "KVCache", "SlidingWindowCache"]
 
 
 class AttentionCache:
@@ -97,13 +97,33 @@ class KVCache:
         n_layers: number of decoder layers.
         cross: whether the layers also have cross-attention (encoder-decoder models).
         capacity: longest target the growing caches will hold; given, they preallocate it.
+        window: a sliding window of W positions: the growing caches are then
+            :class:`SlidingWindowCache` rings of W slots (``capacity`` is not needed).
     """
 
-    def __init__(self, n_layers: int, cross: bool = True, capacity: int | None = None) -> None:
+    def __init__(
+        self,
+        n_layers: int,
+        cross: bool = True,
+        capacity: int | None = None,
+        window: int | None = None,
+    ) -> None:
         if capacity is not None and (not isinstance(capacity, int) or capacity < 1):
             raise ValueError(f"capacity must be None or a positive integer, got {capacity!r}")
-        self.self_attn = [AttentionCache(capacity=capacity) for _ in range(n_layers)]
+        self.self_attn = [
+            # a ring of W slots needs no capacity: it never holds more
+            AttentionCache(capacity=capacity) if window is None else SlidingWindowCache(window)
+            for _ in range(n_layers)
+        ]
         self.cross_attn = [AttentionCache(static=True) for _ in range(n_layers)] if cross else None
+
+    def keys_after(self, n_new: int) -> int:
+        """How many keys self-attention sees once the caches take ``n_new`` more positions
+        (a sliding window's ring returns only the newest ones)."""
+        first = self.self_attn[0] if self.self_attn else None
+        if isinstance(first, SlidingWindowCache):
+            return first.keys_after(n_new)
+        return self.length + n_new
 
     @property
     def length(self) -> int:
@@ -114,3 +134,66 @@ class KVCache:
         """Reorder the growing caches' batch rows (the static ones are identical per beam)."""
         for cache in self.self_attn:
             cache.reorder(index)
+
+
+class SlidingWindowCache:
+    """The self-attention cache of a sliding window of W positions (Mistral's rolling buffer):
+    a ring of W slots, position p stored in slot p mod W, so memory stays bounded by W however
+    long the generation runs.
+
+    A query at absolute position t sees t - W + 1 ... t (``causal_mask(..., window=W)``), so the
+    new positions of a step need only the W - 1 newest cached ones besides themselves.
+    :meth:`update` returns those, oldest first, followed by the new ones: attending over them
+    with ``causal_mask(n, S, window=W)`` equals the full cache with the window mask.
+
+    Args:
+        window: W, how many positions (itself included) a query sees.
+
+    Attributes:
+        length: number of positions seen so far (may exceed W).
+        k: (B, H, W, Dk) ring of keys, or None before the first call.
+        v: (B, H, W, Dv) ring of values, or None before the first call.
+    """
+
+    def __init__(self, window: int) -> None:
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(f"window must be a positive integer, got {window!r}")
+        self.window = window
+        self.length = 0
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+        self.static = False  # read by attention like an AttentionCache's
+        self.stacked_qkv: tuple[Tensor, Tensor | None] | None = None  # as AttentionCache's
+
+    def keys_after(self, n_new: int) -> int:
+        """How many keys :meth:`update` returns for ``n_new`` new positions."""
+        return min(self.length, self.window - 1) + n_new
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store this call's keys/values in the ring; return the keys/values its queries need.
+
+        Shape:
+            k (B, H, n, Dk), v (B, H, n, Dv) -> (B, H, S, Dk), (B, H, S, Dv) with
+            S = min(length, W - 1) + n.
+        """
+        if self.k is None:
+            b, h = k.shape[:2]
+            self.k = k.new_zeros(b, h, self.window, k.size(3))  # (B, H, W, Dk)
+            self.v = v.new_zeros(b, h, self.window, v.size(3))  # (B, H, W, Dv)
+        kept = self.keys_after(0)
+        slots = torch.arange(self.length - kept, self.length, device=k.device) % self.window
+        keys = torch.cat([self.k.index_select(2, slots), k], dim=2)  # (B, H, kept + n, Dk)
+        values = torch.cat([self.v.index_select(2, slots), v], dim=2)  # (B, H, kept + n, Dv)
+        # Only the last W new positions survive in the ring; earlier ones would be overwritten.
+        n = k.size(2)
+        first = max(0, n - self.window)
+        slots = torch.arange(self.length + first, self.length + n, device=k.device) % self.window
+        self.k.index_copy_(2, slots, k[:, :, first:])
+        self.v.index_copy_(2, slots, v[:, :, first:])
+        self.length += n
+        return keys, values
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` (beam search reshuffles its hypotheses each step)."""
+        if self.k is not None:
+            self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)

@@ -166,6 +166,7 @@ class Decoder(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
+        config.reject_sliding_window("an encoder-decoder model")
         self.layers = nn.ModuleList(
             DecoderLayer(**_layer_kwargs(config)) for _ in range(config.decoder_layers)
         )
@@ -462,7 +463,7 @@ class DecoderOnlyLM(nn.Module):
 
     def new_cache(self, capacity: int | None = None) -> KVCache:
         """An empty key/value cache for :meth:`forward`, holding up to ``capacity`` positions."""
-        return KVCache(self.config.n_layers, cross=False, capacity=capacity)
+        return KVCache(self.config.n_layers, False, capacity, self.config.sliding_window)
 
     def forward(
         self,
@@ -483,13 +484,13 @@ class DecoderOnlyLM(nn.Module):
         """
         check_tokens("tokens", tokens, self.config.vocab_size)
         b, t = tokens.shape
-        past = 0 if cache is None else cache.length
+        keys = t if cache is None else cache.keys_after(t)  # a window's ring: the last ones only
         if token_mask is None and cache is None and self.config.pad_id is not None:
             token_mask = tokens != self.config.pad_id  # (B, T)
-        mask = causal_mask(t, past + t, device=tokens.device)  # (T, T_total)
+        mask = causal_mask(t, keys, device=tokens.device, window=self.config.sliding_window)
         if token_mask is not None:
-            check_token_mask("token_mask", token_mask, (b, past + t))
-            mask = mask & key_mask(token_mask)  # (B, 1, T, T_total)
+            check_token_mask("token_mask", token_mask, (b, t + (cache.length if cache else 0)))
+            mask = mask & key_mask(token_mask)[..., -keys:]  # (B, 1, T, keys)
         elif t == 1:
             mask = None
         return self._logits(tokens, mask, cache)
@@ -518,9 +519,8 @@ class DecoderOnlyLM(nn.Module):
     ) -> Tensor:
         """Continue ``tokens`` by ``max_new_tokens`` tokens.
 
-        The arguments are checked once, here; each step then runs the model without building a
-        mask (one new query may see every cached position), the cache is allocated once for
-        the whole output, and the loop runs under ``torch.inference_mode``.
+        Arguments are checked once; each step runs under ``torch.inference_mode`` without a mask
+        (a new query sees all it is given: every cached position, or a sliding window's ring).
 
         Args:
             tokens: the prompt ids (no padding).
@@ -569,8 +569,8 @@ class DecoderOnlyLM(nn.Module):
         seq = tokens  # what the model reads next: the prompt, then one token at a time
         new: list[Tensor] = []
         for _ in range(max_new_tokens):
-            # Every token is real, so only the causal mask; one query may see everything.
-            mask = causal_mask(seq.size(1), device=seq.device) if seq.size(1) > 1 else None
+            n = seq.size(1)  # every token is real: the causal mask only, none for one query
+            mask = causal_mask(n, None, seq.device, self.config.sliding_window) if n > 1 else None
             logits = self._logits(seq, mask, cache)  # (B, L, V)
             new.append(sample_next(logits[:, -1], temperature, top_k, generator)[:, None])
             # With the cache the model reads only the new token; without, the whole prefix.

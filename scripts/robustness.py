@@ -48,6 +48,7 @@ TRAINING_PAGES = [
     "11_bert_gpt",
     "12_inside_the_model",
     "13_tokens",
+    "14_attention_at_length",
 ]
 #: glued figure -> the least value the book claims for it under every setting
 REQUIRED = {"08_training/translator_accuracy": 0.99}

@@ -34,6 +34,7 @@ CHAPTERS = {
     "11_bert_gpt": None,
     "12_inside_the_model": None,
     "13_tokens": "ex10",
+    "14_attention_at_length": None,
 }
 PART_ONE = [c for c in CHAPTERS if c < "07"]
 PART_TWO = [c for c in CHAPTERS if c >= "07"]
