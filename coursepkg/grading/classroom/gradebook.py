@@ -260,7 +260,7 @@ def record(course: Course, assignment: str, answer: Any, notebooks: list[str]) -
     The grades come from the graded notebooks through nbgrader's ``SaveAutoGrades`` and
     ``AssignLatePenalties``; a hand grade given to this same submission stays settled, and
     then the feedback is made again here, from this gradebook, so that it shows the hand grade
-    (the worker's copy of the gradebook has none).
+    (the worker's copy of the gradebook has none); so it is for a late submission.
     """
     from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
     from nbgrader.utils import parse_utc
@@ -296,8 +296,16 @@ def record(course: Course, assignment: str, answer: Any, notebooks: list[str]) -
         }
         SaveAutoGrades(config=course.config).preprocess(nb, resources)
         AssignLatePenalties(config=course.config).preprocess(nb, resources)
-    if _keep_hand_grades(course, assignment, sid, kept) and answer.feedback:
+    settled = _keep_hand_grades(course, assignment, sid, kept)
+    if answer.feedback and (settled or _late(course, assignment, sid)):
         _feedback_here(course, assignment, sid)
+
+
+def _late(course: Course, assignment: str, student: str) -> bool:
+    """Whether the submission is late: its feedback is then made here, from the gradebook
+    that also knows the extensions granted in it (the worker's copy does not)."""
+    with course.gradebook() as gb:
+        return gb.find_submission(assignment, student).total_seconds_late > 0
 
 
 def _feedback_here(course: Course, assignment: str, student: str) -> None:

@@ -162,10 +162,11 @@ class DefuseHiddenMarkers(NbGraderPreprocessor):
 def feedback_preprocessors(config: Any) -> list:
     """nbgrader's ``GenerateFeedback`` preprocessors for ``coursepkg grade``: the course's own
     (``config``, an nbgrader app's configuration) or nbgrader's defaults, after
-    :class:`DefuseHiddenMarkers`."""
+    :class:`DefuseHiddenMarkers`, and the note on a late submission
+    (:class:`~coursepkg.grading.term.late.LateNote`)."""
     from nbgrader.converters import GenerateFeedback
 
     own = config.GenerateFeedback.get("preprocessors") or list(
         GenerateFeedback.class_traits()["preprocessors"].default()
     )
-    return [f"{__name__}.DefuseHiddenMarkers", *own]
+    return [f"{__name__}.DefuseHiddenMarkers", *own, "coursepkg.grading.term.late.LateNote"]
