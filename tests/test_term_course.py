@@ -4,14 +4,21 @@ assignment), with the late policy in the course's ``nbgrader_config.py`` and mad
 
 * each student's late penalty in the gradebook is the policy's (on time, within the grace
   period, two started days, capped, saved by an extension), the feedback explains it, and
-  ``coursepkg export`` writes the points less the penalty.
+  ``coursepkg export`` writes the points less the penalty;
+* a regrade request, made with the student's command and with the link in the feedback, is
+  recorded, shown open in the dashboard (headless Chromium), answered with a new score and
+  with a comment; the gradebook, the feedback, the export and the dashboard show the answers,
+  the audit trail keeps who, when, old, new and why, and all of it survives a rerun of
+  ``coursepkg grade``.
 """
 
 from __future__ import annotations
 
+import base64
 import csv
 import datetime
 import html
+import json
 import os
 import re
 import shutil
@@ -21,6 +28,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from browser import Browser, find_chromium
 from grading_hostile import points
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,8 +94,14 @@ def course(tmp_path_factory):
         nbformat.write(source, str(folder / f"{AID}.ipynb"))
         stamp = DUE + datetime.timedelta(hours=hours)
         (folder / "timestamp.txt").write_text(f"{stamp:%Y-%m-%d %H:%M:%S.%f} UTC")
+    buggy = nbformat.from_dict(source)  # on time, loses the attention tests (no 1/sqrt(d_k))
+    (cell,) = [c for c in buggy.cells if "/ math.sqrt(d_k)" in c.source]
+    cell.source = cell.source.replace("/ math.sqrt(d_k)", "")
+    (course / "submitted" / "buggy" / AID).mkdir(parents=True)
+    nbformat.write(buggy, str(course / "submitted" / "buggy" / AID / f"{AID}.ipynb"))
     summary = grade(course)
-    return {"root": course, "summary": summary, "total": points(source)}
+    return {"root": course, "summary": summary, "total": points(source),
+            "buggy": points(source, "additive_score")}  # fmt: skip
 
 
 def test_each_late_penalty_is_the_policys(course):
@@ -129,4 +143,107 @@ def test_the_export_writes_the_points_less_the_penalty(course):
     with out.open(newline="") as f:
         rows = {r["student_id"]: float(r[AID]) for r in csv.DictReader(f)}
     total = course["total"]
-    assert rows == {sid: pytest.approx(total * (1 - p / 100)) for sid, (_, p) in LATENESS.items()}
+    expected = {sid: pytest.approx(total * (1 - p / 100)) for sid, (_, p) in LATENESS.items()}
+    assert {sid: rows[sid] for sid in LATENESS} == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# Regrade requests
+# ---------------------------------------------------------------------------------------------
+
+PART = "test_scaled_dot_product_attention_hidden"
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    executable = find_chromium()
+    if executable is None:
+        if os.environ.get("COURSE_REQUIRE_BROWSER"):
+            pytest.fail("COURSE_REQUIRE_BROWSER is set but chromium is not installed")
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    with Browser(executable) as b:
+        yield b
+
+
+def _grade_of(root: Path, student: str, part: str):
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}", "transformers") as gb:
+        g = gb.find_grade(part, AID, AID, student)
+        return g.score, g.needs_manual_grade, gb.find_submission(AID, student).score
+
+
+def _dashboard_rows(browser: Browser, root: Path) -> dict[str, list[list[str]]]:
+    browser.goto((root / "reports" / "dashboard.html").as_uri())
+    assert browser.errors == []
+    return browser.evaluate(
+        "({open: [...document.querySelectorAll('tr.open-request')].map(r => [...r.cells]"
+        ".map(c => c.innerText)), answered: [...document.querySelectorAll('tr.answered-request')]"
+        ".map(r => [...r.cells].map(c => c.innerText))})"
+    )
+
+
+def test_a_regrade_request_is_answered_and_survives_a_rerun(course, chromium, tmp_path):
+    root = course["root"]
+    request = tmp_path / "request.json"
+    coursepkg("regrade", "request", AID, PART, "--student", "buggy", "--reason",
+              "My scaling is in the softmax's temperature.", "--output", str(request))  # fmt: skip
+    # The feedback's link for the same part downloads a request file too: fill in its reason.
+    page = (root / "feedback" / "buggy" / AID / f"{AID}.html").read_text(encoding="utf-8")
+    hrefs = re.findall(r'<a download="regrade-[^"]+" href="data:application/json;base64,'
+                       r'([^"]+)"', page)  # fmt: skip
+    linked = [json.loads(base64.b64decode(h)) for h in hrefs]
+    assert len(linked) == 5  # every graded part
+    (by_link,) = [d for d in linked if d["part"] == "test_additive_score_visible"]
+    assert by_link["student"] == "buggy" and by_link["reason"] == ""
+    by_link["reason"] = "Please look at my additive score again."
+    (tmp_path / "link.json").write_text(json.dumps(by_link))
+    added = coursepkg("regrade", "add", str(request), str(tmp_path / "link.json"), "--root",
+                      str(root)).stdout  # fmt: skip
+    assert "recorded request(s) 1, 2" in added
+    coursepkg("regrade", "add", str(request), "--root", str(root))  # twice: still one request
+    listed = coursepkg("regrade", "list", "--root", str(root)).stdout
+    assert listed.count("open") == 2 and PART in listed
+
+    rows = _dashboard_rows(chromium, root)
+    assert [r[1:4] for r in rows["open"]] == [
+        ["buggy", AID, PART],
+        ["buggy", AID, "test_additive_score_visible"],
+    ]
+    assert rows["answered"] == []
+
+    before = _grade_of(root, "buggy", PART)
+    assert before[0] == 0 and before[2] == course["buggy"]
+    bad = coursepkg("regrade", "answer", "1", "--score", "60", "--why", "x", "--root", str(root),
+                    ok=False)  # fmt: skip
+    assert bad.returncode == 2 and "--score must be between 0 and 6" in bad.stderr
+    coursepkg("regrade", "answer", "1", "--score", "4", "--why", "Right idea, wrong place.",
+              "--by", "Dr. Turing", "--root", str(root))  # fmt: skip
+    coursepkg("regrade", "answer", "2", "--why", "The additive score passed; nothing to change.",
+              "--by", "Dr. Turing", "--root", str(root))  # fmt: skip
+
+    def check_answered() -> None:
+        score, needs_grading, total = _grade_of(root, "buggy", PART)
+        assert (score, needs_grading, total) == (4, False, course["buggy"] + 4)
+        text = feedback_text(root, "buggy")
+        assert (f"{PART}`, asked" in text or f"{PART}, asked" in text) and (
+            "Answered by Dr. Turing on" in text
+        )
+        assert "score 0 \u2192 4. Right idea, wrong place." in text
+        assert "score unchanged (1). The additive score passed; nothing to change." in text
+        rows = _dashboard_rows(chromium, root)
+        assert rows["open"] == []
+        trail = {r[3]: r[5] for r in rows["answered"]}
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC, Dr\. Turing: 0 \u2192 4\. "
+                            r"Right idea, wrong place\.", trail[PART])  # fmt: skip
+        out = root / "regraded.csv"
+        coursepkg("export", AID, "--format", "csv", "--root", str(root), "--output", str(out))
+        with out.open(newline="") as f:
+            exported = {r["student_id"]: float(r[AID]) for r in csv.DictReader(f)}
+        assert exported["buggy"] == course["buggy"] + 4
+
+    check_answered()
+    grade(course["root"], "--student", "buggy")  # the autograder gives 0 again; the answer stays
+    check_answered()
+    listed = coursepkg("regrade", "list", "--all", "--root", str(root)).stdout
+    assert listed.count("Dr. Turing") == 2  # one entry per change, nothing added by the rerun

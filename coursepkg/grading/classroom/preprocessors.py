@@ -162,11 +162,14 @@ class DefuseHiddenMarkers(NbGraderPreprocessor):
 def feedback_preprocessors(config: Any) -> list:
     """nbgrader's ``GenerateFeedback`` preprocessors for ``coursepkg grade``: the course's own
     (``config``, an nbgrader app's configuration) or nbgrader's defaults, after
-    :class:`DefuseHiddenMarkers`, and the note on a late submission
-    (:class:`~coursepkg.grading.term.late.LateNote`)."""
+    :class:`DefuseHiddenMarkers`, then the note on a late submission and the regrade requests
+    (:class:`~coursepkg.grading.term.late.LateNote`,
+    :class:`~coursepkg.grading.term.regrade.RegradeNote`)."""
     from nbgrader.converters import GenerateFeedback
 
     own = config.GenerateFeedback.get("preprocessors") or list(
         GenerateFeedback.class_traits()["preprocessors"].default()
     )
-    return [f"{__name__}.DefuseHiddenMarkers", *own, "coursepkg.grading.term.late.LateNote"]
+    term = "coursepkg.grading.term"
+    return [f"{__name__}.DefuseHiddenMarkers", *own, f"{term}.late.LateNote",
+            f"{term}.regrade.RegradeNote"]  # fmt: skip
