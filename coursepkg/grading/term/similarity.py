@@ -32,7 +32,7 @@ __all__ = ["DOLOS_DIR", "Pair", "answer_code", "compare", "similarity_report"]
 
 #: Where ``npm ci`` installs Dolos (``package.json``, ``compare.mjs``, ``node_modules/``).
 DOLOS_DIR = Path(__file__).with_name("dolos")
-DEFAULT_THRESHOLD = 0.5
+DEFAULT_THRESHOLD = 0.7
 
 
 @dataclass
