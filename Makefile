@@ -16,9 +16,10 @@ VENV_PATH := PATH=$(CURDIR)/$(VENV)/bin:$$PATH
 
 LOCK := requirements/lock.txt
 STAMP := $(VENV)/.installed
-# Dolos, the code-similarity engine of `coursepkg similarity` (Node.js packages, pinned by the
-# lock file beside it); npm ci writes the stamp, node_modules/.package-lock.json.
-DOLOS := coursepkg/grading/term/dolos
+# Dolos, the code-similarity engine of `coursepkg similarity`: Node.js packages pinned by the
+# lock file in $(DOLOS_SRC), installed into the venv; npm ci writes the stamp.
+DOLOS_SRC := coursepkg/grading/term/dolos
+DOLOS := $(VENV)/dolos
 DOLOS_STAMP := $(DOLOS)/node_modules/.package-lock.json
 TORCH_VERSION := 2.13.0
 
@@ -64,8 +65,9 @@ $(STAMP): $(LOCK) pyproject.toml
 	touch $@
 
 # Without npm the course still installs; only `coursepkg similarity` says what is missing.
-$(DOLOS_STAMP): $(DOLOS)/package-lock.json $(DOLOS)/package.json
+$(DOLOS_STAMP): $(DOLOS_SRC)/package-lock.json $(DOLOS_SRC)/package.json | $(STAMP)
 	@if command -v npm >/dev/null 2>&1; then \
+	  mkdir -p $(DOLOS) && cp $(DOLOS_SRC)/package.json $(DOLOS_SRC)/package-lock.json $(DOLOS)/ && \
 	  npm ci --prefix $(DOLOS) --no-audit --no-fund; \
 	else echo "warning: npm (Node.js 18+) not found: coursepkg similarity needs it" \
 	  "(Debian: apt-get install nodejs npm, then make install again)" >&2; fi

@@ -10,6 +10,9 @@ assignment), with the late policy in the course's ``nbgrader_config.py`` and mad
   with a comment; the gradebook, the feedback, the export and the dashboard show the answers,
   the audit trail keeps who, when, old, new and why, and all of it survives a rerun of
   ``coursepkg grade``.
+
+Everything runs twice: with the course's SQLite gradebook, and with a PostgreSQL gradebook
+(``--db``, a server started with Debian's initdb/pg_ctl as in ``test_grading_cluster.py``).
 """
 
 from __future__ import annotations
@@ -28,8 +31,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from browser import Browser, find_chromium
+from browser import Browser, chromium_or_skip
 from grading_hostile import points
+from test_grading_cluster import postgres  # noqa: F401  (the PostgreSQL server fixture)
+
+from coursepkg.grading.classroom.gradebook import database_url
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -67,8 +73,8 @@ def coursepkg(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
     return run
 
 
-def grade(course: Path, *args: str) -> str:
-    return coursepkg("grade", AID, "--root", str(course), "--workers", "2", "--no-progress",
+def grade(where: list[str], *args: str) -> str:
+    return coursepkg("grade", AID, *where, "--workers", "2", "--no-progress",
                      "--cell-timeout", "60", "--notebook-timeout", "300", "--memory-mb", "2048",
                      *args).stdout  # fmt: skip
 
@@ -79,9 +85,14 @@ def feedback_text(course: Path, student: str) -> str:
     return " ".join(text.split())
 
 
-@pytest.fixture(scope="module")
-def course(tmp_path_factory):
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def course(request, tmp_path_factory):
     course = tmp_path_factory.mktemp("term")
+    if request.param == "postgresql":
+        url = request.getfixturevalue("postgres")["url"]
+        where = ["--root", str(course), "--db", url]
+    else:
+        url, where = f"sqlite:///{course / 'gradebook.db'}", ["--root", str(course)]
     config = (ROOT / "nbgrader_config.py").read_text(encoding="utf-8")
     (course / "nbgrader_config.py").write_text(config + POLICY, encoding="utf-8")
     shutil.copytree(ROOT / "solutions" / AID, course / "solutions" / AID)
@@ -99,15 +110,16 @@ def course(tmp_path_factory):
     cell.source = cell.source.replace("/ math.sqrt(d_k)", "")
     (course / "submitted" / "buggy" / AID).mkdir(parents=True)
     nbformat.write(buggy, str(course / "submitted" / "buggy" / AID / f"{AID}.ipynb"))
-    summary = grade(course)
-    return {"root": course, "summary": summary, "total": points(source),
+    summary = grade(where)
+    return {"root": course, "summary": summary, "total": points(source), "where": where,
+            "url": database_url(url),
             "buggy": points(source, "additive_score")}  # fmt: skip
 
 
 def test_each_late_penalty_is_the_policys(course):
     from nbgrader.api import Gradebook
 
-    with Gradebook(f"sqlite:///{course['root'] / 'gradebook.db'}", "transformers") as gb:
+    with Gradebook(course["url"], "transformers") as gb:
         assert gb.find_assignment(AID).duedate == DUE  # written from the policy
         found = {
             sid: (
@@ -139,7 +151,7 @@ def test_the_feedback_explains_the_penalty(course):
 
 def test_the_export_writes_the_points_less_the_penalty(course):
     out = course["root"] / "export.csv"
-    coursepkg("export", AID, "--format", "csv", "--root", str(course["root"]), "--output", str(out))
+    coursepkg("export", AID, "--format", "csv", *course["where"], "--output", str(out))
     with out.open(newline="") as f:
         rows = {r["student_id"]: float(r[AID]) for r in csv.DictReader(f)}
     total = course["total"]
@@ -156,19 +168,14 @@ PART = "test_scaled_dot_product_attention_hidden"
 
 @pytest.fixture(scope="module")
 def chromium():
-    executable = find_chromium()
-    if executable is None:
-        if os.environ.get("COURSE_REQUIRE_BROWSER"):
-            pytest.fail("COURSE_REQUIRE_BROWSER is set but chromium is not installed")
-        pytest.skip("chromium is not installed (apt-get install chromium)")
-    with Browser(executable) as b:
+    with Browser(chromium_or_skip()) as b:
         yield b
 
 
-def _grade_of(root: Path, student: str, part: str):
+def _grade_of(course: dict, student: str, part: str):
     from nbgrader.api import Gradebook
 
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}", "transformers") as gb:
+    with Gradebook(course["url"], "transformers") as gb:
         g = gb.find_grade(part, AID, AID, student)
         return g.score, g.needs_manual_grade, gb.find_submission(AID, student).score
 
@@ -198,11 +205,11 @@ def test_a_regrade_request_is_answered_and_survives_a_rerun(course, chromium, tm
     assert by_link["student"] == "buggy" and by_link["reason"] == ""
     by_link["reason"] = "Please look at my additive score again."
     (tmp_path / "link.json").write_text(json.dumps(by_link))
-    added = coursepkg("regrade", "add", str(request), str(tmp_path / "link.json"), "--root",
-                      str(root)).stdout  # fmt: skip
+    link = tmp_path / "link.json"
+    added = coursepkg("regrade", "add", str(request), str(link), *course["where"]).stdout
     assert "recorded request(s) 1, 2" in added
-    coursepkg("regrade", "add", str(request), "--root", str(root))  # twice: still one request
-    listed = coursepkg("regrade", "list", "--root", str(root)).stdout
+    coursepkg("regrade", "add", str(request), *course["where"])  # twice: still one request
+    listed = coursepkg("regrade", "list", *course["where"]).stdout
     assert listed.count("open") == 2 and PART in listed
 
     rows = _dashboard_rows(chromium, root)
@@ -212,18 +219,18 @@ def test_a_regrade_request_is_answered_and_survives_a_rerun(course, chromium, tm
     ]
     assert rows["answered"] == []
 
-    before = _grade_of(root, "buggy", PART)
+    before = _grade_of(course, "buggy", PART)
     assert before[0] == 0 and before[2] == course["buggy"]
-    bad = coursepkg("regrade", "answer", "1", "--score", "60", "--why", "x", "--root", str(root),
+    bad = coursepkg("regrade", "answer", "1", "--score", "60", "--why", "x", *course["where"],
                     ok=False)  # fmt: skip
     assert bad.returncode == 2 and "--score must be between 0 and 6" in bad.stderr
     coursepkg("regrade", "answer", "1", "--score", "4", "--why", "Right idea, wrong place.",
-              "--by", "Dr. Turing", "--root", str(root))  # fmt: skip
+              "--by", "Dr. Turing", *course["where"])  # fmt: skip
     coursepkg("regrade", "answer", "2", "--why", "The additive score passed; nothing to change.",
-              "--by", "Dr. Turing", "--root", str(root))  # fmt: skip
+              "--by", "Dr. Turing", *course["where"])  # fmt: skip
 
     def check_answered() -> None:
-        score, needs_grading, total = _grade_of(root, "buggy", PART)
+        score, needs_grading, total = _grade_of(course, "buggy", PART)
         assert (score, needs_grading, total) == (4, False, course["buggy"] + 4)
         text = feedback_text(root, "buggy")
         assert (f"{PART}`, asked" in text or f"{PART}, asked" in text) and (
@@ -237,13 +244,13 @@ def test_a_regrade_request_is_answered_and_survives_a_rerun(course, chromium, tm
         assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC, Dr\. Turing: 0 \u2192 4\. "
                             r"Right idea, wrong place\.", trail[PART])  # fmt: skip
         out = root / "regraded.csv"
-        coursepkg("export", AID, "--format", "csv", "--root", str(root), "--output", str(out))
+        coursepkg("export", AID, "--format", "csv", *course["where"], "--output", str(out))
         with out.open(newline="") as f:
             exported = {r["student_id"]: float(r[AID]) for r in csv.DictReader(f)}
         assert exported["buggy"] == course["buggy"] + 4
 
     check_answered()
-    grade(course["root"], "--student", "buggy")  # the autograder gives 0 again; the answer stays
+    grade(course["where"], "--student", "buggy")  # the autograder gives 0 again; the answer stays
     check_answered()
-    listed = coursepkg("regrade", "list", "--all", "--root", str(root)).stdout
+    listed = coursepkg("regrade", "list", "--all", *course["where"]).stdout
     assert listed.count("Dr. Turing") == 2  # one entry per change, nothing added by the rerun

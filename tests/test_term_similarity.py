@@ -25,7 +25,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from browser import Browser, find_chromium
+from browser import Browser, chromium_or_skip
 from similarity_corpus import GROUPS, class_items, classes, disguise, groups
 
 from coursepkg.grading.term.similarity import DEFAULT_THRESHOLD, DOLOS_DIR, compare
@@ -35,7 +35,7 @@ BIN = Path(sys.executable).parent
 AID = "ex04_encoder"
 KEEP = {name for _, name, _ in GROUPS.values()}  # the names the exercises ask for
 
-if shutil.which("node") is None or not (DOLOS_DIR / "node_modules").is_dir():
+if shutil.which("node") is None or not (DOLOS_DIR / "node_modules" / "@dodona").is_dir():
     if os.environ.get("COURSE_REQUIRE_DOLOS") == "1":
         pytest.fail("COURSE_REQUIRE_DOLOS=1 but node or Dolos is missing (make install)",
                     pytrace=False)  # fmt: skip
@@ -90,11 +90,7 @@ def test_the_disguised_copy_is_first_and_alone_above_the_threshold(course):
 
 
 def test_the_page_shows_the_pair_side_by_side_and_the_dashboard_links_it(course):
-    chromium = find_chromium()
-    if chromium is None:
-        if os.environ.get("COURSE_REQUIRE_BROWSER"):
-            pytest.fail("COURSE_REQUIRE_BROWSER is set but chromium is not installed")
-        pytest.skip("chromium is not installed (apt-get install chromium)")
+    chromium = chromium_or_skip()
     root = course["root"]
     texts = [(root / "reports" / AID / f"similarity.{x}").read_text() for x in ("csv", "html")]
     texts.append((root / "reports" / "dashboard.html").read_text())

@@ -77,6 +77,7 @@ def _regrade(args: argparse.Namespace) -> int:
     import os
 
     from . import regrade
+    from .pages import change
 
     if args.action == "request":  # the student's side: no gradebook
         student = args.student or os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
@@ -100,7 +101,7 @@ def _regrade(args: argparse.Namespace) -> int:
                 print(f"{r.id:>4}  {r.status:<8} {r.student:<16} {r.assignment} {r.part}: "
                       f"{r.reason}")  # fmt: skip
                 for e in r.log:
-                    print(f"      {e['at']} {e['who']}: {e['old']:g} -> {e['new']:g}. {e['why']}")
+                    print(f"      {e['at']} {e['who']}: {change(e)}. {e['why']}")
     return 0
 
 

@@ -8,14 +8,18 @@ import html
 import json
 from pathlib import Path
 
-__all__ = ["term_sections"]
+__all__ = ["change", "term_sections"]
 
 
 def _trail(log: list[dict]) -> str:
-    return "<br>".join(
-        html.escape(f"{e['at']}, {e['who']}: {e['old']:g} \u2192 {e['new']:g}. {e['why']}")
-        for e in log
-    )
+    return "<br>".join(html.escape(f"{e['at']}, {e['who']}: {change(e)}. {e['why']}") for e in log)
+
+
+def change(entry: dict) -> str:
+    """An audit entry's score change: ``old \u2192 new``, or ``old (unchanged)``."""
+    if entry["new"] is None:
+        return f"{entry['old']:g} (unchanged)"
+    return f"{entry['old']:g} \u2192 {entry['new']:g}"
 
 
 def _regrades(rows: list[dict]) -> str:

@@ -73,7 +73,8 @@ def _tables() -> tuple[Any, Any, Any]:
 
 @dataclass
 class Request:
-    """One regrade request and its trail (``log``: dicts with who, at, old, new, why)."""
+    """One regrade request and its trail (``log``: dicts with who, at, old, new, why; ``new``
+    is None for an answer that only comments)."""
 
     id: int
     assignment: str
@@ -233,7 +234,7 @@ def answer(course: Any, request_id: int, *, why: str, who: str, score: float | N
             )
         with course.gradebook() as gb:
             grade = _part(gb, row.assignment, row.student, row.part)
-            old = grade.score
+            old = float(grade.score or 0.0)  # a part never graded counts 0
             if score is not None:
                 if not 0 <= score <= grade.max_score:
                     raise ValueError(
@@ -244,8 +245,8 @@ def answer(course: Any, request_id: int, *, why: str, who: str, score: float | N
                 gb.db.commit()
         with engine.begin() as conn:
             conn.execute(insert(log).values(request_id=request_id, who=who, at=_now(),
-                                            old_score=old, new_score=score if score is not None
-                                            else old, why=why.strip()))  # fmt: skip
+                                            old_score=old, new_score=score,
+                                            why=why.strip()))  # fmt: skip
             conn.execute(update(table).where(table.c.id == request_id).values(status="answered"))
     finally:
         engine.dispose()
@@ -265,9 +266,10 @@ def reapply(course: Any, assignment: str, student: str) -> bool:
         return False
     with course.gradebook() as gb:
         for r in found:
-            if r.log:
+            scores = [e["new"] for e in r.log if e["new"] is not None]  # not the comments
+            if scores:
                 grade = _part(gb, assignment, student, r.part)
-                grade.manual_score, grade.needs_manual_grade = r.log[-1]["new"], False
+                grade.manual_score, grade.needs_manual_grade = scores[-1], False
         gb.db.commit()
     return True
 
@@ -307,8 +309,8 @@ def feedback_text(found: list[Request], assignment: str, student: str, parts: li
             continue
         last = r.log[-1]
         change = (
-            f"score {last['old']:g} \u2192 {last['new']:g}" if last["old"] != last["new"]
-            else f"score unchanged ({last['new']:g})"
+            f"score unchanged ({last['old']:g})" if last["new"] is None
+            else f"score {last['old']:g} \u2192 {last['new']:g}"
         )  # fmt: skip
         lines.append(asked + f"Answered by {last['who']} on {last['at']}: {change}. {last['why']}")
     lines += [

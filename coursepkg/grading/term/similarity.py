@@ -2,11 +2,13 @@
 person to read side by side.
 
 The comparison is Dolos's (https://dolos.ugent.be, the similarity engine of the Dodona
-platform: tree-sitter tokens, winnowed k-gram fingerprints), run by ``node`` from the package
-installed next to this module (``make install`` runs ``npm ci`` there). Only what a student
-wrote is compared: the answer cells and the code cells they added. The release's answer cells
-(the stubs every student was given) are Dolos's template, whose fingerprints never count, and
-the locked cells (given code, tests) are left out altogether.
+platform: tree-sitter tokens, winnowed k-gram fingerprints), run by ``node``: ``make install``
+installs the npm packages pinned by ``dolos/package-lock.json`` beside this module into
+``.venv/dolos`` (:data:`DOLOS_DIR`; ``COURSEPKG_DOLOS_DIR`` names another folder).
+
+Only what a student wrote is compared: the answer cells and the code cells they added. The
+release's answer cells (the stubs every student was given) are Dolos's template, whose
+fingerprints never count, and the locked cells (given code, tests) are left out altogether.
 
 The result is a list, ranked by similarity, in ``reports/<assignment>/similarity.csv`` and
 ``similarity.html`` (each pair above the threshold shown side by side, the shared fragments
@@ -19,8 +21,10 @@ from __future__ import annotations
 import csv
 import html
 import json
+import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +34,11 @@ import nbformat
 
 __all__ = ["DOLOS_DIR", "Pair", "answer_code", "compare", "similarity_report"]
 
-#: Where ``npm ci`` installs Dolos (``package.json``, ``compare.mjs``, ``node_modules/``).
-DOLOS_DIR = Path(__file__).with_name("dolos")
+#: Where ``npm ci`` installed Dolos (its ``node_modules/``): the environment's ``dolos/``.
+DOLOS_DIR = Path(os.environ.get("COURSEPKG_DOLOS_DIR") or Path(sys.prefix) / "dolos")
+#: The node script that drives Dolos, and the package files ``npm ci`` installs from.
+SCRIPT = Path(__file__).with_name("dolos") / "compare.mjs"
+_LIB = Path("node_modules") / "@dodona" / "dolos-lib" / "dist" / "index.js"
 DEFAULT_THRESHOLD = 0.7
 
 
@@ -80,10 +87,10 @@ def _node() -> str:
             "coursepkg similarity runs Dolos with Node.js, and `node` is not on PATH (expected "
             "Node.js 18 or newer: on Debian `apt-get install nodejs npm`, then `make install`)"
         )
-    if not (DOLOS_DIR / "node_modules" / "@dodona" / "dolos-lib").is_dir():
+    if not (DOLOS_DIR / _LIB).is_file():
         raise ValueError(
-            f"Dolos is not installed in {DOLOS_DIR} (expected node_modules/@dodona/dolos-lib "
-            f"there): run `make install` or `npm ci --prefix {DOLOS_DIR}`"
+            f"Dolos is not installed in {DOLOS_DIR} (expected {_LIB} there): run `make "
+            f"install`, or copy {SCRIPT.parent}/package*.json there and run `npm ci` in it"
         )
     return node
 
@@ -114,8 +121,8 @@ def compare(sources: dict[str, str], template: str = "") -> list[Pair]:
         manifest = {"files": list(names), "ignore": str(ignore) if ignore else None,
                     "language": "python"}  # fmt: skip
         run = subprocess.run(
-            [node, str(DOLOS_DIR / "compare.mjs")], input=json.dumps(manifest),
-            capture_output=True, text=True, timeout=1800, cwd=DOLOS_DIR,
+            [node, str(SCRIPT)], input=json.dumps(manifest), capture_output=True, text=True,
+            timeout=1800, env={**os.environ, "DOLOS_LIB": (DOLOS_DIR / _LIB).as_uri()},
         )  # fmt: skip
     if run.returncode != 0:
         raise ValueError(f"Dolos failed (exit status {run.returncode}): {run.stderr[-1500:]}")

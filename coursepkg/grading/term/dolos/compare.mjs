@@ -3,8 +3,9 @@
 // Reads a JSON manifest on stdin: {"files": [paths], "ignore": path or null, "language": "python"}
 // ("ignore": the template, whose fingerprints never count), and writes on stdout, as JSON, every
 // pair Dolos finds with its similarity, longest fragment (in k-grams), coverage and fragments
-// (0-based rows and columns in each file).
-import { Dolos } from "@dodona/dolos-lib";
+// (0-based rows and columns in each file). DOLOS_LIB is the file URL of @dodona/dolos-lib's entry
+// point, installed by `npm ci` from the package.json and package-lock.json beside this script.
+const { Dolos } = await import(process.env.DOLOS_LIB);
 
 const chunks = [];
 for await (const chunk of process.stdin) chunks.push(chunk);
