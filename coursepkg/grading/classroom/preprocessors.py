@@ -170,6 +170,5 @@ def feedback_preprocessors(config: Any) -> list:
     own = config.GenerateFeedback.get("preprocessors") or list(
         GenerateFeedback.class_traits()["preprocessors"].default()
     )
-    term = "coursepkg.grading.term"
-    return [f"{__name__}.DefuseHiddenMarkers", *own, f"{term}.late.LateNote",
-            f"{term}.regrade.RegradeNote"]  # fmt: skip
+    notes = ["coursepkg.grading.term.late.LateNote", "coursepkg.grading.term.regrade.RegradeNote"]
+    return [f"{__name__}.DefuseHiddenMarkers", *own, *(n for n in notes if n not in own)]
