@@ -122,14 +122,18 @@ def test_the_false_positive_rate_over_the_corpus(capsys):
     """Every pair of independent implementations at or above the threshold is a false
     positive: measured per assignment (what the command compares) and per item."""
     whole, above, copies_first, dictated = 0, [], 0, 0
+    copy_scores: dict[bool, list[float]] = {False: [], True: []}  # in ex05 or not
     for assignment, (students, template) in classes().items():
         n = len(students)
         whole += n * (n - 1) // 2
         above += _above(assignment, compare(students, template))
         for victim in students:
             copied = {**students, "copier": disguise(students[victim], KEEP)}
-            top = compare(copied, template)[0]
+            pairs = compare(copied, template)
+            top = pairs[0]
             first = {top.left, top.right} == {victim, "copier"}
+            copy_scores[assignment == "ex05_decoder"] += [
+                p.similarity for p in pairs if {p.left, p.right} == {victim, "copier"}]  # fmt: skip
             copies_first += first
             dictated += not first
             assert first or assignment == "ex05_decoder", (assignment, victim, top)
