@@ -146,7 +146,9 @@ def test_the_false_positive_rate_over_the_corpus(capsys):
             f"\nsimilarity at threshold {DEFAULT_THRESHOLD}: whole submissions {len(above)}/"
             f"{whole} independent pairs above ({len(above) / whole:.1%}): {above}; single "
             f"items {len(item_above)}/{items} ({len(item_above) / items:.1%}): {item_above}; "
-            f"disguised copies ranked first {copies_first}/{copies_first + dictated}"
+            f"disguised copies ranked first {copies_first}/{copies_first + dictated}, their "
+            f"similarity {min(copy_scores[False]):.3f} to {max(copy_scores[False]):.3f} "
+            f"(ex05: {min(copy_scores[True]):.3f} to {max(copy_scores[True]):.3f})"
         )
     # The one pair above is ex05's, whose two items the exercise spells out (a one-line mask,
     # a layer whose every line the docstring gives): independent answers are alike there.
