@@ -16,6 +16,11 @@ VENV_PATH := PATH=$(CURDIR)/$(VENV)/bin:$$PATH
 
 LOCK := requirements/lock.txt
 STAMP := $(VENV)/.installed
+# Dolos, the code-similarity engine of `coursepkg similarity`: Node.js packages pinned by the
+# lock file in $(DOLOS_SRC), installed into the venv; npm ci writes the stamp.
+DOLOS_SRC := coursepkg/grading/term/dolos
+DOLOS := $(VENV)/dolos
+DOLOS_STAMP := $(DOLOS)/node_modules/.package-lock.json
 TORCH_VERSION := 2.13.0
 
 # This machine keeps a CPU-only torch wheel in /opt/wheels. Always point pip at it when it is
@@ -40,7 +45,7 @@ help:
 	@echo "make distclean  clean, and remove $(VENV)/ too"
 	@echo "make lock       re-resolve the course environment and rewrite $(LOCK)"
 
-install: $(STAMP)
+install: $(STAMP) $(DOLOS_STAMP)
 
 # The stamp lives inside the venv, so deleting .venv/ also forgets the install.
 # Then coursepkg itself: --no-deps because the lock is the whole environment, and
@@ -58,6 +63,14 @@ $(STAMP): $(LOCK) pyproject.toml
 	$(BIN)/python -m pip check
 	install -D -m 644 jupyter/jupyter_server_config.d/coursepkg.json $(VENV)/etc/jupyter/jupyter_server_config.d/coursepkg.json
 	touch $@
+
+# Without npm the course still installs; only `coursepkg similarity` says what is missing.
+$(DOLOS_STAMP): $(DOLOS_SRC)/package-lock.json $(DOLOS_SRC)/package.json | $(STAMP)
+	@if command -v npm >/dev/null 2>&1; then \
+	  mkdir -p $(DOLOS) && cp $(DOLOS_SRC)/package.json $(DOLOS_SRC)/package-lock.json $(DOLOS)/ && \
+	  npm ci --prefix $(DOLOS) --no-audit --no-fund; \
+	else echo "warning: npm (Node.js 18+) not found: coursepkg similarity needs it" \
+	  "(Debian: apt-get install nodejs npm, then make install again)" >&2; fi
 
 lint: install
 	$(BIN)/ruff check .

@@ -25,11 +25,23 @@ if os.environ.get("COURSE_EXCHANGE"):
 # Feedback shows each student their graded notebook. Keep the hidden tests' code out of it (their
 # score and the check's message, which says what is wrong, still show), so the hidden shapes stay
 # hidden from the next cohort too.
+# The feedback also explains a late penalty and lists the student's regrade requests with their
+# answers, with a link to ask for one (coursepkg.grading.term; see the README's end of term).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
     "nbgrader.preprocessors.ClearHiddenTests",
+    "coursepkg.grading.term.late.LateNote",
+    "coursepkg.grading.term.regrade.RegradeNote",
 ]
+
+# The late policy (applied by `coursepkg grade` and `nbgrader autograde`); uncomment and adapt:
+# c.AssignLatePenalties.plugin_class = "coursepkg.grading.term.late.LatePolicy"
+# c.LatePolicy.due_dates = {"ex01_attention": "2026-11-20 17:00:00 UTC"}
+# c.LatePolicy.grace_minutes = 15
+# c.LatePolicy.percent_per_day = 10
+# c.LatePolicy.max_percent = 50
+# c.LatePolicy.extensions = {"alice": 48, "ex01_attention": {"bob": 24}}  # hours
 
 # Autograding: the longest one cell may run (the checks take seconds; a stuck notebook stops here).
 c.ExecutePreprocessor.timeout = 120

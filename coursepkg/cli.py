@@ -4,7 +4,8 @@
 parameter breakdown of a preset or of a configuration given on the command line;
 ``coursepkg check NOTEBOOK`` runs an assignment notebook and reports its visible tests;
 ``coursepkg release`` regenerates the students' notebooks (exercises/) from solutions/;
-``coursepkg grade ASSIGNMENT`` autogrades a whole class with nbgrader (instructors).
+``coursepkg grade ASSIGNMENT`` autogrades a whole class with nbgrader (instructors);
+``coursepkg export``, ``regrade`` and ``similarity`` are the rest of the instructor's term.
 """
 
 from __future__ import annotations
@@ -218,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-db", action="store_true", help="leave every gradebook alone")
     p.set_defaults(func=_release)
     _add_grade_parser(sub)
+    from .grading.term.commands import add_parsers as add_term_parsers
+
+    add_term_parsers(sub)  # export, regrade, similarity
     return parser
 
 

@@ -32,6 +32,21 @@ def find_chromium() -> str | None:
     return None
 
 
+def chromium_or_skip() -> str:
+    """The Chromium executable; without one the calling test is skipped (it fails when
+    ``COURSE_REQUIRE_BROWSER`` is set, as in CI)."""
+    import os
+
+    import pytest
+
+    executable = find_chromium()
+    if executable is None:
+        if os.environ.get("COURSE_REQUIRE_BROWSER"):
+            pytest.fail("COURSE_REQUIRE_BROWSER is set but chromium is not installed")
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    return executable
+
+
 class Browser:
     """One headless Chromium with one tab.
 

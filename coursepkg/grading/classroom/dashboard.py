@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import catalogue
+from ..term.pages import term_sections
 
 __all__ = ["build_dashboard"]
 
@@ -109,6 +110,7 @@ def build_dashboard(course: str | Path) -> Path:
                 "<h3>Needs a look</h3><table><tr><th>student</th><th>points</th>"
                 f"<th>not graded / notes</th><th>review flags</th></tr>{rows}</table>"
             )
+    parts.append(term_sections(course))  # similar submissions, regrade requests
     parts.append("</body></html>")
     out = course / "reports" / "dashboard.html"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -26,6 +26,7 @@ __all__ = [
     "database_url",
     "definition",
     "export_csv",
+    "feedback_from_gradebook",
     "record",
     "safe_url",
 ]
@@ -260,7 +261,8 @@ def record(course: Course, assignment: str, answer: Any, notebooks: list[str]) -
     The grades come from the graded notebooks through nbgrader's ``SaveAutoGrades`` and
     ``AssignLatePenalties``; a hand grade given to this same submission stays settled, and
     then the feedback is made again here, from this gradebook, so that it shows the hand grade
-    (the worker's copy of the gradebook has none).
+    (the worker's copy of the gradebook has none); so it is for a late submission and for a
+    student with regrade requests (whose answered scores are put back first).
     """
     from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
     from nbgrader.utils import parse_utc
@@ -296,11 +298,22 @@ def record(course: Course, assignment: str, answer: Any, notebooks: list[str]) -
         }
         SaveAutoGrades(config=course.config).preprocess(nb, resources)
         AssignLatePenalties(config=course.config).preprocess(nb, resources)
-    if _keep_hand_grades(course, assignment, sid, kept) and answer.feedback:
-        _feedback_here(course, assignment, sid)
+    from ..term.regrade import reapply
+
+    settled = _keep_hand_grades(course, assignment, sid, kept)
+    regraded = reapply(course, assignment, sid)  # answered regrade requests survive a rerun
+    if answer.feedback and (settled or regraded or _late(course, assignment, sid)):
+        feedback_from_gradebook(course, assignment, sid)
 
 
-def _feedback_here(course: Course, assignment: str, student: str) -> None:
+def _late(course: Course, assignment: str, student: str) -> bool:
+    """Whether the submission is late: its feedback is then made here, from the gradebook
+    that also knows the extensions granted in it (the worker's copy does not)."""
+    with course.gradebook() as gb:
+        return gb.find_submission(assignment, student).total_seconds_late > 0
+
+
+def feedback_from_gradebook(course: Course, assignment: str, student: str) -> None:
     """nbgrader's feedback of ``student`` made from the course's own gradebook (with the
     grader's preprocessors, as on the workers), swapped in for the worker's."""
     from nbgrader.apps import NbGraderAPI

@@ -38,6 +38,7 @@ from typing import Any
 from ..kernel.confine import remove_stale_cgroups
 from ..notebook import DEFAULT_CELL_TIMEOUT, NotebookError, load_notebook
 from ..notebook import cell_timeout as notebook_cell_timeout
+from ..term.late import apply_due_date
 from . import gradebook
 from .dashboard import build_dashboard
 from .protocol import Assignment, GradeAnswer, GradeJob, SandboxStatus
@@ -381,6 +382,7 @@ def grade_class(
                 client.register_plugin(GradingPlugin())
             book = gradebook.Course(root, url)
             notebooks = book.notebooks(assignment)
+            apply_due_date(book, assignment)  # the late policy's, before the workers get it
             reports = root / "reports" / assignment
             (reports / "logs").mkdir(parents=True, exist_ok=True)
             n_workers = len(client.scheduler_info()["workers"]) or 1

@@ -162,10 +162,13 @@ class DefuseHiddenMarkers(NbGraderPreprocessor):
 def feedback_preprocessors(config: Any) -> list:
     """nbgrader's ``GenerateFeedback`` preprocessors for ``coursepkg grade``: the course's own
     (``config``, an nbgrader app's configuration) or nbgrader's defaults, after
-    :class:`DefuseHiddenMarkers`."""
+    :class:`DefuseHiddenMarkers`, then the note on a late submission and the regrade requests
+    (:class:`~coursepkg.grading.term.late.LateNote`,
+    :class:`~coursepkg.grading.term.regrade.RegradeNote`)."""
     from nbgrader.converters import GenerateFeedback
 
     own = config.GenerateFeedback.get("preprocessors") or list(
         GenerateFeedback.class_traits()["preprocessors"].default()
     )
-    return [f"{__name__}.DefuseHiddenMarkers", *own]
+    notes = ["coursepkg.grading.term.late.LateNote", "coursepkg.grading.term.regrade.RegradeNote"]
+    return [f"{__name__}.DefuseHiddenMarkers", *own, *(n for n in notes if n not in own)]

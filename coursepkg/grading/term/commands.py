@@ -1,0 +1,181 @@
+"""The command line of the instructor's end of term: ``coursepkg export``, ``coursepkg
+regrade`` and ``coursepkg similarity`` (registered by :func:`add_parsers`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parsers", "open_course"]
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--root", default=".", help="the nbgrader course directory (default: .)")
+    p.add_argument(
+        "--db",
+        help="gradebook URL: postgresql://USER@HOST:PORT/DB or any SQLAlchemy URL (default: "
+        "sqlite gradebook.db in the course)",
+    )
+
+
+def open_course(args: argparse.Namespace) -> Any:
+    """The course (:class:`~coursepkg.grading.classroom.gradebook.Course`) that ``--root`` and
+    ``--db`` name, its gradebook checked to be reachable."""
+    from ..classroom import gradebook
+
+    root = Path(args.root).resolve()
+    if not (root / "nbgrader_config.py").is_file():
+        raise ValueError(f"{root} is not an nbgrader course directory (no nbgrader_config.py)")
+    url = gradebook.database_url(args.db or f"sqlite:///{root / 'gradebook.db'}")
+    gradebook.check_gradebook(url)
+    return gradebook.Course(root, url)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from .export import export, read_mapping
+
+    if bool(args.assignment) == args.all:
+        raise ValueError("give one ASSIGNMENT or --all (got both or neither)")
+    course = open_course(args)
+    mapping = read_mapping(args.mapping, args.id_column) if args.mapping else None
+    out = args.output or course.root / "reports" / f"export-{args.format}.csv"
+    written = export(course.url, course.course_id, None if args.all else [args.assignment],
+                     args.format, out, mapping=mapping, parts=args.parts)  # fmt: skip
+    print(f"wrote {written}")
+    return 0
+
+
+def _add_export(sub: Any) -> None:
+    p = sub.add_parser(
+        "export",
+        help="write the grades as the CSV Canvas or Gradescope imports (instructors)",
+        description="Read nbgrader's gradebook (SQLite or PostgreSQL) and write one CSV file "
+        "to upload: Canvas's gradebook layout, Gradescope's, or a plain CSV. One column per "
+        "assignment (nbgrader's score: points less the late penalty), optionally one per "
+        "graded part. Students are matched to the platform's ids by --mapping.",
+    )
+    p.add_argument("assignment", nargs="?", help="an assignment id (or --all)")
+    p.add_argument("--all", action="store_true", help="every assignment in the gradebook")
+    p.add_argument("--format", choices=("canvas", "gradescope", "csv"), required=True)
+    p.add_argument(
+        "--mapping",
+        help="CSV with a student_id column (nbgrader's id) and the platform's columns "
+        "(Canvas: Student, ID, SIS User ID, SIS Login ID, Section; Gradescope: First Name, "
+        "Last Name, SID, Email); needed for canvas and gradescope",
+    )
+    p.add_argument("--id-column", default="student_id", help="the mapping's column of nbgrader ids")
+    p.add_argument("--parts", action="store_true", help="also one column per graded part")
+    p.add_argument("--output", help="the file to write (default: reports/export-FORMAT.csv)")
+    _common(p)
+    p.set_defaults(func=_export)
+
+
+def _regrade(args: argparse.Namespace) -> int:
+    import getpass
+    import json
+    import os
+
+    from . import regrade
+    from .pages import change
+
+    if args.action == "request":  # the student's side: no gradebook
+        student = args.student or os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
+        data = regrade.request_file(args.assignment, student, args.part, args.reason)
+        out = Path(args.output or f"regrade-{args.assignment}-{args.part}.json")
+        out.write_text(json.dumps(data, indent=1), encoding="utf-8")
+        print(f"wrote {out}: send this file to your instructor")
+        return 0
+    course = open_course(args)
+    if args.action == "add":
+        ids = regrade.add_requests(course, [Path(f) for f in args.files])
+        print(f"recorded request(s) {', '.join(map(str, ids))}; dashboard: "
+              f"{course.root / 'reports' / 'dashboard.html'}")  # fmt: skip
+    elif args.action == "answer":
+        who = args.by or os.environ.get("USER") or getpass.getuser()
+        regrade.answer(course, args.id, why=args.why, who=who, score=args.score)
+        print(f"answered request {args.id}; the feedback of its student was made again")
+    else:
+        for r in regrade.requests(course.url, args.assignment):
+            if r.status == "open" or args.all:
+                print(f"{r.id:>4}  {r.status:<8} {r.student:<16} {r.assignment} {r.part}: "
+                      f"{r.reason}")  # fmt: skip
+                for e in r.log:
+                    print(f"      {e['at']} {e['who']}: {change(e)}. {e['why']}")
+    return 0
+
+
+def _add_regrade(sub: Any) -> None:
+    p = sub.add_parser(
+        "regrade",
+        help="regrade requests: ask (students), record, list and answer (instructors)",
+        description="A student asks for a regrade of one graded part with a reason (`request` "
+        "writes a file to send to the instructor). The instructor records the files (`add`), "
+        "lists the open requests (`list`, also in the dashboard) and answers each with a new "
+        "score or a comment (`answer`). Every change is kept in the gradebook with who, when, "
+        "the old and new scores and why; a new score stays through reruns of coursepkg grade, "
+        "and the student's feedback shows the answer.",
+    )
+    actions = p.add_subparsers(dest="action", required=True)
+    q = actions.add_parser("request", help="write a regrade request file (students)")
+    q.add_argument("assignment", help="the assignment id, e.g. ex01_attention")
+    q.add_argument("part", help="the graded part (the test cell's name in your feedback)")
+    q.add_argument("--reason", required=True, help="why the part deserves another look")
+    q.add_argument("--student", help="your student id (default: $JUPYTERHUB_USER, else login)")
+    q.add_argument("--output", help="the file to write (default: regrade-ASSIGNMENT-PART.json)")
+    q.set_defaults(func=_regrade)
+    q = actions.add_parser("add", help="record request files in the gradebook")
+    q.add_argument("files", nargs="+", help="the request files the students sent")
+    _common(q)
+    q.set_defaults(func=_regrade)
+    q = actions.add_parser("list", help="the open requests (--all: answered too, with trail)")
+    q.add_argument("--assignment", help="only this assignment")
+    q.add_argument("--all", action="store_true", help="answered requests too, with their trail")
+    _common(q)
+    q.set_defaults(func=_regrade)
+    q = actions.add_parser("answer", help="answer a request: a new score and/or a comment")
+    q.add_argument("id", type=int, help="the request's id (see `coursepkg regrade list`)")
+    q.add_argument("--why", required=True, help="the answer's reason, shown to the student")
+    q.add_argument("--score", type=float, help="the part's new score (default: unchanged)")
+    q.add_argument("--by", help="who answers (default: $USER)")
+    _common(q)
+    q.set_defaults(func=_regrade)
+
+
+def _similarity(args: argparse.Namespace) -> int:
+    from .similarity import similarity_report
+
+    table, page, pairs = similarity_report(args.root, args.assignment, args.threshold)
+    above = [p for p in pairs if p.similarity >= args.threshold]
+    for p in above[:10]:
+        print(f"{p.similarity:.3f}  {p.left}  {p.right}")
+    print(f"{len(above)} pair(s) at or above {args.threshold:g} of {len(pairs)} sharing code; "
+          f"{table}  {page}")  # fmt: skip
+    return 0
+
+
+def _add_similarity(sub: Any) -> None:
+    from .similarity import DEFAULT_THRESHOLD
+
+    p = sub.add_parser(
+        "similarity",
+        help="rank pairs of submissions by how much code they share (instructors)",
+        description="Compare what each student wrote in submitted/*/ASSIGNMENT (answer cells "
+        "and added cells; the release's stubs and given code never count) with Dolos, and "
+        "write reports/ASSIGNMENT/similarity.csv and similarity.html (pairs ranked, those at "
+        "or above the threshold side by side with the shared code marked), linked from the "
+        "dashboard. It is a list for a person to read, not a verdict. Needs Node.js.",
+    )
+    p.add_argument("assignment", help="the assignment id, e.g. ex04_encoder")
+    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                   help=f"similarity (0-1) from which a pair is shown side by side "
+                   f"({DEFAULT_THRESHOLD:g})")  # fmt: skip
+    p.add_argument("--root", default=".", help="the nbgrader course directory (default: .)")
+    p.set_defaults(func=_similarity)
+
+
+def add_parsers(sub: Any) -> None:
+    """Register the end-of-term subcommands on ``coursepkg``'s subparsers."""
+    _add_export(sub)
+    _add_regrade(sub)
+    _add_similarity(sub)

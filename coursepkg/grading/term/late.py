@@ -1,0 +1,169 @@
+"""The late-penalty policy, set in ``nbgrader_config.py`` and applied by ``coursepkg grade``.
+
+It is an nbgrader late-submission plugin (nbgrader's ``AssignLatePenalties`` calls it for each
+notebook, from the submission's timestamp and the assignment's due date in the gradebook), so
+``nbgrader autograde`` applies the same policy::
+
+    c.AssignLatePenalties.plugin_class = "coursepkg.grading.term.late.LatePolicy"
+    c.LatePolicy.due_dates = {"ex01_attention": "2026-11-20 17:00:00 UTC"}
+    c.LatePolicy.grace_minutes = 15        # forgiven entirely if no later than this
+    c.LatePolicy.percent_per_day = 10      # of the points earned, per started day late
+    c.LatePolicy.max_percent = 50          # the penalty's cap
+    c.LatePolicy.extensions = {"alice": 48, "ex06_training": {"bob": 24}}  # hours
+
+A submission is late by the time between the due date (plus any extension: the policy's, and
+one granted in nbgrader's gradebook) and its timestamp (``timestamp.txt``, written by
+``nbgrader collect``/``submit``). Within the grace period it costs nothing; beyond it, each day
+counts from the due date, a started day as a whole one (as Canvas's automatic late policy
+counts), and the penalty is that many times ``percent_per_day`` of the points earned in the
+notebook, at most ``max_percent``. The feedback says so (:class:`LateNote`), and nbgrader's
+score, the one ``coursepkg export`` writes, is the points less the penalty.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from nbgrader.plugins import LateSubmissionPlugin
+from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Dict, Float
+
+__all__ = ["LateNote", "LatePolicy", "apply_due_date", "describe_lateness"]
+
+LATE_MARK = "**Late submission** (coursepkg grade)"
+
+
+class LatePolicy(LateSubmissionPlugin):
+    """Grace period, percent per started day late, a cap, per-student extensions."""
+
+    grace_minutes = Float(0.0, help="minutes after the due date that cost nothing").tag(config=True)
+    percent_per_day = Float(0.0, help="percent of the points earned lost per started day").tag(
+        config=True
+    )
+    max_percent = Float(100.0, help="the most a late submission can lose, in percent").tag(
+        config=True
+    )
+    extensions = Dict(
+        help="extensions in hours: {student: hours} for every assignment, or {assignment: "
+        "{student: hours}} for one (the assignment's entry wins)"
+    ).tag(config=True)
+    due_dates = Dict(
+        help="{assignment: due date}, e.g. '2026-11-20 17:00:00 UTC'; written into the "
+        "gradebook by coursepkg grade (else the gradebook's due date is used)"
+    ).tag(config=True)
+
+    def extension_hours(self, assignment: str | None, student: str) -> float:
+        """The policy's extension of ``student`` for ``assignment``, in hours."""
+        per_assignment = self.extensions.get(assignment)
+        if isinstance(per_assignment, dict) and student in per_assignment:
+            return float(per_assignment[student])
+        value = self.extensions.get(student)
+        return float(value) if isinstance(value, int | float) else 0.0
+
+    def days_late(self, assignment: str | None, student: str, seconds_late: float) -> int:
+        """Started days late after the extension, or 0 within the grace period."""
+        seconds = seconds_late - 3600 * self.extension_hours(assignment, student)
+        if seconds <= 60 * self.grace_minutes:
+            return 0
+        return math.ceil(seconds / 86400)
+
+    def percent(self, assignment: str | None, student: str, seconds_late: float) -> float:
+        """The percent of the points earned that the lateness costs."""
+        days = self.days_late(assignment, student, seconds_late)
+        return min(self.max_percent, days * self.percent_per_day)
+
+    def late_submission_penalty(
+        self, student_id: str, score: float, total_seconds_late: float
+    ) -> float:
+        """nbgrader's hook: the points taken off one notebook's ``score``."""
+        if not 0 <= self.max_percent <= 100 or self.percent_per_day < 0 or self.grace_minutes < 0:
+            raise ValueError(
+                "LatePolicy: expected 0 <= max_percent <= 100, percent_per_day >= 0 and "
+                f"grace_minutes >= 0, got {self.max_percent}, {self.percent_per_day} and "
+                f"{self.grace_minutes}"
+            )
+        assignment = getattr(self.parent, "assignment_id", None)
+        return score * self.percent(assignment, student_id, total_seconds_late) / 100
+
+    def describe(self) -> str:
+        """The policy in one sentence, for the feedback."""
+        grace = f"a grace period of {self.grace_minutes:g} minutes, then "
+        grace = grace if self.grace_minutes else ""
+        return (
+            f"{grace}{self.percent_per_day:g}% of the points earned per started day late, at "
+            f"most {self.max_percent:g}%"
+        )
+
+
+def _span(seconds: float) -> str:
+    days, rest = divmod(int(round(seconds)), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes = rest // 60
+    parts = [f"{days} day(s)"] if days else []
+    return " ".join([*parts, f"{hours} h {minutes:02d} min"])
+
+
+def describe_lateness(config: Any, submission: Any) -> str:
+    """The feedback's note on a late submission (nbgrader ``SubmittedAssignment``), or ``""``
+    when it was on time."""
+    late = submission.total_seconds_late
+    if late <= 0:
+        return ""
+    penalty = submission.late_submission_penalty or 0.0
+    lines = [
+        f"{LATE_MARK}",
+        "",
+        f"- Handed in {submission.timestamp:%Y-%m-%d %H:%M} UTC, {_span(late)} after the due "
+        f"date ({submission.duedate:%Y-%m-%d %H:%M} UTC"
+        + (", with the extension granted in the gradebook" if submission.extension else "")
+        + ").",
+    ]
+    plugin = config.AssignLatePenalties.get("plugin_class")
+    if plugin and str(plugin).endswith("LatePolicy"):
+        policy = LatePolicy(config=config)
+        hours = policy.extension_hours(submission.assignment.name, submission.student.id)
+        if hours:
+            lines.append(f"- Your extension for this assignment: {hours:g} hours.")
+        lines.append(f"- The course's policy: {policy.describe()}.")
+    lines.append(f"- Penalty: {penalty:g} point(s) off (your score: {submission.score - penalty:g}"
+                 f" of {submission.max_score:g}).")  # fmt: skip
+    return "\n".join(lines)
+
+
+class LateNote(NbGraderPreprocessor):
+    """Put the note on lateness (:func:`describe_lateness`) at the top of the feedback."""
+
+    def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
+        import nbformat
+        from nbgrader.api import Gradebook, MissingEntry
+
+        info = resources.get("nbgrader", {})
+        try:
+            with Gradebook(info["db_url"]) as gb:
+                submission = gb.find_submission(info["assignment"], info["student"])
+                text = describe_lateness(self.config, submission)
+        except (KeyError, MissingEntry):
+            text = ""
+        if text:
+            nb.cells.insert(0, nbformat.v4.new_markdown_cell(text))
+        return nb, resources
+
+
+def apply_due_date(course: Any, assignment: str) -> None:
+    """Write the policy's due date of ``assignment`` (``LatePolicy.due_dates``) into the
+    course's gradebook, where nbgrader and its formgrader read it. Nothing without one."""
+    from nbgrader.utils import parse_utc
+
+    due = course.config.get("LatePolicy", {}).get("due_dates", {}).get(assignment)
+    if not due:
+        return
+    try:
+        when = parse_utc(due)
+    except ValueError as err:
+        raise ValueError(
+            f"LatePolicy.due_dates[{assignment!r}] must be a date like '2026-11-20 17:00:00 "
+            f"UTC', got {due!r}"
+        ) from err
+    with course.gradebook() as gb:
+        gb.update_or_create_assignment(assignment, duedate=when)

@@ -1,0 +1,256 @@
+"""The instructor's end of term on a class graded by ``coursepkg grade`` (ex01, the fastest
+assignment), with the late policy in the course's ``nbgrader_config.py`` and made-up
+``timestamp.txt`` files:
+
+* each student's late penalty in the gradebook is the policy's (on time, within the grace
+  period, two started days, capped, saved by an extension), the feedback explains it, and
+  ``coursepkg export`` writes the points less the penalty;
+* a regrade request, made with the student's command and with the link in the feedback, is
+  recorded, shown open in the dashboard (headless Chromium), answered with a new score and
+  with a comment; the gradebook, the feedback, the export and the dashboard show the answers,
+  the audit trail keeps who, when, old, new and why, and all of it survives a rerun of
+  ``coursepkg grade``.
+
+Everything runs twice: with the course's SQLite gradebook, and with a PostgreSQL gradebook
+(``--db``, a server started with Debian's initdb/pg_ctl as in ``test_grading_cluster.py``).
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import datetime
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from browser import Browser, chromium_or_skip
+from grading_hostile import points
+from test_grading_cluster import postgres  # noqa: F401  (the PostgreSQL server fixture)
+
+from coursepkg.grading.classroom.gradebook import database_url
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+AID = "ex01_attention"
+DUE = datetime.datetime(2026, 11, 20, 17, 0)
+POLICY = f"""
+c.AssignLatePenalties.plugin_class = "coursepkg.grading.term.late.LatePolicy"
+c.LatePolicy.due_dates = {{"{AID}": "{DUE:%Y-%m-%d %H:%M:%S} UTC"}}
+c.LatePolicy.grace_minutes = 15
+c.LatePolicy.percent_per_day = 10
+c.LatePolicy.max_percent = 50
+c.LatePolicy.extensions = {{"{AID}": {{"extended": 48}}}}
+"""
+# student -> (hours after the due date, percent of the points taken off)
+LATENESS = {
+    "ontime": (-2.0, 0),
+    "grace": (0.2, 0),  # 12 minutes: within the 15-minute grace period
+    "twodays": (30.0, 20),  # 30 h: two started days
+    "capped": (240.0, 50),  # 10 days: 100 %, capped at 50 %
+    "extended": (30.0, 0),  # 30 h, with a 48 h extension
+}
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **extra}
+
+
+def coursepkg(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
+    run = subprocess.run([str(BIN / "coursepkg"), *args], env=_env(), capture_output=True,
+                         text=True, timeout=900)  # fmt: skip
+    if ok:
+        assert run.returncode == 0, f"coursepkg {args[0]} failed:\n{run.stdout}\n{run.stderr}"
+    return run
+
+
+def grade(where: list[str], *args: str) -> str:
+    return coursepkg("grade", AID, *where, "--workers", "2", "--no-progress",
+                     "--cell-timeout", "60", "--notebook-timeout", "300", "--memory-mb", "2048",
+                     *args).stdout  # fmt: skip
+
+
+def feedback_text(course: Path, student: str) -> str:
+    path = course / "feedback" / student / AID / f"{AID}.html"
+    text = html.unescape(re.sub(r"<[^>]+>", "", path.read_text(encoding="utf-8")))
+    return " ".join(text.split())
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def course(request, tmp_path_factory):
+    course = tmp_path_factory.mktemp("term")
+    if request.param == "postgresql":
+        url = request.getfixturevalue("postgres")["url"]
+        where = ["--root", str(course), "--db", url]
+    else:
+        url, where = f"sqlite:///{course / 'gradebook.db'}", ["--root", str(course)]
+    config = (ROOT / "nbgrader_config.py").read_text(encoding="utf-8")
+    (course / "nbgrader_config.py").write_text(config + POLICY, encoding="utf-8")
+    shutil.copytree(ROOT / "solutions" / AID, course / "solutions" / AID)
+    subprocess.run([str(BIN / "nbgrader"), "generate_assignment", AID, "--force"], cwd=course,
+                   env=_env(), check=True, capture_output=True, timeout=300)  # fmt: skip
+    source = nbformat.read(str(course / "solutions" / AID / f"{AID}.ipynb"), as_version=4)
+    for sid, (hours, _) in LATENESS.items():
+        folder = course / "submitted" / sid / AID
+        folder.mkdir(parents=True)
+        nbformat.write(source, str(folder / f"{AID}.ipynb"))
+        stamp = DUE + datetime.timedelta(hours=hours)
+        (folder / "timestamp.txt").write_text(f"{stamp:%Y-%m-%d %H:%M:%S.%f} UTC")
+    buggy = nbformat.from_dict(source)  # on time, loses the attention tests (no 1/sqrt(d_k))
+    (cell,) = [c for c in buggy.cells if "/ math.sqrt(d_k)" in c.source]
+    cell.source = cell.source.replace("/ math.sqrt(d_k)", "")
+    (course / "submitted" / "buggy" / AID).mkdir(parents=True)
+    nbformat.write(buggy, str(course / "submitted" / "buggy" / AID / f"{AID}.ipynb"))
+    summary = grade(where)
+    return {"root": course, "summary": summary, "total": points(source), "where": where,
+            "url": database_url(url),
+            "buggy": points(source, "additive_score")}  # fmt: skip
+
+
+def test_each_late_penalty_is_the_policys(course):
+    from nbgrader.api import Gradebook
+
+    with Gradebook(course["url"], "transformers") as gb:
+        assert gb.find_assignment(AID).duedate == DUE  # written from the policy
+        found = {
+            sid: (
+                gb.find_submission(AID, sid).score,
+                gb.find_submission(AID, sid).late_submission_penalty,
+            )
+            for sid in LATENESS
+        }
+    for sid, (_, percent) in LATENESS.items():
+        score, penalty = found[sid]
+        assert score == course["total"], (sid, found[sid], course["summary"])
+        assert penalty == pytest.approx(course["total"] * percent / 100), sid
+
+
+def test_the_feedback_explains_the_penalty(course):
+    text = feedback_text(course["root"], "twodays")
+    total = course["total"]
+    assert "Late submission (coursepkg grade)" in text
+    assert "1 day(s) 6 h 00 min after the due date (2026-11-20 17:00 UTC)" in text
+    assert "a grace period of 15 minutes, then 10% of the points earned per started day" in text
+    assert f"Penalty: {total * 0.2:g} point(s) off (your score: {total * 0.8:g} of" in text
+    # nbgrader's own line under the score, too
+    assert f"Late submission penalty (Score: -{total * 0.2:g})" in text
+    assert "Your extension for this assignment: 48 hours" not in text
+    assert "Late submission (coursepkg grade)" not in feedback_text(course["root"], "ontime")
+    assert "Late submission (coursepkg grade)" in feedback_text(course["root"], "extended")
+    assert "Penalty: 0 point(s) off" in feedback_text(course["root"], "extended")
+
+
+def test_the_export_writes_the_points_less_the_penalty(course):
+    out = course["root"] / "export.csv"
+    coursepkg("export", AID, "--format", "csv", *course["where"], "--output", str(out))
+    with out.open(newline="") as f:
+        rows = {r["student_id"]: float(r[AID]) for r in csv.DictReader(f)}
+    total = course["total"]
+    expected = {sid: pytest.approx(total * (1 - p / 100)) for sid, (_, p) in LATENESS.items()}
+    assert {sid: rows[sid] for sid in LATENESS} == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# Regrade requests
+# ---------------------------------------------------------------------------------------------
+
+PART = "test_scaled_dot_product_attention_hidden"
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    with Browser(chromium_or_skip()) as b:
+        yield b
+
+
+def _grade_of(course: dict, student: str, part: str):
+    from nbgrader.api import Gradebook
+
+    with Gradebook(course["url"], "transformers") as gb:
+        g = gb.find_grade(part, AID, AID, student)
+        return g.score, g.needs_manual_grade, gb.find_submission(AID, student).score
+
+
+def _dashboard_rows(browser: Browser, root: Path) -> dict[str, list[list[str]]]:
+    browser.goto((root / "reports" / "dashboard.html").as_uri())
+    assert browser.errors == []
+    return browser.evaluate(
+        "({open: [...document.querySelectorAll('tr.open-request')].map(r => [...r.cells]"
+        ".map(c => c.innerText)), answered: [...document.querySelectorAll('tr.answered-request')]"
+        ".map(r => [...r.cells].map(c => c.innerText))})"
+    )
+
+
+def test_a_regrade_request_is_answered_and_survives_a_rerun(course, chromium, tmp_path):
+    root = course["root"]
+    request = tmp_path / "request.json"
+    coursepkg("regrade", "request", AID, PART, "--student", "buggy", "--reason",
+              "My scaling is in the softmax's temperature.", "--output", str(request))  # fmt: skip
+    # The feedback's link for the same part downloads a request file too: fill in its reason.
+    page = (root / "feedback" / "buggy" / AID / f"{AID}.html").read_text(encoding="utf-8")
+    hrefs = re.findall(r'<a download="regrade-[^"]+" href="data:application/json;base64,'
+                       r'([^"]+)"', page)  # fmt: skip
+    linked = [json.loads(base64.b64decode(h)) for h in hrefs]
+    assert len(linked) == 5  # every graded part
+    (by_link,) = [d for d in linked if d["part"] == "test_additive_score_visible"]
+    assert by_link["student"] == "buggy" and by_link["reason"] == ""
+    by_link["reason"] = "Please look at my additive score again."
+    (tmp_path / "link.json").write_text(json.dumps(by_link))
+    link = tmp_path / "link.json"
+    added = coursepkg("regrade", "add", str(request), str(link), *course["where"]).stdout
+    assert "recorded request(s) 1, 2" in added
+    coursepkg("regrade", "add", str(request), *course["where"])  # twice: still one request
+    listed = coursepkg("regrade", "list", *course["where"]).stdout
+    assert listed.count("open") == 2 and PART in listed
+
+    rows = _dashboard_rows(chromium, root)
+    assert [r[1:4] for r in rows["open"]] == [
+        ["buggy", AID, PART],
+        ["buggy", AID, "test_additive_score_visible"],
+    ]
+    assert rows["answered"] == []
+
+    before = _grade_of(course, "buggy", PART)
+    assert before[0] == 0 and before[2] == course["buggy"]
+    bad = coursepkg("regrade", "answer", "1", "--score", "60", "--why", "x", *course["where"],
+                    ok=False)  # fmt: skip
+    assert bad.returncode == 2 and "--score must be between 0 and 6" in bad.stderr
+    coursepkg("regrade", "answer", "1", "--score", "4", "--why", "Right idea, wrong place.",
+              "--by", "Dr. Turing", *course["where"])  # fmt: skip
+    coursepkg("regrade", "answer", "2", "--why", "The additive score passed; nothing to change.",
+              "--by", "Dr. Turing", *course["where"])  # fmt: skip
+
+    def check_answered() -> None:
+        score, needs_grading, total = _grade_of(course, "buggy", PART)
+        assert (score, needs_grading, total) == (4, False, course["buggy"] + 4)
+        text = feedback_text(root, "buggy")
+        assert (f"{PART}`, asked" in text or f"{PART}, asked" in text) and (
+            "Answered by Dr. Turing on" in text
+        )
+        assert "score 0 \u2192 4. Right idea, wrong place." in text
+        assert "score unchanged (1). The additive score passed; nothing to change." in text
+        rows = _dashboard_rows(chromium, root)
+        assert rows["open"] == []
+        trail = {r[3]: r[5] for r in rows["answered"]}
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC, Dr\. Turing: 0 \u2192 4\. "
+                            r"Right idea, wrong place\.", trail[PART])  # fmt: skip
+        out = root / "regraded.csv"
+        coursepkg("export", AID, "--format", "csv", *course["where"], "--output", str(out))
+        with out.open(newline="") as f:
+            exported = {r["student_id"]: float(r[AID]) for r in csv.DictReader(f)}
+        assert exported["buggy"] == course["buggy"] + 4
+
+    check_answered()
+    grade(course["where"], "--student", "buggy")  # the autograder gives 0 again; the answer stays
+    check_answered()
+    listed = coursepkg("regrade", "list", "--all", *course["where"]).stdout
+    assert listed.count("Dr. Turing") == 2  # one entry per change, nothing added by the rerun

@@ -1,0 +1,199 @@
+"""``coursepkg export``: the grades of a real nbgrader gradebook (SQLite, and PostgreSQL
+started with Debian's initdb/pg_ctl) as the CSV Canvas or Gradescope imports.
+
+The gradebook is filled through nbgrader's own API (assignments, graded cells, students,
+submissions with scores, a late penalty, a hand grade); the written files are read back and
+checked against the platforms' documented layouts kept in :mod:`lms_layouts`.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import io
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from lms_layouts import (
+    CANVAS_EXPORT,
+    CANVAS_IDENTITY_COLUMNS,
+    GRADESCOPE_EXPORT,
+    GRADESCOPE_IDENTITY_COLUMNS,
+)
+from test_grading_cluster import postgres  # noqa: F401  (the PostgreSQL server fixture)
+
+from coursepkg.grading.classroom.gradebook import database_url
+from coursepkg.grading.term.export import export, read_mapping
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+COURSE = "transformers"
+# Two assignments: (notebook, cell, max points) of each.
+PLAN = {
+    "ex01_attention": [("ex01_attention", "test_a", 2.0), ("ex01_attention", "test_b", 3.0)],
+    "ex03_positions": [("ex03_positions", "test_pe", 4.0)],
+}
+# (student, assignment) -> points per cell and the late penalty; carol never handed in ex03.
+SCORES = {
+    ("alice", "ex01_attention"): ([2.0, 3.0], 0.0),
+    ("bob", "ex01_attention"): ([1.0, 0.5], 0.5),
+    ("carol", "ex01_attention"): ([0.0, 1.0], 4.0),  # a penalty above the score: 0, not -3
+    ("alice", "ex03_positions"): ([4.0], 0.0),
+    ("bob", "ex03_positions"): ([2.5], 0.0),
+}
+MAPPING = (
+    "student_id,Student,ID,SIS User ID,SIS Login ID,Section,First Name,Last Name,SID,Email\n"
+    'alice,"Liddell, Alice",101,A001,aliddell,S1,Alice,Liddell,A001,alice@example.edu\n'
+    'bob,"Dylan, Bob",102,A002,bdylan,S1,Bob,Dylan,A002,bob@example.edu\n'
+    'carol,"King, Carol",103,A003,cking,S2,Carol,King,A003,carol@example.edu\n'
+)
+
+
+@pytest.fixture(autouse=True)
+def _venv_on_path(monkeypatch):
+    """nbgrader stamps a new gradebook by running ``alembic`` (in the environment's bin)."""
+    monkeypatch.setenv("PATH", f"{BIN}:{os.environ.get('PATH', '')}")
+
+
+def _fill(url: str, scores=SCORES) -> None:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(url, COURSE) as gb:
+        for aid, cells in PLAN.items():
+            gb.update_or_create_assignment(aid)
+            for nb, cell, points in cells:
+                gb.update_or_create_notebook(nb, aid)
+                gb.update_or_create_grade_cell(cell, nb, aid, max_score=points, cell_type="code")
+        for sid in ("alice", "bob", "carol"):
+            gb.update_or_create_student(sid)
+        stamp = datetime.datetime(2026, 11, 20, 12, 0)
+        for (sid, aid), (points, penalty) in scores.items():
+            sub = gb.update_or_create_submission(aid, sid, timestamp=stamp)
+            (nb,) = sub.notebooks
+            grades = {g.name: g for g in nb.grades}
+            for (_, cell, _), p in zip(PLAN[aid], points, strict=True):
+                grades[cell].auto_score = p
+            nb.late_submission_penalty = penalty
+        gb.db.commit()
+
+
+def _read(path: Path) -> list[list[str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.reader(f))
+
+
+def _by_student(rows: list[list[str]], key: int) -> dict[str, list[str]]:
+    return {r[key]: r for r in rows}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def gradebook(request, tmp_path):
+    if request.param == "sqlite":
+        url = database_url(f"sqlite:///{tmp_path / 'gradebook.db'}")
+    else:
+        url = database_url(request.getfixturevalue("postgres")["url"])
+        from nbgrader.api import Base
+        from sqlalchemy import create_engine
+
+        engine = create_engine(url)  # a clean database for each test
+        Base.metadata.drop_all(engine)
+        engine.dispose()
+    _fill(url)
+    mapping = tmp_path / "roster.csv"
+    mapping.write_text(MAPPING, encoding="utf-8")
+    return url, mapping
+
+
+def test_canvas_layout_and_scores(gradebook, tmp_path):
+    url, mapping = gradebook
+    out = export(url, COURSE, None, "canvas", tmp_path / "canvas.csv",
+                 mapping=read_mapping(mapping), parts=True)  # fmt: skip
+    rows = _read(out)
+    documented = list(csv.reader(io.StringIO(CANVAS_EXPORT)))
+    # The identity columns are Canvas's, in its order; the row under the header gives the
+    # points possible, as in Canvas's own file (its label may be indented there).
+    assert rows[0][:CANVAS_IDENTITY_COLUMNS] == documented[0][:CANVAS_IDENTITY_COLUMNS]
+    assert rows[1][0].strip() == documented[2][0].strip() == "Points Possible"
+    assert rows[1][1:CANVAS_IDENTITY_COLUMNS] == documented[2][1:CANVAS_IDENTITY_COLUMNS]
+    titles = rows[0][CANVAS_IDENTITY_COLUMNS:]
+    assert titles == ["ex01_attention", "ex01_attention: test_a", "ex01_attention: test_b",
+                      "ex03_positions", "ex03_positions: test_pe"]  # fmt: skip
+    assert [float(x) for x in rows[1][CANVAS_IDENTITY_COLUMNS:]] == [5, 2, 3, 4, 4]
+    students = _by_student(rows[2:], 3)  # by SIS Login ID
+    assert students["aliddell"][:5] == ["Liddell, Alice", "101", "A001", "aliddell", "S1"]
+    score = {k: [float(x) for x in v[CANVAS_IDENTITY_COLUMNS:]] for k, v in students.items()}
+    assert score["aliddell"] == [5, 2, 3, 4, 4]
+    assert score["bdylan"] == [1.0, 1, 0.5, 2.5, 2.5]  # 1.5 points less the 0.5 penalty
+    assert score["cking"] == [0, 0, 1, 0, 0]  # penalty capped at the score; no ex03: 0
+
+
+def test_gradescope_layout_and_scores(gradebook, tmp_path):
+    url, mapping = gradebook
+    out = export(url, COURSE, ["ex03_positions"], "gradescope", tmp_path / "gs.csv",
+                 mapping=read_mapping(mapping))  # fmt: skip
+    rows = _read(out)
+    documented = list(csv.reader(io.StringIO(GRADESCOPE_EXPORT)))[0]
+    assert rows[0][:GRADESCOPE_IDENTITY_COLUMNS] == documented[:GRADESCOPE_IDENTITY_COLUMNS]
+    # After the identity columns, Gradescope gives a score and then "<title> - Max Points".
+    first = documented[GRADESCOPE_IDENTITY_COLUMNS]
+    assert documented[GRADESCOPE_IDENTITY_COLUMNS + 1] == f"{first} - Max Points"
+    assert rows[0][GRADESCOPE_IDENTITY_COLUMNS:] == [
+        "ex03_positions",
+        "ex03_positions - Max Points",
+    ]
+    students = _by_student(rows[1:], 2)
+    assert students["A002"] == ["Bob", "Dylan", "A002", "bob@example.edu", "2.5", "4"]
+    assert students["A003"][4:] == ["0", "4"]
+
+
+def test_the_command_line_writes_the_file_and_a_missing_student_is_a_clear_error(tmp_path):
+    course = tmp_path / "course"
+    course.mkdir()
+    shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    _fill(database_url(f"sqlite:///{course / 'gradebook.db'}"))
+    roster = tmp_path / "roster.csv"
+    roster.write_text(MAPPING, encoding="utf-8")
+    run = subprocess.run(
+        [str(BIN / "coursepkg"), "export", "--all", "--format", "csv", "--root", str(course)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    rows = _read(course / "reports" / "export-csv.csv")
+    assert rows[0] == ["student_id", "ex01_attention", "ex03_positions"]
+    assert {r[0]: r[1:] for r in rows[1:]} == {
+        "alice": ["5", "4"], "bob": ["1", "2.5"], "carol": ["0", "0"]}  # fmt: skip
+    roster.write_text("\n".join(MAPPING.splitlines()[:3]) + "\n", encoding="utf-8")  # no carol
+    run = subprocess.run([str(BIN / "coursepkg"), "export", "ex01_attention", "--format",
+                          "canvas", "--mapping", str(roster), "--root", str(course)],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 2
+    assert "no row for 1 student(s) in the gradebook: carol" in run.stderr
+    run = subprocess.run([str(BIN / "coursepkg"), "export", "ex09", "--format", "csv", "--root",
+                          str(course)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 2 and "no assignment 'ex09'" in run.stderr
+
+
+def test_the_exported_score_is_the_points_less_the_penalty_never_below_zero(tmp_path):
+    url = database_url(f"sqlite:///{tmp_path / 'gradebook.db'}")
+    _fill(url, {})
+
+    @settings(max_examples=30, deadline=None)
+    @given(
+        points=st.lists(st.floats(0, 3, allow_nan=False), min_size=2, max_size=2),
+        penalty=st.floats(0, 6, allow_nan=False),
+    )
+    def check(points, penalty):
+        _fill(url, {("bob", "ex01_attention"): (points, penalty)})
+        out = export(url, COURSE, ["ex01_attention"], "csv", tmp_path / "out.csv")
+        row = {r[0]: r for r in _read(out)[1:]}
+        expected = max(0.0, sum(points) - penalty)
+        assert float(row["bob"][1]) == pytest.approx(expected, abs=1e-4)
+        assert float(row["alice"][1]) == 0.0  # in the gradebook, no submission
+
+    check()
