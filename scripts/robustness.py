@@ -45,7 +45,7 @@ TRAINING_PAGES = [
     "07_decoder",
     "08_training",
     "09_decoding",
-    "11_bert_gpt",
+    "11_decoder_only",
     "12_inside_the_model",
 ]
 #: glued figure -> the least value the book claims for it under every setting

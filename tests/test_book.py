@@ -31,7 +31,8 @@ CHAPTERS = {
     "08_training": "ex06",
     "09_decoding": "ex08",
     "10_parameters": "ex07",
-    "11_bert_gpt": None,
+    "11_encoder_only": None,
+    "11_decoder_only": None,
     "12_inside_the_model": None,
 }
 PART_ONE = [c for c in CHAPTERS if c < "07"]
