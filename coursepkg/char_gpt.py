@@ -60,27 +60,30 @@ def _next_char_loss(model: DecoderOnlyLM, batch: tuple[Tensor, Tensor]) -> Tenso
 
 
 def train_char_gpt(
-    steps: int = 350,
+    steps: int = 2000,
     seed: int = 0,
     progress: bool = True,
     *,
-    d_model: int = 64,
+    d_model: int = 128,
     n_heads: int = 4,
-    d_ff: int = 256,
-    n_layers: int = 2,
+    d_ff: int = 512,
+    n_layers: int = 4,
     block_size: int = 64,
-    batch_size: int = 32,
-    lr: float = 1e-2,
-    warmup_steps: int = 30,
-    eval_every: int = 50,
+    batch_size: int = 12,
+    lr: float = 2e-3,
+    warmup_steps: int = 100,
+    eval_every: int = 250,
     cache: str | None = None,
 ) -> CharGPT:
     """Train a small GPT-2-shaped character model on Tiny Shakespeare (chapter 11's run).
 
     Pre-LN layers with GELU, learned positions, a final LayerNorm and a tied head (GPT-2's
-    design, at a small scale). The first 90% of the corpus trains, the last 10% is held out.
-    Adam at ``lr`` follows a linear warm-up over ``warmup_steps`` and then a linear decay to
-    10% at the last step; gradients are clipped at norm 1 (:func:`~coursepkg.train.fit`).
+    design, at a small scale). The defaults are nanoGPT's recipe for this corpus on a CPU (4
+    layers of width 128, windows of 64 characters, 12 per step, 2,000 steps, with twice its
+    peak learning rate), which reaches about 1.8 nats per held-out character in a few minutes
+    of one core. The first 90% of the corpus trains, the last 10% is held out. Adam at ``lr``
+    follows a linear warm-up over ``warmup_steps`` and then a linear decay to 10% at the last
+    step; gradients are clipped at norm 1 (:func:`~coursepkg.train.fit`).
     Every ``eval_every`` steps the mean loss on 4 fixed batches of 64 windows of the training
     and of the held-out text is recorded.
 

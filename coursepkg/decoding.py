@@ -21,6 +21,10 @@ from .kv_cache import AttentionCache, KVCache
 from .model import Transformer, sample_next
 
 LENGTH_NORMS = ("power", "gnmt")
+#: When beam search stops a source: once K hypotheses have finished (the convention of GNMT and
+#: OpenNMT, and the exercise's), once no open hypothesis can still beat the best finished one
+#: (exact: the same output as never stopping early), or only at max_len.
+STOPPING = ("k_finished", "bound", "never")
 
 
 def length_penalty(length: int | Tensor, alpha: float, form: str = "power") -> float | Tensor:
@@ -28,8 +32,9 @@ def length_penalty(length: int | Tensor, alpha: float, form: str = "power") -> f
 
     ``"power"`` is ``length ** alpha``; ``"gnmt"`` is Wu et al. (2016)'s
     ``((5 + length) / 6) ** alpha``, the form behind the Transformer paper's ``alpha = 0.6``.
-    Both are 1 when ``alpha = 0`` (raw log-probability) and grow with the length; the GNMT form
-    is 1 for a one-token output and grows more slowly for short ones.
+    Both are 1 when ``alpha = 0`` (raw log-probability) or for a one-token output, and both grow
+    with the length; what differs is GNMT's additive 5, which makes the divisor grow much more
+    slowly over short outputs (at ``alpha = 0.6``, 1.73 against 3.98 for ten tokens).
 
     Args:
         length: generated tokens of the hypothesis, EOS included (>= 1).
@@ -146,17 +151,25 @@ def beam_search(
     src_mask: Tensor | None = None,
     use_cache: bool = True,
     length_norm: str = "power",
+    stopping: str = "k_finished",
 ) -> tuple[Tensor, Tensor]:
     """Beam search with length normalisation.
 
     Keeps the ``beam_size`` best partial hypotheses by total log-probability. A hypothesis
     that emits ``eos_id`` is finished and ranked by ``log p / length ** length_penalty``
     (length counts generated tokens including EOS; ``length_penalty=0`` ranks by raw
-    log-probability, which favours short outputs). A source is done once it has
+    log-probability, which favours short outputs). By default a source is done once it has
     ``beam_size`` finished hypotheses; hypotheses still open after ``max_len`` tokens are
-    ranked the same way. With ``beam_size=1`` this is exactly greedy decoding. With
-    ``length_norm="gnmt"`` the divisor is ``((5 + length) / 6) ** length_penalty`` instead
-    (see :func:`length_penalty`).
+    ranked the same way. With ``beam_size=1`` and that rule this is exactly greedy decoding.
+    With ``length_norm="gnmt"`` the divisor is ``((5 + length) / 6) ** length_penalty``
+    instead (see :func:`length_penalty`).
+
+    Stopping at ``beam_size`` finished hypotheses is a heuristic: with ``length_penalty > 0``
+    an open hypothesis can still overtake them by growing longer (Huang et al., 2017).
+    ``stopping="bound"`` stops a source only when the best finished score is at least the best
+    any open hypothesis could reach (its log-probability, which can only fall, divided by the
+    divisor of ``max_len``), so it returns what ``stopping="never"`` (run to ``max_len``)
+    returns, usually in fewer steps.
 
     Args:
         model: an encoder-decoder :class:`~coursepkg.Transformer` (eval mode).
@@ -169,6 +182,7 @@ def beam_search(
         src_mask: bool (B, S), True = real token.
         use_cache: reuse keys/values across steps.
         length_norm: ``"power"`` (``length ** alpha``) or ``"gnmt"``.
+        stopping: ``"k_finished"``, ``"bound"`` or ``"never"`` (see above).
 
     Shape:
         src (B, S) -> tokens (B, 1 + T), scores (B,).
@@ -183,6 +197,8 @@ def beam_search(
         raise ValueError(f"length_penalty must be >= 0, got {length_penalty}")
     if length_norm not in LENGTH_NORMS:
         raise ValueError(f"length_norm must be one of {LENGTH_NORMS}, got {length_norm!r}")
+    if stopping not in STOPPING:
+        raise ValueError(f"stopping must be one of {STOPPING}, got {stopping!r}")
     _check_decode_args(model, src, max_len, bos_id, eos_id)
     pad = model.config.pad_id if model.config.pad_id is not None else eos_id
     k = beam_size
@@ -195,6 +211,7 @@ def beam_search(
     def normalise(logp: float, length: int) -> float:
         return logp / _length_divisor(length, length_penalty, length_norm)
 
+    beams.stopping, beams.max_len = stopping, max_len
     for step in range(1, max_len + 1):
         logits = _next_logits(model, beams.tokens, memory, src_mask, cache)  # (B*K, V)
         index = _beam_step(beams, logits, step, step == max_len, eos_id, pad, normalise)
@@ -213,6 +230,8 @@ class _Beams:
     scores: Tensor  # (B, K) their total log-probabilities (-inf for placeholders)
     finished: list[list[tuple[float, list[int]]]] = field(default_factory=list)
     done: list[bool] = field(default_factory=list)
+    stopping: str = "k_finished"  # one of STOPPING
+    max_len: int = 0  # the longest a hypothesis can grow (for stopping="bound")
 
     @classmethod
     def start(cls, b: int, k: int, bos_id: int, device: torch.device) -> _Beams:
@@ -294,13 +313,18 @@ def _extend_source(
             beams.finished[i].append((normalise(val, step), hyp))
             # Stop early with k finished hypotheses, except at the last step, where the open
             # ones are still ranked below.
-            if len(beams.finished[i]) >= k and not last:
+            if beams.stopping == "k_finished" and len(beams.finished[i]) >= k and not last:
                 beams.done[i] = True
                 break
         else:
             kept.append((beam, tok, val))
             if len(kept) == k:
                 break
+    if beams.stopping == "bound" and kept and beams.finished[i] and not last:
+        # An open hypothesis's log-probability only falls as it grows, and the divisor only
+        # grows with the length: normalised by max_len's divisor is the best it can reach.
+        best_open = normalise(max(val for _, _, val in kept), beams.max_len)
+        beams.done[i] = max(score for score, _ in beams.finished[i]) >= best_open
     return kept
 
 

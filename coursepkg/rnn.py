@@ -33,6 +33,8 @@ class Seq2SeqRNN(nn.Module):
       attention), feeds [embedding(y_{t-1}); c_t] to a GRU cell to get s_t, and predicts y_t
       from [s_t; c_t].
       s_0 = tanh(W_b [h_S^fwd; h_1^bwd]) (Bahdanau used the backward half only).
+    * ``attention=True, bidirectional=False``: the ablation between the two, attention over the
+      states of a unidirectional GRU (size hidden_dim), s_0 = tanh(W_b h_S).
 
     The source may be right-padded; padded positions are skipped by the encoder (packed sequences)
     and never attended, so outputs do not depend on how much padding follows a sentence.
@@ -43,6 +45,8 @@ class Seq2SeqRNN(nn.Module):
         emb_dim: Embedding size E of both vocabularies.
         hidden_dim: GRU state size H (the encoder states are 2H wide with attention).
         attention: Whether the decoder attends over the encoder states.
+        bidirectional: Whether the encoder reads both directions; None (the default) means
+            the same as ``attention``. Only an attention model may be bidirectional.
         pad_id: Padding id in both vocabularies; its embedding is zero and receives no gradient.
 
     Shape:
@@ -60,6 +64,7 @@ class Seq2SeqRNN(nn.Module):
         hidden_dim: int,
         attention: bool,
         pad_id: int = 0,
+        bidirectional: bool | None = None,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -75,26 +80,33 @@ class Seq2SeqRNN(nn.Module):
             raise ValueError(
                 f"pad_id must be an int in [0, {min(src_vocab, tgt_vocab)}), got {pad_id!r}"
             )
+        bidirectional = attention if bidirectional is None else bidirectional
+        if bidirectional and not attention:
+            raise ValueError(
+                "bidirectional=True needs attention=True (the bottleneck decoder reads h_S only)"
+            )
         self.src_vocab = src_vocab
         self.tgt_vocab = tgt_vocab
         self.emb_dim = emb_dim
         self.hidden_dim = hidden_dim
         self.use_attention = attention
         self.pad_id = pad_id
-        self.memory_dim = 2 * hidden_dim if attention else hidden_dim  # size of an encoder state
+        self.bidirectional = bidirectional
+        self.memory_dim = 2 * hidden_dim if bidirectional else hidden_dim  # an encoder state's size
 
         self.src_embed = nn.Embedding(src_vocab, emb_dim, padding_idx=pad_id)
         self.tgt_embed = nn.Embedding(tgt_vocab, emb_dim, padding_idx=pad_id)
-        self.encoder = nn.GRU(emb_dim, hidden_dim, batch_first=True, bidirectional=attention)
+        self.encoder = nn.GRU(emb_dim, hidden_dim, batch_first=True, bidirectional=bidirectional)
         self.bridge: nn.Linear | None
         self.attention: AdditiveAttention | None
         self.decoder: nn.GRUCell | nn.GRU
         if attention:
-            self.bridge = nn.Linear(2 * hidden_dim, hidden_dim)  # [h_S^fwd; h_1^bwd] -> s_0
-            self.attention = AdditiveAttention(hidden_dim, 2 * hidden_dim, hidden_dim)
+            dm = self.memory_dim
+            self.bridge = nn.Linear(dm, hidden_dim)  # [h_S^fwd; h_1^bwd] (or h_S) -> s_0
+            self.attention = AdditiveAttention(hidden_dim, dm, hidden_dim)
             # One step at a time: step t's context needs s_{t-1}, so no whole-sequence GRU call.
-            self.decoder = nn.GRUCell(emb_dim + 2 * hidden_dim, hidden_dim)
-            self.out_proj = nn.Linear(hidden_dim + 2 * hidden_dim, tgt_vocab)  # [s_t; c_t] -> V
+            self.decoder = nn.GRUCell(emb_dim + dm, hidden_dim)
+            self.out_proj = nn.Linear(hidden_dim + dm, tgt_vocab)  # [s_t; c_t] -> V
         else:
             self.bridge = None
             self.attention = None
@@ -137,7 +149,8 @@ class Seq2SeqRNN(nn.Module):
         """s_0 from the encoder's final states h_n of shape (num_dir, B, H); returns (B, H)."""
         if self.bridge is None:
             return h_n[-1]  # (B, H)  the bottleneck: s_0 = h_S
-        return torch.tanh(self.bridge(torch.cat([h_n[0], h_n[1]], dim=-1)))  # (B, H)
+        last = torch.cat([h_n[0], h_n[1]], dim=-1) if self.bidirectional else h_n[0]  # (B, Dm)
+        return torch.tanh(self.bridge(last))  # (B, H)
 
     # ------------------------------------------------------------------ decoder
     def decode(

@@ -435,3 +435,50 @@ def test_gnmt_exhaustive_beam_equals_brute_force(seed, make_model, make_tokens) 
     assert len(ranked[0][1]) > 2  # longer than one token, where both forms divide by 1
     with pytest.raises(ValueError, match="length_norm"):
         beam_search(model, src, 2, max_len, BOS, EOS, length_norm="GNMT")
+
+
+# ------------------------------------------------------------------ beam search: when to stop
+@pytest.mark.parametrize(("alpha", "form"), [(0.0, "power"), (0.6, "gnmt"), (1.0, "power")])
+@pytest.mark.parametrize("beam_size", [2, 3])
+@pytest.mark.parametrize("seed", range(4))
+def test_bound_stopping_returns_what_never_stopping_returns(
+    seed, beam_size, alpha, form, make_model, make_tokens
+) -> None:
+    """stopping="bound" stops a source only when no open hypothesis can still win, so its
+    output is the one of running every source to max_len; the K-finished heuristic can only do
+    worse by its own score (it sees a prefix of the same search)."""
+    model = make_model(seed=seed)
+    src = make_tokens(4, 5, V, low=3, seed=seed)
+
+    def run(stopping):
+        return beam_search(
+            model, src, beam_size, 7, BOS, EOS, alpha, length_norm=form, stopping=stopping
+        )
+
+    never_tokens, never_scores = run("never")
+    bound_tokens, bound_scores = run("bound")
+    heuristic_tokens, heuristic_scores = run("k_finished")
+    assert torch.equal(bound_tokens, never_tokens)
+    assert_close(bound_scores, never_scores)
+    assert bool((heuristic_scores <= never_scores + 1e-6).all()), (heuristic_scores, never_scores)
+
+
+def test_k_finished_stopping_can_miss_a_longer_winner_when_alpha_is_positive(
+    make_model, make_tokens
+) -> None:
+    """The heuristic is not exact for alpha > 0: over a handful of random models some source
+    gets a strictly better hypothesis when the search goes on (what the bound rule finds)."""
+    missed = 0
+    for seed in range(8):
+        model = make_model(seed=seed)
+        src = make_tokens(6, 5, V, low=3, seed=seed)
+        _, heuristic = beam_search(model, src, 2, 8, BOS, EOS, 1.0, stopping="k_finished")
+        _, bound = beam_search(model, src, 2, 8, BOS, EOS, 1.0, stopping="bound")
+        missed += int((bound > heuristic + 1e-6).sum())
+    assert missed > 0
+
+
+def test_unknown_stopping_rule_is_named(make_model, make_tokens) -> None:
+    model = make_model()
+    with pytest.raises(ValueError, match="stopping must be one of"):
+        beam_search(model, make_tokens(1, 3, V, low=3), 2, 4, BOS, EOS, stopping="soon")

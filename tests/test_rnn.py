@@ -341,6 +341,11 @@ def test_greedy_bad_inputs(kwargs: dict, match: str) -> None:
         ({"src_vocab": 2.5}, ValueError, "src_vocab must be a positive int"),
         ({"attention": 1}, TypeError, "attention must be a bool"),
         ({"pad_id": 11}, ValueError, r"pad_id must be an int in \[0, 11\)"),
+        (
+            {"attention": False, "bidirectional": True},
+            ValueError,
+            "bidirectional=True needs attention=True",
+        ),
     ],
 )
 def test_constructor_bad_args(kwargs: dict, error: type, match: str) -> None:
@@ -354,3 +359,29 @@ def test_constructor_bad_args(kwargs: dict, error: type, match: str) -> None:
     args.update(kwargs)
     with pytest.raises(error, match=match):
         Seq2SeqRNN(**args)
+
+
+# ---------------------------------------------------------------------- the ablation's model
+def test_attention_over_a_unidirectional_encoder() -> None:
+    """attention=True, bidirectional=False: attention over one-direction states (width H),
+    with the same padding invariance, greedy/teacher-forcing agreement and unrolled states."""
+    torch.manual_seed(0)
+    model = Seq2SeqRNN(SRC_V, TGT_V, EMB, HID, attention=True, bidirectional=False)
+    assert not model.encoder.bidirectional and model.memory_dim == HID
+    src, mask = padded_batch()
+    tgt_in = torch.randint(4, TGT_V, (3, 5))
+    memory, state, _ = model.encode(src, mask)
+    assert memory.shape == (3, 7, HID) and state.shape == (3, HID)
+    logits = model(src, tgt_in, mask)
+    for row, length in enumerate(mask.sum(1).tolist()):
+        assert_close(
+            logits[row : row + 1], model(src[row : row + 1, :length], tgt_in[row : row + 1])
+        )
+    tokens, attn = model.greedy(src, max_len=6, bos_id=BOS_ID, src_mask=mask)
+    assert attn is not None and attn.shape == (3, 6, 7)
+    teacher = torch.cat([torch.full((3, 1), BOS_ID), tokens[:, :-1]], dim=1)  # (B, 6)
+    assert torch.equal(model(src, teacher, mask).argmax(-1), tokens)
+    fwd, _ = _unrolled_encoder_states(model, random_src(2, 5))
+    assert_close(torch.stack(fwd, 1), model.encode(random_src(2, 5))[0])
+    # A default-built attention model is still the bidirectional one.
+    assert make_model(True).bidirectional and not make_model(False).bidirectional

@@ -55,3 +55,23 @@ def test_the_four_settings_are_two_kernels_by_two_thread_counts():
     pages = robustness.TRAINING_PAGES
     assert pages.index("08_training") < pages.index("09_decoding")  # 9 reuses 8's translator
     assert all((ROOT / "book" / f"{p}.md").exists() for p in pages)
+
+
+def test_a_claim_broken_under_one_setting_is_reported():
+    robustness = _script()
+    columns = ["default/1t", "avx2/1t"]
+    fine = {
+        "default/1t": {
+            "08_training/translator_accuracy": 0.995,
+            "11_decoder_only/gpt_heldout": 1.9,
+        },
+        "avx2/1t": {"08_training/translator_accuracy": 0.992, "11_decoder_only/gpt_heldout": 1.94},
+    }
+    assert robustness.failures(fine, columns) == []
+    broken = {c: dict(v) for c, v in fine.items()}
+    broken["avx2/1t"]["11_decoder_only/gpt_heldout"] = 1.97
+    broken["default/1t"]["08_training/translator_accuracy"] = 0.98
+    lines = robustness.failures(broken, columns)
+    assert len(lines) == 2
+    assert any("gpt_heldout = 1.9700 > 1.95 under avx2/1t" in line for line in lines)
+    assert any("translator_accuracy = 0.9800 < 0.99 under default/1t" in line for line in lines)
