@@ -31,6 +31,7 @@ __all__ = [
     "GPT2_PATTERN",
     "Tokenizer",
     "bytes_to_unicode",
+    "merge_pair",
     "pretokenize",
     "split_special",
     "train_bpe",
@@ -190,7 +191,7 @@ class _PairCounts:
         changed = set()
         for index in self.where.pop(pair, ()):
             word, n = self.words[index], self.freq[index]
-            merged = _merge_pair(word, pair, new_id)
+            merged = merge_pair(word, pair, new_id)
             if len(merged) == len(word):
                 continue  # the pair left this word in an earlier merge
             delta = Counter(pairwise(merged))  # pairs gained (> 0) and lost (< 0)
@@ -210,8 +211,18 @@ class _PairCounts:
                 del self.count[p]
 
 
-def _merge_pair(word: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
-    """``word`` with each occurrence of ``pair`` (left to right, not overlapping) replaced."""
+def merge_pair(word: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
+    """One merge applied to one pre-token: ``word`` with each occurrence of ``pair``, scanned left
+    to right without overlaps, replaced by ``new_id``.
+
+    Args:
+        word: the pre-token's ids.
+        pair: the two ids to merge.
+        new_id: the id of the merged token.
+
+    Returns:
+        The new list of ids (``word`` is left unchanged).
+    """
     first, second = pair
     out, i, last = [], 0, len(word) - 1
     while i <= last:
@@ -438,7 +449,7 @@ class Tokenizer:
             )
             if best is None:
                 break
-            ids = _merge_pair(ids, best[2], best[1])
+            ids = merge_pair(ids, best[2], best[1])
         if len(self._cache) < self._cache_size:
             self._cache[pretoken] = ids
         return ids

@@ -14,7 +14,7 @@ from itertools import pairwise
 
 import regex
 
-from ...tokenizer import GPT2_PATTERN, Tokenizer, _merge_pair, pretokenize, split_special
+from ...tokenizer import GPT2_PATTERN, Tokenizer, merge_pair, pretokenize, split_special
 from ..framework import BugVariant
 
 TRAIN_ITEM = "train_bpe"
@@ -44,7 +44,7 @@ def _pair_counts(words: Counter) -> Counter:
 def _apply(words: Counter, pair: tuple[bytes, bytes]) -> Counter:
     merged: Counter[Word] = Counter()
     for word, n in words.items():
-        merged[tuple(_merge_pair(list(word), pair, pair[0] + pair[1]))] += n
+        merged[tuple(merge_pair(list(word), pair, pair[0] + pair[1]))] += n
     return merged
 
 
@@ -151,7 +151,7 @@ class _FrequencyOrder(Tokenizer):
             if not counts:
                 break
             pair = max(counts, key=lambda p: (counts[p], -self._ranks[p][0]))
-            ids = _merge_pair(ids, pair, self._ranks[pair][1])
+            ids = merge_pair(ids, pair, self._ranks[pair][1])
         return ids
 
 
