@@ -59,6 +59,14 @@ def _next_char_loss(model: DecoderOnlyLM, batch: tuple[Tensor, Tensor]) -> Tenso
     return torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
 
 
+def _check_sizes(settings: dict) -> None:
+    # Every count among train_char_gpt's settings is a positive int.
+    for name in ("steps", "d_model", "n_heads", "d_ff", "n_layers", "block_size", "batch_size"):
+        value = settings[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
 def train_char_gpt(
     steps: int = 2000,
     seed: int = 0,
@@ -110,10 +118,7 @@ def train_char_gpt(
         A :class:`CharGPT` with the model in eval mode.
     """
     settings = {k: v for k, v in locals().items() if k not in ("progress", "cache")}
-    for name in ("steps", "d_model", "n_heads", "d_ff", "n_layers", "block_size", "batch_size"):
-        value = settings[name]
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    _check_sizes(settings)
     check_cache_mode(cache)
     path = cache_file(settings, "char_gpt") if cache is not None else None
     vocab, train_ids, heldout_ids, windows = _shakespeare(block_size)
