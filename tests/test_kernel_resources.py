@@ -16,6 +16,7 @@ from coursepkg.grading.classroom.limits import GradeLimits, course_limits
 from coursepkg.grading.classroom.protocol import SandboxStatus
 from coursepkg.grading.classroom.reports import sandbox_summary
 from coursepkg.grading.kernel import confine
+from coursepkg.grading.kernel.sandbox import limit_note
 
 # A "kernel" in a memory cgroup of 64 MiB that writes 200 MiB into an in-memory file.
 MEMFD_IN_CGROUP = """import os, sys
@@ -124,3 +125,21 @@ def test_the_summary_says_what_a_host_without_the_mechanisms_does_not_enforce():
     summary = sandbox_summary([SandboxStatus(memory=4096, cpu=960, processes=256)])
     assert "kernels could fill the host's /dev/shm" in summary
     assert "NOT bounded (no mount namespace); nor each file" in summary
+
+
+@pytest.mark.parametrize(
+    ("error", "note"),
+    [
+        (OSError(28, "No space left on device"), "may write at most 256 MB of files"),
+        (OSError(27, "File too large"), "may write at most 256 MB of files"),
+        (MemoryError(), "may use at most 2048 MB of memory"),
+        (RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried"), "2048 MB of mem"),
+        (OSError(2, "No such file or directory"), ""),
+        (RuntimeError("shapes do not match"), ""),
+    ],
+)
+def test_a_cell_stopped_by_a_limit_is_told_which(error, note):
+    limits = {"memory": 2048, "disk": 256, "shm": 64}
+    said = limit_note(error, limits)
+    assert (note in said) if note else said == "", said
+    assert limit_note(error, {"memory": 0, "disk": 0, "shm": 0}) == ""  # nothing enforced

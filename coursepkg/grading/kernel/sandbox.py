@@ -105,6 +105,8 @@ NETWORK_ENV = "COURSEPKG_KERNEL_NETWORK_NAMESPACE"
 #: Set to ``0`` to run kernels without their memory cgroup, private mounts and file-size limit
 #: (only to measure what they cost, or to test the grader as on a host without them).
 RESOURCES_ENV = "COURSEPKG_KERNEL_RESOURCES"
+#: Set by the launcher for the kernel: its limits in MiB (JSON), for :func:`limit_note`.
+LIMITS_ENV = "COURSEPKG_SANDBOX_LIMITS"
 #: Processes and threads a kernel may have in all (a fork bomb stops there).
 MAX_PROCESSES = 256
 #: Default MiB a kernel's working and scratch directories may hold together (and the largest
@@ -289,11 +291,48 @@ def install_guard(shell: Any | None = None) -> Callable[..., None]:
     return before_cell
 
 
+def limit_note(error: BaseException, limits: dict[str, int]) -> str:
+    """The line that tells a student which of the grader's limits ``error`` ran into, or ``""``.
+
+    Args:
+        error: an exception that ended a cell.
+        limits: the kernel's limits in MiB: ``memory``, ``disk``, ``shm`` (0: not enforced).
+    """
+    import errno
+
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EFBIG):
+        if limits.get("disk"):
+            return (
+                f"[coursepkg grade: a notebook may write at most {limits['disk']} MB of files when "
+                f"graded (its folder and temporary files together; /dev/shm {limits['shm']} MB)]"
+            )
+    elif isinstance(error, MemoryError) or "can't allocate memory" in str(error):
+        if limits.get("memory"):
+            return f"[coursepkg grade: a notebook may use at most {limits['memory']} MB of memory]"
+    return ""
+
+
+def _explain_limits(shell: Any) -> None:
+    """After the traceback of a cell that failed at one of the grader's limits, say which."""
+    limits = json.loads(os.environ.get(LIMITS_ENV) or "{}")
+
+    def explain(self: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None):
+        self.showtraceback((etype, value, tb), tb_offset=tb_offset)
+        note = limit_note(value, limits)
+        if note:
+            sys.stderr.write(note + "\n")
+
+    shell.set_custom_exc((OSError, MemoryError, RuntimeError), explain)
+
+
 def _in_kernel_setup() -> None:
     """Run by the kernel (IPKernelApp.exec_lines) before the notebook's first cell."""
     sys.stdout = _CappedStream(sys.stdout, OUTPUT_LIMIT)
     sys.stderr = _CappedStream(sys.stderr, OUTPUT_LIMIT)
     install_guard()
+    from IPython import get_ipython
+
+    _explain_limits(get_ipython())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -487,6 +526,13 @@ def launch(argv: list[str]) -> None:
         status["network"] = "landlock-tcp"
     status["error"] = "; ".join(problems)
     os.environ["COURSEPKG_SANDBOX_LANDLOCK"] = str(status["landlock"])
+    os.environ[LIMITS_ENV] = json.dumps(
+        {
+            "memory": status["memory"],
+            "disk": status["disk"] or status["file_size"],
+            "shm": status["shm"],
+        }
+    )
     if report is not None:
         with report:
             report.write(json.dumps(status))
