@@ -9,7 +9,9 @@ into R batches and both runs grade each batch, in the opposite order every other
 other work on a shared machine hits both alike. Both must give every student the same score.
 
 Prints each run's seconds and notebooks per minute, the ratio (with / without), what the kernels
-reported about their limits, and ``uptime`` before and after.
+reported about their limits, and ``uptime`` before and after. With ``--setup N`` it also times
+what the limits add to one kernel's start and end, N times, against a child that sets none, side
+by side: joining a memory cgroup, the private mounts, and removing the cgroup after it exits.
 
 Run: ``PATH=$PWD/.venv/bin:$PATH .venv/bin/python benchmarks/grade_limits.py --students 40``
 (as root, where the limits apply; a few minutes on a quiet 2-core machine).
@@ -49,11 +51,48 @@ def _grade(course: Path, workers: int, extra: dict[str, str]) -> tuple[float, st
     return seconds, out.stdout
 
 
+# A kernel's start with the limits (or, with "0", without), as the sandbox launcher sets them.
+_SETUP = """import os, sys, time
+from pathlib import Path
+from coursepkg.grading.kernel.confine import limit_memory
+from coursepkg.grading.kernel.mounts import private_mounts
+folder, scratch = Path(sys.argv[1]), Path(sys.argv[2])
+start = time.perf_counter()
+if sys.argv[3] == "1":
+    limit_memory(4096)
+    private_mounts(folder, scratch, disk_mb=1024, shm_mb=256)
+print(time.perf_counter() - start)
+"""
+
+
+def setup_cost(times: int) -> dict[str, float]:
+    """Mean seconds the limits add to a kernel's start (in the child) and end (removing its
+    cgroups, in the parent), against a child that sets none, the two alternating."""
+    from coursepkg.grading.kernel.confine import kill_process_group_cgroup
+
+    spent = {"with": 0.0, "without": 0.0}
+    with tempfile.TemporaryDirectory(prefix="bench-setup-") as tmp:
+        for i in range(2 * times):
+            name = ("with", "without")[i % 2]
+            folder, scratch = Path(tmp) / f"f{i}", Path(tmp) / f"s{i}"
+            folder.mkdir()
+            scratch.mkdir()
+            flag = "1" if name == "with" else "0"
+            argv = [sys.executable, "-c", _SETUP, str(folder), str(scratch), flag]
+            child = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+            out, _ = child.communicate()
+            start = time.perf_counter()
+            kill_process_group_cgroup(child.pid)  # nothing to do without the limits
+            spent[name] += float(out.split()[-1]) + time.perf_counter() - start
+    return {k: v / times for k, v in spent.items()}
+
+
 def main(argv=None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--students", type=int, default=40)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--setup", type=int, default=0, help="also time the per-kernel set-up")
     args = parser.parse_args(argv)
     n = args.students
     if args.rounds < 1 or n < args.rounds:
@@ -89,6 +128,13 @@ def main(argv=None) -> dict[str, float]:
     ratio = with_ / without
     print(f"time with the limits / without: {ratio:.3f}")
     print(f"uptime before: {before}\nuptime after:  {after}")
+    if args.setup:
+        cost = {k: 1000 * v for k, v in setup_cost(args.setup).items()}
+        print(
+            f"per kernel, start and end, mean of {args.setup}: {cost['with']:.1f} ms with the "
+            f"limits, {cost['without']:.1f} ms without: +{cost['with'] - cost['without']:.1f} ms"
+        )
+        results.update(setup_ms_with=cost["with"], setup_ms_without=cost["without"])
     return {**results, "ratio": ratio}
 
 
