@@ -16,7 +16,9 @@ of where they started too; on a shared machine they move with everyone else's wo
 they are only printed (``pytest -s``).
 
 Entries whose outcome needs what the host lacks (a memory cgroup, a mount namespace) are left out,
-and the summary must then warn; ``tests/test_kernel_resources.py`` tests the mechanisms themselves.
+and the summary must then warn, unless ``COURSE_REQUIRE_KERNEL_LIMITS=1`` (set by ``.ci/run`` where
+the host offers them): then a missing mechanism fails the test. ``tests/test_kernel_resources.py``
+tests the mechanisms themselves.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import test_grading_cluster as _real_parts
+import test_kernel_resources as _mechanisms
 from grading_hostile import (
     ALL,
     NONE,
@@ -199,7 +202,10 @@ def _offered(tmp: Path) -> set[str]:
                          timeout=120, check=True).stdout.split()  # fmt: skip
     confine.remove_stale_cgroups()
     names = ("memory_cgroup", "mounts")
-    return {""} | {name for name, got in zip(names, out, strict=True) if got != "-"}
+    offered = {""} | {name for name, got in zip(names, out, strict=True) if got != "-"}
+    if _mechanisms.REQUIRED and offered != {"", *names}:
+        pytest.fail(f"COURSE_REQUIRE_KERNEL_LIMITS=1 but a kernel gets only {sorted(offered)}")
+    return offered
 
 
 def _meminfo(name: str) -> int:
