@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from grade_class import AID, BIN, _env, _scores, make_course, uptime  # noqa: E402
+from grade_class import AID, BIN, _env, _scores, make_course, rounds, uptime  # noqa: E402
 
 RUNS = {
     "with the limits": {},
@@ -102,10 +102,7 @@ def main(argv=None) -> dict[str, float]:
     before = uptime()
     print(f"uptime: {before}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-limits-") as tmp:
-        first = 0
-        for r in range(args.rounds):
-            size = n // args.rounds + (r < n % args.rounds)
-            order = list(RUNS) if r % 2 == 0 else list(RUNS)[::-1]
+        for r, first, size, order in rounds(n, args.rounds, list(RUNS)):
             scores = {}
             for i, name in enumerate(order):
                 course = make_course(Path(tmp) / f"r{r}-{i}", size, first)
@@ -117,7 +114,6 @@ def main(argv=None) -> dict[str, float]:
                 shutil.rmtree(course, ignore_errors=True)
             if len({tuple(sorted(s.items())) for s in scores.values()}) != 1:
                 raise SystemExit(f"the runs disagree: {scores}")
-            first += size
     after = uptime()
     print(f"\n{n} submissions of {AID} in {args.rounds} round(s), {args.workers} workers, "
           f"{os.cpu_count()} cores; both runs gave every student the same score")  # fmt: skip
