@@ -12,7 +12,8 @@ the host's shared memory and ``/dev/shm`` are where they started (within 100 MB)
 machine is the tests' own (``CI`` set), its available memory (the growth of a running cluster's
 scheduler and workers aside: the grader's, not a kernel's) and its used disk (the graded course's
 growth aside: the gradebook, feedback and graded notebooks the grader keeps) are within 100 MB
-of where they started too; on a shared machine they move with everyone else's work, so there
+of where they started too (the memory within 3 minutes: a virtual machine's free page reporting
+gives freed memory back late); on a shared machine they move with everyone else's work, so there
 they are only printed (``pytest -s``).
 
 Entries whose outcome needs what the host lacks (a memory cgroup, a mount namespace) are left out,
@@ -56,6 +57,7 @@ MEMORY_MB, DISK_MB, SHM_MB = 2048, 256, 64
 MARK = "cgres"  # in every file name a hostile notebook writes, to find leftovers by
 GB = 2**30
 DISK = "disk used in /tmp's file system, the graded course's growth aside"
+MEMORY = "available memory, the cluster's growth aside"
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -243,8 +245,7 @@ def _measure(graders: list[int]) -> dict[str, int]:
     return {
         # The grader's own processes that outlive a batch (a running cluster's scheduler and
         # workers, and their fork servers) may grow; that is not a kernel's.
-        "available memory, the cluster's growth aside": _meminfo("MemAvailable")
-        + _resident(graders),
+        MEMORY: _meminfo("MemAvailable") + _resident(graders),
         "shared memory": _meminfo("Shmem"),
         "/dev/shm used": _used("/dev/shm"),
         DISK: _used("/tmp"),
@@ -332,14 +333,21 @@ def _batch(release: Path, tmp: Path, *args: str, graders: list[int] = ()) -> dic
     run = _grade(course, *args)
     clean = _until(lambda: not _leftovers() and not set(_stale_cgroups()) - stale)
     left = [] if clean else _leftovers() + sorted(set(_stale_cgroups()) - stale)
-    after = _measure(graders)
+    waited = time.monotonic()
+    if os.environ.get("CI"):
+        # Memory a batch freed can reach MemAvailable late: in a virtual machine, free page
+        # reporting (virtio-balloon) holds freed pages off the free lists while it hands them
+        # to the host (measured here: ~600 MiB, back at ~12 MiB/s). Wait for it, bounded.
+        _until(lambda: before[MEMORY] - _measure(graders)[MEMORY] < 100 * 2**20, 180)
+    after, waited = _measure(graders), time.monotonic() - waited
     # What the grader keeps by design (gradebook, feedback, graded notebooks, reports) is not
     # the kernels': the disk's growth is counted without the course folder's.
     after[DISK] -= _size(course) - kept
     expected = {e.id: (expected_score(e, source), e.phrase) for e in entries}
     expected["r_correct"] = (points(source), "check_scaled_dot_product_attention passed")
     return {"course": course, "out": run.stdout + run.stderr, "expected": expected,
-            "before": before, "after": after, "left": left, "offered": offered}  # fmt: skip
+            "before": before, "after": after, "left": left, "offered": offered,
+            "waited": waited}  # fmt: skip
 
 
 def _judge(batch: dict, scores: dict[str, float]) -> None:
@@ -348,7 +356,8 @@ def _judge(batch: dict, scores: dict[str, float]) -> None:
         f"{k}: {batch['before'][k] / 2**20:.0f} MiB before, {batch['after'][k] / 2**20:.0f} after"
         for k in batch["before"]
     )
-    print(report)  # the figures, for the record (pytest -s)
+    # The figures, for the record (pytest -s).
+    print(f"{report}\n(after: {batch['waited']:.0f} s after the kernels' leftovers were gone)")
     missing = {"memory_cgroup", "mounts"} - batch["offered"]
     assert scores == {s: want for s, (want, _) in batch["expected"].items()}, out
     for student, (_, phrase) in batch["expected"].items():
@@ -359,8 +368,7 @@ def _judge(batch: dict, scores: dict[str, float]) -> None:
         grew = batch["after"][name] - batch["before"][name]
         assert grew < 100 * 2**20, f"{name} grew by {grew / 2**20:.0f} MiB\n{report}"
     if os.environ.get("CI"):  # a machine of the tests' own: what is free came back too
-        memory = "available memory, the cluster's growth aside"
-        assert batch["before"][memory] - batch["after"][memory] < 100 * 2**20, report
+        assert batch["before"][MEMORY] - batch["after"][MEMORY] < 100 * 2**20, report
         grew = batch["after"][DISK] - batch["before"][DISK]
         assert grew < 100 * 2**20, report
     if not missing:
