@@ -526,13 +526,8 @@ def launch(argv: list[str]) -> None:
         status["network"] = "landlock-tcp"
     status["error"] = "; ".join(problems)
     os.environ["COURSEPKG_SANDBOX_LANDLOCK"] = str(status["landlock"])
-    os.environ[LIMITS_ENV] = json.dumps(
-        {
-            "memory": status["memory"],
-            "disk": status["disk"] or status["file_size"],
-            "shm": status["shm"],
-        }
-    )
+    enforced = {"memory": status["memory"], "shm": status["shm"]}  # for limit_note, in MiB
+    os.environ[LIMITS_ENV] = json.dumps({**enforced, "disk": status["disk"] or status["file_size"]})
     if report is not None:
         with report:
             report.write(json.dumps(status))
