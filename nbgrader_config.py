@@ -56,3 +56,12 @@ c.ExchangeFactory.release_feedback = "coursepkg.release.ReleaseFeedback"
 
 # Feedback typesets its math without a network (MathJax inlined instead of nbconvert's CDN).
 c.GenerateFeedback.exporter_class = "coursepkg.release.FeedbackExporter"
+
+# `coursepkg grade`: each student's kernel's limits (its options --memory-mb ... win over these).
+# Memory counts files in /dev/shm and the page cache too where the grading host has a memory
+# cgroup; the working and scratch folders are a private tmpfs of disk_mb, gone with the kernel.
+c.GradeLimits.memory_mb = 4096  # MiB per kernel (ex09 trains in well under 1 GiB)
+c.GradeLimits.disk_mb = 1024  # MiB of files per kernel, and the largest single file
+c.GradeLimits.shm_mb = 256  # MiB of its private /dev/shm
+c.GradeLimits.notebook_timeout = 900  # seconds per notebook in all
+# c.GradeLimits.cell_timeout = 120  # seconds per cell (default: what the notebook asks for)

@@ -117,6 +117,16 @@ def make_course(
     return folder
 
 
+def rounds(n: int, count: int, names: list[str]):
+    """Split ``n`` students into ``count`` batches: yields ``(r, first, size, order)`` for each,
+    the runs ``names`` in the opposite order every other round (load hits them alike)."""
+    first = 0
+    for r in range(count):
+        size = n // count + (r < n % count)
+        yield r, first, size, (list(names) if r % 2 == 0 else list(names)[::-1])
+        first += size
+
+
 def _scores(path: Path) -> dict[str, float]:
     with open(path, newline="") as f:
         return {r["student_id"]: float(r["score"]) for r in csv.DictReader(f)}
@@ -180,10 +190,7 @@ def main(argv=None) -> dict:
     before = uptime()
     print(f"uptime: {before}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-grade-") as tmp:
-        first = 0
-        for r in range(args.rounds):
-            size = n // args.rounds + (r < n % args.rounds)
-            order = names if r % 2 == 0 else names[::-1]
+        for r, first, size, order in rounds(n, args.rounds, names):
             expected: dict[str, float] | None = None
             scores: dict[str, dict[str, float]] = {}
             for i, name in enumerate(order):
@@ -205,7 +212,6 @@ def main(argv=None) -> dict:
             for name, got in scores.items():
                 if got != expected:
                     raise SystemExit(f"{name} disagrees with nbgrader: {got} vs {expected}")
-            first += size
 
     after = uptime()
     print(f"\n{n} submissions of {AID} in {args.rounds} round(s), {os.cpu_count()} cores")

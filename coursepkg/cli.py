@@ -101,6 +101,8 @@ def _grade(args: argparse.Namespace) -> int:
         cell_timeout=args.cell_timeout,
         notebook_timeout=args.notebook_timeout,
         memory_mb=args.memory_mb,
+        disk_mb=args.disk_mb,
+        shm_mb=args.shm_mb,
         progress=not args.no_progress,
         fork=not args.no_fork,
     )
@@ -131,7 +133,9 @@ def _add_grade_parser(sub: Any) -> None:
         "reports/. A broken or hostile notebook loses the points of what it breaks (0 if it "
         "cannot run at all), with the reason in its feedback; it never stops the batch or "
         "changes another student's grade. Safe to rerun. Exit status 1 if some student's grade "
-        "could not be recorded at all.",
+        "could not be recorded at all. The limits' defaults can be set in the course's "
+        "nbgrader_config.py as c.GradeLimits.<option> (memory_mb, disk_mb, shm_mb, "
+        "cell_timeout, notebook_timeout).",
     )
     p.add_argument("assignment", help="the assignment id, e.g. ex06_training")
     p.add_argument("--root", default=".", help="the nbgrader course directory (default: .)")
@@ -150,6 +154,8 @@ def _add_grade_parser(sub: Any) -> None:
         help="gradebook URL: postgresql://USER@HOST:PORT/DB or any SQLAlchemy URL (default: "
         "sqlite gradebook.db in the course)",
     )
+    # Each limit's default is c.GradeLimits.<name> in the course's nbgrader_config.py, else
+    # GradeLimits' own (coursepkg/grading/classroom/limits.py).
     p.add_argument(
         "--cell-timeout",
         type=int,
@@ -157,9 +163,25 @@ def _add_grade_parser(sub: Any) -> None:
         help="seconds per cell (default: the notebook's metadata.coursepkg.cell_timeout, else 120)",
     )
     p.add_argument(
-        "--notebook-timeout", type=int, default=900, help="seconds per notebook in all (900)"
+        "--notebook-timeout", type=int, default=None, help="seconds per notebook in all (900)"
     )
-    p.add_argument("--memory-mb", type=int, default=4096, help="kernel memory limit (4096)")
+    p.add_argument(
+        "--memory-mb",
+        type=int,
+        default=None,
+        help="MiB of memory per kernel, files in /dev/shm and page cache included where the host "
+        "has a memory cgroup (4096)",
+    )
+    p.add_argument(
+        "--disk-mb",
+        type=int,
+        default=None,
+        help="MiB a kernel's working and scratch folders may hold together, and the largest file "
+        "it may write (1024)",
+    )
+    p.add_argument(
+        "--shm-mb", type=int, default=None, help="MiB of a kernel's private /dev/shm (256)"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--no-fork",

@@ -41,6 +41,7 @@ from ..notebook import cell_timeout as notebook_cell_timeout
 from ..term.late import apply_due_date
 from . import gradebook
 from .dashboard import build_dashboard
+from .limits import course_limits
 from .protocol import Assignment, GradeAnswer, GradeJob, SandboxStatus
 from .reports import ClassResult, StudentResult, sandbox_summary, student_report
 
@@ -332,8 +333,10 @@ def grade_class(
     db_url: str | None = None,
     scheduler: str | None = None,
     cell_timeout: int | None = None,
-    notebook_timeout: int = 900,
-    memory_mb: int = 4096,
+    notebook_timeout: int | None = None,
+    memory_mb: int | None = None,
+    disk_mb: int | None = None,
+    shm_mb: int | None = None,
     progress: bool = True,
     fork: bool = True,
 ) -> ClassResult:
@@ -351,12 +354,9 @@ def grade_class(
             ``postgresql://user@host:port/db`` for PostgreSQL).
         scheduler: a running Dask scheduler's address (``tcp://HOST:PORT``); default: a
             ``LocalCluster`` on this machine.
-        cell_timeout: seconds one cell may run (nbgrader's ``Execute.timeout``); a cell that
-            runs longer is interrupted and its test scores 0. Default: the longest the
-            release's notebooks ask for (:func:`~coursepkg.grading.notebook.cell_timeout`).
-        notebook_timeout: wall-clock seconds one student's notebook may take in all; then its
-            kernel is killed and the student gets the fallback zero with the reason.
-        memory_mb: the address-space limit of each student's kernel, in MiB.
+        cell_timeout, notebook_timeout, memory_mb, disk_mb, shm_mb: each kernel's limits
+            (:class:`~.limits.GradeLimits` says what each bounds); None: the course's
+            ``c.GradeLimits`` in ``nbgrader_config.py``, else the defaults.
         progress: show a tqdm progress bar on stderr.
         fork: fork each kernel from a process that has imported torch and the checks
             (:mod:`coursepkg.grading.kernel.forkserver`); False starts every kernel anew.
@@ -372,6 +372,8 @@ def grade_class(
     start = time.perf_counter()
     root = Path(course).resolve()
     url = _reachable_gradebook(root, db_url)
+    limits = course_limits(root, cell_timeout=cell_timeout, notebook_timeout=notebook_timeout,
+                           memory_mb=memory_mb, disk_mb=disk_mb, shm_mb=shm_mb)  # fmt: skip
     chosen = _submissions(root, assignment, students)
     stop = _Stop()
     with stop.installed():
@@ -387,9 +389,8 @@ def grade_class(
             (reports / "logs").mkdir(parents=True, exist_ok=True)
             n_workers = len(client.scheduler_info()["workers"]) or 1
             threads = max(1, (os.cpu_count() or 1) // n_workers) if not scheduler else 1
-            shipped = _assignment(book, assignment, notebooks, cell_timeout=cell_timeout,
-                                  notebook_timeout=notebook_timeout, memory_mb=memory_mb,
-                                  threads=threads, fork=fork)  # fmt: skip
+            shipped = _assignment(book, assignment, notebooks, threads=threads, fork=fork,
+                                  **limits)  # fmt: skip
             batch = _Batch(client, shipped, book, stop)
             grade_start = time.perf_counter()
             _run(batch, [_job(root, assignment, sid, notebooks) for sid in chosen], 4 * n_workers,

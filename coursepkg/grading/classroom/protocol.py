@@ -34,7 +34,10 @@ class Assignment:
             points and locked sources): the worker's private copy of what autograde reads.
         cell_timeout: seconds one cell may run.
         notebook_timeout: seconds a whole notebook may take.
-        memory_mb: the kernel's address-space limit.
+        memory_mb: the kernel's memory limit in MiB (its memory cgroup and address space).
+        disk_mb: MiB the kernel's working and scratch directories may hold together (and the
+            largest file it may write).
+        shm_mb: MiB of the kernel's private ``/dev/shm``.
         threads: threads each kernel may use.
         fork: fork kernels from a server that has imported torch.
     """
@@ -49,6 +52,8 @@ class Assignment:
     cell_timeout: int = 120
     notebook_timeout: int = 900
     memory_mb: int = 4096
+    disk_mb: int = 1024
+    shm_mb: int = 256
     threads: int = 1
     fork: bool = True
 
@@ -63,7 +68,8 @@ class Assignment:
                 h.update(key.encode())
                 h.update(files[key])
         h.update(self.gradebook)
-        h.update(repr((self.cell_timeout, self.memory_mb, self.notebook_timeout)).encode())
+        limits = (self.cell_timeout, self.memory_mb, self.notebook_timeout)
+        h.update(repr((*limits, self.disk_mb, self.shm_mb)).encode())
         return h.hexdigest()[:16]
 
 
@@ -91,7 +97,12 @@ class SandboxStatus:
 
     Attributes:
         landlock: the Landlock ABI used (0: files not confined).
-        memory: the memory limit in MiB (0: none).
+        memory: the address-space limit in MiB (0: none).
+        memory_cgroup: ``"cgroup v1"`` or ``"cgroup v2"`` when a memory cgroup counted tmpfs
+            and page cache too (``""``: none).
+        file_size: the largest file it could write, in MiB (0: no limit).
+        disk: MiB its working and scratch directories could hold together (0: not bounded).
+        shm: MiB of its private ``/dev/shm`` (0: it had the host's, read-only with Landlock).
         cpu: the CPU-time limit in seconds (0: none).
         network: ``"namespace"``, ``"landlock-tcp"`` or ``""`` (the kernel had a network).
         processes: the ceiling on processes (0: none).
@@ -100,6 +111,10 @@ class SandboxStatus:
 
     landlock: int = 0
     memory: int = 0
+    memory_cgroup: str = ""
+    file_size: int = 0
+    disk: int = 0
+    shm: int = 0
     cpu: int = 0
     network: str = ""
     processes: int = 0

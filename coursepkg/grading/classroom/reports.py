@@ -273,6 +273,46 @@ def student_report(
     }
 
 
+def _storage_summary(statuses: list[SandboxStatus], abi: int) -> list[str]:
+    """The summary's words on memory, ``/dev/shm`` and the kernels' folders (what is not
+    enforced, and why, as a WARNING)."""
+    parts = []
+    cgroups = {s.memory_cgroup for s in statuses}
+    if all(s.memory for s in statuses) and "" not in cgroups:
+        parts.append(
+            f"memory limited to {statuses[0].memory} MiB per kernel ({', '.join(sorted(cgroups))}"
+            " memory cgroup: tmpfs and page cache count)"
+        )
+    elif all(s.memory for s in statuses):
+        parts.append(
+            f"memory limited to {statuses[0].memory} MiB per kernel of address space only "
+            "(WARNING: no writable memory cgroup, as root with a memory controller: files in a "
+            "tmpfs and the page cache are NOT counted)"
+        )
+    else:
+        parts.append("WARNING: the memory limit could not be set")
+    if all(s.shm for s in statuses):
+        parts.append(f"a private /dev/shm of {statuses[0].shm} MiB per kernel")
+    elif abi >= 1:
+        parts.append("WARNING: no private /dev/shm (no mount namespace), so it was read-only")
+    else:
+        parts.append(
+            "WARNING: kernels could fill the host's /dev/shm (no mount namespace, no Landlock)"
+        )
+    if all(s.disk for s in statuses):
+        parts.append(
+            f"working and scratch folders bounded to {statuses[0].disk} MiB per kernel (a private "
+            "tmpfs, gone with the kernel)"
+        )
+    else:
+        per_file = all(s.file_size for s in statuses)
+        parts.append(
+            "WARNING: the working and scratch folders were NOT bounded (no mount namespace); "
+            + (f"each file at most {statuses[0].file_size} MiB" if per_file else "nor each file")
+        )
+    return parts
+
+
 def sandbox_summary(statuses: list[SandboxStatus]) -> str:
     """One sentence on how the kernels were confined (from the kernels' own reports).
 
@@ -304,10 +344,7 @@ def sandbox_summary(statuses: list[SandboxStatus]) -> str:
         parts.append("no TCP connections (Landlock; a network namespace was not possible)")
     else:
         parts.append("WARNING: some kernels had network access (no network namespace possible)")
-    if all(s.memory for s in statuses):
-        parts.append(f"memory limited to {statuses[0].memory} MiB per kernel")
-    else:
-        parts.append("WARNING: the memory limit could not be set")
+    parts += _storage_summary(statuses, abi)
     if not all(s.cpu for s in statuses):
         parts.append("WARNING: the CPU-time limit could not be set")
     if all(s.processes for s in statuses):

@@ -39,7 +39,7 @@ from typing import Any
 from distributed.core import Status
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from ..kernel.confine import kill_process_group_cgroup, remove_stale_cgroups
+from ..kernel.confine import ENDED, kill_process_group_cgroup, remove_stale_cgroups
 from ..kernel.forkserver import ForkServer
 from ..kernel.sandbox import KERNEL_NAME, NOT_GRADED_ENV, PIDFILE_ENV, STATUS_ENV, write_kernelspec
 from .preprocessors import RELEASE_ENV, feedback_preprocessors
@@ -194,6 +194,8 @@ class _PrivateCourse:
             course_root=root,
             memory_mb=assignment.memory_mb,
             cpu_seconds=assignment.notebook_timeout + 60,
+            disk_mb=assignment.disk_mb,
+            shm_mb=assignment.shm_mb,
         )
         self.api = self._api()
 
@@ -339,6 +341,7 @@ class _Run:
         self.notes: list[str] = []
         self._log: list[str] = []
         self._timed_out = False
+        self._out_of_memory = False
 
     def text(self) -> str:
         return "\n".join(self._log + [f"note: {n}" for n in self.notes])
@@ -372,7 +375,10 @@ class _Run:
             pidfile = self.scratch / "kernel.pid"
             if pidfile.is_file():  # whatever the kernel left running (a fork bomb) goes too
                 try:
-                    kill_process_group_cgroup(int(pidfile.read_text().strip()))
+                    pid = int(pidfile.read_text().strip())
+                    kill_process_group_cgroup(pid)
+                    # Its memory cgroup's out-of-memory kills (recorded as it was removed).
+                    self._out_of_memory |= ENDED.pop(pid, {}).get("oom_kills", 0) > 0
                 except ValueError:
                     pass
                 pidfile.unlink()
@@ -396,6 +402,12 @@ class _Run:
             return (
                 f"it ran longer than the {self.a.notebook_timeout} s allowed for a whole "
                 "notebook (an infinite loop or far too slow code), so it was stopped"
+            )
+        if self._out_of_memory:
+            return (
+                f"your notebook ran out of memory (limit {self.a.memory_mb} MB, files in /dev/shm "
+                "and other in-memory files included), so its kernel was stopped and none of "
+                "its tests could run"
             )
         return classify(out.get("log", "") + out.get("error", ""), self.a.cell_timeout)
 

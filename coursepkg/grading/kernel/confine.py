@@ -14,6 +14,8 @@ what was missing):
 * :func:`limit_processes` -- a fork bomb is contained: a ``pids`` cgroup with a ceiling (as root,
   where ``RLIMIT_NPROC`` does not apply) and ``RLIMIT_NPROC`` (as any other user);
   :func:`remove_stale_cgroups` removes the groups of kernels that died with their worker.
+* :func:`limit_memory` -- a memory cgroup (v2 where writable, else v1) that counts tmpfs and page
+  cache too, not only the address space ``RLIMIT_AS`` sees.
 * :func:`kernel_environment` -- the environment a kernel may see: no database URL, password,
   token or key of the grader.
 * :func:`die_with_parent` -- ``PR_SET_PDEATHSIG``.
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "ENDED",
     "PR_SET_PDEATHSIG",
     "die_with_parent",
     "deny_network",
@@ -40,7 +43,9 @@ __all__ = [
     "kill_process_group_cgroup",
     "landlock_abi",
     "libc",
+    "limit_memory",
     "limit_processes",
+    "map_own_ids",
     "readable_roots",
     "remove_stale_cgroups",
     "restrict_files",
@@ -201,6 +206,17 @@ _CLONE_NEWNET = 0x40000000
 _CLONE_NEWUSER = 0x10000000
 
 
+def map_own_ids(uid: int, gid: int) -> None:
+    """In a user namespace just made, map ``uid``/``gid`` (the ids outside) to themselves, so
+    files keep their owner."""
+    try:
+        Path("/proc/self/setgroups").write_text("deny")
+        Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
+        Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
+    except OSError:
+        pass  # unmapped ids only change how owners are shown, not what may be opened
+
+
 def deny_network() -> str:
     """Move this process (and its future children) into a new, empty network namespace.
 
@@ -219,13 +235,7 @@ def deny_network() -> str:
     first = os.strerror(ctypes.get_errno())
     uid, gid = os.getuid(), os.getgid()
     if lib.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) == 0:
-        # Map our own ids into the new user namespace, so files keep their owner.
-        try:
-            Path("/proc/self/setgroups").write_text("deny")
-            Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
-            Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
-        except OSError:
-            pass  # unmapped ids only change how owners are shown, not what may be opened
+        map_own_ids(uid, gid)
         return ""
     second = os.strerror(ctypes.get_errno())
     return f"unshare(CLONE_NEWNET) failed ({first}; in a user namespace: {second})"
@@ -235,18 +245,44 @@ def deny_network() -> str:
 # Processes: a ceiling against fork bombs
 # ---------------------------------------------------------------------------------------------
 
-#: Where the grader's ``pids`` cgroups live (cgroup v1 layout, then v2's unified one).
-_CGROUP_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
+#: Where the grader's cgroups live: cgroup v1 hierarchies (one per controller), then v2's unified
+#: one (mounted at /sys/fs/cgroup, or at /sys/fs/cgroup/unified on a hybrid layout).
+_V1 = Path("/sys/fs/cgroup")
+_V2_ROOTS = (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified"))
 _CGROUP_PREFIX = "coursepkg-kernel-"
+#: What the memory cgroups of ended kernels recorded (by kernel pid), read when their group is
+#: removed: ``{"oom_kills": N, "peak_mb": M}``. The worker pops its kernel's entry.
+ENDED: dict[int, dict[str, int]] = {}
+
+
+def _cgroup_root(controller: str) -> Path | None:
+    """The hierarchy where this process may make groups with ``controller`` (``pids``,
+    ``memory``): cgroup v1's own, else v2's when the controller is (or can be) enabled for
+    children of its root. None when there is none."""
+    v1 = _V1 / controller
+    if (v1 / "cgroup.procs").is_file() and not (v1 / "cgroup.controllers").exists():
+        return v1
+    for root in _V2_ROOTS:
+        if not (root / "cgroup.controllers").is_file():
+            continue
+        if controller in _read(root / "cgroup.subtree_control").split():
+            return root
+        if controller in _read(root / "cgroup.controllers").split():
+            try:  # root may enable it for the groups under the root
+                (root / "cgroup.subtree_control").write_text(f"+{controller}")
+                return root
+            except OSError:
+                continue
+    return None
 
 
 def _pids_root() -> Path | None:
-    for root in _CGROUP_ROOTS:
-        if (root / "cgroup.procs").is_file() and (
-            root.name == "pids" or "pids" in _read(root / "cgroup.subtree_control")
-        ):
-            return root
-    return None
+    return _cgroup_root("pids")
+
+
+def _group_roots() -> list[Path]:
+    """Every hierarchy the kernels' groups may be in (each once)."""
+    return sorted({r for r in (_cgroup_root("pids"), _cgroup_root("memory")) if r is not None})
 
 
 def _read(path: Path) -> str:
@@ -254,6 +290,27 @@ def _read(path: Path) -> str:
         return path.read_text()
     except OSError:
         return ""
+
+
+def _join(controller: str, settings: dict[str, int]) -> str:
+    """Put this process into its group ``coursepkg-kernel-<pid>`` of ``controller``'s hierarchy
+    with ``settings`` (file name -> value; a file the kernel lacks is skipped, the first must
+    exist). Returns ``""`` or why not."""
+    root = _cgroup_root(controller)
+    if root is None:
+        return f"no {controller} cgroup controller is mounted or can be enabled"
+    group = root / f"{_CGROUP_PREFIX}{os.getpid()}"
+    first = True
+    try:
+        group.mkdir(exist_ok=True)
+        for name, value in settings.items():
+            if first or (group / name).exists():
+                (group / name).write_text(str(value))
+            first = False
+        (group / "cgroup.procs").write_text(str(os.getpid()))
+    except OSError as err:
+        return f"{controller} cgroup {group}: {err}"
+    return ""
 
 
 def _processes_of(uid: int) -> int:
@@ -290,42 +347,72 @@ def limit_processes(most: int) -> str:
             return ""
         except (OSError, ValueError) as err:
             return f"RLIMIT_NPROC: {err}"
-    root = _pids_root()
-    if root is None:
-        return "no pids cgroup controller is mounted, and RLIMIT_NPROC does not bind root"
-    group = root / f"{_CGROUP_PREFIX}{os.getpid()}"
-    try:
-        group.mkdir(exist_ok=True)
-        (group / "pids.max").write_text(str(most))
-        (group / "cgroup.procs").write_text(str(os.getpid()))
-    except OSError as err:
-        return f"pids cgroup {group}: {err}"
-    return ""
+    why = _join("pids", {"pids.max": most})
+    return f"{why}, and RLIMIT_NPROC does not bind root" if why.startswith("no ") else why
+
+
+def limit_memory(megabytes: int) -> tuple[str, str]:
+    """Put this process and its descendants in a memory cgroup of ``megabytes`` MiB.
+
+    Everything the kernel charges counts: its anonymous memory, the files it writes into a
+    tmpfs (``/dev/shm``, ``memfd_create``) and the page cache of what it reads and writes,
+    with no swap (cgroup v2's ``memory.max`` and ``memory.swap.max`` = 0; v1's
+    ``memory.limit_in_bytes`` and ``memory.memsw.limit_in_bytes``). At the limit the kernel's
+    out-of-memory killer stops the notebook's kernel; :func:`kill_process_group_cgroup`
+    records that in :data:`ENDED`. Needs write access to the hierarchy (root).
+
+    Args:
+        megabytes: the limit in MiB.
+
+    Returns:
+        ``(mechanism, why_not)``: ``("cgroup v1", "")`` or ``("cgroup v2", "")`` when the
+        limit is in place, else ``("", the reason)``.
+    """
+    limit = megabytes * 2**20
+    root = _cgroup_root("memory")
+    if root == _V1 / "memory":
+        settings = {"memory.limit_in_bytes": limit, "memory.memsw.limit_in_bytes": limit}
+        why = _join("memory", settings)
+        return ("", why) if why else ("cgroup v1", "")
+    why = _join("memory", {"memory.max": limit, "memory.swap.max": 0})
+    return ("", why) if why else ("cgroup v2", "")
+
+
+def _memory_record(group: Path) -> dict[str, int]:
+    """Out-of-memory kills and peak use recorded by a memory group (v1 or v2)."""
+    events = _read(group / "memory.events") or _read(group / "memory.oom_control")
+    kills = re.search(r"^oom_kill (\d+)", events, re.MULTILINE)
+    peak = _read(group / "memory.peak") or _read(group / "memory.max_usage_in_bytes")
+    return {
+        "oom_kills": int(kills.group(1)) if kills else 0,
+        "peak_mb": int(peak.split()[0]) // 2**20 if peak.strip().isdigit() else 0,
+    }
 
 
 def kill_process_group_cgroup(pid: int) -> None:
-    """Kill every process left in the ``pids`` cgroup of kernel ``pid`` and remove it (root
-    only; nothing to do elsewhere). Safe to call when there is no such cgroup."""
-    root = _pids_root()
-    if root is None:
-        return
-    group = root / f"{_CGROUP_PREFIX}{pid}"
-    for _ in range(100):
-        if not group.is_dir():
-            return
-        left = [int(p) for p in _read(group / "cgroup.procs").split()]
-        for other in left:
-            try:
-                os.kill(other, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        try:
-            group.rmdir()
-            return
-        except OSError:
-            import time
+    """Kill every process left in the cgroups of kernel ``pid`` (``pids``, ``memory``) and
+    remove them (root only; nothing to do elsewhere), recording a memory group's out-of-memory
+    kills in :data:`ENDED`. Safe to call when there is no such cgroup."""
+    import time
 
-            time.sleep(0.05)  # killed processes leave the cgroup when they are reaped
+    for root in _group_roots():
+        group = root / f"{_CGROUP_PREFIX}{pid}"
+        for _ in range(100):
+            if not group.is_dir():
+                break
+            left = [int(p) for p in _read(group / "cgroup.procs").split()]
+            for other in left:
+                try:
+                    os.kill(other, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            if (group / "memory.oom_control").exists() or (group / "memory.events").exists():
+                ENDED[pid] = _memory_record(group)
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.05)  # killed processes leave the cgroup when they are reaped
 
 
 def _alive(pid: int) -> bool:
@@ -335,26 +422,27 @@ def _alive(pid: int) -> bool:
 
 
 def remove_stale_cgroups() -> int:
-    """Remove the ``pids`` cgroups of kernels that are gone, killing what is left in them.
+    """Remove the cgroups of kernels that are gone, killing what is left in them.
 
-    A kernel normally has its group removed by :func:`kill_process_group_cgroup` when it ends;
-    one that died with its worker (a worker killed, or a notebook that kills its grader) leaves
-    an empty group behind. Groups whose kernel still runs (this grader's or another's on the
-    same machine) are left alone. Root only, as the groups are; nothing to do elsewhere.
+    A kernel normally has its groups removed by :func:`kill_process_group_cgroup` when it
+    ends; one that died with its worker (a worker killed, or a notebook that kills its grader)
+    leaves empty groups behind. Groups whose kernel still runs (this grader's or another's on
+    the same machine) are left alone. Root only, as the groups are; nothing to do elsewhere.
 
     Returns:
         How many groups were removed.
     """
-    root = _pids_root()
-    if root is None or os.geteuid() != 0:
+    if os.geteuid() != 0:
         return 0
     removed = 0
-    for group in root.glob(f"{_CGROUP_PREFIX}*"):
-        pid = group.name.removeprefix(_CGROUP_PREFIX)
-        if not pid.isdigit() or _alive(int(pid)):
-            continue
-        kill_process_group_cgroup(int(pid))
-        removed += not group.exists()
+    for root in _group_roots():
+        for group in root.glob(f"{_CGROUP_PREFIX}*"):
+            pid = group.name.removeprefix(_CGROUP_PREFIX)
+            if not pid.isdigit() or _alive(int(pid)):
+                continue
+            kill_process_group_cgroup(int(pid))
+            ENDED.pop(int(pid), None)
+            removed += not group.exists()
     return removed
 
 

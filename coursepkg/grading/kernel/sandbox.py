@@ -7,17 +7,24 @@ IPython kernel. The confinement, and what it does and does not guarantee:
 
 * **Memory**: ``RLIMIT_AS`` caps the kernel's address space, so a memory bomb ends in a
   ``MemoryError`` (or PyTorch's allocation error) inside the student's cell instead of taking the
-  machine down. Only the kernel is limited, not nbgrader.
+  machine down. Only the kernel is limited, not nbgrader. As root, a memory cgroup of the same
+  size counts what the address space misses (files in ``/dev/shm`` or ``memfd_create``, the page
+  cache); a kernel past it is killed, and the grader tells the student it ran out of memory.
+* **Files** (:mod:`.mounts`): a mount namespace of the kernel's own with a private ``/dev/shm``
+  and, for its working and scratch directories together, a private tmpfs (the working directory
+  an overlay of what nbgrader put there): bounded, and gone when the kernel ends.
+  ``RLIMIT_FSIZE`` caps each file the kernel writes.
 * **Core dumps**: ``RLIMIT_CORE`` is 0, so a crashing notebook leaves no core file behind.
 * **CPU time**: ``RLIMIT_CPU`` kills a kernel that computes longer than the notebook's time limit
   even if nbgrader were stuck; nbgrader's per-cell timeout and the grader's wall-clock limit
   act first.
-* **Files** (Linux Landlock, kernel >= 5.13): the kernel may *read* only the Python installation,
-  the system directories, the ``coursepkg`` package and its own working directory, and may
-  *write* only in its working directory (nbgrader's ``autograded/<student>/<assignment>/``) and a
-  private scratch directory (``TMPDIR``). So it cannot read ``solutions/``, the gradebook or
-  other students' work, and cannot write anywhere else in the course. Without Landlock (other
-  operating systems, old kernels) this part is skipped and the grader says so in its log.
+* **File access** (Linux Landlock, kernel >= 5.13): the kernel may *read* only the Python
+  installation, the system directories, the ``coursepkg`` package and its own working
+  directory, and may *write* only in its working directory (nbgrader's
+  ``autograded/<student>/<assignment>/``) and a private scratch directory (``TMPDIR``). So it
+  cannot read ``solutions/``, the gradebook or other students' work, and cannot write anywhere
+  else in the course (nor in the host's ``/dev/shm``). Without Landlock (other operating
+  systems, old kernels) this part is skipped and the grader says so in its log.
 * **Signals** (Landlock ABI >= 6): the kernel cannot signal processes outside its sandbox (it
   cannot kill nbgrader or another student's kernel).
 * **Orphans**: the kernel dies with its parent (``PR_SET_PDEATHSIG``) and writes its pid where
@@ -53,16 +60,19 @@ from .confine import (
     deny_network,
     die_with_parent,
     landlock_abi,
+    limit_memory,
     limit_processes,
     readable_roots,
     restrict_files,
 )
+from .mounts import private_mounts
 
 __all__ = [
     "KERNEL_NAME",
     "LANDLOCK_ENV",
     "MAX_PROCESSES",
     "NETWORK_ENV",
+    "RESOURCES_ENV",
     "NOT_GRADED_ENV",
     "PIDFILE_ENV",
     "launch",
@@ -92,8 +102,18 @@ STATUS_ENV = "COURSEPKG_KERNEL_STATUS"
 LANDLOCK_ENV = "COURSEPKG_LANDLOCK"
 #: Set to ``0`` to leave kernels their network (only to test the grader without a namespace).
 NETWORK_ENV = "COURSEPKG_KERNEL_NETWORK_NAMESPACE"
+#: Set to ``0`` to run kernels without their memory cgroup, private mounts and file-size limit
+#: (only to measure what they cost, or to test the grader as on a host without them).
+RESOURCES_ENV = "COURSEPKG_KERNEL_RESOURCES"
+#: Set by the launcher for the kernel: its limits in MiB (JSON), for :func:`limit_note`.
+LIMITS_ENV = "COURSEPKG_SANDBOX_LIMITS"
 #: Processes and threads a kernel may have in all (a fork bomb stops there).
 MAX_PROCESSES = 256
+#: Default MiB a kernel's working and scratch directories may hold together (and the largest
+#: file it may write).
+DISK_MB = 1024
+#: Default MiB of a kernel's private ``/dev/shm``.
+SHM_MB = 256
 
 # ---------------------------------------------------------------------------------------------
 # Inside the kernel: capped output and the guard of the checks
@@ -271,11 +291,48 @@ def install_guard(shell: Any | None = None) -> Callable[..., None]:
     return before_cell
 
 
+def limit_note(error: BaseException, limits: dict[str, int]) -> str:
+    """The line that tells a student which of the grader's limits ``error`` ran into, or ``""``.
+
+    Args:
+        error: an exception that ended a cell.
+        limits: the kernel's limits in MiB: ``memory``, ``disk``, ``shm`` (0: not enforced).
+    """
+    import errno
+
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EFBIG):
+        if limits.get("disk"):
+            return (
+                f"[coursepkg grade: a notebook may write at most {limits['disk']} MB of files when "
+                f"graded (its folder and temporary files together; /dev/shm {limits['shm']} MB)]"
+            )
+    elif isinstance(error, MemoryError) or "can't allocate memory" in str(error):
+        if limits.get("memory"):
+            return f"[coursepkg grade: a notebook may use at most {limits['memory']} MB of memory]"
+    return ""
+
+
+def _explain_limits(shell: Any) -> None:
+    """After the traceback of a cell that failed at one of the grader's limits, say which."""
+    limits = json.loads(os.environ.get(LIMITS_ENV) or "{}")
+
+    def explain(self: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None):
+        self.showtraceback((etype, value, tb), tb_offset=tb_offset)
+        note = limit_note(value, limits)
+        if note:
+            sys.stderr.write(note + "\n")
+
+    shell.set_custom_exc((OSError, MemoryError, RuntimeError), explain)
+
+
 def _in_kernel_setup() -> None:
     """Run by the kernel (IPKernelApp.exec_lines) before the notebook's first cell."""
     sys.stdout = _CappedStream(sys.stdout, OUTPUT_LIMIT)
     sys.stderr = _CappedStream(sys.stderr, OUTPUT_LIMIT)
     install_guard()
+    from IPython import get_ipython
+
+    _explain_limits(get_ipython())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,7 +341,13 @@ def _in_kernel_setup() -> None:
 
 
 def write_kernelspec(
-    directory: str | Path, *, course_root: str | Path, memory_mb: int, cpu_seconds: int
+    directory: str | Path,
+    *,
+    course_root: str | Path,
+    memory_mb: int,
+    cpu_seconds: int,
+    disk_mb: int = DISK_MB,
+    shm_mb: int = SHM_MB,
 ) -> Path:
     """Write the sandbox kernelspec under ``directory/kernels/`` (put ``directory`` on
     ``JUPYTER_PATH`` and use kernel name :data:`KERNEL_NAME`).
@@ -292,8 +355,12 @@ def write_kernelspec(
     Args:
         directory: a data directory for Jupyter.
         course_root: the nbgrader course directory the kernel must not read.
-        memory_mb: the kernel's address-space limit in MiB.
+        memory_mb: the kernel's memory limit in MiB (a memory cgroup where the system has
+            one, and the address space).
         cpu_seconds: the kernel's CPU-time limit.
+        disk_mb: MiB its working and scratch directories may hold together, and the largest
+            file it may write (``RLIMIT_FSIZE``).
+        shm_mb: MiB of its private ``/dev/shm``.
 
     Returns:
         The kernelspec directory.
@@ -308,6 +375,8 @@ def write_kernelspec(
             f"--protect={Path(course_root).resolve()}",
             f"--memory-mb={memory_mb}",
             f"--cpu-seconds={cpu_seconds}",
+            f"--disk-mb={disk_mb}",
+            f"--shm-mb={shm_mb}",
             "--",
             "-f",
             "{connection_file}",
@@ -344,6 +413,8 @@ def _set_limits(options: dict[str, str], status: dict[str, Any], problems: list[
         status["memory"] = int(options["memory_mb"])
     except (OSError, ValueError) as err:
         problems.append(f"RLIMIT_AS: {err}")
+    if os.environ.get(RESOURCES_ENV, "1") != "0":
+        _limit_storage(options, status, problems)
     try:
         # A crashing notebook must not leave a core dump the size of its memory behind.
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -364,6 +435,25 @@ def _set_limits(options: dict[str, str], status: dict[str, Any], problems: list[
         status["network"] = "" if why else "namespace"
         if why:
             problems.append(f"network: {why}")
+
+
+def _limit_storage(options: dict[str, str], status: dict[str, Any], problems: list[str]) -> None:
+    """A memory cgroup (the address space misses tmpfs and page cache; the cgroup counts
+    them) and the largest file the kernel may write."""
+    status["memory_cgroup"], why = limit_memory(int(options["memory_mb"]))
+    if why:
+        problems.append(f"memory cgroup: {why}")
+    try:
+        size = int(options.get("disk_mb", DISK_MB)) * 2**20
+        if size:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+            status["file_size"] = size // 2**20
+    except (OSError, ValueError) as err:
+        problems.append(f"RLIMIT_FSIZE: {err}")
+
+
+# Devices a kernel may write to (besides its own /dev/shm).
+_DEVICES = ("null", "zero", "full", "random", "urandom", "tty", "ptmx", "pts")
 
 
 def _ipc_folder(connection: str | None) -> list[str]:
@@ -392,6 +482,7 @@ def launch(argv: list[str]) -> None:
     # (the grader's summary says so) but never stops the kernel: a grade without a sandbox beats
     # no grade.
     status: dict[str, Any] = {"landlock": 0, "memory": 0, "cpu": 0, "network": "", "error": ""}
+    status.update(memory_cgroup="", file_size=0, disk=0, shm=0)
     problems: list[str] = []
     _set_limits(options, status, problems)
     # A private scratch directory for temporary files and IPython's profile; the kernel's
@@ -400,13 +491,25 @@ def launch(argv: list[str]) -> None:
     scratch.mkdir(parents=True, exist_ok=True)
     for name in ("TMPDIR", "IPYTHONDIR", "MPLCONFIGDIR"):
         os.environ[name] = str(scratch)
+    if os.environ.get(RESOURCES_ENV, "1") != "0":
+        # Its own bounded /dev/shm, scratch and working directories, gone when it ends.
+        mounted, why = private_mounts(
+            Path(os.getcwd()),
+            scratch,
+            disk_mb=int(options.get("disk_mb", DISK_MB)),
+            shm_mb=int(options.get("shm_mb", SHM_MB)),
+        )
+        status.update(mounted)
+        problems.extend(why)
     connection = kernel_args[kernel_args.index("-f") + 1] if "-f" in kernel_args else None
     readable = readable_roots(protected)
     if connection:
         # The file only: its folder may be a shared one such as /tmp.
         readable.append(os.path.abspath(connection))
-    readable.append(os.getcwd())
-    writable = [os.getcwd(), str(scratch), "/dev", *_ipc_folder(connection)]
+    readable += [os.getcwd(), "/dev"]
+    # /dev/shm only where it is the kernel's own tmpfs: the host's is the machine's memory.
+    devices = [f"/dev/{name}" for name in _DEVICES] + (["/dev/shm"] if status["shm"] else [])
+    writable = [os.getcwd(), str(scratch), *devices, *_ipc_folder(connection)]
     # Opened before Landlock applies (which checks at open time): the report is written after.
     report = None
     if os.environ.get(STATUS_ENV):
@@ -423,6 +526,8 @@ def launch(argv: list[str]) -> None:
         status["network"] = "landlock-tcp"
     status["error"] = "; ".join(problems)
     os.environ["COURSEPKG_SANDBOX_LANDLOCK"] = str(status["landlock"])
+    enforced = {"memory": status["memory"], "shm": status["shm"]}  # for limit_note, in MiB
+    os.environ[LIMITS_ENV] = json.dumps({**enforced, "disk": status["disk"] or status["file_size"]})
     if report is not None:
         with report:
             report.write(json.dumps(status))
