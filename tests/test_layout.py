@@ -1,5 +1,5 @@
-"""The package's size rules (the developers' guide), anywhere in ``coursepkg``: no module over 600
-lines, no function over 80 lines (counted from ``def`` to the end of its body, as
+"""The package's size rules (DEVELOPING.md, "Conventions"), anywhere in ``coursepkg``: no module
+over 600 lines, no function over 80 lines (counted from ``def`` to the end of its body, as
 ``scripts/code_size.py`` does)."""
 
 from __future__ import annotations

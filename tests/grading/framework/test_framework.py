@@ -27,7 +27,7 @@ from coursepkg.grading.framework import (
     registered_checks,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 GRADING = ROOT / "coursepkg" / "grading"
 #: The part of grading/ this layout covers (classroom, sandbox, fork server and notebook
 #: runner are the class grader's, with their own tests).
