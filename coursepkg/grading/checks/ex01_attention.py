@@ -7,7 +7,6 @@ width.
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -27,6 +26,7 @@ from ..framework import (
     Invariance,
     MaskCases,
     MaskedBlock,
+    attention_variant,
     call_student,
     check_gradients,
     configs,
@@ -58,36 +58,6 @@ ADDITIVE = "additive_score"
 # ---------------------------------------------------------------------------------------------
 # Catalogue: scaled dot-product attention
 # ---------------------------------------------------------------------------------------------
-
-
-def attention_variant(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    mask: Tensor | None = None,
-    *,
-    scale: str = "sqrt_dk",
-    softmax_dim: int = -1,
-    mask_mode: str = "fill",
-    empty_rows: str = "zero",
-    return_scores: bool = False,
-) -> tuple[Tensor, Tensor]:
-    """Attention with switches for the catalogued mistakes; the defaults are the correct
-    computation. ``scale``: "sqrt_dk", "none", "dk" or "sqrt_dv"; ``mask_mode``: "fill"
-    (-inf before softmax), "after" (zero the weights after softmax, no renormalising) or
-    "inverted" (hide the True positions); ``empty_rows``: "zero", "nan" (leave softmax's NaN)
-    or "uniform" (a large finite fill, so a fully hidden row averages every value)."""
-    d_k, d_v = query.size(-1), value.size(-1)
-    divisor = {"sqrt_dk": math.sqrt(d_k), "none": 1.0, "dk": float(d_k), "sqrt_dv": math.sqrt(d_v)}
-    scores = query @ key.transpose(-2, -1) / divisor[scale]  # (..., L, S)
-    allowed = None if mask is None else (~mask if mask_mode == "inverted" else mask)
-    if allowed is not None and mask_mode != "after":
-        fill = float("-inf") if empty_rows != "uniform" else -1e9
-        scores = scores.masked_fill(~allowed, fill)
-    weights = torch.softmax(scores, dim=softmax_dim)  # (..., L, S)
-    if allowed is not None and (mask_mode == "after" or empty_rows == "zero"):
-        weights = weights.masked_fill(~allowed, 0.0)
-    return weights @ value, scores if return_scores else weights  # (..., L, Dv), (..., L, S)
 
 
 def _sdpa_bug(name: str, **switches: Any) -> Callable[..., tuple[Tensor, Tensor]]:

@@ -7,17 +7,17 @@ Dimension legend: B batch, H heads, L queries, S keys, D d_model, Dk/Dv per-head
 
 from __future__ import annotations
 
-import math
 import random
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from ...attention import MultiHeadAttention as _ReferenceMHA
 from ..framework import (
     BugVariant,
     CheckReport,
+    HeadsVariant,
     ModuleSpec,
     call_student,
     check_module,
@@ -30,7 +30,6 @@ from ..framework import (
     register_configs,
     run_attention_cases,
 )
-from .ex01_attention import attention_variant
 
 __all__ = ["MHA_BUGS", "HeadsVariant", "check_multi_head_attention"]
 
@@ -40,61 +39,6 @@ MHA = "MultiHeadAttention"
 # ---------------------------------------------------------------------------------------------
 # Catalogue: multi-head attention
 # ---------------------------------------------------------------------------------------------
-
-
-class HeadsVariant(nn.Module):
-    """Multi-head attention with switches for the catalogued mistakes (class attributes); the
-    defaults are the correct computation. The encoder and decoder catalogues use the correct
-    one as their attention block."""
-
-    split = "transpose"  # or "reshape": (B, n, D) viewed as (B, H, n, Dk) directly
-    merge = "transpose"  # or "reshape": (B, H, L, Dk) viewed as (B, L, D) directly
-    scale = "sqrt_dk"  # or "sqrt_d_model"
-    inverted = False
-    has_out_proj = True
-    self_only = False  # keys and values projected from the query (self-attention only)
-    empty_rows = "zero"  # or "uniform": a finite fill, so a fully masked query averages values
-
-    def __init__(self, d_model: int, n_heads: int) -> None:
-        super().__init__()
-        self.n_heads = n_heads
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
-        if self.has_out_proj:
-            self.out_proj = nn.Linear(d_model, d_model)
-
-    def _heads(self, x: Tensor) -> Tensor:
-        b, n, d = x.shape
-        if self.split == "reshape":
-            return x.reshape(b, self.n_heads, n, d // self.n_heads)  # (B, H, n, Dk)
-        return x.reshape(b, n, self.n_heads, d // self.n_heads).transpose(1, 2)  # (B, H, n, Dk)
-
-    def forward(
-        self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
-    ) -> Tensor:
-        b, n_q, d = query.shape
-        if self.self_only:
-            key = value = query
-        q = self._heads(self.q_proj(query))  # (B, H, L, Dk)
-        k = self._heads(self.k_proj(key))  # (B, H, S, Dk)
-        v = self._heads(self.v_proj(value))  # (B, H, S, Dk)
-        if self.scale == "sqrt_d_model":
-            # The kernel divides by sqrt(Dk); this makes the net divisor sqrt(D).
-            q = q * math.sqrt(q.size(-1) / d)
-        out, _ = attention_variant(
-            q,
-            k,
-            v,
-            mask,
-            mask_mode="inverted" if self.inverted else "fill",
-            empty_rows=self.empty_rows,
-        )  # (B, H, L, Dk)
-        if self.merge == "reshape":
-            out = out.reshape(b, n_q, d)  # (B, L, D)
-        else:
-            out = out.transpose(1, 2).reshape(b, n_q, d)  # (B, L, D)
-        return self.out_proj(out) if self.has_out_proj else out
 
 
 def _mha_bug(name: str, **switches: Any) -> type:

@@ -12,7 +12,7 @@ Dimension legend: B batch, L length, D d_model, H heads, F d_ff.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -33,11 +33,13 @@ from ..framework import (
     MaskedBlock,
     ModuleSpec,
     Piece,
+    analyse_norm,
     assert_close,
-    call_student,
+    attention_piece,
     change_later,
     check_module,
     clone_module,
+    combined,
     configs,
     copy_weights,
     describe,
@@ -45,18 +47,20 @@ from ..framework import (
     dtype_name,
     expect_close,
     expect_tensor,
-    forbidden_calls,
+    feed_forward_piece,
     generator,
+    guarded,
     hide_padding,
+    layer_norm_piece,
     locate,
     module_runner,
+    norm_probe,
     piece_mistake,
     public_check,
     randn,
     register_configs,
     run_mask_properties,
 )
-from .ex02_multihead import MHA_BUGS
 from .ex04_encoder_mistakes import (
     ENC,
     ENCODER_BUGS,
@@ -64,26 +68,9 @@ from .ex04_encoder_mistakes import (
     FFN_BUGS,
     LN,
     LN_BUGS,
-    analyse_norm,
-    combined,
 )
 
 __all__ = ["BUGS", "check_encoder_layer", "check_feed_forward", "check_layer_norm"]
-
-PieceInputs = Callable[[Sequence[Any]], tuple[Any, ...]]
-MHA = "MultiHeadAttention"
-
-
-def guarded(module: nn.Module, item: str, **forbid: Any) -> Callable[..., Any]:
-    """Call the student's module with :func:`call_student`, each call watched by
-    :func:`forbidden_calls` (so the check's own work between calls, such as swapping
-    reference pieces into the student's module, is never mistaken for the student's)."""
-
-    def call(*inputs: Any) -> Any:
-        with forbidden_calls(item, **forbid):
-            return call_student(module, *inputs, item=item)
-
-    return call
 
 
 # ---------------------------------------------------------------------------------------------
@@ -131,7 +118,7 @@ def _diagnose_norm(
 ) -> BugVariant | None:
     """The student's LayerNorm mistakes, named each by :func:`analyse_norm`, else the
     catalogue entry whose output matches."""
-    return combined(analyse_norm(mine, args[0])) or diagnose(
+    return combined(analyse_norm(mine, args[0], LN_BUGS)) or diagnose(
         guarded(mine, LN, **_LN_FORBID),
         LN_BUGS,
         (x,),
@@ -373,34 +360,11 @@ register_configs(
 )
 
 
-def attention_piece(name: str, d: int, h: int, inputs: PieceInputs) -> Piece:
-    """A multi-head attention block of a layer, for :func:`locate` (ex02's catalogue)."""
-    return Piece(name, MHA, "check_multi_head_attention", MHA_BUGS, (d, h), inputs)
-
-
-def feed_forward_piece(d: int, d_ff: int) -> Piece:
-    """The layer's ``ffn``, called on the layer's first input."""
-    return Piece("ffn", FFN, "check_feed_forward", FFN_BUGS, (d, d_ff), lambda i: (i[0],))
-
-
-def layer_norm_piece(name: str, d: int, inputs: PieceInputs) -> Piece:
-    """A LayerNorm of a layer; its mistake is first read from the module itself."""
-    return Piece(
-        name,
-        LN,
-        "check_layer_norm",
-        LN_BUGS,
-        (d,),
-        inputs,
-        analyse=lambda m: combined(analyse_norm(m, d)),
-    )
-
-
 def encoder_pieces(d: int, h: int, d_ff: int) -> list[Piece]:
     """The encoder layer's submodules for :func:`locate`, called on the layer's ``(x, mask)``."""
 
     def norm_input(i: Sequence[Any]) -> tuple[Tensor]:
-        return (_norm_probe(i[0]),)
+        return (norm_probe(i[0]),)
 
     return [
         attention_piece("self_attn", d, h, lambda i: (i[0], i[0], i[0], i[1])),
@@ -408,14 +372,6 @@ def encoder_pieces(d: int, h: int, d_ff: int) -> list[Piece]:
         layer_norm_piece("norm1", d, norm_input),
         layer_norm_piece("norm2", d, norm_input),
     ]
-
-
-def _norm_probe(x: Tensor) -> Tensor:
-    """A LayerNorm input on which every LayerNorm mistake shows: the layer input with one
-    nearly constant position (where eps matters) and an offset."""
-    probe = x.detach().clone() * 2 + 1
-    probe[:, 0] = probe[:, 0] * 1e-3 + 0.01
-    return probe
 
 
 @public_check(assignment="ex04_encoder", implements="EncoderLayer", bugs=ENCODER_BUGS, kind="class")

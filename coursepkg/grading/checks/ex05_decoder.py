@@ -37,14 +37,17 @@ from ..framework import (
     NotImplementedYet,
     Piece,
     assert_close,
+    attention_piece,
     call_student,
     clone_module,
     configs,
     describe,
     diagnose,
     expect_tensor,
+    feed_forward_piece,
     forbidden_calls,
     gradients_reach,
+    layer_norm_piece,
     locate,
     piece_mistake,
     prepare_module,
@@ -53,7 +56,6 @@ from ..framework import (
     reject_reference_class,
     run_mask_properties,
 )
-from .ex04_encoder import attention_piece, feed_forward_piece, layer_norm_piece
 from .ex05_decoder_mistakes import (
     LAYER_BUGS,
     LAYER_ITEM,

@@ -122,6 +122,27 @@ def test_no_private_name_is_imported_from_another_module(path):
             assert not private, f"{path.name} imports {private} from {node.module}"
 
 
+def _assignment(module: str) -> str:
+    """``ex04_encoder_mistakes`` -> ``ex04``: the assignment a check module belongs to."""
+    return module.split("_", 1)[0]
+
+
+@pytest.mark.parametrize("path", sorted((GRADING / "checks").glob("ex*.py")), ids=lambda p: p.name)
+def test_a_check_module_imports_no_other_assignments_module(path):
+    """Shared pieces live in framework/; a check module imports only the framework, the
+    reference and its own assignment's modules."""
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            imported.add(node.module)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+            "coursepkg.grading.checks."
+        ):
+            imported.add(node.module.rsplit(".", 1)[1])
+    others = {m for m in imported if _assignment(m) != _assignment(path.stem)}
+    assert not others, f"{path.name} imports {sorted(others)}"
+
+
 def test_coursepkg_grading_has_no_import_cycle():
     path = ROOT / "scripts" / "import_cycles.py"
     spec = importlib.util.spec_from_file_location("import_cycles", path)
