@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..framework import BugVariant, HeadsVariant
+from ..framework import BugVariant, HeadsBlock
 
 LN = "LayerNorm"
 FFN = "PositionwiseFeedForward"
@@ -172,7 +172,7 @@ class _EncoderVariant(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int) -> None:
         super().__init__()
-        self.self_attn = HeadsVariant(d_model, n_heads)
+        self.self_attn = HeadsBlock(d_model, n_heads)
         self.ffn = _FeedForwardVariant(d_model, d_ff)
         self.norm1 = _NormVariant(d_model)
         self.norm2 = _NormVariant(d_model)

@@ -21,8 +21,8 @@
 - :mod:`.pieces`: the pieces of a layer check (:func:`guarded`, :func:`attention_piece`,
   :func:`feed_forward_piece`, :func:`layer_norm_piece`), each naming its mistake with the
   catalogue of the check that grades it (:func:`mistakes_of`).
-- :mod:`.variants`: the variants several catalogues build their mistakes from
-  (:func:`attention_variant`, :class:`HeadsVariant`).
+- :mod:`.variants`: the correct blocks several catalogues build their mistakes from
+  (:func:`masked_attention`, :class:`HeadsBlock`, written in steps a mistake overrides).
 
 Modules import each other downwards only: results <- inputs <- calling <- compare <- weights
 <- masks, locate, modules, norms; registry needs results only; pieces sits on locate, norms and
@@ -90,7 +90,7 @@ from .results import (
     diagnosis_message,
     run_check,
 )
-from .variants import HeadsVariant, attention_variant
+from .variants import HeadsBlock, masked_attention
 from .weights import (
     NAMING_CONTRACT,
     build_module,
@@ -111,7 +111,7 @@ __all__ = [
     "MaskCases",
     "Invariance",
     "FullyMasked",
-    "HeadsVariant",
+    "HeadsBlock",
     "CHECKER_FAILED",
     "DIAGNOSE_TOLERANCE",
     "MASK_RULE",
@@ -131,7 +131,6 @@ __all__ = [
     "analyse_norm",
     "assert_close",
     "attention_piece",
-    "attention_variant",
     "build_module",
     "call_student",
     "catalogue",
@@ -162,6 +161,7 @@ __all__ = [
     "layer_norm_piece",
     "locate",
     "materialise_lazy",
+    "masked_attention",
     "max_abs_error",
     "mistakes_of",
     "module_runner",
