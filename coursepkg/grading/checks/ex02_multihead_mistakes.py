@@ -22,7 +22,6 @@ __all__ = ["BUGS", "MHA_BUGS", "MHA_ITEM"]
 MHA_ITEM = "MultiHeadAttention"
 
 # The class names (MultiHeadAttention_<mistake>) are what a parameter table shows for a variant.
-# ruff: noqa: N801
 
 
 class MultiHeadAttention_split_without_transpose(HeadsBlock):
