@@ -7,6 +7,7 @@ no private name of another module and form no import cycle."""
 from __future__ import annotations
 
 import ast
+import importlib
 import importlib.util
 import inspect
 import re
@@ -120,6 +121,26 @@ def test_no_private_name_is_imported_from_another_module(path):
         if isinstance(node, ast.ImportFrom) and (node.level or "coursepkg" in (node.module or "")):
             private = [a.name for a in node.names if a.name.startswith("_")]
             assert not private, f"{path.name} imports {private} from {node.module}"
+
+
+def test_every_assignment_has_its_checks_and_its_catalogue():
+    """checks/exNN_x.py holds the configurations and public checks, checks/exNN_x_mistakes.py
+    the catalogue; ``BUGS`` in the catalogue is every mistake the assignment's checks name."""
+    import importlib
+
+    registered: dict[str, set[str]] = {}
+    for entry in registered_checks():
+        registered.setdefault(entry.assignment, set()).update(b.id for b in entry.bugs)
+    assignments = sorted(p.stem for p in Path(stubs.__file__).parent.glob("ex*.py"))
+    assert len(assignments) == 9
+    for aid in assignments:
+        assert (GRADING / "checks" / f"{aid}.py").is_file(), aid
+        mistakes = importlib.import_module(f"coursepkg.grading.checks.{aid}_mistakes")
+        ids = [bug.id for bug in mistakes.BUGS]
+        assert ids and len(ids) == len(set(ids)), aid
+        assert all(i.split(".")[0] and "." in i for i in ids), aid
+        if aid in registered:
+            assert set(ids) == registered[aid], aid
 
 
 def _assignment(module: str) -> str:
