@@ -126,8 +126,6 @@ def test_no_private_name_is_imported_from_another_module(path):
 def test_every_assignment_has_its_checks_and_its_catalogue():
     """checks/exNN_x.py holds the configurations and public checks, checks/exNN_x_mistakes.py
     the catalogue; ``BUGS`` in the catalogue is every mistake the assignment's checks name."""
-    import importlib
-
     registered: dict[str, set[str]] = {}
     for entry in registered_checks():
         registered.setdefault(entry.assignment, set()).update(b.id for b in entry.bugs)
