@@ -28,11 +28,12 @@ TORCH_VERSION := 2.13.0
 WHEELS ?= /opt/wheels
 PIP_FLAGS := --disable-pip-version-check $(if $(wildcard $(WHEELS)),--find-links $(WHEELS))
 
-.PHONY: help install test lint format book publish release lab bench robustness clean distclean lock
+.PHONY: help install test test-fast lint format book publish release lab bench robustness clean distclean lock
 
 help:
 	@echo "make install    create $(VENV)/ and install $(LOCK) and coursepkg (editable); no-op when up to date"
-	@echo "make test       ruff check, ruff format --check, then pytest"
+	@echo "make test       ruff check, ruff format --check, then pytest (the whole suite)"
+	@echo "make test-fast  ruff, then the quick tests: package and checks, no browser/cluster/book/notebooks"
 	@echo "make book       build the book (executes its pages) into _build/html/index.html"
 	@echo "make lint       ruff check and ruff format --check"
 	@echo "make format     ruff format and ruff check --fix"
@@ -89,6 +90,14 @@ test: lint
 	  status=0; \
 	fi; \
 	exit $$status
+
+# The quick loop while editing the package or the checks: tests/model/, tests/grading/ and the
+# layout rules, without the tests marked slow (real kernels, Dask, nbgrader batches) and without
+# the folders that build or drive the book, the notebooks, a browser or a cluster (tests/book/,
+# tests/exercises/, tests/e2e/). DEVELOPING.md says which folder holds what.
+FAST_TESTS := tests/test_layout.py tests/model tests/grading
+test-fast: lint
+	$(VENV_PATH) $(BIN)/python -m pytest -q -m "not slow" $(FAST_TESTS)
 
 # -W: warnings are errors; -n: nit-picky about missing references; --keep-going: report every
 # warning before failing. Notebook outputs are cached in _build/.jupyter_cache (`make clean`

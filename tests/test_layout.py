@@ -1,10 +1,11 @@
-"""The package's size rules (the developers' guide), anywhere in ``coursepkg``: no module over 600
-lines, no function over 80 lines (counted from ``def`` to the end of its body, as
+"""The package's size rules (DEVELOPING.md, "Conventions"), anywhere in ``coursepkg``: no module
+over 600 lines, no function over 80 lines (counted from ``def`` to the end of its body, as
 ``scripts/code_size.py`` does)."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -24,3 +25,36 @@ def test_modules_are_small_and_their_functions_short(path):
         and node.end_lineno - node.lineno + 1 > 80
     ]
     assert not long, long
+
+
+ROOT = PACKAGE.parent
+GUIDE = ROOT / "DEVELOPING.md"
+
+
+def test_the_guide_states_these_limits():
+    text = GUIDE.read_text(encoding="utf-8")
+    assert "over 600 lines" in text and "over 80 lines" in text
+
+
+def _map_rows() -> list[list[str]]:
+    text = GUIDE.read_text(encoding="utf-8")
+    section = text.split("## The map", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1:-1] for line in section.splitlines() if line.startswith("| ")]
+    return [[cell.strip() for cell in row] for row in rows[1:]]  # without the header
+
+
+def test_every_path_in_the_guides_map_exists():
+    """The map's modules and checks are under coursepkg/ (or the repository root: book/,
+    scripts/), its tests under tests/; a renamed or moved file shows here."""
+    rows = _map_rows()
+    assert len(rows) >= 20
+    missing = []
+    for concept, module, test, _chapter, check, check_test in rows:
+        for cell, base in ((module, PACKAGE), (check, PACKAGE), (test, ROOT / "tests")):
+            for name in re.findall(r"`([\w./]+(?:\.py|/))`", cell):
+                if not ((base / name).exists() or (ROOT / name).exists()):
+                    missing.append((concept, name))
+        for name in re.findall(r"`([\w./]+(?:\.py|/))`", check_test):
+            if not (ROOT / "tests" / name).exists():
+                missing.append((concept, name))
+    assert not missing, missing

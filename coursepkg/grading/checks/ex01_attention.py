@@ -1,5 +1,5 @@
-"""Checks of ex01_attention: scaled dot-product attention and the additive (Bahdanau) score,
-with the catalogue of mistakes they recognise.
+"""Checks of ex01_attention: scaled dot-product attention and the additive (Bahdanau) score;
+the catalogue of mistakes they recognise is in :mod:`.ex01_attention_mistakes`.
 
 Dimension legend: B batch, H heads, L queries, S keys, Dk/Dv per-head sizes, A additive-attention
 width.
@@ -7,7 +7,6 @@ width.
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -43,130 +42,14 @@ from ..framework import (
     register_configs,
     run_mask_properties,
 )
+from .ex01_attention_mistakes import ADDITIVE_BUGS, ADDITIVE_ITEM, BUGS, SDPA_BUGS, SDPA_ITEM
 
 __all__ = [
     "ADDITIVE_BUGS",
+    "BUGS",
     "SDPA_BUGS",
     "check_additive_score",
     "check_scaled_dot_product_attention",
-]
-
-SDPA = "scaled_dot_product_attention"
-ADDITIVE = "additive_score"
-
-
-# ---------------------------------------------------------------------------------------------
-# Catalogue: scaled dot-product attention
-# ---------------------------------------------------------------------------------------------
-
-
-def attention_variant(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    mask: Tensor | None = None,
-    *,
-    scale: str = "sqrt_dk",
-    softmax_dim: int = -1,
-    mask_mode: str = "fill",
-    empty_rows: str = "zero",
-    return_scores: bool = False,
-) -> tuple[Tensor, Tensor]:
-    """Attention with switches for the catalogued mistakes; the defaults are the correct
-    computation. ``scale``: "sqrt_dk", "none", "dk" or "sqrt_dv"; ``mask_mode``: "fill"
-    (-inf before softmax), "after" (zero the weights after softmax, no renormalising) or
-    "inverted" (hide the True positions); ``empty_rows``: "zero", "nan" (leave softmax's NaN)
-    or "uniform" (a large finite fill, so a fully hidden row averages every value)."""
-    d_k, d_v = query.size(-1), value.size(-1)
-    divisor = {"sqrt_dk": math.sqrt(d_k), "none": 1.0, "dk": float(d_k), "sqrt_dv": math.sqrt(d_v)}
-    scores = query @ key.transpose(-2, -1) / divisor[scale]  # (..., L, S)
-    allowed = None if mask is None else (~mask if mask_mode == "inverted" else mask)
-    if allowed is not None and mask_mode != "after":
-        fill = float("-inf") if empty_rows != "uniform" else -1e9
-        scores = scores.masked_fill(~allowed, fill)
-    weights = torch.softmax(scores, dim=softmax_dim)  # (..., L, S)
-    if allowed is not None and (mask_mode == "after" or empty_rows == "zero"):
-        weights = weights.masked_fill(~allowed, 0.0)
-    return weights @ value, scores if return_scores else weights  # (..., L, Dv), (..., L, S)
-
-
-def _sdpa_bug(name: str, **switches: Any) -> Callable[..., tuple[Tensor, Tensor]]:
-    def impl(query, key, value, mask=None):  # noqa: ANN001, ANN202 - the stub's signature
-        return attention_variant(query, key, value, mask, **switches)
-
-    impl.__name__ = impl.__qualname__ = f"sdpa_{name}"
-    return impl
-
-
-SDPA_BUGS: list[BugVariant] = [
-    BugVariant(
-        "sdpa.no_scaling",
-        SDPA,
-        "the scores Q K^T are not divided by sqrt(d_k)",
-        "Divide the scores by math.sqrt(d_k), where d_k = query.size(-1), before the softmax.",
-        _sdpa_bug("no_scaling", scale="none"),
-    ),
-    BugVariant(
-        "sdpa.scale_by_dk",
-        SDPA,
-        "the scores are divided by d_k instead of sqrt(d_k)",
-        "Divide by math.sqrt(d_k), not by d_k.",
-        _sdpa_bug("scale_by_dk", scale="dk"),
-    ),
-    BugVariant(
-        "sdpa.scale_by_dv",
-        SDPA,
-        "the scores are scaled with the value size Dv instead of the key size Dk",
-        "Use d_k = query.size(-1) (the size of the dot products), not value.size(-1).",
-        _sdpa_bug("scale_by_dv", scale="sqrt_dv"),
-    ),
-    BugVariant(
-        "sdpa.softmax_query_axis",
-        SDPA,
-        "the softmax runs over the queries (dim=-2) instead of over the keys",
-        "Use torch.softmax(scores, dim=-1): each query's weights over the keys must sum to 1.",
-        _sdpa_bug("softmax_query_axis", softmax_dim=-2),
-    ),
-    BugVariant(
-        "sdpa.mask_after_softmax",
-        SDPA,
-        "the mask zeroes the weights after the softmax, so the remaining weights no longer "
-        "sum to 1",
-        "Mask the scores before the softmax: scores.masked_fill(~mask, float('-inf')).",
-        _sdpa_bug("mask_after_softmax", mask_mode="after"),
-    ),
-    BugVariant(
-        "sdpa.inverted_mask",
-        SDPA,
-        "the mask is read the wrong way round (True treated as blocked)",
-        "True means may attend: hide the positions where the mask is False, "
-        "scores.masked_fill(~mask, float('-inf')).",
-        _sdpa_bug("inverted_mask", mask_mode="inverted"),
-    ),
-    BugVariant(
-        "sdpa.masked_row_nan",
-        SDPA,
-        "a query whose keys are all masked gets NaN (softmax of a row of -inf)",
-        "After the softmax, set the weights of masked positions to 0, e.g. "
-        "weights.masked_fill(~mask, 0.0); a fully masked row then gives zeros.",
-        _sdpa_bug("masked_row_nan", empty_rows="nan"),
-    ),
-    BugVariant(
-        "sdpa.masked_row_uniform",
-        SDPA,
-        "a query whose keys are all masked averages all values (a finite fill such as -1e9 "
-        "makes that row's softmax uniform)",
-        "After the softmax, set the weights of masked positions to 0, e.g. "
-        "weights.masked_fill(~mask, 0.0), so a fully masked row gives zeros.",
-        _sdpa_bug("masked_row_uniform", empty_rows="uniform"),
-    ),
-    BugVariant(
-        "sdpa.returns_scores",
-        SDPA,
-        "the second value returned is the scores before the softmax, not the weights",
-        "Return (output, weights) where weights = softmax(scores) after masking.",
-        _sdpa_bug("returns_scores", return_scores=True),
-    ),
 ]
 
 
@@ -186,7 +69,7 @@ def _sample_sdpa(rng: random.Random) -> dict[str, int]:
 
 
 register_configs(
-    SDPA,
+    SDPA_ITEM,
     visible=[
         {"B": 2, "L": 5, "S": 7, "Dk": 4, "Dv": 3},
         {"B": 1, "L": 3, "S": 3, "Dk": 8, "Dv": 8},
@@ -218,22 +101,22 @@ def check_scaled_dot_product_attention(
     not call PyTorch's fused attention.
     """
     if not callable(fn):
-        report.fail(f"expected your function {SDPA}, got {type(fn).__name__}.")
+        report.fail(f"expected your function {SDPA_ITEM}, got {type(fn).__name__}.")
 
     def student(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None) -> Any:
-        result = call_student(fn, query, key, value, mask, item=SDPA)
+        result = call_student(fn, query, key, value, mask, item=SDPA_ITEM)
         if not isinstance(result, tuple) or len(result) != 2:
             kind = type(result).__name__ + (
                 f" of length {len(result)}" if isinstance(result, (tuple, list)) else ""
             )
             raise CheckFailure(
-                f"{SDPA} should return a tuple (output, weights), but it returned {kind}."
+                f"{SDPA_ITEM} should return a tuple (output, weights), but it returned {kind}."
             )
         return result
 
     gen = generator(seed)
-    cfgs = configs(SDPA, thorough, seed)
-    with forbidden_calls(SDPA):
+    cfgs = configs(SDPA_ITEM, thorough, seed)
+    with forbidden_calls(SDPA_ITEM):
         for index, cfg in enumerate(cfgs):
             for dtype in (torch.float32, torch.float64) if index == 0 else (torch.float32,):
                 _sdpa_config(report, student, cfg, dtype, gen)
@@ -245,7 +128,7 @@ def check_scaled_dot_product_attention(
         k = randn(gen, cfg["B"], cfg["S"], cfg["Dk"]).requires_grad_()
         v = randn(gen, cfg["B"], cfg["S"], cfg["Dv"]).requires_grad_()
         output = expect_tensor(student(q, k, v)[0], "the output")
-        check_gradients(output, [("query", q), ("key", k), ("value", v)], SDPA)
+        check_gradients(output, [("query", q), ("key", k), ("value", v)], SDPA_ITEM)
     report.ok("gradients reach query, key and value")
 
 
@@ -398,51 +281,8 @@ def _sdpa_masked_row_case(
 # ---------------------------------------------------------------------------------------------
 
 
-def _additive_variant(query, keys, W_q, W_k, v, *, mode):  # noqa: ANN001, ANN202, N803
-    q = query @ W_q.T  # (B, A)
-    k = keys @ W_k.T  # (B, S, A)
-    if mode == "no_tanh":
-        return (q.unsqueeze(1) + k) @ v  # (B, S)
-    if mode == "tanh_separately":
-        return (torch.tanh(q).unsqueeze(1) + torch.tanh(k)) @ v  # (B, S)
-    scores = torch.tanh(q.unsqueeze(1) + k) @ v  # (B, S)
-    return torch.softmax(scores, dim=-1)  # mode == "softmax"
-
-
-def _additive_bug(mode: str) -> Callable[..., Tensor]:
-    def impl(query, keys, W_q, W_k, v):  # noqa: ANN001, ANN202, N803 - the stub's signature
-        return _additive_variant(query, keys, W_q, W_k, v, mode=mode)
-
-    impl.__name__ = impl.__qualname__ = f"additive_{mode}"
-    return impl
-
-
-ADDITIVE_BUGS: list[BugVariant] = [
-    BugVariant(
-        "additive.no_tanh",
-        ADDITIVE,
-        "the tanh between the projections and v is missing (the score is then linear)",
-        "Compute v^T tanh(W_q s + W_k h): apply torch.tanh to the sum before the product with v.",
-        _additive_bug("no_tanh"),
-    ),
-    BugVariant(
-        "additive.tanh_separately",
-        ADDITIVE,
-        "tanh is applied to W_q s and to W_k h separately instead of to their sum",
-        "Add the two projections first, then apply one tanh: tanh(W_q s + W_k h).",
-        _additive_bug("tanh_separately"),
-    ),
-    BugVariant(
-        "additive.softmax_applied",
-        ADDITIVE,
-        "the function returns softmax weights instead of the raw scores",
-        "Return the scores; the softmax (and the mask) belong to the caller.",
-        _additive_bug("softmax"),
-    ),
-]
-
 register_configs(
-    ADDITIVE,
+    ADDITIVE_ITEM,
     visible=[
         {"B": 2, "S": 5, "Dq": 3, "Dk": 4, "A": 6},
         {"B": 1, "S": 1, "Dq": 2, "Dk": 2, "A": 2},
@@ -481,14 +321,14 @@ def check_additive_score(report: CheckReport, fn: Any, thorough: bool, seed: int
     weights (its key bias set to zero, since the standalone score has none).
     """
     if not callable(fn):
-        report.fail(f"expected your function {ADDITIVE}, got {type(fn).__name__}.")
+        report.fail(f"expected your function {ADDITIVE_ITEM}, got {type(fn).__name__}.")
 
     def student(*inputs: Tensor) -> Any:
-        return call_student(fn, *inputs, item=ADDITIVE)
+        return call_student(fn, *inputs, item=ADDITIVE_ITEM)
 
     gen = generator(seed, salt=1)
-    cfgs = configs(ADDITIVE, thorough, seed)
-    with forbidden_calls(ADDITIVE):
+    cfgs = configs(ADDITIVE_ITEM, thorough, seed)
+    with forbidden_calls(ADDITIVE_ITEM):
         for index, cfg in enumerate(cfgs):
             for dtype in (torch.float32, torch.float64) if index == 0 else (torch.float32,):
                 b, n_k, a = cfg["B"], cfg["S"], cfg["A"]
@@ -525,5 +365,5 @@ def check_additive_score(report: CheckReport, fn: Any, thorough: bool, seed: int
             )
         )
         scores = expect_tensor(student(*inputs), "the output")
-        check_gradients(scores, list(zip(names, inputs, strict=True)), ADDITIVE)
+        check_gradients(scores, list(zip(names, inputs, strict=True)), ADDITIVE_ITEM)
     report.ok("gradients reach all five inputs")

@@ -1,22 +1,19 @@
-"""Checks of ex02_multihead: the ``MultiHeadAttention`` class, with the catalogue of mistakes it
-recognises. :class:`HeadsVariant` (a multi-head block with switchable mistakes) is also the
-attention piece of the encoder and decoder catalogues.
+"""Checks of ex02_multihead: the ``MultiHeadAttention`` class; the catalogue of mistakes it
+recognises is in :mod:`.ex02_multihead_mistakes`.
 
 Dimension legend: B batch, H heads, L queries, S keys, D d_model, Dk/Dv per-head sizes.
 """
 
 from __future__ import annotations
 
-import math
 import random
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from ...attention import MultiHeadAttention as _ReferenceMHA
 from ..framework import (
-    BugVariant,
     CheckReport,
     ModuleSpec,
     call_student,
@@ -30,138 +27,9 @@ from ..framework import (
     register_configs,
     run_attention_cases,
 )
-from .ex01_attention import attention_variant
+from .ex02_multihead_mistakes import BUGS, MHA_BUGS, MHA_ITEM
 
-__all__ = ["MHA_BUGS", "HeadsVariant", "check_multi_head_attention"]
-
-MHA = "MultiHeadAttention"
-
-
-# ---------------------------------------------------------------------------------------------
-# Catalogue: multi-head attention
-# ---------------------------------------------------------------------------------------------
-
-
-class HeadsVariant(nn.Module):
-    """Multi-head attention with switches for the catalogued mistakes (class attributes); the
-    defaults are the correct computation. The encoder and decoder catalogues use the correct
-    one as their attention block."""
-
-    split = "transpose"  # or "reshape": (B, n, D) viewed as (B, H, n, Dk) directly
-    merge = "transpose"  # or "reshape": (B, H, L, Dk) viewed as (B, L, D) directly
-    scale = "sqrt_dk"  # or "sqrt_d_model"
-    inverted = False
-    has_out_proj = True
-    self_only = False  # keys and values projected from the query (self-attention only)
-    empty_rows = "zero"  # or "uniform": a finite fill, so a fully masked query averages values
-
-    def __init__(self, d_model: int, n_heads: int) -> None:
-        super().__init__()
-        self.n_heads = n_heads
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
-        if self.has_out_proj:
-            self.out_proj = nn.Linear(d_model, d_model)
-
-    def _heads(self, x: Tensor) -> Tensor:
-        b, n, d = x.shape
-        if self.split == "reshape":
-            return x.reshape(b, self.n_heads, n, d // self.n_heads)  # (B, H, n, Dk)
-        return x.reshape(b, n, self.n_heads, d // self.n_heads).transpose(1, 2)  # (B, H, n, Dk)
-
-    def forward(
-        self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
-    ) -> Tensor:
-        b, n_q, d = query.shape
-        if self.self_only:
-            key = value = query
-        q = self._heads(self.q_proj(query))  # (B, H, L, Dk)
-        k = self._heads(self.k_proj(key))  # (B, H, S, Dk)
-        v = self._heads(self.v_proj(value))  # (B, H, S, Dk)
-        if self.scale == "sqrt_d_model":
-            # The kernel divides by sqrt(Dk); this makes the net divisor sqrt(D).
-            q = q * math.sqrt(q.size(-1) / d)
-        out, _ = attention_variant(
-            q,
-            k,
-            v,
-            mask,
-            mask_mode="inverted" if self.inverted else "fill",
-            empty_rows=self.empty_rows,
-        )  # (B, H, L, Dk)
-        if self.merge == "reshape":
-            out = out.reshape(b, n_q, d)  # (B, L, D)
-        else:
-            out = out.transpose(1, 2).reshape(b, n_q, d)  # (B, L, D)
-        return self.out_proj(out) if self.has_out_proj else out
-
-
-def _mha_bug(name: str, **switches: Any) -> type:
-    return type(f"MultiHeadAttention_{name}", (HeadsVariant,), switches)
-
-
-MHA_BUGS: list[BugVariant] = [
-    BugVariant(
-        "mha.split_without_transpose",
-        MHA,
-        "the heads are split with a plain reshape (B, L, D) -> (B, H, L, Dk), which mixes "
-        "positions and features",
-        "Reshape to (B, L, H, Dk) first, then transpose(1, 2) to get (B, H, L, Dk).",
-        _mha_bug("split_without_transpose", split="reshape"),
-    ),
-    BugVariant(
-        "mha.merge_wrong_order",
-        MHA,
-        "the heads are merged in the wrong order: (B, H, L, Dk) is reshaped to (B, L, D) "
-        "without moving the head axis back first",
-        "Transpose (B, H, L, Dk) to (B, L, H, Dk), then reshape to (B, L, H*Dk) "
-        "(call .contiguous() or use .reshape).",
-        _mha_bug("merge_wrong_order", merge="reshape"),
-    ),
-    BugVariant(
-        "mha.no_output_projection",
-        MHA,
-        "the output projection W^O (out_proj) is missing",
-        "Add self.out_proj = nn.Linear(d_model, d_model) and apply it to the concatenated heads.",
-        _mha_bug("no_output_projection", has_out_proj=False),
-    ),
-    BugVariant(
-        "mha.scale_by_d_model",
-        MHA,
-        "the scores are divided by sqrt(d_model) instead of sqrt(d_k) of one head",
-        "Each head's dot products have Dk = d_model // n_heads terms: divide by math.sqrt(Dk).",
-        _mha_bug("scale_by_d_model", scale="sqrt_d_model"),
-    ),
-    BugVariant(
-        "mha.inverted_mask",
-        MHA,
-        "the mask is read the wrong way round (True treated as blocked)",
-        "True means may attend: fill the scores with -inf where the mask is False (~mask).",
-        _mha_bug("inverted_mask", inverted=True),
-    ),
-    BugVariant(
-        "mha.ignores_key_value",
-        MHA,
-        "your MultiHeadAttention ignores its key and value inputs: keys and values are "
-        "projected from the query, so it can only attend to itself (the GPT-style "
-        "self-attention habit), and cross-attention to the encoder's memory cannot work",
-        "Project the arguments you are given: q = q_proj(query), k = k_proj(key), "
-        "v = v_proj(value); with a fused projection, apply it to each input separately.",
-        _mha_bug("ignores_key_value", self_only=True),
-    ),
-    BugVariant(
-        "mha.masked_row_uniform",
-        MHA,
-        "a query whose keys are all masked averages all values instead of giving zero "
-        "attention: a finite fill such as -1e9 or -1e4 (or torch.finfo().min) makes that "
-        "row's softmax uniform",
-        "After the softmax, set the weights of masked positions to 0 (weights.masked_fill("
-        "~mask, 0.0)), or fill with float('-inf') and turn the NaN rows into zeros; a fully "
-        "masked query must give a zero attention output.",
-        _mha_bug("masked_row_uniform", empty_rows="uniform"),
-    ),
-]
+__all__ = ["BUGS", "MHA_BUGS", "check_multi_head_attention"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,15 +73,15 @@ def _mha_cases(
 ) -> None:
     """The four mask properties of the student's block against the reference's, in ``dtype``."""
     args = (cfg["D"], cfg["H"])
-    with forbidden_calls(MHA):
+    with forbidden_calls(MHA_ITEM):
         run_attention_cases(
             report,
-            lambda q, k, v, m: call_student(mine, q, k, v, m, item=MHA),
+            lambda q, k, v, m: call_student(mine, q, k, v, m, item=MHA_ITEM),
             lambda q, k, v, m: ref(q, k, v, m),
             cfg,
             dtype,
             gen,
-            item=MHA,
+            item=MHA_ITEM,
             bugs=MHA_BUGS,
             run=module_runner(ref, args),
         )
@@ -226,7 +94,7 @@ def _mha_gradient_inputs(gen: torch.Generator, cfg: dict[str, int]) -> tuple[Any
 
 
 _MHA_SPEC = ModuleSpec(
-    item=MHA,
+    item=MHA_ITEM,
     bugs=MHA_BUGS,
     reference=lambda cfg: _ReferenceMHA(cfg["D"], cfg["H"]).eval(),
     args=lambda cfg: (cfg["D"], cfg["H"]),

@@ -1,12 +1,11 @@
-"""Check of ex03 (the sinusoidal positional encoding), with the catalogue of mistakes it
-recognises.
+"""Check of ex03 (the sinusoidal positional encoding); the catalogue of mistakes it recognises
+is in :mod:`.ex03_positions_mistakes`.
 
 Dimension legend: D d_model; the table has one row per position.
 """
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable
 from typing import Any
@@ -28,10 +27,9 @@ from ..framework import (
     public_check,
     register_configs,
 )
+from .ex03_positions_mistakes import BUGS, PE_BUGS, PE_ITEM, pe_halves_not_interleaved
 
-__all__ = ["BUGS", "check_positional_encoding"]
-
-PE = "sinusoidal_positional_encoding"
+__all__ = ["BUGS", "PE_BUGS", "check_positional_encoding"]
 
 #: ``(rtol, atol)`` for the table, compared in float64. A correct float32 implementation
 #: computes the angle pos * freq with a relative error of ~6e-8, so its absolute error grows
@@ -45,111 +43,6 @@ _FORMULA = (
     "PE(pos, 2i) = sin(pos / 10000^(2i/d_model)) in the even columns and PE(pos, 2i+1) = "
     "cos(pos / 10000^(2i/d_model)) in the odd ones, positions counted from 0."
 )
-
-
-def _pe_variant(
-    max_len: int,
-    d_model: int,
-    *,
-    layout: str = "interleaved",
-    exponent: str = "2i",
-    op: str = "divide",
-    start: int = 0,
-) -> Tensor:
-    """The table with switches for the catalogued mistakes; the defaults are correct.
-
-    ``layout``: "interleaved" (sin even, cos odd), "swapped" (cos even, sin odd) or "halves"
-    (all sines, then all cosines); ``exponent`` of 10000 for column pair i (column j):
-    "2i" -> 2i/D, "i" -> i/D, "column" -> j/D, "integer" -> (2i // D) = 0; ``op``: divide or
-    multiply the position by 10000^exponent; ``start``: the first position.
-    """
-    pos = torch.arange(start, start + max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
-    pair = torch.arange(d_model // 2, dtype=torch.float64)  # (D/2,)
-    if exponent == "2i":
-        exp_sin = exp_cos = 2 * pair / d_model
-    elif exponent == "i":
-        exp_sin = exp_cos = pair / d_model
-    elif exponent == "column":
-        exp_sin, exp_cos = 2 * pair / d_model, (2 * pair + 1) / d_model
-    else:  # "integer"
-        exp_sin = exp_cos = torch.div(2 * pair, d_model, rounding_mode="floor")
-    sign = -1.0 if op == "divide" else 1.0
-    sines = torch.sin(pos * torch.exp(sign * math.log(10000.0) * exp_sin))  # (max_len, D/2)
-    cosines = torch.cos(pos * torch.exp(sign * math.log(10000.0) * exp_cos))  # (max_len, D/2)
-    if layout == "halves":
-        return torch.cat([sines, cosines], dim=1).float()  # (max_len, D)
-    if layout == "swapped":
-        sines, cosines = cosines, sines
-    return torch.stack([sines, cosines], dim=2).reshape(max_len, d_model).float()  # (max_len, D)
-
-
-def _pe_bug(name: str, **switches: Any) -> Callable[[int, int], Tensor]:
-    def impl(max_len: int, d_model: int) -> Tensor:
-        return _pe_variant(max_len, d_model, **switches)
-
-    impl.__name__ = impl.__qualname__ = f"pe_{name}"
-    return impl
-
-
-BUGS: list[BugVariant] = [
-    BugVariant(
-        "pe.sin_cos_swapped",
-        PE,
-        "sine and cosine are swapped (cosines in the even columns, sines in the odd ones)",
-        "Put sin in columns 0, 2, 4, ... (pe[:, 0::2]) and cos in columns 1, 3, 5, ... "
-        "(pe[:, 1::2]); row 0 is then 0, 1, 0, 1, ...",
-        _pe_bug("sin_cos_swapped", layout="swapped"),
-    ),
-    BugVariant(
-        "pe.halves_not_interleaved",
-        PE,
-        "the sines fill the first half of the columns and the cosines the second half, "
-        "instead of alternating",
-        "Interleave them: sines in the even columns (pe[:, 0::2]), cosines in the odd ones "
-        "(pe[:, 1::2]).",
-        _pe_bug("halves_not_interleaved", layout="halves"),
-    ),
-    BugVariant(
-        "pe.exponent_i_over_d",
-        PE,
-        "the frequencies use 10000^(i/d_model) instead of 10000^(2i/d_model)",
-        "For column pair i (columns 2i and 2i+1) the exponent is 2i/d_model: use "
-        "torch.arange(0, d_model, 2) / d_model.",
-        _pe_bug("exponent_i_over_d", exponent="i"),
-    ),
-    BugVariant(
-        "pe.exponent_per_column",
-        PE,
-        "each column gets its own exponent j/d_model, so a cosine column does not share the "
-        "frequency of the sine column before it",
-        "Columns 2i and 2i+1 share one frequency 1/10000^(2i/d_model): compute it once per "
-        "pair from torch.arange(0, d_model, 2).",
-        _pe_bug("exponent_per_column", exponent="column"),
-    ),
-    BugVariant(
-        "pe.integer_exponent",
-        PE,
-        "the exponent 2i/d_model is computed with integer division, so it is 0 and every "
-        "column has the same frequency",
-        "Use true division (2 * i / d_model, with float tensors), not //.",
-        _pe_bug("integer_exponent", exponent="integer"),
-    ),
-    BugVariant(
-        "pe.multiplied_by_frequency_power",
-        PE,
-        "the position is multiplied by 10000^(2i/d_model) instead of divided by it",
-        "The angle is pos / 10000^(2i/d_model) (equivalently pos * exp(-2i * ln(10000) / "
-        "d_model)).",
-        _pe_bug("multiplied_by_frequency_power", op="multiply"),
-    ),
-    BugVariant(
-        "pe.positions_from_one",
-        PE,
-        "positions are counted from 1 instead of 0",
-        "Use torch.arange(max_len) for the positions; row 0 must be 0, 1, 0, 1, ...",
-        _pe_bug("positions_from_one", start=1),
-    ),
-]
 
 
 def _sample(rng: random.Random) -> dict[str, int]:
@@ -188,8 +81,8 @@ def _halves_layout(student: Callable[[int, int], Any], size: tuple[int, int]) ->
     row0 = torch.cat([torch.zeros(half), torch.ones(half)]).to(torch.float64)  # (D,)
     if not torch.allclose(table[0], row0, atol=1e-4):
         return None
-    bug = next(b for b in BUGS if b.id == "pe.halves_not_interleaved")
-    paper = _pe_variant(max_len, d_model, layout="halves").to(torch.float64)
+    bug = next(b for b in PE_BUGS if b.id == "pe.halves_not_interleaved")
+    paper = pe_halves_not_interleaved(max_len, d_model).to(torch.float64)
     if torch.allclose(table, paper, atol=PE_TOLERANCE[1]):
         return bug
     return BugVariant(
@@ -206,7 +99,7 @@ def _halves_layout(student: Callable[[int, int], Any], size: tuple[int, int]) ->
 @public_check(
     assignment="ex03_positions",
     implements="sinusoidal_positional_encoding",
-    bugs=BUGS,
+    bugs=PE_BUGS,
     kind="function",
 )
 def check_positional_encoding(
@@ -220,23 +113,23 @@ def check_positional_encoding(
     reference.
     """
     if not callable(fn):
-        report.fail(f"expected your function {PE}, got {type(fn).__name__}.")
+        report.fail(f"expected your function {PE_ITEM}, got {type(fn).__name__}.")
 
     def student(max_len: int, d_model: int) -> Any:
-        return call_student(fn, max_len, d_model, item=PE)
+        return call_student(fn, max_len, d_model, item=PE_ITEM)
 
     def diagnosis(size: tuple[int, int]) -> BugVariant | None:
         layout = _halves_layout(student, size)
         if layout is not None:
             return layout
         for probe in (size, _PROBE):
-            bug = diagnose(student, BUGS, probe, reference_output=sinusoidal_table(*probe))
+            bug = diagnose(student, PE_BUGS, probe, reference_output=sinusoidal_table(*probe))
             if bug is not None:
                 return bug
         return None
 
     cfgs = configs("positional_encoding", thorough, seed)
-    with forbidden_calls(PE):
+    with forbidden_calls(PE_ITEM):
         for cfg in cfgs:
             max_len, d_model = cfg["max_len"], cfg["d_model"]
             where = describe(cfg)

@@ -12,7 +12,7 @@ Dimension legend: B batch, L length, D d_model, H heads, F d_ff.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -33,11 +33,13 @@ from ..framework import (
     MaskedBlock,
     ModuleSpec,
     Piece,
+    analyse_norm,
     assert_close,
-    call_student,
+    attention_piece,
     change_later,
     check_module,
     clone_module,
+    combined,
     configs,
     copy_weights,
     describe,
@@ -45,45 +47,39 @@ from ..framework import (
     dtype_name,
     expect_close,
     expect_tensor,
-    forbidden_calls,
+    feed_forward_piece,
     generator,
+    guarded,
     hide_padding,
+    layer_norm_piece,
     locate,
     module_runner,
+    norm_probe,
     piece_mistake,
     public_check,
     randn,
     register_configs,
     run_mask_properties,
 )
-from .ex02_multihead import MHA_BUGS
 from .ex04_encoder_mistakes import (
-    ENC,
-    ENCODER_BUGS,
-    FFN,
+    BUGS,
+    ENC_BUGS,
+    ENC_ITEM,
     FFN_BUGS,
-    LN,
+    FFN_ITEM,
     LN_BUGS,
-    analyse_norm,
-    combined,
+    LN_ITEM,
 )
 
-__all__ = ["BUGS", "check_encoder_layer", "check_feed_forward", "check_layer_norm"]
-
-PieceInputs = Callable[[Sequence[Any]], tuple[Any, ...]]
-MHA = "MultiHeadAttention"
-
-
-def guarded(module: nn.Module, item: str, **forbid: Any) -> Callable[..., Any]:
-    """Call the student's module with :func:`call_student`, each call watched by
-    :func:`forbidden_calls` (so the check's own work between calls, such as swapping
-    reference pieces into the student's module, is never mistaken for the student's)."""
-
-    def call(*inputs: Any) -> Any:
-        with forbidden_calls(item, **forbid):
-            return call_student(module, *inputs, item=item)
-
-    return call
+__all__ = [
+    "BUGS",
+    "ENC_BUGS",
+    "FFN_BUGS",
+    "LN_BUGS",
+    "check_encoder_layer",
+    "check_feed_forward",
+    "check_layer_norm",
+]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -131,8 +127,8 @@ def _diagnose_norm(
 ) -> BugVariant | None:
     """The student's LayerNorm mistakes, named each by :func:`analyse_norm`, else the
     catalogue entry whose output matches."""
-    return combined(analyse_norm(mine, args[0])) or diagnose(
-        guarded(mine, LN, **_LN_FORBID),
+    return combined(analyse_norm(mine, args[0], LN_BUGS)) or diagnose(
+        guarded(mine, LN_ITEM, **_LN_FORBID),
         LN_BUGS,
         (x,),
         run=module_runner(ref, args),
@@ -150,7 +146,7 @@ def _ln_initial_values(
     """Names and shapes, then the initial values (ones, zeros); then random gains and shifts
     in the reference, so that the comparison sees them."""
     d = cfg["D"]
-    copy_weights(reference, clone_module(student), LN)  # names and shapes
+    copy_weights(reference, clone_module(student), LN_ITEM)  # names and shapes
     params = dict(student.named_parameters())
     for name, value in (("weight", 1.0), ("bias", 0.0)):
         if not torch.equal(params[name].detach(), torch.full((d,), value)):
@@ -176,7 +172,9 @@ def _ln_cases(
     b, n, d = cfg["B"], cfg["L"], cfg["D"]
     x = _norm_input(gen, b, n, d, dtype)
     where = f"{describe(cfg)}, {dtype_name(dtype)}"
-    actual = expect_tensor(guarded(mine, LN, **_LN_FORBID)(x), f"your output ({where})", (b, n, d))
+    actual = expect_tensor(
+        guarded(mine, LN_ITEM, **_LN_FORBID)(x), f"your output ({where})", (b, n, d)
+    )
     expected = ref(x)
     expect_close(
         report,
@@ -190,7 +188,7 @@ def _ln_cases(
 
 
 _LN_SPEC = ModuleSpec(
-    item=LN,
+    item=LN_ITEM,
     bugs=LN_BUGS,
     reference=lambda cfg: _ReferenceLayerNorm(cfg["D"], cfg.get("eps", 1e-5)),
     args=lambda cfg: (cfg["D"],),
@@ -257,7 +255,7 @@ def _ffn_cases(
 ) -> None:
     """Numbers against the reference, and each position transformed on its own."""
     b, n, d, d_ff = cfg["B"], cfg["L"], cfg["D"], cfg["F"]
-    mine = guarded(student, FFN)
+    mine = guarded(student, FFN_ITEM)
     x = randn(gen, b, n, d, dtype=dtype)  # (B, L, D)
     where = f"{describe(cfg)}, {dtype_name(dtype)}"
     expected = ref(x)
@@ -288,7 +286,7 @@ def _ffn_cases(
 
 
 _FFN_SPEC = ModuleSpec(
-    item=FFN,
+    item=FFN_ITEM,
     bugs=FFN_BUGS,
     reference=lambda cfg: _ReferenceFFN(cfg["D"], cfg["F"]).eval(),
     args=lambda cfg: (cfg["D"], cfg["F"]),
@@ -331,13 +329,13 @@ def _explain_layer(
     the wrong piece's own, or, when every piece is right, the wiring's."""
     d, h, d_ff = cfg["D"], cfg["H"], cfg["F"]
     pieces = encoder_pieces(d, h, d_ff)
-    sentence, wrong = locate(student, reference, inputs, pieces, layer=ENC)
+    sentence, wrong = locate(student, reference, inputs, pieces, layer=ENC_ITEM)
     if wrong:
         found = piece_mistake(student, reference, pieces, inputs, wrong)
         return sentence, found[1] if found is not None else None
     bug = diagnose(
         lambda *a: student(*a),
-        ENCODER_BUGS,
+        ENC_BUGS,
         inputs,
         run=module_runner(reference, (d, h, d_ff)),
         reference_output=reference(*inputs),
@@ -373,34 +371,11 @@ register_configs(
 )
 
 
-def attention_piece(name: str, d: int, h: int, inputs: PieceInputs) -> Piece:
-    """A multi-head attention block of a layer, for :func:`locate` (ex02's catalogue)."""
-    return Piece(name, MHA, "check_multi_head_attention", MHA_BUGS, (d, h), inputs)
-
-
-def feed_forward_piece(d: int, d_ff: int) -> Piece:
-    """The layer's ``ffn``, called on the layer's first input."""
-    return Piece("ffn", FFN, "check_feed_forward", FFN_BUGS, (d, d_ff), lambda i: (i[0],))
-
-
-def layer_norm_piece(name: str, d: int, inputs: PieceInputs) -> Piece:
-    """A LayerNorm of a layer; its mistake is first read from the module itself."""
-    return Piece(
-        name,
-        LN,
-        "check_layer_norm",
-        LN_BUGS,
-        (d,),
-        inputs,
-        analyse=lambda m: combined(analyse_norm(m, d)),
-    )
-
-
 def encoder_pieces(d: int, h: int, d_ff: int) -> list[Piece]:
     """The encoder layer's submodules for :func:`locate`, called on the layer's ``(x, mask)``."""
 
     def norm_input(i: Sequence[Any]) -> tuple[Tensor]:
-        return (_norm_probe(i[0]),)
+        return (norm_probe(i[0]),)
 
     return [
         attention_piece("self_attn", d, h, lambda i: (i[0], i[0], i[0], i[1])),
@@ -410,15 +385,7 @@ def encoder_pieces(d: int, h: int, d_ff: int) -> list[Piece]:
     ]
 
 
-def _norm_probe(x: Tensor) -> Tensor:
-    """A LayerNorm input on which every LayerNorm mistake shows: the layer input with one
-    nearly constant position (where eps matters) and an offset."""
-    probe = x.detach().clone() * 2 + 1
-    probe[:, 0] = probe[:, 0] * 1e-3 + 0.01
-    return probe
-
-
-@public_check(assignment="ex04_encoder", implements="EncoderLayer", bugs=ENCODER_BUGS, kind="class")
+@public_check(assignment="ex04_encoder", implements="EncoderLayer", bugs=ENC_BUGS, kind="class")
 def check_encoder_layer(report: CheckReport, cls: Any, thorough: bool, seed: int | None) -> None:
     """Check the class ``EncoderLayer(d_model, n_heads, d_ff)`` (post-LN; ``self_attn``,
     ``ffn``, ``norm1``, ``norm2``).
@@ -454,15 +421,15 @@ def _encoder_cases(
     """No mask, padding mask and causal mask: numbers against the reference (localising a
     mismatch) and invariance to the positions a mask hides."""
     b, n, d = cfg["B"], cfg["L"], cfg["D"]
-    mine = guarded(student, ENC)
+    mine = guarded(student, ENC_ITEM)
     where = f"{describe(cfg)}, {dtype_name(dtype)}"
     x = randn(gen, b, n, d, dtype=dtype)  # (B, L, D)
 
     def compare(inputs: tuple[Any, ...], case: str) -> Tensor:
         expected = reference(*inputs)
-        actual = expect_tensor(mine(*inputs), f"the output of your {ENC} ({case})", (b, n, d))
+        actual = expect_tensor(mine(*inputs), f"the output of your {ENC_ITEM} ({case})", (b, n, d))
         try:
-            assert_close(actual, expected, f"the output of your {ENC} ({where}, {case})")
+            assert_close(actual, expected, f"the output of your {ENC_ITEM} ({where}, {case})")
         except CheckFailure as failure:
             sentence, bug = _explain_layer(student, reference, inputs, cfg)
             report.fail(f"{failure.message}\n{sentence}", bug)
@@ -487,7 +454,7 @@ def _encoder_padding_case(gen: torch.Generator, x: Tensor, where: str) -> Invari
     return Invariance(
         (x, mask),
         (changed, mask),
-        f"the outputs of your {ENC} at real positions after changing the padded positions "
+        f"the outputs of your {ENC_ITEM} at real positions after changing the padded positions "
         f"({where})",
         case="padding mask (B, 1, 1, L)",
         keep=lambda out: out[keep],
@@ -501,7 +468,7 @@ def _encoder_causal_case(gen: torch.Generator, x: Tensor, where: str) -> Invaria
     return Invariance(
         (x, mask),
         (later, mask),
-        f"the first {cut} positions of your {ENC}'s output after changing later positions "
+        f"the first {cut} positions of your {ENC_ITEM}'s output after changing later positions "
         f"under a causal mask ({where})",
         case="causal mask (L, L)",
         keep=lambda out: out[:, :cut],
@@ -519,8 +486,8 @@ def _encoder_masked_sequence(x: Tensor) -> tuple[Tensor, Tensor]:
 
 
 _ENCODER_SPEC = ModuleSpec(
-    item=ENC,
-    bugs=ENCODER_BUGS,
+    item=ENC_ITEM,
+    bugs=ENC_BUGS,
     reference=lambda cfg: _ReferenceEncoderLayer(cfg["D"], cfg["H"], cfg["F"]).eval(),
     args=lambda cfg: (cfg["D"], cfg["H"], cfg["F"]),
     dims=lambda cfg: {"D": cfg["D"], "H": cfg["H"], "F": cfg["F"]},
@@ -528,5 +495,3 @@ _ENCODER_SPEC = ModuleSpec(
     gradient_inputs=lambda gen, cfg: (randn(gen, cfg["B"], cfg["L"], cfg["D"]), None),
     cases=_encoder_cases,
 )
-
-BUGS: list[BugVariant] = [*LN_BUGS, *FFN_BUGS, *ENCODER_BUGS]

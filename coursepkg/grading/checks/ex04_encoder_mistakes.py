@@ -1,43 +1,41 @@
 """The catalogue of ex04_encoder: the known mistakes of LayerNorm, the feed-forward network and
-the encoder layer's wiring, each a runnable variant with the advice a student gets when their
-output matches it, and :func:`analyse_norm`, which recognises a LayerNorm's mistake from the
-module itself.
+the encoder layer's wiring. Each is a wrong forward: a subclass of the correct module written
+here (:class:`_Norm`, :class:`_FeedForward`, :class:`_Encoder`, with the reference's parameter
+names) that overrides ``forward`` (the evidence: the check builds it with the student's
+arguments, gives it the reference's weights, reruns it on the student's inputs and compares
+outputs), with its id and the story and advice a student reads when their output matches it.
+:func:`coursepkg.grading.framework.analyse_norm` also reads a LayerNorm's mistake from the
+student's module itself.
+
+The class names (``LayerNorm_<mistake>``) are what a parameter table shows for a variant.
+
+Dimension legend: B batch, L length, D d_model, H heads, F d_ff.
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..framework import (
-    BugVariant,
-    clone_module,
-)
-from .ex02_multihead import HeadsVariant
+from ..framework import BugVariant, HeadsBlock
 
-LN = "LayerNorm"
-FFN = "PositionwiseFeedForward"
-ENC = "EncoderLayer"
+__all__ = ["BUGS", "ENC_BUGS", "ENC_ITEM", "FFN_BUGS", "FFN_ITEM", "LN_BUGS", "LN_ITEM"]
+
+LN_ITEM = "LayerNorm"
+FFN_ITEM = "PositionwiseFeedForward"
+ENC_ITEM = "EncoderLayer"
+
 # ---------------------------------------------------------------------------------------------
 # Catalogue: LayerNorm and feed-forward
 # ---------------------------------------------------------------------------------------------
 
 
-class _NormVariant(nn.Module):
-    """LayerNorm with switches (class attributes) for the catalogued mistakes; the defaults
-    are the correct computation."""
+class _Norm(nn.Module):
+    """The correct LayerNorm, with the reference's parameter names; each catalogued LayerNorm
+    mistake overrides its forward (or its default eps)."""
 
-    unbiased = False
-    eps_outside_sqrt = False
-    eps_ignored = False
     default_eps = 1e-5
-    axis = -1
-    affine = True
-    divide_by_variance = False
 
     def __init__(self, d_model: int, eps: float | None = None) -> None:
         super().__init__()
@@ -46,23 +44,60 @@ class _NormVariant(nn.Module):
         self.bias = nn.Parameter(torch.zeros(d_model))
 
     def forward(self, x: Tensor) -> Tensor:
-        centred = x - x.mean(dim=self.axis, keepdim=True)  # (..., D)
-        var = x.var(dim=self.axis, unbiased=self.unbiased, keepdim=True)  # (..., 1)
-        if self.divide_by_variance:
-            y = centred / (var + self.eps)
-        elif self.eps_ignored:
-            y = centred / var.sqrt()
-        elif self.eps_outside_sqrt:
-            y = centred / (var.sqrt() + self.eps)
-        else:
-            y = centred / (var + self.eps).sqrt()
-        return y * self.weight + self.bias if self.affine else y
+        centred = x - x.mean(dim=-1, keepdim=True)  # (..., D)
+        var = x.var(dim=-1, unbiased=False, keepdim=True)  # (..., 1)
+        return centred / (var + self.eps).sqrt() * self.weight + self.bias  # (..., D)
 
 
-class _FeedForwardVariant(nn.Module):
-    """The feed-forward network with a switch for where (and which) activation is applied."""
+class LayerNorm_unbiased_variance(_Norm):
+    def forward(self, x: Tensor) -> Tensor:
+        centred = x - x.mean(dim=-1, keepdim=True)  # (..., D)
+        var = x.var(dim=-1, unbiased=True, keepdim=True)  # (..., 1): divided by D - 1
+        return centred / (var + self.eps).sqrt() * self.weight + self.bias
 
-    activation = "relu"  # "none", "gelu", or "output" (ReLU after linear2 instead of between)
+
+class LayerNorm_eps_outside_sqrt(_Norm):
+    def forward(self, x: Tensor) -> Tensor:
+        centred = x - x.mean(dim=-1, keepdim=True)  # (..., D)
+        var = x.var(dim=-1, unbiased=False, keepdim=True)  # (..., 1)
+        return centred / (var.sqrt() + self.eps) * self.weight + self.bias
+
+
+class LayerNorm_wrong_axis(_Norm):
+    def forward(self, x: Tensor) -> Tensor:
+        centred = x - x.mean(dim=-2, keepdim=True)  # (..., L, D): over the positions
+        var = x.var(dim=-2, unbiased=False, keepdim=True)  # (..., 1, D)
+        return centred / (var + self.eps).sqrt() * self.weight + self.bias
+
+
+class LayerNorm_no_affine(_Norm):
+    def forward(self, x: Tensor) -> Tensor:
+        centred = x - x.mean(dim=-1, keepdim=True)  # (..., D)
+        var = x.var(dim=-1, unbiased=False, keepdim=True)  # (..., 1)
+        return centred / (var + self.eps).sqrt()  # weight and bias never applied
+
+
+class LayerNorm_divides_by_variance(_Norm):
+    def forward(self, x: Tensor) -> Tensor:
+        centred = x - x.mean(dim=-1, keepdim=True)  # (..., D)
+        var = x.var(dim=-1, unbiased=False, keepdim=True)  # (..., 1)
+        return centred / (var + self.eps) * self.weight + self.bias
+
+
+class LayerNorm_eps_ignored(_Norm):
+    def forward(self, x: Tensor) -> Tensor:
+        centred = x - x.mean(dim=-1, keepdim=True)  # (..., D)
+        var = x.var(dim=-1, unbiased=False, keepdim=True)  # (..., 1)
+        return centred / var.sqrt() * self.weight + self.bias
+
+
+class LayerNorm_default_eps(_Norm):
+    default_eps = 1e-12  # BERT's
+
+
+class _FeedForward(nn.Module):
+    """The correct feed-forward network, with the reference's parameter names; each
+    catalogued mistake overrides its forward."""
 
     def __init__(self, d_model: int, d_ff: int) -> None:
         super().__init__()
@@ -70,202 +105,103 @@ class _FeedForwardVariant(nn.Module):
         self.linear2 = nn.Linear(d_ff, d_model)
 
     def forward(self, x: Tensor) -> Tensor:
-        hidden = self.linear1(x)  # (B, L, F)
-        if self.activation == "relu":
-            hidden = F.relu(hidden)
-        elif self.activation == "gelu":
-            hidden = F.gelu(hidden)
-        out = self.linear2(hidden)  # (B, L, D)
-        return F.relu(out) if self.activation == "output" else out
+        return self.linear2(F.relu(self.linear1(x)))  # (B, L, D)
 
 
-def _variant(base: type, name: str, **switches: Any) -> type:
-    return type(f"{base.__name__.strip('_')}_{name}", (base,), switches)
+class PositionwiseFeedForward_no_activation(_FeedForward):
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(self.linear1(x))  # (B, L, D)
+
+
+class PositionwiseFeedForward_activation_after_output(_FeedForward):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.relu(self.linear2(self.linear1(x)))  # (B, L, D)
+
+
+class PositionwiseFeedForward_gelu_instead_of_relu(_FeedForward):
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(F.gelu(self.linear1(x)))  # (B, L, D)
 
 
 LN_BUGS: list[BugVariant] = [
     BugVariant(
         "ln.unbiased_variance",
-        LN,
+        LN_ITEM,
         "the variance is the unbiased one (divided by D - 1)",
         "LayerNorm divides by D: use x.var(-1, unbiased=False, keepdim=True) or "
         "((x - mean) ** 2).mean(-1, keepdim=True).",
-        _variant(_NormVariant, "unbiased_variance", unbiased=True),
+        LayerNorm_unbiased_variance,
     ),
     BugVariant(
         "ln.eps_outside_sqrt",
-        LN,
+        LN_ITEM,
         "eps is added to the standard deviation instead of to the variance inside the square root",
         "Divide by torch.sqrt(var + self.eps), not by torch.sqrt(var) + self.eps.",
-        _variant(_NormVariant, "eps_outside_sqrt", eps_outside_sqrt=True),
+        LayerNorm_eps_outside_sqrt,
     ),
     BugVariant(
         "ln.wrong_axis",
-        LN,
+        LN_ITEM,
         "the mean and variance are taken over the positions (dim=-2) instead of over the features",
         "Normalise each position over its D features: reduce over dim=-1 with keepdim=True.",
-        _variant(_NormVariant, "wrong_axis", axis=-2),
+        LayerNorm_wrong_axis,
     ),
     BugVariant(
         "ln.no_affine",
-        LN,
+        LN_ITEM,
         "the learned gain (weight) and shift (bias) are never applied",
         "Return normalised * self.weight + self.bias.",
-        _variant(_NormVariant, "no_affine", affine=False),
+        LayerNorm_no_affine,
     ),
     BugVariant(
         "ln.divides_by_variance",
-        LN,
+        LN_ITEM,
         "the centred input is divided by the variance instead of the standard deviation",
         "Divide by the square root: torch.sqrt(var + self.eps).",
-        _variant(_NormVariant, "divides_by_variance", divide_by_variance=True),
+        LayerNorm_divides_by_variance,
     ),
 ]
 
 LN_BUGS += [
     BugVariant(
         "ln.eps_ignored",
-        LN,
+        LN_ITEM,
         "eps is never used: the centred input is divided by sqrt(var) alone, so a constant "
         "row divides 0 by 0",
         "Divide by torch.sqrt(var + self.eps), with the eps given to the constructor.",
-        _variant(_NormVariant, "eps_ignored", eps_ignored=True),
+        LayerNorm_eps_ignored,
     ),
     BugVariant(
         "ln.default_eps",
-        LN,
+        LN_ITEM,
         "the default eps is not the exercise's 1e-5 (BERT-style code uses 1e-12, others 1e-6)",
         "Keep the stub's signature: def __init__(self, d_model, eps=1e-5).",
-        _variant(_NormVariant, "default_eps", default_eps=1e-12),
+        LayerNorm_default_eps,
     ),
 ]
-
-_LN_BY_ID = {bug.id: bug for bug in LN_BUGS}
-
-
-def _norm_denominators(module: nn.Module, d: int) -> tuple[float, float] | None:
-    """What the student's LayerNorm (gain 1, shift 0) divides two centred rows by: one of
-    biased variance 1 and one of 1e-4 (where eps matters). None when that cannot be read."""
-    z = torch.linspace(-1.0, 1.0, d, dtype=torch.float64) ** 3  # (D,)
-    z = (z - z.mean()) / z.var(unbiased=False).sqrt()  # mean 0, biased variance 1
-    x = torch.stack([z + 0.3, 0.01 * z + 0.3])[None]  # (1, 2, D)
-    try:
-        probe = clone_module(module).double()
-        with torch.no_grad():
-            params = dict(probe.named_parameters())
-            params["weight"].fill_(1.0)
-            params["bias"].fill_(0.0)
-            y = probe(x)  # (1, 2, D)
-    except Exception:  # noqa: BLE001 - a module that cannot be probed is judged by numbers
-        return None
-    if not isinstance(y, Tensor) or y.shape != x.shape or not bool(torch.isfinite(y).all()):
-        return None
-    c = x - x.mean(-1, keepdim=True)  # (1, 2, D)
-    dens = (c * c).sum(-1) / (c * y).sum(-1)  # (1, 2)
-    return float(dens[0, 0]), float(dens[0, 1])
-
-
-def analyse_norm(module: nn.Module, d: int) -> list[BugVariant]:
-    """Name each LayerNorm mistake of the student's module by rerunning its class with a
-    controlled eps: the variance (biased or not), where eps goes (inside the square root,
-    added to the standard deviation, or nowhere) and the default eps. Several at once are all
-    named.
-
-    Args:
-        module: a student's LayerNorm (its class is built again as ``cls(d, eps=0.5)`` and
-            ``cls(d)``; the module itself is not changed).
-        d: d_model.
-
-    Returns:
-        The catalogued mistakes found, in a fixed order; an empty list when none of these
-        explains the output (other mistakes, such as the wrong axis, are then matched against
-        the catalogue).
-    """
-    if d < 2:
-        return []
-    cls = type(module)
-    try:
-        big = cls(d, eps=0.5)
-        plain = cls(d)
-    except Exception:  # noqa: BLE001 - not constructible the stub's way: nothing to say
-        return []
-    measured = _norm_denominators(big, d)
-    if measured is None:
-        return []
-    found = None
-    for unbiased in (False, True):
-        for mode in ("inside", "outside", "none"):
-            expected = [
-                _denominator(var * (d / (d - 1) if unbiased else 1.0), 0.5, mode)
-                for var in (1.0, 1e-4)
-            ]
-            if all(abs(m - e) <= 1e-3 * e for m, e in zip(measured, expected, strict=True)):
-                found = (unbiased, mode)
-    if found is None:
-        return []
-    unbiased, mode = found
-    bugs = []
-    if unbiased:
-        bugs.append(_LN_BY_ID["ln.unbiased_variance"])
-    if mode == "outside":
-        bugs.append(_LN_BY_ID["ln.eps_outside_sqrt"])
-    if mode == "none":
-        bugs.append(_LN_BY_ID["ln.eps_ignored"])
-    else:
-        default = _norm_denominators(plain, d)
-        if default is not None:
-            var = 1e-4 * (d / (d - 1) if unbiased else 1.0)
-            eps = default[1] ** 2 - var if mode == "inside" else default[1] - var**0.5
-            if abs(eps - 1e-5) > 2e-6:
-                bugs.append(_LN_BY_ID["ln.default_eps"])
-    return bugs
-
-
-def _denominator(var: float, eps: float, mode: str) -> float:
-    if mode == "inside":
-        return (var + eps) ** 0.5
-    if mode == "outside":
-        return var**0.5 + eps
-    return var**0.5
-
-
-def combined(bugs: Sequence[BugVariant]) -> BugVariant | None:
-    """One known mistake, or several at once as a single entry naming each (its id is the
-    first one's)."""
-    if len(bugs) <= 1:
-        return bugs[0] if bugs else None
-    first = bugs[0]
-    return BugVariant(
-        first.id,
-        first.item,
-        "several at once: " + "; and ".join(b.description.rstrip(".") for b in bugs),
-        " ".join(b.advice for b in bugs),
-        first.impl,
-    )
-
 
 FFN_BUGS: list[BugVariant] = [
     BugVariant(
         "ffn.no_activation",
-        FFN,
+        FFN_ITEM,
         "there is no activation between linear1 and linear2, so the network is linear",
         "Apply ReLU to the output of linear1: self.linear2(torch.relu(self.linear1(x))).",
-        _variant(_FeedForwardVariant, "no_activation", activation="none"),
+        PositionwiseFeedForward_no_activation,
     ),
     BugVariant(
         "ffn.activation_after_output",
-        FFN,
+        FFN_ITEM,
         "the ReLU is applied to the output of linear2 instead of between the two layers",
         "Apply ReLU between the layers (to linear1's output) and return linear2's output as "
         "it is: it must be able to go negative.",
-        _variant(_FeedForwardVariant, "activation_after_output", activation="output"),
+        PositionwiseFeedForward_activation_after_output,
     ),
     BugVariant(
         "ffn.gelu_instead_of_relu",
-        FFN,
+        FFN_ITEM,
         "the activation is GELU, where the paper's network uses ReLU",
         "Use torch.relu (max(0, x)) between the layers.",
-        _variant(_FeedForwardVariant, "gelu_instead_of_relu", activation="gelu"),
+        PositionwiseFeedForward_gelu_instead_of_relu,
     ),
 ]
 
@@ -274,64 +210,78 @@ FFN_BUGS: list[BugVariant] = [
 # ---------------------------------------------------------------------------------------------
 
 
-class _EncoderVariant(nn.Module):
-    """An encoder layer with a switch for its wiring; the default is the paper's post-LN."""
-
-    wiring = "post_ln"  # "pre_ln", "no_residual_attention", "no_residual_ffn", "ffn_reads_input"
+class _Encoder(nn.Module):
+    """The paper's post-LN encoder layer built from the correct pieces; each catalogued wiring
+    mistake overrides its forward."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int) -> None:
         super().__init__()
-        self.self_attn = HeadsVariant(d_model, n_heads)
-        self.ffn = _FeedForwardVariant(d_model, d_ff)
-        self.norm1 = _NormVariant(d_model)
-        self.norm2 = _NormVariant(d_model)
+        self.self_attn = HeadsBlock(d_model, n_heads)
+        self.ffn = _FeedForward(d_model, d_ff)
+        self.norm1 = _Norm(d_model)
+        self.norm2 = _Norm(d_model)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        if self.wiring == "pre_ln":
-            h = self.norm1(x)
-            x = x + self.self_attn(h, h, h, mask)  # (B, L, D)
-            return x + self.ffn(self.norm2(x))  # (B, L, D)
-        attended = self.self_attn(x, x, x, mask)  # (B, L, D)
-        if self.wiring == "no_residual_attention":
-            y = self.norm1(attended)
-        else:
-            y = self.norm1(x + attended)  # (B, L, D)
-        if self.wiring == "no_residual_ffn":
-            return self.norm2(self.ffn(y))
-        if self.wiring == "ffn_reads_input":
-            return self.norm2(y + self.ffn(x))
+        y = self.norm1(x + self.self_attn(x, x, x, mask))  # (B, L, D)
         return self.norm2(y + self.ffn(y))  # (B, L, D)
 
 
-ENCODER_BUGS: list[BugVariant] = [
+class EncoderLayer_pre_ln(_Encoder):
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        h = self.norm1(x)
+        x = x + self.self_attn(h, h, h, mask)  # (B, L, D)
+        return x + self.ffn(self.norm2(x))  # (B, L, D)
+
+
+class EncoderLayer_no_residual_attention(_Encoder):
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        y = self.norm1(self.self_attn(x, x, x, mask))  # (B, L, D)
+        return self.norm2(y + self.ffn(y))
+
+
+class EncoderLayer_no_residual_ffn(_Encoder):
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        y = self.norm1(x + self.self_attn(x, x, x, mask))  # (B, L, D)
+        return self.norm2(self.ffn(y))
+
+
+class EncoderLayer_ffn_reads_input(_Encoder):
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        y = self.norm1(x + self.self_attn(x, x, x, mask))  # (B, L, D)
+        return self.norm2(y + self.ffn(x))
+
+
+ENC_BUGS: list[BugVariant] = [
     BugVariant(
         "enc.pre_ln",
-        ENC,
+        ENC_ITEM,
         "the layer is pre-LN (x + sublayer(norm(x))) instead of the paper's post-LN",
         "Normalise after adding the residual: x = norm1(x + self_attn(x, x, x, mask)), then "
         "x = norm2(x + ffn(x)).",
-        _variant(_EncoderVariant, "pre_ln", wiring="pre_ln"),
+        EncoderLayer_pre_ln,
     ),
     BugVariant(
         "enc.no_residual_attention",
-        ENC,
+        ENC_ITEM,
         "the residual connection around self-attention is missing",
         "Add the input back before the norm: norm1(x + self_attn(x, x, x, mask)).",
-        _variant(_EncoderVariant, "no_residual_attention", wiring="no_residual_attention"),
+        EncoderLayer_no_residual_attention,
     ),
     BugVariant(
         "enc.no_residual_ffn",
-        ENC,
+        ENC_ITEM,
         "the residual connection around the feed-forward network is missing",
         "Add the sub-layer's input back before the norm: norm2(x + ffn(x)).",
-        _variant(_EncoderVariant, "no_residual_ffn", wiring="no_residual_ffn"),
+        EncoderLayer_no_residual_ffn,
     ),
     BugVariant(
         "enc.ffn_reads_layer_input",
-        ENC,
+        ENC_ITEM,
         "the feed-forward network is applied to the layer's input instead of to the output "
         "of the attention sub-layer",
         "Feed the result of norm1 to the FFN: y = norm1(x + attn); out = norm2(y + ffn(y)).",
-        _variant(_EncoderVariant, "ffn_reads_input", wiring="ffn_reads_input"),
+        EncoderLayer_ffn_reads_input,
     ),
 ]
+
+BUGS: list[BugVariant] = [*LN_BUGS, *FFN_BUGS, *ENC_BUGS]

@@ -37,14 +37,17 @@ from ..framework import (
     NotImplementedYet,
     Piece,
     assert_close,
+    attention_piece,
     call_student,
     clone_module,
     configs,
     describe,
     diagnose,
     expect_tensor,
+    feed_forward_piece,
     forbidden_calls,
     gradients_reach,
+    layer_norm_piece,
     locate,
     piece_mistake,
     prepare_module,
@@ -53,18 +56,17 @@ from ..framework import (
     reject_reference_class,
     run_mask_properties,
 )
-from .ex04_encoder import attention_piece, feed_forward_piece, layer_norm_piece
 from .ex05_decoder_mistakes import (
-    LAYER_BUGS,
-    LAYER_ITEM,
-    MASK_BUGS,
-    MASK_ITEM,
+    BUGS,
+    CAUSAL_MASK_BUGS,
+    CAUSAL_MASK_ITEM,
+    DECODER_LAYER_BUGS,
+    DECODER_LAYER_ITEM,
     SUBLAYERS,
 )
 
 __all__ = ["BUGS", "check_causal_mask", "check_decoder_layer"]
 
-BUGS: list[BugVariant] = MASK_BUGS + LAYER_BUGS
 
 # ---------------------------------------------------------------------------------------------
 # Configurations
@@ -89,7 +91,7 @@ def _sample_layer(rng: random.Random) -> dict[str, int]:
 
 
 register_configs(
-    MASK_ITEM,
+    CAUSAL_MASK_ITEM,
     visible=[{"L": 1}, {"L": 4}, {"L": 7}],
     extra=[{"L": 2}, {"L": 33}],
     sample=_sample_mask,
@@ -129,8 +131,8 @@ def _readable_grids(impl: Callable, length: int, out: Tensor) -> str:
     show = length if 4 <= length <= 8 else 5
     if show != length:
         try:
-            with forbidden_calls(MASK_ITEM):
-                out = call_student(impl, show, item=MASK_ITEM)
+            with forbidden_calls(CAUSAL_MASK_ITEM):
+                out = call_student(impl, show, item=CAUSAL_MASK_ITEM)
         except CheckFailure:
             return ""
         if not isinstance(out, Tensor) or out.dim() < 2:
@@ -158,21 +160,23 @@ def _diagnose_mask(impl: Callable, length: int, boolean: bool) -> BugVariant | N
 
     if not boolean:
         # A float mask can equal the reference numerically; match on values alone.
-        float_bugs = [b for b in MASK_BUGS if b.impl(2).dtype != torch.bool]
+        float_bugs = [b for b in CAUSAL_MASK_BUGS if b.impl(2).dtype != torch.bool]
         return diagnose(lambda: masks(impl), float_bugs, [], run=masks)
     expected = masks(_reference_causal_mask)
-    return diagnose(lambda: masks(impl), MASK_BUGS, [], run=masks, reference_output=expected)
+    return diagnose(lambda: masks(impl), CAUSAL_MASK_BUGS, [], run=masks, reference_output=expected)
 
 
-@public_check(assignment="ex05_decoder", implements="causal_mask", bugs=MASK_BUGS, kind="function")
+@public_check(
+    assignment="ex05_decoder", implements="causal_mask", bugs=CAUSAL_MASK_BUGS, kind="function"
+)
 def check_causal_mask(
     report: CheckReport, impl: Callable, thorough: bool, seed: int | None
 ) -> None:
     """Check the student's ``causal_mask(length)`` against the reference."""
-    for config in configs(MASK_ITEM, thorough, seed):
+    for config in configs(CAUSAL_MASK_ITEM, thorough, seed):
         length = config["L"]
-        with forbidden_calls(MASK_ITEM):
-            out = call_student(impl, length, item=MASK_ITEM)
+        with forbidden_calls(CAUSAL_MASK_ITEM):
+            out = call_student(impl, length, item=CAUSAL_MASK_ITEM)
         what = f"causal_mask({length})"
         out = expect_tensor(out, what)
         expected = _reference_causal_mask(length)  # (L, L)
@@ -206,7 +210,7 @@ def check_causal_mask(
                 )
             message += _readable_grids(impl, length, out)
             report.fail(message, bug)
-    lengths = ", ".join(str(c["L"]) for c in configs(MASK_ITEM, thorough, seed))
+    lengths = ", ".join(str(c["L"]) for c in configs(CAUSAL_MASK_ITEM, thorough, seed))
     report.ok(f"lower-triangular boolean mask for L = {lengths}")
 
 
@@ -301,7 +305,7 @@ def _diagnose_layer(
         expected = reference(*inputs)
     bug = diagnose(
         lambda *a: student(*a),
-        LAYER_BUGS,
+        DECODER_LAYER_BUGS,
         inputs,
         run=_bound_run(reference),
         reference_output=expected,
@@ -314,14 +318,16 @@ def _diagnose_layer(
         expected = reference(*probe)
     return diagnose(
         lambda *a: student(*a),
-        LAYER_BUGS,
+        DECODER_LAYER_BUGS,
         probe,
         run=_bound_run(reference),
         reference_output=expected,
     )
 
 
-@public_check(assignment="ex05_decoder", implements="DecoderLayer", bugs=LAYER_BUGS, kind="class")
+@public_check(
+    assignment="ex05_decoder", implements="DecoderLayer", bugs=DECODER_LAYER_BUGS, kind="class"
+)
 def check_decoder_layer(report: CheckReport, impl: type, thorough: bool, seed: int | None) -> None:
     """Check the student's ``DecoderLayer(d_model, n_heads, d_ff)`` against the reference.
 
@@ -331,7 +337,7 @@ def check_decoder_layer(report: CheckReport, impl: type, thorough: bool, seed: i
     in float32 and float64; later target positions, padded memory positions and a fully
     masked memory row do not leak into the output; gradients reach every parameter.
     """
-    reject_reference_class(impl, LAYER_ITEM)
+    reject_reference_class(impl, DECODER_LAYER_ITEM)
     cases = []
     # Numbers first over every configuration (the wiring mistakes show there, and their
     # diagnosis is most precise), then masking, gradients and float64.
@@ -363,15 +369,22 @@ def _check_layer_numbers(
     reference = _reference_layer(config, seed)
     dry = (torch.zeros(1, 2, d), torch.zeros(1, 3, d), None, None)  # x (1, 2, D), memory (1, 3, D)
     student = prepare_module(
-        report, impl, reference, (d, h, f), LAYER_ITEM, seed=seed, dims={"D": d, "F": f}, probe=dry
+        report,
+        impl,
+        reference,
+        (d, h, f),
+        DECODER_LAYER_ITEM,
+        seed=seed,
+        dims={"D": d, "F": f},
+        probe=dry,
     )
 
     inputs = _layer_inputs(config, seed)
     with torch.no_grad():
         expected = reference(*inputs)  # (B, L, D)
     try:
-        with forbidden_calls(LAYER_ITEM):
-            out = call_student(student, *inputs, item=LAYER_ITEM)
+        with forbidden_calls(DECODER_LAYER_ITEM):
+            out = call_student(student, *inputs, item=DECODER_LAYER_ITEM)
     except (NotImplementedYet, ForbiddenCall):
         raise
     except CheckFailure as failure:
@@ -392,7 +405,7 @@ def _check_layer_numbers(
         probe = _layer_inputs(probe_config, seed + 5)
         pieces = _pieces(config["D"], config["H"], config["F"])
         explanation, wrong = locate(
-            student, reference, inputs, pieces, layer=LAYER_ITEM, probe=probe
+            student, reference, inputs, pieces, layer=DECODER_LAYER_ITEM, probe=probe
         )
         pieces_wrong = bool(wrong)
         bug = None
@@ -416,14 +429,14 @@ def _check_layer_gradients_and_float64(
     where = f"({describe(config)})"
     grad_config = {**config, "L": max(3, config["L"]), "S": max(2, config["S"])}
     x, memory, self_mask, cross_mask = _layer_inputs(grad_config, seed + 3)
-    gradients_reach(student, (x, memory, self_mask, cross_mask), LAYER_ITEM, seed=seed)
+    gradients_reach(student, (x, memory, self_mask, cross_mask), DECODER_LAYER_ITEM, seed=seed)
 
     x, memory, self_mask, cross_mask = _layer_inputs(config, seed)
     student64 = clone_module(student).double()
     reference64 = copy.deepcopy(reference).double()
     inputs64 = (x.double(), memory.double(), self_mask, cross_mask)
     with torch.no_grad():
-        out64 = call_student(student64, *inputs64, item=LAYER_ITEM)
+        out64 = call_student(student64, *inputs64, item=DECODER_LAYER_ITEM)
         assert_close(out64, reference64(*inputs64), f"your DecoderLayer's float64 output {where}")
 
 
@@ -470,7 +483,7 @@ def _layer_block(
     where = f"({describe(config)})"
 
     def output(inputs: tuple[Any, ...]) -> Any:
-        return call_student(student, *inputs, item=LAYER_ITEM)
+        return call_student(student, *inputs, item=DECODER_LAYER_ITEM)
 
     def compare(inputs: tuple[Any, ...], case: str) -> Any:
         out = output(inputs)

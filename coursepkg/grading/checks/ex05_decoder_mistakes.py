@@ -10,8 +10,17 @@ from torch import Tensor
 
 from ..framework import BugVariant
 
-MASK_ITEM = "causal_mask"
-LAYER_ITEM = "DecoderLayer"
+__all__ = [
+    "BUGS",
+    "CAUSAL_MASK_BUGS",
+    "CAUSAL_MASK_ITEM",
+    "DECODER_LAYER_BUGS",
+    "DECODER_LAYER_ITEM",
+    "SUBLAYERS",
+]
+
+CAUSAL_MASK_ITEM = "causal_mask"
+DECODER_LAYER_ITEM = "DecoderLayer"
 
 # ---------------------------------------------------------------------------------------------
 # Known mistakes: the causal mask
@@ -43,10 +52,10 @@ def _mask_additive(length: int) -> Tensor:
     return torch.zeros(length, length).masked_fill(blocked, float("-inf"))  # (L, L)
 
 
-MASK_BUGS: list[BugVariant] = [
+CAUSAL_MASK_BUGS: list[BugVariant] = [
     BugVariant(
         id="causal_mask.hides_diagonal",
-        item=MASK_ITEM,
+        item=CAUSAL_MASK_ITEM,
         description="the mask hides the diagonal: position i may not attend itself",
         advice="Position i may attend keys 0..i, itself included: use tril() with the default "
         "diagonal=0 (or j <= i, not j < i).",
@@ -54,7 +63,7 @@ MASK_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="causal_mask.upper_triangle",
-        item=MASK_ITEM,
+        item=CAUSAL_MASK_ITEM,
         description="the mask is transposed (upper triangle): position i attends the future "
         "positions i..L-1 instead of the past 0..i",
         advice="Rows are queries and columns are keys; query i may attend key j when j <= i, "
@@ -63,7 +72,7 @@ MASK_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="causal_mask.inverted",
-        item=MASK_ITEM,
+        item=CAUSAL_MASK_ITEM,
         description="the mask uses the opposite convention (True = blocked, as "
         "nn.MultiheadAttention's attn_mask)",
         advice="In this course True means 'may attend': return the lower triangle including "
@@ -72,7 +81,7 @@ MASK_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="causal_mask.float_ones",
-        item=MASK_ITEM,
+        item=CAUSAL_MASK_ITEM,
         description="the mask is a float tensor of ones and zeros instead of a boolean tensor",
         advice="Return a torch.bool tensor, e.g. add dtype=torch.bool or call .bool(); "
         "masked_fill and ~mask need booleans.",
@@ -80,7 +89,7 @@ MASK_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="causal_mask.additive",
-        item=MASK_ITEM,
+        item=CAUSAL_MASK_ITEM,
         description="the mask is an additive float mask (0 where allowed, -inf where blocked)",
         advice="The course's masks are boolean, True = may attend; attention turns them into "
         "-inf itself. Return the lower-triangular boolean mask instead.",
@@ -88,7 +97,7 @@ MASK_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="causal_mask.inverted_float",
-        item=MASK_ITEM,
+        item=CAUSAL_MASK_ITEM,
         description="the mask is a float tensor with 1 = blocked (the future positions), "
         "as torch.triu(torch.ones(L, L), diagonal=1) gives: both the dtype and the meaning "
         "are the opposite of the course's",
@@ -180,10 +189,10 @@ SUBLAYERS = (
     "return norm3(x + ffn(x))"
 )
 
-LAYER_BUGS: list[BugVariant] = [
+DECODER_LAYER_BUGS: list[BugVariant] = [
     BugVariant(
         id="decoder_layer.cross_attention_from_decoder",
-        item=LAYER_ITEM,
+        item=DECODER_LAYER_ITEM,
         description="cross-attention takes its keys and values from the decoder (x) instead "
         "of the encoder output (memory)",
         advice="Call cross_attn(x, memory, memory, cross_mask): queries from the decoder, keys "
@@ -192,7 +201,7 @@ LAYER_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="decoder_layer.cross_attention_queries_from_memory",
-        item=LAYER_ITEM,
+        item=DECODER_LAYER_ITEM,
         description="cross-attention takes its queries from memory and its keys and values "
         "from the decoder (the arguments are swapped)",
         advice="The order is cross_attn(query, key, value): cross_attn(x, memory, memory, "
@@ -201,14 +210,14 @@ LAYER_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="decoder_layer.no_residual_self_attention",
-        item=LAYER_ITEM,
+        item=DECODER_LAYER_ITEM,
         description="the residual connection around the self-attention sub-layer is missing",
         advice="Add the input back before the norm: x = norm1(x + self_attn(x, x, x, self_mask)).",
         impl=_fwd_no_residual_self,
     ),
     BugVariant(
         id="decoder_layer.no_residual_cross_attention",
-        item=LAYER_ITEM,
+        item=DECODER_LAYER_ITEM,
         description="the residual connection around the cross-attention sub-layer is missing",
         advice="Add the input back before the norm: x = norm2(x + cross_attn(x, memory, "
         "memory, cross_mask)).",
@@ -216,14 +225,14 @@ LAYER_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="decoder_layer.no_residual_ffn",
-        item=LAYER_ITEM,
+        item=DECODER_LAYER_ITEM,
         description="the residual connection around the feed-forward sub-layer is missing",
         advice="Add the input back before the norm: x = norm3(x + ffn(x)).",
         impl=_fwd_no_residual_ffn,
     ),
     BugVariant(
         id="decoder_layer.pre_ln",
-        item=LAYER_ITEM,
+        item=DECODER_LAYER_ITEM,
         description="the norms are applied before each sub-layer (pre-LN) instead of after the "
         "residual sum (post-LN, the paper's order)",
         advice=f"Use the paper's post-LN order: {SUBLAYERS}.",
@@ -231,7 +240,7 @@ LAYER_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="decoder_layer.norms_reversed",
-        item=LAYER_ITEM,
+        item=DECODER_LAYER_ITEM,
         description="the norms are used in the wrong order (norm3 after self-attention and "
         "norm1 after the feed-forward network)",
         advice="norm1 belongs to self-attention, norm2 to cross-attention and norm3 to the "
@@ -240,7 +249,7 @@ LAYER_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="decoder_layer.norm_inside_residual",
-        item=LAYER_ITEM,
+        item=DECODER_LAYER_ITEM,
         description="each norm is applied to the sub-layer's output before the residual sum, "
         "x + norm(sublayer(x)), instead of to the sum",
         advice=f"Normalise the sum: {SUBLAYERS}.",
@@ -248,24 +257,26 @@ LAYER_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="decoder_layer.self_mask_ignored",
-        item=LAYER_ITEM,
+        item=DECODER_LAYER_ITEM,
         description="self-attention ignores self_mask, so every position sees the future",
         advice="Pass the mask on: self_attn(x, x, x, self_mask).",
         impl=_fwd_self_mask_ignored,
     ),
     BugVariant(
         id="decoder_layer.cross_mask_ignored",
-        item=LAYER_ITEM,
+        item=DECODER_LAYER_ITEM,
         description="cross-attention ignores cross_mask, so padded source positions are attended",
         advice="Pass the mask on: cross_attn(x, memory, memory, cross_mask).",
         impl=_fwd_cross_mask_ignored,
     ),
     BugVariant(
         id="decoder_layer.masks_swapped",
-        item=LAYER_ITEM,
+        item=DECODER_LAYER_ITEM,
         description="self_mask and cross_mask are swapped",
         advice="self_mask (causal, L x L) goes to self-attention and cross_mask (source "
         "padding, L x S) to cross-attention.",
         impl=_fwd_masks_swapped,
     ),
 ]
+
+BUGS: list[BugVariant] = [*CAUSAL_MASK_BUGS, *DECODER_LAYER_BUGS]

@@ -43,16 +43,15 @@ from ..framework import (
     register_configs,
 )
 from .ex06_training_mistakes import (
-    LOSS_BUGS,
-    LOSS_ITEM,
-    NOAM_BUGS,
-    NOAM_ITEM,
+    BUGS,
+    LABEL_SMOOTHING_BUGS,
+    LABEL_SMOOTHING_ITEM,
+    NOAM_LR_BUGS,
+    NOAM_LR_ITEM,
 )
 
 __all__ = ["BUGS", "check_label_smoothing", "check_noam_lr"]
 
-
-BUGS: list[BugVariant] = NOAM_BUGS + LOSS_BUGS
 
 # ---------------------------------------------------------------------------------------------
 # Configurations
@@ -74,14 +73,14 @@ def _sample_loss(rng: random.Random) -> dict[str, Any]:
 
 
 register_configs(
-    NOAM_ITEM,
+    NOAM_LR_ITEM,
     visible=[{"D": 512, "W": 4000}, {"D": 16, "W": 10}, {"D": 64, "W": 1}],
     extra=[{"D": 1024, "W": 8000}, {"D": 8, "W": 3}],
     sample=_sample_noam,
 )
 # T = 0 means 2-D logits (B, V); pad is the ignore_index (0 plays a pad id inside the vocabulary).
 register_configs(
-    LOSS_ITEM,
+    LABEL_SMOOTHING_ITEM,
     visible=[
         {"B": 1, "T": 1, "V": 5, "eps": 0.1, "pad": 0},
         {"B": 2, "T": 3, "V": 7, "eps": 0.1, "pad": -100},
@@ -123,11 +122,11 @@ def _as_float(value: Any, what: str) -> float:
     return float(value)
 
 
-@public_check(assignment="ex06_training", implements="noam_lr", bugs=NOAM_BUGS, kind="function")
+@public_check(assignment="ex06_training", implements="noam_lr", bugs=NOAM_LR_BUGS, kind="function")
 def check_noam_lr(report: CheckReport, impl: Callable, thorough: bool, seed: int | None) -> None:
     """Check the student's ``noam_lr(step, d_model, warmup_steps)`` against the reference."""
     rng = random.Random(0 if seed is None else seed)
-    for config in configs(NOAM_ITEM, thorough, seed):
+    for config in configs(NOAM_LR_ITEM, thorough, seed):
         d, w = config["D"], config["W"]
         steps = _noam_steps(w, thorough, rng)
 
@@ -142,11 +141,11 @@ def check_noam_lr(report: CheckReport, impl: Callable, thorough: bool, seed: int
             return torch.tensor(values, dtype=torch.float64) / scale  # (n_steps,)
 
         expected = curve(_reference_noam)
-        with forbidden_calls(NOAM_ITEM):
+        with forbidden_calls(NOAM_LR_ITEM):
             got = []
             for step in steps:
                 try:
-                    value = call_student(impl, step, d, w, item=NOAM_ITEM)
+                    value = call_student(impl, step, d, w, item=NOAM_LR_ITEM)
                 except NotImplementedYet:
                     raise
                 except CheckFailure as failure:
@@ -163,7 +162,7 @@ def check_noam_lr(report: CheckReport, impl: Callable, thorough: bool, seed: int
             i = int(bad.nonzero()[0])
             bug = diagnose(
                 lambda: curve(impl),
-                NOAM_BUGS,
+                NOAM_LR_BUGS,
                 [],
                 run=lambda fn, _: curve(fn),
                 reference_output=expected,
@@ -179,7 +178,7 @@ def check_noam_lr(report: CheckReport, impl: Callable, thorough: bool, seed: int
     report.ok("0 at step 0, linear warm-up, peak at step == warmup_steps, 1/sqrt(step) decay")
     report.ok(
         "matches the reference for (d_model, warmup_steps) = "
-        + ", ".join(f"({c['D']}, {c['W']})" for c in configs(NOAM_ITEM, thorough, seed))
+        + ", ".join(f"({c['D']}, {c['W']})" for c in configs(NOAM_LR_ITEM, thorough, seed))
     )
 
 
@@ -220,12 +219,12 @@ def _loss_inputs(
 
 def _call_loss(impl: Callable, logits: Tensor, targets: Tensor, eps: float, pad: int) -> Tensor:
     with forbidden_calls(
-        LOSS_ITEM,
+        LABEL_SMOOTHING_ITEM,
         extra=[(F.cross_entropy, "torch.nn.functional.cross_entropy")],
         advice="write the loss yourself from log_softmax",
     ):
         try:
-            out = call_student(impl, logits, targets, eps, pad, item=LOSS_ITEM)
+            out = call_student(impl, logits, targets, eps, pad, item=LABEL_SMOOTHING_ITEM)
         except NotImplementedYet:
             raise
         except CheckFailure as failure:
@@ -242,7 +241,7 @@ def _call_loss(impl: Callable, logits: Tensor, targets: Tensor, eps: float, pad:
 @public_check(
     assignment="ex06_training",
     implements="label_smoothed_cross_entropy",
-    bugs=LOSS_BUGS,
+    bugs=LABEL_SMOOTHING_BUGS,
     kind="function",
 )
 def check_label_smoothing(
@@ -251,7 +250,7 @@ def check_label_smoothing(
     """Check the student's ``label_smoothed_cross_entropy(logits, targets, smoothing,
     ignore_index)`` against the reference.
     """
-    for index, config in enumerate(configs(LOSS_ITEM, thorough, seed)):
+    for index, config in enumerate(configs(LABEL_SMOOTHING_ITEM, thorough, seed)):
         case_seed = 100 * index + (0 if seed is None else seed)
         _check_one_loss(report, impl, config, case_seed)
     report.ok("value and gradient match the reference (float32 and float64)")
@@ -274,7 +273,7 @@ def _diagnose_loss(
     reference = _value_and_grad(_reference_loss, logits, targets, eps, pad)
     return diagnose(
         lambda lg, tg: _value_and_grad(impl, lg, tg, eps, pad),
-        LOSS_BUGS,
+        LABEL_SMOOTHING_BUGS,
         [logits.detach(), targets],
         run=lambda fn, args: _value_and_grad(fn, *args, eps, pad),
         reference_output=reference if skip_reference else None,

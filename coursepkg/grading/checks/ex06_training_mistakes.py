@@ -13,8 +13,10 @@ from torch import Tensor
 from ...schedule import label_smoothed_cross_entropy as _reference_loss
 from ..framework import BugVariant
 
-NOAM_ITEM = "noam_lr"
-LOSS_ITEM = "label_smoothed_cross_entropy"
+__all__ = ["BUGS", "LABEL_SMOOTHING_BUGS", "LABEL_SMOOTHING_ITEM", "NOAM_LR_BUGS", "NOAM_LR_ITEM"]
+
+NOAM_LR_ITEM = "noam_lr"
+LABEL_SMOOTHING_ITEM = "label_smoothed_cross_entropy"
 
 # ---------------------------------------------------------------------------------------------
 # Known mistakes: the schedule
@@ -64,10 +66,10 @@ def _noam_max(step: int, d_model: int, warmup_steps: int) -> float:
 
 _NOAM_FORMULA = "d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)"
 
-NOAM_BUGS: list[BugVariant] = [
+NOAM_LR_BUGS: list[BugVariant] = [
     BugVariant(
         id="noam_lr.counts_from_zero",
-        item=NOAM_ITEM,
+        item=NOAM_LR_ITEM,
         description="the schedule is shifted by one step (it uses step + 1): the peak comes at "
         "warmup_steps - 1 and step 0 gets a non-zero rate",
         advice="Steps count from 1: use step itself in the formula, and return 0.0 at step 0.",
@@ -75,7 +77,7 @@ NOAM_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="noam_lr.peak_late",
-        item=NOAM_ITEM,
+        item=NOAM_LR_ITEM,
         description="the schedule is shifted by one step (it uses step - 1): the peak comes at "
         "warmup_steps + 1",
         advice=f"Use step itself: {_NOAM_FORMULA}; the peak must be at step == warmup_steps.",
@@ -83,7 +85,7 @@ NOAM_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="noam_lr.step_zero_not_zero",
-        item=NOAM_ITEM,
+        item=NOAM_LR_ITEM,
         description="step 0 is treated like step 1 and gets a non-zero rate",
         advice="At step 0 nothing has been trained yet: return 0.0 there (the formula's "
         "0 ** -0.5 would divide by zero).",
@@ -91,21 +93,21 @@ NOAM_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="noam_lr.no_d_model_factor",
-        item=NOAM_ITEM,
+        item=NOAM_LR_ITEM,
         description="the d_model ** -0.5 factor is missing",
         advice=f"Multiply by d_model ** -0.5: {_NOAM_FORMULA}.",
         impl=_noam_no_d_model,
     ),
     BugVariant(
         id="noam_lr.times_sqrt_d_model",
-        item=NOAM_ITEM,
+        item=NOAM_LR_ITEM,
         description="the rate is multiplied by sqrt(d_model) instead of divided by it",
         advice="The factor is d_model ** -0.5 (a smaller rate for wider models).",
         impl=_noam_times_sqrt_d_model,
     ),
     BugVariant(
         id="noam_lr.warmup_exponent",
-        item=NOAM_ITEM,
+        item=NOAM_LR_ITEM,
         description="the warm-up term uses warmup_steps ** -0.5 instead of warmup_steps ** -1.5",
         advice="With warmup_steps ** -1.5 the two terms of min() meet exactly at "
         f"step == warmup_steps: {_NOAM_FORMULA}.",
@@ -113,7 +115,7 @@ NOAM_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="noam_lr.max_instead_of_min",
-        item=NOAM_ITEM,
+        item=NOAM_LR_ITEM,
         description="max() is used instead of min(), so the rate never warms up",
         advice=f"Take the smaller of the two terms: {_NOAM_FORMULA}.",
         impl=_noam_max,
@@ -193,10 +195,10 @@ def _target_entropy(eps: float, v: int, over_others: bool = False) -> float:
     )
 
 
-LOSS_BUGS: list[BugVariant] = [
+LABEL_SMOOTHING_BUGS: list[BugVariant] = [
     BugVariant(
         id="label_smoothing.kl_divergence",
-        item=LOSS_ITEM,
+        item=LABEL_SMOOTHING_ITEM,
         description="the loss is the KL divergence KL(q || p) (nn.KLDivLoss against the "
         "smoothed targets), which is the cross-entropy minus the entropy of q: the gradient "
         "is right but the value is lower by a constant",
@@ -206,7 +208,7 @@ LOSS_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="label_smoothing.kl_eps_over_v_minus_1",
-        item=LOSS_ITEM,
+        item=LABEL_SMOOTHING_ITEM,
         description="two conventions at once: the loss is the KL divergence (cross-entropy "
         "minus the entropy of q, lower by a constant), and eps is spread over the V - 1 wrong "
         "tokens (the true token gets 1 - eps) instead of over all V",
@@ -217,7 +219,7 @@ LOSS_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="label_smoothing.eps_over_v_minus_1",
-        item=LOSS_ITEM,
+        item=LABEL_SMOOTHING_ITEM,
         description="eps is spread over the V - 1 wrong tokens (the true token gets exactly "
         "1 - eps), but this course spreads it over all V tokens",
         advice="Use q = (1 - eps) * one_hot + eps / V on every token, the true one included "
@@ -226,7 +228,7 @@ LOSS_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="label_smoothing.no_smoothing",
-        item=LOSS_ITEM,
+        item=LABEL_SMOOTHING_ITEM,
         description="the smoothing is not applied (this is the plain cross-entropy)",
         advice="Mix in the uniform part: loss = (1 - eps) * nll + eps * mean over V of "
         "(-log_softmax).",
@@ -234,7 +236,7 @@ LOSS_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="label_smoothing.true_token_misses_share",
-        item=LOSS_ITEM,
+        item=LABEL_SMOOTHING_ITEM,
         description="the true token gets 1 - eps and the others eps / V, so the target "
         "distribution does not sum to 1",
         advice="Give every token eps / V, the true one included: it gets 1 - eps + eps / V.",
@@ -242,7 +244,7 @@ LOSS_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="label_smoothing.padding_not_ignored",
-        item=LOSS_ITEM,
+        item=LABEL_SMOOTHING_ITEM,
         description="positions whose target equals ignore_index (padding) are counted as "
         "ordinary tokens",
         advice="Build keep = targets != ignore_index and average the per-position losses over "
@@ -251,7 +253,7 @@ LOSS_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="label_smoothing.mean_over_all_positions",
-        item=LOSS_ITEM,
+        item=LABEL_SMOOTHING_ITEM,
         description="padded positions contribute 0 but the mean still divides by every "
         "position, padding included",
         advice="Divide by the number of kept positions, keep.sum(), not by targets.numel().",
@@ -259,17 +261,19 @@ LOSS_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="label_smoothing.sum_not_mean",
-        item=LOSS_ITEM,
+        item=LABEL_SMOOTHING_ITEM,
         description="the loss is summed over positions instead of averaged",
         advice="Return the mean over the kept positions: sum / keep.sum().",
         impl=_ls_sum_not_mean,
     ),
     BugVariant(
         id="label_smoothing.all_ignored_nan",
-        item=LOSS_ITEM,
+        item=LABEL_SMOOTHING_ITEM,
         description="when every position is padding the loss is 0 / 0 = NaN",
         advice="Divide by keep.sum().clamp(min=1) (or return a zero that keeps the graph, such "
         "as logits.sum() * 0) when nothing is kept.",
         impl=_ls_all_ignored_nan,
     ),
 ]
+
+BUGS: list[BugVariant] = [*NOAM_LR_BUGS, *LABEL_SMOOTHING_BUGS]

@@ -1,4 +1,5 @@
-"""Checks of assignment ex07_parameters: the Transformer's parameter count in closed form.
+"""Checks of assignment ex07_parameters: the Transformer's parameter count in closed form; the
+catalogue of mistakes it recognises is in :mod:`.ex07_parameters_mistakes`.
 
 ``check_parameter_count`` compares the student's ``transformer_parameter_count(...)`` with
 :func:`coursepkg.params.count_parameters` over configurations that switch every option on and
@@ -23,7 +24,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ...config import TransformerConfig
 from ...model import Transformer
 from ...params import (
     attention_parameters,
@@ -32,7 +32,6 @@ from ...params import (
     layer_norm_parameters,
 )
 from ..framework import (
-    BugVariant,
     CheckFailure,
     CheckReport,
     call_student,
@@ -42,43 +41,15 @@ from ..framework import (
     public_check,
     register_configs,
 )
+from .ex07_parameters_mistakes import (
+    BUGS,
+    PARAMETER_COUNT_BUGS,
+    PARAMETER_COUNT_ITEM,
+    POSITIONAL,
+    reference_config,
+)
 
-__all__ = ["BUGS", "check_parameter_count"]
-
-ITEM = "transformer_parameter_count"
-
-_POSITIONAL = ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers")
-_DEFAULTS: dict[str, Any] = {
-    "n_decoder_layers": None,
-    "d_k": None,
-    "d_v": None,
-    "src_vocab_size": None,
-    "share_embeddings": True,
-    "tie_embeddings": True,
-    "bias": True,
-    "final_norm": False,
-}
-
-
-def _config(kw: dict[str, Any]) -> TransformerConfig:
-    """The reference configuration of the stub's arguments (sinusoidal positions: no
-    parameters)."""
-    return TransformerConfig(
-        vocab_size=kw["vocab_size"],
-        d_model=kw["d_model"],
-        n_heads=kw["n_heads"],
-        d_ff=kw["d_ff"],
-        n_layers=kw["n_layers"],
-        n_decoder_layers=kw.get("n_decoder_layers"),
-        d_k=kw.get("d_k"),
-        d_v=kw.get("d_v"),
-        src_vocab_size=kw.get("src_vocab_size"),
-        share_embeddings=kw.get("share_embeddings", True),
-        tie_embeddings=kw.get("tie_embeddings", True),
-        bias=kw.get("bias", True),
-        final_norm=kw.get("final_norm", False),
-        positional="sinusoidal",
-    )
+__all__ = ["BUGS", "PARAMETER_COUNT_BUGS", "check_parameter_count"]
 
 
 def _parts(kw: dict[str, Any]) -> dict[str, tuple[int, str]]:
@@ -87,7 +58,7 @@ def _parts(kw: dict[str, Any]) -> dict[str, tuple[int, str]]:
     Returns:
         name -> (number of parameters, how it is made up, in symbols).
     """
-    c = _config(kw)
+    c = reference_config(kw)
     d, v, h = c.d_model, c.vocab_size, c.n_heads
     dk, dv, f = c.head_dim_k, c.head_dim_v, c.d_ff
     n_enc, n_dec = c.n_layers, c.decoder_layers
@@ -164,170 +135,6 @@ def _explain_gap(kw: dict[str, Any], gap: int) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Known mistakes (the reference count moved by the mistake's amount: no second solution here)
-# ---------------------------------------------------------------------------------------------
-
-
-def _kwargs(args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {**_DEFAULTS, **dict(zip(_POSITIONAL, args, strict=False)), **kwargs}
-
-
-def _mistake(delta: Callable[[TransformerConfig], int]) -> Callable[..., int]:
-    """A buggy count: the reference count plus ``delta(config)``."""
-
-    def count(*args: Any, **kwargs: Any) -> int:
-        c = _config(_kwargs(args, kwargs))
-        return count_parameters(c) + delta(c)
-
-    return count
-
-
-def _biases(c: TransformerConfig) -> int:
-    if not c.bias:
-        return 0
-    d, h, dk, dv, f = c.d_model, c.n_heads, c.head_dim_k, c.head_dim_v, c.d_ff
-    blocks = c.n_layers + 2 * c.decoder_layers
-    return blocks * (2 * h * dk + h * dv + d) + (c.n_layers + c.decoder_layers) * (f + d)
-
-
-def _n_norms(c: TransformerConfig) -> int:
-    return 2 * c.n_layers + 3 * c.decoder_layers + (2 if c.use_final_norm else 0)
-
-
-def _value_size_uses_dk(c: TransformerConfig) -> int:
-    blocks = c.n_layers + 2 * c.decoder_layers
-    h, d = c.n_heads, c.d_model
-    per_width = 2 * d + (1 if c.bias else 0)  # W^V column + W^O row (+ a W^V bias entry)
-    return blocks * h * (c.head_dim_k - c.head_dim_v) * per_width
-
-
-_no_biases = _mistake(lambda c: -_biases(c))
-_no_layer_norms = _mistake(lambda c: -_n_norms(c) * layer_norm_parameters(c))
-_norm_gain_only = _mistake(lambda c: -_n_norms(c) * c.d_model if c.bias else 0)
-_tied_counted_twice = _mistake(lambda c: c.vocab_size * c.d_model if c.tie_embeddings else 0)
-_shared_counted_twice = _mistake(lambda c: c.vocab_size * c.d_model if c.share_embeddings else 0)
-_two_norms_per_decoder_layer = _mistake(lambda c: -c.decoder_layers * layer_norm_parameters(c))
-_no_cross_attention = _mistake(lambda c: -c.decoder_layers * attention_parameters(c))
-_value_uses_dk = _mistake(_value_size_uses_dk)
-_decoder_layers_ignored = _mistake(
-    lambda c: (
-        (c.n_layers - c.decoder_layers)
-        * (2 * attention_parameters(c) + feed_forward_parameters(c) + 3 * layer_norm_parameters(c))
-    )
-)
-_final_norm_ignored = _mistake(lambda c: -2 * layer_norm_parameters(c) if c.use_final_norm else 0)
-_output_bias = _mistake(lambda c: c.vocab_size)
-_untied_counted_once = _mistake(
-    lambda c: (
-        -c.vocab_size * c.d_model if not c.share_embeddings and not c.separate_vocabularies else 0
-    )
-)
-
-_FORMULA = (
-    "per attention block 2·D·H·Dk + 2·H·Dv·D (+ 2·H·Dk + H·Dv + D biases); per feed-forward "
-    "network 2·D·F (+ F + D); per LayerNorm 2·D (D without biases)"
-)
-
-BUGS: list[BugVariant] = [
-    BugVariant(
-        id="parameter_count.no_biases",
-        item=ITEM,
-        description="the linear layers' biases are missing",
-        advice="With bias=True every linear layer has a bias of its output size: "
-        "2·H·Dk + H·Dv + D per attention block and F + D per feed-forward network.",
-        impl=_no_biases,
-    ),
-    BugVariant(
-        id="parameter_count.no_layer_norms",
-        item=ITEM,
-        description="the LayerNorms are missing",
-        advice="Each LayerNorm has a gain and a shift of D each (2·D, or D with bias=False): "
-        "2 per encoder layer, 3 per decoder layer, plus one per stack with final_norm.",
-        impl=_no_layer_norms,
-    ),
-    BugVariant(
-        id="parameter_count.norm_gain_only",
-        item=ITEM,
-        description="each LayerNorm is counted with its gain only (D instead of 2·D)",
-        advice="A LayerNorm has a gain and a shift (bias), D each; only with bias=False does it "
-        "keep the gain alone.",
-        impl=_norm_gain_only,
-    ),
-    BugVariant(
-        id="parameter_count.tied_counted_twice",
-        item=ITEM,
-        description="the output projection is counted although it is tied to the target embedding",
-        advice="With tie_embeddings=True the output projection reuses the target embedding "
-        "matrix: count that V·D matrix once.",
-        impl=_tied_counted_twice,
-    ),
-    BugVariant(
-        id="parameter_count.shared_counted_twice",
-        item=ITEM,
-        description="the source and target embeddings are counted separately although they "
-        "are shared",
-        advice="With share_embeddings=True the source and the target use one V·D matrix: "
-        "count it once.",
-        impl=_shared_counted_twice,
-    ),
-    BugVariant(
-        id="parameter_count.two_norms_per_decoder_layer",
-        item=ITEM,
-        description="each decoder layer is counted with two LayerNorms instead of three",
-        advice="A decoder layer has three sub-layers (self-attention, cross-attention, "
-        "feed-forward), each followed by its own LayerNorm.",
-        impl=_two_norms_per_decoder_layer,
-    ),
-    BugVariant(
-        id="parameter_count.no_cross_attention",
-        item=ITEM,
-        description="the decoder's cross-attention blocks are missing",
-        advice="Each decoder layer has two attention blocks: masked self-attention and "
-        "cross-attention over the encoder output.",
-        impl=_no_cross_attention,
-    ),
-    BugVariant(
-        id="parameter_count.value_size_uses_dk",
-        item=ITEM,
-        description="W^V and W^O are sized with Dk instead of Dv",
-        advice="W^V is D x H·Dv and W^O is H·Dv x D; only W^Q and W^K use Dk.",
-        impl=_value_uses_dk,
-    ),
-    BugVariant(
-        id="parameter_count.decoder_layers_ignored",
-        item=ITEM,
-        description="the decoder is counted with n_layers layers, ignoring n_decoder_layers",
-        advice="Use n_decoder_layers for the decoder when it is given (None means n_layers).",
-        impl=_decoder_layers_ignored,
-    ),
-    BugVariant(
-        id="parameter_count.final_norm_ignored",
-        item=ITEM,
-        description="the final LayerNorms (final_norm=True) are not counted",
-        advice="With final_norm=True each stack ends with one more LayerNorm: add 2 of them.",
-        impl=_final_norm_ignored,
-    ),
-    BugVariant(
-        id="parameter_count.output_bias",
-        item=ITEM,
-        description="the output projection is counted with a bias (V more parameters), "
-        "which the model does not have",
-        advice="The output projection D -> V has no bias (nn.Linear(d_model, vocab_size, "
-        "bias=False)), whether or not it is tied: drop the + V.",
-        impl=_output_bias,
-    ),
-    BugVariant(
-        id="parameter_count.untied_embeddings_counted_once",
-        item=ITEM,
-        description="with share_embeddings=False the source and target embeddings are two "
-        "matrices even when the vocabularies have the same size, but only one is counted",
-        advice="Count V_src·D for the source embedding and V·D for the target one unless "
-        "share_embeddings=True.",
-        impl=_untied_counted_once,
-    ),
-]
-
-# ---------------------------------------------------------------------------------------------
 # Configurations
 # ---------------------------------------------------------------------------------------------
 
@@ -362,7 +169,7 @@ def _sample(rng: random.Random) -> dict[str, Any]:
 
 # Every option is switched away from its default in at least one visible configuration.
 register_configs(
-    ITEM,
+    PARAMETER_COUNT_ITEM,
     visible=[
         dict(_BASE),
         {
@@ -420,8 +227,8 @@ register_configs(
 
 
 def _call(fn: Callable, kw: dict[str, Any]) -> Any:
-    args = [kw[name] for name in _POSITIONAL]
-    extra = {k: v for k, v in kw.items() if k not in _POSITIONAL}
+    args = [kw[name] for name in POSITIONAL]
+    extra = {k: v for k, v in kw.items() if k not in POSITIONAL}
     return fn(*args, **extra)
 
 
@@ -443,8 +250,8 @@ def _as_int(value: Any, what: str) -> int:
 
 
 def _signature(kw: dict[str, Any]) -> str:
-    parts = [f"{k}={kw[k]}" for k in _POSITIONAL] + [
-        f"{k}={v}" for k, v in kw.items() if k not in _POSITIONAL
+    parts = [f"{k}={kw[k]}" for k in POSITIONAL] + [
+        f"{k}={v}" for k, v in kw.items() if k not in POSITIONAL
     ]
     return f"transformer_parameter_count({', '.join(parts)})"
 
@@ -452,20 +259,20 @@ def _signature(kw: dict[str, Any]) -> str:
 @public_check(
     assignment="ex07_parameters",
     implements="transformer_parameter_count",
-    bugs=BUGS,
+    bugs=PARAMETER_COUNT_BUGS,
     kind="function",
 )
 def check_parameter_count(
     report: CheckReport, impl: Callable, thorough: bool, seed: int | None
 ) -> None:
     """Check the student's ``transformer_parameter_count(...)`` against the reference."""
-    cases = configs(ITEM, thorough, seed)
-    expected = [count_parameters(_config(kw)) for kw in cases]
+    cases = configs(PARAMETER_COUNT_ITEM, thorough, seed)
+    expected = [count_parameters(reference_config(kw)) for kw in cases]
     got = []
     # Counting is arithmetic: building the model (ours or torch's) and counting its
     # parameters is not the exercise.
     with forbidden_calls(
-        ITEM,
+        PARAMETER_COUNT_ITEM,
         extra=[
             (Transformer.__init__, "coursepkg.Transformer (building the model)"),
             (nn.Transformer.__init__, "torch.nn.Transformer (building a model)"),
@@ -473,7 +280,7 @@ def check_parameter_count(
         advice="count with arithmetic from the formulas, without building a model",
     ):
         for kw in cases:
-            value = call_student(_call, impl, kw, item=ITEM)
+            value = call_student(_call, impl, kw, item=PARAMETER_COUNT_ITEM)
             got.append(_as_int(value, _signature(kw)))
     wrong = [i for i, (g, e) in enumerate(zip(got, expected, strict=True)) if g != e]
     if wrong:
@@ -493,7 +300,7 @@ def check_parameter_count(
         )
         bug = diagnose(
             lambda: student_gaps,
-            BUGS,
+            PARAMETER_COUNT_BUGS,
             [],
             run=lambda fn, _: gaps(fn),
             reference_output=reference_gaps,

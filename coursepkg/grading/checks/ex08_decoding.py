@@ -43,6 +43,7 @@ from .ex08_decoding_mistakes import (
     BEAM_BUGS,
     BEAM_ITEM,
     BOS,
+    BUGS,
     EOS,
     GREEDY_BUGS,
     GREEDY_ITEM,
@@ -159,7 +160,6 @@ def _rows_differ(a: Tensor, b: Tensor) -> Tensor:
 
 # ---------------------------------------------------------------------------------------------
 
-BUGS: list[BugVariant] = GREEDY_BUGS + BEAM_BUGS
 
 # ---------------------------------------------------------------------------------------------
 # Configurations

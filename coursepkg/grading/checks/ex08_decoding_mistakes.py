@@ -12,6 +12,8 @@ from ...decoding import beam_search as _reference_beam
 from ...decoding import greedy_decode as _reference_greedy
 from ..framework import BugVariant
 
+__all__ = ["BEAM_BUGS", "BEAM_ITEM", "BUGS", "GREEDY_BUGS", "GREEDY_ITEM"]
+
 GREEDY_ITEM = "greedy_decode"
 BEAM_ITEM = "beam_search"
 
@@ -306,3 +308,5 @@ BEAM_BUGS: list[BugVariant] = [
         impl=_beam_keeps_finished,
     ),
 ]
+
+BUGS: list[BugVariant] = [*GREEDY_BUGS, *BEAM_BUGS]

@@ -17,8 +17,9 @@ then on they record what grading needs to know about how the model came to be:
 CPU budget (the kernel's own CPU time, ``resource.getrusage``), and exact-match accuracy of the
 student's ``greedy_decode`` on dates generated from a seed that only the hidden test holds. When
 the model falls short it diagnoses the classic training mistakes from the model's behaviour
-and the training record (:data:`MISTAKES`). :func:`check_accuracy_band` awards the higher
-bands from the same run; :func:`check_own_pieces` finds reference stand-ins.
+and the training record (:data:`MISTAKES`, in :mod:`.ex09_training_run_mistakes`).
+:func:`check_accuracy_band` awards the higher bands from the same run; :func:`check_own_pieces`
+finds reference stand-ins.
 
 What this cannot catch (all need deliberate work against the grader, not an everyday shortcut):
 weights smuggled in as text inside the notebook itself; files read by C code that bypasses
@@ -51,6 +52,7 @@ from ..framework import (
     checking,
 )
 from .ex09_own_pieces import check_own_pieces
+from .ex09_training_run_mistakes import MISTAKES, TrainingMistake, named
 from .ex09_training_watch import (
     CPU_BUDGET_SECONDS,
     TrainingWatch,
@@ -79,73 +81,6 @@ BANDS = (0.90, 0.97, 0.99)
 MIN_STEPS = 50
 VISIBLE_SEED = 20260901  # the visible check's dates (the hidden test passes its own seed)
 ISO_LENGTH = 10
-
-
-# ---------------------------------------------------------------------------------------------
-# The known mistakes
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TrainingMistake:
-    """A classic training mistake that :func:`check_training_run` recognises.
-
-    Attributes:
-        id: stable identifier, e.g. ``"ex09.no_causal_mask"``.
-        item: what the student wrote it in.
-        description: what the mistake is, as a clause.
-        advice: what to change.
-    """
-
-    id: str
-    item: str
-    description: str
-    advice: str
-
-
-MISTAKES = [
-    TrainingMistake(
-        "ex09.target_not_shifted",
-        "sequence_loss",
-        "the decoder is fed the target it must predict (tgt_out), not the target shifted right "
-        "(tgt_in), so it learns to copy its input: near-zero training loss, useless decoding",
-        "Feed batch.tgt_in (BOS + target) to the decoder and compare its logits with "
-        "batch.tgt_out (target + EOS).",
-    ),
-    TrainingMistake(
-        "ex09.no_causal_mask",
-        "DateTransformer",
-        "the decoder's self-attention has no causal mask: changing a later target token changes "
-        "the predictions at earlier positions, so in training each position reads the answer",
-        "Pass causal_mask(T) (combined with the target's padding mask) as the decoder layers' "
-        "self_mask.",
-    ),
-    TrainingMistake(
-        "ex09.schedule_not_stepped",
-        "train_model",
-        "the learning rate never changed during training: the warm-up schedule was never stepped",
-        "Call scheduler.step() after every optimizer.step().",
-    ),
-    TrainingMistake(
-        "ex09.padding_in_loss",
-        "sequence_loss",
-        "padding positions count in the loss: the loss changes when only the logits at padded "
-        "target positions change",
-        "Leave out the positions where the target is the pad id (ignore_index=PAD_ID).",
-    ),
-    TrainingMistake(
-        "ex09.dropout_at_evaluation",
-        "greedy_decode",
-        "the model decodes in training mode, with dropout on, so its answers are noisy",
-        "Call model.eval() before decoding (and model.train() before training again).",
-    ),
-]
-_BY_ID = {bug.id: bug for bug in MISTAKES}
-
-
-def _named(bug_id: str, evidence: str) -> str:
-    bug = _BY_ID[bug_id]
-    return f"Known mistake ({bug.id}): {bug.description} ({evidence}). {bug.advice}"
 
 
 def _texts(ids: Tensor, tgt_itos: list[str]) -> list[str]:
@@ -198,7 +133,7 @@ def _diagnose_model(model: nn.Module) -> list[str]:
         shift = (_logits(model, batch, changed)[:, :cut] - logits[:, :cut]).abs().max().item()
         if shift > 1e-4:
             found.append(
-                _named(
+                named(
                     "ex09.no_causal_mask",
                     f"changing the target tokens from position {cut} on moved the logits at "
                     f"positions 0-{cut - 1} by up to {shift:.3g}",
@@ -209,7 +144,7 @@ def _diagnose_model(model: nn.Module) -> list[str]:
         copies = (predicted[:, 1:] == batch.tgt_in[:, 1:])[real].float().mean().item()
         if copies > 0.6:
             found.append(
-                _named(
+                named(
                     "ex09.target_not_shifted",
                     f"given the target, the model predicts its own input token at {copies:.0%} "
                     "of the positions",
@@ -253,15 +188,13 @@ def _diagnose_loss(loss_fn: Callable[..., Any], model: nn.Module) -> list[str]:
         a.shape == batch.tgt_out.shape and torch.equal(a, batch.tgt_out) for a in fed
     )
     if gets_tgt_out and not gets_tgt_in:
-        found.append(
-            _named("ex09.target_not_shifted", "sequence_loss gave the model batch.tgt_out")
-        )
+        found.append(named("ex09.target_not_shifted", "sequence_loss gave the model batch.tgt_out"))
     noise[0] = 50 * torch.randn(batch.tgt_in.shape[0], batch.tgt_in.shape[1], len(tgt_vocab))
     noisy = call_student(loss_fn, probe, batch, item="sequence_loss")
     before, after = float(loss.detach()), float(torch.as_tensor(noisy).detach())
     if abs(after - before) > 1e-4 * max(1.0, before):
         found.append(
-            _named("ex09.padding_in_loss", f"the loss went from {before:.4f} to {after:.4f}")
+            named("ex09.padding_in_loss", f"the loss went from {before:.4f} to {after:.4f}")
         )
     return found
 
@@ -269,7 +202,7 @@ def _diagnose_loss(loss_fn: Callable[..., Any], model: nn.Module) -> list[str]:
 def _diagnose_schedule(watch: TrainingWatch) -> list[str]:
     if watch.steps >= 2 and len(set(watch.lrs)) == 1:
         return [
-            _named(
+            named(
                 "ex09.schedule_not_stepped",
                 f"it was {watch.lrs[0]:g} at all {watch.steps} optimiser steps",
             )
@@ -411,7 +344,7 @@ def _diagnoses(
         diagnoses += _diagnose_loss(sequence_loss, model)
     if noisy:
         diagnoses.append(
-            _named(
+            named(
                 "ex09.dropout_at_evaluation",
                 "decoding the same dates twice gave different answers, in training mode",
             )

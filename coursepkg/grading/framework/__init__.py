@@ -17,9 +17,17 @@
   (:class:`MaskedBlock`, :class:`MaskCases`, :func:`run_mask_properties`), and an attention
   block's inputs for them (:func:`run_attention_cases`).
 - :mod:`.locate`: which piece of a student's layer is wrong, and its known mistake.
+- :mod:`.norms`: a LayerNorm's mistake read from the module itself (:func:`analyse_norm`).
+- :mod:`.pieces`: the pieces of a layer check (:func:`guarded`, :func:`attention_piece`,
+  :func:`feed_forward_piece`, :func:`layer_norm_piece`), each naming its mistake with the
+  catalogue of the check that grades it (:func:`mistakes_of`).
+- :mod:`.variants`: the correct blocks several catalogues build their mistakes from
+  (:func:`masked_attention`, :class:`HeadsBlock`, written in steps a mistake overrides).
 
 Modules import each other downwards only: results <- inputs <- calling <- compare <- weights
-<- masks, locate, modules; registry needs results only.
+<- masks, locate, modules, norms; registry needs results only; pieces sits on locate, norms and
+registry; variants needs nothing of the framework. A check module imports the framework and its
+own assignment's modules, never another assignment's.
 """
 
 from __future__ import annotations
@@ -66,7 +74,9 @@ from .masks import (
     run_mask_properties,
 )
 from .modules import ModuleSpec, check_module, dtypes_for, gradients_reach, prepare_module
-from .registry import CheckEntry, catalogue, public_check, registered_checks
+from .norms import analyse_norm, combined
+from .pieces import attention_piece, feed_forward_piece, guarded, layer_norm_piece, norm_probe
+from .registry import CheckEntry, catalogue, mistakes_of, public_check, registered_checks
 from .results import (
     CHECKER_FAILED,
     BugVariant,
@@ -80,6 +90,7 @@ from .results import (
     diagnosis_message,
     run_check,
 )
+from .variants import HeadsBlock, masked_attention
 from .weights import (
     NAMING_CONTRACT,
     build_module,
@@ -100,6 +111,7 @@ __all__ = [
     "MaskCases",
     "Invariance",
     "FullyMasked",
+    "HeadsBlock",
     "CHECKER_FAILED",
     "DIAGNOSE_TOLERANCE",
     "MASK_RULE",
@@ -116,7 +128,9 @@ __all__ = [
     "ForbiddenCall",
     "NotImplementedYet",
     "Piece",
+    "analyse_norm",
     "assert_close",
+    "attention_piece",
     "build_module",
     "call_student",
     "catalogue",
@@ -125,6 +139,7 @@ __all__ = [
     "check_module",
     "checking",
     "clone_module",
+    "combined",
     "configs",
     "copy_weights",
     "describe",
@@ -135,17 +150,23 @@ __all__ = [
     "dtype_name",
     "expect_close",
     "expect_tensor",
+    "feed_forward_piece",
     "forbidden_calls",
     "generator",
+    "guarded",
     "hide_padding",
     "gradients_reach",
     "is_close",
     "is_reference_module",
+    "layer_norm_piece",
     "locate",
     "materialise_lazy",
+    "masked_attention",
     "max_abs_error",
+    "mistakes_of",
     "module_runner",
     "near",
+    "norm_probe",
     "outputs_match_safely",
     "param_gap",
     "parameter_table",

@@ -18,7 +18,7 @@ from typing import Any
 
 from .results import BugVariant, CheckReport, CheckResult, run_check
 
-__all__ = ["CheckEntry", "catalogue", "public_check", "registered_checks"]
+__all__ = ["CheckEntry", "catalogue", "mistakes_of", "public_check", "registered_checks"]
 
 Body = Callable[[CheckReport, Any, bool, "int | None"], None]
 
@@ -119,3 +119,14 @@ def registered_checks() -> list[CheckEntry]:
 def catalogue() -> list[BugVariant]:
     """Every known mistake the checks recognise, check by check."""
     return [bug for entry in registered_checks() for bug in entry.bugs]
+
+
+def mistakes_of(check: str) -> tuple[BugVariant, ...]:
+    """The known mistakes of the check named ``check``: how a later assignment's check names
+    the mistake of a piece that an earlier assignment grades, without importing that
+    assignment's module (the package imports every check before any check runs).
+
+    Raises:
+        KeyError: no check of that name is registered.
+    """
+    return _REGISTRY[check].bugs

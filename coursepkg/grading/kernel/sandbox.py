@@ -1,9 +1,10 @@
 """The kernel that runs a student's notebook when ``coursepkg grade`` autogrades a class.
 
 nbgrader executes each submission in a Jupyter kernel. ``coursepkg grade`` points nbgrader at a
-kernelspec (:func:`write_kernelspec`) whose command is ``python -m coursepkg.grading.sandbox``:
-this module confines the kernel process *before* any student code runs, then starts an ordinary
-IPython kernel. The confinement, and what it does and does not guarantee:
+kernelspec (:func:`write_kernelspec`) whose command is ``python -m
+coursepkg.grading.kernel.sandbox``: this module confines the kernel process *before* any student
+code runs, then starts an ordinary IPython kernel. The confinement, and what it does and does not
+guarantee:
 
 * **Memory**: ``RLIMIT_AS`` caps the kernel's address space, so a memory bomb ends in a
   ``MemoryError`` (or PyTorch's allocation error) inside the student's cell instead of taking the

@@ -7,6 +7,7 @@ no private name of another module and form no import cycle."""
 from __future__ import annotations
 
 import ast
+import importlib
 import importlib.util
 import inspect
 import re
@@ -27,7 +28,7 @@ from coursepkg.grading.framework import (
     registered_checks,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 GRADING = ROOT / "coursepkg" / "grading"
 #: The part of grading/ this layout covers (classroom, sandbox, fork server and notebook
 #: runner are the class grader's, with their own tests).
@@ -120,6 +121,45 @@ def test_no_private_name_is_imported_from_another_module(path):
         if isinstance(node, ast.ImportFrom) and (node.level or "coursepkg" in (node.module or "")):
             private = [a.name for a in node.names if a.name.startswith("_")]
             assert not private, f"{path.name} imports {private} from {node.module}"
+
+
+def test_every_assignment_has_its_checks_and_its_catalogue():
+    """checks/exNN_x.py holds the configurations and public checks, checks/exNN_x_mistakes.py
+    the catalogue; ``BUGS`` in the catalogue is every mistake the assignment's checks name."""
+    registered: dict[str, set[str]] = {}
+    for entry in registered_checks():
+        registered.setdefault(entry.assignment, set()).update(b.id for b in entry.bugs)
+    assignments = sorted(p.stem for p in Path(stubs.__file__).parent.glob("ex*.py"))
+    assert len(assignments) == 9
+    for aid in assignments:
+        assert (GRADING / "checks" / f"{aid}.py").is_file(), aid
+        mistakes = importlib.import_module(f"coursepkg.grading.checks.{aid}_mistakes")
+        ids = [bug.id for bug in mistakes.BUGS]
+        assert ids and len(ids) == len(set(ids)), aid
+        assert all(i.split(".")[0] and "." in i for i in ids), aid
+        if aid in registered:
+            assert set(ids) == registered[aid], aid
+
+
+def _assignment(module: str) -> str:
+    """``ex04_encoder_mistakes`` -> ``ex04``: the assignment a check module belongs to."""
+    return module.split("_", 1)[0]
+
+
+@pytest.mark.parametrize("path", sorted((GRADING / "checks").glob("ex*.py")), ids=lambda p: p.name)
+def test_a_check_module_imports_no_other_assignments_module(path):
+    """Shared pieces live in framework/; a check module imports only the framework, the
+    reference and its own assignment's modules."""
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            imported.add(node.module)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+            "coursepkg.grading.checks."
+        ):
+            imported.add(node.module.rsplit(".", 1)[1])
+    others = {m for m in imported if _assignment(m) != _assignment(path.stem)}
+    assert not others, f"{path.name} imports {sorted(others)}"
 
 
 def test_coursepkg_grading_has_no_import_cycle():

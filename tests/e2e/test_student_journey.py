@@ -1,6 +1,7 @@
 """A student's whole journey in JupyterLab and an instructor's whole term, in a real browser.
 
-One test drives headless Chromium (Debian's ``chromium``, through tests/browser.py) on 127.0.0.1:
+One test drives headless Chromium (Debian's ``chromium``, through tests/fixtures/browser.py) on
+127.0.0.1:
 
 1. the instructor releases ex01 to a local exchange in a temporary folder (``coursepkg
    release``, ``nbgrader release_assignment``);
@@ -39,7 +40,7 @@ from pathlib import Path
 import pytest
 from browser import Browser, find_chromium
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 SHOTS = ROOT / "_build" / "student-journey"
 AID = "ex01_attention"

@@ -28,7 +28,7 @@ from coursepkg.grading.notebook import (
 from coursepkg.release import find_leaks, generate_release, secret_lines
 from coursepkg.stubs import ASSIGNMENTS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _source(aid: str) -> Path:

@@ -37,7 +37,7 @@ from grading_hostile import points
 
 from coursepkg.grading.kernel import confine
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 AID = "ex01_attention"
 REQUIRED = os.environ.get("COURSE_REQUIRE_CLUSTER") == "1"

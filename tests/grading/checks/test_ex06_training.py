@@ -42,7 +42,7 @@ def test_noam_accepts_a_tensor_scalar() -> None:
     assert check_noam_lr(as_tensor).passed
 
 
-@pytest.mark.parametrize("bug", grading.NOAM_BUGS, ids=lambda b: b.id)
+@pytest.mark.parametrize("bug", grading.NOAM_LR_BUGS, ids=lambda b: b.id)
 def test_noam_bug_is_caught_and_named(bug) -> None:
     with pytest.raises(CheckFailure) as info:
         check_noam_lr(bug.impl)
@@ -52,7 +52,7 @@ def test_noam_bug_is_caught_and_named(bug) -> None:
 
 def test_noam_wrong_peak_is_reported() -> None:
     with pytest.raises(CheckFailure, match="yours peaks at step 4001, the reference at 4000"):
-        check_noam_lr(grading.NOAM_BUGS[1].impl)
+        check_noam_lr(grading.NOAM_LR_BUGS[1].impl)
 
 
 def test_noam_division_by_zero_at_step_zero_gets_advice() -> None:
@@ -100,7 +100,7 @@ def test_label_smoothing_accepts_correct_losses(impl) -> None:
     assert check_label_smoothing(impl, thorough=True, seed=3).passed
 
 
-@pytest.mark.parametrize("bug", grading.LOSS_BUGS, ids=lambda b: b.id)
+@pytest.mark.parametrize("bug", grading.LABEL_SMOOTHING_BUGS, ids=lambda b: b.id)
 def test_label_smoothing_bug_is_caught_and_named(bug) -> None:
     with pytest.raises(CheckFailure) as info:
         check_label_smoothing(bug.impl)
@@ -114,7 +114,7 @@ def test_label_smoothing_convention_is_the_references() -> None:
     logits, targets = torch.randn(4, 7, dtype=torch.float64), torch.randint(0, 7, (4,))
     ours = label_smoothed_cross_entropy(logits, targets, 0.2)
     torch.testing.assert_close(ours, F.cross_entropy(logits, targets, label_smoothing=0.2))
-    other = grading.LOSS_BUGS[0].impl(logits, targets, 0.2)
+    other = grading.LABEL_SMOOTHING_BUGS[0].impl(logits, targets, 0.2)
     assert not torch.allclose(ours, other)
 
 
@@ -175,8 +175,11 @@ def test_label_smoothing_negative_ignore_index_crash_gets_advice() -> None:
 
 
 def test_label_smoothing_thorough_configs_depend_on_the_seed() -> None:
-    a, b = configs(grading.LOSS_ITEM, True, 0), configs(grading.LOSS_ITEM, True, 1)
-    assert a != b and a[:3] == configs(grading.LOSS_ITEM)
+    a, b = (
+        configs(grading.LABEL_SMOOTHING_ITEM, True, 0),
+        configs(grading.LABEL_SMOOTHING_ITEM, True, 1),
+    )
+    assert a != b and a[:3] == configs(grading.LABEL_SMOOTHING_ITEM)
 
 
 def test_catalogue_lists_the_training_bugs() -> None:

@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 import pytest
 from browser import Browser, find_chromium
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
 

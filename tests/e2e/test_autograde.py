@@ -31,7 +31,7 @@ import pytest
 from coursepkg.grading import catalogue
 from coursepkg.stubs import ASSIGNMENTS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 # assignment -> (the answer cell's item, [(text in the solution, the mistake replacing it)], and

@@ -58,7 +58,7 @@ def test_causal_mask_accepts_correct_masks(impl) -> None:
     assert "L = 1, 4, 7" in str(result)
 
 
-@pytest.mark.parametrize("bug", grading.MASK_BUGS, ids=lambda b: b.id)
+@pytest.mark.parametrize("bug", grading.CAUSAL_MASK_BUGS, ids=lambda b: b.id)
 def test_causal_mask_bug_is_caught_and_named(bug) -> None:
     with pytest.raises(CheckFailure) as info:
         check_causal_mask(bug.impl)
@@ -118,7 +118,7 @@ def test_decoder_layer_thorough_mode_uses_seeded_configs() -> None:
     assert check_decoder_layer(impls.DecoderLayerLoop, thorough=True, seed=1).passed
 
 
-@pytest.mark.parametrize("bug", grading.LAYER_BUGS, ids=lambda b: b.id)
+@pytest.mark.parametrize("bug", grading.DECODER_LAYER_BUGS, ids=lambda b: b.id)
 def test_decoder_layer_bug_is_caught_and_named(bug) -> None:
     with pytest.raises(CheckFailure) as info:
         check_decoder_layer(_layer_with(forward=bug.impl))

@@ -19,8 +19,8 @@ from coursepkg.stubs import ex01_attention
 ATTENTION_BUGS = [*ex01.SDPA_BUGS, *ex01.ADDITIVE_BUGS]
 
 CHECKS = {
-    ex01.SDPA: ex01.check_scaled_dot_product_attention,
-    ex01.ADDITIVE: ex01.check_additive_score,
+    ex01.SDPA_ITEM: ex01.check_scaled_dot_product_attention,
+    ex01.ADDITIVE_ITEM: ex01.check_additive_score,
 }
 
 
@@ -90,7 +90,7 @@ def test_untouched_stub_is_not_implemented_yet(check, stub):
     assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("item", [ex01.SDPA, ex01.ADDITIVE])
+@pytest.mark.parametrize("item", [ex01.SDPA_ITEM, ex01.ADDITIVE_ITEM])
 def test_thorough_configs_depend_on_the_seed(item):
     visible = configs(item)
     first, second = configs(item, True, 0), configs(item, True, 1)
@@ -100,7 +100,7 @@ def test_thorough_configs_depend_on_the_seed(item):
 
 
 def test_visible_configs_cover_batch_one_odd_lengths_and_unequal_sizes():
-    sdpa = configs(ex01.SDPA)
+    sdpa = configs(ex01.SDPA_ITEM)
     assert any(c["B"] == 1 for c in sdpa)
     assert any(c["L"] != c["S"] for c in sdpa)
     assert any(c["Dk"] != c["Dv"] for c in sdpa)

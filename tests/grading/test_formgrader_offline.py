@@ -1,5 +1,5 @@
 """The formgrader's exporter loads MathJax 2 from the server, never from a CDN (the browser
-test, tests/test_student_journey.py, shows the page working offline)."""
+test, tests/e2e/test_student_journey.py, shows the page working offline)."""
 
 import asyncio
 import json
@@ -11,7 +11,7 @@ from nbconvert.exporters import HTMLExporter
 
 from coursepkg.grading import formgrader_offline as fo
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _macro(exporter: HTMLExporter, *args: str) -> str:

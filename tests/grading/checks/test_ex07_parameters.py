@@ -16,6 +16,7 @@ from coursepkg.grading import (
     check_parameter_count,
 )
 from coursepkg.grading.checks import ex07_parameters as grading
+from coursepkg.grading.checks import ex07_parameters_mistakes as mistakes
 from coursepkg.grading.framework import configs, diagnosis_message
 from coursepkg.stubs import ex07_parameters as stub
 
@@ -32,18 +33,20 @@ def test_parameter_count_accepts_independent_formulas(impl) -> None:
 
 
 def test_visible_configs_switch_every_option() -> None:
-    cases = configs(grading.ITEM)
+    cases = configs(grading.PARAMETER_COUNT_ITEM)
     assert len(cases) >= 3
-    for key, default in grading._DEFAULTS.items():
+    for key, default in mistakes.DEFAULTS.items():
         assert any(case.get(key, default) != default for case in cases), key
     assert any(case.get("d_k") != case.get("d_v") for case in cases)
 
 
 def test_reference_configs_match_the_instantiated_models() -> None:
     # The check's expectation is the closed form; it equals counting a built model.
-    for kw in configs(grading.ITEM)[1:]:
-        model = Transformer(grading._config(kw))
-        assert sum(p.numel() for p in model.parameters()) == count_parameters(grading._config(kw))
+    for kw in configs(grading.PARAMETER_COUNT_ITEM)[1:]:
+        model = Transformer(mistakes.reference_config(kw))
+        assert sum(p.numel() for p in model.parameters()) == count_parameters(
+            mistakes.reference_config(kw)
+        )
 
 
 @pytest.mark.parametrize("bug", grading.BUGS, ids=lambda b: b.id)
@@ -82,7 +85,7 @@ def test_parameter_count_stub_is_not_implemented_yet() -> None:
 
 def test_calling_the_reference_count_is_named() -> None:
     def reference(*args, **kw):
-        return count_parameters(grading._config(grading._kwargs(args, kw)))
+        return count_parameters(mistakes.reference_config(mistakes.call_kwargs(args, kw)))
 
     with pytest.raises(CheckFailure, match="calls coursepkg.params.count_parameters"):
         check_parameter_count(reference)
@@ -111,8 +114,11 @@ def test_integer_valued_results_are_accepted() -> None:
 
 
 def test_thorough_configs_depend_on_the_seed() -> None:
-    a, b = configs(grading.ITEM, True, 0), configs(grading.ITEM, True, 1)
-    assert a != b and a[:4] == configs(grading.ITEM)
+    a, b = (
+        configs(grading.PARAMETER_COUNT_ITEM, True, 0),
+        configs(grading.PARAMETER_COUNT_ITEM, True, 1),
+    )
+    assert a != b and a[:4] == configs(grading.PARAMETER_COUNT_ITEM)
 
 
 def test_catalogue_lists_the_parameter_bugs() -> None:

@@ -20,9 +20,9 @@ from coursepkg.grading.framework import configs, weights
 from coursepkg.stubs import ex02_multihead, ex04_encoder
 
 CHECKS = {
-    encoder.LN: encoder.check_layer_norm,
-    encoder.FFN: encoder.check_feed_forward,
-    encoder.ENC: encoder.check_encoder_layer,
+    encoder.LN_ITEM: encoder.check_layer_norm,
+    encoder.FFN_ITEM: encoder.check_feed_forward,
+    encoder.ENC_ITEM: encoder.check_encoder_layer,
 }
 
 

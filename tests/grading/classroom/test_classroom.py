@@ -42,7 +42,7 @@ from grading_hostile import expected_score, hostile_catalogue, points, write_sub
 
 from coursepkg.grading.kernel.confine import landlock_abi
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
 AID = "ex01_attention"
 # Short limits, so that the loops and the too-slow notebook cost seconds, not minutes; a
