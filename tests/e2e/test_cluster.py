@@ -24,38 +24,26 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import nbformat
 import pytest
+import real_parts
 from grading_hostile import points
+from real_parts import free_port, missing
 
 from coursepkg.grading.kernel import confine
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 AID = "ex01_attention"
-REQUIRED = os.environ.get("COURSE_REQUIRE_CLUSTER") == "1"
 SECRET = "pg-secret-9f3a"  # in the workers' environment; no kernel may see it
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
-
-
-def _missing(reason: str) -> None:
-    if REQUIRED:
-        pytest.fail(f"COURSE_REQUIRE_CLUSTER=1 but {reason}")
-    pytest.skip(reason)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+postgres = real_parts.postgres  # the PostgreSQL server fixture
 
 
 def _until(condition, what: str, seconds: float = 120.0):
@@ -79,40 +67,10 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def postgres():
-    """A PostgreSQL server on 127.0.0.1 and a free port; yields its URL (database gradebook)."""
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
-    if not found:
-        _missing("PostgreSQL is not installed (Debian: apt-get install postgresql)")
-    pg = found[-1].parent
-    data = Path(tempfile.mkdtemp(prefix="cg-pg-"))
-    as_user: list[str] = []
-    if os.geteuid() == 0:  # PostgreSQL refuses to run as root
-        shutil.chown(data, "postgres", "postgres")
-        as_user = ["runuser", "-u", "postgres", "--"]
-    port = _free_port()
-
-    def run(*cmd: str) -> None:
-        subprocess.run([*as_user, *cmd], check=True, capture_output=True, timeout=120)
-
-    run(str(pg / "initdb"), "-D", str(data / "db"), "-U", "postgres", "--auth=trust")
-    # -w: pg_ctl waits until the server accepts connections (its own readiness check).
-    options = f"-h 127.0.0.1 -p {port} -k {data}"
-    run(str(pg / "pg_ctl"), "-D", str(data / "db"), "-o", options, "-l", str(data / "log"),
-        "-w", "-t", "120", "start")  # fmt: skip
-    try:
-        run(str(pg / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "gradebook")
-        yield {"url": f"postgresql://postgres@127.0.0.1:{port}/gradebook", "port": port}
-    finally:
-        run(str(pg / "pg_ctl"), "-D", str(data / "db"), "-m", "immediate", "stop")
-        shutil.rmtree(data, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """``dask scheduler`` and two ``dask worker`` processes (with nannies) on 127.0.0.1."""
     if shutil.which("dask", path=str(BIN)) is None:
-        _missing("Dask's command line is not installed (pip install distributed)")
+        missing("Dask's command line is not installed (pip install distributed)")
     from distributed import Client
 
     folder = tmp_path_factory.mktemp("dask")
@@ -337,7 +295,7 @@ def test_unreachable_scheduler_or_database_is_a_clear_error_before_any_work(rele
     source = nbformat.read(str(release / "solutions" / AID / f"{AID}.ipynb"), as_version=4)
     course = _course(release, tmp_path, {"s1": source})
     before = sorted(p.name for p in course.iterdir())
-    nowhere = _free_port()
+    nowhere = free_port()
     proc = _grade(course, "--scheduler", f"tcp://127.0.0.1:{nowhere}")
     text = _finish(proc, ok=False)
     assert proc.returncode == 2 and "cannot reach the Dask scheduler" in text, text

@@ -17,6 +17,8 @@ import regex
 from ...tokenizer import GPT2_PATTERN, Tokenizer, merge_pair, pretokenize, split_special
 from ..framework import BugVariant
 
+__all__ = ["BUGS", "TOKENIZER_BUGS", "TOKENIZER_ITEM", "TRAIN_BUGS", "TRAIN_ITEM"]
+
 TRAIN_ITEM = "train_bpe"
 TOKENIZER_ITEM = "Tokenizer"
 
@@ -220,3 +222,6 @@ TOKENIZER_BUGS: list[BugVariant] = [
         impl=_DecodePerToken,
     ),
 ]
+
+#: The whole catalogue, as every assignment's mistakes module has it.
+BUGS: list[BugVariant] = [*TRAIN_BUGS, *TOKENIZER_BUGS]

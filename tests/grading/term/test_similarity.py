@@ -30,7 +30,8 @@ from similarity_corpus import GROUPS, class_items, classes, disguise, groups
 
 from coursepkg.grading.term.similarity import DEFAULT_THRESHOLD, DOLOS_DIR, compare
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # Node.js, Dolos and headless Chromium
+ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
 AID = "ex04_encoder"
 KEEP = {name for _, name, _ in GROUPS.values()}  # the names the exercises ask for

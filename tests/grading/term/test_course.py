@@ -12,7 +12,7 @@ assignment), with the late policy in the course's ``nbgrader_config.py`` and mad
   ``coursepkg grade``.
 
 Everything runs twice: with the course's SQLite gradebook, and with a PostgreSQL gradebook
-(``--db``, a server started with Debian's initdb/pg_ctl as in ``test_grading_cluster.py``).
+(``--db``, a server started with Debian's initdb/pg_ctl as in ``tests/fixtures/real_parts.py``).
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import real_parts
 from browser import Browser, chromium_or_skip
 from grading_hostile import points
-from test_grading_cluster import postgres  # noqa: F401  (the PostgreSQL server fixture)
 
 from coursepkg.grading.classroom.gradebook import database_url
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
 AID = "ex01_attention"
 DUE = datetime.datetime(2026, 11, 20, 17, 0)
@@ -59,6 +59,7 @@ LATENESS = {
 }
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+postgres = real_parts.postgres  # the PostgreSQL server fixture
 
 
 def _env(**extra: str) -> dict[str, str]:

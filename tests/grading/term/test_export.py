@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import real_parts
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lms_layouts import (
@@ -26,12 +27,11 @@ from lms_layouts import (
     GRADESCOPE_EXPORT,
     GRADESCOPE_IDENTITY_COLUMNS,
 )
-from test_grading_cluster import postgres  # noqa: F401  (the PostgreSQL server fixture)
 
 from coursepkg.grading.classroom.gradebook import database_url
 from coursepkg.grading.term.export import export, read_mapping
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
 COURSE = "transformers"
 # Two assignments: (notebook, cell, max points) of each.
@@ -53,6 +53,8 @@ MAPPING = (
     'bob,"Dylan, Bob",102,A002,bdylan,S1,Bob,Dylan,A002,bob@example.edu\n'
     'carol,"King, Carol",103,A003,cking,S2,Carol,King,A003,carol@example.edu\n'
 )
+
+postgres = real_parts.postgres  # the PostgreSQL server fixture
 
 
 @pytest.fixture(autouse=True)
@@ -92,7 +94,7 @@ def _by_student(rows: list[list[str]], key: int) -> dict[str, list[str]]:
     return {r[key]: r for r in rows}
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
 def gradebook(request, tmp_path):
     if request.param == "sqlite":
         url = database_url(f"sqlite:///{tmp_path / 'gradebook.db'}")

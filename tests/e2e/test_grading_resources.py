@@ -18,8 +18,8 @@ they are only printed (``pytest -s``).
 
 Entries whose outcome needs what the host lacks (a memory cgroup, a mount namespace) are left out,
 and the summary must then warn, unless ``COURSE_REQUIRE_KERNEL_LIMITS=1`` (set by ``.ci/run`` where
-the host offers them): then a missing mechanism fails the test. ``tests/test_kernel_resources.py``
-tests the mechanisms themselves.
+the host offers them): then a missing mechanism fails the test.
+``tests/grading/kernel/test_kernel_resources.py`` tests the mechanisms themselves.
 """
 
 from __future__ import annotations
@@ -34,8 +34,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-import test_grading_cluster as _real_parts
-import test_kernel_resources as _mechanisms
+import test_cluster as _real_parts
 from grading_hostile import (
     ALL,
     NONE,
@@ -50,7 +49,7 @@ from grading_hostile import (
 
 from coursepkg.grading.kernel import confine
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 AID = "ex01_attention"
 MEMORY_MB, DISK_MB, SHM_MB = 2048, 256, 64
@@ -61,7 +60,9 @@ MEMORY = "available memory, the cluster's growth aside"
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
-# The real parts of tests/test_grading_cluster.py: a PostgreSQL server, a Dask scheduler with two
+# Set by .ci/run where the host offers the limits (as in grading/kernel/test_kernel_resources.py).
+LIMITS_REQUIRED = os.environ.get("COURSE_REQUIRE_KERNEL_LIMITS") == "1"
+# The real parts of tests/e2e/test_cluster.py: a PostgreSQL server, a Dask scheduler with two
 # workers, and ex01's release (fixtures of this module too).
 cluster, postgres, release = _real_parts.cluster, _real_parts.postgres, _real_parts.release
 
@@ -205,7 +206,7 @@ def _offered(tmp: Path) -> set[str]:
     confine.remove_stale_cgroups()
     names = ("memory_cgroup", "mounts")
     offered = {""} | {name for name, got in zip(names, out, strict=True) if got != "-"}
-    if _mechanisms.REQUIRED and offered != {"", *names}:
+    if LIMITS_REQUIRED and offered != {"", *names}:
         pytest.fail(f"COURSE_REQUIRE_KERNEL_LIMITS=1 but a kernel gets only {sorted(offered)}")
     return offered
 
