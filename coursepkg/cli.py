@@ -4,7 +4,8 @@
 parameter breakdown of a preset or of a configuration given on the command line;
 ``coursepkg check NOTEBOOK`` runs an assignment notebook and reports its visible tests;
 ``coursepkg release`` regenerates the students' notebooks (exercises/) from solutions/;
-``coursepkg grade ASSIGNMENT`` autogrades a whole class with nbgrader (instructors).
+``coursepkg grade ASSIGNMENT`` autogrades a whole class with nbgrader (instructors);
+``coursepkg train DATA`` trains a GPT on a text file or folder (also under ``torchrun``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from .config import TransformerConfig
 from .params import count_parameters, layer_breakdown, parameter_breakdown
+from .train_cli import add_train_parser
 
 
 def _info(_: argparse.Namespace) -> int:
@@ -218,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-db", action="store_true", help="leave every gradebook alone")
     p.set_defaults(func=_release)
     _add_grade_parser(sub)
+    add_train_parser(sub)
     return parser
 
 
