@@ -87,7 +87,7 @@ class TokenData:
 
 def _write_array(path: Path, ids: np.ndarray) -> None:
     """Write ``ids`` to ``path`` as a memmap-able array, atomically."""
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # machines may share the folder
     array = np.memmap(tmp, dtype=np.uint16, mode="w+", shape=ids.shape)
     array[:] = ids
     array.flush()
@@ -105,8 +105,8 @@ def prepare_tokens(
         folder: where ``train.bin``, ``val.bin`` and ``meta.json`` live.
         tokenizer: see :func:`make_tokenizer`.
         val_fraction: the held-out share of the stream.
-        write: whether this process may write the files (only rank 0 does; the others call
-            this after it, behind a barrier).
+        write: whether this process may write the files (local rank 0 of each machine does;
+            the others call this after it, behind a barrier).
 
     Returns:
         The :class:`TokenData`.
@@ -114,19 +114,27 @@ def prepare_tokens(
     text = read_corpus(data)
     digest = hashlib.sha256(f"{tokenizer}\0{val_fraction}\0{text}".encode()).hexdigest()
     vocab = make_tokenizer(tokenizer, text)
+    if len(vocab) > 2**16:
+        raise ValueError(
+            f"the token files hold uint16 ids: vocab size must be <= 65536, got {len(vocab)}"
+        )
     folder = Path(folder)
     meta_path = folder / "meta.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     if meta.get("digest") != digest or meta.get("format") != _FORMAT:
         if not write:
-            raise RuntimeError(f"the tokens in {folder} are missing or stale (rank 0 writes them)")
+            raise RuntimeError(
+                f"the tokens in {folder} are missing or stale (local rank 0 writes them)"
+            )
         ids = np.asarray(vocab.encode(text), dtype=np.uint16)  # (N,)
         split = int(len(ids) * (1.0 - val_fraction))
         folder.mkdir(parents=True, exist_ok=True)
         _write_array(folder / "train.bin", ids[:split])
         _write_array(folder / "val.bin", ids[split:])
         meta = {"format": _FORMAT, "digest": digest, "train": split, "val": len(ids) - split}
-        meta_path.write_text(json.dumps(meta))
+        tmp = meta_path.with_name(f".meta.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(meta))
+        os.replace(tmp, meta_path)
         log.info("tokenised %s: %d training and %d held-out tokens", data, split, len(ids) - split)
     train = np.memmap(folder / "train.bin", dtype=np.uint16, mode="r", shape=(meta["train"],))
     val = np.memmap(folder / "val.bin", dtype=np.uint16, mode="r", shape=(meta["val"],))

@@ -23,11 +23,13 @@ class Dist:
     Attributes:
         rank: this process' rank (0 writes every file).
         world_size: the number of processes.
+        local_rank: its rank on this machine (0 writes the machine's token files).
         device: the device this process trains on.
     """
 
     rank: int = 0
     world_size: int = 1
+    local_rank: int = 0
     device: torch.device = torch.device("cpu")
 
     @property
@@ -70,6 +72,18 @@ def _pick_device(choice: str, local_rank: int) -> torch.device:
     return torch.device("cuda", local_rank)
 
 
+def _join(backend: str) -> None:
+    """``init_process_group`` through the store ``torchrun`` set up, under a prefix of its own
+    for each restart: a restarted job must not read the addresses the dead attempt's ranks
+    left there (seen with ``--max-restarts``: gloo then dials a port nobody listens on)."""
+    from torch.distributed.rendezvous import rendezvous
+
+    store, rank, world_size = next(rendezvous("env://"))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    prefixed = dist.PrefixStore(f"coursepkg/attempt-{attempt}", store)
+    dist.init_process_group(backend, store=prefixed, rank=rank, world_size=world_size)
+
+
 def setup(device: str) -> Dist:
     """Join the process group ``torchrun`` set up (if any) and pick this rank's device.
 
@@ -87,8 +101,8 @@ def setup(device: str) -> Dist:
     if world_size == 1:
         return Dist(device=where)
     if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if where.type == "cuda" else "gloo")
-    return Dist(dist.get_rank(), dist.get_world_size(), where)
+        _join(backend="nccl" if where.type == "cuda" else "gloo")
+    return Dist(dist.get_rank(), dist.get_world_size(), local_rank, where)
 
 
 def teardown() -> None:

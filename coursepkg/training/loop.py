@@ -13,6 +13,9 @@ import csv
 import dataclasses
 import logging
 import math
+import os
+import signal
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,11 +115,11 @@ def _start(settings: TrainSettings, dist: Dist, resume: bool) -> _Run:
             f"batch_size={settings.batch_size} must be divisible by world_size * grad_accum = "
             f"{dist.world_size} * {settings.grad_accum}"
         )
-    if dist.is_main:
+    if dist.local_rank == 0:  # every machine tokenises into its own folder (or a shared one)
         out.mkdir(parents=True, exist_ok=True)
         data = prepare_tokens(settings.data, out / "tokens", settings.tokenizer, *_val(settings))
     dist.barrier()
-    if not dist.is_main:
+    if dist.local_rank != 0:
         data = prepare_tokens(settings.data, out / "tokens", settings.tokenizer, *_val(settings, 0))
     torch.manual_seed(settings.seed)
     net = DecoderOnlyLM(model_config(settings, len(data.vocab)))
@@ -138,6 +141,7 @@ def _start(settings: TrainSettings, dist: Dist, resume: bool) -> _Run:
     net.to(dist.device)
     _move_optimizer_state(optimizer, dist.device)
     run.model = _wrap(net, settings, dist)
+    log.info("rank %d of %d (pid %d) on %s", dist.rank, dist.world_size, os.getpid(), dist.device)
     return run
 
 
@@ -275,6 +279,7 @@ def _loop(run: _Run, progress: bool) -> None:
     bar = tqdm(
         total=s.steps, initial=run.step, desc="train", disable=not (progress and run.dist.is_main)
     )
+    previous = _on_sigterm(run)
     try:
         end = s.stop_after or s.steps
         while run.step < end:
@@ -298,6 +303,36 @@ def _loop(run: _Run, progress: bool) -> None:
             bar.update(1)
     finally:
         bar.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _on_sigterm(run: _Run):
+    """Make SIGTERM (what ``torchrun`` sends the other ranks when one dies) end this rank with
+    a message saying where the run stands; returns the previous handler (None off the main
+    thread, where no handler can be set)."""
+
+    def stop(signum: int, frame: object) -> None:
+        log.error(
+            "rank %d stopped by %s at step %d; %s",
+            run.dist.rank,
+            signal.Signals(signum).name,
+            run.step,
+            _intact(run),
+        )
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, stop)
+
+
+def _intact(run: _Run) -> str:
+    """Where the last checkpoint is, and how to continue from it."""
+    return (
+        f"the checkpoint of step {run.last_checkpoint} in {run.settings.out} is intact: run "
+        "again with --resume (torchrun --max-restarts N does it for you)"
+    )
 
 
 def _guarded_step(run: _Run, lr: float) -> float:
@@ -308,9 +343,8 @@ def _guarded_step(run: _Run, lr: float) -> float:
         if not run.dist.distributed:
             raise
         raise RuntimeError(
-            f"rank {run.dist.rank} lost the other ranks at step {run.step + 1} ({err}); the "
-            f"checkpoint of step {run.last_checkpoint} in {run.settings.out} is intact: run "
-            "again with --resume (torchrun --max-restarts N does it for you)"
+            f"rank {run.dist.rank} lost the other ranks at step {run.step + 1} ({err}); "
+            + _intact(run)
         ) from err
     if not math.isfinite(loss):
         raise FloatingPointError(f"the loss became {loss} at step {run.step + 1}")
