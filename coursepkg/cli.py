@@ -6,6 +6,7 @@ parameter breakdown of a preset or of a configuration given on the command line;
 ``coursepkg release`` regenerates the students' notebooks (exercises/) from solutions/;
 ``coursepkg grade ASSIGNMENT`` autogrades a whole class with nbgrader (instructors);
 ``coursepkg export``, ``regrade`` and ``similarity`` are the rest of the instructor's term.
+``coursepkg train DATA`` trains a GPT on a text file or folder (also under ``torchrun``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from .config import TransformerConfig
 from .params import count_parameters, layer_breakdown, parameter_breakdown
+from .train_cli import add_train_parser
 
 
 def _info(_: argparse.Namespace) -> int:
@@ -244,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .grading.term.commands import add_parsers as add_term_parsers
 
     add_term_parsers(sub)  # export, regrade, similarity
+    add_train_parser(sub)
     return parser
 
 

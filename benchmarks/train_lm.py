@@ -1,0 +1,222 @@
+"""``coursepkg train``'s step vs Hugging Face ``GPT2LMHeadModel`` + ``torch.optim.AdamW``, and
+DDP on this machine.
+
+Part 1, side by side in one process with 2 threads: a GPT-2-shaped model (D=256, 4 layers,
+4 heads, F=1024, context 128, batch 16, the characters of Tiny Shakespeare) trained by
+
+- ours: the trainer's own step (:func:`coursepkg.training.loop._train_step`: batch from the
+  memory-mapped tokens, forward, the course's cross-entropy, backward, the course's clipping
+  and AdamW), on :class:`~coursepkg.DecoderOnlyLM`;
+- theirs: ``GPT2LMHeadModel`` (random weights from a config, no dropout), ``F.cross_entropy``,
+  ``torch.nn.utils.clip_grad_norm_`` and ``torch.optim.AdamW`` in a plain loop, on the same
+  batches.
+
+The two are timed alternately; the ratio is ours / theirs per step (<= 1.00: ours at least as
+fast) with tokens/s for both.
+
+Part 2: the same step under DistributedDataParallel, 2 gloo ranks x 1 thread (``torchrun
+--nproc-per-node 2``) against 1 process x 2 threads, same global batch; the ratio of times per
+step is printed (above 1: the all-reduce and the smaller per-rank matmuls cost more than they
+save on 2 cores).
+
+On a GPU, part 1 also runs with bf16 autocast and prints tokens/s and the model FLOP
+utilisation against bf16 peak (not measured on the CPU-only machine this was written on).
+
+Run: ``.venv/bin/python benchmarks/train_lm.py [--rounds N] [--skip-ddp]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import alternate, median, setup_threads  # noqa: E402
+
+from coursepkg.data.text import load_tinyshakespeare  # noqa: E402
+from coursepkg.training.data import get_batch  # noqa: E402
+from coursepkg.training.distributed import setup, teardown  # noqa: E402
+from coursepkg.training.loop import _start, _train_step  # noqa: E402
+from coursepkg.training.settings import TrainSettings  # noqa: E402
+
+SHAPE = dict(d_model=256, n_layers=4, n_heads=4, d_ff=1024, dropout=0.0, activation="gelu_tanh")
+BLOCK, BATCH = 128, 16
+
+
+def _settings(folder: Path, device: str = "cpu") -> TrainSettings:
+    corpus = folder / "shakespeare.txt"
+    if not corpus.exists():
+        corpus.write_text(load_tinyshakespeare())
+    return TrainSettings(
+        data=str(corpus),
+        out=str(folder / "run"),
+        steps=10_000,
+        batch_size=BATCH,
+        block_size=BLOCK,
+        warmup_steps=10,
+        device=device,
+        model=SHAPE,
+    )
+
+
+def _hf_peer(vocab_size: int, device: torch.device):
+    """GPT-2 of the same shape, random weights, no dropout, AdamW from PyTorch."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(
+        vocab_size=vocab_size,
+        n_positions=BLOCK,
+        n_embd=SHAPE["d_model"],
+        n_layer=SHAPE["n_layers"],
+        n_head=SHAPE["n_heads"],
+        n_inner=SHAPE["d_ff"],
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=None,  # GPT-2's 50256 is outside this character vocabulary
+        eos_token_id=None,
+    )
+    model = GPT2LMHeadModel(config).to(device).train()
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
+
+
+def _their_step(model, optimizer, run, generator, device):
+    def step() -> float:
+        x, y = get_batch(run.data.train, BLOCK, BATCH, generator)  # (B, L)
+        x, y = x.to(device), y.to(device)
+        with _autocast(device):
+            logits = model(x).logits  # (B, L, V)
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+
+    return step
+
+
+def _autocast(device: torch.device):
+    import contextlib
+
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def side_by_side(rounds: int, device: str = "cpu") -> dict:
+    """Part 1: ours vs Hugging Face's, alternately, in this process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        dist = setup(device)
+        run = _start(_settings(Path(tmp), device), dist, resume=False)
+        model, optimizer = _hf_peer(run.net.config.vocab_size, dist.device)
+        generator = torch.Generator().manual_seed(0)
+        fns = {
+            "ours": lambda: _train_step(run, 1e-3),
+            "theirs": _their_step(model, optimizer, run, generator, dist.device),
+        }
+        if dist.device.type == "cuda":
+            fns = {k: _synced(f) for k, f in fns.items()}
+        times = {k: median(v) for k, v in alternate(fns, rounds, warmup=2).items()}
+        teardown()
+    tokens = BATCH * BLOCK
+    return {
+        "ours_s": times["ours"],
+        "theirs_s": times["theirs"],
+        "ratio": times["ours"] / times["theirs"],
+        "ours_tok_s": tokens / times["ours"],
+        "theirs_tok_s": tokens / times["theirs"],
+    }
+
+
+def _synced(fn):
+    def call():
+        fn()
+        torch.cuda.synchronize()
+
+    return call
+
+
+def worker(steps: int) -> None:
+    """Part 2's worker: time ``steps`` of the trainer's step here (one rank of a torchrun job,
+    or a single process); rank 0 prints the median seconds per step as JSON."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(os.environ.get("TRAIN_LM_DIR", tmp))
+        dist = setup("cpu")
+        run = _start(_settings(folder), dist, resume=False)
+        times = []
+        for _ in range(steps + 2):
+            start = time.perf_counter()
+            _train_step(run, 1e-3)
+            times.append(time.perf_counter() - start)
+        if dist.is_main:
+            print(json.dumps({"s_per_step": median(times[2:]), "world": dist.world_size}))
+        teardown()
+
+
+def ddp_vs_threads(steps: int) -> dict:
+    """Part 2: 2 gloo ranks x 1 thread vs 1 process x 2 threads, same global batch."""
+    me = [sys.executable, str(Path(__file__).resolve()), "--worker", "--steps", str(steps)]
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, cmd, threads in (
+            ("1x2", me, "2"),
+            ("2x1", [torchrun, "--standalone", "--nproc-per-node", "2", "--no-python", *me], "1"),
+        ):
+            env = {**os.environ, "OMP_NUM_THREADS": threads, "TRAIN_LM_DIR": tmp}
+            env["TRAIN_LM_THREADS"] = threads
+            done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+            results[name] = json.loads(done.stdout.strip().splitlines()[-1])["s_per_step"]
+    return {
+        "ddp_2x1_s": results["2x1"],
+        "single_1x2_s": results["1x2"],
+        "ratio": results["2x1"] / results["1x2"],
+    }
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=5, help="timed steps of each DDP run")
+    parser.add_argument("--skip-ddp", action="store_true")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        setup_threads(int(os.environ.get("TRAIN_LM_THREADS", "2")))
+        worker(args.steps)
+        return {}
+    setup_threads(2)
+    shape = f"D={SHAPE['d_model']} N={SHAPE['n_layers']} H={SHAPE['n_heads']}"
+    print(f"GPT-2 shape {shape} context {BLOCK} batch {BATCH}, {torch.get_num_threads()} threads")
+    r = side_by_side(args.rounds)
+    print(f"{'':<10}{'s/step':>10}{'tokens/s':>12}")
+    print(f"{'ours':<10}{r['ours_s']:>10.4f}{r['ours_tok_s']:>12.0f}")
+    print(f"{'HF+AdamW':<10}{r['theirs_s']:>10.4f}{r['theirs_tok_s']:>12.0f}")
+    print(f"ratio ours / theirs: {r['ratio']:.3f} (target <= 1.00)")
+    results = {"cpu": r}
+    if torch.cuda.is_available():
+        g = side_by_side(args.rounds, "cuda")
+        print(f"cuda bf16: ours {g['ours_tok_s']:.0f} tok/s, theirs {g['theirs_tok_s']:.0f} tok/s")
+        results["cuda"] = g
+    if not args.skip_ddp:
+        d = ddp_vs_threads(args.steps)
+        print(
+            f"DDP 2 gloo ranks x 1 thread: {d['ddp_2x1_s']:.4f} s/step; 1 process x 2 threads: "
+            f"{d['single_1x2_s']:.4f} s/step; ratio {d['ratio']:.2f}"
+        )
+        results["ddp"] = d
+    return results
+
+
+if __name__ == "__main__":
+    main()

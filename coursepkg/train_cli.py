@@ -1,0 +1,105 @@
+"""``coursepkg train``: the command line of :mod:`coursepkg.training`.
+
+Every setting of :class:`~coursepkg.training.TrainSettings` is a flag (``--batch-size 64``), a
+YAML/TOML file gives any of them (``--config run.yaml``; flags win), and ``--model KEY=VALUE``
+sets any :class:`~coursepkg.TransformerConfig` option. The same command runs under ``torchrun``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+from typing import Any
+
+__all__ = ["add_train_parser"]
+
+_HELP = {
+    "out": "the run's folder: tokens, log.csv, loss.png, checkpoint.pt, samples.txt",
+    "tokenizer": "char (characters) or bpe (the course's BPE, once available)",
+    "batch_size": "windows per optimiser step, over all ranks and micro-steps",
+    "block_size": "tokens per window (context length)",
+    "grad_accum": "micro-steps whose gradients are summed before each update",
+    "clip_norm": "clip the global gradient norm to this (0: no clipping)",
+    "device": "cpu, cuda or auto (CUDA when there is one); bf16 autocast on CUDA",
+    "compile": "wrap the model in torch.compile",
+}
+
+
+def _model_option(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` with VALUE read as YAML (``64`` -> int, ``true`` -> bool, ``gelu`` -> str)."""
+    import yaml
+
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip().replace("-", "_"), yaml.safe_load(value)
+
+
+def add_train_parser(sub: Any) -> None:
+    """Register the ``coursepkg train`` subcommand on ``sub`` (an argparse subparsers object)."""
+    from coursepkg.training.settings import GPT_DEFAULTS, TrainSettings
+
+    p = sub.add_parser(
+        "train",
+        help="train a decoder-only language model on a text file or folder",
+        description="Train a GPT (chapter 11's by default) on a text file or folder of .txt "
+        "files, with AdamW, warm-up + cosine, clipping and gradient accumulation; evaluate "
+        "on a held-out split, log to OUT/log.csv, plot OUT/loss.png, checkpoint to "
+        "OUT/checkpoint.pt and sample at the end. Under `torchrun --nproc-per-node N` the "
+        "same command trains with DistributedDataParallel (gloo on CPU, nccl on CUDA).",
+        epilog=f"model defaults: {GPT_DEFAULTS}",
+    )
+    p.add_argument("data", nargs="?", help="a text file or a folder of .txt files")
+    p.add_argument("--config", help="a YAML or TOML file of settings (flags override it)")
+    for f in dataclasses.fields(TrainSettings):
+        if f.name in ("data", "model"):
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        text = _HELP.get(f.name, "") + f" (default {f.default!r})"
+        if f.type in ("bool", bool):
+            p.add_argument(flag, action="store_true", default=None, help=text.strip())
+        else:
+            kind = {"int": int, "float": float, "str": str}[str(f.type)]
+            p.add_argument(flag, type=kind, help=text.strip())
+    p.add_argument(
+        "--model",
+        action="append",
+        type=_model_option,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a TransformerConfig option, e.g. --model d_model=128 --model n_layers=4",
+    )
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_train)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from coursepkg.training import CheckpointError, load_settings, train
+
+    logging.basicConfig(level=logging.INFO, format="coursepkg train: %(message)s")
+    flags = {
+        k: v
+        for k, v in vars(args).items()
+        if k not in ("command", "func", "config", "resume", "no_progress", "model")
+    }
+    settings = load_settings(args.config, **flags, model=dict(args.model))
+    try:
+        result = train(settings, resume=args.resume, progress=not args.no_progress)
+    except CheckpointError as err:
+        print(f"coursepkg train: error: {err}", file=sys.stderr)
+        return 2
+    if result.rows and result.rows[-1]["step"] == settings.steps:
+        last = [r for r in result.rows if r["val_loss"] is not None][-1]
+        print(
+            f"step {last['step']}: held-out loss {last['val_loss']:.4f}, perplexity "
+            f"{last['val_perplexity']:.2f}; log, loss.png and samples.txt in {result.out}"
+        )
+        for sample in result.samples:
+            print("-----")
+            print(sample)
+    elif result.rows:
+        print(f"stopped after step {result.rows[-1]['step']}; continue with --resume")
+    return 0

@@ -1,0 +1,18 @@
+"""``coursepkg train``: a decoder-only language model trained on a text file or folder, on one
+process or under ``torchrun`` (DistributedDataParallel), with exact resume from checkpoints.
+
+- :mod:`~coursepkg.training.settings`: what a run is (flags or a YAML/TOML file);
+- :mod:`~coursepkg.training.data`: tokenising once into ``numpy.memmap`` arrays, ``get_batch``;
+- :mod:`~coursepkg.training.checkpoint`: atomic, verified checkpoints;
+- :mod:`~coursepkg.training.distributed`: the process group ``torchrun`` describes;
+- :mod:`~coursepkg.training.loop`: the training loop itself (:func:`train`).
+
+The optimiser, schedule, clipping and loss are the course's own (:mod:`coursepkg.optim`,
+:mod:`coursepkg.functional`).
+"""
+
+from coursepkg.training.checkpoint import CheckpointError
+from coursepkg.training.loop import TrainResult, train
+from coursepkg.training.settings import TrainSettings, load_settings
+
+__all__ = ["CheckpointError", "TrainResult", "TrainSettings", "load_settings", "train"]

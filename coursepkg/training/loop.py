@@ -1,0 +1,411 @@
+"""The training loop of ``coursepkg train``: AdamW, warm-up + cosine, clipping, accumulation,
+DistributedDataParallel, evaluation, checkpoints, exact resume, logs and samples.
+
+Every rank draws the same random windows and trains on its share of them
+(:func:`~coursepkg.training.data.get_batch`), DDP averages the gradients, and the update is the
+one a single process would make on the whole batch. Rank 0 alone evaluates and writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import logging
+import math
+import os
+import signal
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from coursepkg.functional import cross_entropy
+from coursepkg.model import DecoderOnlyLM, sample_next
+from coursepkg.optim import AdamW, clip_grad_norm_, param_groups, warmup_cosine_lr
+from coursepkg.training.checkpoint import (
+    CheckpointError,
+    check_compatible,
+    load_checkpoint,
+    save_checkpoint,
+)
+from coursepkg.training.data import TokenData, get_batch, prepare_tokens
+from coursepkg.training.distributed import Dist, setup, teardown
+from coursepkg.training.settings import TrainSettings, model_config
+
+__all__ = ["LOG_FIELDS", "TrainResult", "train"]
+
+log = logging.getLogger(__name__)
+
+#: The columns of ``log.csv``: nothing that depends on the clock, so that a resumed run's log
+#: is byte for byte the log of an uninterrupted one.
+LOG_FIELDS = ("step", "lr", "loss", "val_loss", "val_perplexity")
+CHECKPOINT = "checkpoint.pt"
+
+
+@dataclass
+class TrainResult:
+    """What a run produced (on rank 0; the other ranks get the same model and an empty log).
+
+    Attributes:
+        model: the trained model, in eval mode, on CPU.
+        rows: one dict per step with :data:`LOG_FIELDS` (``val_*`` None between evaluations).
+        samples: the text sampled at the end.
+        out: the run's folder.
+    """
+
+    model: DecoderOnlyLM
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    samples: list[str] = field(default_factory=list)
+    out: Path = Path(".")
+
+
+@dataclass
+class _Run:
+    """The pieces of a run in progress."""
+
+    settings: TrainSettings
+    dist: Dist
+    data: TokenData
+    net: DecoderOnlyLM  # the model itself (its weights are what is saved)
+    model: nn.Module  # what the step calls: net, wrapped in DDP and/or compiled
+    optimizer: AdamW
+    batches: torch.Generator  # draws the training windows; the same on every rank
+    step: int = 0
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    last_checkpoint: int = 0
+
+
+def train(settings: TrainSettings, resume: bool = False, progress: bool = True) -> TrainResult:
+    """Train a :class:`~coursepkg.DecoderOnlyLM` as ``settings`` say, on this process or on
+    every rank ``torchrun`` started.
+
+    Args:
+        settings: the run.
+        resume: continue from ``<out>/checkpoint.pt`` if there is one (a fresh start if not).
+        progress: show a progress bar (rank 0 only).
+
+    Returns:
+        The :class:`TrainResult`.
+
+    Raises:
+        CheckpointError: the checkpoint is damaged or belongs to other settings, or there is
+            one and ``resume`` is False.
+    """
+    dist = setup(settings.device)
+    try:
+        run = _start(settings, dist, resume)
+        _loop(run, progress)
+        return _finish(run)
+    finally:
+        teardown()
+
+
+def _start(settings: TrainSettings, dist: Dist, resume: bool) -> _Run:
+    """Tokens, model, optimiser and data generator: fresh, or as the checkpoint left them."""
+    out = Path(settings.out)
+    micro = settings.batch_size / (dist.world_size * settings.grad_accum)
+    if micro != int(micro):
+        raise ValueError(
+            f"batch_size={settings.batch_size} must be divisible by world_size * grad_accum = "
+            f"{dist.world_size} * {settings.grad_accum}"
+        )
+    if dist.local_rank == 0:  # every machine tokenises into its own folder (or a shared one)
+        out.mkdir(parents=True, exist_ok=True)
+        data = prepare_tokens(settings.data, out / "tokens", settings.tokenizer, *_val(settings))
+    dist.barrier()
+    if dist.local_rank != 0:
+        data = prepare_tokens(settings.data, out / "tokens", settings.tokenizer, *_val(settings, 0))
+    torch.manual_seed(settings.seed)
+    net = DecoderOnlyLM(model_config(settings, len(data.vocab)))
+    optimizer = AdamW(
+        param_groups(net, settings.weight_decay),
+        lr=settings.lr,
+        betas=(settings.beta1, settings.beta2),
+    )
+    torch.manual_seed(settings.seed + 1 + dist.rank)  # each rank's own dropout masks
+    batches = torch.Generator().manual_seed(settings.seed + 1)
+    run = _Run(settings, dist, data, net, net, optimizer, batches)
+    path = out / CHECKPOINT
+    if path.exists() and not resume:
+        raise CheckpointError(
+            f"{path} exists; pass --resume to continue that run, or choose another --out"
+        )
+    if path.exists():
+        _restore(run, load_checkpoint(path), path)
+    net.to(dist.device)
+    _move_optimizer_state(optimizer, dist.device)
+    run.model = _wrap(net, settings, dist)
+    log.info("rank %d of %d (pid %d) on %s", dist.rank, dist.world_size, os.getpid(), dist.device)
+    return run
+
+
+def _val(settings: TrainSettings, write: bool = True) -> tuple[float, bool]:
+    return settings.val_fraction, write
+
+
+def _wrap(net: nn.Module, settings: TrainSettings, dist: Dist) -> nn.Module:
+    """``net`` as the step calls it: in DDP across ranks, compiled if asked."""
+    model = net
+    if dist.distributed:
+        ids = [dist.device.index] if dist.device.type == "cuda" else None
+        model = DistributedDataParallel(net, device_ids=ids)
+    if settings.compile:
+        model = torch.compile(model)
+    return model
+
+
+def _move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if torch.is_tensor(value) and key != "step":
+                state[key] = value.to(device)
+
+
+def _identity(run: _Run) -> dict[str, Any]:
+    config = dataclasses.asdict(run.net.config)
+    return {**run.settings.identity(), "config": config, "data": run.data.digest}
+
+
+def _restore(run: _Run, saved: dict[str, Any], path: Path) -> None:
+    """Put a checkpoint's weights, optimiser, data position, RNG and log in place."""
+    check_compatible(saved["identity"], _identity(run), path)
+    run.net.load_state_dict(saved["model"])
+    run.optimizer.load_state_dict(saved["optimizer"])
+    run.batches.set_state(saved["data_rng"])
+    run.step = run.last_checkpoint = int(saved["step"])
+    run.rows = [dict(zip(LOG_FIELDS, row, strict=True)) for row in saved["rows"]]
+    states = saved["rng"]
+    if len(states) == run.dist.world_size:
+        torch.set_rng_state(states[run.dist.rank])
+    else:
+        log.warning(
+            "the checkpoint was written by %d ranks, this run has %d: the data and the weights "
+            "continue exactly, the dropout masks do not",
+            len(states),
+            run.dist.world_size,
+        )
+    if run.dist.device.type == "cuda" and saved.get("cuda_rng") is not None:
+        torch.cuda.set_rng_state(saved["cuda_rng"][run.dist.rank % len(saved["cuda_rng"])])
+    log.info("resumed from %s at step %d", path, run.step)
+
+
+def _checkpoint(run: _Run) -> None:
+    """Write the checkpoint (rank 0), with every rank's RNG state; then the CSV log."""
+    rng = run.dist.gather(torch.get_rng_state())
+    cuda = run.dist.device.type == "cuda"
+    cuda_rng = run.dist.gather(torch.cuda.get_rng_state()) if cuda else None
+    if run.dist.is_main:
+        payload = {
+            "identity": _identity(run),
+            "model": run.net.state_dict(),
+            "optimizer": run.optimizer.state_dict(),
+            "data_rng": run.batches.get_state(),
+            "rng": rng,
+            "cuda_rng": cuda_rng,
+            "step": run.step,
+            "rows": [[row[k] for k in LOG_FIELDS] for row in run.rows],
+        }
+        save_checkpoint(Path(run.settings.out) / CHECKPOINT, payload)
+        _write_log(run)
+        log.info("checkpoint at step %d", run.step)
+    run.last_checkpoint = run.step
+
+
+def _train_step(run: _Run, lr: float) -> float:
+    """One optimiser step over ``grad_accum`` micro-batches; returns the mean loss."""
+    s, dist = run.settings, run.dist
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+    # One draw of batch_size windows per update, whatever the ranks and micro-steps: micro-step
+    # k reads windows [k * draw, (k + 1) * draw), rank r its r-th share of those.
+    draw, share = s.batch_size // s.grad_accum, s.batch_size // s.grad_accum // dist.world_size
+    mine = torch.cat(
+        [torch.arange(share) + k * draw + dist.rank * share for k in range(s.grad_accum)]
+    )
+    xs, ys = get_batch(run.data.train, s.block_size, s.batch_size, run.batches, mine)  # (A*b, L)
+    total = torch.zeros((), device=dist.device)
+    run.model.train()
+    for k in range(s.grad_accum):
+        x = xs[k * share : (k + 1) * share].to(dist.device)  # (b, L)
+        y = ys[k * share : (k + 1) * share].to(dist.device)  # (b, L)
+        last = k == s.grad_accum - 1
+        # DDP all-reduces the gradients at the last micro-step only
+        sync = contextlib.nullcontext() if last or not dist.distributed else run.model.no_sync()
+        with sync:
+            with _autocast(dist.device):
+                loss = cross_entropy(run.model(x), y) / s.grad_accum  # (B, L, V) logits
+            loss.backward()
+        total += loss.detach()
+    if s.clip_norm > 0:
+        clip_grad_norm_(run.net.parameters(), s.clip_norm)
+    run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    return dist.mean(total)
+
+
+def _autocast(device: torch.device):
+    """bf16 autocast on CUDA; nothing on CPU (fp32 there)."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+@torch.no_grad()
+def _evaluate(run: _Run) -> float:
+    """Mean held-out loss over ``eval_batches`` fixed batches (the same at every evaluation)."""
+    s = run.settings
+    run.net.eval()
+    fixed = torch.Generator().manual_seed(s.seed + 2)
+    losses = []
+    for _ in range(s.eval_batches):
+        x, y = get_batch(run.data.val, s.block_size, s.batch_size, fixed)  # (B, L)
+        with _autocast(run.dist.device):
+            logits = run.net(x.to(run.dist.device))  # (B, L, V)
+        losses.append(float(cross_entropy(logits, y.to(run.dist.device))))
+    return sum(losses) / len(losses)
+
+
+def _loop(run: _Run, progress: bool) -> None:
+    """Steps from where the run stands to ``settings.steps``, evaluating and checkpointing."""
+    from tqdm import tqdm
+
+    s = run.settings
+    bar = tqdm(
+        total=s.steps, initial=run.step, desc="train", disable=not (progress and run.dist.is_main)
+    )
+    previous = _on_sigterm(run)
+    try:
+        end = s.stop_after or s.steps
+        while run.step < end:
+            lr = warmup_cosine_lr(run.step, s.lr, s.warmup_steps, s.steps, s.min_lr)
+            loss = _guarded_step(run, lr)
+            run.step += 1
+            row = {
+                "step": run.step,
+                "lr": lr,
+                "loss": loss,
+                "val_loss": None,
+                "val_perplexity": None,
+            }
+            if run.dist.is_main and (run.step % s.eval_every == 0 or run.step == s.steps):
+                row["val_loss"] = _evaluate(run)
+                row["val_perplexity"] = math.exp(row["val_loss"])
+                bar.set_postfix(loss=f"{loss:.3f}", val=f"{row['val_loss']:.3f}", refresh=False)
+            run.rows.append(row)
+            if run.step % s.checkpoint_every == 0 or run.step == end:
+                _checkpoint(run)
+            bar.update(1)
+    finally:
+        bar.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _on_sigterm(run: _Run):
+    """Make SIGTERM (what ``torchrun`` sends the other ranks when one dies) end this rank with
+    a message saying where the run stands; returns the previous handler (None off the main
+    thread, where no handler can be set)."""
+
+    def stop(signum: int, frame: object) -> None:
+        log.error(
+            "rank %d stopped by %s at step %d; %s",
+            run.dist.rank,
+            signal.Signals(signum).name,
+            run.step,
+            _intact(run),
+        )
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, stop)
+
+
+def _intact(run: _Run) -> str:
+    """Where the last checkpoint is, and how to continue from it."""
+    return (
+        f"the checkpoint of step {run.last_checkpoint} in {run.settings.out} is intact: run "
+        "again with --resume (torchrun --max-restarts N does it for you)"
+    )
+
+
+def _guarded_step(run: _Run, lr: float) -> float:
+    """:func:`_train_step`, with a clear message when the loss diverges or a rank is lost."""
+    try:
+        loss = _train_step(run, lr)
+    except RuntimeError as err:
+        if not run.dist.distributed:
+            raise
+        raise RuntimeError(
+            f"rank {run.dist.rank} lost the other ranks at step {run.step + 1} ({err}); "
+            + _intact(run)
+        ) from err
+    if not math.isfinite(loss):
+        raise FloatingPointError(f"the loss became {loss} at step {run.step + 1}")
+    return loss
+
+
+def _write_log(run: _Run) -> None:
+    """``log.csv``: one row per step, floats written exactly (``repr``)."""
+    with open(Path(run.settings.out) / "log.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(LOG_FIELDS)
+        for row in run.rows:
+            writer.writerow("" if row[k] is None else repr(row[k]) for k in LOG_FIELDS)
+
+
+def _finish(run: _Run) -> TrainResult:
+    """The loss-curve plot and the samples (rank 0); the model in eval mode on CPU."""
+    result = TrainResult(run.net, run.rows if run.dist.is_main else [], [], Path(run.settings.out))
+    if run.dist.is_main and run.step == run.settings.steps:
+        _plot(run.rows, result.out / "loss.png")
+        result.samples = _sample(run)
+        (result.out / "samples.txt").write_text("\n\n-----\n\n".join(result.samples) + "\n")
+    run.net.eval().cpu()
+    return result
+
+
+@torch.no_grad()
+def _sample(run: _Run) -> list[str]:
+    """``samples`` continuations of ``sample_tokens`` tokens each, from the held-out text's
+    first token, sampled at temperature 0.8 among the tokens the training text contains (a
+    sliding window of ``block_size``)."""
+    s = run.settings
+    if s.sample_tokens == 0:
+        return []
+    run.net.eval()
+    generator = torch.Generator(device=run.dist.device).manual_seed(s.seed + 3)
+    vocab_size = run.net.config.vocab_size
+    seen = np.bincount(run.data.train, minlength=vocab_size) > 0  # (V,) e.g. no <pad>
+    unseen = torch.from_numpy(~seen).to(run.dist.device)  # (V,)
+    seq = torch.full((s.samples, 1), int(run.data.val[0]), device=run.dist.device)  # (S, 1)
+    for _ in range(s.sample_tokens):
+        logits = run.net(seq[:, -s.block_size :])[:, -1]  # (S, V)
+        logits = logits.masked_fill(unseen, float("-inf"))  # only tokens the text has
+        nxt = sample_next(logits, 0.8, None, generator)  # (S,)
+        seq = torch.cat([seq, nxt[:, None]], dim=1)  # (S, T + 1)
+    return [run.data.vocab.decode(row.tolist()) for row in seq.cpu()]
+
+
+def _plot(rows: list[dict[str, Any]], path: Path) -> None:
+    """Training and held-out loss against the step, saved as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], label="training", lw=1)
+    evals = [r for r in rows if r["val_loss"] is not None]
+    ax.plot([r["step"] for r in evals], [r["val_loss"] for r in evals], "o-", label="held-out")
+    ax.set(xlabel="step", ylabel="loss (nats per token)", title="coursepkg train")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,179 @@
+"""``coursepkg train`` under ``torchrun`` with 2 gloo ranks on 127.0.0.1: the same model as one
+process, exact resume, a rank killed for real, and the multi-machine form on loopback."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from coursepkg.data.text import load_tinyshakespeare
+from coursepkg.training import TrainSettings, train
+from coursepkg.training.checkpoint import load_checkpoint
+
+BIN = Path(sys.executable).parent
+MODEL = dict(d_model=32, n_heads=2, d_ff=64, n_layers=1, bias=False)  # see test_training.EXACT
+# 2 ranks x 4 windows each, or 1 rank x 8: the global batch is --batch-size 8 either way.
+FLAGS = dict(batch_size=8, block_size=16, warmup_steps=2, eval_every=4, eval_batches=2)
+FLAGS |= dict(checkpoint_every=4, sample_tokens=20, device="cpu", lr=3e-3)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("corpus") / "shakespeare.txt"
+    path.write_text(load_tinyshakespeare()[:20_000])
+    return path
+
+
+def _flags(corpus: Path, out: Path, model: dict, **changes) -> list[str]:
+    args = [str(corpus), "--out", str(out), "--no-progress"]
+    for key, value in {**FLAGS, **changes}.items():
+        args += [f"--{key.replace('_', '-')}", str(value)]
+    return args + [f"--model={k}={str(v).lower()}" for k, v in model.items()]
+
+
+def _torchrun(*launcher: str) -> list[str]:
+    return [str(BIN / "torchrun"), *launcher, "--no-python", str(BIN / "coursepkg"), "train"]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+
+
+def _run(cmd: list[str]) -> str:
+    done = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _two_ranks(**extra: str) -> list[str]:
+    rdzv = f"127.0.0.1:{_free_port()}"
+    launcher = ["--nnodes", "1", "--nproc-per-node", "2", "--rdzv-backend", "c10d"]
+    launcher += [
+        "--rdzv-endpoint",
+        rdzv,
+        *[f"--{k.replace('_', '-')}={v}" for k, v in extra.items()],
+    ]
+    return _torchrun(*launcher)
+
+
+def _weights(out: Path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(out / "checkpoint.pt")["model"]
+
+
+def _losses(out: Path) -> torch.Tensor:
+    return torch.tensor([row[2] for row in load_checkpoint(out / "checkpoint.pt")["rows"]])
+
+
+@pytest.fixture(scope="module")
+def one_rank(corpus, tmp_path_factory) -> Path:
+    """The reference: one process, the whole batch of 8, 8 steps."""
+    out = tmp_path_factory.mktemp("one")
+    settings = TrainSettings(data=str(corpus), out=str(out), steps=8, model=MODEL, **FLAGS)
+    train(settings, progress=False)
+    return out
+
+
+def test_two_ranks_of_batch_4_equal_one_rank_of_batch_8(corpus, one_rank, tmp_path):
+    out = tmp_path / "two"
+    printed = _run(_two_ranks() + _flags(corpus, out, MODEL, steps=8))
+    assert "rank 1 of 2" in printed and "held-out loss" in printed
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in one_rank.iterdir())
+    torch.testing.assert_close(_losses(out), _losses(one_rank), rtol=1e-5, atol=1e-6)
+    ours, ref = _weights(out), _weights(one_rank)
+    for name in ref:
+        torch.testing.assert_close(ours[name], ref[name], rtol=1e-4, atol=1e-5)
+
+
+def test_multi_machine_form_on_loopback(corpus, one_rank, tmp_path):
+    """`torchrun --nnodes 2 --rdzv-endpoint HOST:PORT` as on two machines, both on 127.0.0.1
+    (sharing the run's folder, as machines with a shared file system would)."""
+    out = tmp_path / "nodes"
+    rdzv = f"127.0.0.1:{_free_port()}"
+    launcher = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d"]
+    launcher += ["--rdzv-endpoint", rdzv, "--rdzv-id", "loopback"]
+    cmd = _torchrun(*launcher) + _flags(corpus, out, MODEL, steps=8)
+    nodes = [
+        subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env()
+        )
+        for _ in range(2)
+    ]
+    outputs = [node.communicate(timeout=600)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], "\n".join(outputs)
+    assert any("rank 1 of 2" in o for o in outputs)
+    for name, value in _weights(one_rank).items():
+        torch.testing.assert_close(_weights(out)[name], value, rtol=1e-4, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(corpus, tmp_path_factory) -> Path:
+    """2 ranks, dropout on (each rank its own masks), 40 steps, never stopped."""
+    out = tmp_path_factory.mktemp("whole")
+    _run(_two_ranks() + _flags(corpus, out, {**MODEL, "dropout": 0.1}, steps=40))
+    return out
+
+
+def _same_run(out: Path, reference: Path) -> None:
+    assert (out / "log.csv").read_bytes() == (reference / "log.csv").read_bytes()
+    ours, ref = _weights(out), _weights(reference)
+    assert all(torch.equal(ours[name], ref[name]) for name in ref)
+    assert (out / "samples.txt").read_text() == (reference / "samples.txt").read_text()
+
+
+def test_two_ranks_resume_bit_identical(corpus, uninterrupted, tmp_path):
+    out, model = tmp_path / "part", {**MODEL, "dropout": 0.1}
+    printed = _run(_two_ranks() + _flags(corpus, out, model, steps=40, stop_after=10))
+    assert "stopped after step 10" in printed
+    _run(_two_ranks() + _flags(corpus, out, model, steps=40) + ["--resume"])
+    _same_run(out, uninterrupted)
+
+
+def _start_and_kill_rank_1(cmd: list[str]) -> tuple[subprocess.Popen, str]:
+    """Start ``cmd``; once rank 0 has written its first checkpoint, SIGKILL rank 1."""
+    job = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env()
+    )
+    seen, pid = [], None
+    for line in job.stdout:
+        seen.append(line)
+        found = re.search(r"rank 1 of 2 \(pid (\d+)\)", line)
+        pid = int(found.group(1)) if found else pid
+        if "checkpoint at step 4" in line and pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            break
+    rest = job.communicate(timeout=600)[0]
+    return job, "".join(seen) + rest
+
+
+def test_killed_rank_ends_the_job_clearly_and_leaves_the_checkpoint_whole(corpus, tmp_path):
+    out = tmp_path / "killed"
+    flags = _flags(corpus, out, {**MODEL, "dropout": 0.1}, steps=40)
+    job, printed = _start_and_kill_rank_1(_two_ranks() + flags)
+    assert job.returncode != 0
+    assert "is intact: run again with --resume" in printed, printed
+    saved = load_checkpoint(out / "checkpoint.pt")  # verified: not damaged
+    assert saved["step"] >= 4 and len(saved["rows"]) == saved["step"]
+    assert not list(out.glob(".*.tmp"))
+
+
+def test_killed_rank_restarted_by_torchrun_resumes_exactly(corpus, uninterrupted, tmp_path):
+    out = tmp_path / "restarted"
+    flags = _flags(corpus, out, {**MODEL, "dropout": 0.1}, steps=40) + ["--resume"]
+    job, printed = _start_and_kill_rank_1(_two_ranks(max_restarts=1) + flags)
+    assert job.returncode == 0, printed
+    assert re.search(r"resumed from .* at step \d+", printed), printed
+    _same_run(out, uninterrupted)

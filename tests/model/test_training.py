@@ -1,0 +1,140 @@
+"""``coursepkg train`` on one process: the files it writes, gradient accumulation, exact resume,
+checkpoint errors, settings from files and flags."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+import torch
+
+from coursepkg.cli import main
+from coursepkg.data.text import load_tinyshakespeare
+from coursepkg.training import CheckpointError, TrainSettings, load_settings, train
+from coursepkg.training.checkpoint import load_checkpoint, save_checkpoint
+
+TINY = dict(d_model=32, n_heads=2, d_ff=64, n_layers=1)
+# For comparisons "within fp32 tolerance": no biases. The key projection's bias has a gradient
+# of exactly 0 in exact arithmetic (softmax ignores a constant added to every score), so its
+# computed gradient is rounding noise, which Adam's normalisation turns into full-size steps
+# whose sign depends on the order of the sums.
+EXACT = {**TINY, "bias": False}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("corpus") / "shakespeare.txt"
+    path.write_text(load_tinyshakespeare()[:20_000])
+    return path
+
+
+def tiny(corpus: Path, out: Path, **changes) -> TrainSettings:
+    base = dict(
+        data=str(corpus),
+        out=str(out),
+        steps=12,
+        batch_size=8,
+        block_size=16,
+        warmup_steps=2,
+        eval_every=4,
+        eval_batches=2,
+        checkpoint_every=4,
+        sample_tokens=20,
+        device="cpu",
+        model=TINY,
+    )
+    return TrainSettings(**{**base, **changes})
+
+
+def test_command_writes_log_plot_samples_and_reuses_tokens(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["train", str(corpus), "--out", str(out), "--steps", "8", "--batch-size", "4"]
+    args += ["--block-size", "16", "--eval-every", "4", "--sample-tokens", "30", "--device", "cpu"]
+    args += ["--warmup-steps", "2", "--no-progress"]
+    args += [f"--model={k}={v}" for k, v in TINY.items()]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "held-out loss" in printed and printed.count("-----") == 2
+    with open(out / "log.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["step"]) for r in rows] == list(range(1, 9))
+    assert [r["step"] for r in rows if r["val_loss"]] == ["4", "8"]
+    assert (out / "loss.png").read_bytes()[:4] == b"\x89PNG"
+    samples = (out / "samples.txt").read_text().split("\n\n-----\n\n")
+    assert len(samples) == 2 and all(len(s) >= 31 for s in samples)  # prompt + 30
+    tokens = out / "tokens" / "train.bin"
+    written = tokens.stat().st_mtime_ns
+    # a second run into the same folder reuses the token file (and wants --resume)
+    assert main([*args, "--steps", "10", "--resume"]) == 0
+    assert tokens.stat().st_mtime_ns == written
+    assert main(args) == 2  # a checkpoint is there and no --resume: refused
+    assert "--resume" in capsys.readouterr().err
+
+
+def test_accumulating_two_micro_batches_equals_one_batch_of_twice_the_size(corpus, tmp_path):
+    settings = dict(steps=5, sample_tokens=0, model=EXACT)
+    one = train(tiny(corpus, tmp_path / "one", **settings), progress=False)
+    two = train(tiny(corpus, tmp_path / "two", grad_accum=2, **settings), progress=False)
+    for a, b in zip(one.model.parameters(), two.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    losses = [[r["loss"] for r in run.rows] for run in (one, two)]
+    torch.testing.assert_close(torch.tensor(losses[0]), torch.tensor(losses[1]))
+
+
+def test_resume_is_bit_identical(corpus, tmp_path):
+    # dropout on: the resumed run must also continue the random masks exactly
+    model = {**TINY, "dropout": 0.1}
+    whole = train(tiny(corpus, tmp_path / "whole", model=model), progress=False)
+    part = tiny(corpus, tmp_path / "part", model=model, stop_after=6)
+    stopped = train(part, progress=False)
+    assert len(stopped.rows) == 6 and stopped.samples == []
+    part.stop_after = 0
+    resumed = train(part, resume=True, progress=False)
+    assert (tmp_path / "part" / "log.csv").read_bytes() == (tmp_path / "whole/log.csv").read_bytes()
+    for a, b in zip(
+        whole.model.state_dict().values(), resumed.model.state_dict().values(), strict=True
+    ):
+        assert torch.equal(a, b)
+    assert resumed.samples == whole.samples
+
+
+def test_other_settings_or_a_damaged_checkpoint_are_refused(corpus, tmp_path):
+    settings = tiny(corpus, tmp_path / "run", steps=4, sample_tokens=0)
+    train(settings, progress=False)
+    path = tmp_path / "run" / "checkpoint.pt"
+    other = tiny(corpus, tmp_path / "run", steps=8, model={**TINY, "d_model": 48})
+    with pytest.raises(CheckpointError, match="d_model.*32.*48"):
+        train(other, resume=True, progress=False)
+    with pytest.raises(CheckpointError, match="lr: checkpoint 0.01, now 0.02"):
+        train(tiny(corpus, tmp_path / "run", steps=8, lr=0.02), resume=True, progress=False)
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match="damaged"):
+        train(tiny(corpus, tmp_path / "run", steps=8), resume=True, progress=False)
+    path.write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="not a coursepkg checkpoint"):
+        load_checkpoint(path)
+
+
+def test_checkpoint_write_leaves_no_temporary_file(tmp_path):
+    save_checkpoint(tmp_path / "c.pt", {"w": torch.arange(3)})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt"]
+    assert torch.equal(load_checkpoint(tmp_path / "c.pt")["w"], torch.arange(3))
+
+
+def test_settings_from_yaml_toml_and_flags(tmp_path, corpus):
+    (tmp_path / "run.yaml").write_text(f"data: {corpus}\nsteps: 50\nmodel:\n  d_model: 48\n")
+    (tmp_path / "run.toml").write_text(f'data = "{corpus}"\nsteps = 50\n[model]\nd_model = 48\n')
+    for name in ("run.yaml", "run.toml"):
+        s = load_settings(tmp_path / name, steps=60, model={"n_layers": 3})
+        assert (s.steps, s.model) == (60, {"d_model": 48, "n_layers": 3})
+    with pytest.raises(ValueError, match="unknown settings \\['stepz'\\]"):
+        load_settings(None, data=str(corpus), stepz=3)
+    with pytest.raises(ValueError, match="not TransformerConfig fields"):
+        train(tiny(corpus, tmp_path / "bad", model={"d_modle": 3}), progress=False)
+    with pytest.raises(ValueError, match="tokenizer 'bpe' is not available"):
+        train(tiny(corpus, tmp_path / "bpe", tokenizer="bpe"), progress=False)
+    with pytest.raises(ValueError, match="batch_size=6 must be divisible"):
+        train(tiny(corpus, tmp_path / "acc", batch_size=6, grad_accum=4), progress=False)
