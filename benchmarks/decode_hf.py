@@ -120,7 +120,7 @@ def module_free(lm, prompt, new: int):
         with torch.inference_mode():
             b, t = prompt.shape
             cache = lm.new_cache(capacity=t + new)
-            logits = lm._logits(prompt, causal_mask(t), cache)  # (B, t, V)
+            logits = lm._forward(prompt, causal_mask(t), cache)  # (B, t, V)
             # Per layer: the stacked W^Q W^K W^V and the (B, H, capacity, Dk) key/value storage.
             caches = [(c.stacked_qkv, *c._storage) for c in cache.self_attn]
             nxt = logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)

@@ -124,7 +124,7 @@ def _attention_fast(
     return out
 
 
-# Below this many query rows (B * L), MultiHeadAttention projects Q, K and V separately.
+# Below this many query rows (B * L), the fast path leaves Q, K and V to separate projections.
 _FUSE_MIN_ROWS = 32
 
 
@@ -140,8 +140,11 @@ class MultiHeadAttention(nn.Module):
         bias: whether the four projections have biases.
 
     Submodules ``q_proj``, ``k_proj``, ``v_proj`` (D -> H*Dk, H*Dk, H*Dv) and ``out_proj``
-    (H*Dv -> D). Set ``record_weights = True`` to run the textbook path and keep the attention
-    weights of the last call in ``last_weights`` (B, H, L, S), e.g. for plotting.
+    (H*Dv -> D). Set ``record_weights = True`` to run the textbook attention kernel and keep the
+    attention weights of the last call in ``last_weights`` (B, H, L, S), e.g. for plotting.
+
+    :meth:`forward` checks its arguments and :meth:`_forward` computes, on the textbook path;
+    :meth:`_fast_projections` is the one place where it takes a faster route to the same values.
     """
 
     def __init__(
@@ -171,40 +174,120 @@ class MultiHeadAttention(nn.Module):
         self.record_weights = False
         self.last_weights: Tensor | None = None
 
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: Tensor | None = None,
+        cache: AttentionCache | None = None,
+    ) -> Tensor:
+        """Attend from ``query`` to ``key``/``value``: the arguments are checked, then
+        :meth:`_forward` computes.
+
+        Args:
+            query: (B, L, D).
+            key: (B, S, D).
+            value: (B, S, D).
+            mask: bool, True = may attend, broadcastable to (B, H, L, S); with a cache, S counts
+                the cached keys too.
+            cache: optional key/value cache (see :mod:`coursepkg.kv_cache`). A growing cache
+                appends this call's keys and values; a static one (cross-attention) computes
+                them once from ``key``/``value`` and reuses them afterwards.
+
+        Shape:
+            -> (B, L, D).
+        """
+        self._check_inputs(query, key, value, mask, cache)
+        return self._forward(query, key, value, mask, cache)
+
+    def _forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: Tensor | None = None,
+        cache: AttentionCache | None = None,
+    ) -> Tensor:
+        """MultiHead(Q, K, V): :meth:`forward` after its argument checks.
+
+        Shape:
+            query (B, L, D), key (B, S, D), value (B, S, D) -> (B, L, D).
+        """
+        fast = self._fast_projections(query, key, value, cache)
+        if fast is not None:
+            q, k, v = fast  # the values of the three lines below, computed faster
+        else:  # the textbook path: project, then split D into H heads
+            q = self._split(self.q_proj(query), self.d_k)  # (B, H, L, Dk)
+            k = self._split(self.k_proj(key), self.d_k)  # (B, H, S, Dk)
+            v = self._split(self.v_proj(value), self.d_v)  # (B, H, S, Dv)
+        if cache is not None:
+            k, v = cache.update(k, v)  # (B, H, S_total, Dk), (B, H, S_total, Dv)
+        p = self.dropout if self.training else 0.0
+        if self.record_weights:
+            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)
+            self.last_weights = weights.detach()  # (B, H, L, S)
+        else:
+            out = _attention_fast(q, k, v, mask, p)  # (B, H, L, Dv)
+        b, _, n_q, _ = out.shape
+        out = out.transpose(1, 2).reshape(b, n_q, self.n_heads * self.d_v)  # (B, L, H*Dv)
+        return self.out_proj(out)  # (B, L, D)
+
     def _split(self, x: Tensor, size: int) -> Tensor:
+        # (B, n, H*size) -> (B, H, n, size): one slice of the width per head.
         b, n, _ = x.shape
         return x.view(b, n, self.n_heads, size).transpose(1, 2)  # (B, H, n, size)
 
-    def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Apply W^Q, W^K, W^V. Self-attention (one input) runs them as a single matmul, and
-        cross-attention runs W^K and W^V together: same result, fewer and larger GEMMs."""
-        projs = (self.q_proj, self.k_proj, self.v_proj)
-        sizes = [p.out_features for p in projs]
-        if query.numel() // self.d_model < _FUSE_MIN_ROWS:
-            # A few rows (one decoding step): concatenating the weights would cost more than
-            # the separate small matmuls it saves.
-            return tuple(p(x) for p, x in zip(projs, (query, key, value), strict=True))
-        if query is key and key is value:
-            groups = [(query, projs, sizes)]
-        elif key is value:
-            groups = [(query, projs[:1], sizes[:1]), (key, projs[1:], sizes[1:])]
-        else:
-            return tuple(p(x) for p, x in zip(projs, (query, key, value), strict=True))
-        outs: list[Tensor] = []
-        for x, group, group_sizes in groups:
-            if len(group) == 1:
-                outs.append(group[0](x))
-                continue
-            weight = torch.cat([p.weight for p in group])  # (sum sizes, D)
-            bias = None if group[0].bias is None else torch.cat([p.bias for p in group])
-            outs.extend(F.linear(x, weight, bias).split(group_sizes, dim=-1))
-        return tuple(outs)
+    def _fast_projections(
+        self, query: Tensor, key: Tensor, value: Tensor, cache: AttentionCache | None
+    ) -> tuple[Tensor, Tensor, Tensor] | None:
+        """Q, K and V split into heads by a faster route than :meth:`_forward`'s three
+        projections, or None when none applies (then the textbook path runs). Every route gives
+        the same values; a test compares them with the textbook path.
 
-    def _project_decoding(self, x: Tensor, cache: AttentionCache) -> tuple[Tensor, Tensor, Tensor]:
-        """Self-attention during generation: W^Q, W^K, W^V as one matmul per step, split into
-        heads. Their stacked copy is made on the first step and kept in the cache, since the
-        weights do not change while the model generates (this path runs only without
-        gradients).
+        Why each route exists, and when it is not taken:
+
+        1. Cross-attention while decoding (a static cache, filled on the first step): the
+           memory's keys and values are the same at every step, so only Q is projected.
+        2. Self-attention while generating (a growing cache, no gradients): W^Q, W^K, W^V are
+           stacked once per generation, kept on the cache, and each step runs one matmul
+           instead of three (benchmarks/decode_hf.py). Not taken with gradients, which must
+           reach the three weights, nor for cross-attention.
+        3. Many query rows (at least ``_FUSE_MIN_ROWS``: training, a whole prompt):
+           self-attention runs its three projections as one matmul and cross-attention its
+           W^K, W^V as one, on weights concatenated for this call: fewer, larger GEMMs
+           (benchmarks/train_step.py). Not taken for a few rows, where concatenating the
+           weights costs more than the small matmuls it saves, nor for three distinct inputs.
+
+        Shape:
+            query (B, L, D), key (B, S, D), value (B, S, D) -> (B, H, L, Dk), (B, H, S, Dk),
+            (B, H, S, Dv); K and V do not include what the cache held before this call.
+        """
+        if cache is not None and cache.static and cache.k is not None:  # 1.
+            return self._split(self.q_proj(query), self.d_k), cache.k, cache.v
+        self_attention = query is key and key is value
+        if (
+            self_attention
+            and cache is not None
+            and not cache.static
+            and not torch.is_grad_enabled()
+        ):  # 2.
+            return self._stacked_qkv(query, cache)
+        if query.numel() // self.d_model < _FUSE_MIN_ROWS or not (self_attention or key is value):
+            return None
+        if self_attention:  # 3.
+            projs, x, q = (self.q_proj, self.k_proj, self.v_proj), query, ()
+        else:
+            projs, x, q = (self.k_proj, self.v_proj), key, (self.q_proj(query),)
+        weight = torch.cat([p.weight for p in projs])  # (sum of widths, D)
+        bias = None if projs[0].bias is None else torch.cat([p.bias for p in projs])
+        q, k, v = (*q, *F.linear(x, weight, bias).split([p.out_features for p in projs], dim=-1))
+        return self._split(q, self.d_k), self._split(k, self.d_k), self._split(v, self.d_v)
+
+    def _stacked_qkv(self, x: Tensor, cache: AttentionCache) -> tuple[Tensor, Tensor, Tensor]:
+        """Route 2 of :meth:`_fast_projections`: W^Q, W^K, W^V as one matmul per step. Their
+        stacked copy is made on the first step and kept in the cache, since the weights do not
+        change while the model generates.
 
         Shape:
             x (B, L, D) -> (B, H, L, Dk), (B, H, L, Dk), (B, H, L, Dv).
@@ -222,76 +305,6 @@ class MultiHeadAttention(nn.Module):
             return qkv.view(b, n, 3 * h, self.d_k).transpose(1, 2).split(h, dim=1)
         q, k, v = qkv.split((h * self.d_k, h * self.d_k, h * self.d_v), dim=-1)
         return self._split(q, self.d_k), self._split(k, self.d_k), self._split(v, self.d_v)
-
-    def _heads(
-        self, query: Tensor, key: Tensor, value: Tensor, cache: AttentionCache | None
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """Q, K and V split into heads; K and V include what the cache holds."""
-        if cache is not None and cache.static and cache.k is not None:
-            # Cross-attention while decoding: the memory's keys and values were computed once.
-            return self._split(self.q_proj(query), self.d_k), cache.k, cache.v
-        decoding = cache is not None and not cache.static and not torch.is_grad_enabled()
-        if decoding and query is key and key is value:
-            q, k, v = self._project_decoding(query, cache)  # (B, H, L, Dk), ...
-        else:
-            q, k, v = self._project(query, key, value)  # (B, L, H*Dk), (B, S, H*Dk), ...
-            q = self._split(q, self.d_k)  # (B, H, L, Dk)
-            k = self._split(k, self.d_k)  # (B, H, S, Dk)
-            v = self._split(v, self.d_v)  # (B, H, S, Dv)
-        if cache is not None:
-            k, v = cache.update(k, v)  # (B, H, S_total, Dk), (B, H, S_total, Dv)
-        return q, k, v
-
-    def forward(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        mask: Tensor | None = None,
-        cache: AttentionCache | None = None,
-    ) -> Tensor:
-        """Attend from ``query`` to ``key``/``value``: the arguments are checked, then
-        :meth:`attend` computes.
-
-        Args:
-            query: (B, L, D).
-            key: (B, S, D).
-            value: (B, S, D).
-            mask: bool, True = may attend, broadcastable to (B, H, L, S); with a cache, S counts
-                the cached keys too.
-            cache: optional key/value cache (see :mod:`coursepkg.kv_cache`). A growing cache
-                appends this call's keys and values; a static one (cross-attention) computes
-                them once from ``key``/``value`` and reuses them afterwards.
-
-        Shape:
-            -> (B, L, D).
-        """
-        self._check_inputs(query, key, value, mask, cache)
-        return self.attend(query, key, value, mask, cache)
-
-    def attend(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        mask: Tensor | None = None,
-        cache: AttentionCache | None = None,
-    ) -> Tensor:
-        """MultiHead(Q, K, V): :meth:`forward` after its argument checks.
-
-        Shape:
-            query (B, L, D), key (B, S, D), value (B, S, D) -> (B, L, D).
-        """
-        q, k, v = self._heads(query, key, value, cache)  # (B, H, L, Dk), (B, H, S, Dk), ...
-        p = self.dropout if self.training else 0.0
-        if self.record_weights:
-            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)
-            self.last_weights = weights.detach()  # (B, H, L, S)
-        else:
-            out = _attention_fast(q, k, v, mask, p)  # (B, H, L, Dv)
-        b, _, n_q, _ = out.shape
-        out = out.transpose(1, 2).reshape(b, n_q, self.n_heads * self.d_v)  # (B, L, H*Dv)
-        return self.out_proj(out)  # (B, L, D)
 
     def _check_inputs(
         self,

@@ -97,7 +97,7 @@ class EncoderOnlyLM(nn.Module):
             token_mask = tokens != self.config.pad_id  # (B, L)
         if token_mask is not None:
             check_token_mask("token_mask", token_mask, tuple(tokens.shape))
-        x = self.positions(self.embed.lookup(tokens))  # (B, L, D)
+        x = self.positions(self.embed._forward(tokens))  # (B, L, D)
         if token_types is not None and self.token_types is None:
             raise ValueError("token_types given, but the config has n_token_types=0")
         if self.token_types is not None:

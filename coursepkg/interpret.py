@@ -10,7 +10,7 @@ same way after every sublayer; :func:`ffn_unit_activations` and :func:`ffn_unit_
 treat each feed-forward unit as a key (a pattern of its input) and a value (a direction it
 adds to the stream; Geva et al., 2021).
 
-Dimension legend: B batch, T length, D d_model, F d_ff, V vocabulary, K states.
+Dimension legend: B batch, L length, D d_model, F d_ff, V vocabulary, K states.
 """
 
 from __future__ import annotations
@@ -41,11 +41,11 @@ class ResidualStream:
     Attributes:
         names: ``"embedding"``, then ``"layer{i}.attn"`` and ``"layer{i}.ffn"`` for each layer:
             the name of each entry of ``states`` (the state *after* that write).
-        states: (K, B, T, D); ``states[0]`` is token + position embedding, ``states[k]`` the
+        states: (K, B, L, D); ``states[0]`` is token + position embedding, ``states[k]`` the
             stream after the k-th write.
-        writes: (K - 1, B, T, D); ``writes[k - 1] = states[k] - states[k - 1]``, what the k-th
+        writes: (K - 1, B, L, D); ``writes[k - 1] = states[k] - states[k - 1]``, what the k-th
             sublayer added.
-        logits: (B, T, V), the model's output, computed from ``states[-1]``.
+        logits: (B, L, V), the model's output, computed from ``states[-1]``.
     """
 
     names: list[str]
@@ -92,7 +92,7 @@ def residual_stream(
             replaced by zeros, to see what the stream is without them.
 
     Shape:
-        tokens (B, T) -> states (K, B, T, D), writes (K - 1, B, T, D), logits (B, T, V), with
+        tokens (B, L) -> states (K, B, L, D), writes (K - 1, B, L, D), logits (B, L, V), with
         K = 1 + 2 N.
 
     Returns:
@@ -104,22 +104,22 @@ def residual_stream(
     unknown = sorted(set(skip) - known)
     if unknown:
         raise ValueError(f"skip names unknown sublayers {unknown}; known: {sorted(known)}")
-    mask = causal_mask(tokens.size(1), device=tokens.device)  # (T, T)
-    x = model.positions(model.embed.lookup(tokens))  # (B, T, D)
+    mask = causal_mask(tokens.size(1), device=tokens.device)  # (L, L)
+    x = model.positions(model.embed._forward(tokens))  # (B, L, D)
     names, states = ["embedding"], [x]
     for i, layer in enumerate(model.layers):
-        h = layer.norm1(x)  # (B, T, D)
+        h = layer.norm1(x)  # (B, L, D)
         for part in ("attn", "ffn"):
             if part == "attn":
-                write = layer.self_attn(h, h, h, mask)  # (B, T, D)
+                write = layer.self_attn(h, h, h, mask)  # (B, L, D)
             else:
-                write = layer.ffn(layer.norm2(x))  # (B, T, D)
+                write = layer.ffn(layer.norm2(x))  # (B, L, D)
             if f"layer{i}.{part}" in skip:
                 write = torch.zeros_like(write)
-            x = x + write  # (B, T, D)
+            x = x + write  # (B, L, D)
             names.append(f"layer{i}.{part}")
             states.append(x)
-    stacked = torch.stack(states)  # (K, B, T, D)
+    stacked = torch.stack(states)  # (K, B, L, D)
     return ResidualStream(names, stacked, stacked.diff(dim=0), _read_out(model, x))
 
 
@@ -132,7 +132,7 @@ def logit_lens(model: DecoderOnlyLM, stream: ResidualStream) -> Tensor:
     own logits.
 
     Shape:
-        -> (K, B, T, V).
+        -> (K, B, L, V).
     """
     _check_model(model)
     return _read_out(model, stream.states)
@@ -151,14 +151,14 @@ def ffn_unit_activations(model: DecoderOnlyLM, stream: ResidualStream, layer: in
         layer: which layer (0-based).
 
     Shape:
-        -> (B, T, F).
+        -> (B, L, F).
     """
     _check_model(model)
     if not 0 <= layer < len(model.layers):
         raise ValueError(f"layer must be in [0, {len(model.layers)}), got {layer}")
     block = model.layers[layer]
-    x = stream.states[stream.names.index(f"layer{layer}.attn")]  # (B, T, D): ffn's input
-    return block.ffn.activation(block.ffn.linear1(block.norm2(x)))  # (B, T, F)
+    x = stream.states[stream.names.index(f"layer{layer}.attn")]  # (B, L, D): ffn's input
+    return block.ffn.activation(block.ffn.linear1(block.norm2(x)))  # (B, L, F)
 
 
 @torch.no_grad()

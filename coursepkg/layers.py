@@ -232,34 +232,34 @@ class DecoderLayer(nn.Module):
         Args:
             x: decoder input (shifted-right target embeddings, or the previous layer).
             memory: encoder output.
-            self_mask: bool, True = may attend, broadcastable to (B, H, T, T); normally the
+            self_mask: bool, True = may attend, broadcastable to (B, H, L, L); normally the
                 causal mask combined with target padding.
-            cross_mask: bool, broadcastable to (B, H, T, S); normally source padding.
+            cross_mask: bool, broadcastable to (B, H, L, S); normally source padding.
             self_cache, cross_cache: key/value caches for incremental decoding.
 
         Shape:
-            x (B, T, D), memory (B, S, D) -> (B, T, D).
+            x (B, L, D), memory (B, S, D) -> (B, L, D).
         """
         if self.norm_first:
-            x = x + self._sa_block(self.norm1(x), self_mask, self_cache)  # (B, T, D)
-            x = x + self._ca_block(self.norm2(x), memory, cross_mask, cross_cache)  # (B, T, D)
-            x = x + self._ff_block(self.norm3(x))  # (B, T, D)
+            x = x + self._sa_block(self.norm1(x), self_mask, self_cache)  # (B, L, D)
+            x = x + self._ca_block(self.norm2(x), memory, cross_mask, cross_cache)  # (B, L, D)
+            x = x + self._ff_block(self.norm3(x))  # (B, L, D)
         else:
-            x = self.norm1(x + self._sa_block(x, self_mask, self_cache))  # (B, T, D)
-            x = self.norm2(x + self._ca_block(x, memory, cross_mask, cross_cache))  # (B, T, D)
-            x = self.norm3(x + self._ff_block(x))  # (B, T, D)
+            x = self.norm1(x + self._sa_block(x, self_mask, self_cache))  # (B, L, D)
+            x = self.norm2(x + self._ca_block(x, memory, cross_mask, cross_cache))  # (B, L, D)
+            x = self.norm3(x + self._ff_block(x))  # (B, L, D)
         return x
 
     def _sa_block(self, x: Tensor, mask: Tensor | None, cache: AttentionCache | None) -> Tensor:
-        # Masked self-attention and its residual dropout; (B, T, D) -> (B, T, D).
+        # Masked self-attention and its residual dropout; (B, L, D) -> (B, L, D).
         return self.dropout1(self.self_attn(x, x, x, mask, cache))
 
     def _ca_block(
         self, x: Tensor, memory: Tensor, mask: Tensor | None, cache: AttentionCache | None
     ) -> Tensor:
-        # Cross-attention to the encoder output and its residual dropout; -> (B, T, D).
+        # Cross-attention to the encoder output and its residual dropout; -> (B, L, D).
         return self.dropout2(self.cross_attn(x, memory, memory, mask, cache))
 
     def _ff_block(self, x: Tensor) -> Tensor:
-        # The position-wise FFN and its residual dropout; (B, T, D) -> (B, T, D).
+        # The position-wise FFN and its residual dropout; (B, L, D) -> (B, L, D).
         return self.dropout3(self.ffn(x))

@@ -1,9 +1,13 @@
 """The models: Encoder and Decoder stacks, the encoder-decoder :class:`Transformer` and the
 GPT-style :class:`DecoderOnlyLM`.
 
-Dimension legend: B batch, S source length, T target length, D d_model, V vocabulary.
-At model level masks are *token* masks (B, S)/(B, T), bool, True = real token; the causal
+Dimension legend: B batch, S source length, L target length, D d_model, V vocabulary.
+At model level masks are *token* masks (B, S)/(B, L), bool, True = real token; the causal
 mask is built inside the decoder, never passed in.
+
+Every module checks its arguments in its public method (``forward``, ``encode``, ``decode``,
+``generate``) and computes in the private one of the same name (``_forward``, ``_encode``, ...),
+which the models call once their inputs are checked.
 """
 
 from __future__ import annotations
@@ -64,9 +68,9 @@ class TokenEmbedding(nn.Module):
     def forward(self, tokens: Tensor, name: str = "tokens") -> Tensor:
         """Shape: (B, L) integer ids -> (B, L, D)."""
         check_tokens(name, tokens, self.vocab_size)
-        return self.lookup(tokens)
+        return self._forward(tokens)
 
-    def lookup(self, tokens: Tensor) -> Tensor:
+    def _forward(self, tokens: Tensor) -> Tensor:
         """:meth:`forward` without the argument check, for callers that checked ``tokens``.
 
         Shape: (B, L) -> (B, L, D).
@@ -144,9 +148,9 @@ class Encoder(nn.Module):
         check_float("x", x, ndim=3)
         if src_mask is not None:
             check_token_mask("src_mask", src_mask, tuple(x.shape[:2]))
-        return self.run(x, src_mask)
+        return self._forward(x, src_mask)
 
-    def run(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
+    def _forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """:meth:`forward` without its argument checks, for models that checked already.
 
         Shape:
@@ -186,12 +190,12 @@ class Decoder(nn.Module):
             y: embedded target positions (only the new ones when a cache is given).
             memory: encoder output.
             src_mask: bool (B, S), True = real source token.
-            tgt_mask: bool (B, T_total), True = real target token; with a cache it covers
+            tgt_mask: bool (B, past + L), True = real target token; with a cache it covers
                 the cached positions too.
             cache: a :class:`~coursepkg.kv_cache.KVCache` for incremental decoding.
 
         Shape:
-            y (B, T, D), memory (B, S, D) -> (B, T, D).
+            y (B, L, D), memory (B, S, D) -> (B, L, D).
         """
         check_float("y", y, ndim=3)
         check_float("memory", memory, ndim=3)
@@ -204,9 +208,9 @@ class Decoder(nn.Module):
             check_token_mask("tgt_mask", tgt_mask, (y.size(0), past + y.size(1)))
         if src_mask is not None:
             check_token_mask("src_mask", src_mask, tuple(memory.shape[:2]))
-        return self.run(y, memory, src_mask, tgt_mask, cache)
+        return self._forward(y, memory, src_mask, tgt_mask, cache)
 
-    def run(
+    def _forward(
         self,
         y: Tensor,
         memory: Tensor,
@@ -217,20 +221,20 @@ class Decoder(nn.Module):
         """:meth:`forward` without its argument checks, for models that checked already.
 
         Shape:
-            y (B, T, D), memory (B, S, D) -> (B, T, D).
+            y (B, L, D), memory (B, S, D) -> (B, L, D).
         """
-        t = y.size(1)
+        n = y.size(1)
         past = 0 if cache is None else cache.length
         self_mask = None  # one new query and no padding: it may see every earlier position
-        if t > 1 or tgt_mask is not None:
-            self_mask = causal_mask(t, past + t, device=y.device)  # (T, T_total)
+        if n > 1 or tgt_mask is not None:
+            self_mask = causal_mask(n, past + n, device=y.device)  # (L, past + L)
         if tgt_mask is not None:
-            self_mask = self_mask & key_mask(tgt_mask)  # (B, 1, T, T_total)
+            self_mask = self_mask & key_mask(tgt_mask)  # (B, 1, L, past + L)
         cross_mask = None if src_mask is None else key_mask(src_mask)  # (B, 1, 1, S)
         for i, layer in enumerate(self.layers):
             self_cache = None if cache is None else cache.self_attn[i]
             cross_cache = None if cache is None else cache.cross_attn[i]
-            y = layer(y, memory, self_mask, cross_mask, self_cache, cross_cache)  # (B, T, D)
+            y = layer(y, memory, self_mask, cross_mask, self_cache, cross_cache)  # (B, L, D)
         return y if self.norm is None else self.norm(y)
 
 
@@ -262,13 +266,13 @@ class EncoderDecoder(nn.Module):
             src_emb: source embeddings.
             tgt_emb: target embeddings.
             src_mask: bool (B, S), True = real token.
-            tgt_mask: bool (B, T), True = real token.
+            tgt_mask: bool (B, L), True = real token.
 
         Shape:
-            src_emb (B, S, D), tgt_emb (B, T, D) -> (B, T, D).
+            src_emb (B, S, D), tgt_emb (B, L, D) -> (B, L, D).
         """
         memory = self.encoder(src_emb, src_mask)  # (B, S, D)
-        return self.decoder(tgt_emb, memory, src_mask, tgt_mask)  # (B, T, D)
+        return self.decoder(tgt_emb, memory, src_mask, tgt_mask)  # (B, L, D)
 
 
 def init_linear_weights(module: nn.Module) -> None:
@@ -351,8 +355,8 @@ class Transformer(nn.Module):
 
     def _encode(self, src: Tensor, src_mask: Tensor | None) -> Tensor:
         # encode() after its checks.
-        x = self.dropout(self.positions(self.src_embed.lookup(src)))  # (B, S, D)
-        return self.encoder.run(x, src_mask)  # (B, S, D)
+        x = self.dropout(self.positions(self.src_embed._forward(src)))  # (B, S, D)
+        return self.encoder._forward(x, src_mask)  # (B, S, D)
 
     def decode(
         self,
@@ -369,12 +373,12 @@ class Transformer(nn.Module):
                 new ids.
             memory: encoder output.
             src_mask: bool (B, S), True = real source token.
-            tgt_mask: bool (B, T), True = real target token (derived from ``pad_id`` when
+            tgt_mask: bool (B, L), True = real target token (derived from ``pad_id`` when
                 omitted and no cache is used).
             cache: see :meth:`new_cache`.
 
         Shape:
-            tgt (B, T), memory (B, S, D) -> logits (B, T, V).
+            tgt (B, L), memory (B, S, D) -> logits (B, L, V).
         """
         check_tokens("tgt", tgt, self.config.vocab_size)
         if memory.size(0) != tgt.size(0):
@@ -383,7 +387,7 @@ class Transformer(nn.Module):
             )
         if cache is None:
             tgt_mask = self._token_mask("tgt_mask", tgt, tgt_mask)
-        return self._decode(tgt, memory, src_mask, tgt_mask, cache)  # (B, T, V)
+        return self._decode(tgt, memory, src_mask, tgt_mask, cache)  # (B, L, V)
 
     def _decode(
         self,
@@ -395,9 +399,9 @@ class Transformer(nn.Module):
     ) -> Tensor:
         # decode() after its checks.
         offset = 0 if cache is None else cache.length
-        y = self.dropout(self.positions(self.tgt_embed.lookup(tgt), offset))  # (B, T, D)
-        h = self.decoder.run(y, memory, src_mask, tgt_mask, cache)  # (B, T, D)
-        logits = self.lm_head(h)  # (B, T, V)
+        y = self.dropout(self.positions(self.tgt_embed._forward(tgt), offset))  # (B, L, D)
+        h = self.decoder._forward(y, memory, src_mask, tgt_mask, cache)  # (B, L, D)
+        logits = self.lm_head(h)  # (B, L, V)
         return logits if self.logits_bias is None else logits + self.logits_bias
 
     def forward(
@@ -413,10 +417,10 @@ class Transformer(nn.Module):
             src: source ids.
             tgt: target ids shifted right (BOS first).
             src_mask: bool (B, S), True = real token; derived from ``pad_id`` when omitted.
-            tgt_mask: bool (B, T), True = real token; derived from ``pad_id`` when omitted.
+            tgt_mask: bool (B, L), True = real token; derived from ``pad_id`` when omitted.
 
         Shape:
-            src (B, S), tgt (B, T) -> logits (B, T, V).
+            src (B, S), tgt (B, L) -> logits (B, L, V).
         """
         check_tokens("src", src, self.config.source_vocab_size)
         check_tokens("tgt", tgt, self.config.vocab_size)
@@ -427,7 +431,7 @@ class Transformer(nn.Module):
         src_mask = self.source_mask(src, src_mask)
         tgt_mask = self._token_mask("tgt_mask", tgt, tgt_mask)
         memory = self._encode(src, src_mask)  # (B, S, D)
-        return self._decode(tgt, memory, src_mask, tgt_mask)  # (B, T, V)
+        return self._decode(tgt, memory, src_mask, tgt_mask)  # (B, L, V)
 
 
 class DecoderOnlyLM(nn.Module):
@@ -475,36 +479,37 @@ class DecoderOnlyLM(nn.Module):
 
         Args:
             tokens: ids (only the new ones when a cache is given).
-            token_mask: bool (B, T_total), True = real token (derived from ``pad_id`` when
+            token_mask: bool (B, past + L), True = real token (derived from ``pad_id`` when
                 omitted and no cache is used).
             cache: see :meth:`new_cache`.
 
         Shape:
-            tokens (B, T) -> logits (B, T, V).
+            tokens (B, L) -> logits (B, L, V).
         """
         check_tokens("tokens", tokens, self.config.vocab_size)
-        b, t = tokens.shape
-        keys = t if cache is None else cache.keys_after(t)  # a window's ring: the last ones only
+        b, n = tokens.shape
+        keys = n if cache is None else cache.keys_after(n)  # a window's ring: the last ones only
         if token_mask is None and cache is None and self.config.pad_id is not None:
-            token_mask = tokens != self.config.pad_id  # (B, T)
-        mask = causal_mask(t, keys, device=tokens.device, window=self.config.sliding_window)
+            token_mask = tokens != self.config.pad_id  # (B, L)
+        mask = causal_mask(n, keys, device=tokens.device, window=self.config.sliding_window)
         if token_mask is not None:
-            check_token_mask("token_mask", token_mask, (b, t + (cache.length if cache else 0)))
-            mask = mask & key_mask(token_mask)[..., -keys:]  # (B, 1, T, keys)
-        elif t == 1:
+            check_token_mask("token_mask", token_mask, (b, n + (cache.length if cache else 0)))
+            mask = mask & key_mask(token_mask)[..., -keys:]  # (B, 1, L, keys)
+        elif n == 1:
             mask = None
-        return self._logits(tokens, mask, cache)
+        return self._forward(tokens, mask, cache)
 
-    def _logits(self, tokens: Tensor, mask: Tensor | None, cache: KVCache | None) -> Tensor:
-        # forward() after its checks: ``tokens`` are valid ids, ``mask`` the attention mask.
+    def _forward(self, tokens: Tensor, mask: Tensor | None, cache: KVCache | None) -> Tensor:
+        # forward() after its checks: ``tokens`` are valid ids, ``mask`` the attention mask
+        # (causal and padding, broadcastable to (B, H, L, past + L)), not a token mask.
         past = 0 if cache is None else cache.length
-        x = self.dropout(self.positions(self.embed.lookup(tokens), past))  # (B, T, D)
+        x = self.dropout(self.positions(self.embed._forward(tokens), past))  # (B, L, D)
         caches = [None] * len(self.layers) if cache is None else cache.self_attn
         for layer, layer_cache in zip(self.layers, caches, strict=True):
-            x = layer(x, mask, layer_cache)  # (B, T, D)
+            x = layer(x, mask, layer_cache)  # (B, L, D)
         if self.norm is not None:
             x = self.norm(x)
-        logits = self.lm_head(x)  # (B, T, V)
+        logits = self.lm_head(x)  # (B, L, V)
         return logits if self.logits_bias is None else logits + self.logits_bias
 
     @torch.no_grad()  # as documented; the loop itself runs in inference mode, cheaper still
@@ -532,7 +537,7 @@ class DecoderOnlyLM(nn.Module):
             generator: a ``torch.Generator`` for reproducible sampling.
 
         Shape:
-            tokens (B, T) -> (B, T + max_new_tokens).
+            tokens (B, L) -> (B, L + max_new_tokens).
         """
         check_tokens("tokens", tokens, self.config.vocab_size)
         if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
@@ -550,32 +555,21 @@ class DecoderOnlyLM(nn.Module):
             )
         if prompt_len == 0:
             raise ValueError("tokens must hold at least one prompt token per row, got length 0")
-        with torch.inference_mode():
-            out = self._generate(tokens, max_new_tokens, use_cache, temperature, top_k, generator)
-        # A plain tensor again: an inference-mode one could not be saved for a backward pass.
-        return out.clone()  # (B, T + new)
-
-    def _generate(
-        self,
-        tokens: Tensor,
-        max_new_tokens: int,
-        use_cache: bool,
-        temperature: float,
-        top_k: int | None,
-        generator: torch.Generator | None,
-    ) -> Tensor:
-        # generate() after its checks: the decoding loop.
-        cache = self.new_cache(capacity=tokens.size(1) + max_new_tokens) if use_cache else None
+        cache = self.new_cache(capacity=total) if use_cache else None
         seq = tokens  # what the model reads next: the prompt, then one token at a time
         new: list[Tensor] = []
-        for _ in range(max_new_tokens):
-            n = seq.size(1)  # every token is real: the causal mask only, none for one query
-            mask = causal_mask(n, None, seq.device, self.config.sliding_window) if n > 1 else None
-            logits = self._logits(seq, mask, cache)  # (B, L, V)
-            new.append(sample_next(logits[:, -1], temperature, top_k, generator)[:, None])
-            # With the cache the model reads only the new token; without, the whole prefix.
-            seq = new[-1] if cache is not None else torch.cat([seq, new[-1]], dim=1)  # (B, *)
-        return torch.cat([tokens, *new], dim=1)  # (B, T + new)
+        with torch.inference_mode():
+            for _ in range(max_new_tokens):
+                n = seq.size(1)  # every token is real: the causal mask only, none for one query
+                window = self.config.sliding_window
+                mask = causal_mask(n, None, seq.device, window) if n > 1 else None
+                logits = self._forward(seq, mask, cache)  # (B, n, V)
+                new.append(sample_next(logits[:, -1], temperature, top_k, generator)[:, None])
+                # With the cache the model reads only the new token; without, the whole prefix.
+                seq = new[-1] if cache is not None else torch.cat([seq, new[-1]], dim=1)  # (B, *)
+            out = torch.cat([tokens, *new], dim=1)  # (B, L + new)
+        # A plain tensor again: an inference-mode one could not be saved for a backward pass.
+        return out.clone()  # (B, L + new)
 
 
 def sample_next(logits: Tensor, temperature: float, top_k: int | None, generator=None) -> Tensor:
