@@ -66,7 +66,12 @@ ACTIVATIONS = {
 
 class Dropout(nn.Dropout):
     """``nn.Dropout`` that returns its input untouched, without a kernel call, when it is off
-    (evaluation mode or ``p == 0``): generation calls a dozen of them per token."""
+    (evaluation mode or ``p == 0``): generation calls a dozen of them per token.
+
+    Kept because it is measurable: greedy ``DecoderOnlyLM.generate`` (the decode benchmark's
+    shape, D=256, 4 layers, batch 1, 2 threads, eval mode, 128 tokens) took 1.08x and 1.21x as
+    long with plain ``nn.Dropout`` in two alternated runs on a shared machine (same tokens).
+    """
 
     def forward(self, x: Tensor) -> Tensor:
         """Shape: any -> same."""
