@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from ._validation import check_token_mask, check_tokens
 from .config import TransformerConfig
-from .layers import ACTIVATIONS, LayerNorm
+from .layers import ACTIVATIONS, make_norm
 from .model import Encoder, init_linear_weights, make_positions, token_embedding
 
 
@@ -31,7 +31,7 @@ class MaskedLMHead(nn.Module):
         d = config.d_model
         self.dense = nn.Linear(d, d, bias=config.bias)
         self.activation = ACTIVATIONS[config.activation]
-        self.norm = LayerNorm(d, config.layer_norm_eps, config.bias)
+        self.norm = make_norm(config.norm, d, config.layer_norm_eps, config.bias)
         self.output = nn.Linear(d, config.vocab_size, bias=config.bias)
 
     def forward(self, h: Tensor) -> Tensor:
@@ -65,7 +65,9 @@ class EncoderOnlyLM(nn.Module):
         self.positions = make_positions(config)
         self.token_types = nn.Embedding(config.n_token_types, d) if config.n_token_types else None
         self.embed_norm = (
-            LayerNorm(d, config.layer_norm_eps, config.bias) if config.embed_norm else None
+            make_norm(config.norm, d, config.layer_norm_eps, config.bias)
+            if config.embed_norm
+            else None
         )
         self.dropout = nn.Dropout(config.dropout)
         self.encoder = Encoder(config)

@@ -55,6 +55,58 @@ class LayerNorm(nn.Module):
         return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
 
 
+def rms_norm_reference(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """RMSNorm written out: x / sqrt(mean(x^2) + eps) * gamma over the last axis.
+
+    Unlike LayerNorm it subtracts no mean and adds no shift; eps sits inside the square root.
+
+    Shape:
+        x (..., D), weight (D,) -> (..., D).
+    """
+    rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)  # (..., 1)
+    return x / rms * weight  # (..., D)
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square normalisation (Zhang and Sennrich, 2019): scale only, no centring.
+
+    Args:
+        d_model: width D.
+        eps: added to the mean square inside the square root.
+
+    Parameter ``weight`` (gamma, ones); there is never a bias. Equal to ``torch.nn.RMSNorm``
+    (a test checks it); :func:`rms_norm_reference` is the same formula written out.
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Shape: (..., D) -> (..., D)."""
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+
+
+def make_norm(norm: str, d_model: int, eps: float, bias: bool) -> LayerNorm | RMSNorm:
+    """The normalisation layer named by ``TransformerConfig.norm`` (RMSNorm ignores ``bias``).
+
+    Args:
+        norm: ``"layernorm"`` or ``"rmsnorm"``.
+        d_model: width D.
+        eps: epsilon inside the square root.
+        bias: LayerNorm's additive shift (RMSNorm has none).
+
+    Returns:
+        A fresh module mapping (..., D) -> (..., D).
+    """
+    if norm == "layernorm":
+        return LayerNorm(d_model, eps, bias)
+    if norm == "rmsnorm":
+        return RMSNorm(d_model, eps)
+    raise ValueError(f"norm must be 'layernorm' or 'rmsnorm', got {norm!r}")
+
+
 # The feed-forward activations by name (also used by the BERT-style encoder's heads).
 ACTIVATIONS = {
     "relu": F.relu,
@@ -122,7 +174,7 @@ class EncoderLayer(nn.Module):
         norm_first: pre-LN when True.
         d_k, d_v: per-head sizes (default D // H).
         attention_dropout: dropout on the attention weights (the paper uses none).
-        activation, bias, layer_norm_eps: as in :class:`~coursepkg.TransformerConfig`.
+        activation, bias, layer_norm_eps, norm: as in :class:`~coursepkg.TransformerConfig`.
 
     Submodules ``self_attn``, ``ffn``, ``norm1``, ``norm2``. A decoder-only LM stacks these
     layers with a causal mask.
@@ -141,13 +193,14 @@ class EncoderLayer(nn.Module):
         activation: str = "relu",
         bias: bool = True,
         layer_norm_eps: float = 1e-5,
+        norm: str = "layernorm",
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout, bias)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
-        self.norm1 = LayerNorm(d_model, layer_norm_eps, bias)
-        self.norm2 = LayerNorm(d_model, layer_norm_eps, bias)
+        self.norm1 = make_norm(norm, d_model, layer_norm_eps, bias)
+        self.norm2 = make_norm(norm, d_model, layer_norm_eps, bias)
         self.dropout1 = Dropout(dropout)
         self.dropout2 = Dropout(dropout)
 
@@ -205,15 +258,16 @@ class DecoderLayer(nn.Module):
         activation: str = "relu",
         bias: bool = True,
         layer_norm_eps: float = 1e-5,
+        norm: str = "layernorm",
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout, bias)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout, bias)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
-        self.norm1 = LayerNorm(d_model, layer_norm_eps, bias)
-        self.norm2 = LayerNorm(d_model, layer_norm_eps, bias)
-        self.norm3 = LayerNorm(d_model, layer_norm_eps, bias)
+        self.norm1 = make_norm(norm, d_model, layer_norm_eps, bias)
+        self.norm2 = make_norm(norm, d_model, layer_norm_eps, bias)
+        self.norm3 = make_norm(norm, d_model, layer_norm_eps, bias)
         self.dropout1 = Dropout(dropout)
         self.dropout2 = Dropout(dropout)
         self.dropout3 = Dropout(dropout)

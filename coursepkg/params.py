@@ -23,8 +23,12 @@ def feed_forward_parameters(config: TransformerConfig) -> int:
 
 
 def layer_norm_parameters(config: TransformerConfig) -> int:
-    """Gain (D) and, with biases, shift (D)."""
-    return config.d_model * (2 if config.bias else 1)
+    """One normalisation layer: gain (D) and, for LayerNorm with biases, shift (D).
+
+    RMSNorm (``config.norm == "rmsnorm"``) has the gain only.
+    """
+    shift = config.bias and config.norm == "layernorm"
+    return config.d_model * (2 if shift else 1)
 
 
 _MODELS = ("encoder-decoder", "decoder-only", "encoder-only")
