@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 _POSITIONAL = ("sinusoidal", "learned")
-_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 _SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
 _NORMS = ("layernorm", "rmsnorm")
 
@@ -59,6 +59,8 @@ class TransformerConfig:
     # Options that turn the 2017 block into a Llama-style one; the defaults keep the paper's.
     norm: str = "layernorm"  # every norm: "layernorm" (gain and shift) or "rmsnorm" (gain only,
     # x / sqrt(mean(x^2) + layer_norm_eps)); RMSNorm has no shift whatever ``bias`` says
+    # (``activation`` above also takes the gated "swiglu" and "geglu": W2(act(W1 x) * W3 x),
+    # three matrices, with ``d_ff`` the hidden width of each branch)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):

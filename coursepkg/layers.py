@@ -125,18 +125,29 @@ class Dropout(nn.Dropout):
         return super().forward(x) if self.training and self.p > 0 else x
 
 
+# Gated feed-forwards by name, and the activation each applies to its gate (Shazeer, 2020).
+GATED_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu"}
+
+
 class PositionwiseFeedForward(nn.Module):
     """FFN(x) = W2 act(W1 x + b1) + b2, applied at each position alone (Eq. 2).
 
+    The gated variants (Llama, Qwen3) multiply the activated branch by a second, linear one:
+    FFN(x) = W2 (act(W1 x) * W3 x), with act = SiLU for "swiglu" and GELU for "geglu".
+
     Args:
         d_model: width D of input and output.
-        d_ff: inner width F.
-        dropout: dropout after the activation (as ``nn.TransformerEncoderLayer`` does).
+        d_ff: inner width F (the hidden width of each branch when gated).
+        dropout: dropout after the activation (after the product when gated), as
+            ``nn.TransformerEncoderLayer`` does.
         activation: "relu" (paper), "gelu" (exact), "gelu_tanh" (its tanh approximation, as
-            in GPT-2) or "silu" (x * sigmoid(x), also called swish; Marian).
-        bias: whether the two linears have biases.
+            in GPT-2), "silu" (x * sigmoid(x), also called swish; Marian), or the gated
+            "swiglu" and "geglu".
+        bias: whether the linears have biases.
 
-    Submodules ``linear1`` (D -> F) and ``linear2`` (F -> D).
+    Submodules ``linear1`` (W1, D -> F, the activated branch: Hugging Face's ``gate_proj``),
+    ``linear2`` (W2, F -> D, ``down_proj``) and, when gated, ``linear3`` (W3, D -> F, the
+    linear branch: ``up_proj``; ``None`` otherwise).
     """
 
     def __init__(
@@ -148,16 +159,22 @@ class PositionwiseFeedForward(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {tuple(ACTIVATIONS)}, got {activation!r}")
+        known = (*ACTIVATIONS, *GATED_ACTIVATIONS)
+        if activation not in known:
+            raise ValueError(f"activation must be one of {known}, got {activation!r}")
+        gated = activation in GATED_ACTIVATIONS
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
+        self.linear3 = nn.Linear(d_model, d_ff, bias=bias) if gated else None
         self.dropout = Dropout(dropout)
-        self.activation = ACTIVATIONS[activation]
+        self.activation = ACTIVATIONS[GATED_ACTIVATIONS.get(activation, activation)]
 
     def forward(self, x: Tensor) -> Tensor:
         """Shape: (B, L, D) -> (B, L, D)."""
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (B, L, D)
+        h = self.activation(self.linear1(x))  # (B, L, F)
+        if self.linear3 is not None:
+            h = h * self.linear3(x)  # (B, L, F): the gate times the linear branch
+        return self.linear2(self.dropout(h))  # (B, L, D)
 
 
 class EncoderLayer(nn.Module):
