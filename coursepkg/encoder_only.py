@@ -30,6 +30,11 @@ class MaskedLMHead(nn.Module):
         super().__init__()
         d = config.d_model
         self.dense = nn.Linear(d, d, bias=config.bias)
+        if config.activation not in ACTIVATIONS:  # the head's dense layer has no gate branch
+            raise ValueError(
+                f"the masked-LM head needs an ungated activation, one of {tuple(ACTIVATIONS)}, "
+                f"got activation={config.activation!r}; set mlm_head=False or change activation"
+            )
         self.activation = ACTIVATIONS[config.activation]
         self.norm = make_norm(config.norm, d, config.layer_norm_eps, config.bias)
         self.output = nn.Linear(d, config.vocab_size, bias=config.bias)

@@ -137,3 +137,9 @@ def test_swiglu_decoder_counts() -> None:
     model = DecoderOnlyLM(config)
     assert count_parameters(config, "decoder-only") == sum(p.numel() for p in model.parameters())
     assert torch.isfinite(model(torch.randint(0, 17, (2, 5)))).all()
+
+
+def test_masked_lm_head_refuses_a_gated_activation() -> None:
+    config = TransformerConfig(vocab_size=10, d_model=8, n_heads=2, d_ff=8, activation="swiglu")
+    with pytest.raises(ValueError, match="ungated activation.*got activation='swiglu'"):
+        EncoderOnlyLM(config)
