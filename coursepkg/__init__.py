@@ -31,7 +31,7 @@ from .config import TransformerConfig
 from .decoding import beam_search, greedy_decode
 from .encoder_only import EncoderOnlyLM
 from .kv_cache import KVCache
-from .layers import DecoderLayer, EncoderLayer, LayerNorm, PositionwiseFeedForward
+from .layers import DecoderLayer, EncoderLayer, LayerNorm, PositionwiseFeedForward, RMSNorm
 from .masks import causal_mask, padding_mask
 from .model import Decoder, DecoderOnlyLM, Encoder, EncoderDecoder, Transformer
 from .params import count_parameters, parameter_breakdown
@@ -54,6 +54,7 @@ __all__ = [
     "KVCache",
     "LabelSmoothingLoss",
     "LayerNorm",
+    "RMSNorm",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",
     "PositionwiseFeedForward",

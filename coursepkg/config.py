@@ -6,8 +6,9 @@ import dataclasses
 from dataclasses import dataclass
 
 _POSITIONAL = ("sinusoidal", "learned")
-_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 _SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
+_NORMS = ("layernorm", "rmsnorm")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,12 @@ class TransformerConfig:
     logits_bias: bool = False  # a fixed bias buffer added to the output logits (Marian)
     pooler: bool = False  # encoder-only models: tanh-dense "pooler" on the first token (BERT)
     mlm_head: bool = True  # encoder-only models: the masked-LM head (dense, act, norm, output)
+    # ----- today's decoders (Llama, Mistral, Qwen3) ---------------------------------------------
+    # Options that turn the 2017 block into a Llama-style one; the defaults keep the paper's.
+    norm: str = "layernorm"  # every norm: "layernorm" (gain and shift) or "rmsnorm" (gain only,
+    # x / sqrt(mean(x^2) + layer_norm_eps)); RMSNorm has no shift whatever ``bias`` says
+    # (``activation`` above also takes the gated "swiglu" and "geglu": W2(act(W1 x) * W3 x),
+    # three matrices, with ``d_ff`` the hidden width of each branch)
     sliding_window: int | None = None  # W: decoder-only models attend to the last W positions
     # only, themselves included (Mistral; its KV cache is a ring of W); None: the whole past
 
@@ -79,6 +86,8 @@ class TransformerConfig:
             raise ValueError(f"positional must be one of {_POSITIONAL}, got {self.positional!r}")
         if self.activation not in _ACTIVATIONS:
             raise ValueError(f"activation must be one of {_ACTIVATIONS}, got {self.activation!r}")
+        if self.norm not in _NORMS:
+            raise ValueError(f"norm must be one of {_NORMS}, got {self.norm!r}")
         if self.sinusoidal_layout not in _SINUSOIDAL_LAYOUTS:
             raise ValueError(
                 f"sinusoidal_layout must be one of {_SINUSOIDAL_LAYOUTS}, "

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from ._validation import check_token_mask, check_tokens
 from .config import TransformerConfig
-from .layers import ACTIVATIONS, LayerNorm
+from .layers import ACTIVATIONS, make_norm
 from .model import Encoder, init_linear_weights, make_positions, token_embedding
 
 
@@ -30,8 +30,13 @@ class MaskedLMHead(nn.Module):
         super().__init__()
         d = config.d_model
         self.dense = nn.Linear(d, d, bias=config.bias)
+        if config.activation not in ACTIVATIONS:  # the head's dense layer has no gate branch
+            raise ValueError(
+                f"the masked-LM head needs an ungated activation, one of {tuple(ACTIVATIONS)}, "
+                f"got activation={config.activation!r}; set mlm_head=False or change activation"
+            )
         self.activation = ACTIVATIONS[config.activation]
-        self.norm = LayerNorm(d, config.layer_norm_eps, config.bias)
+        self.norm = make_norm(config.norm, d, config.layer_norm_eps, config.bias)
         self.output = nn.Linear(d, config.vocab_size, bias=config.bias)
 
     def forward(self, h: Tensor) -> Tensor:
@@ -66,7 +71,9 @@ class EncoderOnlyLM(nn.Module):
         self.positions = make_positions(config)
         self.token_types = nn.Embedding(config.n_token_types, d) if config.n_token_types else None
         self.embed_norm = (
-            LayerNorm(d, config.layer_norm_eps, config.bias) if config.embed_norm else None
+            make_norm(config.norm, d, config.layer_norm_eps, config.bias)
+            if config.embed_norm
+            else None
         )
         self.dropout = nn.Dropout(config.dropout)
         self.encoder = Encoder(config)

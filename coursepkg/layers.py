@@ -55,6 +55,58 @@ class LayerNorm(nn.Module):
         return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
 
 
+def rms_norm_reference(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """RMSNorm written out: x / sqrt(mean(x^2) + eps) * gamma over the last axis.
+
+    Unlike LayerNorm it subtracts no mean and adds no shift; eps sits inside the square root.
+
+    Shape:
+        x (..., D), weight (D,) -> (..., D).
+    """
+    rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)  # (..., 1)
+    return x / rms * weight  # (..., D)
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square normalisation (Zhang and Sennrich, 2019): scale only, no centring.
+
+    Args:
+        d_model: width D.
+        eps: added to the mean square inside the square root.
+
+    Parameter ``weight`` (gamma, ones); there is never a bias. Equal to ``torch.nn.RMSNorm``
+    (a test checks it); :func:`rms_norm_reference` is the same formula written out.
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Shape: (..., D) -> (..., D)."""
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+
+
+def make_norm(norm: str, d_model: int, eps: float, bias: bool) -> LayerNorm | RMSNorm:
+    """The normalisation layer named by ``TransformerConfig.norm`` (RMSNorm ignores ``bias``).
+
+    Args:
+        norm: ``"layernorm"`` or ``"rmsnorm"``.
+        d_model: width D.
+        eps: epsilon inside the square root.
+        bias: LayerNorm's additive shift (RMSNorm has none).
+
+    Returns:
+        A fresh module mapping (..., D) -> (..., D).
+    """
+    if norm == "layernorm":
+        return LayerNorm(d_model, eps, bias)
+    if norm == "rmsnorm":
+        return RMSNorm(d_model, eps)
+    raise ValueError(f"norm must be 'layernorm' or 'rmsnorm', got {norm!r}")
+
+
 # The feed-forward activations by name (also used by the BERT-style encoder's heads).
 ACTIVATIONS = {
     "relu": F.relu,
@@ -78,18 +130,29 @@ class Dropout(nn.Dropout):
         return super().forward(x) if self.training and self.p > 0 else x
 
 
+# Gated feed-forwards by name, and the activation each applies to its gate (Shazeer, 2020).
+GATED_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu"}
+
+
 class PositionwiseFeedForward(nn.Module):
     """FFN(x) = W2 act(W1 x + b1) + b2, applied at each position alone (Eq. 2).
 
+    The gated variants (Llama, Qwen3) multiply the activated branch by a second, linear one:
+    FFN(x) = W2 (act(W1 x) * W3 x), with act = SiLU for "swiglu" and GELU for "geglu".
+
     Args:
         d_model: width D of input and output.
-        d_ff: inner width F.
-        dropout: dropout after the activation (as ``nn.TransformerEncoderLayer`` does).
+        d_ff: inner width F (the hidden width of each branch when gated).
+        dropout: dropout after the activation (after the product when gated), as
+            ``nn.TransformerEncoderLayer`` does.
         activation: "relu" (paper), "gelu" (exact), "gelu_tanh" (its tanh approximation, as
-            in GPT-2) or "silu" (x * sigmoid(x), also called swish; Marian).
-        bias: whether the two linears have biases.
+            in GPT-2), "silu" (x * sigmoid(x), also called swish; Marian), or the gated
+            "swiglu" and "geglu".
+        bias: whether the linears have biases.
 
-    Submodules ``linear1`` (D -> F) and ``linear2`` (F -> D).
+    Submodules ``linear1`` (W1, D -> F, the activated branch: Hugging Face's ``gate_proj``),
+    ``linear2`` (W2, F -> D, ``down_proj``) and, when gated, ``linear3`` (W3, D -> F, the
+    linear branch: ``up_proj``; ``None`` otherwise).
     """
 
     def __init__(
@@ -101,16 +164,22 @@ class PositionwiseFeedForward(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {tuple(ACTIVATIONS)}, got {activation!r}")
+        known = (*ACTIVATIONS, *GATED_ACTIVATIONS)
+        if activation not in known:
+            raise ValueError(f"activation must be one of {known}, got {activation!r}")
+        gated = activation in GATED_ACTIVATIONS
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
+        self.linear3 = nn.Linear(d_model, d_ff, bias=bias) if gated else None
         self.dropout = Dropout(dropout)
-        self.activation = ACTIVATIONS[activation]
+        self.activation = ACTIVATIONS[GATED_ACTIVATIONS.get(activation, activation)]
 
     def forward(self, x: Tensor) -> Tensor:
         """Shape: (B, L, D) -> (B, L, D)."""
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (B, L, D)
+        h = self.activation(self.linear1(x))  # (B, L, F)
+        if self.linear3 is not None:
+            h = h * self.linear3(x)  # (B, L, F): the gate times the linear branch
+        return self.linear2(self.dropout(h))  # (B, L, D)
 
 
 class EncoderLayer(nn.Module):
@@ -127,7 +196,7 @@ class EncoderLayer(nn.Module):
         norm_first: pre-LN when True.
         d_k, d_v: per-head sizes (default D // H).
         attention_dropout: dropout on the attention weights (the paper uses none).
-        activation, bias, layer_norm_eps: as in :class:`~coursepkg.TransformerConfig`.
+        activation, bias, layer_norm_eps, norm: as in :class:`~coursepkg.TransformerConfig`.
 
     Submodules ``self_attn``, ``ffn``, ``norm1``, ``norm2``. A decoder-only LM stacks these
     layers with a causal mask.
@@ -146,13 +215,14 @@ class EncoderLayer(nn.Module):
         activation: str = "relu",
         bias: bool = True,
         layer_norm_eps: float = 1e-5,
+        norm: str = "layernorm",
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout, bias)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
-        self.norm1 = LayerNorm(d_model, layer_norm_eps, bias)
-        self.norm2 = LayerNorm(d_model, layer_norm_eps, bias)
+        self.norm1 = make_norm(norm, d_model, layer_norm_eps, bias)
+        self.norm2 = make_norm(norm, d_model, layer_norm_eps, bias)
         self.dropout1 = Dropout(dropout)
         self.dropout2 = Dropout(dropout)
 
@@ -210,15 +280,16 @@ class DecoderLayer(nn.Module):
         activation: str = "relu",
         bias: bool = True,
         layer_norm_eps: float = 1e-5,
+        norm: str = "layernorm",
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout, bias)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout, bias)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
-        self.norm1 = LayerNorm(d_model, layer_norm_eps, bias)
-        self.norm2 = LayerNorm(d_model, layer_norm_eps, bias)
-        self.norm3 = LayerNorm(d_model, layer_norm_eps, bias)
+        self.norm1 = make_norm(norm, d_model, layer_norm_eps, bias)
+        self.norm2 = make_norm(norm, d_model, layer_norm_eps, bias)
+        self.norm3 = make_norm(norm, d_model, layer_norm_eps, bias)
         self.dropout1 = Dropout(dropout)
         self.dropout2 = Dropout(dropout)
         self.dropout3 = Dropout(dropout)

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from ._validation import check_float, check_token_mask, check_tokens
 from .config import TransformerConfig
 from .kv_cache import KVCache
-from .layers import DecoderLayer, Dropout, EncoderLayer, LayerNorm
+from .layers import DecoderLayer, Dropout, EncoderLayer, LayerNorm, RMSNorm, make_norm
 from .masks import causal_mask, key_mask
 from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 
@@ -39,13 +39,14 @@ def _layer_kwargs(config: TransformerConfig) -> dict:
         activation=config.activation,
         bias=config.bias,
         layer_norm_eps=config.layer_norm_eps,
+        norm=config.norm,
     )
 
 
-def _final_norm(config: TransformerConfig) -> LayerNorm | None:
+def _final_norm(config: TransformerConfig) -> LayerNorm | RMSNorm | None:
     if not config.use_final_norm:
         return None
-    return LayerNorm(config.d_model, config.layer_norm_eps, config.bias)
+    return make_norm(config.norm, config.d_model, config.layer_norm_eps, config.bias)
 
 
 class TokenEmbedding(nn.Module):

@@ -17,14 +17,22 @@ def attention_parameters(config: TransformerConfig) -> int:
 
 
 def feed_forward_parameters(config: TransformerConfig) -> int:
-    """W1 (D x F), W2 (F x D), plus biases b1 (F) and b2 (D) if any."""
+    """W1 (D x F), W2 (F x D), plus biases b1 (F) and b2 (D) if any.
+
+    The gated activations ("swiglu", "geglu") add W3 (D x F) and, with biases, b3 (F).
+    """
     d, f = config.d_model, config.d_ff
-    return 2 * d * f + ((f + d) if config.bias else 0)
+    branches = 2 if config.activation in ("swiglu", "geglu") else 1  # D -> F matrices
+    return (branches + 1) * d * f + ((branches * f + d) if config.bias else 0)
 
 
 def layer_norm_parameters(config: TransformerConfig) -> int:
-    """Gain (D) and, with biases, shift (D)."""
-    return config.d_model * (2 if config.bias else 1)
+    """One normalisation layer: gain (D) and, for LayerNorm with biases, shift (D).
+
+    RMSNorm (``config.norm == "rmsnorm"``) has the gain only.
+    """
+    shift = config.bias and config.norm == "layernorm"
+    return config.d_model * (2 if shift else 1)
 
 
 _MODELS = ("encoder-decoder", "decoder-only", "encoder-only")

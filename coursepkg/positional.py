@@ -100,3 +100,48 @@ class LearnedPositionalEmbedding(nn.Module):
         """
         _check_length(x.size(1), offset, self.max_len, "learned")
         return x + self.weight[offset : offset + x.size(1)]  # (B, L, D)
+
+
+def apply_rope(
+    x: Tensor, positions: Tensor, theta: float = 10000.0, pairs: str = "halves"
+) -> Tensor:
+    """Rotary position embedding (Su et al., 2021): rotate each 2-D pair of ``x`` by pos * w_i.
+
+    Pair i turns by the angle pos * theta^(-2i/Dh), i = 0 .. Dh/2 - 1, so the dot product of a
+    rotated query at position m and a rotated key at position n depends on m - n only. Apply it
+    to queries and keys, never to values.
+
+    Args:
+        x: queries or keys, one row of width Dh per head and position.
+        positions: the absolute position of each row (with a KV cache: the offset plus 0..L-1).
+        theta: the base of the frequencies (10000 in the paper, 500000 in Llama 3).
+        pairs: ``"halves"`` pairs column i with column i + Dh/2 (Hugging Face's rotate-half
+            layout: Llama, Qwen); ``"interleaved"`` pairs columns 2i and 2i+1 (the paper).
+
+    Shape:
+        x (B, H, L, Dh) with Dh even, positions (L,) or (B, L) -> (B, H, L, Dh).
+
+    Returns:
+        ``x`` rotated, in ``x``'s dtype.
+    """
+    dh = x.shape[-1]
+    if dh % 2 != 0:
+        raise ValueError(f"apply_rope needs an even head width, got x.shape[-1]={dh}")
+    if pairs not in ("halves", "interleaved"):
+        raise ValueError(f"pairs must be 'halves' or 'interleaved', got {pairs!r}")
+    i = torch.arange(dh // 2, device=x.device, dtype=torch.float32)  # (Dh/2,)
+    freqs = theta ** (-2 * i / dh)  # (Dh/2,)
+    angles = positions.to(torch.float32).unsqueeze(-1) * freqs  # (L, Dh/2) or (B, L, Dh/2)
+    if angles.dim() == 3:
+        angles = angles.unsqueeze(1)  # (B, 1, L, Dh/2): the same angles for every head
+    cos, sin = angles.cos(), angles.sin()
+    if pairs == "halves":
+        a, b = x[..., : dh // 2], x[..., dh // 2 :]  # (B, H, L, Dh/2) each
+    else:
+        a, b = x[..., 0::2], x[..., 1::2]  # (B, H, L, Dh/2) each
+    ra, rb = a * cos - b * sin, a * sin + b * cos  # (B, H, L, Dh/2): each pair rotated
+    if pairs == "halves":
+        out = torch.cat([ra, rb], dim=-1)  # (B, H, L, Dh)
+    else:
+        out = torch.stack([ra, rb], dim=-1).flatten(-2)  # (B, H, L, Dh/2, 2) -> (B, H, L, Dh)
+    return out.to(x.dtype)
