@@ -17,7 +17,7 @@ __all__ = ["add_train_parser"]
 
 _HELP = {
     "out": "the run's folder: tokens, log.csv, loss.png, checkpoint.pt, samples.txt",
-    "tokenizer": "char (characters) or bpe (the course's BPE, once available)",
+    "tokenizer": "char (characters) or bpe (GPT-2's byte-level BPE)",
     "batch_size": "windows per optimiser step, over all ranks and micro-steps",
     "block_size": "tokens per window (context length)",
     "grad_accum": "micro-steps whose gradients are summed before each update",

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from coursepkg.data.vocab import CharVocab
+from coursepkg.tokenizer import Tokenizer
 
 __all__ = ["TokenData", "get_batch", "make_tokenizer", "prepare_tokens", "read_corpus"]
 
@@ -47,12 +48,13 @@ def read_corpus(path: str | Path) -> str:
     raise ValueError(f"data must be a text file or a folder, got {str(path)!r} (not found)")
 
 
-def make_tokenizer(name: str, text: str) -> CharVocab:
+def make_tokenizer(name: str, text: str) -> CharVocab | Tokenizer:
     """The tokenizer a run uses: the one seam where another tokenizer plugs in.
 
     Args:
         name: ``"char"``: the corpus' characters (:class:`~coursepkg.data.vocab.CharVocab`);
-            ``"bpe"``: the course's byte-pair encoding, not available to the trainer yet.
+            ``"bpe"``: GPT-2's byte-level BPE (:meth:`coursepkg.tokenizer.Tokenizer.gpt2`, the
+            course's tokenizer loaded with GPT-2's shipped vocabulary and merges: 50,257 ids).
         text: the corpus (the characters' vocabulary is built from it).
 
     Returns:
@@ -61,10 +63,7 @@ def make_tokenizer(name: str, text: str) -> CharVocab:
     if name == "char":
         return CharVocab.from_corpus(text)
     if name == "bpe":
-        raise ValueError(
-            "tokenizer 'bpe' is not available to `coursepkg train` yet (it needs the course's "
-            "BPE tokenizer, coursepkg.tokenizer); use --tokenizer char"
-        )
+        return Tokenizer.gpt2()
     raise ValueError(f"tokenizer must be 'char' or 'bpe', got {name!r}")
 
 
@@ -81,7 +80,7 @@ class TokenData:
 
     train: np.memmap
     val: np.memmap
-    vocab: CharVocab
+    vocab: CharVocab | Tokenizer
     digest: str
 
 

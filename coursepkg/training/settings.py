@@ -39,7 +39,7 @@ class TrainSettings:
     Attributes:
         data: a text file, or a folder whose ``*.txt`` files are read in sorted order.
         out: the run's folder (tokens, log, plot, checkpoint, samples).
-        tokenizer: ``"char"`` (characters) or ``"bpe"`` (the course's BPE, once it exists).
+        tokenizer: ``"char"`` (characters) or ``"bpe"`` (GPT-2's byte-level BPE).
         steps: optimiser steps.
         batch_size: windows per optimiser step, over all ranks and micro-steps.
         block_size: tokens per window (the context length).

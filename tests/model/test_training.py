@@ -6,11 +6,13 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from coursepkg.cli import main
 from coursepkg.data.text import load_tinyshakespeare
+from coursepkg.tokenizer import Tokenizer
 from coursepkg.training import CheckpointError, TrainSettings, load_settings, train
 from coursepkg.training.checkpoint import load_checkpoint, save_checkpoint
 
@@ -134,7 +136,22 @@ def test_settings_from_yaml_toml_and_flags(tmp_path, corpus):
         load_settings(None, data=str(corpus), stepz=3)
     with pytest.raises(ValueError, match="not TransformerConfig fields"):
         train(tiny(corpus, tmp_path / "bad", model={"d_modle": 3}), progress=False)
-    with pytest.raises(ValueError, match="tokenizer 'bpe' is not available"):
-        train(tiny(corpus, tmp_path / "bpe", tokenizer="bpe"), progress=False)
+    with pytest.raises(ValueError, match="tokenizer must be 'char' or 'bpe', got 'wordpiece'"):
+        train(tiny(corpus, tmp_path / "wp", tokenizer="wordpiece"), progress=False)
     with pytest.raises(ValueError, match="batch_size=6 must be divisible"):
         train(tiny(corpus, tmp_path / "acc", batch_size=6, grad_accum=4), progress=False)
+
+
+def test_bpe_tokens_are_gpt2s_ids_and_the_samples_decode_to_text(corpus, tmp_path):
+    out = tmp_path / "bpe"
+    result = train(tiny(corpus, out, tokenizer="bpe", steps=4, checkpoint_every=4), progress=False)
+    gpt2 = Tokenizer.gpt2()
+    ids = gpt2.encode(corpus.read_text())
+    stored = [
+        np.fromfile(out / "tokens" / f"{part}.bin", dtype=np.uint16) for part in ("train", "val")
+    ]
+    # the token files are GPT-2's ids for the corpus, split in order
+    assert np.concatenate(stored).tolist() == ids
+    assert result.model.config.vocab_size == len(gpt2) == 50257
+    # the samples are decoded with the same tokenizer: the prompt comes back as text
+    assert all(isinstance(s, str) and s for s in result.samples)
