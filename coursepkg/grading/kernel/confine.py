@@ -300,11 +300,34 @@ def _own_path(root: Path, controller: str) -> str:
     return ""
 
 
+def _v2_parent(root: Path, own: Path) -> tuple[Path, str]:
+    """On cgroup v2: the nearest group, from this process's own up, whose
+    ``cgroup.subtree_control`` already has both ``pids`` and ``memory``.
+
+    v2's "no internal processes" rule: a group other than the root that has processes in it
+    (this grader) cannot enable a controller for its children (EBUSY), nor can a process join a
+    group that has. So the grader's own group can hold no limited kernels; the way v2 is meant
+    to be used is a delegated group (systemd ``Delegate=yes``, a container's) with the
+    controllers enabled, the grader in a leaf of it, the kernels beside that leaf: that
+    group's limits hold for them (a limit set on the grader's leaf alone would not). A kernel
+    is in one group per v2 hierarchy, so ``pids`` and ``memory`` share that group, and both
+    controllers are asked of it. Without such a group: the root, with a note. Nothing is
+    enabled here in groups the grader does not own."""
+    group = own
+    while group != root:
+        enabled = _read(group / "cgroup.subtree_control").split()
+        if {"pids", "memory"} <= set(enabled) and os.access(group, os.W_OK | os.X_OK):
+            return group, ""
+        group = group.parent
+    why = f"no group above {own} has pids and memory in its cgroup.subtree_control"
+    return root, f"{NOT_UNDER_GRADER} ({why}): under {root}"
+
+
 def _cgroup_parent(controller: str) -> tuple[Path | None, str]:
     """Where the kernels' groups of ``controller`` go: under this process's own cgroup, so the
     grader's limits (a systemd slice's, a container's) hold for its kernels too, else under
-    the hierarchy's root. Returns ``(folder or None, note)``; the note, when the folder is not
-    the grader's own cgroup or does not pass its usage up, starts with
+    the hierarchy's root (v2: see :func:`_v2_parent`). Returns ``(folder or None, note)``;
+    the note, when the grader's own limits do not cover the folder, starts with
     :data:`NOT_UNDER_GRADER`. The kernel (before it joins) and its worker are in the same
     cgroup, so both compute the same folder."""
     root = _cgroup_root(controller)
@@ -316,18 +339,8 @@ def _cgroup_parent(controller: str) -> tuple[Path | None, str]:
     if not (own.is_dir() and os.access(own, os.W_OK | os.X_OK)):
         return root, f"{NOT_UNDER_GRADER} ({own} is not writable): under {root}"
     if (root / "cgroup.controllers").is_file():
-        # v2's "no internal processes" rule: a group other than the root that has processes in
-        # it (this grader) cannot enable a controller for its children (EBUSY), so kernels
-        # with a limit cannot be made under it. Where the grader was placed in a leaf of a
-        # delegated group whose subtree_control already has the controller, it works;
-        # otherwise the groups go under the root, and the note says so.
-        if controller not in _read(own / "cgroup.subtree_control").split():
-            try:
-                (own / "cgroup.subtree_control").write_text(f"+{controller}")
-            except OSError as err:
-                why = f"cannot enable {controller} under {own}: {err.strerror}"
-                return root, f"{NOT_UNDER_GRADER} ({why}): under {root}"
-    elif controller == "memory" and _read(own / "memory.use_hierarchy").strip() == "0":
+        return _v2_parent(root, own)
+    if controller == "memory" and _read(own / "memory.use_hierarchy").strip() == "0":
         # v1 with use_hierarchy=0 (kernels before 5.16 allowed it): a child's usage is not
         # charged to its parent and the parent's limit does not apply to it, so the kernel's
         # own limit holds but the grader's does not cover its kernels; the note says so.
