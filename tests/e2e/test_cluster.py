@@ -275,7 +275,7 @@ def test_local_cluster_survives_a_worker_killer_and_a_fork_bomb(release, tmp_pat
     # The pids cgroups of the kernels that died with their worker did not stay behind.
     killers = pids.read_text().split()
     assert len(killers) >= 2, killers  # it was tried again
-    cgroups = confine._pids_root()
+    cgroups = confine._cgroup_parent("pids")[0]  # the grader's own pids cgroup, or the root
     if os.geteuid() == 0 and cgroups is not None:
         left = [k for k in killers if (cgroups / f"coursepkg-kernel-{k}").exists()]
         assert not left, f"pids cgroups left behind: {left}"

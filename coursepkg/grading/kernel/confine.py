@@ -46,6 +46,7 @@ __all__ = [
     "limit_memory",
     "limit_processes",
     "map_own_ids",
+    "NOT_UNDER_GRADER",
     "readable_roots",
     "remove_stale_cgroups",
     "restrict_files",
@@ -276,13 +277,86 @@ def _cgroup_root(controller: str) -> Path | None:
     return None
 
 
-def _pids_root() -> Path | None:
-    return _cgroup_root("pids")
+#: How a reason begins when the limit is in place but the grader's own limit does not cover it
+#: (the group had to go under the hierarchy's root, or v1 does not charge it to the grader).
+NOT_UNDER_GRADER = "in place, but not under the grader's own cgroup"
 
 
-def _group_roots() -> list[Path]:
-    """Every hierarchy the kernels' groups may be in (each once)."""
-    return sorted({r for r in (_cgroup_root("pids"), _cgroup_root("memory")) if r is not None})
+def _own_path(root: Path, controller: str) -> str:
+    """This process's cgroup in hierarchy ``root``, relative to it (``""``: the root), from
+    ``/proc/self/cgroup`` (v1: the line ``N:...,controller,...:/path``; v2: ``0::/path``).
+
+    A kernel's own group at the end is left out: on v2 ``pids`` and ``memory`` share one
+    hierarchy, and a kernel that joined its ``pids`` group must make its ``memory`` group in
+    the same parent, the one its worker computes too."""
+    v2 = (root / "cgroup.controllers").is_file()
+    for line in _read(Path("/proc/self/cgroup")).splitlines():
+        number, names, path = (line.split(":", 2) + ["", ""])[:3]
+        if (number == "0" and not names) if v2 else controller in names.split(","):
+            parts = [part for part in path.split("/") if part]
+            while parts and parts[-1].startswith(_CGROUP_PREFIX):
+                parts.pop()
+            return "/".join(parts)
+    return ""
+
+
+def _v2_parent(root: Path, own: Path) -> tuple[Path, str]:
+    """On cgroup v2: the nearest group, from this process's own up, whose
+    ``cgroup.subtree_control`` already has both ``pids`` and ``memory``.
+
+    v2's "no internal processes" rule: a group other than the root that has processes in it
+    (this grader) cannot enable a controller for its children (EBUSY), nor can a process join a
+    group that has. So the grader's own group can hold no limited kernels; the way v2 is meant
+    to be used is a delegated group (systemd ``Delegate=yes``, a container's) with the
+    controllers enabled, the grader in a leaf of it, the kernels beside that leaf: that
+    group's limits hold for them (a limit set on the grader's leaf alone would not). A kernel
+    is in one group per v2 hierarchy, so ``pids`` and ``memory`` share that group, and both
+    controllers are asked of it. Without such a group: the root, with a note. Nothing is
+    enabled here in groups the grader does not own."""
+    group = own
+    while group != root:
+        enabled = _read(group / "cgroup.subtree_control").split()
+        if {"pids", "memory"} <= set(enabled) and os.access(group, os.W_OK | os.X_OK):
+            return group, ""
+        group = group.parent
+    why = f"no group above {own} has pids and memory in its cgroup.subtree_control"
+    return root, f"{NOT_UNDER_GRADER} ({why}): under {root}"
+
+
+def _cgroup_parent(controller: str) -> tuple[Path | None, str]:
+    """Where the kernels' groups of ``controller`` go: under this process's own cgroup, so the
+    grader's limits (a systemd slice's, a container's) hold for its kernels too, else under
+    the hierarchy's root (v2: see :func:`_v2_parent`). Returns ``(folder or None, note)``;
+    the note, when the grader's own limits do not cover the folder, starts with
+    :data:`NOT_UNDER_GRADER`. The kernel (before it joins) and its worker are in the same
+    cgroup, so both compute the same folder."""
+    root = _cgroup_root(controller)
+    if root is None:
+        return None, ""
+    own = root / _own_path(root, controller)
+    if own == root:
+        return root, ""
+    if not (own.is_dir() and os.access(own, os.W_OK | os.X_OK)):
+        return root, f"{NOT_UNDER_GRADER} ({own} is not writable): under {root}"
+    if (root / "cgroup.controllers").is_file():
+        return _v2_parent(root, own)
+    if controller == "memory" and _read(own / "memory.use_hierarchy").strip() == "0":
+        # v1 with use_hierarchy=0 (kernels before 5.16 allowed it): a child's usage is not
+        # charged to its parent and the parent's limit does not apply to it, so the kernel's
+        # own limit holds but the grader's does not cover its kernels; the note says so.
+        return own, f"{NOT_UNDER_GRADER} (memory.use_hierarchy is 0 in {own})"
+    return own, ""
+
+
+def _group_parents() -> list[Path]:
+    """Every folder the kernels' groups may be in (each once): this process's own cgroup in
+    each hierarchy, and each hierarchy's root (the fallback, and where earlier versions put
+    them)."""
+    folders = set()
+    for controller in ("pids", "memory"):
+        parent, _ = _cgroup_parent(controller)
+        folders |= {parent, _cgroup_root(controller)} - {None}
+    return sorted(folders)
 
 
 def _read(path: Path) -> str:
@@ -293,13 +367,14 @@ def _read(path: Path) -> str:
 
 
 def _join(controller: str, settings: dict[str, int]) -> str:
-    """Put this process into its group ``coursepkg-kernel-<pid>`` of ``controller``'s hierarchy
-    with ``settings`` (file name -> value; a file the kernel lacks is skipped, the first must
-    exist). Returns ``""`` or why not."""
-    root = _cgroup_root(controller)
-    if root is None:
+    """Put this process into its group ``coursepkg-kernel-<pid>`` of ``controller`` (under
+    :func:`_cgroup_parent`) with ``settings`` (file name -> value; a file the kernel lacks is
+    skipped, the first must exist). Returns ``""``, a note starting with
+    :data:`NOT_UNDER_GRADER` (the limit is in place), or why not."""
+    parent, note = _cgroup_parent(controller)
+    if parent is None:
         return f"no {controller} cgroup controller is mounted or can be enabled"
-    group = root / f"{_CGROUP_PREFIX}{os.getpid()}"
+    group = parent / f"{_CGROUP_PREFIX}{os.getpid()}"
     first = True
     try:
         group.mkdir(exist_ok=True)
@@ -310,7 +385,7 @@ def _join(controller: str, settings: dict[str, int]) -> str:
         (group / "cgroup.procs").write_text(str(os.getpid()))
     except OSError as err:
         return f"{controller} cgroup {group}: {err}"
-    return ""
+    return note
 
 
 def _processes_of(uid: int) -> int:
@@ -337,7 +412,8 @@ def limit_processes(most: int) -> str:
         most: the ceiling (PyTorch's and ZeroMQ's threads count too).
 
     Returns:
-        ``""`` when a ceiling is in place, else why not.
+        ``""`` when a ceiling is in place (or a note starting with :data:`NOT_UNDER_GRADER`),
+        else why not.
     """
     if os.geteuid() != 0:
         try:
@@ -366,16 +442,17 @@ def limit_memory(megabytes: int) -> tuple[str, str]:
 
     Returns:
         ``(mechanism, why_not)``: ``("cgroup v1", "")`` or ``("cgroup v2", "")`` when the
-        limit is in place, else ``("", the reason)``.
+        limit is in place (with a note starting with :data:`NOT_UNDER_GRADER` instead of
+        ``""`` when the grader's own cgroup does not cover it), else ``("", the reason)``.
     """
     limit = megabytes * 2**20
     root = _cgroup_root("memory")
     if root == _V1 / "memory":
         settings = {"memory.limit_in_bytes": limit, "memory.memsw.limit_in_bytes": limit}
         why = _join("memory", settings)
-        return ("", why) if why else ("cgroup v1", "")
+        return ("", why) if why and not why.startswith(NOT_UNDER_GRADER) else ("cgroup v1", why)
     why = _join("memory", {"memory.max": limit, "memory.swap.max": 0})
-    return ("", why) if why else ("cgroup v2", "")
+    return ("", why) if why and not why.startswith(NOT_UNDER_GRADER) else ("cgroup v2", why)
 
 
 def _memory_record(group: Path) -> dict[str, int]:
@@ -395,8 +472,8 @@ def kill_process_group_cgroup(pid: int) -> None:
     kills in :data:`ENDED`. Safe to call when there is no such cgroup."""
     import time
 
-    for root in _group_roots():
-        group = root / f"{_CGROUP_PREFIX}{pid}"
+    for parent in _group_parents():
+        group = parent / f"{_CGROUP_PREFIX}{pid}"
         for _ in range(100):
             if not group.is_dir():
                 break
@@ -435,8 +512,8 @@ def remove_stale_cgroups() -> int:
     if os.geteuid() != 0:
         return 0
     removed = 0
-    for root in _group_roots():
-        for group in root.glob(f"{_CGROUP_PREFIX}*"):
+    for parent in _group_parents():
+        for group in parent.glob(f"{_CGROUP_PREFIX}*"):
             pid = group.name.removeprefix(_CGROUP_PREFIX)
             if not pid.isdigit() or _alive(int(pid)):
                 continue

@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from .confine import (
+    NOT_UNDER_GRADER,
     deny_network,
     die_with_parent,
     landlock_abi,
@@ -428,7 +429,8 @@ def _set_limits(options: dict[str, str], status: dict[str, Any], problems: list[
     except (OSError, ValueError) as err:
         problems.append(f"RLIMIT_CPU: {err}")
     why = limit_processes(int(options.get("max_processes", MAX_PROCESSES)))
-    status["processes"] = 0 if why else int(options.get("max_processes", MAX_PROCESSES))
+    placed = not why or why.startswith(NOT_UNDER_GRADER)
+    status["processes"] = int(options.get("max_processes", MAX_PROCESSES)) if placed else 0
     if why:
         problems.append(f"process limit: {why}")
     if os.environ.get(NETWORK_ENV, "1") != "0":

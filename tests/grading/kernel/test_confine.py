@@ -20,11 +20,11 @@ if sys.argv[1:] == ["stay"]:
 
 
 @pytest.mark.skipif(
-    os.geteuid() != 0 or confine._pids_root() is None,
+    os.geteuid() != 0 or confine._cgroup_parent("pids")[0] is None,
     reason="kernels get a pids cgroup only as root, with the pids controller mounted",
 )
 def test_the_cgroup_of_a_kernel_gone_without_cleanup_is_removed():
-    root = confine._pids_root()
+    root = confine._cgroup_parent("pids")[0]  # this process's own pids cgroup, or the root
     # A "kernel" that exits without removing its group, as one killed with its worker does.
     gone = subprocess.run(
         [sys.executable, "-c", LIMITED], capture_output=True, text=True, timeout=60, check=True
@@ -53,3 +53,21 @@ def test_the_cgroup_of_a_kernel_gone_without_cleanup_is_removed():
         live.wait(timeout=60)
         confine.kill_process_group_cgroup(live.pid)
     assert not (root / f"coursepkg-kernel-{live.pid}").exists()
+
+
+def test_on_cgroup_v2_kernels_go_beside_the_grader_in_the_nearest_delegated_group(tmp_path):
+    """v2's rule (no processes in a group whose children have controllers) cannot be staged on
+    this v1 host, so the walk is checked on a folder laid out as v2's files are."""
+    root = tmp_path / "cgroup"
+    own = root / "grader.slice" / "grader.service" / "leaf"
+    own.mkdir(parents=True)
+    (root / "cgroup.controllers").write_text("cpu memory pids\n")
+    for group in (own, own.parent, own.parent.parent):
+        (group / "cgroup.subtree_control").write_text("")
+    parent, note = confine._v2_parent(root, own)
+    assert parent == root and note.startswith(confine.NOT_UNDER_GRADER), (parent, note)
+    (own.parent.parent / "cgroup.subtree_control").write_text("memory pids\n")
+    (own.parent / "cgroup.subtree_control").write_text("pids\n")  # memory missing: not this one
+    assert confine._v2_parent(root, own) == (own.parent.parent, "")
+    (own.parent / "cgroup.subtree_control").write_text("cpu memory pids\n")
+    assert confine._v2_parent(root, own) == (own.parent, "")

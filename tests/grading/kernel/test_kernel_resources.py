@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -36,8 +37,13 @@ def lacking(reason: str) -> None:
 # A "kernel" in a memory cgroup of 64 MiB that writes 200 MiB into an in-memory file.
 MEMFD_IN_CGROUP = """import os, sys
 from coursepkg.grading.kernel.confine import limit_memory
+def _memory_cgroup():
+    lines = open("/proc/self/cgroup").read().splitlines()
+    v1 = [l for l in lines if "memory" in l.split(":")[1].split(",")]
+    return (v1 or [l for l in lines if l.startswith("0::")])[0].split(":", 2)[2]
 kind, why = limit_memory(64)
 print(kind or "none", why, flush=True)
+print(_memory_cgroup(), flush=True)
 if not kind:
     sys.exit(0)
 fd = os.memfd_create("cgres")
@@ -73,6 +79,13 @@ def _run(code: str, *args: str) -> list[str]:
     return [done.returncode, *done.stdout.splitlines()]
 
 
+def _own_memory_cgroup() -> str:
+    """This process's memory cgroup path, read here rather than through the code under test."""
+    lines = Path("/proc/self/cgroup").read_text().splitlines()
+    v1 = [line for line in lines if "memory" in line.split(":")[1].split(",")]
+    return (v1 or [line for line in lines if line.startswith("0::")])[0].split(":", 2)[2]
+
+
 def test_a_memory_cgroup_stops_an_in_memory_file_and_records_it():
     proc = subprocess.Popen([sys.executable, "-c", MEMFD_IN_CGROUP], stdout=subprocess.PIPE,
                             text=True)  # fmt: skip
@@ -80,13 +93,45 @@ def test_a_memory_cgroup_stops_an_in_memory_file_and_records_it():
     if first[0] == "none":
         proc.wait(timeout=60)
         lacking(f"no memory cgroup on this host: {' '.join(first[1:])}")
+    # Its group is under this (the grader's) own memory cgroup, so the grader's limit holds
+    # for it too; only where that cannot be (v2's rule, a read-only group) under the root.
+    where = proc.stdout.readline().strip()
+    own = _own_memory_cgroup()
+    if first[1:] and " ".join(first[1:]).startswith(confine.NOT_UNDER_GRADER):
+        assert where == f"/coursepkg-kernel-{proc.pid}", (where, first)
+    else:
+        assert where == f"{own}/coursepkg-kernel-{proc.pid}".replace("//", "/"), (where, own)
     rest = proc.stdout.read()
     assert proc.wait(timeout=120) == -9, rest  # the cgroup's out-of-memory killer
     assert "not stopped" not in rest
     confine.kill_process_group_cgroup(proc.pid)
     record = confine.ENDED.pop(proc.pid)
     assert record["oom_kills"] == 1 and 32 < record["peak_mb"] <= 64, record
-    assert not [r for r in confine._group_roots() if (r / f"coursepkg-kernel-{proc.pid}").exists()]
+    left = [r for r in confine._group_parents() if (r / f"coursepkg-kernel-{proc.pid}").exists()]
+    assert not left, left
+
+
+# A "kernel" that joins a memory group and exits without removing it (killed with its worker).
+MEMORY_GROUP_LEFT = """import os
+from coursepkg.grading.kernel.confine import limit_memory
+kind, why = limit_memory(256)
+print(os.getpid(), kind or "none", why, sep="|", flush=True)
+"""
+
+
+def test_the_memory_group_of_a_kernel_gone_without_cleanup_is_found_and_removed():
+    done = subprocess.run([sys.executable, "-c", MEMORY_GROUP_LEFT], capture_output=True,
+                          text=True, timeout=60, check=True)  # fmt: skip
+    pid, kind, why = done.stdout.strip().split("|")
+    if kind == "none":
+        lacking(f"no memory cgroup on this host: {why}")
+    parent, note = confine._cgroup_parent("memory")
+    own = confine._cgroup_root("memory") / _own_memory_cgroup().lstrip("/")
+    assert parent == own or note.startswith(confine.NOT_UNDER_GRADER), (parent, own, note)
+    group = parent / f"coursepkg-kernel-{pid}"
+    assert group.is_dir(), sorted(parent.glob("coursepkg-kernel-*"))
+    assert confine.remove_stale_cgroups() >= 1
+    assert not group.exists()
 
 
 def test_private_mounts_bound_the_kernels_files_and_leave_the_hosts(tmp_path):
