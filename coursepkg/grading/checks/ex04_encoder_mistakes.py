@@ -255,7 +255,9 @@ ENC_BUGS: list[BugVariant] = [
     BugVariant(
         "enc.pre_ln",
         ENC_ITEM,
-        "the layer is pre-LN (x + sublayer(norm(x))) instead of the paper's post-LN",
+        "your block normalises before each sub-layer (pre-LN, GPT-2's order: "
+        "x + sublayer(norm(x))); this exercise asks for the paper's post-LN: "
+        "x = LayerNorm(x + sublayer(x))",
         "Normalise after adding the residual: x = norm1(x + self_attn(x, x, x, mask)), then "
         "x = norm2(x + ffn(x)).",
         EncoderLayer_pre_ln,
