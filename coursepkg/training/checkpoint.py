@@ -80,7 +80,7 @@ def check_compatible(saved: dict[str, Any], current: dict[str, Any], path: str |
         for k in sorted(set(saved) | set(current))
         if saved.get(k, missing) != current.get(k, missing)
     ]
-    diffs = [f"{k}: checkpoint {saved.get(k)!r}, now {current.get(k)!r}" for k in keys]
+    diffs = [f"{k}: checkpoint {_show(saved, k)}, now {_show(current, k)}" for k in keys]
     if diffs:
         raise CheckpointError(
             f"{path} belongs to a run with other settings ({'; '.join(diffs)}); use the same "
@@ -97,3 +97,7 @@ def _flatten(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
+
+
+def _show(settings: dict[str, Any], key: str) -> str:
+    return repr(settings[key]) if key in settings else "absent"
