@@ -68,12 +68,36 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 def check_compatible(saved: dict[str, Any], current: dict[str, Any], path: str | Path) -> None:
-    """Raise :class:`CheckpointError` naming each setting where ``saved`` and ``current`` differ."""
-    keys = sorted(set(saved) | set(current))
-    diffs = [f"{k}: checkpoint {saved.get(k)!r}, now {current.get(k)!r}" for k in keys]
-    diffs = [d for k, d in zip(keys, diffs, strict=True) if saved.get(k) != current.get(k)]
+    """Raise :class:`CheckpointError` naming each setting where ``saved`` and ``current`` differ.
+
+    Nested settings (the model's config) are compared key by key, so the message names only
+    the keys that differ (``config.d_model: checkpoint 64, now 32``).
+    """
+    saved, current = _flatten(saved), _flatten(current)
+    missing = object()
+    keys = [
+        k
+        for k in sorted(set(saved) | set(current))
+        if saved.get(k, missing) != current.get(k, missing)
+    ]
+    diffs = [f"{k}: checkpoint {_show(saved, k)}, now {_show(current, k)}" for k in keys]
     if diffs:
         raise CheckpointError(
             f"{path} belongs to a run with other settings ({'; '.join(diffs)}); use the same "
             "settings to resume, or another --out for a new run"
         )
+
+
+def _flatten(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"config": {"d_model": 64}}`` -> ``{"config.d_model": 64}``."""
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _show(settings: dict[str, Any], key: str) -> str:
+    return repr(settings[key]) if key in settings else "absent"

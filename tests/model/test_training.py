@@ -106,8 +106,9 @@ def test_other_settings_or_a_damaged_checkpoint_are_refused(corpus, tmp_path):
     train(settings, progress=False)
     path = tmp_path / "run" / "checkpoint.pt"
     other = tiny(corpus, tmp_path / "run", steps=8, model={**TINY, "d_model": 48})
-    with pytest.raises(CheckpointError, match="d_model.*32.*48"):
+    with pytest.raises(CheckpointError, match="config.d_model: checkpoint 32, now 48") as err:
         train(other, resume=True, progress=False)
+    assert "n_heads" not in str(err.value)  # only the settings that differ are named
     with pytest.raises(CheckpointError, match="lr: checkpoint 0.01, now 0.02"):
         train(tiny(corpus, tmp_path / "run", steps=8, lr=0.02), resume=True, progress=False)
     raw = bytearray(path.read_bytes())
