@@ -73,7 +73,15 @@ from .masks import (
     run_attention_cases,
     run_mask_properties,
 )
-from .modules import ModuleSpec, check_module, dtypes_for, gradients_reach, prepare_module
+from .modules import (
+    BuiltModule,
+    ModuleSpec,
+    Stage,
+    check_module,
+    dtypes_for,
+    gradients_reach,
+    prepare_module,
+)
 from .norms import analyse_norm, combined
 from .pieces import attention_piece, feed_forward_piece, guarded, layer_norm_piece, norm_probe
 from .registry import CheckEntry, catalogue, mistakes_of, public_check, registered_checks
@@ -118,8 +126,10 @@ __all__ = [
     "N_RANDOM_CONFIGS",
     "NAMING_CONTRACT",
     "ModuleSpec",
+    "Stage",
     "TOLERANCES",
     "BugVariant",
+    "BuiltModule",
     "CheckEntry",
     "CheckFailure",
     "CheckReport",
