@@ -17,9 +17,9 @@ import regex
 from ...tokenizer import GPT2_PATTERN, Tokenizer, merge_pair, pretokenize, split_special
 from ..framework import BugVariant
 
-__all__ = ["BUGS", "TOKENIZER_BUGS", "TOKENIZER_ITEM", "TRAIN_BUGS", "TRAIN_ITEM"]
+__all__ = ["BPE_BUGS", "BPE_ITEM", "BUGS", "TOKENIZER_BUGS", "TOKENIZER_ITEM"]
 
-TRAIN_ITEM = "train_bpe"
+BPE_ITEM = "train_bpe"
 TOKENIZER_ITEM = "Tokenizer"
 
 Word = tuple[bytes, ...]
@@ -103,10 +103,10 @@ def _stale_counts(text, vocab_size, special_tokens=None):
     return plain_train_bpe(text, vocab_size, special_tokens, recount=False)
 
 
-TRAIN_BUGS: list[BugVariant] = [
+BPE_BUGS: list[BugVariant] = [
     BugVariant(
         id="bpe.merges_across_pretokens",
-        item=TRAIN_ITEM,
+        item=BPE_ITEM,
         description="merges cross pre-token boundaries: pairs are counted over the whole text, "
         "not inside the pre-tokens of GPT-2's pattern",
         advice="Split each piece with regex.findall(GPT2_PATTERN, piece), count the pre-tokens, "
@@ -115,7 +115,7 @@ TRAIN_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="bpe.special_tokens_merged",
-        item=TRAIN_ITEM,
+        item=BPE_ITEM,
         description="the special tokens are trained on as ordinary text, so their pieces get "
         "merged with the text around them",
         advice="Cut the text at the special tokens first (e.g. regex.split on their escaped "
@@ -124,7 +124,7 @@ TRAIN_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="bpe.ties_reversed",
-        item=TRAIN_ITEM,
+        item=BPE_ITEM,
         description="ties between equally frequent pairs go to the lexicographically smaller pair",
         advice="Of equally frequent pairs take the greater one: max over (count, (left, right)) "
         "with left and right the pairs' byte strings.",
@@ -132,7 +132,7 @@ TRAIN_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="bpe.stale_pair_counts",
-        item=TRAIN_ITEM,
+        item=BPE_ITEM,
         description="the pair counts are not updated after a merge: later merges are chosen "
         "from the counts of the original bytes (stale pairs), and pairs with a new token are "
         "never counted",
@@ -224,4 +224,4 @@ TOKENIZER_BUGS: list[BugVariant] = [
 ]
 
 #: The whole catalogue, as every assignment's mistakes module has it.
-BUGS: list[BugVariant] = [*TRAIN_BUGS, *TOKENIZER_BUGS]
+BUGS: list[BugVariant] = [*BPE_BUGS, *TOKENIZER_BUGS]

@@ -23,11 +23,14 @@
   catalogue of the check that grades it (:func:`mistakes_of`).
 - :mod:`.variants`: the correct blocks several catalogues build their mistakes from
   (:func:`masked_attention`, :class:`HeadsBlock`, written in steps a mistake overrides).
+- :mod:`.watch`: the watch over a kernel that trains a model (optimiser steps, files read,
+  processes, connections), for the checks of a training run (ex09); imported as
+  ``framework.watch``, since it installs hooks a check needs only there.
 
 Modules import each other downwards only: results <- inputs <- calling <- compare <- weights
 <- masks, locate, modules, norms; registry needs results only; pieces sits on locate, norms and
-registry; variants needs nothing of the framework. A check module imports the framework and its
-own assignment's modules, never another assignment's.
+registry; variants and watch need nothing of the framework. A check module imports the
+framework and its own catalogue, never another check module.
 """
 
 from __future__ import annotations
