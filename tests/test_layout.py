@@ -58,3 +58,37 @@ def test_every_path_in_the_guides_map_exists():
             if not (ROOT / "tests" / name).exists():
                 missing.append((concept, name))
     assert not missing, missing
+
+
+def _map_names() -> set[str]:
+    """Every path the map names (``attention.py``, ``grading/term/``, ``model/test_rnn.py``)."""
+    return {
+        name
+        for row in _map_rows()
+        for cell in row
+        for name in re.findall(r"`([\w./]+(?:\.py|/))`", cell)
+    }
+
+
+def _listed(path: str, names: set[str]) -> bool:
+    return path in names or any(n.endswith("/") and path.startswith(n) for n in names)
+
+
+def test_the_map_lists_every_module_and_every_test_file():
+    """Each module of coursepkg (a check's catalogue goes with its check, the stubs with their
+    checks) and each test file is in the map, itself or through its folder."""
+    names = _map_names()
+    modules = [
+        p.relative_to(PACKAGE).as_posix()
+        for p in PACKAGE.rglob("*.py")
+        if p.name != "__init__.py" and "stubs" not in p.parts
+    ]
+    unlisted = [m for m in modules if not _listed(m.replace("_mistakes.py", ".py"), names)]
+    tests = [
+        p.relative_to(ROOT / "tests").as_posix()
+        for p in (ROOT / "tests").rglob("test_*.py")
+        if p.name != "test_layout.py"
+    ]
+    unlisted += [t for t in tests if not _listed(t, names)]
+    assert modules and tests
+    assert not unlisted, f"not in DEVELOPING.md's map: {sorted(unlisted)}"

@@ -27,6 +27,7 @@ from ...layers import DecoderLayer as _ReferenceDecoderLayer
 from ...masks import causal_mask as _reference_causal_mask
 from ..framework import (
     BugVariant,
+    BuiltModule,
     CheckFailure,
     CheckReport,
     ForbiddenCall,
@@ -34,11 +35,14 @@ from ..framework import (
     Invariance,
     MaskCases,
     MaskedBlock,
+    ModuleSpec,
     NotImplementedYet,
     Piece,
+    Stage,
     assert_close,
     attention_piece,
     call_student,
+    check_module,
     clone_module,
     configs,
     describe,
@@ -50,10 +54,8 @@ from ..framework import (
     layer_norm_piece,
     locate,
     piece_mistake,
-    prepare_module,
     public_check,
     register_configs,
-    reject_reference_class,
     run_mask_properties,
 )
 from .ex05_decoder_mistakes import (
@@ -238,10 +240,10 @@ def _pieces(d: int, h: int, f: int) -> list[Piece]:
 # (cross_mask ignored) moves the output by more than 1e-2.
 
 
-def _reference_layer(config: dict[str, int], seed: int) -> nn.Module:
-    """The reference layer of a configuration, with LayerNorm gains and shifts moved away from
-    1 and 0 (so that a swapped or missing norm shows in the numbers)."""
-    torch.manual_seed(seed)
+def _reference_layer(config: dict[str, int]) -> nn.Module:
+    """The reference layer of a configuration (under the configuration's seed, which
+    :func:`check_module` sets), with LayerNorm gains and shifts moved away from 1 and 0 (so
+    that a swapped or missing norm shows in the numbers)."""
     layer = _ReferenceDecoderLayer(config["D"], config["H"], config["F"], dropout=0.0).eval()
     with torch.no_grad():
         for name in ("norm1", "norm2", "norm3"):
@@ -337,48 +339,14 @@ def check_decoder_layer(report: CheckReport, impl: type, thorough: bool, seed: i
     in float32 and float64; later target positions, padded memory positions and a fully
     masked memory row do not leak into the output; gradients reach every parameter.
     """
-    reject_reference_class(impl, DECODER_LAYER_ITEM)
-    cases = []
-    # Numbers first over every configuration (the wiring mistakes show there, and their
-    # diagnosis is most precise), then masking, gradients and float64.
-    for index, config in enumerate(configs("decoder_layer", thorough, seed)):
-        case_seed = 1000 * index + (0 if seed is None else seed)
-        student, reference = _check_layer_numbers(report, impl, config, case_seed)
-        cases.append((config, case_seed, student, reference))
-    report.ok("parameter counts match the reference per submodule")
-    report.ok("outputs match the reference with its weights copied in")
-    for config, case_seed, student, reference in cases:
-        _check_layer_masking(report, student, reference, config, case_seed)
-    report.ok(
-        "no leak from future positions or padded memory; a fully masked memory row gets zero "
-        "cross-attention (no NaN, no average of the values)"
-    )
-    for config, case_seed, student, reference in cases:
-        _check_layer_gradients_and_float64(student, reference, config, case_seed)
-    report.ok("gradients reach every parameter; float64 inputs give float64 outputs")
+    check_module(report, impl, _DECODER_SPEC, configs("decoder_layer", thorough, seed), seed=seed)
 
 
-def _check_layer_numbers(
-    report: CheckReport, impl: type, config: dict[str, int], seed: int
-) -> tuple[nn.Module, nn.Module]:
-    """Build the student's layer, compare parameter counts, copy the reference weights in and
-    compare outputs. Returns the student's layer (with the reference weights) and the
-    reference."""
-    d, h, f = config["D"], config["H"], config["F"]
+def _check_layer_numbers(report: CheckReport, case: BuiltModule) -> None:
+    """Compare the output of the student's layer (holding the reference's weights) with the
+    reference's; when they differ, name the wrong piece or the wiring mistake."""
+    config, seed, student, reference = case.cfg, case.seed, case.student, case.reference
     where = f"({describe(config)})"
-    reference = _reference_layer(config, seed)
-    dry = (torch.zeros(1, 2, d), torch.zeros(1, 3, d), None, None)  # x (1, 2, D), memory (1, 3, D)
-    student = prepare_module(
-        report,
-        impl,
-        reference,
-        (d, h, f),
-        DECODER_LAYER_ITEM,
-        seed=seed,
-        dims={"D": d, "F": f},
-        probe=dry,
-    )
-
     inputs = _layer_inputs(config, seed)
     with torch.no_grad():
         expected = reference(*inputs)  # (B, L, D)
@@ -417,15 +385,13 @@ def _check_layer_numbers(
             if bug is None:
                 explanation += f" The paper's order: {SUBLAYERS}."
         report.fail(f"{failure.message}\n{explanation}", bug)
-    return student, reference
 
 
-def _check_layer_gradients_and_float64(
-    student: nn.Module, reference: nn.Module, config: dict[str, int], seed: int
-) -> None:
+def _check_layer_gradients_and_float64(report: CheckReport, case: BuiltModule) -> None:
     """Every parameter gets a gradient, and float64 inputs give the reference's float64
     output. At least 3 target positions: with a single one, softmax weights are all 1 and the
     query projection rightly gets no gradient."""
+    config, seed, student, reference = case.cfg, case.seed, case.student, case.reference
     where = f"({describe(config)})"
     grad_config = {**config, "L": max(3, config["L"]), "S": max(2, config["S"])}
     x, memory, self_mask, cross_mask = _layer_inputs(grad_config, seed + 3)
@@ -440,10 +406,9 @@ def _check_layer_gradients_and_float64(
         assert_close(out64, reference64(*inputs64), f"your DecoderLayer's float64 output {where}")
 
 
-def _check_layer_masking(
-    report: CheckReport, student: nn.Module, reference: nn.Module, config: dict[str, int], seed: int
-) -> None:
+def _check_layer_masking(report: CheckReport, case: BuiltModule) -> None:
     """Invariances: future target positions, padded memory, and a fully masked memory row."""
+    config, seed, student, reference = case.cfg, case.seed, case.student, case.reference
     x, memory, _, _ = _layer_inputs(config, seed + 1)
     n_q, n_mem = config["L"], memory.size(1)
     where = f"({describe(config)})"
@@ -553,3 +518,39 @@ def _hidden_memory_case(
             "attend)."
         ),
     )
+
+
+_DECODER_SPEC = ModuleSpec(
+    item=DECODER_LAYER_ITEM,
+    bugs=(),  # its mistakes are wrong forwards: none changes a parameter
+    reference=_reference_layer,
+    args=lambda cfg: (cfg["D"], cfg["H"], cfg["F"]),
+    dims=lambda cfg: {"D": cfg["D"], "F": cfg["F"]},
+    dry=lambda cfg: (torch.zeros(1, 2, cfg["D"]), torch.zeros(1, 3, cfg["D"]), None, None),
+    gradient_inputs=None,  # the last stage checks gradients, on every configuration
+    cases=None,
+    case_seed=lambda index, seed: 1000 * index + (0 if seed is None else seed),
+    # Numbers first over every configuration (the wiring mistakes show there, and their
+    # diagnosis is most precise), then masking, gradients and float64.
+    stages=(
+        Stage(
+            _check_layer_numbers,
+            ok=(
+                "parameter counts match the reference per submodule",
+                "outputs match the reference with its weights copied in",
+            ),
+            while_building=True,
+        ),
+        Stage(
+            _check_layer_masking,
+            ok=(
+                "no leak from future positions or padded memory; a fully masked memory row gets "
+                "zero cross-attention (no NaN, no average of the values)",
+            ),
+        ),
+        Stage(
+            _check_layer_gradients_and_float64,
+            ok=("gradients reach every parameter; float64 inputs give float64 outputs",),
+        ),
+    ),
+)

@@ -32,11 +32,9 @@ from ..framework import (
     forbidden_calls,
     public_check,
 )
-from .ex10_tokenizer_mistakes import TOKENIZER_BUGS, TOKENIZER_ITEM, TRAIN_BUGS, TRAIN_ITEM
+from .ex10_tokenizer_mistakes import BPE_BUGS, BPE_ITEM, BUGS, TOKENIZER_BUGS, TOKENIZER_ITEM
 
 __all__ = ["BUGS", "check_tokenizer", "check_train_bpe"]
-
-BUGS: list[BugVariant] = TRAIN_BUGS + TOKENIZER_BUGS
 
 EOT = "<|endoftext|>"
 
@@ -165,9 +163,9 @@ def _as_training(value: Any, where: str) -> tuple[dict[int, bytes], list[tuple[b
 
 
 def _call_train(fn: Callable, text: str, vocab_size: int, specials: list[str], where: str):
-    with forbidden_calls(TRAIN_ITEM, extra=_forbidden(), advice=_ADVICE):
+    with forbidden_calls(BPE_ITEM, extra=_forbidden(), advice=_ADVICE):
         start = time.perf_counter()
-        out = call_student(fn, text, vocab_size, list(specials), item=TRAIN_ITEM)
+        out = call_student(fn, text, vocab_size, list(specials), item=BPE_ITEM)
         seconds = time.perf_counter() - start
     return _as_training(out, where), seconds
 
@@ -175,7 +173,7 @@ def _call_train(fn: Callable, text: str, vocab_size: int, specials: list[str], w
 def _diagnose_training(student: tuple, text: str, vocab_size: int, specials: list[str]):
     """The catalogued training mistake whose vocab and merges are exactly the student's."""
     reference = _reference_training(text, vocab_size, tuple(specials))
-    for bug in TRAIN_BUGS:
+    for bug in BPE_BUGS:
         try:
             variant = bug.impl(text, vocab_size, list(specials))
         except Exception:  # noqa: BLE001 - a variant that cannot run here names nothing
@@ -216,7 +214,7 @@ def _compare_training(report: CheckReport, student: tuple, corpus: tuple) -> Non
         )
 
 
-@public_check(assignment="ex10_tokenizer", implements="train_bpe", bugs=TRAIN_BUGS)
+@public_check(assignment="ex10_tokenizer", implements="train_bpe", bugs=BPE_BUGS)
 def check_train_bpe(report: CheckReport, impl: Callable, thorough: bool, seed: int | None) -> None:
     """Check the student's ``train_bpe(text, vocab_size, special_tokens)`` against the
     reference: the same merges in the same order and the same vocabulary, corpus by corpus."""

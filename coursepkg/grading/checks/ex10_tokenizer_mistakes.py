@@ -1,10 +1,10 @@
 """The catalogue of ex10_tokenizer: the known mistakes of BPE training and of encoding and
 decoding, each a runnable variant with the advice a student gets when their output matches it.
 
-The training mistakes run on a deliberately plain trainer (recount every pair after every merge)
-whose switches each make one mistake; with every switch off it learns the reference's merges,
-which the tests check. The encoding and decoding mistakes are subclasses of the reference
-:class:`~coursepkg.tokenizer.Tokenizer` that change one step.
+The training mistakes are subclasses of a deliberately plain trainer, :class:`PlainBPE`
+(recount every pair after every merge), each overriding the one step it gets wrong; PlainBPE
+itself learns the reference's merges, which the tests check. The encoding and decoding mistakes
+are subclasses of the reference :class:`~coursepkg.tokenizer.Tokenizer` that change one step.
 """
 
 from __future__ import annotations
@@ -17,22 +17,17 @@ import regex
 from ...tokenizer import GPT2_PATTERN, Tokenizer, merge_pair, pretokenize, split_special
 from ..framework import BugVariant
 
-__all__ = ["BUGS", "TOKENIZER_BUGS", "TOKENIZER_ITEM", "TRAIN_BUGS", "TRAIN_ITEM"]
+__all__ = ["BPE_BUGS", "BPE_ITEM", "BUGS", "TOKENIZER_BUGS", "TOKENIZER_ITEM"]
 
-TRAIN_ITEM = "train_bpe"
+BPE_ITEM = "train_bpe"
 TOKENIZER_ITEM = "Tokenizer"
 
 Word = tuple[bytes, ...]
 
 
-def _words(text: str, specials: list[str], *, cut_specials: bool, pretokens: bool) -> Counter:
-    """How often each word (a tuple of one-byte tokens) occurs in the training text."""
-    pieces = split_special(text, specials)[::2] if cut_specials else [text]
-    counts: Counter[Word] = Counter()
-    for piece in pieces:
-        for chunk in pretokenize(piece) if pretokens else [piece] if piece else []:
-            counts[tuple(bytes([b]) for b in chunk.encode("utf-8"))] += 1
-    return counts
+def _bytes_of(chunk: str) -> Word:
+    """A word as one-byte tokens: the UTF-8 bytes of ``chunk``."""
+    return tuple(bytes([b]) for b in chunk.encode("utf-8"))
 
 
 def _pair_counts(words: Counter) -> Counter:
@@ -50,63 +45,102 @@ def _apply(words: Counter, pair: tuple[bytes, bytes]) -> Counter:
     return merged
 
 
+class PlainBPE:
+    """BPE training by recounting all pairs after each merge, in three steps (the words, the
+    pair counts before a merge, the pair merged) that each wrong trainer below gets wrong one
+    of. Its result is the reference's."""
+
+    def words(self, text: str, specials: list[str]) -> Counter:
+        """How often each word occurs: the text cut at the special tokens, then pre-tokenised."""
+        counts: Counter[Word] = Counter()
+        for piece in split_special(text, specials)[::2]:
+            for chunk in pretokenize(piece):
+                counts[_bytes_of(chunk)] += 1
+        return counts
+
+    def counts(self, words: Counter, pairs: Counter) -> Counter:
+        """The pair counts before the next merge: recounted over the merged words."""
+        return _pair_counts(words)
+
+    def best(self, pairs: Counter) -> tuple[bytes, bytes]:
+        """The most frequent pair; a tie goes to the greatest pair (GPT-2's rule)."""
+        return max(pairs, key=lambda p: (pairs[p], p))
+
+    def train(
+        self, text: str, vocab_size: int, special_tokens: list[str] | None = None
+    ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
+        """The vocabulary (id -> bytes) and the merges, in order, as ``train_bpe`` returns."""
+        specials = list(special_tokens or [])
+        words = self.words(text, specials)
+        merges: list[tuple[bytes, bytes]] = []
+        pairs = _pair_counts(words)
+        while 256 + len(merges) + len(specials) < vocab_size:
+            pairs = Counter({p: n for p, n in self.counts(words, pairs).items() if n > 0})
+            if not pairs:
+                break
+            best = self.best(pairs)
+            merges.append(best)
+            words = _apply(words, best)
+            pairs.pop(best)  # nothing else changes here: counts() recounts (or, wrongly, not)
+        vocab = {i: bytes([i]) for i in range(256)}
+        for left, right in merges:
+            vocab[len(vocab)] = left + right
+        for token in specials:
+            vocab[len(vocab)] = token.encode("utf-8")
+        return vocab, merges
+
+
 def plain_train_bpe(
-    text: str,
-    vocab_size: int,
-    special_tokens: list[str] | None = None,
-    *,
-    cut_specials: bool = True,
-    pretokens: bool = True,
-    greater_ties: bool = True,
-    recount: bool = True,
+    text: str, vocab_size: int, special_tokens: list[str] | None = None
 ) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
-    """BPE training by recounting all pairs after each merge; each switch turned off makes one
-    of the catalogued mistakes (all on: the reference's result)."""
-    specials = list(special_tokens or [])
-    words = _words(text, specials, cut_specials=cut_specials, pretokens=pretokens)
-    merges: list[tuple[bytes, bytes]] = []
-    pairs = _pair_counts(words)
-    while 256 + len(merges) + len(specials) < vocab_size:
-        if recount:
-            pairs = _pair_counts(words)
-        pairs = Counter({p: n for p, n in pairs.items() if n > 0})
-        if not pairs:
-            break
-        if greater_ties:
-            best = max(pairs, key=lambda p: (pairs[p], p))
-        else:
-            best = min(pairs, key=lambda p: (-pairs[p], p))
-        merges.append(best)
-        words = _apply(words, best)
-        pairs.pop(best)  # without a recount, nothing else is updated: the stale counts stay
-    vocab = {i: bytes([i]) for i in range(256)}
-    for left, right in merges:
-        vocab[len(vocab)] = left + right
-    for token in specials:
-        vocab[len(vocab)] = token.encode("utf-8")
-    return vocab, merges
+    """:class:`PlainBPE`'s training, with ``train_bpe``'s signature."""
+    return PlainBPE().train(text, vocab_size, special_tokens)
+
+
+class _AcrossPretokens(PlainBPE):
+    def words(self, text: str, specials: list[str]) -> Counter:
+        # Cut at the special tokens but never pre-tokenised: a merge may join two words.
+        return Counter(_bytes_of(piece) for piece in split_special(text, specials)[::2] if piece)
+
+
+class _SpecialsTrainedOn(PlainBPE):
+    def words(self, text: str, specials: list[str]) -> Counter:
+        # Pre-tokenised without cutting the special tokens out: their bytes are trained on.
+        return Counter(_bytes_of(chunk) for chunk in pretokenize(text))
+
+
+class _TiesReversed(PlainBPE):
+    def best(self, pairs: Counter) -> tuple[bytes, bytes]:
+        # A tie goes to the smallest pair.
+        return min(pairs, key=lambda p: (-pairs[p], p))
+
+
+class _StaleCounts(PlainBPE):
+    def counts(self, words: Counter, pairs: Counter) -> Counter:
+        # Counted once before the first merge and never updated: only the merged pair is dropped.
+        return pairs
 
 
 def _across_pretokens(text, vocab_size, special_tokens=None):
-    return plain_train_bpe(text, vocab_size, special_tokens, pretokens=False)
+    return _AcrossPretokens().train(text, vocab_size, special_tokens)
 
 
 def _specials_trained_on(text, vocab_size, special_tokens=None):
-    return plain_train_bpe(text, vocab_size, special_tokens, cut_specials=False)
+    return _SpecialsTrainedOn().train(text, vocab_size, special_tokens)
 
 
 def _ties_reversed(text, vocab_size, special_tokens=None):
-    return plain_train_bpe(text, vocab_size, special_tokens, greater_ties=False)
+    return _TiesReversed().train(text, vocab_size, special_tokens)
 
 
 def _stale_counts(text, vocab_size, special_tokens=None):
-    return plain_train_bpe(text, vocab_size, special_tokens, recount=False)
+    return _StaleCounts().train(text, vocab_size, special_tokens)
 
 
-TRAIN_BUGS: list[BugVariant] = [
+BPE_BUGS: list[BugVariant] = [
     BugVariant(
         id="bpe.merges_across_pretokens",
-        item=TRAIN_ITEM,
+        item=BPE_ITEM,
         description="merges cross pre-token boundaries: pairs are counted over the whole text, "
         "not inside the pre-tokens of GPT-2's pattern",
         advice="Split each piece with regex.findall(GPT2_PATTERN, piece), count the pre-tokens, "
@@ -115,7 +149,7 @@ TRAIN_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="bpe.special_tokens_merged",
-        item=TRAIN_ITEM,
+        item=BPE_ITEM,
         description="the special tokens are trained on as ordinary text, so their pieces get "
         "merged with the text around them",
         advice="Cut the text at the special tokens first (e.g. regex.split on their escaped "
@@ -124,7 +158,7 @@ TRAIN_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="bpe.ties_reversed",
-        item=TRAIN_ITEM,
+        item=BPE_ITEM,
         description="ties between equally frequent pairs go to the lexicographically smaller pair",
         advice="Of equally frequent pairs take the greater one: max over (count, (left, right)) "
         "with left and right the pairs' byte strings.",
@@ -132,7 +166,7 @@ TRAIN_BUGS: list[BugVariant] = [
     ),
     BugVariant(
         id="bpe.stale_pair_counts",
-        item=TRAIN_ITEM,
+        item=BPE_ITEM,
         description="the pair counts are not updated after a merge: later merges are chosen "
         "from the counts of the original bytes (stale pairs), and pairs with a new token are "
         "never counted",
@@ -224,4 +258,4 @@ TOKENIZER_BUGS: list[BugVariant] = [
 ]
 
 #: The whole catalogue, as every assignment's mistakes module has it.
-BUGS: list[BugVariant] = [*TRAIN_BUGS, *TOKENIZER_BUGS]
+BUGS: list[BugVariant] = [*BPE_BUGS, *TOKENIZER_BUGS]

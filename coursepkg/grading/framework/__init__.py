@@ -23,11 +23,14 @@
   catalogue of the check that grades it (:func:`mistakes_of`).
 - :mod:`.variants`: the correct blocks several catalogues build their mistakes from
   (:func:`masked_attention`, :class:`HeadsBlock`, written in steps a mistake overrides).
+- :mod:`.watch`: the watch over a kernel that trains a model (optimiser steps, files read,
+  processes, connections), for the checks of a training run (ex09); imported as
+  ``framework.watch``, since it installs hooks a check needs only there.
 
 Modules import each other downwards only: results <- inputs <- calling <- compare <- weights
 <- masks, locate, modules, norms; registry needs results only; pieces sits on locate, norms and
-registry; variants needs nothing of the framework. A check module imports the framework and its
-own assignment's modules, never another assignment's.
+registry; variants and watch need nothing of the framework. A check module imports the
+framework and its own catalogue, never another check module.
 """
 
 from __future__ import annotations
@@ -73,7 +76,15 @@ from .masks import (
     run_attention_cases,
     run_mask_properties,
 )
-from .modules import ModuleSpec, check_module, dtypes_for, gradients_reach, prepare_module
+from .modules import (
+    BuiltModule,
+    ModuleSpec,
+    Stage,
+    check_module,
+    dtypes_for,
+    gradients_reach,
+    prepare_module,
+)
 from .norms import analyse_norm, combined
 from .pieces import attention_piece, feed_forward_piece, guarded, layer_norm_piece, norm_probe
 from .registry import CheckEntry, catalogue, mistakes_of, public_check, registered_checks
@@ -118,8 +129,10 @@ __all__ = [
     "N_RANDOM_CONFIGS",
     "NAMING_CONTRACT",
     "ModuleSpec",
+    "Stage",
     "TOLERANCES",
     "BugVariant",
+    "BuiltModule",
     "CheckEntry",
     "CheckFailure",
     "CheckReport",

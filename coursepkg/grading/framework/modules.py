@@ -1,11 +1,12 @@
-"""The one module check: build the student's class, count its parameters against the
+r"""The one module check: build the student's class, count its parameters against the
 reference's, copy the reference's weights in, compare numbers in float32 and float64, and see
 gradients reach every parameter.
 
 :func:`check_module` runs that loop over a check's configurations from a :class:`ModuleSpec`
-(multi-head attention, LayerNorm, feed-forward, encoder layer); :func:`prepare_module` (build,
-count, copy) and :func:`gradients_reach` are its steps, for a check that orders its work
-otherwise (the decoder layer compares numbers over every configuration before masking).
+(multi-head attention, LayerNorm, feed-forward, encoder layer, decoder layer);
+:func:`prepare_module` (build, count, copy) and :func:`gradients_reach` are its steps. A check
+whose work goes in passes over every configuration (the decoder layer compares numbers on
+all of them before it tests masking) lists them as :class:`Stage`\ s of its spec.
 """
 
 from __future__ import annotations
@@ -23,9 +24,51 @@ from .compare import check_gradients
 from .results import BugVariant, CheckReport
 from .weights import build_module, copy_weights, param_gap
 
-__all__ = ["ModuleSpec", "check_module", "dtypes_for", "gradients_reach", "prepare_module"]
+__all__ = [
+    "BuiltModule",
+    "ModuleSpec",
+    "Stage",
+    "check_module",
+    "dtypes_for",
+    "gradients_reach",
+    "prepare_module",
+]
 
 Config = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class BuiltModule:
+    """One configuration's modules, as a :class:`Stage` sees them.
+
+    Attributes:
+        cfg: the configuration.
+        seed: its seed (:attr:`ModuleSpec.case_seed`): it seeded both modules' weights and
+            seeds the stage's own inputs.
+        student: the student's module, holding the reference's weights, in eval mode.
+        reference: the reference module.
+    """
+
+    cfg: Config
+    seed: int
+    student: nn.Module
+    reference: nn.Module
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One pass of a module check over every configuration.
+
+    Attributes:
+        run: ``(report, built)``: the work on one configuration (a :class:`BuiltModule`).
+        ok: the lines :meth:`CheckReport.ok` records once every configuration has passed.
+        while_building: run on each configuration right after it is built (and before the
+            next one is), instead of after every configuration is built.
+    """
+
+    run: Callable[[CheckReport, BuiltModule], None]
+    ok: tuple[str, ...] = ()
+    while_building: bool = False
 
 
 @dataclass(frozen=True)
@@ -39,8 +82,10 @@ class ModuleSpec:
         args: ``(cfg) -> tuple``: the constructor's positional arguments.
         dims: ``(cfg) -> dict``: named sizes for the parameter table (``{"D": 8}``).
         dry: ``(cfg) -> tuple``: inputs of one forward pass that sizes lazy parameters.
-        gradient_inputs: ``(gen, cfg) -> tuple``: inputs of the gradient check.
-        cases: ``(report, student, reference, cfg, dtype, gen)``: the numbers of one dtype.
+        gradient_inputs: ``(gen, cfg) -> tuple``: inputs of the gradient check on the first
+            configuration, or None where a stage checks gradients itself.
+        cases: ``(report, student, reference, cfg, dtype, gen)``: the numbers of one dtype
+            (for each of :func:`dtypes_for`), or None where stages do all the work.
         before_copy: ``(report, student, reference, cfg, gen)``: run after the parameter count
             and before the weights are copied (LayerNorm checks its initial values there).
         forbid: keyword arguments of :func:`forbidden_calls` for every call of the student's
@@ -49,6 +94,10 @@ class ModuleSpec:
         kwargs: ``(cfg) -> dict | None``: keyword arguments of the constructor.
         bug_args: ``(cfg) -> tuple``: constructor arguments of a catalogued variant (default
             ``args``).
+        case_seed: ``(index, seed) -> int``: the seed of the ``index``-th configuration when
+            the check runs with ``seed`` (default: the index).
+        stages: passes over every configuration, in order, after ``cases`` (see
+            :class:`Stage`).
     """
 
     item: str
@@ -57,13 +106,15 @@ class ModuleSpec:
     args: Callable[[Config], tuple[Any, ...]]
     dims: Callable[[Config], dict[str, int]]
     dry: Callable[[Config], tuple[Any, ...] | None]
-    gradient_inputs: Callable[[torch.Generator, Config], tuple[Any, ...]]
-    cases: Callable[..., None]
+    gradient_inputs: Callable[[torch.Generator, Config], tuple[Any, ...]] | None
+    cases: Callable[..., None] | None
     before_copy: Callable[..., None] | None = None
     forbid: dict[str, Any] = field(default_factory=dict)
     extra: Sequence[type] = ()
     kwargs: Callable[[Config], dict[str, Any] | None] = lambda cfg: None
     bug_args: Callable[[Config], tuple[Any, ...]] | None = None
+    case_seed: Callable[[int, int | None], int] = lambda index, seed: index
+    stages: Sequence[Stage] = ()
 
 
 def dtypes_for(index: int) -> tuple[torch.dtype, ...]:
@@ -138,47 +189,83 @@ def gradients_reach(
 
 
 def check_module(
-    report: CheckReport, cls: Any, spec: ModuleSpec, cfgs: Sequence[Config], gen: torch.Generator
+    report: CheckReport,
+    cls: Any,
+    spec: ModuleSpec,
+    cfgs: Sequence[Config],
+    gen: torch.Generator | None = None,
+    *,
+    seed: int | None = None,
 ) -> None:
     """The module check over ``cfgs``: for each configuration build, count and copy
     (:func:`prepare_module`), run ``spec.cases`` per dtype (:func:`dtypes_for`), and on the
-    first configuration check gradients.
+    first configuration check gradients; then each of ``spec.stages`` over every
+    configuration.
 
     Args:
         report: the running check's report.
         cls: the student's class.
         spec: what to build and compare.
         cfgs: the configurations (see :func:`configs`).
-        gen: generator of the inputs.
+        gen: generator of the inputs of ``spec.cases`` and of the gradient check.
+        seed: the check's seed, passed to ``spec.case_seed``.
     """
+    built = []
+    during = [stage for stage in spec.stages if stage.while_building]
     for index, cfg in enumerate(cfgs):
-        torch.manual_seed(index)
-        reference = spec.reference(cfg)
-        hook = None
-        if spec.before_copy is not None:
+        case = _build_case(report, cls, spec, cfg, index, spec.case_seed(index, seed), gen)
+        if index == 0 and spec.gradient_inputs is not None:
+            gradients_reach(case.student, spec.gradient_inputs(gen, cfg), spec.item, spec.forbid)
+        for stage in during:
+            stage.run(report, case)
+        built.append(case)
+    for stage in spec.stages:
+        if not stage.while_building:
+            for case in built:
+                stage.run(report, case)
+        for line in stage.ok:
+            report.ok(line)
 
-            def hook(student: nn.Module, reference: nn.Module = reference, cfg: Config = cfg):
-                spec.before_copy(report, student, reference, cfg, gen)
 
-        student = prepare_module(
-            report,
-            cls,
-            reference,
-            spec.args(cfg),
-            spec.item,
-            seed=index,
-            dims=spec.dims(cfg),
-            bugs=spec.bugs,
-            probe=spec.dry(cfg),
-            forbid=spec.forbid,
-            extra=spec.extra,
-            kwargs=spec.kwargs(cfg),
-            before_copy=hook,
-            bug_args=spec.bug_args(cfg) if spec.bug_args is not None else None,
-        )
+def _build_case(
+    report: CheckReport,
+    cls: Any,
+    spec: ModuleSpec,
+    cfg: Config,
+    index: int,
+    seed: int,
+    gen: torch.Generator | None,
+) -> BuiltModule:
+    """The ``index``-th configuration of :func:`check_module`: the reference (seeded by
+    ``seed``), the student's module (:func:`prepare_module`) and ``spec.cases`` for each
+    dtype."""
+    torch.manual_seed(seed)
+    reference = spec.reference(cfg)
+    hook = None
+    if spec.before_copy is not None:
+
+        def hook(student: nn.Module) -> None:
+            spec.before_copy(report, student, reference, cfg, gen)
+
+    student = prepare_module(
+        report,
+        cls,
+        reference,
+        spec.args(cfg),
+        spec.item,
+        seed=seed,
+        dims=spec.dims(cfg),
+        bugs=spec.bugs,
+        probe=spec.dry(cfg),
+        forbid=spec.forbid,
+        extra=spec.extra,
+        kwargs=spec.kwargs(cfg),
+        before_copy=hook,
+        bug_args=spec.bug_args(cfg) if spec.bug_args is not None else None,
+    )
+    if spec.cases is not None:
         for dtype in dtypes_for(index):
             spec.cases(
                 report, student.to(dtype), copy.deepcopy(reference).to(dtype), cfg, dtype, gen
             )
-        if index == 0:
-            gradients_reach(student, spec.gradient_inputs(gen, cfg), spec.item, spec.forbid)
+    return BuiltModule(cfg, seed, student, reference)

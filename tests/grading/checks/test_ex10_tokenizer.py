@@ -18,8 +18,8 @@ from coursepkg.grading import (
 )
 from coursepkg.grading.checks import ex10_tokenizer as grading
 from coursepkg.grading.checks.ex10_tokenizer_mistakes import (
+    BPE_BUGS,
     TOKENIZER_BUGS,
-    TRAIN_BUGS,
     plain_train_bpe,
 )
 from coursepkg.grading.framework import diagnosis_message
@@ -59,7 +59,7 @@ def test_plain_trainer_of_the_catalogue_equals_the_reference(text, extra, specia
     assert plain_train_bpe(text, size, specials) == train_bpe(text, size, specials)
 
 
-@pytest.mark.parametrize("bug", TRAIN_BUGS, ids=lambda b: b.id)
+@pytest.mark.parametrize("bug", BPE_BUGS, ids=lambda b: b.id)
 def test_train_bug_is_caught_and_named(bug) -> None:
     with pytest.raises(CheckFailure) as info:
         check_train_bpe(bug.impl)

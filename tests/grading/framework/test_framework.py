@@ -125,12 +125,16 @@ def test_no_private_name_is_imported_from_another_module(path):
 
 def test_every_assignment_has_its_checks_and_its_catalogue():
     """checks/exNN_x.py holds the configurations and public checks, checks/exNN_x_mistakes.py
-    the catalogue; ``BUGS`` in the catalogue is every mistake the assignment's checks name."""
+    the catalogue, and checks/ nothing else; ``BUGS`` in the catalogue is every mistake the
+    assignment's checks name."""
     registered: dict[str, set[str]] = {}
     for entry in registered_checks():
         registered.setdefault(entry.assignment, set()).update(b.id for b in entry.bugs)
     assignments = sorted(p.stem for p in Path(stubs.__file__).parent.glob("ex*.py"))
     assert len(assignments) >= 10
+    files = {p.name for p in (GRADING / "checks").glob("*.py")}
+    expected = {f"{aid}{tail}.py" for aid in assignments for tail in ("", "_mistakes")}
+    assert files == expected | {"__init__.py"}, sorted(files ^ (expected | {"__init__.py"}))
     for aid in assignments:
         assert (GRADING / "checks" / f"{aid}.py").is_file(), aid
         mistakes = importlib.import_module(f"coursepkg.grading.checks.{aid}_mistakes")
@@ -141,25 +145,98 @@ def test_every_assignment_has_its_checks_and_its_catalogue():
             assert set(ids) == registered[aid], aid
 
 
-def _assignment(module: str) -> str:
-    """``ex04_encoder_mistakes`` -> ``ex04``: the assignment a check module belongs to."""
-    return module.split("_", 1)[0]
+def test_constants_and_bug_ids_share_their_prefix():
+    """In every catalogue, ``X_ITEM`` names what the student writes and ``X_BUGS`` its mistakes,
+    whose ids all start with ``x.`` (``LN_BUGS``: ``ln.eps_ignored``), and ``BUGS`` is every
+    ``X_BUGS``. ex09 grades a training run: its mistakes are ``MISTAKES``, ids ``ex09.*``."""
+    for path in sorted((GRADING / "checks").glob("ex*_mistakes.py")):
+        mistakes = importlib.import_module(f"coursepkg.grading.checks.{path.stem}")
+        lists = {
+            n[: -len("_BUGS")]: getattr(mistakes, n) for n in dir(mistakes) if n.endswith("_BUGS")
+        }
+        items = {
+            n[: -len("_ITEM")]: getattr(mistakes, n) for n in dir(mistakes) if n.endswith("_ITEM")
+        }
+        assert set(lists) == set(items), path.name
+        for prefix, bugs in lists.items():
+            assert bugs, (path.name, prefix)
+            for bug in bugs:
+                assert bug.id.startswith(f"{prefix.lower()}."), (path.name, prefix, bug.id)
+                assert bug.item == items[prefix], (path.name, bug.id, bug.item)
+        if lists:
+            assert sorted(b.id for b in mistakes.BUGS) == sorted(
+                b.id for bugs in lists.values() for b in bugs
+            ), path.name
+        else:
+            assert path.stem == "ex09_training_run_mistakes", path.name
+            assert all(m.id.startswith("ex09.") for m in mistakes.MISTAKES)
+
+
+def test_the_ids_students_see_are_kept():
+    """Every id in ``tests/fixtures/catalogue_ids.txt`` (what students have read in messages and
+    the gradebook) is still a catalogued mistake, and every catalogued mistake is listed."""
+    listed = ROOT / "tests" / "fixtures" / "catalogue_ids.txt"
+    kept = {
+        line.strip()
+        for line in listed.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    ids = {bug.id for bug in grading.catalogue()}
+    run = importlib.import_module("coursepkg.grading.checks.ex09_training_run_mistakes")
+    ids |= {mistake.id for mistake in run.MISTAKES}
+    assert len(kept) >= 100
+    assert not kept - ids, f"catalogue ids gone (keep them as aliases): {sorted(kept - ids)}"
+    assert not ids - kept, f"new ids: add them to {listed.name}: {sorted(ids - kept)}"
+
+
+def _checks_imported(path: Path) -> set[str]:
+    """The modules of ``coursepkg.grading.checks`` that the module at ``path`` imports, however
+    the import is written (relative or absolute, a module or a name from the package)."""
+    package = "coursepkg.grading.checks"
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            base = base[: len(base) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            names = [module] + [f"{module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for name in names:
+            if name.startswith(f"{package}.ex"):
+                found.add(name[len(package) + 1 :].split(".")[0])
+    return found
 
 
 @pytest.mark.parametrize("path", sorted((GRADING / "checks").glob("ex*.py")), ids=lambda p: p.name)
-def test_a_check_module_imports_no_other_assignments_module(path):
-    """Shared pieces live in framework/; a check module imports only the framework, the
-    reference and its own assignment's modules."""
-    imported = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
-            imported.add(node.module)
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
-            "coursepkg.grading.checks."
-        ):
-            imported.add(node.module.rsplit(".", 1)[1])
-    others = {m for m in imported if _assignment(m) != _assignment(path.stem)}
+def test_a_check_module_imports_no_other_check_module(path):
+    """Shared pieces live in framework/; a check module imports the framework, the reference
+    and its own catalogue, never another check module (a catalogue imports none)."""
+    own = set() if path.stem.endswith("_mistakes") else {f"{path.stem}_mistakes"}
+    others = _checks_imported(path) - own
     assert not others, f"{path.name} imports {sorted(others)}"
+
+
+def test_the_import_finder_sees_every_spelling(tmp_path):
+    source = tmp_path / "ex05_decoder.py"
+    source.write_text(
+        "from .ex04_encoder import a\nfrom . import ex02_multihead\n"
+        "import coursepkg.grading.checks.ex01_attention\n"
+        "from ..checks.ex03_positions_mistakes import b\n"
+        "from coursepkg.grading.checks import ex07_parameters\n"
+        "from ..framework import c\nfrom .ex05_decoder_mistakes import d\n",
+        encoding="utf-8",
+    )
+    assert _checks_imported(source) == {
+        "ex04_encoder",
+        "ex02_multihead",
+        "ex01_attention",
+        "ex03_positions_mistakes",
+        "ex07_parameters",
+        "ex05_decoder_mistakes",
+    }
 
 
 def test_coursepkg_grading_has_no_import_cycle():

@@ -1,12 +1,13 @@
-"""The watch of ex09_training_run: what the kernel did after the notebook's setup cell.
+"""The watch of a kernel that trains a model (ex09_training_run): what the kernel did after the
+notebook's setup cell.
 
 :func:`watch_training` installs, once per kernel and for good (audit hooks cannot be removed),
 an audit hook and a global optimiser-step hook. They record every optimiser step (its learning
 rate and a copy of the parameters it updated), every file opened for reading outside Python's
 and the installed packages' own files, every new process and network connection, and, while
 the grader runs the student's decoder, any look at call frames or the garbage collector's
-objects. :mod:`.ex09_training_run` grades from that record; :func:`kernel_cpu_seconds` is the
-CPU budget's clock.
+objects. :mod:`coursepkg.grading.checks.ex09_training_run` grades from that record;
+:func:`kernel_cpu_seconds` is the CPU budget's clock.
 """
 
 from __future__ import annotations
