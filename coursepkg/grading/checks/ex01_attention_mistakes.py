@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..framework import BugVariant
@@ -103,6 +104,12 @@ def sdpa_returns_scores(query, key, value, mask=None):  # noqa: ANN001, ANN201
     if mask is not None:
         weights = weights.masked_fill(~mask, 0.0)
     return weights @ value, scores
+
+
+def sdpa_builtin(query, key, value, mask=None):  # noqa: ANN001, ANN201
+    """PyTorch's fused kernel for the output, the weights computed beside it."""
+    weights = _masked_softmax(_scores(query, key, math.sqrt(query.size(-1))), mask)
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=mask), weights
 
 
 SDPA_BUGS: list[BugVariant] = [
@@ -221,5 +228,17 @@ ADDITIVE_BUGS: list[BugVariant] = [
         additive_softmax,
     ),
 ]
+
+SDPA_BUGS.append(
+    BugVariant(
+        "sdpa.builtin",
+        SDPA_ITEM,
+        "your function calls PyTorch's fused torch.nn.functional.scaled_dot_product_attention, "
+        "where the exercise asks you to write attention",
+        "Compute softmax(Q K^T / sqrt(d_k)) V yourself, with matmul, masking and softmax.",
+        sdpa_builtin,
+        calls=(F.scaled_dot_product_attention,),
+    )
+)
 
 BUGS: list[BugVariant] = [*SDPA_BUGS, *ADDITIVE_BUGS]

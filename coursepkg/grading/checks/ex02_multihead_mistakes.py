@@ -13,9 +13,10 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..framework import BugVariant, HeadsBlock, masked_attention
+from ..framework import BugVariant, HeadsBlock, call_student, masked_attention
 
 __all__ = ["BUGS", "MHA_BUGS", "MHA_ITEM"]
 
@@ -81,6 +82,72 @@ class MultiHeadAttention_masked_row_uniform(HeadsBlock):
         return torch.softmax(scores, dim=-1) @ v  # (B, H, L, Dk)
 
 
+class MultiHeadAttention_no_bias(HeadsBlock):
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        """The four projections without biases (D2L's default, nanoGPT's bias=False)."""
+        nn.Module.__init__(self)
+        self.n_heads = n_heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=False)
+        self.k_proj = nn.Linear(d_model, d_model, bias=False)
+        self.v_proj = nn.Linear(d_model, d_model, bias=False)
+        self.out_proj = nn.Linear(d_model, d_model, bias=False)
+
+
+class MultiHeadAttention_no_qkv_bias(HeadsBlock):
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        """Q, K and V without biases, the output projection with one (qkv_bias=False)."""
+        nn.Module.__init__(self)
+        self.n_heads = n_heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=False)
+        self.k_proj = nn.Linear(d_model, d_model, bias=False)
+        self.v_proj = nn.Linear(d_model, d_model, bias=False)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+
+class MultiHeadAttention_builtin_sdpa(HeadsBlock):
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        """PyTorch's fused kernel where the exercise asks for the steps."""
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, L, Dk)
+
+
+class MultiHeadAttention_builtin_multihead_attention(nn.Module):
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        """PyTorch's whole block, wrapped."""
+        super().__init__()
+        self.attn = nn.MultiheadAttention(d_model, n_heads, batch_first=True)
+
+    def forward(
+        self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
+    ) -> Tensor:
+        blocked = None if mask is None else ~mask  # nn.MultiheadAttention: True = blocked
+        return self.attn(query, key, value, attn_mask=blocked, need_weights=False)[0]
+
+
+def queries_carry_no_bias(module: nn.Module, args: tuple[int, ...]) -> bool:
+    """Evidence that Q has no bias, whatever the projections are called: with a zero query
+    the scores are all zero (softmax uniform), so the keys cannot change the output; a
+    query bias b_q makes the scores b_q . k depend on them."""
+    d = args[0]
+    gen = torch.Generator().manual_seed(0)
+    zero = torch.zeros(2, 3, d)  # (B, L, D)
+    keys = [torch.randn(2, 4, d, generator=gen) for _ in range(2)]  # (B, S, D) each
+    value = torch.randn(2, 4, d, generator=gen)  # (B, S, D)
+    first, second = (call_student(module, zero, k, value, None, item=MHA_ITEM) for k in keys)
+    return bool(torch.allclose(first, second, atol=1e-5))
+
+
+def attention_without_bias(module: nn.Module, args: tuple[int, ...]) -> bool:
+    """Evidence that none of the four projections has a bias: the queries carry none
+    (:func:`queries_carry_no_bias`), and zero values give a zero output, where the value and
+    output biases would add W^O b_V + b_O. (A bias of K only shifts every score of a query by
+    the same amount: the parameter count is its evidence.)"""
+    d = args[0]
+    gen = torch.Generator().manual_seed(1)
+    query, key = torch.randn(2, 3, d, generator=gen), torch.randn(2, 4, d, generator=gen)
+    out = call_student(module, query, key, torch.zeros(2, 4, d), None, item=MHA_ITEM)
+    return queries_carry_no_bias(module, args) and bool(out.abs().max() <= 1e-6)
+
+
 MHA_BUGS: list[BugVariant] = [
     BugVariant(
         "mha.split_without_transpose",
@@ -140,6 +207,52 @@ MHA_BUGS: list[BugVariant] = [
         "~mask, 0.0)), or fill with float('-inf') and turn the NaN rows into zeros; a fully "
         "masked query must give a zero attention output.",
         MultiHeadAttention_masked_row_uniform,
+    ),
+]
+
+MHA_BUGS += [
+    BugVariant(
+        "mha.no_bias",
+        MHA_ITEM,
+        "your projections have no biases (nn.Linear(..., bias=False), D2L's and nanoGPT's "
+        "habit): zero queries leave the output blind to the keys and zero values give a zero "
+        "output, and your module has 4·D fewer parameters; this exercise's q_proj, k_proj, "
+        "v_proj and out_proj are nn.Linear(d_model, d_model) with biases",
+        "Build the four projections as nn.Linear(d_model, d_model), whose bias is on by "
+        "default (drop bias=False).",
+        MultiHeadAttention_no_bias,
+        shows=attention_without_bias,
+    ),
+    BugVariant(
+        "mha.no_qkv_bias",
+        MHA_ITEM,
+        "your query, key and value projections have no biases (qkv_bias=False, the habit of "
+        "Raschka's book): zero queries leave the output blind to the keys, and your module has "
+        "3·D fewer parameters; this exercise's q_proj, k_proj and v_proj have biases",
+        "Build q_proj, k_proj and v_proj as nn.Linear(d_model, d_model), with their default "
+        "bias (drop bias=False / qkv_bias=False).",
+        MultiHeadAttention_no_qkv_bias,
+        shows=queries_carry_no_bias,
+    ),
+    BugVariant(
+        "mha.builtin_sdpa",
+        MHA_ITEM,
+        "your MultiHeadAttention calls PyTorch's fused "
+        "torch.nn.functional.scaled_dot_product_attention, where the exercise asks you to "
+        "write the attention step yourself",
+        "Compute softmax(Q K^T / sqrt(Dk)) V per head with matmul, masking and softmax.",
+        MultiHeadAttention_builtin_sdpa,
+        calls=(F.scaled_dot_product_attention,),
+    ),
+    BugVariant(
+        "mha.builtin_multihead_attention",
+        MHA_ITEM,
+        "your MultiHeadAttention uses PyTorch's nn.MultiheadAttention, where the exercise asks "
+        "you to write the block yourself",
+        "Build q_proj, k_proj, v_proj and out_proj (nn.Linear) and write the heads' split, "
+        "attention and merge yourself.",
+        MultiHeadAttention_builtin_multihead_attention,
+        calls=(nn.MultiheadAttention,),
     ),
 ]
 

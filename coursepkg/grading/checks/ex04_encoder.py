@@ -55,6 +55,7 @@ from ..framework import (
     locate,
     module_runner,
     norm_probe,
+    piece_count_mistake,
     piece_mistake,
     public_check,
     randn,
@@ -494,4 +495,7 @@ _ENCODER_SPEC = ModuleSpec(
     dry=lambda cfg: (torch.zeros(1, 2, cfg["D"]), None),  # (1, 2, D)
     gradient_inputs=lambda gen, cfg: (randn(gen, cfg["B"], cfg["L"], cfg["D"]), None),
     cases=_encoder_cases,
+    count_mistake=lambda student, reference, cfg: piece_count_mistake(
+        student, reference, encoder_pieces(cfg["D"], cfg["H"], cfg["F"])
+    ),
 )

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..framework import BugVariant, HeadsBlock
+from ..framework import BugVariant, HeadsBlock, call_student, materialise_lazy
 
 __all__ = ["BUGS", "ENC_BUGS", "ENC_ITEM", "FFN_BUGS", "FFN_ITEM", "LN_BUGS", "LN_ITEM"]
 
@@ -123,6 +123,66 @@ class PositionwiseFeedForward_gelu_instead_of_relu(_FeedForward):
         return self.linear2(F.gelu(self.linear1(x)))  # (B, L, D)
 
 
+class LayerNorm_builtin_module(nn.Module):
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        """PyTorch's nn.LayerNorm, wrapped."""
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model, eps=eps)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.norm(x)  # (..., D)
+
+
+class LayerNorm_builtin_function(_Norm):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)  # (..., D)
+
+
+class PositionwiseFeedForward_no_bias(_FeedForward):
+    def __init__(self, d_model: int, d_ff: int) -> None:
+        """Both linear layers without biases (bias=False)."""
+        nn.Module.__init__(self)
+        self.linear1 = nn.Linear(d_model, d_ff, bias=False)
+        self.linear2 = nn.Linear(d_ff, d_model, bias=False)
+
+
+class PositionwiseFeedForward_fixed_width_4d(_FeedForward):
+    def __init__(self, d_model: int, d_ff: int) -> None:
+        """A hidden layer of 4 * d_model whatever d_ff says (GPT-2's MLP)."""
+        nn.Module.__init__(self)
+        self.linear1 = nn.Linear(d_model, 4 * d_model)
+        self.linear2 = nn.Linear(4 * d_model, d_model)
+
+
+def feed_forward_without_bias(module: nn.Module, args: tuple[int, ...]) -> bool:
+    """Evidence that neither linear layer has a bias, whatever they are called: a zero input
+    gives a zero output (a bias b1 would give W2 relu(b1) + b2)."""
+    out = call_student(module, torch.zeros(2, 3, args[0]), item=FFN_ITEM)  # (2, 3, D)
+    return bool(out.abs().max() <= 1e-6)
+
+
+def _parameters_for(module: nn.Module, args: tuple[int, ...]) -> int:
+    """The parameter count of the student's class built again with ``args`` (lazy
+    parameters sized by one forward pass)."""
+    other = call_student(type(module), *args, item=FFN_ITEM)
+    probe = torch.zeros(1, 2, args[0])  # (1, 2, D)
+    materialise_lazy(other, lambda m: call_student(m, probe, item=FFN_ITEM), FFN_ITEM)
+    return sum(p.numel() for p in other.parameters())
+
+
+def feed_forward_ignores_d_ff(module: nn.Module, args: tuple[int, ...]) -> bool:
+    """Evidence that the hidden width ignores ``d_ff``: the student's class built with another
+    d_ff (or, when it takes no d_ff at all, with d_model alone) has the same number of
+    parameters."""
+    d, d_ff = args[0], args[1]
+    other = d_ff + 1 if d_ff + 1 != 4 * d else d_ff + 2
+    mine = sum(p.numel() for p in module.parameters())
+    try:
+        return _parameters_for(module, (d, other)) == mine
+    except Exception:  # noqa: BLE001 - a class without a d_ff argument: build it without
+        return _parameters_for(module, (d,)) == mine
+
+
 LN_BUGS: list[BugVariant] = [
     BugVariant(
         "ln.unbiased_variance",
@@ -180,6 +240,27 @@ LN_BUGS += [
     ),
 ]
 
+LN_BUGS += [
+    BugVariant(
+        "ln.builtin_module",
+        LN_ITEM,
+        "your LayerNorm uses PyTorch's nn.LayerNorm, where the exercise asks you to write it",
+        "Compute the mean, the biased variance and (x - mean) / sqrt(var + eps) * weight + "
+        "bias yourself, with weight and bias as nn.Parameter.",
+        LayerNorm_builtin_module,
+        calls=(nn.LayerNorm,),
+    ),
+    BugVariant(
+        "ln.builtin_function",
+        LN_ITEM,
+        "your LayerNorm calls torch.nn.functional.layer_norm, where the exercise asks you to "
+        "write the normalisation",
+        "Compute the mean, the biased variance and (x - mean) / sqrt(var + eps) yourself.",
+        LayerNorm_builtin_function,
+        calls=(F.layer_norm, torch.layer_norm),
+    ),
+]
+
 FFN_BUGS: list[BugVariant] = [
     BugVariant(
         "ffn.no_activation",
@@ -202,6 +283,31 @@ FFN_BUGS: list[BugVariant] = [
         "the activation is GELU, where the paper's network uses ReLU",
         "Use torch.relu (max(0, x)) between the layers.",
         PositionwiseFeedForward_gelu_instead_of_relu,
+    ),
+]
+
+FFN_BUGS += [
+    BugVariant(
+        "ffn.no_bias",
+        FFN_ITEM,
+        "your linear layers have no biases (bias=False): a zero input gives a zero output, and "
+        "your network has D + F fewer parameters; this exercise's linear1 and linear2 are "
+        "nn.Linear with biases",
+        "Build linear1 = nn.Linear(d_model, d_ff) and linear2 = nn.Linear(d_ff, d_model) with "
+        "their default bias (drop bias=False).",
+        PositionwiseFeedForward_no_bias,
+        shows=feed_forward_without_bias,
+    ),
+    BugVariant(
+        "ffn.fixed_width_4d",
+        FFN_ITEM,
+        "your hidden layer is 4 * d_model wide whatever d_ff is (GPT-2's MLP): built with "
+        "another d_ff it has the same number of parameters",
+        "Use the d_ff argument: linear1 = nn.Linear(d_model, d_ff), linear2 = "
+        "nn.Linear(d_ff, d_model) (the paper's base model has d_ff = 2048 = 4 * 512, but the "
+        "check tries other widths).",
+        PositionwiseFeedForward_fixed_width_4d,
+        shows=feed_forward_ignores_d_ff,
     ),
 ]
 
@@ -251,6 +357,29 @@ class EncoderLayer_ffn_reads_input(_Encoder):
         return self.norm2(y + self.ffn(x))
 
 
+class EncoderLayer_builtin_encoder_layer(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int) -> None:
+        """PyTorch's nn.TransformerEncoderLayer, wrapped."""
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(d_model, n_heads, d_ff, 0.0, batch_first=True)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        blocked = None if mask is None else ~mask  # PyTorch's masks: True = blocked
+        return self.layer(x, src_mask=blocked)  # (B, L, D)
+
+
+class EncoderLayer_builtin_multihead_attention(_Encoder):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int) -> None:
+        """PyTorch's nn.MultiheadAttention as self-attention."""
+        super().__init__(d_model, n_heads, d_ff)
+        self.self_attn = nn.MultiheadAttention(d_model, n_heads, batch_first=True)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        blocked = None if mask is None else ~mask  # PyTorch's masks: True = blocked
+        y = self.norm1(x + self.self_attn(x, x, x, attn_mask=blocked)[0])  # (B, L, D)
+        return self.norm2(y + self.ffn(y))  # (B, L, D)
+
+
 ENC_BUGS: list[BugVariant] = [
     BugVariant(
         "enc.pre_ln",
@@ -283,6 +412,28 @@ ENC_BUGS: list[BugVariant] = [
         "of the attention sub-layer",
         "Feed the result of norm1 to the FFN: y = norm1(x + attn); out = norm2(y + ffn(y)).",
         EncoderLayer_ffn_reads_input,
+    ),
+]
+
+ENC_BUGS += [
+    BugVariant(
+        "enc.builtin_encoder_layer",
+        ENC_ITEM,
+        "your EncoderLayer uses PyTorch's nn.TransformerEncoderLayer, where the exercise asks "
+        "you to build the layer from your own pieces",
+        "Build self_attn, ffn, norm1 and norm2 from your MultiHeadAttention, "
+        "PositionwiseFeedForward and LayerNorm, and wire them yourself.",
+        EncoderLayer_builtin_encoder_layer,
+        calls=(nn.TransformerEncoderLayer,),
+    ),
+    BugVariant(
+        "enc.builtin_multihead_attention",
+        ENC_ITEM,
+        "your EncoderLayer uses PyTorch's nn.MultiheadAttention, where the exercise asks you "
+        "to use your own MultiHeadAttention",
+        "Paste your MultiHeadAttention from ex02 and build self_attn from it.",
+        EncoderLayer_builtin_multihead_attention,
+        calls=(nn.MultiheadAttention,),
     ),
 ]
 

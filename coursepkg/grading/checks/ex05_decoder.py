@@ -53,6 +53,7 @@ from ..framework import (
     gradients_reach,
     layer_norm_piece,
     locate,
+    piece_count_mistake,
     piece_mistake,
     public_check,
     register_configs,
@@ -530,6 +531,9 @@ _DECODER_SPEC = ModuleSpec(
     gradient_inputs=None,  # the last stage checks gradients, on every configuration
     cases=None,
     case_seed=lambda index, seed: 1000 * index + (0 if seed is None else seed),
+    count_mistake=lambda student, reference, cfg: piece_count_mistake(
+        student, reference, _pieces(cfg["D"], cfg["H"], cfg["F"])
+    ),
     # Numbers first over every configuration (the wiring mistakes show there, and their
     # diagnosis is most precise), then masking, gradients and float64.
     stages=(

@@ -6,7 +6,7 @@ gets when their output matches it.
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..framework import BugVariant
 
@@ -276,6 +276,32 @@ DECODER_LAYER_BUGS: list[BugVariant] = [
         advice="self_mask (causal, L x L) goes to self-attention and cross_mask (source "
         "padding, L x S) to cross-attention.",
         impl=_fwd_masks_swapped,
+    ),
+]
+
+
+class DecoderLayer_builtin_decoder_layer(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int) -> None:
+        """PyTorch's nn.TransformerDecoderLayer, wrapped."""
+        super().__init__()
+        self.layer = nn.TransformerDecoderLayer(d_model, n_heads, d_ff, 0.0, batch_first=True)
+
+    def forward(self, x, memory, self_mask=None, cross_mask=None):  # noqa: ANN001, ANN201
+        blocked = None if self_mask is None else ~self_mask  # PyTorch's: True = blocked
+        crossed = None if cross_mask is None else ~cross_mask
+        return self.layer(x, memory, tgt_mask=blocked, memory_mask=crossed)  # (B, L, D)
+
+
+DECODER_LAYER_BUGS += [
+    BugVariant(
+        id="decoder_layer.builtin_decoder_layer",
+        item=DECODER_LAYER_ITEM,
+        description="your DecoderLayer uses PyTorch's nn.TransformerDecoderLayer, where the "
+        "exercise asks you to build the layer from your own pieces",
+        advice="Build self_attn, cross_attn, ffn and norm1..norm3 from your own classes and "
+        f"wire them yourself: {SUBLAYERS}.",
+        impl=DecoderLayer_builtin_decoder_layer,
+        calls=(nn.TransformerDecoderLayer,),
     ),
 ]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import torch.nn.functional as F
 from torch import Tensor
 
 from ...schedule import label_smoothed_cross_entropy as _reference_loss
@@ -195,6 +196,14 @@ def _target_entropy(eps: float, v: int, over_others: bool = False) -> float:
     )
 
 
+def _ls_builtin(logits, targets, smoothing=0.1, ignore_index=-100):  # noqa: ANN001, ANN202
+    """PyTorch's loss with its label_smoothing option."""
+    flat = logits.reshape(-1, logits.size(-1))  # (N, V)
+    return F.cross_entropy(
+        flat, targets.reshape(-1), ignore_index=ignore_index, label_smoothing=smoothing
+    )
+
+
 LABEL_SMOOTHING_BUGS: list[BugVariant] = [
     BugVariant(
         id="label_smoothing.kl_divergence",
@@ -275,5 +284,18 @@ LABEL_SMOOTHING_BUGS: list[BugVariant] = [
         impl=_ls_all_ignored_nan,
     ),
 ]
+
+LABEL_SMOOTHING_BUGS.append(
+    BugVariant(
+        id="label_smoothing.builtin_cross_entropy",
+        item=LABEL_SMOOTHING_ITEM,
+        description="your loss calls torch.nn.functional.cross_entropy (its label_smoothing= "
+        "option), where the exercise asks you to write the smoothed loss",
+        advice="Write it from log_softmax: -sum(q * log_softmax(logits)) with q = (1 - eps) * "
+        "one_hot + eps / V, averaged over the positions that are not ignore_index.",
+        impl=_ls_builtin,
+        calls=(F.cross_entropy,),
+    )
+)
 
 BUGS: list[BugVariant] = [*NOAM_LR_BUGS, *LABEL_SMOOTHING_BUGS]

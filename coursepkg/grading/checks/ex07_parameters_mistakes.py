@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from torch import nn
+
 from ...config import TransformerConfig
 from ...params import (
     attention_parameters,
@@ -130,6 +132,23 @@ _untied_counted_once = _mistake(
     )
 )
 
+
+def _builds_torch_transformer(*args: Any, **kwargs: Any) -> int:
+    """PyTorch's nn.Transformer built (on the meta device, so nothing is allocated) and its
+    parameters counted, plus the embeddings it lacks."""
+    c = reference_config(call_kwargs(args, kwargs))
+    model = nn.Transformer(
+        c.d_model,
+        c.n_heads,
+        c.n_layers,
+        c.decoder_layers,
+        c.d_ff,
+        batch_first=True,
+        device="meta",
+    )
+    return sum(p.numel() for p in model.parameters()) + c.vocab_size * c.d_model
+
+
 PARAMETER_COUNT_BUGS: list[BugVariant] = [
     BugVariant(
         id="parameter_count.no_biases",
@@ -228,5 +247,19 @@ PARAMETER_COUNT_BUGS: list[BugVariant] = [
         impl=_untied_counted_once,
     ),
 ]
+
+PARAMETER_COUNT_BUGS.append(
+    BugVariant(
+        id="parameter_count.builds_torch_transformer",
+        item=PARAMETER_COUNT_ITEM,
+        description="your function builds torch.nn.Transformer and counts its parameters, where "
+        "the exercise asks for the count from the formulas",
+        advice="Add up the closed-form counts: embeddings, per layer 4 attention projections, "
+        "the feed-forward network and the LayerNorms, with the options (biases, d_k, d_v, "
+        "tying) as arguments.",
+        impl=_builds_torch_transformer,
+        calls=(nn.Transformer.__init__,),
+    )
+)
 
 BUGS: list[BugVariant] = [*PARAMETER_COUNT_BUGS]

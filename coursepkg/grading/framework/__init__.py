@@ -40,6 +40,7 @@ from .calling import (
     expect_tensor,
     forbidden_calls,
     is_reference_module,
+    name_forbidden_call,
     reject_reference_class,
 )
 from .compare import (
@@ -86,7 +87,14 @@ from .modules import (
     prepare_module,
 )
 from .norms import analyse_norm, combined
-from .pieces import attention_piece, feed_forward_piece, guarded, layer_norm_piece, norm_probe
+from .pieces import (
+    attention_piece,
+    feed_forward_piece,
+    guarded,
+    layer_norm_piece,
+    norm_probe,
+    piece_count_mistake,
+)
 from .registry import CheckEntry, catalogue, mistakes_of, public_check, registered_checks
 from .results import (
     CHECKER_FAILED,
@@ -165,6 +173,7 @@ __all__ = [
     "expect_tensor",
     "feed_forward_piece",
     "forbidden_calls",
+    "name_forbidden_call",
     "generator",
     "guarded",
     "hide_padding",
@@ -180,6 +189,7 @@ __all__ = [
     "module_runner",
     "near",
     "norm_probe",
+    "piece_count_mistake",
     "outputs_match_safely",
     "param_gap",
     "parameter_table",

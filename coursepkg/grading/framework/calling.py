@@ -322,6 +322,7 @@ def forbidden_calls(
     """
     codes, builtins = _watched_targets(extra, allow)
     calls: list[tuple[str, str]] = []
+    keys: list[Any] = []
 
     def called_from_student(frame: FrameType | None) -> bool:
         # Walk out of torch's machinery (Module.__call__, hooks) to the real caller.
@@ -333,19 +334,20 @@ def forbidden_calls(
             return False
         return not is_reference_module(_module_name(frame))
 
-    def record(label: tuple[str, str]) -> None:
+    def record(label: tuple[str, str], key: Any) -> None:
         if label not in calls:
             calls.append(label)
+            keys.append(key)
 
     def profile(frame: FrameType, event: str, arg: Any) -> None:
         if event == "call":
             label = codes.get(frame.f_code)
             if label is not None and called_from_student(frame.f_back):
-                record(label)
+                record(label, ("code", frame.f_code))
         elif event == "c_call":
             label = builtins.get(id(arg))
             if label is not None and called_from_student(frame):
-                record(label)
+                record(label, ("c", id(arg)))
         if previous is not None:
             previous(frame, event, arg)
 
@@ -358,7 +360,30 @@ def forbidden_calls(
         if calls:
             names = ", ".join(label for label, _ in calls)
             tip = advice or calls[0][1]
-            raise ForbiddenCall(f"your {item} calls {names}; {tip}.")
+            raise ForbiddenCall(f"your {item} calls {names}; {tip}.", called=tuple(keys))
+
+
+def name_forbidden_call(failure: ForbiddenCall, bugs: Iterable[Any]) -> None:
+    """Give ``failure`` the id of the catalogued mistake (among ``bugs``) whose ``calls`` hold
+    what the student called, and end its message with ``(known mistake: <id>)``, the words
+    reports and the misconception dashboard count.
+
+    Args:
+        failure: raised by :func:`forbidden_calls` or :func:`reject_reference_class`.
+        bugs: the check's catalogue (:class:`~.results.BugVariant` s).
+    """
+    if failure.diagnosis is not None:
+        return
+    for bug in bugs:
+        calls = getattr(bug, "calls", ())
+        seen = {_callable_key(fn) for fn in calls} | {
+            ("class", cls) for cls in calls if inspect.isclass(cls)
+        }
+        if any(key in seen for key in failure.called):
+            failure.diagnosis = bug.id
+            failure.message = f"{failure.message} (known mistake: {bug.id})"
+            failure.args = (failure.message,)
+            return
 
 
 def reject_reference_class(
@@ -395,7 +420,8 @@ def reject_reference_class(
         if cls is ref or issubclass(cls, ref):
             raise ForbiddenCall(
                 f"your {item} is or subclasses {label(ref)}; write the class yourself, "
-                "starting from nn.Module."
+                "starting from nn.Module.",
+                called=(("class", ref),),
             )
     if instance is not None:
         for name, sub in instance.named_modules():
@@ -403,5 +429,6 @@ def reject_reference_class(
                 if isinstance(sub, ref) and name:
                     raise ForbiddenCall(
                         f"your {item} contains {label(ref)} as `{name}`; build it from your "
-                        "own classes (paste them from the earlier assignments) instead."
+                        "own classes (paste them from the earlier assignments) instead.",
+                        called=(("class", ref),),
                     )

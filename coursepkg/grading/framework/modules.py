@@ -98,6 +98,9 @@ class ModuleSpec:
             the check runs with ``seed`` (default: the index).
         stages: passes over every configuration, in order, after ``cases`` (see
             :class:`Stage`).
+        count_mistake: ``(student, reference, cfg) -> BugVariant | None``: the known mistake
+            a parameter count that differs shows, when ``bugs`` name none (a layer asks its
+            pieces' catalogues: :func:`~.pieces.piece_count_mistake`).
     """
 
     item: str
@@ -115,6 +118,7 @@ class ModuleSpec:
     bug_args: Callable[[Config], tuple[Any, ...]] | None = None
     case_seed: Callable[[int, int | None], int] = lambda index, seed: index
     stages: Sequence[Stage] = ()
+    count_mistake: Callable[[nn.Module, nn.Module, Config], BugVariant | None] | None = None
 
 
 def dtypes_for(index: int) -> tuple[torch.dtype, ...]:
@@ -138,6 +142,7 @@ def prepare_module(
     kwargs: dict[str, Any] | None = None,
     before_copy: Callable[[nn.Module], None] | None = None,
     bug_args: Sequence[Any] | None = None,
+    count_mistake: Callable[[nn.Module], BugVariant | None] | None = None,
 ) -> nn.Module:
     """Build the student's module, compare its parameters with the reference's per submodule,
     and copy the reference's weights into it by name.
@@ -157,6 +162,8 @@ def prepare_module(
         kwargs: keyword arguments of the constructor.
         before_copy: called with the student's module before the weights are copied.
         bug_args: constructor arguments of a catalogued variant (default ``args``).
+        count_mistake: ``(student) -> BugVariant | None``, asked when the counts differ and
+            ``bugs`` name no mistake.
 
     Returns:
         The student's module in eval mode, holding the reference's weights.
@@ -164,7 +171,17 @@ def prepare_module(
     with forbidden_calls(item, **(forbid or {})):
         student = build_module(cls, args, item, seed=seed, extra=extra, kwargs=kwargs, probe=probe)
     variant_args = args if bug_args is None else bug_args
-    param_gap(report, student, reference, item, dims=dims, bugs=bugs, args=variant_args)
+    explain = None if count_mistake is None else (lambda: count_mistake(student))
+    param_gap(
+        report,
+        student,
+        reference,
+        item,
+        dims=dims,
+        bugs=bugs,
+        args=variant_args,
+        explain=explain,
+    )
     if before_copy is not None:
         before_copy(student)
     copy_weights(reference, student, item)
@@ -262,6 +279,9 @@ def _build_case(
         kwargs=spec.kwargs(cfg),
         before_copy=hook,
         bug_args=spec.bug_args(cfg) if spec.bug_args is not None else None,
+        count_mistake=None
+        if spec.count_mistake is None
+        else (lambda student: spec.count_mistake(student, reference, cfg)),
     )
     if spec.cases is not None:
         for dtype in dtypes_for(index):

@@ -20,6 +20,8 @@ from .calling import call_student, forbidden_calls
 from .locate import Piece
 from .norms import analyse_norm, combined
 from .registry import mistakes_of
+from .results import BugVariant
+from .weights import diagnose_structure
 
 __all__ = [
     "attention_piece",
@@ -27,6 +29,7 @@ __all__ = [
     "guarded",
     "layer_norm_piece",
     "norm_probe",
+    "piece_count_mistake",
 ]
 
 PieceInputs = Callable[[Sequence[Any]], tuple[Any, ...]]
@@ -80,3 +83,19 @@ def norm_probe(x: Tensor) -> Tensor:
     probe = x.detach().clone() * 2 + 1
     probe[:, 0] = probe[:, 0] * 1e-3 + 0.01
     return probe
+
+
+def piece_count_mistake(
+    student: nn.Module, reference: nn.Module, pieces: Sequence[Piece]
+) -> BugVariant | None:
+    """The known mistake of the first of a layer's pieces whose parameters differ from the
+    reference piece's (an attention block without biases, a feed-forward of fixed width), from
+    that piece's catalogue (:func:`diagnose_structure` on the piece)."""
+    for piece in pieces:
+        own, ref_piece = getattr(student, piece.name, None), getattr(reference, piece.name)
+        if not isinstance(own, nn.Module):
+            continue
+        bug = diagnose_structure(own, ref_piece, piece.bugs, piece.args)
+        if bug is not None:
+            return bug
+    return None

@@ -7,6 +7,10 @@ verifies, and either returns (every property held) or fails through ``report``. 
 check built from it has the signature every check shares::
 
     check_<name>(impl, *, thorough=False, seed=None, points=None) -> CheckResult
+
+When the student's code calls a built-in the exercise asks them to write (a
+:class:`ForbiddenCall`), the public check names it from its catalogue: the mistake whose
+``calls`` list that built-in (:func:`~.calling.name_forbidden_call`).
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .results import BugVariant, CheckReport, CheckResult, run_check
+from .calling import name_forbidden_call
+from .results import BugVariant, CheckReport, CheckResult, ForbiddenCall, run_check
 
 __all__ = ["CheckEntry", "catalogue", "mistakes_of", "public_check", "registered_checks"]
 
@@ -99,7 +104,11 @@ def public_check(
             seed: int | None = None,
             points: float | None = None,
         ) -> CheckResult:
-            return run_check(name, points, body, impl, thorough, seed)
+            try:
+                return run_check(name, points, body, impl, thorough, seed)
+            except ForbiddenCall as failure:  # a built-in the exercise asks them to write
+                name_forbidden_call(failure, bugs)
+                raise
 
         check.__name__ = check.__qualname__ = name
         check.__module__ = body.__module__

@@ -88,7 +88,18 @@ class NotImplementedYet(CheckFailure):
 #: looks for it to flag the student for review).
 class ForbiddenCall(CheckFailure):
     """The student's code called what the exercise asks them to write (the reference, or
-    PyTorch's fused version); no diagnosis of the numbers applies."""
+    PyTorch's fused version); no diagnosis of the numbers applies.
+
+    Args:
+        message: what was called and what to do instead.
+        called: what was called, as :func:`~.calling.forbidden_calls` recognises a callable
+            (a code object or a builtin's id), so that the check can name the catalogued
+            mistake of using it (:func:`~.calling.name_forbidden_call`).
+    """
+
+    def __init__(self, message: str, *, called: tuple[Any, ...] = ()) -> None:
+        super().__init__(message)
+        self.called = called
 
 
 CHECKER_FAILED = "the checker itself failed"
@@ -196,6 +207,15 @@ class BugVariant:
         advice: what to change.
         impl: an implementation with the stub's signature (a function or an ``nn.Module``
             class) that makes exactly this mistake.
+        calls: for the mistake of calling a built-in the exercise asks the student to write
+            (``F.scaled_dot_product_attention``, ``nn.MultiheadAttention``), the built-ins
+            (functions, classes) whose call is the evidence; such a mistake is never matched
+            by its outputs.
+        shows: for a mistake that changes the parameters (biases left out, a width fixed),
+            ``shows(module, args) -> bool``: whether the student's module, with its own
+            weights, behaves as the mistake does and a correct module does not (its output is
+            0 for a zero input, say); with the variant's parameter count, the evidence that
+            names the mistake whatever the student's parameter names.
     """
 
     id: str
@@ -203,6 +223,8 @@ class BugVariant:
     description: str
     advice: str
     impl: Callable[..., Any] | type
+    calls: tuple[Any, ...] = ()
+    shows: Callable[[Any, tuple[Any, ...]], bool] | None = None
 
 
 def diagnosis_message(bug: BugVariant) -> str:

@@ -345,19 +345,42 @@ def structure(module: nn.Module) -> dict[str, tuple[int, ...]]:
 def diagnose_structure(
     student: nn.Module, reference: nn.Module, bugs: Sequence[BugVariant], args: Sequence[Any]
 ) -> BugVariant | None:
-    """The known mistake whose parameters (names and shapes) are exactly the student's, when
-    those differ from the reference's (e.g. a missing output projection)."""
+    """The known mistake the student's parameters show, when they differ from the
+    reference's: a variant with exactly the student's parameters (names and shapes, e.g. a
+    missing output projection), or, for a mistake with ``shows``, a variant with the student's
+    number of parameters whose behaviour the student's module shows (whatever its names: a
+    fused projection without biases is named like separate ones)."""
     mine = structure(student)
     if mine == structure(reference):
         return None
+    count = sum(_numel(p) for p in student.parameters())
     for bug in bugs:
+        if bug.calls:
+            continue
         try:
             variant = bug.impl(*args)
         except Exception:  # noqa: BLE001 - a variant that cannot be built here is skipped
             continue
-        if isinstance(variant, nn.Module) and structure(variant) == mine:
+        if not isinstance(variant, nn.Module):
+            continue
+        if bug.shows is None and structure(variant) == mine:
+            return bug
+        if (
+            bug.shows is not None
+            and sum(_numel(p) for p in variant.parameters()) == count
+            and _shows(bug, student, args)
+        ):
             return bug
     return None
+
+
+def _shows(bug: BugVariant, student: nn.Module, args: Sequence[Any]) -> bool:
+    """``bug.shows`` on the student's module; an error in the student's code shows nothing."""
+    try:
+        with torch.no_grad():
+            return bool(bug.shows(student, tuple(args)))
+    except Exception:  # noqa: BLE001 - the student's code failed: no evidence
+        return False
 
 
 def module_runner(
@@ -388,11 +411,15 @@ def param_gap(report: CheckReport, student: nn.Module, reference: nn.Module, ite
     Keyword Args:
         dims: named sizes for :func:`parameter_table`.
         bugs: catalogue to match structurally; ``args``: the constructor arguments.
+        explain: ``() -> BugVariant | None``, tried when the catalogue names nothing (a
+            layer asks its pieces' catalogues).
     """
     ok, table = parameter_table(student, reference, kw.get("dims"))
     if ok:
         return
     bug = diagnose_structure(student, reference, kw.get("bugs", ()), kw.get("args", ()))
+    if bug is None and kw.get("explain") is not None:
+        bug = kw["explain"]()
     report.fail(
         f"your {item} has a different number of parameters from the reference "
         f"({describe(kw.get('dims') or {})}):\n{table}",

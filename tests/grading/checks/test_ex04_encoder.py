@@ -9,6 +9,7 @@ import grading_impls_encoder as impls
 import pytest
 import torch
 import torch.nn.functional as F
+from student_code import named_text, student_impl
 from torch import nn
 
 from coursepkg import layers
@@ -38,9 +39,9 @@ def _one_thread():
 @pytest.mark.parametrize("bug", encoder.BUGS, ids=lambda b: b.id)
 def test_every_catalogued_mistake_is_caught_and_named(bug):
     with pytest.raises(CheckFailure) as info:
-        CHECKS[bug.item](bug.impl)
+        CHECKS[bug.item](student_impl(bug))
     assert info.value.diagnosis == bug.id, str(info.value)
-    assert bug.advice in str(info.value)
+    assert named_text(bug, bug.advice) in str(info.value)
 
 
 def test_catalogue_covers_the_issue():

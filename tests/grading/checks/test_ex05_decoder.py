@@ -10,6 +10,7 @@ import grading_impls_decoder as impls
 import pytest
 import torch
 import torch.nn.functional as F
+from student_code import named_text, student_impl
 from torch import Tensor, nn
 
 from coursepkg.grading import (
@@ -120,10 +121,11 @@ def test_decoder_layer_thorough_mode_uses_seeded_configs() -> None:
 
 @pytest.mark.parametrize("bug", grading.DECODER_LAYER_BUGS, ids=lambda b: b.id)
 def test_decoder_layer_bug_is_caught_and_named(bug) -> None:
+    layer = student_impl(bug) if bug.calls else _layer_with(forward=bug.impl)
     with pytest.raises(CheckFailure) as info:
-        check_decoder_layer(_layer_with(forward=bug.impl))
+        check_decoder_layer(layer)
     assert info.value.diagnosis == bug.id, str(info.value)
-    assert diagnosis_message(bug) in str(info.value)
+    assert named_text(bug, diagnosis_message(bug)) in str(info.value)
 
 
 def test_decoder_layer_stub_is_not_implemented_yet() -> None:

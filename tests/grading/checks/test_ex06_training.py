@@ -8,6 +8,7 @@ import grading_impls_decoder as impls
 import pytest
 import torch
 import torch.nn.functional as F
+from student_code import named_text, student_impl
 from torch import nn
 
 from coursepkg.grading import (
@@ -103,9 +104,9 @@ def test_label_smoothing_accepts_correct_losses(impl) -> None:
 @pytest.mark.parametrize("bug", grading.LABEL_SMOOTHING_BUGS, ids=lambda b: b.id)
 def test_label_smoothing_bug_is_caught_and_named(bug) -> None:
     with pytest.raises(CheckFailure) as info:
-        check_label_smoothing(bug.impl)
+        check_label_smoothing(student_impl(bug))
     assert info.value.diagnosis == bug.id
-    assert diagnosis_message(bug) in str(info.value)
+    assert named_text(bug, diagnosis_message(bug)) in str(info.value)
 
 
 def test_label_smoothing_convention_is_the_references() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import grading_impls_decoder as impls
 import pytest
 import torch
+from student_code import named_text, student_impl
 
 from coursepkg import Transformer, TransformerConfig, count_parameters
 from coursepkg.grading import (
@@ -52,9 +53,9 @@ def test_reference_configs_match_the_instantiated_models() -> None:
 @pytest.mark.parametrize("bug", grading.BUGS, ids=lambda b: b.id)
 def test_parameter_count_bug_is_caught_and_named(bug) -> None:
     with pytest.raises(CheckFailure) as info:
-        check_parameter_count(bug.impl)
+        check_parameter_count(student_impl(bug))
     assert info.value.diagnosis == bug.id
-    assert diagnosis_message(bug) in str(info.value)
+    assert named_text(bug, diagnosis_message(bug)) in str(info.value)
 
 
 def test_gap_is_explained_by_name() -> None:
