@@ -23,6 +23,7 @@ __all__ = [
     "ClassResult",
     "StudentResult",
     "checker_failure_flag",
+    "diagnoses_in",
     "review_flags",
     "sandbox_summary",
     "student_report",
@@ -171,7 +172,7 @@ def checker_failure_flag(grade_id: str, message: str) -> str | None:
     return None
 
 
-def _diagnoses(message: str) -> list[dict[str, str]]:
+def diagnoses_in(message: str) -> list[dict[str, str]]:
     """The catalogued mistakes a check's message names (its "known mistake" sentences)."""
     found = []
     for bug in catalogue():
@@ -245,7 +246,7 @@ def student_report(
                         "max_points": grade.max_score,
                         "passed": earned == grade.max_score,
                         "message": message,
-                        "diagnoses": _diagnoses(message),
+                        "diagnoses": diagnoses_in(message),
                     }
                 )
         try:
