@@ -380,6 +380,20 @@ class EncoderLayer_builtin_multihead_attention(_Encoder):
         return self.norm2(y + self.ffn(y))  # (B, L, D)
 
 
+class _FusedHeads(HeadsBlock):
+    """Multi-head attention on PyTorch's fused kernel (the built-in of the mistakes below)."""
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, L, Dk)
+
+
+class EncoderLayer_builtin_sdpa(_Encoder):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int) -> None:
+        """Self-attention whose attention step is PyTorch's fused kernel."""
+        super().__init__(d_model, n_heads, d_ff)
+        self.self_attn = _FusedHeads(d_model, n_heads)
+
+
 ENC_BUGS: list[BugVariant] = [
     BugVariant(
         "enc.pre_ln",
@@ -434,6 +448,17 @@ ENC_BUGS += [
         "Paste your MultiHeadAttention from ex02 and build self_attn from it.",
         EncoderLayer_builtin_multihead_attention,
         calls=(nn.MultiheadAttention,),
+    ),
+    BugVariant(
+        "enc.builtin_sdpa",
+        ENC_ITEM,
+        "your EncoderLayer's attention calls PyTorch's fused "
+        "torch.nn.functional.scaled_dot_product_attention, where the exercise asks for your "
+        "own attention step",
+        "Paste your MultiHeadAttention from ex02, whose attention you wrote with matmul, "
+        "masking and softmax.",
+        EncoderLayer_builtin_sdpa,
+        calls=(F.scaled_dot_product_attention,),
     ),
 ]
 

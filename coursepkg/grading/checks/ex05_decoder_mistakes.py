@@ -6,9 +6,10 @@ gets when their output matches it.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..framework import BugVariant
+from ..framework import BugVariant, HeadsBlock
 
 __all__ = [
     "BUGS",
@@ -292,6 +293,53 @@ class DecoderLayer_builtin_decoder_layer(nn.Module):
         return self.layer(x, memory, tgt_mask=blocked, memory_mask=crossed)  # (B, L, D)
 
 
+class _FusedHeads(HeadsBlock):
+    """Multi-head attention on PyTorch's fused kernel (the built-in of the mistakes below)."""
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, L, Dk)
+
+
+class _FeedForward(nn.Module):
+    def __init__(self, d_model: int, d_ff: int) -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(torch.relu(self.linear1(x)))  # (B, L, D)
+
+
+class DecoderLayer_builtin_sdpa(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int) -> None:
+        """The contract's pieces, both attention blocks on PyTorch's fused kernel."""
+        super().__init__()
+        self.self_attn = _FusedHeads(d_model, n_heads)
+        self.cross_attn = _FusedHeads(d_model, n_heads)
+        self.ffn = _FeedForward(d_model, d_ff)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
+
+    def forward(self, x, memory, self_mask=None, cross_mask=None):  # noqa: ANN001, ANN201
+        x = self.norm1(x + self.self_attn(x, x, x, self_mask))  # (B, L, D)
+        x = self.norm2(x + self.cross_attn(x, memory, memory, cross_mask))  # (B, L, D)
+        return self.norm3(x + self.ffn(x))  # (B, L, D)
+
+
+class DecoderLayer_builtin_multihead_attention(DecoderLayer_builtin_sdpa):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int) -> None:
+        """PyTorch's nn.MultiheadAttention for both attention blocks."""
+        super().__init__(d_model, n_heads, d_ff)
+        self.self_attn = nn.MultiheadAttention(d_model, n_heads, batch_first=True)
+        self.cross_attn = nn.MultiheadAttention(d_model, n_heads, batch_first=True)
+
+    def forward(self, x, memory, self_mask=None, cross_mask=None):  # noqa: ANN001, ANN201
+        blocked = None if self_mask is None else ~self_mask  # PyTorch's: True = blocked
+        crossed = None if cross_mask is None else ~cross_mask
+        x = self.norm1(x + self.self_attn(x, x, x, attn_mask=blocked)[0])  # (B, L, D)
+        x = self.norm2(x + self.cross_attn(x, memory, memory, attn_mask=crossed)[0])
+        return self.norm3(x + self.ffn(x))  # (B, L, D)
+
+
 DECODER_LAYER_BUGS += [
     BugVariant(
         id="decoder_layer.builtin_decoder_layer",
@@ -302,6 +350,27 @@ DECODER_LAYER_BUGS += [
         f"wire them yourself: {SUBLAYERS}.",
         impl=DecoderLayer_builtin_decoder_layer,
         calls=(nn.TransformerDecoderLayer,),
+    ),
+    BugVariant(
+        id="decoder_layer.builtin_multihead_attention",
+        item=DECODER_LAYER_ITEM,
+        description="your DecoderLayer uses PyTorch's nn.MultiheadAttention, where the "
+        "exercise asks you to use your own MultiHeadAttention",
+        advice="Paste your MultiHeadAttention from ex02 and build self_attn and cross_attn "
+        "from it.",
+        impl=DecoderLayer_builtin_multihead_attention,
+        calls=(nn.MultiheadAttention,),
+    ),
+    BugVariant(
+        id="decoder_layer.builtin_sdpa",
+        item=DECODER_LAYER_ITEM,
+        description="your DecoderLayer's attention calls PyTorch's fused "
+        "torch.nn.functional.scaled_dot_product_attention, where the exercise asks for your "
+        "own attention step",
+        advice="Paste your MultiHeadAttention from ex02, whose attention you wrote with matmul, "
+        "masking and softmax.",
+        impl=DecoderLayer_builtin_sdpa,
+        calls=(F.scaled_dot_product_attention,),
     ),
 ]
 

@@ -51,6 +51,9 @@ def test_the_habits_cover_every_new_id():
         "enc.builtin_encoder_layer",
         "enc.builtin_multihead_attention",
         "decoder_layer.builtin_decoder_layer",
+        "decoder_layer.builtin_multihead_attention",
+        "decoder_layer.builtin_sdpa",
+        "enc.builtin_sdpa",
         "label_smoothing.builtin_cross_entropy",
         "parameter_count.builds_torch_transformer",
     } <= named
