@@ -93,14 +93,10 @@ class MultiHeadAttention_no_bias(HeadsBlock):
         self.out_proj = nn.Linear(d_model, d_model, bias=False)
 
 
-class MultiHeadAttention_no_qkv_bias(HeadsBlock):
+class MultiHeadAttention_no_qkv_bias(MultiHeadAttention_no_bias):
     def __init__(self, d_model: int, n_heads: int) -> None:
         """Q, K and V without biases, the output projection with one (qkv_bias=False)."""
-        nn.Module.__init__(self)
-        self.n_heads = n_heads
-        self.q_proj = nn.Linear(d_model, d_model, bias=False)
-        self.k_proj = nn.Linear(d_model, d_model, bias=False)
-        self.v_proj = nn.Linear(d_model, d_model, bias=False)
+        super().__init__(d_model, n_heads)
         self.out_proj = nn.Linear(d_model, d_model)
 
 

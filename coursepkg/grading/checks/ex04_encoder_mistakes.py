@@ -1,9 +1,12 @@
 """The catalogue of ex04_encoder: the known mistakes of LayerNorm, the feed-forward network and
-the encoder layer's wiring. Each is a wrong forward: a subclass of the correct module written
-here (:class:`_Norm`, :class:`_FeedForward`, :class:`_Encoder`, with the reference's parameter
-names) that overrides ``forward`` (the evidence: the check builds it with the student's
-arguments, gives it the reference's weights, reruns it on the student's inputs and compares
-outputs), with its id and the story and advice a student reads when their output matches it.
+the encoder layer's wiring. Each is a wrong forward: a subclass of a correct module (written here,
+:class:`_Norm` and :class:`_Encoder`, or shared, the framework's :class:`FeedForwardBlock`, all
+with the reference's parameter names) that overrides ``forward`` (the evidence: the check builds
+it with the student's arguments, gives it the reference's weights, reruns it on the student's
+inputs and compares outputs), with its id and the story and advice a student reads when their
+output matches it. A mistake that leaves out parameters or fixes a width is named by the
+parameter count and the student's module's own behaviour (``shows``), one that calls a built-in
+by that call (``calls``).
 :func:`coursepkg.grading.framework.analyse_norm` also reads a LayerNorm's mistake from the
 student's module itself.
 
@@ -18,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..framework import BugVariant, HeadsBlock, call_student, materialise_lazy
+from ..framework import BugVariant, FeedForwardBlock, HeadsBlock, call_student, materialise_lazy
 
 __all__ = ["BUGS", "ENC_BUGS", "ENC_ITEM", "FFN_BUGS", "FFN_ITEM", "LN_BUGS", "LN_ITEM"]
 
@@ -95,30 +98,17 @@ class LayerNorm_default_eps(_Norm):
     default_eps = 1e-12  # BERT's
 
 
-class _FeedForward(nn.Module):
-    """The correct feed-forward network, with the reference's parameter names; each
-    catalogued mistake overrides its forward."""
-
-    def __init__(self, d_model: int, d_ff: int) -> None:
-        super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(F.relu(self.linear1(x)))  # (B, L, D)
-
-
-class PositionwiseFeedForward_no_activation(_FeedForward):
+class PositionwiseFeedForward_no_activation(FeedForwardBlock):
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.linear1(x))  # (B, L, D)
 
 
-class PositionwiseFeedForward_activation_after_output(_FeedForward):
+class PositionwiseFeedForward_activation_after_output(FeedForwardBlock):
     def forward(self, x: Tensor) -> Tensor:
         return F.relu(self.linear2(self.linear1(x)))  # (B, L, D)
 
 
-class PositionwiseFeedForward_gelu_instead_of_relu(_FeedForward):
+class PositionwiseFeedForward_gelu_instead_of_relu(FeedForwardBlock):
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(F.gelu(self.linear1(x)))  # (B, L, D)
 
@@ -138,7 +128,7 @@ class LayerNorm_builtin_function(_Norm):
         return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)  # (..., D)
 
 
-class PositionwiseFeedForward_no_bias(_FeedForward):
+class PositionwiseFeedForward_no_bias(FeedForwardBlock):
     def __init__(self, d_model: int, d_ff: int) -> None:
         """Both linear layers without biases (bias=False)."""
         nn.Module.__init__(self)
@@ -146,7 +136,7 @@ class PositionwiseFeedForward_no_bias(_FeedForward):
         self.linear2 = nn.Linear(d_ff, d_model, bias=False)
 
 
-class PositionwiseFeedForward_fixed_width_4d(_FeedForward):
+class PositionwiseFeedForward_fixed_width_4d(FeedForwardBlock):
     def __init__(self, d_model: int, d_ff: int) -> None:
         """A hidden layer of 4 * d_model whatever d_ff says (GPT-2's MLP)."""
         nn.Module.__init__(self)
@@ -323,7 +313,7 @@ class _Encoder(nn.Module):
     def __init__(self, d_model: int, n_heads: int, d_ff: int) -> None:
         super().__init__()
         self.self_attn = HeadsBlock(d_model, n_heads)
-        self.ffn = _FeedForward(d_model, d_ff)
+        self.ffn = FeedForwardBlock(d_model, d_ff)
         self.norm1 = _Norm(d_model)
         self.norm2 = _Norm(d_model)
 

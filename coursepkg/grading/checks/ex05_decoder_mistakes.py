@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..framework import BugVariant, HeadsBlock
+from ..framework import BugVariant, FeedForwardBlock, HeadsBlock
 
 __all__ = [
     "BUGS",
@@ -300,28 +300,22 @@ class _FusedHeads(HeadsBlock):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, L, Dk)
 
 
-class _FeedForward(nn.Module):
-    def __init__(self, d_model: int, d_ff: int) -> None:
-        super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(torch.relu(self.linear1(x)))  # (B, L, D)
-
-
 class DecoderLayer_builtin_sdpa(nn.Module):
     def __init__(self, d_model: int, n_heads: int, d_ff: int) -> None:
         """The contract's pieces, both attention blocks on PyTorch's fused kernel."""
         super().__init__()
         self.self_attn = _FusedHeads(d_model, n_heads)
         self.cross_attn = _FusedHeads(d_model, n_heads)
-        self.ffn = _FeedForward(d_model, d_ff)
+        self.ffn = FeedForwardBlock(d_model, d_ff)
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
 
+    def attend(self, block: nn.Module, query: Tensor, memory: Tensor, mask: Tensor | None):
+        """One attention sub-layer: the course's block takes the course's mask."""
+        return block(query, memory, memory, mask)  # (B, L, D)
+
     def forward(self, x, memory, self_mask=None, cross_mask=None):  # noqa: ANN001, ANN201
-        x = self.norm1(x + self.self_attn(x, x, x, self_mask))  # (B, L, D)
-        x = self.norm2(x + self.cross_attn(x, memory, memory, cross_mask))  # (B, L, D)
+        x = self.norm1(x + self.attend(self.self_attn, x, x, self_mask))  # (B, L, D)
+        x = self.norm2(x + self.attend(self.cross_attn, x, memory, cross_mask))  # (B, L, D)
         return self.norm3(x + self.ffn(x))  # (B, L, D)
 
 
@@ -332,12 +326,10 @@ class DecoderLayer_builtin_multihead_attention(DecoderLayer_builtin_sdpa):
         self.self_attn = nn.MultiheadAttention(d_model, n_heads, batch_first=True)
         self.cross_attn = nn.MultiheadAttention(d_model, n_heads, batch_first=True)
 
-    def forward(self, x, memory, self_mask=None, cross_mask=None):  # noqa: ANN001, ANN201
-        blocked = None if self_mask is None else ~self_mask  # PyTorch's: True = blocked
-        crossed = None if cross_mask is None else ~cross_mask
-        x = self.norm1(x + self.self_attn(x, x, x, attn_mask=blocked)[0])  # (B, L, D)
-        x = self.norm2(x + self.cross_attn(x, memory, memory, attn_mask=crossed)[0])
-        return self.norm3(x + self.ffn(x))  # (B, L, D)
+    def attend(self, block: nn.Module, query: Tensor, memory: Tensor, mask: Tensor | None):
+        """PyTorch's block takes the opposite mask (True = blocked) and returns a pair."""
+        blocked = None if mask is None else ~mask
+        return block(query, memory, memory, attn_mask=blocked, need_weights=False)[0]
 
 
 DECODER_LAYER_BUGS += [

@@ -109,7 +109,7 @@ from .results import (
     diagnosis_message,
     run_check,
 )
-from .variants import HeadsBlock, masked_attention
+from .variants import FeedForwardBlock, HeadsBlock, masked_attention
 from .weights import (
     NAMING_CONTRACT,
     build_module,
@@ -146,6 +146,7 @@ __all__ = [
     "CheckReport",
     "CheckResult",
     "CheckerError",
+    "FeedForwardBlock",
     "ForbiddenCall",
     "NotImplementedYet",
     "Piece",

@@ -1,8 +1,8 @@
 """The correct blocks that catalogues build their known mistakes from, shared by several
-assignments: the masked attention kernel and a multi-head attention block written in steps
-(project, split the heads, attend, merge the heads, project out). A catalogued mistake is a
-subclass that overrides the one step it gets wrong (ex02's catalogue); the encoder's wiring
-mistakes use the block as it is.
+assignments: the masked attention kernel, a multi-head attention block written in steps
+(project, split the heads, attend, merge the heads, project out) and the feed-forward network.
+A catalogued mistake is a subclass that overrides the one step it gets wrong (ex02's and
+ex04's catalogues); the layers' wiring mistakes use the blocks as they are.
 
 Dimension legend: B batch, H heads, L queries, S keys, D d_model, Dk per-head size.
 """
@@ -14,7 +14,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-__all__ = ["HeadsBlock", "masked_attention"]
+__all__ = ["FeedForwardBlock", "HeadsBlock", "masked_attention"]
 
 
 def masked_attention(
@@ -66,3 +66,17 @@ class HeadsBlock(nn.Module):
         k = self.split(self.k_proj(key))  # (B, H, S, Dk)
         v = self.split(self.v_proj(value))  # (B, H, S, Dk)
         return self.project_out(self.merge(self.attend(q, k, v, mask)))  # (B, L, D)
+
+
+class FeedForwardBlock(nn.Module):
+    """The position-wise feed-forward network ``(d_model, d_ff)`` with the reference's
+    parameter names (``linear1``, ReLU, ``linear2``); ex04's catalogued mistakes override its
+    forward or its widths, and ex05's layer variants are built on it."""
+
+    def __init__(self, d_model: int, d_ff: int) -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(torch.relu(self.linear1(x)))  # (B, L, D)

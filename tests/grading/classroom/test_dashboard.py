@@ -11,7 +11,6 @@ import re
 
 import grading_corpus as corpus
 import pytest
-import torch
 
 from coursepkg.grading import registered_checks
 from coursepkg.grading.classroom.dashboard import build_dashboard
@@ -19,14 +18,6 @@ from coursepkg.grading.classroom.reports import diagnoses_in
 
 HABITS = [e for e in corpus.CORPUS if e.id.startswith("habit.")]
 ASSIGNMENT = {entry.name: entry.assignment for entry in registered_checks()}
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
