@@ -27,7 +27,7 @@ from .attention import (
     attention_fast,
     scaled_dot_product_attention,
 )
-from .config import TransformerConfig
+from .config import HFOptions, TransformerConfig
 from .decoding import beam_search, greedy_decode
 from .encoder_only import EncoderOnlyLM
 from .kv_cache import KVCache
@@ -51,6 +51,7 @@ __all__ = [
     "EncoderDecoder",
     "EncoderLayer",
     "EncoderOnlyLM",
+    "HFOptions",
     "KVCache",
     "LabelSmoothingLoss",
     "LayerNorm",

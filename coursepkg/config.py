@@ -1,14 +1,72 @@
-"""Model configuration: one frozen dataclass shared by every model in the package."""
+"""Model configuration: one frozen dataclass shared by every model in the package, and the
+options only Hugging Face's models need, grouped apart in :class:`HFOptions`."""
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 _POSITIONAL = ("sinusoidal", "learned")
 _ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 _SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
 _NORMS = ("layernorm", "rmsnorm")
+
+
+# The models that build each HFOptions field; any other model given it off its default raises.
+_HF_BUILT_BY = {
+    "n_token_types": ("EncoderOnlyLM",),
+    "embed_norm": ("EncoderOnlyLM",),
+    "pooler": ("EncoderOnlyLM",),
+    "mlm_head": ("EncoderOnlyLM",),
+    "logits_bias": ("Transformer", "DecoderOnlyLM"),
+}
+
+
+@dataclass(frozen=True)
+class HFOptions:
+    """What Hugging Face's BERT and Marian have beyond the paper, kept apart from it.
+
+    They exist to load those checkpoints exactly (:mod:`coursepkg.interop`); the defaults add
+    nothing. ``TransformerConfig(..., hf=HFOptions(n_token_types=2, embed_norm=True))`` is a
+    BERT-style configuration.
+
+    Raises:
+        ValueError: for a value of the wrong kind, naming the field (``hf.n_token_types``).
+    """
+
+    n_token_types: int = 0  # segment (token type) embeddings added to the input (BERT: 2)
+    embed_norm: bool = False  # LayerNorm on the summed input embeddings (BERT)
+    pooler: bool = False  # tanh-dense "pooler" on the first token (BERT's BertModel)
+    mlm_head: bool = True  # the masked-LM head: dense, act, norm, output (BertForMaskedLM)
+    logits_bias: bool = False  # a fixed bias buffer added to the output logits (Marian)
+
+    def __post_init__(self) -> None:
+        n = self.n_token_types
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"hf.n_token_types must be an integer >= 0, got {n!r}")
+        for name in ("embed_norm", "pooler", "mlm_head", "logits_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"hf.{name} must be True or False, got {getattr(self, name)!r}")
+
+    @classmethod
+    def from_mapping(cls, options: Mapping) -> HFOptions:
+        """The options of a mapping such as ``dataclasses.asdict`` writes, naming unknown keys."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(f"hf has no options {unknown}; expected some of {sorted(known)}")
+        return cls(**options)
+
+    def reject_unsupported(self, model: str) -> None:
+        """Fail for an option, off its default, that ``model`` (a class name) does not build."""
+        for f in dataclasses.fields(self):
+            value, built_by = getattr(self, f.name), _HF_BUILT_BY[f.name]
+            if value != f.default and model not in built_by:
+                raise ValueError(
+                    f"{model} does not support hf.{f.name}={value!r} "
+                    f"(only {' and '.join(built_by)} build{'s' if len(built_by) == 1 else ''} it)"
+                )
 
 
 @dataclass(frozen=True)
@@ -17,7 +75,8 @@ class TransformerConfig:
 
     The defaults are the paper's *base* model. ``d_k`` and ``d_v`` default to
     ``d_model // n_heads``; set them explicitly to explore the rows of Table 3 that vary them
-    (then ``d_model`` need not be divisible by ``n_heads``).
+    (then ``d_model`` need not be divisible by ``n_heads``). What only Hugging Face's models
+    need (BERT's token types, pooler and masked-LM head, Marian's logits bias) is in ``hf``.
 
     Raises:
         ValueError: if the combination is impossible, naming the field, the expected and the
@@ -50,11 +109,7 @@ class TransformerConfig:
     scale_embeddings: bool = True  # multiply token embeddings by sqrt(D) (Sec. 3.4; not GPT/BERT)
     sinusoidal_layout: str = "interleaved"  # "interleaved": sin, cos, sin, ... (Eq. of Sec. 3.5);
     # "halves": all sines, then all cosines (tensor2tensor, Marian)
-    n_token_types: int = 0  # segment (token type) embeddings added to the input (BERT: 2)
-    embed_norm: bool = False  # LayerNorm on the summed input embeddings (BERT)
-    logits_bias: bool = False  # a fixed bias buffer added to the output logits (Marian)
-    pooler: bool = False  # encoder-only models: tanh-dense "pooler" on the first token (BERT)
-    mlm_head: bool = True  # encoder-only models: the masked-LM head (dense, act, norm, output)
+    hf: HFOptions = field(default_factory=HFOptions)  # what only Hugging Face models need
     # ----- today's decoders (Llama, Mistral, Qwen3) ---------------------------------------------
     # Options that turn the 2017 block into a Llama-style one; the defaults keep the paper's.
     norm: str = "layernorm"  # every norm: "layernorm" (gain and shift) or "rmsnorm" (gain only,
@@ -93,12 +148,10 @@ class TransformerConfig:
                 f"sinusoidal_layout must be one of {_SINUSOIDAL_LAYOUTS}, "
                 f"got {self.sinusoidal_layout!r}"
             )
-        if (
-            isinstance(self.n_token_types, bool)
-            or not isinstance(self.n_token_types, int)
-            or self.n_token_types < 0
-        ):
-            raise ValueError(f"n_token_types must be an integer >= 0, got {self.n_token_types!r}")
+        if isinstance(self.hf, Mapping):  # as dataclasses.asdict writes it (checkpoints, YAML)
+            object.__setattr__(self, "hf", HFOptions.from_mapping(self.hf))
+        if not isinstance(self.hf, HFOptions):
+            raise ValueError(f"hf must be an HFOptions, got {type(self.hf).__name__}")
         if self.layer_norm_eps <= 0:
             raise ValueError(f"layer_norm_eps must be > 0, got {self.layer_norm_eps}")
         if self.pad_id is not None and not (0 <= self.pad_id < self.vocab_size):

@@ -33,7 +33,7 @@ class MaskedLMHead(nn.Module):
         if config.activation not in ACTIVATIONS:  # the head's dense layer has no gate branch
             raise ValueError(
                 f"the masked-LM head needs an ungated activation, one of {tuple(ACTIVATIONS)}, "
-                f"got activation={config.activation!r}; set mlm_head=False or change activation"
+                f"got activation={config.activation!r}; set hf.mlm_head=False or change activation"
             )
         self.activation = ACTIVATIONS[config.activation]
         self.norm = make_norm(config.norm, d, config.layer_norm_eps, config.bias)
@@ -48,13 +48,14 @@ class EncoderOnlyLM(nn.Module):
     """An encoder-only (BERT-style) model: embeddings, N encoder layers, and heads.
 
     The input is token + position (+ token type) embeddings, optionally normalised
-    (``embed_norm``); the encoder sees every position (no causal mask). With ``mlm_head`` the
-    output is masked-LM logits, otherwise the hidden states; with ``pooler``, :meth:`pool`
-    gives BERT's tanh(W h_0 + b) summary of the first token.
+    (``hf.embed_norm``); the encoder sees every position (no causal mask). With ``hf.mlm_head``
+    the output is masked-LM logits, otherwise the hidden states; with ``hf.pooler``,
+    :meth:`pool` gives BERT's tanh(W h_0 + b) summary of the first token.
 
     Args:
         config: the hyper-parameters; BERT uses ``positional="learned"``,
-            ``scale_embeddings=False``, ``n_token_types=2``, ``embed_norm=True``, post-LN.
+            ``scale_embeddings=False``, post-LN, and
+            ``hf=HFOptions(n_token_types=2, embed_norm=True)``.
 
     Submodules ``embed``, ``positions``, ``token_types`` (None without token types),
     ``embed_norm`` (None without), ``encoder``, ``pooler`` (None without), ``head``
@@ -65,20 +66,19 @@ class EncoderOnlyLM(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         config.reject_sliding_window("EncoderOnlyLM")
+        config.hf.reject_unsupported("EncoderOnlyLM")
         self.config = config
-        d = config.d_model
+        d, hf = config.d_model, config.hf
         self.embed = token_embedding(config, config.vocab_size)
         self.positions = make_positions(config)
-        self.token_types = nn.Embedding(config.n_token_types, d) if config.n_token_types else None
+        self.token_types = nn.Embedding(hf.n_token_types, d) if hf.n_token_types else None
         self.embed_norm = (
-            make_norm(config.norm, d, config.layer_norm_eps, config.bias)
-            if config.embed_norm
-            else None
+            make_norm(config.norm, d, config.layer_norm_eps, config.bias) if hf.embed_norm else None
         )
         self.dropout = nn.Dropout(config.dropout)
         self.encoder = Encoder(config)
-        self.pooler = nn.Linear(d, d, bias=config.bias) if config.pooler else None
-        self.head = MaskedLMHead(config) if config.mlm_head else None
+        self.pooler = nn.Linear(d, d, bias=config.bias) if hf.pooler else None
+        self.head = MaskedLMHead(config) if hf.mlm_head else None
         init_linear_weights(self)
         if self.head is not None and config.tie_embeddings:
             self.head.output.weight = self.embed.weight
@@ -94,7 +94,7 @@ class EncoderOnlyLM(nn.Module):
         Args:
             tokens: ids.
             token_mask: bool, True = real token (derived from ``pad_id`` when omitted).
-            token_types: segment ids in [0, n_token_types) (default all 0).
+            token_types: segment ids in [0, hf.n_token_types) (default all 0).
 
         Shape:
             tokens (B, L) -> (B, L, D).
@@ -106,11 +106,11 @@ class EncoderOnlyLM(nn.Module):
             check_token_mask("token_mask", token_mask, tuple(tokens.shape))
         x = self.positions(self.embed._forward(tokens))  # (B, L, D)
         if token_types is not None and self.token_types is None:
-            raise ValueError("token_types given, but the config has n_token_types=0")
+            raise ValueError("token_types given, but the config has hf.n_token_types=0")
         if self.token_types is not None:
             if token_types is None:
                 token_types = torch.zeros_like(tokens)  # (B, L)
-            check_tokens("token_types", token_types, self.config.n_token_types)
+            check_tokens("token_types", token_types, self.config.hf.n_token_types)
             if token_types.shape != tokens.shape:
                 raise ValueError(
                     f"token_types must have the shape of tokens {tuple(tokens.shape)}, "
@@ -128,7 +128,7 @@ class EncoderOnlyLM(nn.Module):
             (B, L, D) -> (B, D).
         """
         if self.pooler is None:
-            raise ValueError("this model has no pooler; build it with pooler=True")
+            raise ValueError("this model has no pooler; build it with hf=HFOptions(pooler=True)")
         return torch.tanh(self.pooler(hidden[:, 0]))  # (B, D)
 
     def forward(
@@ -137,7 +137,7 @@ class EncoderOnlyLM(nn.Module):
         token_mask: Tensor | None = None,
         token_types: Tensor | None = None,
     ) -> Tensor:
-        """Masked-LM logits (with ``mlm_head``), else the hidden states.
+        """Masked-LM logits (with ``hf.mlm_head``), else the hidden states.
 
         Args: as :meth:`encode`.
 

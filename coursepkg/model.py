@@ -107,19 +107,9 @@ def token_embedding(config: TransformerConfig, vocab_size: int) -> TokenEmbeddin
     return TokenEmbedding(vocab_size, config.d_model, config.scale_embeddings)
 
 
-def _reject_encoder_only_options(config: TransformerConfig, model: str) -> None:
-    # Token types and an embedding LayerNorm are built only by EncoderOnlyLM (BERT).
-    for name in ("n_token_types", "embed_norm"):
-        if getattr(config, name):
-            raise ValueError(
-                f"{model} does not support {name}={getattr(config, name)!r} "
-                "(only EncoderOnlyLM has token-type embeddings and an embedding LayerNorm)"
-            )
-
-
 def _logits_bias(module: nn.Module, config: TransformerConfig) -> None:
     # A fixed (not trained) bias on the logits, as Marian's final_logits_bias; None when absent.
-    bias = torch.zeros(config.vocab_size) if config.logits_bias else None
+    bias = torch.zeros(config.vocab_size) if config.hf.logits_bias else None
     module.register_buffer("logits_bias", bias)
 
 
@@ -306,7 +296,7 @@ class Transformer(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        _reject_encoder_only_options(config, "Transformer")
+        config.hf.reject_unsupported("Transformer")
         self.config = config
         self.src_embed = token_embedding(config, config.source_vocab_size)
         self.tgt_embed = (
@@ -451,7 +441,7 @@ class DecoderOnlyLM(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        _reject_encoder_only_options(config, "DecoderOnlyLM")
+        config.hf.reject_unsupported("DecoderOnlyLM")
         self.config = config
         self.embed = token_embedding(config, config.vocab_size)
         self.positions = make_positions(config)

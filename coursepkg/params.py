@@ -51,7 +51,7 @@ def parameter_breakdown(
         model: ``"encoder-decoder"`` (:class:`~coursepkg.Transformer`), ``"decoder-only"``
             (:class:`~coursepkg.DecoderOnlyLM`) or ``"encoder-only"``
             (:class:`~coursepkg.EncoderOnlyLM`, BERT-style: token types, embedding norm,
-            pooler and masked-LM head as the config says).
+            pooler and masked-LM head as ``config.hf`` says).
 
     Returns:
         An ordered mapping part -> count whose values sum to :func:`count_parameters`.
@@ -75,14 +75,15 @@ def parameter_breakdown(
         out["output_head"] = 0 if config.tie_embeddings else v * d
         return out
     if model == "encoder-only":
+        hf = config.hf
         out["embeddings"] = v * d
         out["positions"] = positions
-        out["token_types"] = config.n_token_types * d
-        out["embed_norm"] = ln if config.embed_norm else 0
+        out["token_types"] = hf.n_token_types * d
+        out["embed_norm"] = ln if hf.embed_norm else 0
         out["layers"] = config.n_layers * (attn + ffn + 2 * ln) + final
-        out["pooler"] = (d * d + (d if config.bias else 0)) if config.pooler else 0
+        out["pooler"] = (d * d + (d if config.bias else 0)) if hf.pooler else 0
         head = 0
-        if config.mlm_head:  # dense D x D, LayerNorm, output D x V (unless tied), output bias
+        if hf.mlm_head:  # dense D x D, LayerNorm, output D x V (unless tied), output bias
             dense = d * d + (d if config.bias else 0)
             output = (0 if config.tie_embeddings else v * d) + (v if config.bias else 0)
             head = dense + ln + output

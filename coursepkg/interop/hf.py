@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..config import TransformerConfig
+from ..config import HFOptions, TransformerConfig
 from ..encoder_only import EncoderOnlyLM
 from ..layers import LayerNorm
 from ..model import DecoderOnlyLM, Transformer
@@ -206,7 +206,7 @@ def to_hf_gpt2(lm: DecoderOnlyLM) -> nn.Module:
         positional="learned",
         scale_embeddings=False,
         bias=True,
-        logits_bias=False,
+        hf=HFOptions(),
         head_dim_k=c.d_model // c.n_heads,
         head_dim_v=c.d_model // c.n_heads,
     )
@@ -285,10 +285,9 @@ def bert_config(hf_config: Any, mlm_head: bool = True, pooler: bool = False) -> 
         activation=_activation(c.hidden_act, "BERT"),
         layer_norm_eps=c.layer_norm_eps,
         scale_embeddings=False,
-        n_token_types=c.type_vocab_size,
-        embed_norm=True,
-        pooler=pooler,
-        mlm_head=mlm_head,
+        hf=HFOptions(
+            n_token_types=c.type_vocab_size, embed_norm=True, pooler=pooler, mlm_head=mlm_head
+        ),
     )
 
 
@@ -424,7 +423,7 @@ def marian_config(
         tie_embeddings=tie,
         activation=_activation(c.activation_function, "Marian"),
         pad_id=c.pad_token_id,
-        logits_bias=True,
+        hf=HFOptions(logits_bias=True),
     )
 
 

@@ -9,6 +9,7 @@ checks the digest, so a damaged file is reported as such instead of loading garb
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import os
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from coursepkg.config import HFOptions
 
 __all__ = ["CheckpointError", "load_checkpoint", "save_checkpoint"]
 
@@ -71,9 +74,10 @@ def check_compatible(saved: dict[str, Any], current: dict[str, Any], path: str |
     """Raise :class:`CheckpointError` naming each setting where ``saved`` and ``current`` differ.
 
     Nested settings (the model's config) are compared key by key, so the message names only
-    the keys that differ (``config.d_model: checkpoint 64, now 32``).
+    the keys that differ (``config.d_model: checkpoint 64, now 32``). A checkpoint written
+    before the Hugging Face options moved into ``config.hf`` is read as if written after.
     """
-    saved, current = _flatten(saved), _flatten(current)
+    saved, current = _flatten(_hf_options_nested(saved)), _flatten(current)
     missing = object()
     keys = [
         k
@@ -86,6 +90,18 @@ def check_compatible(saved: dict[str, Any], current: dict[str, Any], path: str |
             f"{path} belongs to a run with other settings ({'; '.join(diffs)}); use the same "
             "settings to resume, or another --out for a new run"
         )
+
+
+def _hf_options_nested(settings: dict[str, Any]) -> dict[str, Any]:
+    """``{"config": {"pooler": False, ...}}`` (older checkpoints) -> ``{"config": {"hf":
+    {"pooler": False}, ...}}``, as :class:`~coursepkg.TransformerConfig` now nests them."""
+    config = settings.get("config")
+    if not isinstance(config, dict) or "hf" in config:
+        return settings
+    names = {f.name for f in dataclasses.fields(HFOptions)}
+    hf = {k: v for k, v in config.items() if k in names}
+    rest = {k: v for k, v in config.items() if k not in names}
+    return {**settings, "config": {**rest, "hf": hf}} if hf else settings
 
 
 def _flatten(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""TransformerConfig: defaults, derived sizes, presets, immutability (errors: test_errors.py)."""
+"""TransformerConfig: defaults, derived sizes, presets, immutability, the nested Hugging Face
+options (errors: test_errors.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from coursepkg import TransformerConfig
+from coursepkg import HFOptions, TransformerConfig
 
 
 def test_defaults_are_the_paper_base_model() -> None:
@@ -25,6 +26,31 @@ def test_config_is_frozen_and_replace_copies() -> None:
     assert d.d_model == 32 and c.d_model == 16
     assert d.replace(d_model=16) == c
     assert hash(d.replace(d_model=16)) == hash(c)
+
+
+def test_hf_options_are_nested_and_a_config_round_trips_through_a_dict() -> None:
+    hf_names = {f.name for f in dataclasses.fields(HFOptions)}
+    assert not hf_names & {f.name for f in dataclasses.fields(TransformerConfig)}
+    c = TransformerConfig(vocab_size=11, hf=HFOptions(n_token_types=2, pooler=True))
+    as_dict = dataclasses.asdict(c)  # what a checkpoint stores
+    assert as_dict["hf"] == dict(
+        n_token_types=2, embed_norm=False, pooler=True, mlm_head=True, logits_bias=False
+    )
+    again = TransformerConfig(**as_dict)  # a mapping is read as HFOptions
+    assert again == c and isinstance(again.hf, HFOptions) and hash(again) == hash(c)
+    assert c.replace(d_model=64).hf is c.hf
+    assert TransformerConfig(vocab_size=11).hf == HFOptions()
+
+
+def test_bad_hf_options_are_named() -> None:
+    with pytest.raises(ValueError, match=r"hf has no options \['pooller'\]"):
+        TransformerConfig(vocab_size=11, hf={"pooller": True})
+    with pytest.raises(ValueError, match="hf must be an HFOptions, got bool"):
+        TransformerConfig(vocab_size=11, hf=True)
+    with pytest.raises(ValueError, match="hf.pooler must be True or False, got 1"):
+        HFOptions(pooler=1)
+    with pytest.raises(TypeError, match="pooler"):  # the spelling before the options moved
+        TransformerConfig(vocab_size=11, pooler=True)
 
 
 def test_replace_validates_again() -> None:

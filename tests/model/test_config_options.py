@@ -1,9 +1,11 @@
 """The TransformerConfig options that published models need (GPT-2, BERT, Marian), each tested
-on its own: activations, embedding scale, sinusoidal layout, token types and embedding norm,
-logits bias, pooler and masked-LM head; plus the preallocated KV cache."""
+on its own: activations, embedding scale, sinusoidal layout, and the Hugging Face options of
+``config.hf`` (token types and embedding norm, logits bias, pooler and masked-LM head, each
+built by its models only); plus the preallocated KV cache."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -14,6 +16,7 @@ from torch.testing import assert_close
 from coursepkg import (
     DecoderOnlyLM,
     EncoderOnlyLM,
+    HFOptions,
     KVCache,
     Transformer,
     TransformerConfig,
@@ -29,6 +32,10 @@ TINY = dict(vocab_size=13, d_model=8, n_heads=2, d_ff=12, n_layers=2, dropout=0.
 
 def _cfg(**kw) -> TransformerConfig:
     return TransformerConfig(**{**TINY, **kw})
+
+
+def _hf(**options) -> TransformerConfig:
+    return _cfg(hf=HFOptions(**options))
 
 
 def _n_params(model: torch.nn.Module) -> int:
@@ -89,7 +96,7 @@ def test_sinusoidal_halves_layout_is_a_column_permutation(d_model) -> None:
 
 # ------------------------------------------------------------- token types, embedding norm
 def test_token_types_and_embed_norm_in_the_encoder_only_model() -> None:
-    config = _cfg(positional="learned", n_token_types=3, embed_norm=True)
+    config = _cfg(positional="learned", hf=HFOptions(n_token_types=3, embed_norm=True))
     model = EncoderOnlyLM(config).eval()
     tokens = torch.randint(0, 13, (2, 6))
     types = torch.randint(0, 3, (2, 6))
@@ -103,21 +110,43 @@ def test_token_types_and_embed_norm_in_the_encoder_only_model() -> None:
         assert_close(model.encode(tokens), model.encode(tokens, token_types=zeros))
     with pytest.raises(ValueError, match="token_types holds id 3"):
         model(tokens, token_types=torch.full_like(types, 3))
-    with pytest.raises(ValueError, match="n_token_types"):
-        _cfg(n_token_types=-1)
+    with pytest.raises(ValueError, match="hf.n_token_types must be an integer >= 0, got -1"):
+        _hf(n_token_types=-1)
 
 
-@pytest.mark.parametrize("option", [dict(n_token_types=2), dict(embed_norm=True)])
-@pytest.mark.parametrize("cls", [Transformer, DecoderOnlyLM])
-def test_encoder_only_options_are_rejected_elsewhere(option, cls) -> None:
-    with pytest.raises(ValueError, match="only EncoderOnlyLM"):
-        cls(_cfg(**option))
+# Each option off its default, and the models that build it.
+_OFF_DEFAULT = {
+    "n_token_types": (2, {EncoderOnlyLM}),
+    "embed_norm": (True, {EncoderOnlyLM}),
+    "pooler": (True, {EncoderOnlyLM}),
+    "mlm_head": (False, {EncoderOnlyLM}),
+    "logits_bias": (True, {Transformer, DecoderOnlyLM}),
+}
+
+
+def test_every_hf_option_says_which_models_build_it() -> None:
+    assert set(_OFF_DEFAULT) == {f.name for f in dataclasses.fields(HFOptions)}
+
+
+@pytest.mark.parametrize("name", sorted(_OFF_DEFAULT))
+@pytest.mark.parametrize("cls", [Transformer, DecoderOnlyLM, EncoderOnlyLM])
+def test_an_hf_option_is_built_by_its_models_and_rejected_by_the_others(name, cls) -> None:
+    value, builders = _OFF_DEFAULT[name]
+    cls(_cfg())  # the defaults add nothing, so every model takes them
+    config = _hf(**{name: value})
+    if cls in builders:
+        cls(config)
+        return
+    with pytest.raises(ValueError, match=f"{cls.__name__} does not support hf.{name}=") as err:
+        cls(config)
+    only = str(err.value).split("(only ")[1]
+    assert all(b.__name__ in only for b in builders)
 
 
 # ---------------------------------------------------------------------------- logits bias
 @pytest.mark.parametrize("cls", [Transformer, DecoderOnlyLM])
 def test_logits_bias_is_a_fixed_buffer_added_to_the_logits(cls) -> None:
-    model = cls(_cfg(logits_bias=True)).eval()
+    model = cls(_hf(logits_bias=True)).eval()
     assert "logits_bias" in dict(model.named_buffers())
     assert _n_params(model) == _n_params(cls(_cfg()))  # not a trained parameter
     tokens = torch.randint(0, 13, (2, 5))
@@ -132,31 +161,31 @@ def test_logits_bias_is_a_fixed_buffer_added_to_the_logits(cls) -> None:
 
 # ------------------------------------------------------------------ pooler and masked-LM head
 @pytest.mark.parametrize(
-    "kw",
+    ("kw", "hf"),
     [
-        dict(),
-        dict(pooler=True),
-        dict(mlm_head=False),
-        dict(tie_embeddings=False, pooler=True),
-        dict(bias=False, n_token_types=2, embed_norm=True, positional="learned"),
-        dict(final_norm=True, norm_first=True),
+        (dict(), dict()),
+        (dict(), dict(pooler=True)),
+        (dict(), dict(mlm_head=False)),
+        (dict(tie_embeddings=False), dict(pooler=True)),
+        (dict(bias=False, positional="learned"), dict(n_token_types=2, embed_norm=True)),
+        (dict(final_norm=True, norm_first=True), dict()),
     ],
 )
-def test_encoder_only_closed_form_count_and_outputs(kw) -> None:
-    config = _cfg(**kw)
+def test_encoder_only_closed_form_count_and_outputs(kw, hf) -> None:
+    config = _cfg(**kw, hf=HFOptions(**hf))
     model = EncoderOnlyLM(config).eval()
     assert count_parameters(config, "encoder-only") == _n_params(model)
     assert sum(parameter_breakdown(config, "encoder-only").values()) == _n_params(model)
     tokens = torch.randint(0, 13, (3, 7))
     with torch.no_grad():
         out = model(tokens)
-        assert out.shape == ((3, 7, 13) if config.mlm_head else (3, 7, 8))
-        if config.pooler:
+        assert out.shape == ((3, 7, 13) if config.hf.mlm_head else (3, 7, 8))
+        if config.hf.pooler:
             pooled = model.pool(model.encode(tokens))
             assert pooled.shape == (3, 8) and pooled.abs().max() <= 1  # tanh
-    if config.mlm_head and config.tie_embeddings:
+    if config.hf.mlm_head and config.tie_embeddings:
         assert model.head.output.weight is model.embed.weight
-    if not config.pooler:
+    if not config.hf.pooler:
         with pytest.raises(ValueError, match="no pooler"):
             model.pool(torch.zeros(1, 2, 8))
 

@@ -121,6 +121,26 @@ def test_other_settings_or_a_damaged_checkpoint_are_refused(corpus, tmp_path):
         load_checkpoint(path)
 
 
+def test_a_checkpoint_from_before_the_hf_options_moved_resumes(corpus, tmp_path):
+    # Checkpoints written before config.hf kept its options flat: config.logits_bias, ...
+    part = tiny(corpus, tmp_path / "part", stop_after=6)
+    train(part, progress=False)
+    path = tmp_path / "part" / "checkpoint.pt"
+    saved = load_checkpoint(path)
+    config = saved["identity"]["config"]
+    config.update(config.pop("hf"))
+    assert config["logits_bias"] is False and "hf" not in config
+    part.stop_after = 0
+    config["logits_bias"] = True  # an older run with another option: refused, naming it
+    save_checkpoint(path, saved)
+    with pytest.raises(CheckpointError, match="config.hf.logits_bias: checkpoint True, now False"):
+        train(part, resume=True, progress=False)
+    config["logits_bias"] = False
+    save_checkpoint(path, saved)
+    resumed = train(part, resume=True, progress=False)
+    assert [row["step"] for row in resumed.rows] == list(range(1, 13))
+
+
 def test_checkpoint_write_leaves_no_temporary_file(tmp_path):
     save_checkpoint(tmp_path / "c.pt", {"w": torch.arange(3)})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt"]
