@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from coursepkg.config import HFOptions
+from coursepkg.config import HFOptions, TransformerConfig
 
 __all__ = ["CheckpointError", "load_checkpoint", "save_checkpoint"]
 
@@ -75,9 +75,12 @@ def check_compatible(saved: dict[str, Any], current: dict[str, Any], path: str |
 
     Nested settings (the model's config) are compared key by key, so the message names only
     the keys that differ (``config.d_model: checkpoint 64, now 32``). A checkpoint written
-    before the Hugging Face options moved into ``config.hf`` is read as if written after.
+    before the Hugging Face options moved into ``config.hf`` is read as if written after, and
+    one written before a config option existed is read as having that option's default (an
+    option added later with its default changes nothing the old run did).
     """
-    saved, current = _flatten(_hf_options_nested(saved)), _flatten(current)
+    saved = _with_config_defaults(_hf_options_nested(saved))
+    saved, current = _flatten(saved), _flatten(current)
     missing = object()
     keys = [
         k
@@ -102,6 +105,22 @@ def _hf_options_nested(settings: dict[str, Any]) -> dict[str, Any]:
     hf = {k: v for k, v in config.items() if k in names}
     rest = {k: v for k, v in config.items() if k not in names}
     return {**settings, "config": {**rest, "hf": hf}} if hf else settings
+
+
+def _with_config_defaults(settings: dict[str, Any]) -> dict[str, Any]:
+    """Fill the model config's options a checkpoint lacks with their defaults."""
+    config = settings.get("config")
+    if not isinstance(config, dict):
+        return settings
+    filled = dict(config)
+    for field in dataclasses.fields(TransformerConfig):
+        if field.name not in filled and field.default is not dataclasses.MISSING:
+            filled[field.name] = field.default
+        elif field.name not in filled and field.default_factory is not dataclasses.MISSING:
+            default = field.default_factory()
+            is_options = dataclasses.is_dataclass(default)
+            filled[field.name] = dataclasses.asdict(default) if is_options else default
+    return {**settings, "config": filled}
 
 
 def _flatten(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -141,6 +141,22 @@ def test_a_checkpoint_from_before_the_hf_options_moved_resumes(corpus, tmp_path)
     assert [row["step"] for row in resumed.rows] == list(range(1, 13))
 
 
+def test_a_checkpoint_from_before_an_option_existed_resumes_with_its_default(corpus, tmp_path):
+    # An option added to TransformerConfig after the run started: the old checkpoint lacks it.
+    part = tiny(corpus, tmp_path / "part", stop_after=6)
+    train(part, progress=False)
+    path = tmp_path / "part" / "checkpoint.pt"
+    saved = load_checkpoint(path)
+    assert saved["identity"]["config"].pop("sliding_window") is None
+    save_checkpoint(path, saved)
+    part.stop_after = 0
+    windowed = tiny(corpus, tmp_path / "part", model={**TINY, "sliding_window": 4})
+    with pytest.raises(CheckpointError, match="config.sliding_window: checkpoint None, now 4"):
+        train(windowed, resume=True, progress=False)
+    resumed = train(part, resume=True, progress=False)
+    assert [row["step"] for row in resumed.rows] == list(range(1, 13))
+
+
 def test_checkpoint_write_leaves_no_temporary_file(tmp_path):
     save_checkpoint(tmp_path / "c.pt", {"w": torch.arange(3)})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt"]
