@@ -395,12 +395,12 @@ def _sample(run: _Run) -> list[str]:
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     """Training and held-out loss against the step, saved as a PNG."""
-    import matplotlib
+    # A Figure of its own, not pyplot: the caller's backend and figures (a notebook's) stay as
+    # they are.
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig = Figure(figsize=(6, 3.5))
+    ax = fig.subplots()
     ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], label="training", lw=1)
     evals = [r for r in rows if r["val_loss"] is not None]
     ax.plot([r["step"] for r in evals], [r["val_loss"] for r in evals], "o-", label="held-out")
@@ -408,4 +408,3 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)

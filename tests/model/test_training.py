@@ -84,6 +84,21 @@ def test_accumulating_two_micro_batches_equals_one_batch_of_twice_the_size(corpu
     torch.testing.assert_close(torch.tensor(losses[0]), torch.tensor(losses[1]))
 
 
+def test_training_leaves_the_callers_matplotlib_backend_alone(corpus, tmp_path):
+    """The loss plot is drawn on a Figure of its own: a notebook that trains and then plots
+    (chapter 16) still shows its figures."""
+    import matplotlib
+
+    before = matplotlib.get_backend()
+    matplotlib.use("svg")
+    try:
+        train(tiny(corpus, tmp_path / "run", steps=4, sample_tokens=0), progress=False)
+        assert matplotlib.get_backend() == "svg"
+    finally:
+        matplotlib.use(before)
+    assert (tmp_path / "run" / "loss.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_resume_is_bit_identical(corpus, tmp_path):
     # dropout on: the resumed run must also continue the random masks exactly
     model = {**TINY, "dropout": 0.1}
