@@ -23,6 +23,7 @@ from .model_parts import (
     reject_encoder_only_options,
     token_embedding,
 )
+from .positional import RopeAngles, positions_from_mask, rope_frequencies
 
 __all__ = ["DecoderOnlyLM", "sample_next"]
 
@@ -32,13 +33,18 @@ class DecoderOnlyLM(nn.Module):
     causal mask, and an output head tied to the token embedding.
 
     The layers are :class:`~coursepkg.layers.EncoderLayer` blocks (self-attention + FFN):
-    a decoder without cross-attention is exactly that, under a causal mask.
+    a decoder without cross-attention is exactly that, under a causal mask. With
+    ``positional="rope"``, ``norm="rmsnorm"``, ``activation="swiglu"``, ``n_kv_heads`` and
+    ``bias=False`` it is a Llama-style model (:mod:`coursepkg.interop.llama` loads Llama and
+    Qwen3 into it).
 
     Args:
         config: the hyper-parameters (``n_layers`` layers; GPT-2 uses ``norm_first=True``).
 
-    Submodules ``embed``, ``positions``, ``layers``, ``norm`` (None without a final norm),
-    ``lm_head`` (D -> V, no bias, weight tied to ``embed.weight`` when ``tie_embeddings``).
+    Submodules ``embed``, ``positions`` (the table added to the embeddings; None with RoPE),
+    ``layers``, ``norm`` (None without a final norm), ``lm_head`` (D -> V, no bias, weight tied
+    to ``embed.weight`` when ``tie_embeddings``); buffer ``rope_freqs`` (Dk/2,), RoPE's
+    frequencies (None without RoPE).
     """
 
     def __init__(self, config: TransformerConfig) -> None:
@@ -46,7 +52,10 @@ class DecoderOnlyLM(nn.Module):
         reject_encoder_only_options(config, "DecoderOnlyLM")
         self.config = config
         self.embed = token_embedding(config, config.vocab_size)
-        self.positions = make_positions(config)
+        rope = config.positional == "rope"
+        self.positions = None if rope else make_positions(config)
+        freqs = rope_frequencies(config.head_dim_k, config.rope_theta) if rope else None
+        self.register_buffer("rope_freqs", freqs, persistent=False)
         self.dropout = Dropout(config.dropout)
         self.layers = nn.ModuleList(
             EncoderLayer(**layer_kwargs(config)) for _ in range(config.n_layers)
@@ -67,6 +76,7 @@ class DecoderOnlyLM(nn.Module):
         tokens: Tensor,
         token_mask: Tensor | None = None,
         cache: KVCache | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
         """Next-token logits at every position.
 
@@ -75,9 +85,15 @@ class DecoderOnlyLM(nn.Module):
             token_mask: bool (B, past + L), True = real token (derived from ``pad_id`` when
                 omitted and no cache is used).
             cache: see :meth:`new_cache`.
+            positions: RoPE only: the absolute position of each new token (Hugging Face's
+                ``position_ids``). By default the cache's length plus 0..L-1, or with a
+                ``token_mask`` the count of real tokens before each one
+                (:func:`~coursepkg.positional.positions_from_mask`: left padding shifts
+                nothing). A position table (learned, sinusoidal) always counts from the cache's
+                length.
 
         Shape:
-            tokens (B, L) -> logits (B, L, V).
+            tokens (B, L), positions (B, L) or (L,) -> logits (B, L, V).
         """
         check_tokens("tokens", tokens, self.config.vocab_size)
         b, n = tokens.shape
@@ -90,16 +106,46 @@ class DecoderOnlyLM(nn.Module):
             mask = mask & key_mask(token_mask)[..., -keys:]  # (B, 1, L, keys)
         elif n == 1:
             mask = None
-        return self._forward(tokens, mask, cache)
+        if positions is not None:
+            self._check_positions(positions, b, n)
+        elif token_mask is not None and self.rope_freqs is not None:
+            positions = positions_from_mask(token_mask)[:, -n:]  # (B, L)
+        return self._forward(tokens, mask, cache, positions)
 
-    def _forward(self, tokens: Tensor, mask: Tensor | None, cache: KVCache | None) -> Tensor:
+    def _check_positions(self, positions: Tensor, b: int, n: int) -> None:
+        if self.rope_freqs is None:
+            raise ValueError(
+                f"positions are for positional='rope'; this model adds a "
+                f"{self.config.positional!r} table from the cache's length"
+            )
+        if positions.shape not in ((b, n), (n,)) or positions.dtype.is_floating_point:
+            raise ValueError(
+                f"positions must be integer positions of shape (B, L)={(b, n)} or (L,)={(n,)}, "
+                f"got {positions.dtype} of shape {tuple(positions.shape)}"
+            )
+
+    def _forward(
+        self,
+        tokens: Tensor,
+        mask: Tensor | None,
+        cache: KVCache | None,
+        positions: Tensor | None = None,
+    ) -> Tensor:
         # forward() after its checks: ``tokens`` are valid ids, ``mask`` the attention mask
         # (causal and padding, broadcastable to (B, H, L, past + L)), not a token mask.
         past = 0 if cache is None else cache.length
-        x = self.dropout(self.positions(self.embed._forward(tokens), past))  # (B, L, D)
+        x = self.embed._forward(tokens)  # (B, L, D)
+        rope = None
+        if self.rope_freqs is None:  # a position table, added to the embeddings
+            x = self.positions(x, past)  # (B, L, D)
+        else:  # rotary: the angles of the new positions, used by every layer's attention
+            if positions is None:
+                positions = torch.arange(past, past + tokens.size(1), device=tokens.device)
+            rope = RopeAngles(positions, self.rope_freqs, self.config.rope_pairs)
+        x = self.dropout(x)
         caches = [None] * len(self.layers) if cache is None else cache.self_attn
         for layer, layer_cache in zip(self.layers, caches, strict=True):
-            x = layer(x, mask, layer_cache)  # (B, L, D)
+            x = layer(x, mask, layer_cache, rope)  # (B, L, D)
         if self.norm is not None:
             x = self.norm(x)
         logits = self.lm_head(x)  # (B, L, V)
@@ -141,7 +187,7 @@ class DecoderOnlyLM(nn.Module):
             raise ValueError(f"top_k must be None or an integer >= 1, got {top_k!r}")
         prompt_len = tokens.size(1)
         total = prompt_len + max_new_tokens
-        if total > self.config.max_len:
+        if total > self.config.max_len and self.positions is not None:  # RoPE has no table
             raise ValueError(
                 f"prompt length {prompt_len} + max_new_tokens {max_new_tokens} = {total} "
                 f"exceeds max_len={self.config.max_len} of the positional table"

@@ -65,7 +65,7 @@ class EncoderOnlyLM(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        config.reject_sliding_window("EncoderOnlyLM")
+        config.reject_decoder_only_options("EncoderOnlyLM")
         self.config = config
         d = config.d_model
         self.embed = token_embedding(config, config.vocab_size)

@@ -94,7 +94,7 @@ class Decoder(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        config.reject_sliding_window("an encoder-decoder model")
+        config.reject_decoder_only_options("an encoder-decoder model")
         self.layers = nn.ModuleList(
             DecoderLayer(**layer_kwargs(config)) for _ in range(config.decoder_layers)
         )
