@@ -25,7 +25,7 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import alternate, median, setup_threads  # noqa: E402
+from common import alternate, greedy_pair, median, setup_threads  # noqa: E402
 
 PROMPT = 16
 SHAPE = dict(
@@ -87,20 +87,7 @@ def main(argv=None) -> dict:
         prompt = torch.randint(0, 1000, (batch, PROMPT), generator=torch.Generator().manual_seed(1))
         out = {}
 
-        def ours(prompt=prompt, out=out):
-            out["ours"] = lm.generate(prompt, new)
-
-        def theirs(prompt=prompt, out=out):
-            with torch.no_grad():
-                out["theirs"] = hf.generate(
-                    prompt,
-                    attention_mask=torch.ones_like(prompt),
-                    max_new_tokens=new,
-                    do_sample=False,
-                    num_beams=1,
-                )
-
-        times = alternate({"ours": ours, "theirs": theirs}, args.rounds, warmup=1)
+        times = alternate(greedy_pair(lm, hf, prompt, new, out), args.rounds, warmup=1)
         t = {name: median(ts) for name, ts in times.items()}
         same = torch.equal(out["ours"], out["theirs"])
         ratio = t["ours"] / t["theirs"]
