@@ -137,8 +137,10 @@ class RopeAngles:
             layout: Llama, Qwen); ``"interleaved"`` pairs columns 2i and 2i+1 (the paper).
 
     Shape:
-        positions (L,) or (B, L), freqs (Dh/2,); ``cos`` and ``sin`` are (L, Dh/2) or
-        (B, 1, L, Dh/2), broadcasting over the heads.
+        positions (L,) or (B, L), freqs (Dh/2,). ``cos`` and ``sin`` are (L, Dh) or
+        (B, 1, L, Dh), broadcasting over the heads: each pair's cosine in both its columns, and
+        its sine with the sign it takes in each (-sin in the pair's first column, +sin in its
+        second).
     """
 
     def __init__(self, positions: Tensor, freqs: Tensor, pairs: str = "halves") -> None:
@@ -147,25 +149,30 @@ class RopeAngles:
         angles = positions.to(torch.float32).unsqueeze(-1) * freqs  # (L, Dh/2) or (B, L, Dh/2)
         if angles.dim() == 3:
             angles = angles.unsqueeze(1)  # (B, 1, L, Dh/2): the same angles for every head
-        self.cos, self.sin = angles.cos(), angles.sin()
+        cos, sin = angles.cos(), angles.sin()
+        if pairs == "halves":  # column i and i + Dh/2 hold pair i
+            self.cos = torch.cat([cos, cos], dim=-1)  # (..., L, Dh)
+            self.sin = torch.cat([-sin, sin], dim=-1)  # (..., L, Dh)
+        else:  # columns 2i and 2i + 1 hold pair i
+            self.cos = torch.stack([cos, cos], dim=-1).flatten(-2)  # (..., L, Dh)
+            self.sin = torch.stack([-sin, sin], dim=-1).flatten(-2)  # (..., L, Dh)
         self.pairs = pairs
 
     def rotate(self, x: Tensor) -> Tensor:
-        """Turn each 2-D pair (a, b) of ``x`` by its angle: (a cos - b sin, a sin + b cos).
+        """Turn each 2-D pair (a, b) of ``x`` by its angle: (a cos - b sin, b cos + a sin).
+
+        Written column by column as x * cos + partner(x) * sin, where partner(x) puts in each
+        column the other member of its pair (b in a's place, a in b's) and ``sin`` carries
+        the signs (Su et al., Eq. 34).
 
         Shape:
             x (B, H, L, Dh) -> (B, H, L, Dh), in ``x``'s dtype.
         """
-        half = x.shape[-1] // 2
         if self.pairs == "halves":
-            a, b = x[..., :half], x[..., half:]  # (B, H, L, Dh/2) each
+            partner = x.roll(x.shape[-1] // 2, dims=-1)  # (B, H, L, Dh): the halves swapped
         else:
-            a, b = x[..., 0::2], x[..., 1::2]  # (B, H, L, Dh/2) each
-        cos, sin = self.cos.to(x.dtype), self.sin.to(x.dtype)
-        ra, rb = a * cos - b * sin, a * sin + b * cos  # (B, H, L, Dh/2): each pair rotated
-        if self.pairs == "halves":
-            return torch.cat([ra, rb], dim=-1)  # (B, H, L, Dh)
-        return torch.stack([ra, rb], dim=-1).flatten(-2)  # (B, H, L, Dh/2, 2) -> (B, H, L, Dh)
+            partner = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)  # (B, H, L, Dh)
+        return x * self.cos.to(x.dtype) + partner * self.sin.to(x.dtype)  # (B, H, L, Dh)
 
 
 def apply_rope(
