@@ -1,8 +1,8 @@
 """Attention: the scaled dot-product kernel (textbook and fast paths), multi-head attention and
 Bahdanau's additive attention.
 
-Dimension legend: B batch, H heads, L queries, S keys, D d_model, Dk/Dv per-head sizes.
-Masks are boolean, True = may attend.
+Dimension legend: B batch, H heads, L queries, S keys, D d_model, Dk/Dv per-head sizes, Hkv
+key/value heads (grouped-query attention). Masks are boolean, True = may attend.
 """
 
 from __future__ import annotations

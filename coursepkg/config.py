@@ -155,7 +155,8 @@ class TransformerConfig:
 
     def reject_decoder_only_options(self, model: str) -> None:
         """Fail for an option only :class:`~coursepkg.DecoderOnlyLM` implements: a
-        ``sliding_window``, or rotary positions (which need the positions of one sequence)."""
+        ``sliding_window``, rotary positions (which need the positions of one sequence) or
+        QK-norm (a cross-attention cache would hold keys normalised once already)."""
         if self.sliding_window is not None:
             raise ValueError(
                 f"{model} does not support sliding_window={self.sliding_window!r} "
@@ -165,6 +166,11 @@ class TransformerConfig:
             raise ValueError(
                 f"{model} does not support positional='rope' (only DecoderOnlyLM rotates its "
                 "queries and keys); use 'sinusoidal' or 'learned'"
+            )
+        if self.qk_norm:
+            raise ValueError(
+                f"{model} does not support qk_norm=True (only DecoderOnlyLM normalises its "
+                "queries and keys)"
             )
 
     # ----- derived sizes -------------------------------------------------------------------

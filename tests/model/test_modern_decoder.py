@@ -162,6 +162,8 @@ def test_impossible_rope_configs_are_named(fields, message) -> None:
 def test_rope_only_in_the_decoder_only_model(cls) -> None:
     with pytest.raises(ValueError, match="does not support positional='rope'"):
         cls(_config())
+    with pytest.raises(ValueError, match="does not support qk_norm=True"):
+        cls(_config(positional="learned", qk_norm=True))
 
 
 def test_positions_are_checked() -> None:
