@@ -4,7 +4,8 @@ It sits below :mod:`coursepkg.attention` (which writes into it) and knows nothin
 search algorithms, so the import order is one way: kv_cache <- attention <- layers <- model
 <- decoding.
 
-Dimension legend: B batch, H heads, S cached positions, Dk/Dv per-head sizes.
+Dimension legend: B batch, H heads (the key/value heads Hkv under grouped-query attention: the
+cache holds only those), S cached positions, Dk/Dv per-head sizes.
 """
 
 from __future__ import annotations
