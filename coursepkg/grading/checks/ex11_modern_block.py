@@ -44,7 +44,6 @@ from ..framework import (
     run_self_attention_cases,
 )
 from .ex11_modern_block_mistakes import (
-    _GQA,
     BUGS,
     GQA_BUGS,
     GQA_ITEM,
@@ -56,7 +55,8 @@ from .ex11_modern_block_mistakes import (
     ROPE_ITEM,
     SWIGLU_BUGS,
     SWIGLU_ITEM,
-    _Block,
+    PreNormBlock,
+    RotaryGQABlock,
 )
 
 __all__ = [
@@ -249,6 +249,7 @@ def _relative_positions(
         scores,
         f"the scores q·k of your rotated queries and keys with every position moved by 5 ({where})",
         hint="A rotation by pos·w_i of every pair makes q_m·k_n depend on m - n only.",
+        **_tolerance(x.dtype),
     )
 
 
@@ -430,7 +431,7 @@ register_configs(
 
 
 def _reference_gqa(cfg: Config) -> nn.Module:
-    return _GQA(cfg["D"], cfg["H"], cfg["Hkv"], **_rope_kwargs(cfg)).eval()
+    return RotaryGQABlock(cfg["D"], cfg["H"], cfg["Hkv"], **_rope_kwargs(cfg)).eval()
 
 
 def _gqa_cases(
@@ -567,7 +568,7 @@ def _block_cases(
 _BLOCK_SPEC = _self_attention_spec(
     MODERN_BLOCK_ITEM,
     MODERN_BLOCK_BUGS,
-    lambda cfg: _Block(*_block_args(cfg)).eval(),
+    lambda cfg: PreNormBlock(*_block_args(cfg)).eval(),
     _block_args,
     dims=lambda cfg: {k: cfg[k] for k in ("D", "H", "Hkv", "F")},
     cases=_block_cases,

@@ -2,10 +2,10 @@
 rotary positions, the SwiGLU feed-forward, grouped-query attention and the pre-norm block that
 assembles them). Each is either a wrong function with the stub's signature (``apply_rope``) or a
 wrong forward: a subclass of a correct module written here (:class:`_RMSNorm`,
-:class:`_SwiGLU`, :class:`_GQA`, :class:`_Block`, with the reference's parameter names) that
-overrides the one step it gets wrong. The evidence: the check reruns the variant on the
-student's inputs (a module built with the student's arguments and the reference's weights) and
-names the mistake only when the outputs match.
+:class:`_SwiGLU`, :class:`RotaryGQABlock`, :class:`PreNormBlock`, with the reference's
+parameter names) that overrides the one step it gets wrong. The evidence: the check reruns
+the variant on the student's inputs (a module built with the student's arguments and the
+reference's weights) and names the mistake only when the outputs match.
 
 The class names (``GroupedQueryAttention_<mistake>``) are what a parameter table shows for a
 variant.
@@ -29,10 +29,12 @@ __all__ = [
     "GQA_ITEM",
     "MODERN_BLOCK_BUGS",
     "MODERN_BLOCK_ITEM",
+    "PreNormBlock",
     "RMS_NORM_BUGS",
     "RMS_NORM_ITEM",
     "ROPE_BUGS",
     "ROPE_ITEM",
+    "RotaryGQABlock",
     "SWIGLU_BUGS",
     "SWIGLU_ITEM",
 ]
@@ -242,7 +244,7 @@ SWIGLU_BUGS: list[BugVariant] = [
 # ---------------------------------------------------------------------------------------------
 
 
-class _GQA(nn.Module):
+class RotaryGQABlock(nn.Module):
     """The correct grouped-query self-attention with rotary positions and a dict KV cache,
     written in steps a catalogued mistake overrides one at a time."""
 
@@ -301,30 +303,30 @@ class _GQA(nn.Module):
         return self.out_proj(out.transpose(1, 2).reshape(b, n, -1))  # (B, L, D)
 
 
-class GroupedQueryAttention_rope_on_values(_GQA):
+class GroupedQueryAttention_rope_on_values(RotaryGQABlock):
     def project(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         q, k, v = super().project(x, positions)
         return q, k, self.rotate(v, positions)  # the values turned as well
 
 
-class GroupedQueryAttention_positions_not_offset(_GQA):
+class GroupedQueryAttention_positions_not_offset(RotaryGQABlock):
     def positions(self, length: int, cache: dict[str, Tensor] | None) -> Tensor:
         return torch.arange(length)  # (L,): from 0 at every call, cache or not
 
 
-class GroupedQueryAttention_kv_repeat_not_interleave(_GQA):
+class GroupedQueryAttention_kv_repeat_not_interleave(RotaryGQABlock):
     def repeat_kv(self, x: Tensor) -> Tensor:
         return x.repeat(1, self.n_heads // self.n_kv_heads, 1, 1)  # heads 0, 1, 0, 1, ...
 
 
-class GroupedQueryAttention_rope_frequencies_over_model_width(_GQA):
+class GroupedQueryAttention_rope_frequencies_over_model_width(RotaryGQABlock):
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
         d_model = self.n_heads * self.d_head
         inv_freq = self.theta ** (-2 * _pair_index(x) / d_model)  # (Dh/2,): 2i / D, not / Dh
         return _rotate(x, _angles(positions, inv_freq), self.pairs)
 
 
-class GroupedQueryAttention_rope_before_head_split(_GQA):
+class GroupedQueryAttention_rope_before_head_split(RotaryGQABlock):
     def project(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         q = self.rotate(self.q_proj(x)[:, None], positions)[:, 0]  # (B, L, H*Dh) turned whole
         k = self.rotate(self.k_proj(x)[:, None], positions)[:, 0]  # (B, L, Hkv*Dh)
@@ -387,7 +389,7 @@ GQA_BUGS: list[BugVariant] = [
 # ---------------------------------------------------------------------------------------------
 
 
-class _Block(nn.Module):
+class PreNormBlock(nn.Module):
     """The correct pre-norm block: x + attention(norm1(x)), then + ffn(norm2(x))."""
 
     def __init__(
@@ -402,7 +404,7 @@ class _Block(nn.Module):
     ) -> None:
         super().__init__()
         self.norm1 = _RMSNorm(d_model, eps)
-        self.self_attn = _GQA(d_model, n_heads, n_kv_heads, rope_theta, rope_pairs)
+        self.self_attn = RotaryGQABlock(d_model, n_heads, n_kv_heads, rope_theta, rope_pairs)
         self.norm2 = _RMSNorm(d_model, eps)
         self.ffn = _SwiGLU(d_model, d_ff)
 
@@ -413,7 +415,7 @@ class _Block(nn.Module):
         return x + self.ffn(self.norm2(x))  # (B, L, D)
 
 
-class ModernDecoderBlock_residual_after_norm(_Block):
+class ModernDecoderBlock_residual_after_norm(PreNormBlock):
     def forward(
         self, x: Tensor, mask: Tensor | None = None, cache: dict[str, Tensor] | None = None
     ) -> Tensor:

@@ -91,6 +91,13 @@ def run_self_attention_cases(
         )
         return actual
 
+    cases = _mask_cases(gen, x, item, where)
+    run_mask_properties(MaskedBlock(report, lambda i: student(*i), compare, mistake), cases)
+
+
+def _mask_cases(gen: torch.Generator, x: Tensor, item: str, where: str) -> MaskCases:
+    """The inputs of :func:`run_self_attention_cases` for the sequence ``x`` (B, L, D)."""
+    n = x.size(1)
     causal, cut, later = change_later(gen, x)
     padding, keep, hidden = hide_padding(gen, x)
     nothing = keep.clone()
@@ -124,8 +131,7 @@ def run_self_attention_cases(
             "softmax over only -inf); its attention output must be zeros there."
         ),
     )
-    cases = MaskCases(no_mask=(x, None), invariances=invariances, fully_masked=fully_masked)
-    run_mask_properties(MaskedBlock(report, lambda i: student(*i), compare, mistake), cases)
+    return MaskCases(no_mask=(x, None), invariances=invariances, fully_masked=fully_masked)
 
 
 def decode_with_cache(block: Block, x: Tensor, prefill: int) -> Tensor:
@@ -171,7 +177,8 @@ def cache_equals_whole(
         report,
         decoded,
         full.detach(),
-        f"your outputs decoded with the cache ({where}), against the whole sequence",
+        f"your outputs decoded with the cache ({where}; the reference here is your own output "
+        "for the whole sequence at once)",
         diagnosis=lambda: diagnose(
             lambda x: decode_with_cache(student, x, prefill),
             bugs,
