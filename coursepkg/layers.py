@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from .attention import MultiHeadAttention
 from .kv_cache import AttentionCache
+from .positional import RopeAngles
 
 
 def layer_norm_reference(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float) -> Tensor:
@@ -196,7 +197,8 @@ class EncoderLayer(nn.Module):
         norm_first: pre-LN when True.
         d_k, d_v: per-head sizes (default D // H).
         attention_dropout: dropout on the attention weights (the paper uses none).
-        activation, bias, layer_norm_eps, norm: as in :class:`~coursepkg.TransformerConfig`.
+        activation, bias, layer_norm_eps, norm, n_kv_heads, qk_norm: as in
+            :class:`~coursepkg.TransformerConfig` (QK-norm is an RMSNorm over each head's Dk).
 
     Submodules ``self_attn``, ``ffn``, ``norm1``, ``norm2``. A decoder-only LM stacks these
     layers with a causal mask.
@@ -216,10 +218,15 @@ class EncoderLayer(nn.Module):
         bias: bool = True,
         layer_norm_eps: float = 1e-5,
         norm: str = "layernorm",
+        n_kv_heads: int | None = None,
+        qk_norm: bool = False,
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout, bias)
+        qk_norm_of = partial(RMSNorm, eps=layer_norm_eps) if qk_norm else None
+        self.self_attn = MultiHeadAttention(
+            d_model, n_heads, d_k, d_v, attention_dropout, bias, n_kv_heads, qk_norm_of
+        )
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
         self.norm1 = make_norm(norm, d_model, layer_norm_eps, bias)
         self.norm2 = make_norm(norm, d_model, layer_norm_eps, bias)
@@ -227,7 +234,11 @@ class EncoderLayer(nn.Module):
         self.dropout2 = Dropout(dropout)
 
     def forward(
-        self, x: Tensor, mask: Tensor | None = None, cache: AttentionCache | None = None
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        cache: AttentionCache | None = None,
+        rope: RopeAngles | None = None,
     ) -> Tensor:
         """Encode ``x``.
 
@@ -235,21 +246,29 @@ class EncoderLayer(nn.Module):
             x: input sequence.
             mask: attention mask, bool, True = may attend, broadcastable to (B, H, L, L).
             cache: self-attention key/value cache (decoder-only generation).
+            rope: rotary positions for self-attention's queries and keys (decoder-only models
+                with ``positional="rope"``).
 
         Shape:
             x (B, L, D) -> (B, L, D).
         """
         if self.norm_first:
-            x = x + self._sa_block(self.norm1(x), mask, cache)  # (B, L, D)
+            x = x + self._sa_block(self.norm1(x), mask, cache, rope)  # (B, L, D)
             x = x + self._ff_block(self.norm2(x))  # (B, L, D)
         else:
-            x = self.norm1(x + self._sa_block(x, mask, cache))  # (B, L, D)
+            x = self.norm1(x + self._sa_block(x, mask, cache, rope))  # (B, L, D)
             x = self.norm2(x + self._ff_block(x))  # (B, L, D)
         return x
 
-    def _sa_block(self, x: Tensor, mask: Tensor | None, cache: AttentionCache | None) -> Tensor:
+    def _sa_block(
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        cache: AttentionCache | None,
+        rope: RopeAngles | None = None,
+    ) -> Tensor:
         # Self-attention and its residual dropout; (B, L, D) -> (B, L, D).
-        return self.dropout1(self.self_attn(x, x, x, mask, cache))
+        return self.dropout1(self.self_attn(x, x, x, mask, cache, rope))
 
     def _ff_block(self, x: Tensor) -> Tensor:
         # The position-wise FFN and its residual dropout; (B, L, D) -> (B, L, D).
@@ -281,11 +300,18 @@ class DecoderLayer(nn.Module):
         bias: bool = True,
         layer_norm_eps: float = 1e-5,
         norm: str = "layernorm",
+        n_kv_heads: int | None = None,
+        qk_norm: bool = False,
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout, bias)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout, bias)
+        qk_norm_of = partial(RMSNorm, eps=layer_norm_eps) if qk_norm else None
+        self.self_attn = MultiHeadAttention(
+            d_model, n_heads, d_k, d_v, attention_dropout, bias, n_kv_heads, qk_norm_of
+        )
+        self.cross_attn = MultiHeadAttention(
+            d_model, n_heads, d_k, d_v, attention_dropout, bias, n_kv_heads, qk_norm_of
+        )
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
         self.norm1 = make_norm(norm, d_model, layer_norm_eps, bias)
         self.norm2 = make_norm(norm, d_model, layer_norm_eps, bias)

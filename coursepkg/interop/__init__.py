@@ -5,6 +5,9 @@
   BERT and Marian (OPUS-MT) -> :class:`~coursepkg.DecoderOnlyLM`,
   :class:`~coursepkg.EncoderOnlyLM`, :class:`~coursepkg.Transformer`; :func:`to_hf_gpt2` goes
   back. These need the optional extra: ``pip install 'coursepkg[interop]'``.
+- :func:`from_hf_llama`, :func:`from_hf_qwen3`, :func:`from_hf_mistral`: today's decoders
+  (RoPE, RMSNorm, SwiGLU, grouped-query attention) -> :class:`~coursepkg.DecoderOnlyLM`;
+  :func:`to_hf_llama` goes back (same optional extra).
 """
 
 from .hf import (
@@ -17,16 +20,22 @@ from .hf import (
     marian_en_de_hf_config,
     to_hf_gpt2,
 )
+from .llama import from_hf_llama, from_hf_mistral, from_hf_qwen3, llama_config, to_hf_llama
 from .torch_nn import from_torch_transformer
 
 __all__ = [
     "bert_config",
     "from_hf_bert",
     "from_hf_gpt2",
+    "from_hf_llama",
     "from_hf_marian",
+    "from_hf_mistral",
+    "from_hf_qwen3",
     "from_torch_transformer",
     "gpt2_config",
+    "llama_config",
     "marian_config",
     "marian_en_de_hf_config",
     "to_hf_gpt2",
+    "to_hf_llama",
 ]

@@ -1,0 +1,239 @@
+"""Today's decoders from Hugging Face ``transformers`` in the reference: Llama, Qwen3 and
+Mistral as a :class:`~coursepkg.DecoderOnlyLM`, and the way back to Llama.
+
+All three are the same block: pre-norm with RMSNorm, rotary positions in Hugging Face's
+rotate-half layout (``rope_pairs="halves"``), a SwiGLU feed-forward (``gate_proj`` is our
+``linear1``, ``up_proj`` ``linear3``, ``down_proj`` ``linear2``), grouped-query attention,
+no biases by default, unscaled embeddings. Qwen3 adds QK-norm and an explicit ``head_dim``
+(H * Dk need not be D); Mistral a sliding window. Each ``from_hf_*`` reads the architecture
+from the config, refuses what the reference does not implement (RoPE scaling, a partial
+sliding window), builds the model and copies every weight, so that the logits agree (fp32).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..config import TransformerConfig
+from ..decoder_only import DecoderOnlyLM
+from .hf import _copy, _copy_linear, _like, _require, _transformers
+
+__all__ = ["from_hf_llama", "from_hf_mistral", "from_hf_qwen3", "llama_config", "to_hf_llama"]
+
+# The gated feed-forward each Hugging Face activation makes: down(act(gate x) * up x).
+_GATED_FROM_HF = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu"}
+_FAMILIES = ("Llama", "Qwen3", "Mistral")
+# Our names -> theirs, inside self-attention and the feed-forward network.
+_ATTENTION = (
+    ("q_proj", "q_proj"),
+    ("k_proj", "k_proj"),
+    ("v_proj", "v_proj"),
+    ("out_proj", "o_proj"),
+)
+_MLP = (("linear1", "gate_proj"), ("linear3", "up_proj"), ("linear2", "down_proj"))
+
+
+def _rope_theta(c: Any, family: str) -> float:
+    # transformers 5 keeps RoPE's settings in rope_parameters (rope_scaling is its alias);
+    # 4.x had rope_theta and rope_scaling (None when plain).
+    params = getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {}
+    kind = params.get("rope_type", params.get("type", "default"))
+    _require(
+        kind == "default",
+        f"{family}: rope_type {kind!r} is not supported (the reference implements plain RoPE)",
+    )
+    return float(params.get("rope_theta", getattr(c, "rope_theta", 10000.0)))
+
+
+def _sliding_window(c: Any, family: str) -> int | None:
+    # Mistral: one window for every layer (None: none). Qwen3: only when use_sliding_window,
+    # and then on some layers only, which the reference does not do.
+    if family == "Mistral":
+        return c.sliding_window
+    if family == "Qwen3":
+        layer_types = getattr(c, "layer_types", None) or ["full_attention"]
+        _require(
+            not c.use_sliding_window and set(layer_types) == {"full_attention"},
+            f"Qwen3: sliding-window layers (layer_types={layer_types}) are not supported",
+        )
+    return None
+
+
+def llama_config(hf_config: Any, family: str = "Llama") -> TransformerConfig:
+    """The :class:`TransformerConfig` of a ``LlamaConfig``, ``Qwen3Config`` or ``MistralConfig``.
+
+    Args:
+        hf_config: the Hugging Face config.
+        family: ``"Llama"``, ``"Qwen3"`` (adds ``qk_norm``) or ``"Mistral"`` (adds its
+            ``sliding_window``).
+
+    Returns:
+        A pre-norm, RMSNorm, RoPE ("halves"), gated feed-forward, grouped-query config.
+    """
+    _require(family in _FAMILIES, f"family must be one of {_FAMILIES}, got {family!r}")
+    c = hf_config
+    _require(c.hidden_act in _GATED_FROM_HF, f"{family}: hidden_act {c.hidden_act!r}")
+    attention_bias = getattr(c, "attention_bias", False)
+    mlp_bias = getattr(c, "mlp_bias", False)  # Qwen3 and Mistral have none
+    _require(
+        attention_bias == mlp_bias,
+        f"{family}: attention_bias={attention_bias} and mlp_bias={mlp_bias} differ; the "
+        "reference has one bias switch",
+    )
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return TransformerConfig(
+        vocab_size=c.vocab_size,
+        d_model=c.hidden_size,
+        n_heads=c.num_attention_heads,
+        n_kv_heads=c.num_key_value_heads,
+        d_k=head_dim,
+        d_v=head_dim,
+        d_ff=c.intermediate_size,
+        n_layers=c.num_hidden_layers,
+        dropout=0.0,
+        attention_dropout=c.attention_dropout,
+        max_len=c.max_position_embeddings,
+        norm_first=True,
+        final_norm=True,
+        norm="rmsnorm",
+        layer_norm_eps=c.rms_norm_eps,
+        positional="rope",
+        rope_theta=_rope_theta(c, family),
+        rope_pairs="halves",
+        activation=_GATED_FROM_HF[c.hidden_act],
+        bias=attention_bias,
+        scale_embeddings=False,
+        tie_embeddings=c.tie_word_embeddings,
+        qk_norm=family == "Qwen3",
+        sliding_window=_sliding_window(c, family),
+    )
+
+
+@torch.no_grad()
+def _from_hf(model: nn.Module, family: str) -> DecoderOnlyLM:
+    # Build the reference model from the config and copy every weight, layer by layer.
+    body = model.model
+    tied = model.lm_head.weight is body.embed_tokens.weight
+    config = llama_config(model.config, family).replace(tie_embeddings=tied)
+    lm = DecoderOnlyLM(config)
+    _copy(lm.embed.weight, body.embed_tokens.weight, "embed_tokens")
+    for i, (dst, src) in enumerate(zip(lm.layers, body.layers, strict=True)):
+        name = f"layers.{i}"
+        ours, theirs = dst.self_attn, src.self_attn
+        for mine, hf in _ATTENTION:
+            proj = getattr(theirs, hf)
+            _copy_linear(getattr(ours, mine), proj.weight, proj.bias, f"{name}.self_attn.{hf}")
+        if config.qk_norm:
+            _copy(ours.q_norm.weight, theirs.q_norm.weight, f"{name}.self_attn.q_norm")
+            _copy(ours.k_norm.weight, theirs.k_norm.weight, f"{name}.self_attn.k_norm")
+        for mine, hf in _MLP:
+            proj = getattr(src.mlp, hf)
+            _copy_linear(getattr(dst.ffn, mine), proj.weight, proj.bias, f"{name}.mlp.{hf}")
+        _copy(dst.norm1.weight, src.input_layernorm.weight, f"{name}.input_layernorm")
+        _copy(dst.norm2.weight, src.post_attention_layernorm.weight, f"{name}.post_attention_ln")
+    _copy(lm.norm.weight, body.norm.weight, "norm")
+    if not tied:
+        _copy(lm.lm_head.weight, model.lm_head.weight, "lm_head")
+    return _like(lm, model)
+
+
+def from_hf_llama(model: nn.Module) -> DecoderOnlyLM:
+    """A :class:`~coursepkg.DecoderOnlyLM` with the weights of a Hugging Face Llama.
+
+    Args:
+        model: a ``LlamaForCausalLM``.
+
+    Returns:
+        The reference model on ``model``'s device and dtype, in its train/eval mode;
+        ``lm(tokens, mask)`` equals ``model(tokens, attention_mask=mask,
+        position_ids=positions_from_mask(mask)).logits`` at the real tokens, and
+        ``lm.generate`` gives ``model.generate``'s greedy tokens.
+    """
+    tf = _transformers()
+    if not isinstance(model, tf.LlamaForCausalLM):
+        raise TypeError(f"model must be a LlamaForCausalLM, got {type(model).__name__}")
+    return _from_hf(model, "Llama")
+
+
+def from_hf_qwen3(model: nn.Module) -> DecoderOnlyLM:
+    """A :class:`~coursepkg.DecoderOnlyLM` (with ``qk_norm``) from a ``Qwen3ForCausalLM``; as
+    :func:`from_hf_llama`."""
+    tf = _transformers()
+    if not isinstance(model, tf.Qwen3ForCausalLM):
+        raise TypeError(f"model must be a Qwen3ForCausalLM, got {type(model).__name__}")
+    return _from_hf(model, "Qwen3")
+
+
+def from_hf_mistral(model: nn.Module) -> DecoderOnlyLM:
+    """A :class:`~coursepkg.DecoderOnlyLM` (with its ``sliding_window``) from a
+    ``MistralForCausalLM``; as :func:`from_hf_llama`."""
+    tf = _transformers()
+    if not isinstance(model, tf.MistralForCausalLM):
+        raise TypeError(f"model must be a MistralForCausalLM, got {type(model).__name__}")
+    return _from_hf(model, "Mistral")
+
+
+@torch.no_grad()
+def to_hf_llama(lm: DecoderOnlyLM, **hf_overrides: Any) -> nn.Module:
+    """The way back: a ``transformers.LlamaForCausalLM`` with the weights of ``lm``.
+
+    Args:
+        lm: a Llama-shaped model (pre-norm with a final norm, RMSNorm, RoPE in "halves" pairs,
+            SwiGLU, unscaled embeddings, Dk = Dv, no QK-norm, sliding window or logits bias);
+            anything else raises ``ValueError``.
+        hf_overrides: more ``LlamaConfig`` fields (token ids, for instance).
+
+    Returns:
+        The Hugging Face model, on ``lm``'s device and dtype, in its train/eval mode.
+    """
+    tf = _transformers()
+    if not isinstance(lm, DecoderOnlyLM):
+        raise TypeError(f"lm must be a DecoderOnlyLM, got {type(lm).__name__}")
+    c = lm.config
+    needs = dict(
+        norm_first=True, use_final_norm=True, norm="rmsnorm", positional="rope",
+        rope_pairs="halves", activation="swiglu", scale_embeddings=False, qk_norm=False,
+        sliding_window=None, logits_bias=False, head_dim_v=c.head_dim_k,
+    )  # fmt: skip
+    wrong = {k: getattr(c, k) for k, v in needs.items() if getattr(c, k) != v}
+    _require(not wrong, f"lm is not Llama shaped: needs {needs}, differs in {wrong}")
+    hf_config = tf.LlamaConfig(
+        vocab_size=c.vocab_size,
+        hidden_size=c.d_model,
+        intermediate_size=c.d_ff,
+        num_hidden_layers=c.n_layers,
+        num_attention_heads=c.n_heads,
+        num_key_value_heads=c.kv_heads,
+        head_dim=c.head_dim_k,
+        hidden_act="silu",
+        max_position_embeddings=c.max_len,
+        rms_norm_eps=c.layer_norm_eps,
+        tie_word_embeddings=c.tie_embeddings,
+        rope_theta=c.rope_theta,
+        attention_bias=c.bias,
+        mlp_bias=c.bias,
+        attention_dropout=c.attention_dropout,
+        **hf_overrides,
+    )
+    model = tf.LlamaForCausalLM(hf_config)
+    _copy_back(model, lm)
+    return _like(model, lm)
+
+
+def _copy_back(model: nn.Module, lm: DecoderOnlyLM) -> None:
+    # Every weight of ``lm`` into the Llama ``model`` (the names mirror _from_hf's).
+    body = model.model
+    _copy(body.embed_tokens.weight, lm.embed.weight, "embed")
+    for src, dst in zip(lm.layers, body.layers, strict=True):
+        pairs = [(getattr(dst.self_attn, hf), getattr(src.self_attn, m)) for m, hf in _ATTENTION]
+        pairs += [(getattr(dst.mlp, hf), getattr(src.ffn, m)) for m, hf in _MLP]
+        for theirs, ours in pairs:
+            _copy_linear(theirs, ours.weight, ours.bias, type(theirs).__name__)
+        _copy(dst.input_layernorm.weight, src.norm1.weight, "norm1")
+        _copy(dst.post_attention_layernorm.weight, src.norm2.weight, "norm2")
+    _copy(body.norm.weight, lm.norm.weight, "norm")
+    if not lm.config.tie_embeddings:
+        _copy(model.lm_head.weight, lm.lm_head.weight, "lm_head")
