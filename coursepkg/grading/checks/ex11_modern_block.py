@@ -55,8 +55,8 @@ from .ex11_modern_block_mistakes import (
     ROPE_ITEM,
     SWIGLU_BUGS,
     SWIGLU_ITEM,
-    PreNormBlock,
-    RotaryGQABlock,
+    ReferenceBlock,
+    ReferenceGQA,
 )
 
 __all__ = [
@@ -430,10 +430,6 @@ register_configs(
 )
 
 
-def _reference_gqa(cfg: Config) -> nn.Module:
-    return RotaryGQABlock(cfg["D"], cfg["H"], cfg["Hkv"], **_rope_kwargs(cfg)).eval()
-
-
 def _gqa_cases(
     report: CheckReport,
     student: nn.Module,
@@ -488,7 +484,7 @@ def _self_attention_spec(
 _GQA_SPEC = _self_attention_spec(
     GQA_ITEM,
     GQA_BUGS,
-    _reference_gqa,
+    lambda cfg: ReferenceGQA(*_gqa_args(cfg)).eval(),
     _gqa_args,
     dims=lambda cfg: {"D": cfg["D"], "H": cfg["H"], "Hkv": cfg["Hkv"]},
     cases=_gqa_cases,
@@ -504,7 +500,8 @@ def check_grouped_query_attention(
     """Check ``GroupedQueryAttention(d_model, n_heads, n_kv_heads, rope_theta, rope_pairs)``.
 
     Builds it for grouped (Hkv < H), multi-query (Hkv = 1) and plain multi-head (Hkv = H)
-    shapes with both RoPE pairings, compares its parameter count with the reference (K and V
+    shapes with both RoPE pairings, compares its parameter count with the reference's
+    :class:`coursepkg.attention.MultiHeadAttention` (``n_kv_heads``, RoPE, no biases: K and V
     have Hkv heads), copies the reference's weights in by name and compares outputs (float32
     and float64; no mask, causal, padding, a sequence that may attend nothing); checks that
     later and hidden positions change nothing, that decoding with the cache dict gives the
@@ -568,7 +565,7 @@ def _block_cases(
 _BLOCK_SPEC = _self_attention_spec(
     MODERN_BLOCK_ITEM,
     MODERN_BLOCK_BUGS,
-    lambda cfg: PreNormBlock(*_block_args(cfg)).eval(),
+    lambda cfg: ReferenceBlock(*_block_args(cfg)).eval(),
     _block_args,
     dims=lambda cfg: {k: cfg[k] for k in ("D", "H", "Hkv", "F")},
     cases=_block_cases,
@@ -585,8 +582,9 @@ def check_modern_block(report: CheckReport, cls: Any, thorough: bool, seed: int 
     """Check ``ModernDecoderBlock(d_model, n_heads, n_kv_heads, d_ff, rope_theta, rope_pairs)``,
     the pre-norm block: ``x + self_attn(norm1(x))``, then ``+ ffn(norm2(x))``.
 
-    Compares its parameters (``norm1``, ``self_attn``, ``norm2``, ``ffn``) with the
-    reference's, copies the weights in by name and compares outputs (float32 and float64; no
+    Compares its parameters (``norm1``, ``self_attn``, ``norm2``, ``ffn``) with those of the
+    reference's pre-norm :class:`coursepkg.layers.EncoderLayer` (RMSNorm, SwiGLU, ``n_kv_heads``,
+    RoPE, no biases), copies the weights in by name and compares outputs (float32 and float64; no
     mask, causal, padding, a sequence that may attend nothing), checks that later and hidden
     positions change nothing, that decoding with the cache gives the outputs of the whole
     sequence, and that every parameter gets a gradient.

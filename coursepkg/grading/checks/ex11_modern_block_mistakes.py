@@ -8,7 +8,10 @@ the variant on the student's inputs (a module built with the student's arguments
 reference's weights) and names the mistake only when the outputs match.
 
 The class names (``GroupedQueryAttention_<mistake>``) are what a parameter table shows for a
-variant.
+variant. :class:`ReferenceGQA` and :class:`ReferenceBlock` are the reference's
+:class:`~coursepkg.attention.MultiHeadAttention` (``n_kv_heads``, RoPE, no biases) and pre-norm
+:class:`~coursepkg.layers.EncoderLayer`, called as the student's blocks are, for the checks
+to compare with.
 
 Dimension legend: B batch, L length, D d_model, H query heads, Hkv key/value heads, Dh per-head
 width, F hidden width of the feed-forward.
@@ -20,7 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...positional import apply_rope
+from ...attention import MultiHeadAttention as _ReferenceMHA
+from ...layers import EncoderLayer as _ReferenceLayer
+from ...positional import RopeAngles, apply_rope, rope_frequencies
 from ..framework import BugVariant, masked_attention
 
 __all__ = [
@@ -30,6 +35,8 @@ __all__ = [
     "MODERN_BLOCK_BUGS",
     "MODERN_BLOCK_ITEM",
     "PreNormBlock",
+    "ReferenceBlock",
+    "ReferenceGQA",
     "RMS_NORM_BUGS",
     "RMS_NORM_ITEM",
     "ROPE_BUGS",
@@ -437,6 +444,41 @@ MODERN_BLOCK_BUGS: list[BugVariant] = [
         ModernDecoderBlock_residual_after_norm,
     ),
 ]
+
+# ---------------------------------------------------------------------------------------------
+# The reference, called as the student's blocks are: what the checks compare with
+# ---------------------------------------------------------------------------------------------
+
+
+def _rope(x: Tensor, head_dim: int, theta: float, pairs: str) -> RopeAngles:
+    """The reference's rotary angles of positions 0 .. L-1 of ``x`` (B, L, D)."""
+    return RopeAngles(torch.arange(x.size(1)), rope_frequencies(head_dim, theta), pairs)
+
+
+class ReferenceGQA(_ReferenceMHA):
+    """The reference's grouped-query attention without biases, called as the student's
+    ``f(x, mask)`` with RoPE at positions 0 .. L-1 (the checks never give it a cache)."""
+
+    def __init__(self, d: int, h: int, hkv: int, theta: float, pairs: str) -> None:
+        super().__init__(d, h, bias=False, n_kv_heads=hkv)
+        self.rope_args = (theta, pairs)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, cache: None = None) -> Tensor:
+        return super().forward(x, x, x, mask, None, _rope(x, self.d_k, *self.rope_args))
+
+
+class ReferenceBlock(_ReferenceLayer):
+    """The reference's pre-norm layer of a Llama-style model (RMSNorm, grouped-query
+    attention, SwiGLU, no biases), called as the student's ``f(x, mask)``."""
+
+    def __init__(self, d: int, h: int, hkv: int, f: int, eps: float, theta: float, pairs: str):
+        kw = {"activation": "swiglu", "bias": False, "layer_norm_eps": eps, "norm": "rmsnorm"}
+        super().__init__(d, h, f, norm_first=True, n_kv_heads=hkv, **kw)
+        self.rope_args = (theta, pairs)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, cache: None = None) -> Tensor:
+        return super().forward(x, mask, None, _rope(x, self.self_attn.d_k, *self.rope_args))
+
 
 BUGS: list[BugVariant] = [
     *RMS_NORM_BUGS,

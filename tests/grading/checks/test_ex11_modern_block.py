@@ -21,8 +21,9 @@ from coursepkg.grading import (
     check_swiglu,
 )
 from coursepkg.grading.checks import ex11_modern_block_mistakes as catalogue
-from coursepkg.grading.framework import configs, weights
+from coursepkg.grading.framework import configs, decode_with_cache, weights
 from coursepkg.layers import PositionwiseFeedForward, RMSNorm
+from coursepkg.masks import causal_mask
 from coursepkg.positional import apply_rope
 from coursepkg.stubs import ex11_modern_block as stub
 
@@ -184,18 +185,35 @@ def test_visible_shapes_cover_grouped_multi_query_and_multi_head(item):
 
 def test_the_catalogue_s_correct_modules_are_the_reference_pieces():
     """The correct RMSNorm and SwiGLU the mistakes override compute the reference's numbers,
-    and the correct attention's rotation is the reference's apply_rope (so a variant differs
-    from the reference by its own mistake only)."""
+    so a variant differs from the reference by its own mistake only."""
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(2, 5, 8, generator=gen)
-    norm, ref_norm = catalogue._RMSNorm(8), RMSNorm(8)
-    torch.testing.assert_close(norm(x), ref_norm(x))
+    torch.testing.assert_close(catalogue._RMSNorm(8)(x), RMSNorm(8)(x))
     ffn, ref_ffn = catalogue._SwiGLU(8, 12), PositionwiseFeedForward(8, 12, 0.0, "swiglu", False)
     ffn.load_state_dict(ref_ffn.state_dict())
     torch.testing.assert_close(ffn(x), ref_ffn(x))
-    attention = catalogue.RotaryGQABlock(8, 2, 1, 10000.0, "interleaved")
-    q = torch.randn(2, 2, 5, 4, generator=gen)
-    positions = torch.arange(3, 8)
-    torch.testing.assert_close(
-        attention.rotate(q, positions), apply_rope(q, positions, 10000.0, "interleaved")
-    )
+
+
+@pytest.mark.parametrize("cfg", configs(catalogue.MODERN_BLOCK_ITEM, True, 3), ids=str)
+def test_the_catalogue_s_attention_and_block_are_the_reference_s(cfg):
+    """With the reference's weights the catalogue's correct attention and block (whose steps
+    the mistakes override) give the reference's outputs under a causal mask, and decoding
+    with their dict cache gives the same: the reference's grouped-query attention and its
+    pre-norm layer, and the checks' dict cache, agree."""
+    args = (cfg["D"], cfg["H"], cfg["Hkv"])
+    rope = (cfg["theta"], cfg["pairs"])
+    pairs = [
+        (catalogue.RotaryGQABlock(*args, *rope), catalogue.ReferenceGQA(*args, *rope)),
+        (
+            catalogue.PreNormBlock(*args, cfg["F"], 1e-5, *rope),
+            catalogue.ReferenceBlock(*args, cfg["F"], 1e-5, *rope),
+        ),
+    ]
+    x = torch.randn(cfg["B"], cfg["L"], cfg["D"], generator=torch.Generator().manual_seed(1))
+    mask = causal_mask(cfg["L"])
+    for mine, reference in pairs:
+        mine.load_state_dict(reference.state_dict())
+        expected = reference(x, mask)
+        torch.testing.assert_close(mine(x, mask), expected)
+        prefill = max(1, cfg["L"] // 2)
+        torch.testing.assert_close(decode_with_cache(mine, x, prefill), expected)
