@@ -133,35 +133,35 @@ def _rms_gains(
         reference.weight.copy_(1 + 0.5 * randn(gen, cfg["D"]))
 
 
-def _rms_cases(
-    report: CheckReport,
-    student: nn.Module,
-    ref: nn.Module,
-    cfg: Config,
-    dtype: torch.dtype,
-    gen: torch.Generator,
-) -> None:
-    """The student's RMSNorm against the reference on rows of different scales and means."""
-    b, n, d = cfg["B"], cfg["L"], cfg["D"]
-    mine = guarded(student, RMS_NORM_ITEM, **_RMS_FORBID)
-    x = _rows(gen, b, n, d, dtype)  # (B, L, D)
-    where = f"{describe(cfg)}, {dtype_name(dtype)}"
-    expected = ref(x)
-    expect_close(
-        report,
-        expect_tensor(mine(x), f"your output ({where})", (b, n, d)),
-        expected,
-        f"the output of your RMSNorm ({where})",
-        diagnosis=partial(
-            diagnose,
-            mine,
-            RMS_NORM_BUGS,
-            (x,),
-            run=module_runner(ref, (d, cfg.get("eps", 1e-5))),
-            reference_output=expected,
-        ),
-        hint="Expected x / sqrt(mean(x**2) + eps) * weight over the last axis.",
-    )
+def _positionwise_cases(
+    item: str,
+    bugs: list[BugVariant],
+    args: Callable[[Config], tuple[Any, ...]],
+    inputs: Callable[[torch.Generator, Config, torch.dtype], Tensor],
+    hint: str,
+    forbid: dict[str, Any] | None = None,
+) -> Callable[..., None]:
+    """The ``cases`` of a module of one input (B, L, D): its output on ``inputs(gen, cfg,
+    dtype)`` against the reference's, a mismatch named from ``bugs`` (built with
+    ``args(cfg)`` and the reference's weights)."""
+
+    def cases(report: CheckReport, student: nn.Module, ref: nn.Module, cfg: Config, *rest: Any):
+        dtype, gen = rest
+        mine = guarded(student, item, **(forbid or {}))
+        x = inputs(gen, cfg, dtype)  # (B, L, D)
+        where = f"{describe(cfg)}, {dtype_name(dtype)}"
+        expected = ref(x)
+        run = module_runner(ref, args(cfg))
+        expect_close(
+            report,
+            expect_tensor(mine(x), f"your output ({where})", x.shape),
+            expected,
+            f"the output of your {item} ({where})",
+            diagnosis=partial(diagnose, mine, bugs, (x,), run=run, reference_output=expected),
+            hint=hint,
+        )
+
+    return cases
 
 
 _RMS_SPEC = ModuleSpec(
@@ -174,7 +174,14 @@ _RMS_SPEC = ModuleSpec(
     dims=lambda cfg: {"D": cfg["D"]},
     dry=lambda cfg: None,
     gradient_inputs=lambda gen, cfg: (_rows(gen, cfg["B"], cfg["L"], cfg["D"], torch.float32),),
-    cases=_rms_cases,
+    cases=_positionwise_cases(
+        RMS_NORM_ITEM,
+        RMS_NORM_BUGS,
+        lambda cfg: (cfg["D"], cfg.get("eps", 1e-5)),
+        lambda gen, cfg, dtype: _rows(gen, cfg["B"], cfg["L"], cfg["D"], dtype),
+        "Expected x / sqrt(mean(x**2) + eps) * weight over the last axis.",
+        _RMS_FORBID,
+    ),
     before_copy=_rms_gains,
     forbid=_RMS_FORBID,
     extra=(nn.RMSNorm,),
@@ -316,37 +323,6 @@ register_configs(
 )
 
 
-def _swiglu_cases(
-    report: CheckReport,
-    student: nn.Module,
-    ref: nn.Module,
-    cfg: Config,
-    dtype: torch.dtype,
-    gen: torch.Generator,
-) -> None:
-    """Numbers against the reference's gated feed-forward."""
-    b, n, d = cfg["B"], cfg["L"], cfg["D"]
-    mine = guarded(student, SWIGLU_ITEM)
-    x = randn(gen, b, n, d, dtype=dtype)  # (B, L, D)
-    where = f"{describe(cfg)}, {dtype_name(dtype)}"
-    expected = ref(x)
-    expect_close(
-        report,
-        expect_tensor(mine(x), f"your output ({where})", (b, n, d)),
-        expected,
-        f"the output of your SwiGLU ({where})",
-        diagnosis=partial(
-            diagnose,
-            mine,
-            SWIGLU_BUGS,
-            (x,),
-            run=module_runner(ref, (d, cfg["F"])),
-            reference_output=expected,
-        ),
-        hint="Expected linear2(silu(linear1(x)) * linear3(x)), no biases.",
-    )
-
-
 _SWIGLU_SPEC = ModuleSpec(
     item=SWIGLU_ITEM,
     bugs=SWIGLU_BUGS,
@@ -355,7 +331,13 @@ _SWIGLU_SPEC = ModuleSpec(
     dims=lambda cfg: {"D": cfg["D"], "F": cfg["F"]},
     dry=lambda cfg: (torch.zeros(1, 2, cfg["D"]),),  # (1, 2, D)
     gradient_inputs=lambda gen, cfg: (randn(gen, cfg["B"], cfg["L"], cfg["D"]),),
-    cases=_swiglu_cases,
+    cases=_positionwise_cases(
+        SWIGLU_ITEM,
+        SWIGLU_BUGS,
+        lambda cfg: (cfg["D"], cfg["F"]),
+        lambda gen, cfg, dtype: randn(gen, cfg["B"], cfg["L"], cfg["D"], dtype=dtype),
+        "Expected linear2(silu(linear1(x)) * linear3(x)), no biases.",
+    ),
 )
 
 
@@ -430,40 +412,29 @@ register_configs(
 )
 
 
-def _gqa_cases(
-    report: CheckReport,
-    student: nn.Module,
-    ref: nn.Module,
-    cfg: Config,
-    dtype: torch.dtype,
-    gen: torch.Generator,
-) -> None:
-    run_self_attention_cases(
-        report,
-        guarded(student, GQA_ITEM),
-        ref,
-        cfg,
-        dtype,
-        gen,
-        item=GQA_ITEM,
-        bugs=GQA_BUGS,
-        run=module_runner(ref, _gqa_args(cfg)),
-        tolerance=_tolerance(dtype),
-        hint="Expected out_proj(attention of the H rotated query heads over the Hkv rotated "
-        "key heads, each shared by H / Hkv query heads), scores divided by sqrt(Dh).",
-    )
-
-
 def _self_attention_spec(
     item: str,
     bugs: list[BugVariant],
     reference: Callable[[Config], nn.Module],
     bug_args: Callable[[Config], tuple[Any, ...]],
+    hint: str,
     **kw: Any,
 ) -> ModuleSpec:
     """The spec of a self-attention block ``(D, H, Hkv[, F], rope_theta=, rope_pairs=)``
-    called as ``f(x, mask, cache)``; its cache is checked by a last stage."""
+    called as ``f(x, mask, cache)``: the mask properties per dtype, then its cache, checked
+    by a last stage; a catalogued variant is built with ``bug_args(cfg)``."""
+
+    def cases(report: CheckReport, student: nn.Module, ref: nn.Module, cfg: Config, *rest: Any):
+        dtype, gen = rest
+        mine, run = guarded(student, item), module_runner(ref, bug_args(cfg))
+        tolerance = _tolerance(dtype)
+        run_self_attention_cases(
+            report, mine, ref, cfg, *rest, item=item, bugs=bugs, run=run, hint=hint,
+            tolerance=tolerance,
+        )  # fmt: skip
+
     return ModuleSpec(
+        cases=cases,
         item=item,
         bugs=bugs,
         reference=reference,
@@ -486,8 +457,9 @@ _GQA_SPEC = _self_attention_spec(
     GQA_BUGS,
     lambda cfg: ReferenceGQA(*_gqa_args(cfg)).eval(),
     _gqa_args,
+    "Expected out_proj(attention of the H rotated query heads over the Hkv rotated key heads, "
+    "each shared by H / Hkv query heads), scores divided by sqrt(Dh).",
     dims=lambda cfg: {"D": cfg["D"], "H": cfg["H"], "Hkv": cfg["Hkv"]},
-    cases=_gqa_cases,
 )
 
 
@@ -538,37 +510,14 @@ register_configs(
 )
 
 
-def _block_cases(
-    report: CheckReport,
-    student: nn.Module,
-    ref: nn.Module,
-    cfg: Config,
-    dtype: torch.dtype,
-    gen: torch.Generator,
-) -> None:
-    run_self_attention_cases(
-        report,
-        guarded(student, MODERN_BLOCK_ITEM),
-        ref,
-        cfg,
-        dtype,
-        gen,
-        item=MODERN_BLOCK_ITEM,
-        bugs=MODERN_BLOCK_BUGS,
-        run=module_runner(ref, _block_args(cfg)),
-        tolerance=_tolerance(dtype),
-        hint="Expected x + self_attn(norm1(x), mask, cache), then that plus "
-        "ffn(norm2(of it)). If a piece is wrong, its own check says which.",
-    )
-
-
 _BLOCK_SPEC = _self_attention_spec(
     MODERN_BLOCK_ITEM,
     MODERN_BLOCK_BUGS,
     lambda cfg: ReferenceBlock(*_block_args(cfg)).eval(),
     _block_args,
+    "Expected x + self_attn(norm1(x), mask, cache), then that plus ffn(norm2(of it)). If a "
+    "piece is wrong, its own check says which.",
     dims=lambda cfg: {k: cfg[k] for k in ("D", "H", "Hkv", "F")},
-    cases=_block_cases,
 )
 
 
