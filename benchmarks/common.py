@@ -36,6 +36,27 @@ def alternate(fns: dict[str, Callable[[], object]], rounds: int, warmup: int = 2
     return times
 
 
+def greedy_pair(lm, hf, prompt: torch.Tensor, new: int, out: dict) -> dict:
+    """Two timed functions: coursepkg's ``lm.generate`` and transformers' greedy
+    ``hf.generate`` of ``new`` tokens after ``prompt`` (no early stop, every token real); each
+    leaves its tokens in ``out["ours"]`` / ``out["theirs"]`` so the caller can compare them."""
+
+    def ours():
+        out["ours"] = lm.generate(prompt, new)
+
+    def theirs():
+        with torch.no_grad():
+            out["theirs"] = hf.generate(
+                prompt,
+                attention_mask=torch.ones_like(prompt),
+                max_new_tokens=new,
+                do_sample=False,
+                num_beams=1,
+            )
+
+    return {"ours": ours, "theirs": theirs}
+
+
 def median(xs: list[float]) -> float:
     return statistics.median(xs)
 

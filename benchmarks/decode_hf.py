@@ -34,7 +34,7 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import alternate, median, setup_threads  # noqa: E402
+from common import alternate, greedy_pair, median, setup_threads  # noqa: E402
 
 PROMPT = 16
 
@@ -211,23 +211,10 @@ def main(argv=None) -> dict:
         prompt = torch.randint(0, 1000, (batch, PROMPT), generator=torch.Generator().manual_seed(1))
         out = {}
 
-        def ours(prompt=prompt, out=out):
-            out["ours"] = lm.generate(prompt, new)
-
         def recompute(prompt=prompt, out=out):
             out["recompute"] = lm.generate(prompt, new, use_cache=False)
 
-        def theirs(prompt=prompt, out=out):
-            with torch.no_grad():
-                out["theirs"] = hf.generate(
-                    prompt,
-                    attention_mask=torch.ones_like(prompt),
-                    max_new_tokens=new,
-                    do_sample=False,
-                    num_beams=1,
-                )
-
-        fns = {"ours": ours, "theirs": theirs}
+        fns = greedy_pair(lm, hf, prompt, new, out)
         if batch == 1:
             fns["matmuls"] = matmuls_only(lm, batch, new)
             row_major = row_major_copy(lm)

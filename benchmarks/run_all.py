@@ -9,6 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import attention_at_length  # noqa: E402
 import decode_hf  # noqa: E402
+import decode_llama  # noqa: E402
 import grade_class  # noqa: E402
 import kv_cache  # noqa: E402
 import tokenizer  # noqa: E402
@@ -26,6 +27,8 @@ if __name__ == "__main__":
     kv_cache.main([])
     print("\n== greedy decoding: coursepkg vs Hugging Face transformers, same GPT-2 weights ==")
     decode_hf.main([])
+    print("\n== greedy decoding: coursepkg vs transformers, same Llama-shaped weights (GQA) ==")
+    decode_llama.main([])
     print("\n== byte-level BPE: coursepkg vs Hugging Face tokenizers and tiktoken, one thread ==")
     tokenizer.main([])
     print("\n== grading a class: coursepkg grade --workers 2 vs sequential nbgrader (~10 min) ==")

@@ -249,19 +249,34 @@ class MultiHeadAttention(nn.Module):
             q, k = rope.rotate(q), rope.rotate(k)  # (B, H, L, Dk), (B, Hkv, S, Dk)
         if cache is not None:  # the cache keeps the Hkv heads: H / Hkv times less memory
             k, v = cache.update(k, v)  # (B, Hkv, S_total, Dk), (B, Hkv, S_total, Dv)
-        if self.n_kv_heads != self.n_heads:  # grouped-query: K/V head j serves query heads
-            group = self.n_heads // self.n_kv_heads  # j*group .. (j+1)*group - 1
-            k = k.repeat_interleave(group, dim=1)  # (B, H, S_total, Dk)
-            v = v.repeat_interleave(group, dim=1)  # (B, H, S_total, Dv)
-        p = self.dropout if self.training else 0.0
-        if self.record_weights:
-            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)
-            self.last_weights = weights.detach()  # (B, H, L, S)
-        else:
-            out = _attention_fast(q, k, v, mask, p)  # (B, H, L, Dv)
+        out = self._attend(q, k, v, mask)  # (B, H, L, Dv)
         b, _, n_q, _ = out.shape
         out = out.transpose(1, 2).reshape(b, n_q, self.n_heads * self.d_v)  # (B, L, H*Dv)
         return self.out_proj(out)  # (B, L, D)
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        """H query heads attend over Hkv key/value heads (Hkv = H without grouping).
+
+        Shape:
+            q (B, H, L, Dk), k (B, Hkv, S, Dk), v (B, Hkv, S, Dv) -> (B, H, L, Dv).
+        """
+        p = self.dropout if self.training else 0.0
+        group = self.n_heads // self.n_kv_heads
+        b, h, n_q, dk = q.shape
+        if group > 1 and n_q == 1 and mask is None and not self.record_weights:
+            # The fast path of decoding one token (as transformers' pack_gqa): the group's
+            # query heads become the rows of its K/V head, which is then read in place instead
+            # of being copied ``group`` times. The same numbers as the lines below.
+            q = q.reshape(b, self.n_kv_heads, group, dk)  # (B, Hkv, group, Dk)
+            return _attention_fast(q, k, v, None, p).reshape(b, h, 1, -1)  # (B, H, 1, Dv)
+        if group > 1:  # grouped-query: K/V head j serves query heads j*group .. (j+1)*group - 1
+            k = k.repeat_interleave(group, dim=1)  # (B, H, S, Dk)
+            v = v.repeat_interleave(group, dim=1)  # (B, H, S, Dv)
+        if self.record_weights:
+            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)
+            self.last_weights = weights.detach()  # (B, H, L, S)
+            return out  # (B, H, L, Dv)
+        return _attention_fast(q, k, v, mask, p)  # (B, H, L, Dv)
 
     def _split(self, x: Tensor, size: int, heads: int | None = None) -> Tensor:
         # (B, n, heads*size) -> (B, heads, n, size): one slice of the width per head

@@ -291,3 +291,17 @@ def test_tied_or_untied_head_without_biases(tie) -> None:
     lm = _lm(tie_embeddings=tie, qk_norm=True)
     assert (lm.lm_head.weight is lm.embed.weight) is tie
     assert not [n for n, p in lm.named_parameters() if n.endswith("bias")]
+
+
+@pytest.mark.parametrize("n_kv", [1, 2])
+def test_decoding_one_query_reads_the_kv_heads_in_place(n_kv) -> None:
+    """The fast path for one query without a mask (query heads as rows of their K/V head)
+    equals the textbook path that repeats K and V."""
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(32, 8, n_kv_heads=n_kv).eval()
+    k, v = torch.randn(3, n_kv, 7, 4), torch.randn(3, n_kv, 7, 4)
+    q = torch.randn(3, 8, 1, 4)
+    fast = attn._attend(q, k, v, None)
+    attn.record_weights = True
+    slow = attn._attend(q, k, v, None)
+    torch.testing.assert_close(fast, slow, atol=1e-6, rtol=1e-5)
