@@ -27,6 +27,11 @@ check_greedy_decode            ``greedy_decode``                           ex08_
 check_beam_search              ``beam_search``                             ex08_decoding
 check_train_bpe                ``train_bpe``                               ex10_tokenizer
 check_tokenizer                ``Tokenizer`` (``encode``, ``decode``)      ex10_tokenizer
+check_rms_norm                 ``RMSNorm``                                 ex11_modern_block
+check_apply_rope               ``apply_rope``                              ex11_modern_block
+check_swiglu                   ``SwiGLU``                                  ex11_modern_block
+check_grouped_query_attention  ``GroupedQueryAttention``                   ex11_modern_block
+check_modern_block             ``ModernDecoderBlock``                      ex11_modern_block
 =============================  ==========================================  ==============
 
 ``check_training_run`` (ex09_training_run) grades a whole training run (the trained model, the
@@ -49,6 +54,13 @@ from .checks.ex07_parameters import check_parameter_count
 from .checks.ex08_decoding import check_beam_search, check_greedy_decode
 from .checks.ex09_training_run import check_training_run
 from .checks.ex10_tokenizer import check_tokenizer, check_train_bpe
+from .checks.ex11_modern_block import (
+    check_apply_rope,
+    check_grouped_query_attention,
+    check_modern_block,
+    check_rms_norm,
+    check_swiglu,
+)
 from .framework import (
     BugVariant,
     CheckerError,
@@ -67,19 +79,24 @@ __all__ = [
     "NotImplementedYet",
     "catalogue",
     "check_additive_score",
+    "check_apply_rope",
     "check_beam_search",
     "check_causal_mask",
     "check_decoder_layer",
     "check_encoder_layer",
     "check_feed_forward",
     "check_greedy_decode",
+    "check_grouped_query_attention",
     "check_label_smoothing",
     "check_layer_norm",
+    "check_modern_block",
     "check_multi_head_attention",
     "check_noam_lr",
     "check_parameter_count",
     "check_positional_encoding",
+    "check_rms_norm",
     "check_scaled_dot_product_attention",
+    "check_swiglu",
     "check_tokenizer",
     "check_train_bpe",
     "check_training_run",

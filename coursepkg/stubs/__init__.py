@@ -20,4 +20,5 @@ ASSIGNMENTS = (
     "ex08_decoding",
     "ex09_training_run",
     "ex10_tokenizer",
+    "ex11_modern_block",
 )

@@ -112,6 +112,20 @@ BUGS = {
         ],
         "bpe.ties_reversed",
     ),
+    "ex11_modern_block": (
+        "ModernDecoderBlock",
+        [
+            (
+                "x = x + self.self_attn(self.norm1(x), mask, cache)",
+                "x = self.norm1(x)\n        x = x + self.self_attn(x, mask, cache)",
+            ),
+            (
+                "return x + self.ffn(self.norm2(x))",
+                "x = self.norm2(x)\n        return x + self.ffn(x)",
+            ),
+        ],
+        "modern_block.residual_after_norm",
+    ),
     "ex09_training_run": (
         "sequence_loss",
         [("model(batch.src, batch.tgt_in,", "model(batch.src, batch.tgt_out,")],

@@ -16,6 +16,10 @@
 - :mod:`.masks`: the four mask properties, written once for any callable under test
   (:class:`MaskedBlock`, :class:`MaskCases`, :func:`run_mask_properties`), and an attention
   block's inputs for them (:func:`run_attention_cases`).
+- :mod:`.self_attention`: a self-attention block called as ``f(x, mask, cache)`` (today's
+  decoder): its mask properties on one sequence (:func:`run_self_attention_cases`) and
+  decoding with a dict key/value cache (:func:`decode_with_cache`, :func:`cache_equals_whole`,
+  :func:`cache_stage`).
 - :mod:`.locate`: which piece of a student's layer is wrong, and its known mistake.
 - :mod:`.norms`: a LayerNorm's mistake read from the module itself (:func:`analyse_norm`).
 - :mod:`.pieces`: the pieces of a layer check (:func:`guarded`, :func:`attention_piece`,
@@ -28,9 +32,10 @@
   ``framework.watch``, since it installs hooks a check needs only there.
 
 Modules import each other downwards only: results <- inputs <- calling <- compare <- weights
-<- masks, locate, modules, norms; registry needs results only; pieces sits on locate, norms and
-registry; variants and watch need nothing of the framework. A check module imports the
-framework and its own catalogue, never another check module.
+<- masks, locate, modules, norms; self_attention sits on masks and modules; registry needs
+results only; pieces sits on locate, norms and registry; variants and watch need nothing of
+the framework. A check module imports the framework and its own catalogue, never another
+check module.
 """
 
 from __future__ import annotations
@@ -109,6 +114,12 @@ from .results import (
     diagnosis_message,
     run_check,
 )
+from .self_attention import (
+    cache_equals_whole,
+    cache_stage,
+    decode_with_cache,
+    run_self_attention_cases,
+)
 from .variants import FeedForwardBlock, HeadsBlock, masked_attention
 from .weights import (
     NAMING_CONTRACT,
@@ -126,6 +137,10 @@ from .weights import (
 
 __all__ = [
     "run_mask_properties",
+    "run_self_attention_cases",
+    "cache_equals_whole",
+    "cache_stage",
+    "decode_with_cache",
     "MaskedBlock",
     "MaskCases",
     "Invariance",

@@ -39,6 +39,10 @@ def test_the_corpus_is_large_and_mixed():
         "check_parameter_count",
         "check_greedy_decode",
         "check_beam_search",
+        "check_rms_norm",
+        "check_apply_rope",
+        "check_grouped_query_attention",
+        "check_modern_block",
     }
 
 
