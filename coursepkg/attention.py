@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from ._validation import check_attention_mask, check_float
 from .kv_cache import AttentionCache, SlidingWindowCache
+from .positional import RopeAngles
 
 __all__ = [
     "AdditiveAttention",
@@ -181,6 +182,7 @@ class MultiHeadAttention(nn.Module):
         value: Tensor,
         mask: Tensor | None = None,
         cache: AttentionCache | None = None,
+        rope: RopeAngles | None = None,
     ) -> Tensor:
         """Attend from ``query`` to ``key``/``value``: the arguments are checked, then
         :meth:`_forward` computes.
@@ -194,12 +196,15 @@ class MultiHeadAttention(nn.Module):
             cache: optional key/value cache (see :mod:`coursepkg.kv_cache`). A growing cache
                 appends this call's keys and values; a static one (cross-attention) computes
                 them once from ``key``/``value`` and reuses them afterwards.
+            rope: rotary positions (:class:`~coursepkg.positional.RopeAngles` of the L new
+                positions): queries and keys are turned by them before attending, and the
+                cache keeps the turned keys; values are never turned.
 
         Shape:
             -> (B, L, D).
         """
         self._check_inputs(query, key, value, mask, cache)
-        return self._forward(query, key, value, mask, cache)
+        return self._forward(query, key, value, mask, cache, rope)
 
     def _forward(
         self,
@@ -208,6 +213,7 @@ class MultiHeadAttention(nn.Module):
         value: Tensor,
         mask: Tensor | None = None,
         cache: AttentionCache | None = None,
+        rope: RopeAngles | None = None,
     ) -> Tensor:
         """MultiHead(Q, K, V): :meth:`forward` after its argument checks.
 
@@ -221,6 +227,8 @@ class MultiHeadAttention(nn.Module):
             q = self._split(self.q_proj(query), self.d_k)  # (B, H, L, Dk)
             k = self._split(self.k_proj(key), self.d_k)  # (B, H, S, Dk)
             v = self._split(self.v_proj(value), self.d_v)  # (B, H, S, Dv)
+        if rope is not None:  # rotary positions turn queries and keys, never values
+            q, k = rope.rotate(q), rope.rotate(k)  # (B, H, L, Dk), (B, H, S, Dk)
         if cache is not None:
             k, v = cache.update(k, v)  # (B, H, S_total, Dk), (B, H, S_total, Dv)
         p = self.dropout if self.training else 0.0

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-_POSITIONAL = ("sinusoidal", "learned")
+_POSITIONAL = ("sinusoidal", "learned", "rope")
+_ROPE_PAIRS = ("halves", "interleaved")
 _ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 _SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
 _NORMS = ("layernorm", "rmsnorm")
@@ -36,7 +37,8 @@ class TransformerConfig:
     d_v: int | None = None  # Dv: per-head value size; None means d_model // n_heads
     norm_first: bool = False  # False: post-LN as in the paper; True: pre-LN (GPT-2 and later)
     final_norm: bool | None = None  # LayerNorm after each stack; None means "iff norm_first"
-    positional: str = "sinusoidal"  # "sinusoidal" (fixed table) or "learned" (trained table)
+    positional: str = "sinusoidal"  # "sinusoidal" (fixed table) or "learned" (trained table),
+    # both added to the embeddings; or "rope": no table, queries and keys rotated in attention
     src_vocab_size: int | None = None  # source vocabulary when it differs; None means shared
     share_embeddings: bool = True  # one embedding matrix for source and target (shared vocab)
     tie_embeddings: bool = True  # output projection reuses the target embedding matrix
@@ -61,6 +63,9 @@ class TransformerConfig:
     # x / sqrt(mean(x^2) + layer_norm_eps)); RMSNorm has no shift whatever ``bias`` says
     # (``activation`` above also takes the gated "swiglu" and "geglu": W2(act(W1 x) * W3 x),
     # three matrices, with ``d_ff`` the hidden width of each branch)
+    rope_theta: float = 10000.0  # positional="rope": the base of the frequencies theta^(-2i/Dk)
+    rope_pairs: str = "halves"  # positional="rope": the columns turned together, "halves"
+    # (i with i + Dk/2: Hugging Face's Llama, Qwen) or "interleaved" (2i with 2i+1: the paper)
     sliding_window: int | None = None  # W: decoder-only models attend to the last W positions
     # only, themselves included (Mistral; its KV cache is a ring of W); None: the whole past
 
@@ -84,6 +89,7 @@ class TransformerConfig:
                 raise ValueError(f"{name} must be in [0, 1), got {p}")
         if self.positional not in _POSITIONAL:
             raise ValueError(f"positional must be one of {_POSITIONAL}, got {self.positional!r}")
+        self._check_rope()
         if self.activation not in _ACTIVATIONS:
             raise ValueError(f"activation must be one of {_ACTIVATIONS}, got {self.activation!r}")
         if self.norm not in _NORMS:
@@ -112,12 +118,43 @@ class TransformerConfig:
                 "set share_embeddings=False"
             )
 
-    def reject_sliding_window(self, model: str) -> None:
-        """Fail for a ``sliding_window`` on a model that does not implement one."""
+    def _check_rope(self) -> None:
+        # RoPE's fields mean something only with positional="rope", and a table's only without.
+        if self.rope_pairs not in _ROPE_PAIRS:
+            raise ValueError(f"rope_pairs must be one of {_ROPE_PAIRS}, got {self.rope_pairs!r}")
+        if not self.rope_theta > 0:
+            raise ValueError(f"rope_theta must be > 0, got {self.rope_theta!r}")
+        if self.positional != "rope":
+            for name, default in (("rope_theta", 10000.0), ("rope_pairs", "halves")):
+                if getattr(self, name) != default:
+                    raise ValueError(
+                        f"{name}={getattr(self, name)!r} needs positional='rope', "
+                        f"got positional={self.positional!r}"
+                    )
+            return
+        if self.head_dim_k % 2 != 0:
+            raise ValueError(
+                f"positional='rope' turns pairs of query/key columns: the per-head width Dk "
+                f"must be even, got Dk={self.head_dim_k}"
+            )
+        if self.sinusoidal_layout != "interleaved":
+            raise ValueError(
+                f"sinusoidal_layout={self.sinusoidal_layout!r} describes a sinusoidal table, "
+                "which positional='rope' does not have; use rope_pairs to choose the pairing"
+            )
+
+    def reject_decoder_only_options(self, model: str) -> None:
+        """Fail for an option only :class:`~coursepkg.DecoderOnlyLM` implements: a
+        ``sliding_window``, or rotary positions (which need the positions of one sequence)."""
         if self.sliding_window is not None:
             raise ValueError(
                 f"{model} does not support sliding_window={self.sliding_window!r} "
                 "(only DecoderOnlyLM has a sliding window)"
+            )
+        if self.positional == "rope":
+            raise ValueError(
+                f"{model} does not support positional='rope' (only DecoderOnlyLM rotates its "
+                "queries and keys); use 'sinusoidal' or 'learned'"
             )
 
     # ----- derived sizes -------------------------------------------------------------------

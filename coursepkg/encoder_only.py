@@ -13,7 +13,8 @@ from torch import Tensor, nn
 from ._validation import check_token_mask, check_tokens
 from .config import TransformerConfig
 from .layers import ACTIVATIONS, make_norm
-from .model import Encoder, init_linear_weights, make_positions, token_embedding
+from .model import Encoder
+from .model_parts import init_linear_weights, make_positions, token_embedding
 
 
 class MaskedLMHead(nn.Module):
@@ -64,7 +65,7 @@ class EncoderOnlyLM(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        config.reject_sliding_window("EncoderOnlyLM")
+        config.reject_decoder_only_options("EncoderOnlyLM")
         self.config = config
         d = config.d_model
         self.embed = token_embedding(config, config.vocab_size)

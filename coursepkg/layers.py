@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from .attention import MultiHeadAttention
 from .kv_cache import AttentionCache
+from .positional import RopeAngles
 
 
 def layer_norm_reference(x: Tensor, weight: Tensor, bias: Tensor | None, eps: float) -> Tensor:
@@ -227,7 +228,11 @@ class EncoderLayer(nn.Module):
         self.dropout2 = Dropout(dropout)
 
     def forward(
-        self, x: Tensor, mask: Tensor | None = None, cache: AttentionCache | None = None
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        cache: AttentionCache | None = None,
+        rope: RopeAngles | None = None,
     ) -> Tensor:
         """Encode ``x``.
 
@@ -235,21 +240,29 @@ class EncoderLayer(nn.Module):
             x: input sequence.
             mask: attention mask, bool, True = may attend, broadcastable to (B, H, L, L).
             cache: self-attention key/value cache (decoder-only generation).
+            rope: rotary positions for self-attention's queries and keys (decoder-only models
+                with ``positional="rope"``).
 
         Shape:
             x (B, L, D) -> (B, L, D).
         """
         if self.norm_first:
-            x = x + self._sa_block(self.norm1(x), mask, cache)  # (B, L, D)
+            x = x + self._sa_block(self.norm1(x), mask, cache, rope)  # (B, L, D)
             x = x + self._ff_block(self.norm2(x))  # (B, L, D)
         else:
-            x = self.norm1(x + self._sa_block(x, mask, cache))  # (B, L, D)
+            x = self.norm1(x + self._sa_block(x, mask, cache, rope))  # (B, L, D)
             x = self.norm2(x + self._ff_block(x))  # (B, L, D)
         return x
 
-    def _sa_block(self, x: Tensor, mask: Tensor | None, cache: AttentionCache | None) -> Tensor:
+    def _sa_block(
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        cache: AttentionCache | None,
+        rope: RopeAngles | None = None,
+    ) -> Tensor:
         # Self-attention and its residual dropout; (B, L, D) -> (B, L, D).
-        return self.dropout1(self.self_attn(x, x, x, mask, cache))
+        return self.dropout1(self.self_attn(x, x, x, mask, cache, rope))
 
     def _ff_block(self, x: Tensor) -> Tensor:
         # The position-wise FFN and its residual dropout; (B, L, D) -> (B, L, D).

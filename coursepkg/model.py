@@ -1,5 +1,6 @@
-"""The models: Encoder and Decoder stacks, the encoder-decoder :class:`Transformer` and the
-GPT-style :class:`DecoderOnlyLM`.
+"""The encoder-decoder models: the Encoder and Decoder stacks, :class:`EncoderDecoder` (on
+embeddings) and the :class:`Transformer` of "Attention Is All You Need". The GPT-style
+:class:`~coursepkg.decoder_only.DecoderOnlyLM` has its own module and is importable from here too.
 
 Dimension legend: B batch, S source length, L target length, D d_model, V vocabulary.
 At model level masks are *token* masks (B, S)/(B, L), bool, True = real token; the causal
@@ -12,115 +13,37 @@ which the models call once their inputs are checked.
 
 from __future__ import annotations
 
-import math
-
-import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._validation import check_float, check_token_mask, check_tokens
 from .config import TransformerConfig
+from .decoder_only import DecoderOnlyLM, sample_next
 from .kv_cache import KVCache
-from .layers import DecoderLayer, Dropout, EncoderLayer, LayerNorm, RMSNorm, make_norm
+from .layers import DecoderLayer, Dropout, EncoderLayer
 from .masks import causal_mask, key_mask
-from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from .model_parts import (
+    TokenEmbedding,
+    add_logits_bias,
+    final_norm,
+    init_linear_weights,
+    layer_kwargs,
+    make_positions,
+    reject_encoder_only_options,
+    token_embedding,
+)
 
-
-def _layer_kwargs(config: TransformerConfig) -> dict:
-    return dict(
-        d_model=config.d_model,
-        n_heads=config.n_heads,
-        d_ff=config.d_ff,
-        dropout=config.dropout,
-        norm_first=config.norm_first,
-        d_k=config.d_k,
-        d_v=config.d_v,
-        attention_dropout=config.attention_dropout,
-        activation=config.activation,
-        bias=config.bias,
-        layer_norm_eps=config.layer_norm_eps,
-        norm=config.norm,
-    )
-
-
-def _final_norm(config: TransformerConfig) -> LayerNorm | RMSNorm | None:
-    if not config.use_final_norm:
-        return None
-    return make_norm(config.norm, config.d_model, config.layer_norm_eps, config.bias)
-
-
-class TokenEmbedding(nn.Module):
-    """Token embedding multiplied by sqrt(D) (Sec. 3.4); its ``weight`` may be tied.
-
-    Args:
-        vocab_size: V.
-        d_model: D.
-        scale: multiply by sqrt(D) (the paper, Marian); GPT-2 and BERT do not.
-    """
-
-    def __init__(self, vocab_size: int, d_model: int, scale: bool = True) -> None:
-        super().__init__()
-        self.vocab_size = vocab_size
-        self.scale = math.sqrt(d_model) if scale else None
-        self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
-        # std D^-1/2 makes the scaled embedding unit-variance, and the tied logits start small.
-        nn.init.normal_(self.weight, std=d_model**-0.5)
-
-    def forward(self, tokens: Tensor, name: str = "tokens") -> Tensor:
-        """Shape: (B, L) integer ids -> (B, L, D)."""
-        check_tokens(name, tokens, self.vocab_size)
-        return self._forward(tokens)
-
-    def _forward(self, tokens: Tensor) -> Tensor:
-        """:meth:`forward` without the argument check, for callers that checked ``tokens``.
-
-        Shape: (B, L) -> (B, L, D).
-        """
-        x = F.embedding(tokens, self.weight)  # (B, L, D)
-        return x if self.scale is None else x * self.scale
-
-
-def make_positions(config: TransformerConfig) -> nn.Module:
-    """The position module ``config.positional`` names (shared with :mod:`~coursepkg.encoder_only`).
-
-    Args:
-        config: its ``positional``, ``d_model``, ``max_len`` and ``sinusoidal_layout``.
-
-    Returns:
-        A :class:`LearnedPositionalEmbedding` or :class:`SinusoidalPositionalEncoding`.
-    """
-    if config.positional == "learned":
-        return LearnedPositionalEmbedding(config.d_model, config.max_len)
-    return SinusoidalPositionalEncoding(config.d_model, config.max_len, config.sinusoidal_layout)
-
-
-def token_embedding(config: TransformerConfig, vocab_size: int) -> TokenEmbedding:
-    """A :class:`TokenEmbedding` of ``vocab_size`` rows, scaled as ``config`` says.
-
-    Args:
-        config: its ``d_model`` and ``scale_embeddings``.
-        vocab_size: number of rows V.
-
-    Returns:
-        The (untied) embedding module.
-    """
-    return TokenEmbedding(vocab_size, config.d_model, config.scale_embeddings)
-
-
-def _reject_encoder_only_options(config: TransformerConfig, model: str) -> None:
-    # Token types and an embedding LayerNorm are built only by EncoderOnlyLM (BERT).
-    for name in ("n_token_types", "embed_norm"):
-        if getattr(config, name):
-            raise ValueError(
-                f"{model} does not support {name}={getattr(config, name)!r} "
-                "(only EncoderOnlyLM has token-type embeddings and an embedding LayerNorm)"
-            )
-
-
-def _logits_bias(module: nn.Module, config: TransformerConfig) -> None:
-    # A fixed (not trained) bias on the logits, as Marian's final_logits_bias; None when absent.
-    bias = torch.zeros(config.vocab_size) if config.logits_bias else None
-    module.register_buffer("logits_bias", bias)
+__all__ = [
+    "Decoder",
+    "DecoderOnlyLM",
+    "Encoder",
+    "EncoderDecoder",
+    "TokenEmbedding",
+    "Transformer",
+    "init_linear_weights",
+    "make_positions",
+    "sample_next",
+    "token_embedding",
+]
 
 
 class Encoder(nn.Module):
@@ -132,9 +55,9 @@ class Encoder(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.layers = nn.ModuleList(
-            EncoderLayer(**_layer_kwargs(config)) for _ in range(config.n_layers)
+            EncoderLayer(**layer_kwargs(config)) for _ in range(config.n_layers)
         )
-        self.norm = _final_norm(config)
+        self.norm = final_norm(config)
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Encode embedded source positions.
@@ -171,11 +94,11 @@ class Decoder(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        config.reject_sliding_window("an encoder-decoder model")
+        config.reject_decoder_only_options("an encoder-decoder model")
         self.layers = nn.ModuleList(
-            DecoderLayer(**_layer_kwargs(config)) for _ in range(config.decoder_layers)
+            DecoderLayer(**layer_kwargs(config)) for _ in range(config.decoder_layers)
         )
-        self.norm = _final_norm(config)
+        self.norm = final_norm(config)
 
     def forward(
         self,
@@ -276,20 +199,6 @@ class EncoderDecoder(nn.Module):
         return self.decoder(tgt_emb, memory, src_mask, tgt_mask)  # (B, L, D)
 
 
-def init_linear_weights(module: nn.Module) -> None:
-    """Xavier-uniform for every ``nn.Linear`` weight in ``module``, zeros for the biases (a
-    common choice; the paper does not say).
-
-    Args:
-        module: initialised in place.
-    """
-    for sub in module.modules():
-        if isinstance(sub, nn.Linear):
-            nn.init.xavier_uniform_(sub.weight)
-            if sub.bias is not None:
-                nn.init.zeros_(sub.bias)
-
-
 class Transformer(nn.Module):
     """The encoder-decoder Transformer of "Attention Is All You Need".
 
@@ -306,7 +215,7 @@ class Transformer(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        _reject_encoder_only_options(config, "Transformer")
+        reject_encoder_only_options(config, "Transformer")
         self.config = config
         self.src_embed = token_embedding(config, config.source_vocab_size)
         self.tgt_embed = (
@@ -319,7 +228,7 @@ class Transformer(nn.Module):
         self.encoder = Encoder(config)
         self.decoder = Decoder(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        _logits_bias(self, config)
+        add_logits_bias(self, config)
         init_linear_weights(self)
         if config.tie_embeddings:
             self.lm_head.weight = self.tgt_embed.weight
@@ -433,163 +342,3 @@ class Transformer(nn.Module):
         tgt_mask = self._token_mask("tgt_mask", tgt, tgt_mask)
         memory = self._encode(src, src_mask)  # (B, S, D)
         return self._decode(tgt, memory, src_mask, tgt_mask)  # (B, L, V)
-
-
-class DecoderOnlyLM(nn.Module):
-    """A GPT-style language model: token + position embeddings, N self-attention layers with a
-    causal mask, and an output head tied to the token embedding.
-
-    The layers are :class:`~coursepkg.layers.EncoderLayer` blocks (self-attention + FFN):
-    a decoder without cross-attention is exactly that, under a causal mask.
-
-    Args:
-        config: the hyper-parameters (``n_layers`` layers; GPT-2 uses ``norm_first=True``).
-
-    Submodules ``embed``, ``positions``, ``layers``, ``norm`` (None without a final norm),
-    ``lm_head`` (D -> V, no bias, weight tied to ``embed.weight`` when ``tie_embeddings``).
-    """
-
-    def __init__(self, config: TransformerConfig) -> None:
-        super().__init__()
-        _reject_encoder_only_options(config, "DecoderOnlyLM")
-        self.config = config
-        self.embed = token_embedding(config, config.vocab_size)
-        self.positions = make_positions(config)
-        self.dropout = Dropout(config.dropout)
-        self.layers = nn.ModuleList(
-            EncoderLayer(**_layer_kwargs(config)) for _ in range(config.n_layers)
-        )
-        self.norm = _final_norm(config)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        _logits_bias(self, config)
-        init_linear_weights(self)
-        if config.tie_embeddings:
-            self.lm_head.weight = self.embed.weight
-
-    def new_cache(self, capacity: int | None = None) -> KVCache:
-        """An empty key/value cache for :meth:`forward`, holding up to ``capacity`` positions."""
-        return KVCache(self.config.n_layers, False, capacity, self.config.sliding_window)
-
-    def forward(
-        self,
-        tokens: Tensor,
-        token_mask: Tensor | None = None,
-        cache: KVCache | None = None,
-    ) -> Tensor:
-        """Next-token logits at every position.
-
-        Args:
-            tokens: ids (only the new ones when a cache is given).
-            token_mask: bool (B, past + L), True = real token (derived from ``pad_id`` when
-                omitted and no cache is used).
-            cache: see :meth:`new_cache`.
-
-        Shape:
-            tokens (B, L) -> logits (B, L, V).
-        """
-        check_tokens("tokens", tokens, self.config.vocab_size)
-        b, n = tokens.shape
-        keys = n if cache is None else cache.keys_after(n)  # a window's ring: the last ones only
-        if token_mask is None and cache is None and self.config.pad_id is not None:
-            token_mask = tokens != self.config.pad_id  # (B, L)
-        mask = causal_mask(n, keys, device=tokens.device, window=self.config.sliding_window)
-        if token_mask is not None:
-            check_token_mask("token_mask", token_mask, (b, n + (cache.length if cache else 0)))
-            mask = mask & key_mask(token_mask)[..., -keys:]  # (B, 1, L, keys)
-        elif n == 1:
-            mask = None
-        return self._forward(tokens, mask, cache)
-
-    def _forward(self, tokens: Tensor, mask: Tensor | None, cache: KVCache | None) -> Tensor:
-        # forward() after its checks: ``tokens`` are valid ids, ``mask`` the attention mask
-        # (causal and padding, broadcastable to (B, H, L, past + L)), not a token mask.
-        past = 0 if cache is None else cache.length
-        x = self.dropout(self.positions(self.embed._forward(tokens), past))  # (B, L, D)
-        caches = [None] * len(self.layers) if cache is None else cache.self_attn
-        for layer, layer_cache in zip(self.layers, caches, strict=True):
-            x = layer(x, mask, layer_cache)  # (B, L, D)
-        if self.norm is not None:
-            x = self.norm(x)
-        logits = self.lm_head(x)  # (B, L, V)
-        return logits if self.logits_bias is None else logits + self.logits_bias
-
-    @torch.no_grad()  # as documented; the loop itself runs in inference mode, cheaper still
-    def generate(
-        self,
-        tokens: Tensor,
-        max_new_tokens: int,
-        use_cache: bool = True,
-        temperature: float = 0.0,
-        top_k: int | None = None,
-        generator: torch.Generator | None = None,
-    ) -> Tensor:
-        """Continue ``tokens`` by ``max_new_tokens`` tokens.
-
-        Arguments are checked once; each step runs under ``torch.inference_mode`` without a mask
-        (a new query sees all it is given: every cached position, or a sliding window's ring).
-
-        Args:
-            tokens: the prompt ids (no padding).
-            max_new_tokens: how many tokens to append.
-            use_cache: keep keys/values of earlier positions instead of recomputing them;
-                greedy outputs are identical either way.
-            temperature: 0 means greedy (argmax); otherwise sample from softmax(logits / T).
-            top_k: sample only among the ``top_k`` most probable tokens.
-            generator: a ``torch.Generator`` for reproducible sampling.
-
-        Shape:
-            tokens (B, L) -> (B, L + max_new_tokens).
-        """
-        check_tokens("tokens", tokens, self.config.vocab_size)
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
-        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-            raise ValueError(f"top_k must be None or an integer >= 1, got {top_k!r}")
-        prompt_len = tokens.size(1)
-        total = prompt_len + max_new_tokens
-        if total > self.config.max_len:
-            raise ValueError(
-                f"prompt length {prompt_len} + max_new_tokens {max_new_tokens} = {total} "
-                f"exceeds max_len={self.config.max_len} of the positional table"
-            )
-        if prompt_len == 0:
-            raise ValueError("tokens must hold at least one prompt token per row, got length 0")
-        cache = self.new_cache(capacity=total) if use_cache else None
-        seq = tokens  # what the model reads next: the prompt, then one token at a time
-        new: list[Tensor] = []
-        with torch.inference_mode():
-            for _ in range(max_new_tokens):
-                n = seq.size(1)  # every token is real: the causal mask only, none for one query
-                window = self.config.sliding_window
-                mask = causal_mask(n, None, seq.device, window) if n > 1 else None
-                logits = self._forward(seq, mask, cache)  # (B, n, V)
-                new.append(sample_next(logits[:, -1], temperature, top_k, generator)[:, None])
-                # With the cache the model reads only the new token; without, the whole prefix.
-                seq = new[-1] if cache is not None else torch.cat([seq, new[-1]], dim=1)  # (B, *)
-            out = torch.cat([tokens, *new], dim=1)  # (B, L + new)
-        # A plain tensor again: an inference-mode one could not be saved for a backward pass.
-        return out.clone()  # (B, L + new)
-
-
-def sample_next(logits: Tensor, temperature: float, top_k: int | None, generator=None) -> Tensor:
-    """Pick the next token from logits: argmax when ``temperature == 0``, else sample.
-
-    Args:
-        logits: next-token scores.
-        temperature: 0 for greedy; otherwise logits are divided by it before the softmax.
-        top_k: keep only the ``top_k`` most probable tokens before sampling.
-        generator: optional ``torch.Generator`` for reproducible samples.
-
-    Shape:
-        logits (B, V) -> (B,).
-    """
-    if temperature == 0.0:
-        return logits.argmax(dim=-1)  # (B,)
-    logits = logits.float() / temperature
-    if top_k is not None and top_k < logits.size(-1):
-        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = torch.softmax(logits, dim=-1)  # (B, V)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)

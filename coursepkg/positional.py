@@ -1,4 +1,5 @@
-"""Positional information: the fixed sinusoidal table and a learned table (Vaswani et al. 3.5)."""
+"""Positional information: the fixed sinusoidal table and a learned table (Vaswani et al. 3.5),
+both added to the embeddings, and rotary positions (RoPE), which turn queries and keys instead."""
 
 from __future__ import annotations
 
@@ -102,6 +103,71 @@ class LearnedPositionalEmbedding(nn.Module):
         return x + self.weight[offset : offset + x.size(1)]  # (B, L, D)
 
 
+_ROPE_PAIRS = ("halves", "interleaved")
+
+
+def rope_frequencies(head_dim: int, theta: float = 10000.0) -> Tensor:
+    """The angular speed of each RoPE pair: w_i = theta^(-2i/Dh), i = 0 .. Dh/2 - 1.
+
+    Computed as 1 / theta^(2i/Dh) in float32, exactly as Hugging Face's Llama does, so that
+    loaded models agree to the last bits.
+
+    Args:
+        head_dim: Dh, the width of one head's queries and keys (even).
+        theta: the base (10000 in the paper, 500000 in Llama 3, 1000000 in Qwen3).
+
+    Shape:
+        -> (Dh/2,).
+    """
+    if head_dim % 2 != 0:
+        raise ValueError(f"RoPE needs an even head width, got head_dim={head_dim}")
+    two_i = torch.arange(0, head_dim, 2, dtype=torch.int64).float()  # (Dh/2,)
+    return 1.0 / (theta ** (two_i / head_dim))  # (Dh/2,)
+
+
+class RopeAngles:
+    """The cos and sin of the RoPE angles pos * w_i of some positions, computed once per forward
+    pass and used by every layer to rotate its queries and keys (:meth:`rotate`).
+
+    Args:
+        positions: the absolute position of each row (with a KV cache: the offset plus 0..L-1;
+            with left padding: how many real tokens precede it).
+        freqs: :func:`rope_frequencies`.
+        pairs: ``"halves"`` pairs column i with column i + Dh/2 (Hugging Face's rotate-half
+            layout: Llama, Qwen); ``"interleaved"`` pairs columns 2i and 2i+1 (the paper).
+
+    Shape:
+        positions (L,) or (B, L), freqs (Dh/2,); ``cos`` and ``sin`` are (L, Dh/2) or
+        (B, 1, L, Dh/2), broadcasting over the heads.
+    """
+
+    def __init__(self, positions: Tensor, freqs: Tensor, pairs: str = "halves") -> None:
+        if pairs not in _ROPE_PAIRS:
+            raise ValueError(f"pairs must be 'halves' or 'interleaved', got {pairs!r}")
+        angles = positions.to(torch.float32).unsqueeze(-1) * freqs  # (L, Dh/2) or (B, L, Dh/2)
+        if angles.dim() == 3:
+            angles = angles.unsqueeze(1)  # (B, 1, L, Dh/2): the same angles for every head
+        self.cos, self.sin = angles.cos(), angles.sin()
+        self.pairs = pairs
+
+    def rotate(self, x: Tensor) -> Tensor:
+        """Turn each 2-D pair (a, b) of ``x`` by its angle: (a cos - b sin, a sin + b cos).
+
+        Shape:
+            x (B, H, L, Dh) -> (B, H, L, Dh), in ``x``'s dtype.
+        """
+        half = x.shape[-1] // 2
+        if self.pairs == "halves":
+            a, b = x[..., :half], x[..., half:]  # (B, H, L, Dh/2) each
+        else:
+            a, b = x[..., 0::2], x[..., 1::2]  # (B, H, L, Dh/2) each
+        cos, sin = self.cos.to(x.dtype), self.sin.to(x.dtype)
+        ra, rb = a * cos - b * sin, a * sin + b * cos  # (B, H, L, Dh/2): each pair rotated
+        if self.pairs == "halves":
+            return torch.cat([ra, rb], dim=-1)  # (B, H, L, Dh)
+        return torch.stack([ra, rb], dim=-1).flatten(-2)  # (B, H, L, Dh/2, 2) -> (B, H, L, Dh)
+
+
 def apply_rope(
     x: Tensor, positions: Tensor, theta: float = 10000.0, pairs: str = "halves"
 ) -> Tensor:
@@ -109,7 +175,8 @@ def apply_rope(
 
     Pair i turns by the angle pos * theta^(-2i/Dh), i = 0 .. Dh/2 - 1, so the dot product of a
     rotated query at position m and a rotated key at position n depends on m - n only. Apply it
-    to queries and keys, never to values.
+    to queries and keys, never to values. (The models compute the angles once per pass with
+    :class:`RopeAngles` and rotate every layer's queries and keys with them.)
 
     Args:
         x: queries or keys, one row of width Dh per head and position.
@@ -127,21 +194,19 @@ def apply_rope(
     dh = x.shape[-1]
     if dh % 2 != 0:
         raise ValueError(f"apply_rope needs an even head width, got x.shape[-1]={dh}")
-    if pairs not in ("halves", "interleaved"):
-        raise ValueError(f"pairs must be 'halves' or 'interleaved', got {pairs!r}")
-    i = torch.arange(dh // 2, device=x.device, dtype=torch.float32)  # (Dh/2,)
-    freqs = theta ** (-2 * i / dh)  # (Dh/2,)
-    angles = positions.to(torch.float32).unsqueeze(-1) * freqs  # (L, Dh/2) or (B, L, Dh/2)
-    if angles.dim() == 3:
-        angles = angles.unsqueeze(1)  # (B, 1, L, Dh/2): the same angles for every head
-    cos, sin = angles.cos(), angles.sin()
-    if pairs == "halves":
-        a, b = x[..., : dh // 2], x[..., dh // 2 :]  # (B, H, L, Dh/2) each
-    else:
-        a, b = x[..., 0::2], x[..., 1::2]  # (B, H, L, Dh/2) each
-    ra, rb = a * cos - b * sin, a * sin + b * cos  # (B, H, L, Dh/2): each pair rotated
-    if pairs == "halves":
-        out = torch.cat([ra, rb], dim=-1)  # (B, H, L, Dh)
-    else:
-        out = torch.stack([ra, rb], dim=-1).flatten(-2)  # (B, H, L, Dh/2, 2) -> (B, H, L, Dh)
-    return out.to(x.dtype)
+    freqs = rope_frequencies(dh, theta).to(x.device)  # (Dh/2,)
+    return RopeAngles(positions, freqs, pairs).rotate(x)  # (B, H, L, Dh)
+
+
+def positions_from_mask(token_mask: Tensor) -> Tensor:
+    """The position of each token counting real tokens only, as Hugging Face's ``generate``
+    derives ``position_ids`` from the attention mask: left padding then shifts nothing, and a
+    row's first real token is at position 0 however much padding precedes it.
+
+    Args:
+        token_mask: bool, True = real token.
+
+    Shape:
+        token_mask (B, L) -> (B, L) int64; padding gets position 0 (or the last real one's).
+    """
+    return (token_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, L)

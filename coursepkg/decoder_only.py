@@ -1,0 +1,233 @@
+"""The GPT-style language model :class:`DecoderOnlyLM` and its generation loop.
+
+Dimension legend: B batch, L length, D d_model, V vocabulary. Masks at model level are token
+masks (B, L), True = real token; the causal mask is built inside.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ._validation import check_token_mask, check_tokens
+from .config import TransformerConfig
+from .kv_cache import KVCache
+from .layers import Dropout, EncoderLayer
+from .masks import causal_mask, key_mask
+from .model_parts import (
+    add_logits_bias,
+    final_norm,
+    init_linear_weights,
+    layer_kwargs,
+    make_positions,
+    reject_encoder_only_options,
+    token_embedding,
+)
+from .positional import RopeAngles, positions_from_mask, rope_frequencies
+
+__all__ = ["DecoderOnlyLM", "sample_next"]
+
+
+class DecoderOnlyLM(nn.Module):
+    """A GPT-style language model: token + position embeddings, N self-attention layers with a
+    causal mask, and an output head tied to the token embedding.
+
+    The layers are :class:`~coursepkg.layers.EncoderLayer` blocks (self-attention + FFN):
+    a decoder without cross-attention is exactly that, under a causal mask. With
+    ``positional="rope"``, ``norm="rmsnorm"``, ``activation="swiglu"``, ``n_kv_heads`` and
+    ``bias=False`` it is a Llama-style model (:mod:`coursepkg.interop.llama` loads Llama and
+    Qwen3 into it).
+
+    Args:
+        config: the hyper-parameters (``n_layers`` layers; GPT-2 uses ``norm_first=True``).
+
+    Submodules ``embed``, ``positions`` (the table added to the embeddings; None with RoPE),
+    ``layers``, ``norm`` (None without a final norm), ``lm_head`` (D -> V, no bias, weight tied
+    to ``embed.weight`` when ``tie_embeddings``); buffer ``rope_freqs`` (Dk/2,), RoPE's
+    frequencies (None without RoPE).
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        reject_encoder_only_options(config, "DecoderOnlyLM")
+        self.config = config
+        self.embed = token_embedding(config, config.vocab_size)
+        rope = config.positional == "rope"
+        self.positions = None if rope else make_positions(config)
+        freqs = rope_frequencies(config.head_dim_k, config.rope_theta) if rope else None
+        self.register_buffer("rope_freqs", freqs, persistent=False)
+        self.dropout = Dropout(config.dropout)
+        self.layers = nn.ModuleList(
+            EncoderLayer(**layer_kwargs(config)) for _ in range(config.n_layers)
+        )
+        self.norm = final_norm(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        add_logits_bias(self, config)
+        init_linear_weights(self)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.embed.weight
+
+    def new_cache(self, capacity: int | None = None) -> KVCache:
+        """An empty key/value cache for :meth:`forward`, holding up to ``capacity`` positions."""
+        return KVCache(self.config.n_layers, False, capacity, self.config.sliding_window)
+
+    def forward(
+        self,
+        tokens: Tensor,
+        token_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+        positions: Tensor | None = None,
+    ) -> Tensor:
+        """Next-token logits at every position.
+
+        Args:
+            tokens: ids (only the new ones when a cache is given).
+            token_mask: bool (B, past + L), True = real token (derived from ``pad_id`` when
+                omitted and no cache is used).
+            cache: see :meth:`new_cache`.
+            positions: RoPE only: the absolute position of each new token (Hugging Face's
+                ``position_ids``). By default the cache's length plus 0..L-1, or with a
+                ``token_mask`` the count of real tokens before each one
+                (:func:`~coursepkg.positional.positions_from_mask`: left padding shifts
+                nothing). A position table (learned, sinusoidal) always counts from the cache's
+                length.
+
+        Shape:
+            tokens (B, L), positions (B, L) or (L,) -> logits (B, L, V).
+        """
+        check_tokens("tokens", tokens, self.config.vocab_size)
+        b, n = tokens.shape
+        keys = n if cache is None else cache.keys_after(n)  # a window's ring: the last ones only
+        if token_mask is None and cache is None and self.config.pad_id is not None:
+            token_mask = tokens != self.config.pad_id  # (B, L)
+        mask = causal_mask(n, keys, device=tokens.device, window=self.config.sliding_window)
+        if token_mask is not None:
+            check_token_mask("token_mask", token_mask, (b, n + (cache.length if cache else 0)))
+            mask = mask & key_mask(token_mask)[..., -keys:]  # (B, 1, L, keys)
+        elif n == 1:
+            mask = None
+        if positions is not None:
+            self._check_positions(positions, b, n)
+        elif token_mask is not None and self.rope_freqs is not None:
+            positions = positions_from_mask(token_mask)[:, -n:]  # (B, L)
+        return self._forward(tokens, mask, cache, positions)
+
+    def _check_positions(self, positions: Tensor, b: int, n: int) -> None:
+        if self.rope_freqs is None:
+            raise ValueError(
+                f"positions are for positional='rope'; this model adds a "
+                f"{self.config.positional!r} table from the cache's length"
+            )
+        if positions.shape not in ((b, n), (n,)) or positions.dtype.is_floating_point:
+            raise ValueError(
+                f"positions must be integer positions of shape (B, L)={(b, n)} or (L,)={(n,)}, "
+                f"got {positions.dtype} of shape {tuple(positions.shape)}"
+            )
+
+    def _forward(
+        self,
+        tokens: Tensor,
+        mask: Tensor | None,
+        cache: KVCache | None,
+        positions: Tensor | None = None,
+    ) -> Tensor:
+        # forward() after its checks: ``tokens`` are valid ids, ``mask`` the attention mask
+        # (causal and padding, broadcastable to (B, H, L, past + L)), not a token mask.
+        past = 0 if cache is None else cache.length
+        x = self.embed._forward(tokens)  # (B, L, D)
+        rope = None
+        if self.rope_freqs is None:  # a position table, added to the embeddings
+            x = self.positions(x, past)  # (B, L, D)
+        else:  # rotary: the angles of the new positions, used by every layer's attention
+            if positions is None:
+                positions = torch.arange(past, past + tokens.size(1), device=tokens.device)
+            rope = RopeAngles(positions, self.rope_freqs, self.config.rope_pairs)
+        x = self.dropout(x)
+        caches = [None] * len(self.layers) if cache is None else cache.self_attn
+        for layer, layer_cache in zip(self.layers, caches, strict=True):
+            x = layer(x, mask, layer_cache, rope)  # (B, L, D)
+        if self.norm is not None:
+            x = self.norm(x)
+        logits = self.lm_head(x)  # (B, L, V)
+        return logits if self.logits_bias is None else logits + self.logits_bias
+
+    @torch.no_grad()  # as documented; the loop itself runs in inference mode, cheaper still
+    def generate(
+        self,
+        tokens: Tensor,
+        max_new_tokens: int,
+        use_cache: bool = True,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """Continue ``tokens`` by ``max_new_tokens`` tokens.
+
+        Arguments are checked once; each step runs under ``torch.inference_mode`` without a mask
+        (a new query sees all it is given: every cached position, or a sliding window's ring).
+
+        Args:
+            tokens: the prompt ids (no padding).
+            max_new_tokens: how many tokens to append.
+            use_cache: keep keys/values of earlier positions instead of recomputing them;
+                greedy outputs are identical either way.
+            temperature: 0 means greedy (argmax); otherwise sample from softmax(logits / T).
+            top_k: sample only among the ``top_k`` most probable tokens.
+            generator: a ``torch.Generator`` for reproducible sampling.
+
+        Shape:
+            tokens (B, L) -> (B, L + max_new_tokens).
+        """
+        check_tokens("tokens", tokens, self.config.vocab_size)
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+            raise ValueError(f"top_k must be None or an integer >= 1, got {top_k!r}")
+        prompt_len = tokens.size(1)
+        total = prompt_len + max_new_tokens
+        if total > self.config.max_len and self.positions is not None:  # RoPE has no table
+            raise ValueError(
+                f"prompt length {prompt_len} + max_new_tokens {max_new_tokens} = {total} "
+                f"exceeds max_len={self.config.max_len} of the positional table"
+            )
+        if prompt_len == 0:
+            raise ValueError("tokens must hold at least one prompt token per row, got length 0")
+        cache = self.new_cache(capacity=total) if use_cache else None
+        seq = tokens  # what the model reads next: the prompt, then one token at a time
+        new: list[Tensor] = []
+        with torch.inference_mode():
+            for _ in range(max_new_tokens):
+                n = seq.size(1)  # every token is real: the causal mask only, none for one query
+                window = self.config.sliding_window
+                mask = causal_mask(n, None, seq.device, window) if n > 1 else None
+                logits = self._forward(seq, mask, cache)  # (B, n, V)
+                new.append(sample_next(logits[:, -1], temperature, top_k, generator)[:, None])
+                # With the cache the model reads only the new token; without, the whole prefix.
+                seq = new[-1] if cache is not None else torch.cat([seq, new[-1]], dim=1)  # (B, *)
+            out = torch.cat([tokens, *new], dim=1)  # (B, L + new)
+        # A plain tensor again: an inference-mode one could not be saved for a backward pass.
+        return out.clone()  # (B, L + new)
+
+
+def sample_next(logits: Tensor, temperature: float, top_k: int | None, generator=None) -> Tensor:
+    """Pick the next token from logits: argmax when ``temperature == 0``, else sample.
+
+    Args:
+        logits: next-token scores.
+        temperature: 0 for greedy; otherwise logits are divided by it before the softmax.
+        top_k: keep only the ``top_k`` most probable tokens before sampling.
+        generator: optional ``torch.Generator`` for reproducible samples.
+
+    Shape:
+        logits (B, V) -> (B,).
+    """
+    if temperature == 0.0:
+        return logits.argmax(dim=-1)  # (B,)
+    logits = logits.float() / temperature
+    if top_k is not None and top_k < logits.size(-1):
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)  # (B, V)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
