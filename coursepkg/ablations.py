@@ -187,4 +187,3 @@ def position_losses(
         )  # (B, L)
     model.train(was_training)
     return loss.mean(dim=0)  # (L,)
-
