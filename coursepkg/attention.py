@@ -8,6 +8,7 @@ Masks are boolean, True = may attend.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -139,10 +140,17 @@ class MultiHeadAttention(nn.Module):
         d_v: per-head value size Dv (default D // H).
         dropout: dropout on the attention weights during training.
         bias: whether the four projections have biases.
+        n_kv_heads: key/value heads Hkv (grouped-query attention, Ainslie et al. 2023; 1 is
+            multi-query, Shazeer 2019); it must divide H, and each key/value head serves H/Hkv
+            consecutive query heads. Default H (every query head has its own).
+        qk_norm: QK-norm (Qwen3, OLMo 2): a normalisation applied to each head's queries and keys
+            before RoPE, made by calling this with Dk (the layers pass RMSNorm); None for none.
 
-    Submodules ``q_proj``, ``k_proj``, ``v_proj`` (D -> H*Dk, H*Dk, H*Dv) and ``out_proj``
-    (H*Dv -> D). Set ``record_weights = True`` to run the textbook attention kernel and keep the
-    attention weights of the last call in ``last_weights`` (B, H, L, S), e.g. for plotting.
+    Submodules ``q_proj``, ``k_proj``, ``v_proj`` (D -> H*Dk, Hkv*Dk, Hkv*Dv) and ``out_proj``
+    (H*Dv -> D), and with ``qk_norm`` ``q_norm`` and ``k_norm`` (over Dk, shared by the heads).
+    A cache stores the Hkv key/value heads, not H. Set ``record_weights = True`` to run the
+    textbook attention kernel and keep the attention weights of the last call in
+    ``last_weights`` (B, H, L, S), e.g. for plotting.
 
     :meth:`forward` checks its arguments and :meth:`_forward` computes, on the textbook path;
     :meth:`_fast_projections` is the one place where it takes a faster route to the same values.
@@ -156,6 +164,8 @@ class MultiHeadAttention(nn.Module):
         d_v: int | None = None,
         dropout: float = 0.0,
         bias: bool = True,
+        n_kv_heads: int | None = None,
+        qk_norm: Callable[[int], nn.Module] | None = None,
     ) -> None:
         super().__init__()
         if (d_k is None or d_v is None) and d_model % n_heads != 0:
@@ -163,15 +173,21 @@ class MultiHeadAttention(nn.Module):
                 f"d_model={d_model} must be divisible by n_heads={n_heads} "
                 "unless d_k and d_v are given"
             )
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if n_kv_heads < 1 or n_heads % n_kv_heads != 0:
+            raise ValueError(f"n_kv_heads must divide n_heads={n_heads}, got {n_kv_heads}")
         self.d_model = d_model
         self.n_heads = n_heads
+        self.n_kv_heads = n_kv_heads
         self.d_k = d_k if d_k is not None else d_model // n_heads
         self.d_v = d_v if d_v is not None else d_model // n_heads
         self.dropout = dropout
         self.q_proj = nn.Linear(d_model, n_heads * self.d_k, bias=bias)
-        self.k_proj = nn.Linear(d_model, n_heads * self.d_k, bias=bias)
-        self.v_proj = nn.Linear(d_model, n_heads * self.d_v, bias=bias)
+        self.k_proj = nn.Linear(d_model, n_kv_heads * self.d_k, bias=bias)
+        self.v_proj = nn.Linear(d_model, n_kv_heads * self.d_v, bias=bias)
         self.out_proj = nn.Linear(n_heads * self.d_v, d_model, bias=bias)
+        self.q_norm = None if qk_norm is None else qk_norm(self.d_k)
+        self.k_norm = None if qk_norm is None else qk_norm(self.d_k)
         self.record_weights = False
         self.last_weights: Tensor | None = None
 
@@ -223,14 +239,20 @@ class MultiHeadAttention(nn.Module):
         fast = self._fast_projections(query, key, value, cache)
         if fast is not None:
             q, k, v = fast  # the values of the three lines below, computed faster
-        else:  # the textbook path: project, then split D into H heads
+        else:  # the textbook path: project, then split the width into heads
             q = self._split(self.q_proj(query), self.d_k)  # (B, H, L, Dk)
-            k = self._split(self.k_proj(key), self.d_k)  # (B, H, S, Dk)
-            v = self._split(self.v_proj(value), self.d_v)  # (B, H, S, Dv)
+            k = self._split(self.k_proj(key), self.d_k, self.n_kv_heads)  # (B, Hkv, S, Dk)
+            v = self._split(self.v_proj(value), self.d_v, self.n_kv_heads)  # (B, Hkv, S, Dv)
+        if self.q_norm is not None:  # QK-norm: each head's query and key rows to a fixed scale
+            q, k = self.q_norm(q), self.k_norm(k)  # (B, H, L, Dk), (B, Hkv, S, Dk)
         if rope is not None:  # rotary positions turn queries and keys, never values
-            q, k = rope.rotate(q), rope.rotate(k)  # (B, H, L, Dk), (B, H, S, Dk)
-        if cache is not None:
-            k, v = cache.update(k, v)  # (B, H, S_total, Dk), (B, H, S_total, Dv)
+            q, k = rope.rotate(q), rope.rotate(k)  # (B, H, L, Dk), (B, Hkv, S, Dk)
+        if cache is not None:  # the cache keeps the Hkv heads: H / Hkv times less memory
+            k, v = cache.update(k, v)  # (B, Hkv, S_total, Dk), (B, Hkv, S_total, Dv)
+        if self.n_kv_heads != self.n_heads:  # grouped-query: K/V head j serves query heads
+            group = self.n_heads // self.n_kv_heads  # j*group .. (j+1)*group - 1
+            k = k.repeat_interleave(group, dim=1)  # (B, H, S_total, Dk)
+            v = v.repeat_interleave(group, dim=1)  # (B, H, S_total, Dv)
         p = self.dropout if self.training else 0.0
         if self.record_weights:
             out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)
@@ -241,10 +263,12 @@ class MultiHeadAttention(nn.Module):
         out = out.transpose(1, 2).reshape(b, n_q, self.n_heads * self.d_v)  # (B, L, H*Dv)
         return self.out_proj(out)  # (B, L, D)
 
-    def _split(self, x: Tensor, size: int) -> Tensor:
-        # (B, n, H*size) -> (B, H, n, size): one slice of the width per head.
+    def _split(self, x: Tensor, size: int, heads: int | None = None) -> Tensor:
+        # (B, n, heads*size) -> (B, heads, n, size): one slice of the width per head
+        # (``heads`` is H for queries, Hkv for keys and values).
         b, n, _ = x.shape
-        return x.view(b, n, self.n_heads, size).transpose(1, 2)  # (B, H, n, size)
+        heads = self.n_heads if heads is None else heads
+        return x.view(b, n, heads, size).transpose(1, 2)  # (B, heads, n, size)
 
     def _fast_projections(
         self, query: Tensor, key: Tensor, value: Tensor, cache: AttentionCache | None
@@ -269,7 +293,8 @@ class MultiHeadAttention(nn.Module):
 
         Shape:
             query (B, L, D), key (B, S, D), value (B, S, D) -> (B, H, L, Dk), (B, H, S, Dk),
-            (B, H, S, Dv); K and V do not include what the cache held before this call.
+            (B, H, S, Dv) (Hkv heads for K and V); K and V do not include what the cache held
+            before this call.
         """
         if cache is not None and cache.static and cache.k is not None:  # 1.
             return self._split(self.q_proj(query), self.d_k), cache.k, cache.v
@@ -290,7 +315,13 @@ class MultiHeadAttention(nn.Module):
         weight = torch.cat([p.weight for p in projs])  # (sum of widths, D)
         bias = None if projs[0].bias is None else torch.cat([p.bias for p in projs])
         q, k, v = (*q, *F.linear(x, weight, bias).split([p.out_features for p in projs], dim=-1))
-        return self._split(q, self.d_k), self._split(k, self.d_k), self._split(v, self.d_v)
+        return self._split_qkv(q, k, v)
+
+    def _split_qkv(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        # Projected Q, K, V split into heads: (B, n, H*Dk), (B, n, Hkv*Dk), (B, n, Hkv*Dv)
+        # -> (B, H, n, Dk), (B, Hkv, n, Dk), (B, Hkv, n, Dv).
+        g = self.n_kv_heads
+        return self._split(q, self.d_k), self._split(k, self.d_k, g), self._split(v, self.d_v, g)
 
     def _stacked_qkv(self, x: Tensor, cache: AttentionCache) -> tuple[Tensor, Tensor, Tensor]:
         """Route 2 of :meth:`_fast_projections`: W^Q, W^K, W^V as one matmul per step. Their
@@ -298,21 +329,20 @@ class MultiHeadAttention(nn.Module):
         change while the model generates.
 
         Shape:
-            x (B, L, D) -> (B, H, L, Dk), (B, H, L, Dk), (B, H, L, Dv).
+            x (B, L, D) -> (B, H, L, Dk), (B, Hkv, L, Dk), (B, Hkv, L, Dv).
         """
         if cache.stacked_qkv is None:
             projs = (self.q_proj, self.k_proj, self.v_proj)
-            # Stored (D, 2*H*Dk + H*Dv) and used transposed: one input row times this layout
-            # is the faster matrix-vector product (benchmarks/decode_hf.py).
-            weight = torch.cat([p.weight.t() for p in projs], dim=1).t()  # (2*H*Dk + H*Dv, D)
+            # Stored (D, (H + Hkv)*Dk + Hkv*Dv) and used transposed: one input row times this
+            # layout is the faster matrix-vector product (benchmarks/decode_hf.py).
+            weight = torch.cat([p.weight.t() for p in projs], dim=1).t()  # (widths, D)
             bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projs])
             cache.stacked_qkv = (weight, bias)
-        qkv = F.linear(x, *cache.stacked_qkv)  # (B, L, 2*H*Dk + H*Dv)
-        h, b, n = self.n_heads, x.size(0), x.size(1)
+        qkv = F.linear(x, *cache.stacked_qkv)  # (B, L, (H + Hkv)*Dk + Hkv*Dv)
+        h, g, b, n = self.n_heads, self.n_kv_heads, x.size(0), x.size(1)
         if self.d_k == self.d_v:  # one view splits all three into heads
-            return qkv.view(b, n, 3 * h, self.d_k).transpose(1, 2).split(h, dim=1)
-        q, k, v = qkv.split((h * self.d_k, h * self.d_k, h * self.d_v), dim=-1)
-        return self._split(q, self.d_k), self._split(k, self.d_k), self._split(v, self.d_v)
+            return qkv.view(b, n, h + 2 * g, self.d_k).transpose(1, 2).split((h, g, g), dim=1)
+        return self._split_qkv(*qkv.split((h * self.d_k, g * self.d_k, g * self.d_v), dim=-1))
 
     def _check_inputs(
         self,

@@ -66,13 +66,18 @@ class TransformerConfig:
     rope_theta: float = 10000.0  # positional="rope": the base of the frequencies theta^(-2i/Dk)
     rope_pairs: str = "halves"  # positional="rope": the columns turned together, "halves"
     # (i with i + Dk/2: Hugging Face's Llama, Qwen) or "interleaved" (2i with 2i+1: the paper)
+    n_kv_heads: int | None = None  # key/value heads (grouped-query attention; 1 = multi-query):
+    # each serves n_heads / n_kv_heads query heads, and the KV cache holds only these; None: H
+    qk_norm: bool = False  # QK-norm (Qwen3): an RMSNorm over each head's Dk on queries and
+    # keys, before RoPE (gain only, eps = layer_norm_eps)
     sliding_window: int | None = None  # W: decoder-only models attend to the last W positions
     # only, themselves included (Mistral; its KV cache is a ring of W); None: the whole past
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
             _positive_int(name, getattr(self, name))
-        for name in ("n_decoder_layers", "d_k", "d_v", "src_vocab_size", "sliding_window"):
+        optional = ("n_decoder_layers", "d_k", "d_v", "src_vocab_size", "sliding_window")
+        for name in (*optional, "n_kv_heads"):
             if getattr(self, name) is not None:
                 _positive_int(name, getattr(self, name))
         if self.d_k is None or self.d_v is None:
@@ -83,6 +88,11 @@ class TransformerConfig:
                     f"(remainder {self.d_model % self.n_heads}); set d_k and d_v explicitly "
                     f"or pick n_heads dividing {self.d_model}"
                 )
+        if self.n_heads % self.kv_heads != 0:
+            raise ValueError(
+                f"n_kv_heads must divide n_heads (each key/value head serves a whole group of "
+                f"query heads): got n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}"
+            )
         for name in ("dropout", "attention_dropout"):
             p = getattr(self, name)
             if not (0.0 <= p < 1.0):
@@ -167,6 +177,11 @@ class TransformerConfig:
     def head_dim_v(self) -> int:
         """Dv, the per-head value width."""
         return self.d_v if self.d_v is not None else self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """The number of key/value heads (``n_kv_heads``, or H without grouping)."""
+        return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
 
     @property
     def decoder_layers(self) -> int:

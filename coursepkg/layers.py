@@ -197,7 +197,8 @@ class EncoderLayer(nn.Module):
         norm_first: pre-LN when True.
         d_k, d_v: per-head sizes (default D // H).
         attention_dropout: dropout on the attention weights (the paper uses none).
-        activation, bias, layer_norm_eps, norm: as in :class:`~coursepkg.TransformerConfig`.
+        activation, bias, layer_norm_eps, norm, n_kv_heads, qk_norm: as in
+            :class:`~coursepkg.TransformerConfig` (QK-norm is an RMSNorm over each head's Dk).
 
     Submodules ``self_attn``, ``ffn``, ``norm1``, ``norm2``. A decoder-only LM stacks these
     layers with a causal mask.
@@ -217,10 +218,15 @@ class EncoderLayer(nn.Module):
         bias: bool = True,
         layer_norm_eps: float = 1e-5,
         norm: str = "layernorm",
+        n_kv_heads: int | None = None,
+        qk_norm: bool = False,
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout, bias)
+        qk_norm_of = partial(RMSNorm, eps=layer_norm_eps) if qk_norm else None
+        self.self_attn = MultiHeadAttention(
+            d_model, n_heads, d_k, d_v, attention_dropout, bias, n_kv_heads, qk_norm_of
+        )
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
         self.norm1 = make_norm(norm, d_model, layer_norm_eps, bias)
         self.norm2 = make_norm(norm, d_model, layer_norm_eps, bias)
@@ -294,11 +300,18 @@ class DecoderLayer(nn.Module):
         bias: bool = True,
         layer_norm_eps: float = 1e-5,
         norm: str = "layernorm",
+        n_kv_heads: int | None = None,
+        qk_norm: bool = False,
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout, bias)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, d_k, d_v, attention_dropout, bias)
+        qk_norm_of = partial(RMSNorm, eps=layer_norm_eps) if qk_norm else None
+        self.self_attn = MultiHeadAttention(
+            d_model, n_heads, d_k, d_v, attention_dropout, bias, n_kv_heads, qk_norm_of
+        )
+        self.cross_attn = MultiHeadAttention(
+            d_model, n_heads, d_k, d_v, attention_dropout, bias, n_kv_heads, qk_norm_of
+        )
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
         self.norm1 = make_norm(norm, d_model, layer_norm_eps, bias)
         self.norm2 = make_norm(norm, d_model, layer_norm_eps, bias)

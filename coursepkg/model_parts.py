@@ -35,6 +35,8 @@ def layer_kwargs(config: TransformerConfig) -> dict:
         bias=config.bias,
         layer_norm_eps=config.layer_norm_eps,
         norm=config.norm,
+        n_kv_heads=config.n_kv_heads,
+        qk_norm=config.qk_norm,
     )
 
 

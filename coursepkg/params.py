@@ -9,11 +9,16 @@ from .config import TransformerConfig
 
 
 def attention_parameters(config: TransformerConfig) -> int:
-    """W^Q, W^K (D x H*Dk each), W^V (D x H*Dv), W^O (H*Dv x D), plus biases if any."""
+    """W^Q (D x H*Dk), W^K (D x Hkv*Dk), W^V (D x Hkv*Dv), W^O (H*Dv x D), plus biases if any.
+
+    Hkv is ``config.kv_heads`` (H unless grouped-query attention shares key/value heads);
+    ``qk_norm`` adds the gains of the query and key RMSNorms (Dk each).
+    """
     d, h, dk, dv = config.d_model, config.n_heads, config.head_dim_k, config.head_dim_v
-    weights = 2 * d * h * dk + d * h * dv + h * dv * d
-    biases = (2 * h * dk + h * dv + d) if config.bias else 0
-    return weights + biases
+    g = config.kv_heads
+    weights = d * h * dk + d * g * (dk + dv) + h * dv * d
+    biases = (h * dk + g * (dk + dv) + d) if config.bias else 0
+    return weights + biases + (2 * dk if config.qk_norm else 0)
 
 
 def feed_forward_parameters(config: TransformerConfig) -> int:
@@ -165,8 +170,10 @@ def forward_multiply_adds(
     t = src_len if tgt_len is None else tgt_len
     d, f, v = config.d_model, config.d_ff, config.vocab_size
     qk, vo = config.n_heads * config.head_dim_k, config.n_heads * config.head_dim_v
-    # per token: W^Q and W^K (D x H*Dk), W^V (D x H*Dv), W^O (H*Dv x D); W1, W2 (D x F)
-    projections, ffn = 2 * d * qk + 2 * d * vo, 2 * d * f
+    kv = config.kv_heads * (config.head_dim_k + config.head_dim_v)  # one token's K and V
+    # per token: W^Q (D x H*Dk), W^K and W^V (D x Hkv*Dk, D x Hkv*Dv), W^O (H*Dv x D); W1, W2
+    branches = 3 if config.activation in ("swiglu", "geglu") else 2  # W1, W2 (and W3)
+    projections, ffn = d * qk + d * kv + d * vo, branches * d * f
     # per query and key: one dot product of H*Dk, one weighted sum of H*Dv
     pair = qk + vo
     if model == "decoder-only":
@@ -176,13 +183,29 @@ def forward_multiply_adds(
             "attention_scores": config.n_layers * s * s * pair,
         }
     n_dec = config.decoder_layers
-    cross_queries, cross_keys = d * qk + vo * d, d * qk + d * vo  # (W^Q, W^O), (W^K, W^V)
+    cross_queries, cross_keys = d * qk + vo * d, d * kv  # (W^Q, W^O), (W^K, W^V)
     return {
         "encoder": config.n_layers * s * (projections + ffn),
         "decoder": n_dec * (t * (projections + cross_queries + ffn) + s * cross_keys),
         "output_head": t * d * v,
         "attention_scores": (config.n_layers * s * s + n_dec * (t * t + t * s)) * pair,
     }
+
+
+def kv_cache_bytes_per_token(config: TransformerConfig, bytes_per_number: int = 4) -> int:
+    """Memory the KV cache of a decoder-only model holds per position: every layer keeps one
+    key (Hkv x Dk numbers) and one value (Hkv x Dv) per token. Grouped-query attention divides
+    it by H / Hkv; multi-query (Hkv = 1) by H.
+
+    Args:
+        config: its ``n_layers``, ``kv_heads``, ``head_dim_k`` and ``head_dim_v``.
+        bytes_per_number: 4 for float32, 2 for float16/bfloat16.
+
+    Returns:
+        Bytes per cached token (per batch row).
+    """
+    per_layer = config.kv_heads * (config.head_dim_k + config.head_dim_v)
+    return config.n_layers * per_layer * bytes_per_number
 
 
 def training_flops(parameters: float, tokens: float) -> float:

@@ -177,3 +177,117 @@ def test_rope_model_has_no_position_table() -> None:
     lm = _lm()
     assert lm.positions is None and "rope_freqs" not in lm.state_dict()
     assert not any("position" in name for name, _ in lm.named_parameters())
+
+
+# --------------------------------------------------------------- grouped-query attention
+def _grouped_as_full(gqa: MultiHeadAttention) -> MultiHeadAttention:
+    """The same attention with every key/value head copied for each query head it serves
+    (head j for query heads j*group .. (j+1)*group - 1): the definition of GQA."""
+    h, g, dk = gqa.n_heads, gqa.n_kv_heads, gqa.d_k
+    full = MultiHeadAttention(gqa.d_model, h, bias=gqa.q_proj.bias is not None)
+    with torch.no_grad():
+        for name in ("q_proj", "out_proj"):
+            getattr(full, name).load_state_dict(getattr(gqa, name).state_dict())
+        for name in ("k_proj", "v_proj"):
+            src, dst = getattr(gqa, name), getattr(full, name)
+            dst.weight.copy_(src.weight.view(g, dk, -1).repeat_interleave(h // g, 0).flatten(0, 1))
+            if src.bias is not None:
+                dst.bias.copy_(src.bias.view(g, dk).repeat_interleave(h // g, 0).flatten())
+    return full.eval()
+
+
+@pytest.mark.parametrize("n_kv", [1, 2, 4])
+@pytest.mark.parametrize("record", [False, True])
+def test_grouped_query_is_attention_with_shared_heads(n_kv, record) -> None:
+    torch.manual_seed(n_kv)
+    gqa = MultiHeadAttention(32, 8, n_kv_heads=n_kv).eval()
+    gqa.record_weights = record  # the textbook kernel, or the fused one
+    x = torch.randn(2, 5, 32)
+    mask = torch.ones(5, 5, dtype=torch.bool).tril()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            gqa(x, x, x, mask), _grouped_as_full(gqa)(x, x, x, mask), atol=1e-5, rtol=1e-5
+        )
+    assert gqa.k_proj.out_features == gqa.v_proj.out_features == n_kv * 4
+
+
+@pytest.mark.parametrize("n_kv", [1, 2, 4])
+def test_the_cache_stores_the_kv_heads_only(n_kv) -> None:
+    """The cache holds (B, Hkv, S, Dk) keys: its bytes per token are the closed form's, H/Hkv
+    times fewer than multi-head attention's."""
+    from coursepkg.params import kv_cache_bytes_per_token
+
+    lm = _lm(n_kv_heads=n_kv)
+    cache = lm.new_cache()
+    with torch.no_grad():
+        lm(_tokens(3, 7), cache=cache)
+    stored = [t for c in cache.self_attn for t in (c.k, c.v)]
+    assert all(t.shape == (3, n_kv, 7, 8) for t in stored)
+    nbytes = sum(t.numel() * t.element_size() for t in stored)
+    assert nbytes == 3 * 7 * kv_cache_bytes_per_token(lm.config)
+    mha = kv_cache_bytes_per_token(lm.config.replace(n_kv_heads=None))  # H = 4 heads
+    assert kv_cache_bytes_per_token(lm.config) * 4 == mha * n_kv
+
+
+@pytest.mark.parametrize("n_kv", [1, 2])
+@pytest.mark.parametrize("window", [None, 3])
+def test_grouped_query_cache_equals_no_cache(n_kv, window) -> None:
+    lm = _lm(n_kv_heads=n_kv, sliding_window=window, qk_norm=True)
+    tokens = _tokens(2, 9)
+    with torch.no_grad():
+        full = lm(tokens)
+        cache = lm.new_cache(capacity=9)
+        steps = [lm(tokens[:, :4], cache=cache)] + [
+            lm(tokens[:, i : i + 1], cache=cache) for i in range(4, 9)
+        ]
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+    assert torch.equal(lm.generate(tokens[:, :2], 20), lm.generate(tokens[:, :2], 20, False))
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(n_kv_heads=2),
+        dict(n_kv_heads=1, bias=True, norm="layernorm", activation="gelu"),
+        dict(n_kv_heads=2, qk_norm=True, tie_embeddings=False, d_k=6, d_v=10),
+        dict(n_kv_heads=4, qk_norm=True, bias=True),
+    ],
+)
+def test_closed_form_counts_equal_the_instantiated_model(fields) -> None:
+    from coursepkg.params import count_parameters
+
+    lm = _lm(**fields)
+    assert count_parameters(lm.config, "decoder-only") == sum(p.numel() for p in lm.parameters())
+
+
+@pytest.mark.parametrize("n_kv, message", [(3, "n_kv_heads must divide n_heads"), (0, "positive")])
+def test_impossible_kv_heads_are_named(n_kv, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        _config(n_kv_heads=n_kv)
+    with pytest.raises(ValueError, match="n_kv_heads must divide n_heads=4"):
+        MultiHeadAttention(32, 4, n_kv_heads=n_kv)
+
+
+# ---------------------------------------------------------------------- QK-norm, the head
+def test_qk_norm_is_an_rmsnorm_of_each_head_before_rope() -> None:
+    """Qwen3's QK-norm: queries and keys of each head scaled to unit RMS (times a gain) before
+    they are turned; so scaling W^Q or W^K by any factor changes nothing."""
+    lm = _lm(qk_norm=True, n_kv_heads=2, layer_norm_eps=1e-10)  # eps out of the way
+    attn = lm.layers[0].self_attn
+    assert attn.q_norm.weight.shape == attn.k_norm.weight.shape == (8,)
+    tokens = _tokens(2, 6)
+    with torch.no_grad():
+        before = lm(tokens)
+        attn.q_proj.weight.mul_(7.0)
+        attn.k_proj.weight.mul_(3.0)
+        after = lm(tokens)
+    torch.testing.assert_close(after, before, atol=2e-5, rtol=1e-4)
+    plain = _lm(qk_norm=False, n_kv_heads=2)
+    assert plain.layers[0].self_attn.q_norm is None
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_tied_or_untied_head_without_biases(tie) -> None:
+    lm = _lm(tie_embeddings=tie, qk_norm=True)
+    assert (lm.lm_head.weight is lm.embed.weight) is tie
+    assert not [n for n, p in lm.named_parameters() if n.endswith("bias")]
