@@ -50,6 +50,7 @@ TRAINING_PAGES = [
     "12_inside_the_model",
     "13_tokens",
     "14_attention_at_length",
+    "15_modern_decoder",
     "16_training_for_real",
 ]
 #: glued figure -> the least value the book claims for it under every setting
