@@ -36,7 +36,7 @@ CHAPTERS = {
     "12_inside_the_model": None,
     "13_tokens": "ex10",
     "14_attention_at_length": None,
-    "15_modern_decoder": None,
+    "15_modern_decoder": "ex11",
     "16_training_for_real": None,
 }
 PART_ONE = [c for c in CHAPTERS if c < "07"]
