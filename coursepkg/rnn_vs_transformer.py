@@ -26,13 +26,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from coursepkg.config import TransformerConfig
 from coursepkg.data.batching import Seq2SeqBatch, make_seq2seq_batch
 from coursepkg.data.dates import date_split, date_vocabs, encode_batch
 from coursepkg.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, CharVocab
 from coursepkg.decoding import greedy_decode
 from coursepkg.model import Transformer
-from coursepkg.recipes import ISO_LENGTH, _batches
+from coursepkg.recipes import ISO_LENGTH, _batches, translator_config
 from coursepkg.rnn import Seq2SeqRNN
 from coursepkg.run_cache import cache_file, check_cache_mode, reuse_run, save_run
 from coursepkg.schedule import label_smoothed_cross_entropy, noam_scheduler
@@ -107,19 +106,7 @@ def transformer(
     """
     src_vocab, tgt_vocab = _vocab_sizes(src_vocab, tgt_vocab)
     seed_everything(seed)
-    config = TransformerConfig(
-        vocab_size=tgt_vocab,
-        src_vocab_size=src_vocab,
-        share_embeddings=False,
-        tie_embeddings=True,
-        d_model=64,
-        n_heads=4,
-        d_ff=128,
-        n_layers=1,
-        dropout=0.0,
-        max_len=max_len,
-        pad_id=PAD_ID,
-    )
+    config = translator_config(src_vocab, tgt_vocab, max_len=max_len)
     model = Transformer(config)
     optimizer = torch.optim.Adam(
         model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9, foreach=True
