@@ -74,7 +74,11 @@ def attention_rnn(seed: int = 0, src_vocab: int = 0, tgt_vocab: int = 0) -> Cont
 
     Args:
         seed: seeds the initial weights.
-        src_vocab, tgt_vocab: vocabulary sizes (0: the date vocabularies').
+        src_vocab: source vocabulary size (0: the date vocabulary's).
+        tgt_vocab: target vocabulary size (0: the ISO vocabulary's).
+
+    Returns:
+        The :class:`Contender`.
     """
     src_vocab, tgt_vocab = _vocab_sizes(src_vocab, tgt_vocab)
     seed_everything(seed)
@@ -101,8 +105,12 @@ def transformer(
 
     Args:
         seed: seeds the initial weights.
-        src_vocab, tgt_vocab: vocabulary sizes (0: the date vocabularies').
+        src_vocab: source vocabulary size (0: the date vocabulary's).
+        tgt_vocab: target vocabulary size (0: the ISO vocabulary's).
         max_len: the longest sequence the positional encoding covers.
+
+    Returns:
+        The :class:`Contender`.
     """
     src_vocab, tgt_vocab = _vocab_sizes(src_vocab, tgt_vocab)
     seed_everything(seed)
@@ -245,18 +253,27 @@ def _race_one(
 
 
 def step_seconds(
-    rounds: int = 20, seed: int = 0, batch_size: int = 64, warmup: int = 3
+    rounds: int = 20,
+    seed: int = 0,
+    batch_size: int = 64,
+    warmup: int = 3,
+    *,
+    max_steps: int = 1600,
+    n_test: int = 500,
 ) -> dict[str, dict[str, float]]:
     """Training steps of both contenders on the same date batches, interleaved.
 
     Round r runs one step of each model on batch r, in turn, so that a change in the machine's
-    load touches both alike. The first ``warmup`` rounds are not counted.
+    load touches both alike. The batches are the first of :func:`race_to_quality`'s stream with
+    the same arguments. The first ``warmup`` rounds are not counted.
 
     Args:
         rounds: timed rounds.
         seed: seeds the data and the models.
         batch_size: pairs per step.
         warmup: untimed rounds first.
+        max_steps: the race's ``max_steps`` (it sizes the data split, hence the batches).
+        n_test: the race's held-out dates (likewise).
 
     Returns:
         name -> ``{"seconds": median seconds per step, "tokens_per_second": real tokens of the
@@ -265,12 +282,12 @@ def step_seconds(
     if not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be a positive int, got {rounds!r}")
     src_vocab, tgt_vocab = date_vocabs()
-    train_pairs, _ = date_split((rounds + warmup) * batch_size, 10, seed=seed)
+    train_pairs, _ = date_split(max(max_steps, rounds + warmup) * batch_size, n_test, seed=seed)
     contenders = {name: build(seed) for name, build in CONTENDERS.items()}
     times: dict[str, list[float]] = {name: [] for name in contenders}
     tokens = 0
-    batches = _batches(train_pairs, batch_size, src_vocab, tgt_vocab, seed, bucket=1)
-    for r, batch in enumerate(batches):
+    batches = _batches(train_pairs, batch_size, src_vocab, tgt_vocab, seed)
+    for r, batch in enumerate(islice(batches, rounds + warmup)):
         for name, c in contenders.items():
             started = time.perf_counter()
             _train_step(c, batch)

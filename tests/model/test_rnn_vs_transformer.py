@@ -102,7 +102,7 @@ def test_a_saved_race_is_reused(tmp_path, monkeypatch):
 
 
 def test_step_seconds_times_both_on_every_round():
-    times = race.step_seconds(rounds=2, batch_size=4, warmup=1)
+    times = race.step_seconds(rounds=2, batch_size=4, warmup=1, max_steps=4, n_test=6)
     assert set(times) == set(race.CONTENDERS)
     for t in times.values():
         assert t["seconds"] > 0 and t["tokens_per_second"] > 0
