@@ -45,6 +45,7 @@ __all__ = [
     "count_bigram",
     "train_char_gpt",
     "train_date_translator",
+    "translator_config",
 ]
 
 ISO_LENGTH = 10  # characters of "YYYY-MM-DD"; decoding stops after these and EOS
@@ -297,21 +298,61 @@ def _untrained_translator(run: SimpleNamespace) -> tuple[DateTranslator, list[tu
     seed_everything(run.seed)
     src_vocab, tgt_vocab = date_vocabs()
     train_pairs, test_pairs = date_split(run.steps * run.batch_size, run.n_test, seed=run.seed)
-    config = TransformerConfig(
-        vocab_size=len(tgt_vocab),
-        src_vocab_size=len(src_vocab),
-        share_embeddings=False,  # the two alphabets differ
-        tie_embeddings=True,  # the output head reuses the target embedding (Sec. 3.4)
+    config = translator_config(
+        len(src_vocab),
+        len(tgt_vocab),
         d_model=run.d_model,
         n_heads=run.n_heads,
         d_ff=run.d_ff,
         n_layers=run.n_layers,
         dropout=run.dropout,
-        max_len=64,  # the longest human date has 29 characters
-        pad_id=PAD_ID,
     )
     model = Transformer(config)
     return DateTranslator(model, src_vocab, tgt_vocab, History(), test_pairs), train_pairs
+
+
+def translator_config(
+    src_vocab_size: int,
+    tgt_vocab_size: int,
+    *,
+    max_len: int = 64,
+    d_model: int = 64,
+    n_heads: int = 4,
+    d_ff: int = 128,
+    n_layers: int = 1,
+    dropout: float = 0.0,
+) -> TransformerConfig:
+    """The configuration of the date translator (:func:`train_date_translator`'s defaults).
+
+    Args:
+        src_vocab_size: characters of the human-written dates.
+        tgt_vocab_size: characters of the ISO dates, V.
+        max_len: the longest sequence the positional encoding covers (the longest human date
+            has 29 characters).
+        d_model: D.
+        n_heads: H.
+        d_ff: F.
+        n_layers: encoder and decoder layers each.
+        dropout: P_drop.
+
+    Returns:
+        A :class:`~coursepkg.config.TransformerConfig` with separate source and target
+        embeddings (the two alphabets differ) and the output head tied to the target embedding
+        (Sec. 3.4).
+    """
+    return TransformerConfig(
+        vocab_size=tgt_vocab_size,
+        src_vocab_size=src_vocab_size,
+        share_embeddings=False,
+        tie_embeddings=True,
+        d_model=d_model,
+        n_heads=n_heads,
+        d_ff=d_ff,
+        n_layers=n_layers,
+        dropout=dropout,
+        max_len=max_len,
+        pad_id=PAD_ID,
+    )
 
 
 def _train_translator(
