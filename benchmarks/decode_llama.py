@@ -10,6 +10,12 @@ KV cache's memory per token for multi-head (8 KV heads), grouped-query (2) and m
 attention, measured on the tensors the cache holds.
 
 Targets: at most 0.6x transformers' time at batch 1 and 0.9x at batch 8.
+Measured once (issue 30) on a shared 2-core machine at a load of 9 to 14, so only the ratios
+mean anything, and they are noisy: batch 1 0.73x (before RoPE's full-width cos/sin) and 0.86x
+(with a test run beside it), batch 8 1.01x; tokens identical, both targets missed. At these
+sizes a step is mostly operator calls (163 top-level ATen calls per token against
+transformers' 265 at batch 1, ``decode_hf.aten_calls_per_token``); to be re-measured on an
+idle machine.
 
 Run: ``.venv/bin/python benchmarks/decode_llama.py [--rounds N] [--threads T]``
 """
