@@ -20,6 +20,7 @@ from coursepkg.finetune import (
     labels_curve,
     scramble_words,
     spelling_task,
+    zero_label_accuracy,
 )
 from coursepkg.run_cache import CACHE_ENV
 
@@ -66,7 +67,7 @@ def test_the_task_is_balanced_seeded_and_its_scrambled_lines_are_new():
     assert spelling_task(TEXT, 40, seed=4).lines != task.lines
     lines = set(line.strip() for line in TEXT.split("\n"))
     for line, label in zip(task.lines, task.labels, strict=True):
-        assert 24 <= len(line) <= 48 and not line.endswith(":")
+        assert 20 <= len(line) <= 40 and not line.endswith(":")
         if label == 1:  # as written (cut at a space when long)
             assert any(full.startswith(line) for full in lines)
         else:  # never a line of the text (the shuffle moved some letter)
@@ -89,6 +90,26 @@ def test_padding_changes_no_line_s_features():
         alone = model.features(tokens[1:, :8], real[1:, :8])  # (1, D)
         assert model(tokens, real).shape == (2, 3)
     assert_close(both[1:], alone)
+
+
+def test_the_features_sum_to_the_language_model_s_mean_logit_of_the_next_character():
+    gpt = tiny_gpt()
+    lines = LabelledLines(["Now is the winter", "of our discontent"], [0, 1])
+    tokens, real, _ = lines.encode(VOCAB)  # (2, L), (2, L)
+    with torch.no_grad():
+        features = SequenceClassifier(gpt, 2).features(tokens, real)  # (2, D)
+        logits = gpt(tokens)[:, :-1].gather(-1, tokens[:, 1:, None]).squeeze(-1)  # (2, L - 1)
+    weights = real[:, 1:].float()  # (2, L - 1)
+    assert_close(features.sum(-1), (logits * weights).sum(1) / weights.sum(1))
+
+
+def test_the_zero_label_rule_is_the_mirror_of_its_flipped_labels():
+    task = spelling_task(TEXT[-100_000:], 40, seed=2)
+    flipped = LabelledLines(task.lines, [1 - y for y in task.labels])
+    gpt = tiny_gpt()
+    plain = zero_label_accuracy(gpt, VOCAB, task)
+    assert plain + zero_label_accuracy(gpt, VOCAB, flipped) == pytest.approx(1.0)
+    assert 0.0 <= plain <= 1.0
 
 
 @pytest.fixture(scope="module")
