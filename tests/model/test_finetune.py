@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from coursepkg import DecoderOnlyLM, TransformerConfig
+from coursepkg import DecoderOnlyLM
 from coursepkg.data import CharVocab, load_tinyshakespeare
 from coursepkg.finetune import (
     MODES,
@@ -29,21 +29,17 @@ VOCAB = CharVocab.from_corpus(TEXT)
 WORD = re.compile(r"[^\W\d_]+")
 
 
-def tiny_gpt(seed: int = 0) -> DecoderOnlyLM:
-    torch.manual_seed(seed)
-    config = TransformerConfig(
-        vocab_size=len(VOCAB),
-        d_model=16,
-        n_heads=2,
-        d_ff=32,
-        n_layers=1,
-        dropout=0.0,
-        max_len=64,
-        norm_first=True,
-        positional="learned",
-        activation="gelu",
-    )
-    return DecoderOnlyLM(config).eval()
+@pytest.fixture
+def tiny_gpt(make_model):
+    """``tiny_gpt(seed=0)`` -> a one-layer GPT over the corpus' characters (conftest's factory)."""
+
+    def build(seed: int = 0) -> DecoderOnlyLM:
+        options = dict(norm_first=True, positional="learned", activation="gelu")
+        return make_model(
+            kind="decoder-only", seed=seed, vocab_size=len(VOCAB), n_layers=1, max_len=64, **options
+        )
+
+    return build
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -80,7 +76,7 @@ def test_the_task_rejects_an_odd_or_missing_size(n):
         spelling_task(TEXT, n, seed=0)
 
 
-def test_padding_changes_no_line_s_features():
+def test_padding_changes_no_line_s_features(tiny_gpt):
     model = SequenceClassifier(tiny_gpt(), 3)
     task = LabelledLines(["To be, or not to be", "A horse!"], [0, 1])
     tokens, real, labels = task.encode(VOCAB)  # (2, L), (2, L), (2,)
@@ -92,7 +88,7 @@ def test_padding_changes_no_line_s_features():
     assert_close(both[1:], alone)
 
 
-def test_the_features_sum_to_the_language_model_s_mean_logit_of_the_next_character():
+def test_the_features_sum_to_the_language_model_s_mean_logit_of_the_next_character(tiny_gpt):
     gpt = tiny_gpt()
     lines = LabelledLines(["Now is the winter", "of our discontent"], [0, 1])
     tokens, real, _ = lines.encode(VOCAB)  # (2, L), (2, L)
@@ -103,7 +99,7 @@ def test_the_features_sum_to_the_language_model_s_mean_logit_of_the_next_charact
     assert_close(features.sum(-1), (logits * weights).sum(1) / weights.sum(1))
 
 
-def test_the_zero_label_rule_is_the_mirror_of_its_flipped_labels():
+def test_the_zero_label_rule_is_the_mirror_of_its_flipped_labels(tiny_gpt):
     task = spelling_task(TEXT[-100_000:], 40, seed=2)
     flipped = LabelledLines(task.lines, [1 - y for y in task.labels])
     gpt = tiny_gpt()
@@ -118,7 +114,7 @@ def small_task():
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_run_is_seeded_and_leaves_the_pretrained_model_alone(small_task, mode):
+def test_a_run_is_seeded_and_leaves_the_pretrained_model_alone(small_task, mode, tiny_gpt):
     train, test = small_task
     gpt = tiny_gpt()
     before = {k: v.clone() for k, v in gpt.state_dict().items()}
@@ -130,7 +126,7 @@ def test_a_run_is_seeded_and_leaves_the_pretrained_model_alone(small_task, mode)
         assert torch.equal(value, before[name]), name
 
 
-def test_training_from_scratch_learns_a_task_that_needs_no_pretraining():
+def test_training_from_scratch_learns_a_task_that_needs_no_pretraining(tiny_gpt):
     # is a line shouted (in capitals)? Every position shows it
     short = [s for s in TEXT.split("\n") if 20 < len(s) < 40][:96]
     lines = [s.upper() if i % 2 else s for i, s in enumerate(short)]
@@ -141,13 +137,13 @@ def test_training_from_scratch_learns_a_task_that_needs_no_pretraining():
     assert accuracy > 0.9
 
 
-def test_a_wrong_mode_is_named():
+def test_a_wrong_mode_is_named(tiny_gpt):
     task = LabelledLines(["a line here", "another one"], [0, 1])
     with pytest.raises(ValueError, match="mode must be one of"):
         finetune_accuracy(tiny_gpt(), VOCAB, task, task, "linear probe")
 
 
-def test_the_curve_has_every_mode_size_and_seed_and_is_saved_then_reused(tmp_path, monkeypatch):
+def test_the_curve_has_every_mode_size_and_seed_and_is_cached(tmp_path, monkeypatch, tiny_gpt):
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     gpt, train, test = tiny_gpt(), TEXT[:100_000], TEXT[-50_000:]
     kwargs = dict(sizes=(4, 8), seeds=(0, 1), n_test=20, steps=2, batch_size=4)
