@@ -14,8 +14,9 @@ result of this machine, not of the recipe. Each setting gets its own empty trans
 chapter 9 reuses the translator chapter 8 trained under the same setting.
 
 It exits with status 1 if the date translator's held-out exact match falls below 99%, the
-character GPT's held-out loss rises above 1.95 nats, or a ratio of chapter 8's race between the
-attention RNN and the Transformer changes direction, under any setting (the claims the book makes
+character GPT's held-out loss rises above 1.95 nats, a ratio of chapter 8's race between the
+attention RNN and the Transformer changes direction, or the fine-tuned GPT's lead over training
+from scratch falls short of what chapter 11 says, under any setting (the claims the book makes
 for them).
 
 Usage::
@@ -63,6 +64,11 @@ REQUIRED = {
     "08_training/race_steps_ratio": 1.0,
     "08_training/race_time_ratio": 1.0,
     "08_training/sweep_ratio_long": 2.0,
+    # chapter 11's fine-tuning: pre-training's gain at 16 labels (percentage points), how much
+    # it shrinks by 1,024 labels, and the frozen body ahead of full fine-tuning at 16 labels
+    "11_decoder_only/ft_gain_smallest": 15.0,
+    "11_decoder_only/ft_gain_shrink": 10.0,
+    "11_decoder_only/ft_frozen_minus_tuned_16": 2.0,
 }
 #: glued figure -> the largest value the book claims for it under every setting
 REQUIRED_AT_MOST = {"11_decoder_only/gpt_heldout": 1.95}
