@@ -150,7 +150,7 @@ bench: install
 # the date translator drops below 99%. PAGES="08_training 09_decoding" runs only those pages.
 PAGES ?=
 robustness: install
-	$(VENV_PATH) $(BIN)/python scripts/robustness.py $(PAGES)
+	$(VENV_PATH) $(BIN)/python scripts/robustness.py $(PAGES) $(if $(SETTINGS),--settings $(SETTINGS))
 
 clean:
 	rm -rf _build .pytest_cache .ruff_cache .hypothesis build coursepkg.egg-info

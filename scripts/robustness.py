@@ -23,6 +23,7 @@ Usage::
 
     python scripts/robustness.py                   # every page that trains (long: ~30 min)
     python scripts/robustness.py 08_training 09_decoding --json figures.json
+    python scripts/robustness.py 11_decoder_only --settings default/2t,avx2/2t
 """
 
 from __future__ import annotations
@@ -84,6 +85,18 @@ print("threads", torch.get_num_threads(), "kernels", torch.backends.cpu.get_cpu_
 
 def label(capability: str | None, threads: int) -> str:
     return f"{capability or 'default'}/{threads}t"
+
+
+def parse_settings(text: str) -> list[tuple[str | None, int]]:
+    """``"default/1t,avx2/2t"`` -> ``[(None, 1), ("avx2", 2)]``: a subset of SETTINGS, in order."""
+    by_label = {label(*s): s for s in SETTINGS}
+    wanted = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [w for w in wanted if w not in by_label]
+    if unknown or not wanted:
+        raise argparse.ArgumentTypeError(
+            f"unknown setting {', '.join(unknown) or repr(text)}; choose from {', '.join(by_label)}"
+        )
+    return [s for s in SETTINGS if label(*s) in wanted]
 
 
 def glued(notebook) -> dict[str, float]:
@@ -175,13 +188,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--json", type=Path, help="also write the figures here, after every page (partial runs)"
     )
+    parser.add_argument(
+        "--settings",
+        type=parse_settings,
+        default=SETTINGS,
+        help="a comma-separated subset of "
+        + ",".join(label(*s) for s in SETTINGS)
+        + " (default: all four)",
+    )
     args = parser.parse_args(argv)
     unknown = [p for p in args.pages if not (ROOT / "book" / f"{p}.md").exists()]
     if unknown:
         parser.error(f"no such page in book/: {', '.join(unknown)}")
-    columns = [label(*s) for s in SETTINGS]
+    columns = [label(*s) for s in args.settings]
     results: dict[str, dict[str, float]] = {c: {} for c in columns}
-    for (capability, threads), column in zip(SETTINGS, columns, strict=True):
+    for (capability, threads), column in zip(args.settings, columns, strict=True):
         with tempfile.TemporaryDirectory(prefix="coursepkg-robustness-") as cache:
             for page in args.pages:
                 start = time.perf_counter()

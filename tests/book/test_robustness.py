@@ -1,10 +1,12 @@
 """scripts/robustness.py: it reads the figures a page glued and reports their spread."""
 
+import argparse
 import importlib.util
 import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,3 +77,12 @@ def test_a_claim_broken_under_one_setting_is_reported():
     assert len(lines) == 2
     assert any("gpt_heldout = 1.9700 > 1.95 under avx2/1t" in line for line in lines)
     assert any("translator_accuracy = 0.9800 < 0.99 under default/1t" in line for line in lines)
+
+
+def test_settings_pick_a_subset_in_order_and_refuse_unknown_ones():
+    robustness = _script()
+    assert robustness.parse_settings("avx2/2t, default/2t") == [(None, 2), ("avx2", 2)]
+    assert robustness.parse_settings("default/1t") == [(None, 1)]
+    for bad in ("avx512/1t", "", "default/3t"):
+        with pytest.raises(argparse.ArgumentTypeError, match="choose from default/1t"):
+            robustness.parse_settings(bad)
