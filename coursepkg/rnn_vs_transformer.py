@@ -16,6 +16,7 @@ numbers on that claim for the two date translators of the book, on the same data
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -311,7 +312,7 @@ def forward_backward_seconds(
     Args:
         lengths: the sequence lengths L.
         batch_size: B.
-        repeats: each time is the best of this many interleaved runs.
+        repeats: rounds over every length and contender; each time is the best of the rounds.
         seed: seeds the models and the ids.
 
     Returns:
@@ -323,21 +324,20 @@ def forward_backward_seconds(
         name: build(seed, max_len=max(lengths)) if build is transformer else build(seed)
         for name, build in CONTENDERS.items()
     }
-    best: dict[str, list[float]] = {name: [] for name in contenders}
     generator = torch.Generator().manual_seed(seed)
     src_vocab, tgt_vocab = _vocab_sizes(0, 0)
-    for n in lengths:
-        batch = _random_batch(generator, batch_size, n, src_vocab, tgt_vocab)
-        times: dict[str, list[float]] = {name: [] for name in contenders}
-        for _ in range(repeats):
+    batches = [_random_batch(generator, batch_size, n, src_vocab, tgt_vocab) for n in lengths]
+    best = {name: [math.inf] * len(lengths) for name in contenders}
+    # Rounds outermost: a burst of load from elsewhere slows one round of every length, not
+    # every repeat of one length, and the best of the rounds leaves it out.
+    for _ in range(repeats):
+        for i, batch in enumerate(batches):
             for name, c in contenders.items():
                 c.model.train()
                 started = time.perf_counter()
                 c.loss_fn(c.model, batch).backward()
-                times[name].append(time.perf_counter() - started)
+                best[name][i] = min(best[name][i], time.perf_counter() - started)
                 c.model.zero_grad(set_to_none=True)
-        for name, t in times.items():
-            best[name].append(min(t))
     return best
 
 
