@@ -147,7 +147,8 @@ bench: install
 
 # The pages that train, executed under the default and the AVX2 kernels with 1 and 2 threads;
 # prints every figure the pages glue into their prose, per setting, with its spread, and fails if
-# the date translator drops below 99%. PAGES="08_training 09_decoding" runs only those pages.
+# the date translator drops below 99%. PAGES="08_training 09_decoding" runs only those pages;
+# SETTINGS="default/2t,avx2/2t" only those of the four settings.
 PAGES ?=
 robustness: install
 	$(VENV_PATH) $(BIN)/python scripts/robustness.py $(PAGES) $(if $(SETTINGS),--settings $(SETTINGS))
