@@ -259,6 +259,42 @@ def _submission(course: Path, student: str) -> tuple[str, float, dict[str, tuple
         return nb.id, nb.score, grades
 
 
+# The submitted assignment's row in the Assignment List, and its feedback link.
+_ROW = "document.querySelector('#submitted_assignments_list')?.innerText ?? ''"
+_LINK = (
+    "[...document.querySelectorAll('#submitted_assignments_list a')]"
+    ".find(a => a.textContent.toLowerCase().includes('feedback'))"
+)
+
+
+def _fetch_feedback(j: Journey, folder: Path) -> list[Path]:
+    """Click Fetch Feedback and wait for what it does, event by event: the list offers the
+    released feedback (its last render, whose button a click reaches), the button reports the
+    request, nbgrader's fetch writes the HTML, the list shows the link. A click that reached
+    no button (the list re-rendered under it) leaves the button as it was and is repeated."""
+    assert j.wait(f"{_ROW}.includes('feedback available to fetch')", 180), (
+        "the Assignment List does not offer the released feedback"
+    )
+    fetching = (
+        "[...document.querySelectorAll('#submitted_assignments_list button')]"
+        ".some(b => b.disabled || b.innerText.includes('Fetching'))"
+    )
+    written = lambda: sorted(folder.glob(f"*/{AID}.html"))  # noqa: E731
+    for _ in range(3):
+        j.click("#submitted_assignments_list button", "Fetch Feedback")
+        if j.wait(f"{fetching} || !!{_LINK}", 30) or written():
+            break
+    # nbgrader's fetch_feedback finishing is the event: its HTML is on disk.
+    deadline = time.monotonic() + 600
+    while not written() and time.monotonic() < deadline:
+        time.sleep(0.2)  # polling interval for the file nbgrader writes, not a wait for it
+    assert written(), f"Fetch Feedback wrote nothing; the list says: {j.js(_ROW)!r}"
+    if not j.wait(f"!!{_LINK}", 60):  # the list was drawn before the fetch ended: redraw it
+        j.click("#refresh_assignments_list")
+        assert j.wait(f"!!{_LINK}", 120), f"no feedback link; the list says: {j.js(_ROW)!r}"
+    return written()
+
+
 @pytest.mark.timeout(1200)
 def test_student_and_instructor_journey(tmp_path):
     chromium = find_chromium()
@@ -523,15 +559,8 @@ def test_student_and_instructor_journey(tmp_path):
         j.b.goto(f"{lab}/lab?token={TOKEN}", timeout=180)
         j.js("window.jupyterapp.restored.then(() => true)", 180)
         j.command("nbgrader:open-assignment-list")
-        j.click("#submitted_assignments_list button", "Fetch Feedback")
-        link = (
-            "[...document.querySelectorAll('#submitted_assignments_list a')]"
-            ".find(a => a.textContent.toLowerCase().includes('feedback'))"
-        )
-        assert j.wait(f"!!{link}", 180), "no feedback link after Fetch Feedback"
+        feedback = _fetch_feedback(j, work / AID / "feedback")
         j.step("feedback-fetched")
-        feedback = sorted((work / AID / "feedback").glob(f"*/{AID}.html"))
-        assert feedback, "Fetch Feedback wrote nothing"
         stamp = feedback[-1].parent.name
         j.b.goto(f"{lab}/files/{AID}/feedback/{stamp}/{AID}.html?token={TOKEN}", timeout=120)
         text = j.js("document.body.innerText")

@@ -1,0 +1,153 @@
+"""A local Sphinx extension: a page whose execution stops making progress fails fast, named, and
+is retried once.
+
+Why: a cold build once hung in chapter 7 with the kernel idle (its main thread in the event loop,
+nothing executing) while myst-nb's notebook client waited for a reply that never came. The only
+guard was the per-cell ``timeout`` (900 s, sized for the longest honest cell), so the build would
+have failed 15 minutes later, naming no page.
+
+What counts as progress while a cell runs: a message from the kernel about that cell, or CPU time
+spent by the kernel or any process it started (a cell that trains, or that waits on ``torchrun``
+workers, spends CPU all the time). A cell with neither for ``COURSEPKG_BOOK_STALL_S`` seconds
+(default 150) is stalled: its kernel is killed, and the page is executed again from the start in
+a new kernel. A second stall fails the page with the page, the cell's number and its code.
+The per-cell ``timeout`` in ``_config.yml`` still bounds a cell that keeps working forever.
+
+It wraps the one call myst-nb's ``cache`` execution mode makes to execute a page
+(``single_nb_execution``, from jupyter-cache), and is a no-op for pages taken from the cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import os
+import signal
+import sys
+import time
+import traceback
+
+import psutil
+from jupyter_cache.executors.utils import ExecutionResult
+from myst_nb.core.execute import cache as myst_cache
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+#: Seconds without a message or CPU time before a cell counts as stalled.
+STALL_SECONDS = float(os.environ.get("COURSEPKG_BOOK_STALL_S", "150"))
+#: CPU seconds the kernel's process tree must spend in a window to count as working.
+CPU_PROGRESS = 0.2
+_page: contextvars.ContextVar[str] = contextvars.ContextVar("page", default="?")
+
+
+class PageStalled(CellTimeoutError):
+    """A cell made no progress (no message, no CPU) for ``STALL_SECONDS``."""
+
+
+def _tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of process ``pid``, its waited-for children and its live descendants."""
+    try:
+        root = psutil.Process(pid)
+        times = root.cpu_times()
+        total = times.user + times.system + times.children_user + times.children_system
+        for child in root.children(recursive=True):
+            try:
+                child_times = child.cpu_times()
+                total += child_times.user + child_times.system
+            except psutil.Error:
+                pass  # it ended between the listing and the read
+        return total
+    except psutil.Error:
+        return 0.0
+
+
+class WatchedClient(NotebookClient):
+    """nbclient's client, with a watcher beside each cell that stops a stalled one."""
+
+    def process_message(self, msg, cell, cell_index):
+        self._last_progress = time.monotonic()
+        return super().process_message(msg, cell, cell_index)
+
+    async def _watch(self, cell, cell_index: int) -> None:
+        provisioner = getattr(self.km, "provisioner", None)
+        process = getattr(provisioner, "process", None)
+        if process is None:
+            return  # not a local kernel: nothing to watch
+        cpu = _tree_cpu_seconds(process.pid)
+        self._last_progress = time.monotonic()
+        while True:
+            await asyncio.sleep(min(5.0, STALL_SECONDS / 4))
+            now_cpu = _tree_cpu_seconds(process.pid)
+            if now_cpu - cpu >= CPU_PROGRESS:
+                cpu, self._last_progress = now_cpu, time.monotonic()
+            idle = time.monotonic() - self._last_progress
+            if idle >= STALL_SECONDS:
+                text = " | ".join(line.strip() for line in cell.source.strip().splitlines())
+                self._stalled = (
+                    f"{_page.get()}: cell {cell_index} made no progress for {idle:.0f} s "
+                    f"(no message from the kernel, under {CPU_PROGRESS} s of CPU): {text[:160]!r}"
+                )
+                # Killed, the kernel takes nbclient's own way out: its liveness poll sees it
+                # gone, stops the wait for the reply, and the cell raises DeadKernelError.
+                # jupyter_client starts the kernel in a session of its own: its group goes too.
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except OSError:
+                    process.kill()
+                return
+
+    async def async_execute_cell(self, cell, cell_index, *args, **kwargs):
+        self._stalled = None
+        watcher = asyncio.ensure_future(self._watch(cell, cell_index))
+        try:
+            return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
+        except DeadKernelError:
+            if self._stalled:
+                raise PageStalled(self._stalled) from None
+            raise
+        finally:
+            watcher.cancel()
+
+
+def _execute_once(nb, cwd, timeout, allow_errors) -> ExecutionResult:
+    started = time.monotonic()
+    error = exc_string = None
+    try:
+        resources = {"metadata": {"path": cwd}} if cwd is not None else {}
+        WatchedClient(nb, resources=resources, timeout=timeout, allow_errors=allow_errors).execute()
+    except (CellExecutionError, CellTimeoutError) as err:  # PageStalled among them
+        error, exc_string = err, traceback.format_exc()
+    return ExecutionResult(nb, cwd, time.monotonic() - started, error, exc_string)
+
+
+def watched_execution(nb, cwd, timeout, allow_errors, meta_override=True, record_timing=False):
+    """``single_nb_execution``'s contract, with the stall watch and one retry after a stall."""
+    if meta_override and "execution" in nb.metadata:
+        timeout = nb.metadata.execution.get("timeout", timeout)
+        allow_errors = nb.metadata.execution.get("allow_errors", allow_errors)
+    result = _execute_once(nb, cwd, timeout, allow_errors)
+    if isinstance(result.err, PageStalled):
+        # A line in the build log (not a Sphinx warning: the build treats those as errors).
+        sys.stderr.write(f"book: {result.err}; executing the page again in a new kernel\n")
+        result = _execute_once(nb, cwd, timeout, allow_errors)
+        if isinstance(result.err, PageStalled):
+            sys.stderr.write(f"book: {result.err}; stalled twice, the page fails\n")
+    return result
+
+
+def _remember_page(start_client):
+    def wrapped(self):
+        token = _page.set(str(self.path))
+        try:
+            return start_client(self)
+        finally:
+            _page.reset(token)
+
+    return wrapped
+
+
+def setup(app):
+    myst_cache.single_nb_execution = watched_execution
+    client = myst_cache.NotebookClientCache
+    client.start_client = _remember_page(client.start_client)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
