@@ -48,7 +48,9 @@ def token_losses(logits: Tensor, tokens: Tensor) -> Tensor:
         )
     predicted = logits[:, :-1]  # (B, L-1, V)
     targets = tokens[:, 1:]  # (B, L-1)
-    losses = F.cross_entropy(predicted.flatten(0, 1).float(), targets.flatten(), reduction="none")
+    if predicted.dtype in (torch.float16, torch.bfloat16):  # a softmax over V needs float32
+        predicted = predicted.float()
+    losses = F.cross_entropy(predicted.flatten(0, 1), targets.flatten(), reduction="none")
     return losses.view_as(targets)  # (B, L-1)
 
 
