@@ -106,6 +106,7 @@ def sample_groups(
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0 to sample a group, got {temperature!r}")
     context = model.config.max_len
+    device = next(model.parameters()).device
     examples, answers = [], []
     for index, prompt in enumerate(prompts):
         prompt = list(prompt)
@@ -115,7 +116,7 @@ def sample_groups(
                 f"it is longer than the context max_len={context}"
             )
         model.eval()
-        rows = torch.tensor([prompt] * group_size)  # (G, P_len)
+        rows = torch.tensor([prompt] * group_size, device=device)  # (G, P_len)
         out = model.generate(rows, max_new_tokens, temperature=temperature, generator=generator)
         for row in out[:, len(prompt) :].tolist():  # (G, N) -> G lists
             answer = row[: row.index(end_id) + 1] if end_id in row else row
@@ -291,7 +292,8 @@ def grpo_step(
     )
     rewards = score_rollouts(reward_fn, rollouts)  # (P, G)
     advantages = group_advantages(rewards, scale_by_std).flatten()  # (B,)
-    batch = rollouts.batch
+    device = next(policy.parameters()).device
+    batch = Batch(*(x.to(device) for x in rollouts.batch))
     mask = batch.loss_mask[:, 1:]  # (B, L-1): the targets that are answer tokens
     with torch.no_grad():
         old = per_token_logprobs(policy, batch)  # (B, L-1), policy still in eval mode

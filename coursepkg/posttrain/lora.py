@@ -67,8 +67,9 @@ class LoRALinear(nn.Module):
         self.r, self.alpha = r, alpha
         self.scaling = alpha / r
         weight = base.weight
-        self.lora_A = nn.Parameter(torch.empty(r, base.in_features, dtype=weight.dtype))
-        self.lora_B = nn.Parameter(torch.zeros(base.out_features, r, dtype=weight.dtype))
+        like = dict(dtype=weight.dtype, device=weight.device)
+        self.lora_A = nn.Parameter(torch.empty(r, base.in_features, **like))
+        self.lora_B = nn.Parameter(torch.zeros(base.out_features, r, **like))
         nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))  # nn.Linear's (and peft's) init
         self.dropout = nn.Dropout(dropout)
         self.merged = False

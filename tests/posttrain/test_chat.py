@@ -188,3 +188,13 @@ def test_a_line_that_is_not_json_is_named(tmp_path):
     path = _write(tmp_path / "chat.jsonl", ['{"prompt": "a", "response": "b"}', "{oops"])
     with pytest.raises(ValueError, match="line 2: not valid JSON"):
         read_chat_jsonl(path)
+
+
+def test_gpt2s_own_vocabulary_gives_the_same_ids_through_transformers():
+    pytest.importorskip("transformers")
+    tokenizer = with_chat_tokens(Tokenizer.gpt2())
+    hf = hf_chat_tokenizer(tokenizer)
+    for messages in CONVERSATIONS.values():
+        ids = hf.apply_chat_template(messages, tokenize=True, add_generation_prompt=False)
+        assert list(ids["input_ids"]) == encode_chat(tokenizer, messages).ids
+    assert tokenizer.encode(END_OF_TURN) == [len(tokenizer) - 1]  # new ids after GPT-2's 50,257

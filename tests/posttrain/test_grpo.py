@@ -200,3 +200,19 @@ def test_train_steps_raise_a_checkable_reward(chat_tokenizer, chat_model):
     first, last = (sum(s["reward"] for s in part) / 5 for part in (stats[:5], stats[-5:]))
     assert last > first + 0.2, [s["reward"] for s in stats]
     assert all(torch.equal(p, weights[n]) for n, p in reference.named_parameters())
+
+
+def test_later_updates_on_the_same_answers_move_the_ratio_and_clip(chat_tokenizer, chat_model):
+    policy, prompts, end = _setup(chat_tokenizer, chat_model)
+    reference = frozen_copy(policy)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(0)
+    kwargs = dict(group_size=4, max_new_tokens=3, end_id=end, pad_id=0, generator=g)
+    one = grpo_step(policy, reference, optimizer, prompts, lambda p, a: float(a[0] % 2), **kwargs)
+    assert one["clip_fraction"] == 0.0  # the first update: ratio 1 everywhere
+    many = grpo_step(
+        policy, reference, optimizer, prompts, lambda p, a: float(a[0] % 2), updates=4, **kwargs
+    )
+    assert many["clip_fraction"] > 0.0 and 0.0 < many["kl"] < math.inf
+    with pytest.raises(ValueError, match="updates must be an integer >= 1, got 0"):
+        grpo_step(policy, reference, optimizer, prompts, lambda p, a: 0.0, updates=0, **kwargs)

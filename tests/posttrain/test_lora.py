@@ -151,3 +151,27 @@ def test_bad_arguments_are_named(chat_model):
         add_lora(chat_model(), ["query"])
     with pytest.raises(ValueError, match="not linears of the model"):
         lora_parameter_count(chat_model().config, ["query"], 2)
+
+
+def test_dropout_acts_on_the_low_rank_path_only():
+    torch.manual_seed(0)
+    base = nn.Linear(6, 4)
+    layer = LoRALinear(base, r=2, alpha=2, dropout=0.5).train()
+    x = torch.randn(64, 6)
+    assert torch.equal(layer(x), base(x))  # B = 0: whatever dropout drops, nothing changes
+    with torch.no_grad():
+        layer.lora_B.normal_()
+    torch.manual_seed(1)
+    dropped = layer(x) - base(x)
+    torch.manual_seed(1)
+    mask = nn.functional.dropout(torch.ones_like(x), 0.5, training=True)  # the same draw
+    torch.testing.assert_close(dropped, (x * mask) @ layer.lora_A.T @ layer.lora_B.T)
+    layer.eval()
+    torch.testing.assert_close(layer(x) - base(x), x @ layer.delta_weight().T)
+
+
+def test_an_adapted_tied_head_stays_tied_to_the_embedding(chat_model):
+    model = chat_model()
+    add_lora(model, ["lm_head"], r=2, alpha=2)
+    assert model.lm_head.base.weight is model.embed.weight
+    assert not model.embed.weight.requires_grad

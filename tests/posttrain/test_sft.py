@@ -110,3 +110,17 @@ def test_a_few_steps_learn_the_response(chat_tokenizer, chat_model):
     start = learned.index(True)
     out = model.generate(torch.tensor([ids[:start]]), len(ids) - start)  # greedy
     assert out[0, start:].tolist() == ids[start:]  # "tac" and the end-of-turn token
+
+
+def test_a_row_without_response_tokens_is_left_out_of_the_per_sequence_mean():
+    logits, tokens, mask = _batch()
+    only_first = mask.clone()
+    only_first[1] = False  # row 1: all prompt (or all padding)
+    rows = _loop_losses(logits, tokens, only_first)
+    assert sft_loss(logits, tokens, only_first, "sequence").item() == pytest.approx(
+        sum(rows[0]) / len(rows[0]), rel=1e-12
+    )
+    torch.testing.assert_close(
+        sft_loss(logits[:1], tokens[:1], mask[:1], "sequence"),
+        sft_loss(logits, tokens, only_first, "sequence"),
+    )
