@@ -25,6 +25,7 @@ Dimension legend: P prompts, G answers per prompt, B = P G rows, L length.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -131,7 +132,8 @@ def score_rollouts(reward_fn: RewardFn, rollouts: Rollouts) -> Tensor:
     """Each answer's reward.
 
     Args:
-        reward_fn: ``reward_fn(prompt_ids, answer_ids)`` -> a finite number.
+        reward_fn: ``reward_fn(prompt_ids, answer_ids)`` -> a finite number (a bool counts as
+            0 or 1).
         rollouts: from :func:`sample_groups`.
 
     Shape:
@@ -148,7 +150,8 @@ def score_rollouts(reward_fn: RewardFn, rollouts: Rollouts) -> Tensor:
                 f"the reward function raised on prompt {index // group}, answer {index % group} "
                 f"(answer ids {answer}): {type(error).__name__}: {error}"
             ) from error
-        if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+        # A bool counts (True = 1: "is the answer right?"), as does a one-number tensor.
+        if not isinstance(reward, numbers.Real):
             if not (isinstance(reward, Tensor) and reward.numel() == 1):
                 raise TypeError(
                     f"the reward function must return a number, got {type(reward).__name__} on "

@@ -177,6 +177,9 @@ def test_a_reward_function_that_fails_is_named(chat_tokenizer, chat_model):
     with pytest.raises(TypeError, match="must return a number, got str"):
         score_rollouts(lambda p, a: "1", rollouts)
     assert score_rollouts(lambda p, a: len(a), rollouts).shape == (2, 2)
+    assert score_rollouts(lambda p, a: a[0] % 2 == 0, rollouts).tolist() == [
+        [float(a[0] % 2 == 0) for a in rollouts.answers[i : i + 2]] for i in (0, 2)
+    ]
 
 
 def test_a_prompt_longer_than_the_context_is_refused(chat_tokenizer, chat_model):
