@@ -95,7 +95,7 @@ test: lint
 # layout rules, without the tests marked slow (real kernels, Dask, nbgrader batches) and without
 # the folders that build or drive the book, the notebooks, a browser or a cluster (tests/book/,
 # tests/exercises/, tests/e2e/). DEVELOPING.md says which folder holds what.
-FAST_TESTS := tests/test_layout.py tests/model tests/grading
+FAST_TESTS := tests/test_layout.py tests/model tests/posttrain tests/grading
 test-fast: lint
 	$(VENV_PATH) $(BIN)/python -m pytest -q -m "not slow" $(FAST_TESTS)
 
