@@ -14,6 +14,8 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 lp = pytest.importorskip("transformers.generation.logits_process")
 
+from serving_models import FALSE_ALARM, chi_square_p_value  # noqa: E402
+
 from coursepkg.serving import (  # noqa: E402
     SamplingParams,
     min_p_filter,
@@ -122,23 +124,6 @@ def test_seeded_sampling_is_reproducible_and_seeds_differ():
 
     assert torch.equal(draw(7), draw(7))
     assert not torch.equal(draw(7), draw(8))
-
-
-def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
-    """Pearson's chi-square goodness of fit: the probability, were ``counts`` drawn from
-    ``probs``, of a statistic at least this large (cells with probability 0 must be empty;
-    they are checked apart and left out)."""
-    n = counts.sum()
-    keep = probs > 0
-    expected = n * probs[keep].double()
-    stat = ((counts[keep].double() - expected) ** 2 / expected).sum()
-    dof = int(keep.sum()) - 1
-    return float(torch.special.gammaincc(torch.tensor(dof / 2.0), stat / 2))
-
-
-# A correct sampler fails each statistical test with probability 0.001; the seeds are fixed,
-# so the verdict is the same on every run.
-FALSE_ALARM = 1e-3
 
 
 @pytest.mark.parametrize(
