@@ -12,6 +12,7 @@ continuous batching over a paged key/value cache.
 
 from .cache import CroppableCache
 from .generate import generate
+from .paged import BlockTable, PagedKVCache
 from .sampling import (
     SamplingParams,
     min_p_filter,
@@ -22,16 +23,27 @@ from .sampling import (
     top_k_filter,
     top_p_filter,
 )
+from .scheduler import ContinuousBatcher, Request, serve_one_at_a_time, serve_static_batches
+from .speculative import SpeculativeResult, speculative_generate, verify_drafts
 
 __all__ = [
+    "BlockTable",
+    "ContinuousBatcher",
     "CroppableCache",
+    "PagedKVCache",
+    "Request",
+    "SpeculativeResult",
     "SamplingParams",
     "generate",
     "min_p_filter",
     "process_logits",
     "repetition_penalty",
     "sample_token",
+    "serve_one_at_a_time",
+    "serve_static_batches",
+    "speculative_generate",
     "temperature_scale",
     "top_k_filter",
     "top_p_filter",
+    "verify_drafts",
 ]
