@@ -81,7 +81,7 @@ class PagedKVCache:
         self.self_attn = [_PagedLayer(self, i) for i in range(n_layers)]
         self.cross_attn = None
         self.length = 0  # the step's padded past: widest sequence before the step
-        self._step: tuple[list[BlockTable], int] | None = None
+        self._step: _Step | None = None
 
     def blocks_for(self, positions: int) -> int:
         """Blocks needed to hold ``positions`` positions."""
@@ -100,11 +100,25 @@ class PagedKVCache:
         table.blocks, table.length = [], 0
 
     def begin(self, tables: list[BlockTable], n_new: int) -> None:
-        """Prepare a step in which each sequence of ``tables`` takes ``n_new`` more positions."""
+        """Prepare a step in which each sequence of ``tables`` takes ``n_new`` more positions:
+        take the blocks they need and work out, once for every layer, where the new positions
+        are written and where each row's positions are read from."""
         for table in tables:
             self.grow(table, table.length + n_new)
         self.length = max(t.length for t in tables)
-        self._step = (tables, n_new)
+        width = self.length + n_new
+        lengths = torch.tensor([t.length + n_new for t in tables])[:, None]  # (B, 1)
+        new_pos = lengths - n_new + torch.arange(n_new)  # (B, n)
+        read_pos = (torch.arange(width) - (width - lengths)).clamp(min=0)  # (B, W): padding -> 0
+        blocks = max(len(t.blocks) for t in tables)
+        table = torch.tensor([t.blocks + [0] * (blocks - len(t.blocks)) for t in tables])
+        self._step = _Step(
+            tables,
+            n_new,
+            *self._locate(table, new_pos),
+            *self._locate(table, read_pos),
+            torch.arange(width) >= width - lengths,  # (B, W)
+        )
 
     def token_mask(self) -> Tensor:
         """The step's token mask, True = real position (left padded to the widest row).
@@ -112,10 +126,7 @@ class PagedKVCache:
         Shape:
             (B, W) with W = the widest past + n_new.
         """
-        tables, n = self._step
-        width = self.length + n
-        lengths = torch.tensor([t.length + n for t in tables])  # (B,)
-        return torch.arange(width) >= width - lengths[:, None]  # (B, W)
+        return self._step.mask
 
     def write_and_gather(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write the step's new keys/values into the blocks; return every row's keys/values,
@@ -124,31 +135,37 @@ class PagedKVCache:
         Shape:
             k (B, H, n, Dk), v (B, H, n, Dv) -> (B, H, W, Dk), (B, H, W, Dv).
         """
-        tables, n = self._step
+        step = self._step
         if self.storage[layer] is None:
             shape = (self.n_blocks, k.size(1), self.block_size)  # (N, H, Bs)
             self.storage[layer] = (k.new_zeros(*shape, k.size(3)), v.new_zeros(*shape, v.size(3)))
         keys, values = self.storage[layer]
-        pos = torch.tensor([t.length for t in tables])[:, None] + torch.arange(n)  # (B, n)
-        blk, off = self._locate(tables, pos)  # (B, n) each
-        keys[blk.flatten(), :, off.flatten()] = k.transpose(1, 2).flatten(0, 1)  # (B*n, H, Dk)
-        values[blk.flatten(), :, off.flatten()] = v.transpose(1, 2).flatten(0, 1)
-        width = self.length + n
-        lengths = pos[:, -1:] + 1  # (B, 1)
-        pos = (torch.arange(width) - (width - lengths)).clamp(min=0)  # (B, W): padding -> 0
-        blk, off = self._locate(tables, pos)  # (B, W) each
+        blk, off = step.write_block.flatten(), step.write_offset.flatten()  # (B*n,) each
+        keys[blk, :, off] = k.transpose(1, 2).flatten(0, 1)  # (B*n, H, Dk) into the blocks
+        values[blk, :, off] = v.transpose(1, 2).flatten(0, 1)  # (B*n, H, Dv)
+        blk, off = step.read_block, step.read_offset  # (B, W) each
         out = keys[blk, :, off].transpose(1, 2), values[blk, :, off].transpose(1, 2)
         if layer == len(self.storage) - 1:  # every layer has written: the step is done
-            for table in tables:
-                table.length += n
+            for table in step.tables:
+                table.length += step.n_new
         return out  # (B, H, W, Dk), (B, H, W, Dv)
 
     def keys_after(self, n_new: int) -> int:
         """How many keys self-attention sees in this step (the padded width)."""
         return self.length + n_new
 
-    def _locate(self, tables: list[BlockTable], pos: Tensor) -> tuple[Tensor, Tensor]:
+    def _locate(self, table: Tensor, pos: Tensor) -> tuple[Tensor, Tensor]:
         # positions (B, *) -> the block id and the offset in it of each, via the block tables
-        width = max(len(t.blocks) for t in tables)
-        table = torch.tensor([t.blocks + [0] * (width - len(t.blocks)) for t in tables])
         return table.gather(1, pos // self.block_size), pos % self.block_size  # (B, *) each
+
+
+@dataclass
+class _Step:
+    # One step's batch: who takes part, and the (B, n) write and (B, W) read locations.
+    tables: list[BlockTable]
+    n_new: int
+    write_block: Tensor
+    write_offset: Tensor
+    read_block: Tensor
+    read_offset: Tensor
+    mask: Tensor
