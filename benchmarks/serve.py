@@ -1,0 +1,195 @@
+"""Serving, measured in one run: speculative decoding against the target alone and against
+``transformers``' assisted generation, and continuous batching against static batches and one
+request at a time.
+
+Speculative decoding. A Llama-shaped target (D=256, 8 layers, 8 query heads sharing 2 key/value
+heads, SwiGLU of width 688, RMSNorm, RoPE, V=1000, untied head) is built by ``transformers``
+from a config with random weights (nothing downloaded). Random models share nothing a draft
+could learn, so the draft is the target's first 2 layers (same embeddings, final norm and head:
+"early exit" self-speculation), and the target's 6 later layers are made to perturb what the
+first 2 compute: their output projections (``o_proj``, ``down_proj``) are scaled by
+``--scale``. The acceptance rate is thus set by construction, not learned; it is measured and
+printed. Both models are loaded into coursepkg with ``from_hf_llama``; one prompt of 16 tokens,
+``--new-tokens`` greedy tokens. Timed alternately, median of ``--rounds``: coursepkg's target
+alone (``serving.generate``), coursepkg's ``speculative_generate`` with k draft tokens,
+transformers' ``generate`` alone, and transformers' assisted generation
+(``assistant_model=``, ``num_assistant_tokens=k``, schedule ``constant``,
+``assistant_confidence_threshold=0`` so that it too drafts k every round). All four must
+give the same tokens (greedy speculative decoding is exact).
+
+Continuous batching. A Llama-shaped model (4 layers, otherwise as above) serves 32 requests:
+prompts of 4 to 32 tokens, outputs of 8 to 128 tokens (most short, a few long, drawn with a
+fixed seed); throughput (generated tokens per second) of the scheduler over a paged cache (16
+positions per block, at most 8 running) against static batches of 8 (padded, each batch runs
+until its longest request is done) and one request at a time; every output equal across the
+three.
+
+Targets (issue 50): speculative >= 1.5x the target alone's tokens/s and <= 1.0x transformers'
+assisted time; continuous >= 2x static batching's throughput. Only ratios mean anything.
+
+Run: ``.venv/bin/python benchmarks/serve.py [--rounds N] [--threads T]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import alternate, median, setup_threads  # noqa: E402
+
+PROMPT = 16
+SHAPE = dict(
+    vocab_size=1000, hidden_size=256, intermediate_size=688, num_attention_heads=8,
+    num_key_value_heads=2, tie_word_embeddings=False, max_position_embeddings=512,
+    bos_token_id=0, eos_token_id=None, pad_token_id=0,
+)  # fmt: skip
+
+
+def _hf_llama(layers: int, seed: int = 0):
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(**SHAPE, num_hidden_layers=layers)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def speculative_models(scale: float, target_layers: int = 8, draft_layers: int = 2):
+    """(hf target, hf draft, our target, our draft): the draft is the target's first layers."""
+    from coursepkg.interop import from_hf_llama
+
+    target = _hf_llama(target_layers)
+    with torch.no_grad():
+        for layer in target.model.layers[draft_layers:]:
+            layer.self_attn.o_proj.weight.mul_(scale)
+            layer.mlp.down_proj.weight.mul_(scale)
+    draft = _hf_llama(draft_layers, seed=1)
+    draft.load_state_dict(target.state_dict(), strict=False)  # shared names: first layers
+    draft.generation_config.num_assistant_tokens_schedule = "constant"
+    draft.generation_config.assistant_confidence_threshold = 0.0
+    return target, draft, from_hf_llama(target).eval(), from_hf_llama(draft).eval()
+
+
+def bench_speculative(args) -> dict:
+    from coursepkg.serving import generate, speculative_generate
+
+    hf_t, hf_d, t, d = speculative_models(args.scale)
+    hf_d.generation_config.num_assistant_tokens = args.k
+    prompt = torch.randint(1, 1000, (1, PROMPT), generator=torch.Generator().manual_seed(1))
+    new, out = args.new_tokens, {}
+
+    def hf(assistant=None):
+        kwargs = dict(max_new_tokens=new, do_sample=False, attention_mask=torch.ones_like(prompt))
+        with torch.no_grad():
+            return hf_t.generate(prompt, assistant_model=assistant, **kwargs)
+
+    def spec():
+        out["spec"] = speculative_generate(t, d, prompt, new, args.k)
+
+    fns = {
+        "target alone (coursepkg)": lambda: out.update(alone=generate(t, prompt, new)),
+        "speculative (coursepkg)": spec,
+        "target alone (transformers)": lambda: out.update(hf=hf()),
+        "assisted (transformers)": lambda: out.update(assisted=hf(hf_d)),
+    }
+    times = {name: median(ts) for name, ts in alternate(fns, args.rounds, warmup=1).items()}
+    same = all(
+        torch.equal(out["alone"], x) for x in (out["spec"].tokens, out["hf"], out["assisted"])
+    )
+    rate = out["spec"].acceptance_rate
+    print(
+        f"Speculative, greedy, {new} tokens: target 8 layers, draft its first 2 (later layers "
+        f"scaled by {args.scale}), k={args.k}; acceptance rate {rate:.2f}, "
+        f"{new / out['spec'].target_forwards:.2f} tokens per target forward"
+    )
+    for name, s in times.items():
+        print(f"  {name:28s}: {s:.3f} s ({new / s:.0f} tok/s)")
+    speedup = times["target alone (coursepkg)"] / times["speculative (coursepkg)"]
+    vs_hf = times["speculative (coursepkg)"] / times["assisted (transformers)"]
+    print(f"  speculative speed-up over the target alone: {speedup:.2f}x (target >= 1.5x)")
+    print(f"  speculative time / transformers' assisted time: {vs_hf:.2f}x (target <= 1.0x)")
+    print(f"  identical tokens (all four): {same}")
+    if not same:
+        raise SystemExit("speculative decoding changed the target's greedy tokens")
+    return dict(acceptance=rate, speedup=speedup, vs_assisted=vs_hf, times=times)
+
+
+def workload(n: int = 32, seed: int = 0):
+    """Mixed requests: prompts of 4-32 tokens; outputs mostly 8-32 tokens, one in four 128."""
+    from coursepkg.serving import Request
+
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        length = int(torch.randint(4, 33, (), generator=g))
+        long = bool(torch.rand((), generator=g) < 0.25)
+        new = 128 if long else int(torch.randint(8, 33, (), generator=g))
+        out.append(Request(torch.randint(1, 1000, (length,), generator=g), new))
+    return out
+
+
+def bench_batching(args) -> dict:
+    from coursepkg.interop import from_hf_llama
+    from coursepkg.serving import ContinuousBatcher, serve_one_at_a_time, serve_static_batches
+
+    lm = from_hf_llama(_hf_llama(4)).eval()
+    requests = workload()
+    generated = sum(r.max_new_tokens for r in requests)
+    batcher = ContinuousBatcher(lm, n_blocks=8 * 11, block_size=16, max_batch=8)
+    out = {}
+    fns = {
+        "continuous (paged, <= 8)": lambda: out.update(cont=batcher.run(requests)),
+        "static batches of 8": lambda: out.update(static=serve_static_batches(lm, requests, 8)),
+        "one at a time": lambda: out.update(one=serve_one_at_a_time(lm, requests)),
+    }
+    times = {name: median(ts) for name, ts in alternate(fns, args.batch_rounds, warmup=0).items()}
+    same = all(
+        torch.equal(a, b)
+        for a, b, c in zip(out["cont"], out["static"], out["one"], strict=True)
+        for b in (b, c)
+    )
+    print(
+        f"Continuous batching: {len(requests)} requests, {generated} generated tokens, "
+        f"Llama-shaped 4 layers; {batcher.steps} decode steps, at most {batcher.peak_running} "
+        "running"
+    )
+    for name, s in times.items():
+        print(f"  {name:28s}: {s:.3f} s ({generated / s:.0f} generated tok/s)")
+    ratio = times["static batches of 8"] / times["continuous (paged, <= 8)"]
+    alone = times["one at a time"] / times["continuous (paged, <= 8)"]
+    print(f"  continuous / static throughput: {ratio:.2f}x (target >= 2x)")
+    print(f"  continuous / one-at-a-time throughput: {alone:.2f}x")
+    print(f"  identical outputs (all three): {same}")
+    if not same:
+        raise SystemExit("continuous batching changed a request's tokens")
+    return dict(vs_static=ratio, vs_one=alone, times=times)
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batch-rounds", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--scale", type=float, default=0.05)
+    parser.add_argument("--only", choices=["speculative", "batching"], default=None)
+    args = parser.parse_args(argv)
+    setup_threads(args.threads)
+    print(f"threads={torch.get_num_threads()}, median of alternated rounds")
+    results = {}
+    if args.only != "batching":
+        results["speculative"] = bench_speculative(args)
+    if args.only != "speculative":
+        results["batching"] = bench_batching(args)
+    return results
+
+
+if __name__ == "__main__":
+    main()
