@@ -43,7 +43,6 @@ def check_left_padded(token_mask: Tensor, model: nn.Module) -> None:
         raise ValueError("token_mask has a row without any real token")
 
 
-@torch.inference_mode()
 def generate(
     model: nn.Module,
     tokens: Tensor,
@@ -81,10 +80,11 @@ def generate(
     mask = token_mask
     cache = CroppableCache(model.config.n_layers, n + max(max_new_tokens, 1))
     seq, step_in = tokens, tokens
-    for _ in range(max_new_tokens):
-        logits = model(step_in, token_mask=mask, cache=cache)[:, -1]  # (B, V)
-        step_in = sample_token(logits, seq, params, generator)[:, None]  # (B, 1)
-        seq = torch.cat([seq, step_in], dim=1)  # (B, L + t)
-        if mask is not None:
-            mask = torch.cat([mask, mask.new_ones(b, 1)], dim=1)  # (B, L + t)
-    return seq.clone()  # a plain tensor again, not an inference-mode one
+    with torch.inference_mode():
+        for _ in range(max_new_tokens):
+            logits = model(step_in, token_mask=mask, cache=cache)[:, -1]  # (B, V)
+            step_in = sample_token(logits, seq, params, generator)[:, None]  # (B, 1)
+            seq = torch.cat([seq, step_in], dim=1)  # (B, L + t)
+            if mask is not None:
+                mask = torch.cat([mask, mask.new_ones(b, 1)], dim=1)  # (B, L + t)
+    return seq.clone()  # a plain tensor again: an inference-mode one cannot enter autograd

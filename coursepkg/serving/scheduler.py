@@ -105,7 +105,6 @@ class ContinuousBatcher:
                     f"the cache has n_blocks={self.cache.n_blocks}"
                 )
 
-    @torch.inference_mode()
     def run(self, requests: list[Request]) -> list[Tensor]:
         """Serve ``requests``; return each one's prompt and generated tokens, in their order.
 
@@ -113,6 +112,11 @@ class ContinuousBatcher:
             request i's prompt (L_i,) -> output i (L_i + max_new_tokens_i,).
         """
         self._check(requests)
+        with torch.inference_mode():
+            outputs = self._serve(requests)
+        return [out.clone() for out in outputs]  # plain tensors again, usable with autograd
+
+    def _serve(self, requests: list[Request]) -> list[Tensor]:
         waiting = deque(enumerate(requests))
         running: list[_Running] = []
         outputs: list[Tensor | None] = [None] * len(requests)

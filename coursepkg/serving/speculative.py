@@ -120,7 +120,6 @@ def _check(target: nn.Module, draft: nn.Module, tokens: Tensor, max_new: int, k:
             )
 
 
-@torch.inference_mode()
 def speculative_generate(
     target: nn.Module,
     draft: nn.Module,
@@ -146,6 +145,14 @@ def speculative_generate(
     """
     params = SamplingParams() if params is None else params
     _check(target, draft, tokens, max_new_tokens, k)
+    with torch.inference_mode():
+        result = _speculate(target, draft, tokens, max_new_tokens, k, params, generator)
+    result.tokens = result.tokens.clone()  # a plain tensor again, usable with autograd
+    return result
+
+
+def _speculate(target, draft, tokens, max_new_tokens, k, params, generator) -> SpeculativeResult:
+    # speculative_generate after its checks, under inference mode
     capacity = tokens.size(1) + max_new_tokens + k + 1
     t_cache = CroppableCache(target.config.n_layers, capacity)
     d_cache = CroppableCache(draft.config.n_layers, capacity)
@@ -180,4 +187,4 @@ def speculative_generate(
         t_cache.crop(seq.size(1) - 1)
         d_cache.crop(seq.size(1) - 1)
         proposed, accepted, rounds = proposed + kk, accepted + n, rounds + 1
-    return SpeculativeResult(seq.clone(), proposed, accepted, rounds)
+    return SpeculativeResult(seq, proposed, accepted, rounds)

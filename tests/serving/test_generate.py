@@ -20,7 +20,9 @@ from coursepkg.serving import SamplingParams, generate  # noqa: E402
 def test_without_padding_equal_to_the_models_generate():
     _, lm = llama_pair()
     prompt = torch.randint(1, V, (3, 7), generator=torch.Generator().manual_seed(2))
-    assert torch.equal(generate(lm, prompt, 20), lm.generate(prompt, 20))
+    out = generate(lm, prompt, 20)
+    assert torch.equal(out, lm.generate(prompt, 20))
+    assert not out.is_inference()  # usable with autograd afterwards
 
 
 @pytest.mark.parametrize("penalty", [None, 1.3])

@@ -39,7 +39,7 @@ def test_each_request_gets_what_it_gets_alone(max_batch, n_blocks):
     alone = serve_one_at_a_time(lm, requests)
     for ours, ref, r in zip(got, alone, requests, strict=True):
         assert ours.shape == (r.prompt.numel() + r.max_new_tokens,)
-        assert torch.equal(ours, ref)
+        assert torch.equal(ours, ref) and not ours.is_inference()
     assert len(batcher.cache.free) == n_blocks  # every block came back
     assert batcher.peak_running == min(max_batch, len(requests)) or n_blocks == 12
     if max_batch > 1 and n_blocks > 12:

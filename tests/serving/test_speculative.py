@@ -32,6 +32,7 @@ def test_greedy_is_the_targets_own_output(k, penalty):
     got = speculative_generate(target, draft, prompt, 30, k=k, params=params)
     assert torch.equal(got.tokens, generate(target, prompt, 30, params))
     assert 0 <= got.accepted <= got.proposed
+    assert not got.tokens.is_inference()
 
 
 def test_a_draft_equal_to_the_target_is_always_accepted():
