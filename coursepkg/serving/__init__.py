@@ -8,11 +8,13 @@ continuous batching over a paged key/value cache.
 - :mod:`.speculative`: :func:`speculative_generate` (Leviathan et al. 2023, Chen et al. 2023).
 - :mod:`.paged`, :mod:`.scheduler`: a block pool with a block table per sequence, and a
   scheduler that admits requests as others finish.
+- :mod:`.quant`: int8 (per output channel) and int4 (group-wise) weight-only quantization.
 """
 
 from .cache import CroppableCache
 from .generate import generate
 from .paged import BlockTable, PagedKVCache
+from .quant import QuantLinear, quantize_linears, weight_bytes
 from .sampling import (
     SamplingParams,
     min_p_filter,
@@ -31,12 +33,14 @@ __all__ = [
     "ContinuousBatcher",
     "CroppableCache",
     "PagedKVCache",
+    "QuantLinear",
     "Request",
     "SpeculativeResult",
     "SamplingParams",
     "generate",
     "min_p_filter",
     "process_logits",
+    "quantize_linears",
     "repetition_penalty",
     "sample_token",
     "serve_one_at_a_time",
@@ -46,4 +50,5 @@ __all__ = [
     "top_k_filter",
     "top_p_filter",
     "verify_drafts",
+    "weight_bytes",
 ]
