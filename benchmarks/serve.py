@@ -24,10 +24,22 @@ positions per block, at most 8 running) against static batches of 8 (padded, eac
 until its longest request is done) and one request at a time; every output equal across the
 three.
 
+Quantization. The same 4-layer model's linear weights (inside the layers; embeddings and head
+stay fp32) as int8 per output channel and int4 in groups of 16 (688 = 43 x 16): bytes held
+(measured = closed form in the tests), the largest logit error over the logits' spread on 8
+prompts of 32 tokens, the share of 64 greedy tokens equal to fp32's, and the time of those 64
+tokens (no int8 kernels on this CPU: the weights are dequantised at each call, so expect it
+slower, not faster).
+``torchao``'s int8 weight-only is not compared: it is not among the course's dependencies.
+
 Targets (issue 50): speculative >= 1.5x the target alone's tokens/s and <= 1.0x transformers'
 assisted time; continuous >= 2x static batching's throughput. Only ratios mean anything.
 
-Run: ``.venv/bin/python benchmarks/serve.py [--rounds N] [--threads T]``
+One thread by default: measured on a shared 2-core machine at a load of 10 to 16, two threads
+made every variant several times slower (threads waiting on each other), which says nothing
+about serving.
+
+Run: ``.venv/bin/python benchmarks/serve.py [--rounds N] [--threads T] [--only PART]``
 """
 
 from __future__ import annotations
@@ -171,24 +183,58 @@ def bench_batching(args) -> dict:
     return dict(vs_static=ratio, vs_one=alone, times=times)
 
 
+def bench_quantization(args) -> dict:
+    from coursepkg.interop import from_hf_llama
+    from coursepkg.serving import generate, quantize_linears, weight_bytes
+
+    hf = _hf_llama(4)
+    models = {"fp32": from_hf_llama(hf).eval()}
+    for bits in (8, 4):
+        models[f"int{bits}"] = quantize_linears(from_hf_llama(hf).eval(), bits, 16)
+    tokens = torch.randint(1, 1000, (8, 32), generator=torch.Generator().manual_seed(2))
+    prompt = tokens[:1, :PROMPT]
+    with torch.no_grad():
+        ref = models["fp32"](tokens)
+    out = {}
+    fns = {
+        name: (lambda m=m, name=name: out.update({name: generate(m, prompt, 64)}))
+        for name, m in models.items()
+    }
+    times = {name: median(ts) for name, ts in alternate(fns, args.rounds, warmup=1).items()}
+    print("Weight-only quantization, Llama-shaped 4 layers (linear weights inside the layers):")
+    results = {}
+    for name, m in models.items():
+        with torch.no_grad():
+            err = float((m(tokens) - ref).abs().max() / ref.std())
+        agree = float((out[name][0, PROMPT:] == out["fp32"][0, PROMPT:]).float().mean())
+        size = weight_bytes(m)
+        print(
+            f"  {name:5s}: {size / 2**20:.2f} MiB ({weight_bytes(models['fp32']) / size:.2f}x "
+            f"smaller), max logit error / logit std {err:.4f}, greedy agreement {agree:.2f}, "
+            f"64 tokens in {times[name]:.3f} s ({times[name] / times['fp32']:.2f}x fp32's time)"
+        )
+        results[name] = dict(bytes=size, error=err, agreement=agree, seconds=times[name])
+    return results
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--batch-rounds", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--scale", type=float, default=0.05)
-    parser.add_argument("--only", choices=["speculative", "batching"], default=None)
+    parser.add_argument("--only", choices=["speculative", "batching", "quantization"], default=None)
     args = parser.parse_args(argv)
     setup_threads(args.threads)
     print(f"threads={torch.get_num_threads()}, median of alternated rounds")
-    results = {}
-    if args.only != "batching":
-        results["speculative"] = bench_speculative(args)
-    if args.only != "speculative":
-        results["batching"] = bench_batching(args)
-    return results
+    parts = {
+        "speculative": bench_speculative,
+        "batching": bench_batching,
+        "quantization": bench_quantization,
+    }
+    return {name: bench(args) for name, bench in parts.items() if args.only in (None, name)}
 
 
 if __name__ == "__main__":
