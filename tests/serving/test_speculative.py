@@ -89,6 +89,7 @@ def _scores(model, seq, params):
     return process_logits(model(seq)[:, -1], seq, params)  # (1, V)
 
 
+@pytest.mark.slow  # 2,000 generations: about 15 s on a busy 2-core machine
 def test_end_to_end_sampling_has_the_targets_law():
     target, draft = _tiny(0), _tiny(1)
     prompt = torch.tensor([[1, 3, 2]])
