@@ -63,7 +63,8 @@ def verify_drafts(
         p: the target's next-token probabilities after the context and after each draft token.
         q: the draft's probabilities each draft token was drawn from.
         drafts: the proposed tokens.
-        greedy: keep a draft token iff it is the target's argmax (``q`` is then unused).
+        greedy: keep a draft token iff it is the target's argmax (``p`` may then be any
+            scores with that argmax, and ``q`` is unused).
         generator: for the acceptance draws and the resampling.
 
     Shape:
@@ -93,11 +94,10 @@ def verify_drafts(
 
 
 def _probs(logits: Tensor, seen: Tensor, params: SamplingParams) -> Tensor:
-    # (N, V) logits -> (N, V) the probabilities a token is drawn from (one-hot when greedy).
+    # (N, V) logits -> (N, V) the probabilities a token is drawn from; greedy: the processed
+    # scores themselves (only their argmax is used)
     scores = process_logits(logits, seen, params)  # (N, V)
-    if params.greedy:
-        return torch.nn.functional.one_hot(scores.argmax(-1), scores.size(-1)).float()
-    return scores.softmax(-1)
+    return scores if params.greedy else scores.softmax(-1)
 
 
 def _check(target: nn.Module, draft: nn.Module, tokens: Tensor, max_new: int, k: int) -> None:
