@@ -203,6 +203,8 @@ def bench_quantization(args) -> dict:
         name: (lambda m=m, name=name: out.update({name: generate(m, prompt, 64)}))
         for name, m in models.items()
     }
+    fp32 = models["fp32"]
+    fns["int8 KV cache"] = lambda: out.update(kv=generate(fp32, prompt, 64, int8_cache=True))
     times = {name: median(ts) for name, ts in alternate(fns, args.rounds, warmup=1).items()}
     print("Weight-only quantization, Llama-shaped 4 layers (linear weights inside the layers):")
     results = {}
@@ -217,6 +219,17 @@ def bench_quantization(args) -> dict:
             f"64 tokens in {times[name]:.3f} s ({times[name] / times['fp32']:.2f}x fp32's time)"
         )
         results[name] = dict(bytes=size, error=err, agreement=agree, seconds=times[name])
+    c = fp32.config
+    per_token = [c.n_layers * 2 * c.kv_heads * c.head_dim_k * b for b in (4, 1)]
+    per_token[1] += c.n_layers * 2 * c.kv_heads * 4  # a float scale per position and head
+    agree = float((out["kv"][0, PROMPT:] == out["fp32"][0, PROMPT:]).float().mean())
+    t = times["int8 KV cache"]
+    print(
+        f"  fp32 weights, int8 KV cache: {per_token[1]} bytes per token against {per_token[0]} "
+        f"({per_token[0] / per_token[1]:.2f}x smaller), greedy agreement {agree:.2f}, "
+        f"64 tokens in {t:.3f} s ({t / times['fp32']:.2f}x fp32's time)"
+    )
+    results["int8_kv"] = dict(bytes_per_token=per_token[1], agreement=agree, seconds=t)
     return results
 
 

@@ -8,13 +8,14 @@ continuous batching over a paged key/value cache.
 - :mod:`.speculative`: :func:`speculative_generate` (Leviathan et al. 2023, Chen et al. 2023).
 - :mod:`.paged`, :mod:`.scheduler`: a block pool with a block table per sequence, and a
   scheduler that admits requests as others finish.
-- :mod:`.quant`: int8 (per output channel) and int4 (group-wise) weight-only quantization.
+- :mod:`.quant`: int8 (per output channel) and int4 (group-wise) weight-only quantization,
+  and an int8 key/value cache.
 """
 
 from .cache import CroppableCache
 from .generate import generate
 from .paged import BlockTable, PagedKVCache
-from .quant import QuantLinear, quantize_linears, weight_bytes
+from .quant import Int8Cache, QuantLinear, quantize_linears, weight_bytes
 from .sampling import (
     SamplingParams,
     min_p_filter,
@@ -32,6 +33,7 @@ __all__ = [
     "BlockTable",
     "ContinuousBatcher",
     "CroppableCache",
+    "Int8Cache",
     "PagedKVCache",
     "QuantLinear",
     "Request",

@@ -71,6 +71,19 @@ class CroppableLayerCache:
     def _views(self) -> None:
         self.k, self.v = (t.narrow(2, 0, self.length) for t in self.storage)  # (B, H, S, D*)
 
+    def bytes_held(self) -> int:
+        """Bytes of the storage (allocated for ``capacity`` positions)."""
+        if self.storage is None:
+            return 0
+        return sum(t.numel() * t.element_size() for t in _flat(self.storage))
+
+
+def _flat(items) -> list[Tensor]:
+    # the tensors of a (possibly nested) tuple
+    if isinstance(items, Tensor):
+        return [items]
+    return [t for item in items for t in _flat(item)]
+
 
 class CroppableCache:
     """A decoder's per-layer :class:`CroppableLayerCache` s, all of one length.
@@ -80,11 +93,13 @@ class CroppableCache:
         capacity: the most positions any layer will hold.
     """
 
+    layer_cache = CroppableLayerCache  # what each layer holds (a subclass may quantize)
+
     def __init__(self, n_layers: int, capacity: int) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
         self.capacity = capacity
-        self.self_attn = [CroppableLayerCache(capacity) for _ in range(n_layers)]
+        self.self_attn = [self.layer_cache(capacity) for _ in range(n_layers)]
         self.cross_attn = None
 
     @property

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from .._validation import check_token_mask, check_tokens
 from .cache import CroppableCache
+from .quant import Int8Cache
 from .sampling import SamplingParams, sample_token
 
 __all__ = ["check_left_padded", "generate"]
@@ -50,6 +51,7 @@ def generate(
     params: SamplingParams | None = None,
     token_mask: Tensor | None = None,
     generator: torch.Generator | None = None,
+    int8_cache: bool = False,
 ) -> Tensor:
     """Continue ``tokens`` by ``max_new_tokens`` tokens, greedy or sampled.
 
@@ -60,6 +62,7 @@ def generate(
         params: the sampling settings (default: greedy).
         token_mask: True = real token; None = every token is real.
         generator: a ``torch.Generator``: the same seed gives the same tokens.
+        int8_cache: hold keys and values as int8 (:class:`~coursepkg.serving.quant.Int8Cache`).
 
     Shape:
         tokens (B, L), token_mask (B, L) -> (B, L + max_new_tokens).
@@ -78,7 +81,8 @@ def generate(
         check_token_mask("token_mask", token_mask, (b, n))
         check_left_padded(token_mask, model)
     mask = token_mask
-    cache = CroppableCache(model.config.n_layers, n + max(max_new_tokens, 1))
+    kind = Int8Cache if int8_cache else CroppableCache
+    cache = kind(model.config.n_layers, n + max(max_new_tokens, 1))
     seq, step_in = tokens, tokens
     with torch.inference_mode():
         for _ in range(max_new_tokens):

@@ -21,7 +21,9 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-__all__ = ["QuantLinear", "quantize_linears", "weight_bytes"]
+from .cache import CroppableCache, CroppableLayerCache
+
+__all__ = ["Int8Cache", "Int8LayerCache", "QuantLinear", "quantize_linears", "weight_bytes"]
 
 
 class QuantLinear(nn.Module):
@@ -117,3 +119,55 @@ def weight_bytes(model: nn.Module) -> int:
             elif isinstance(module, nn.Linear):
                 total += module.weight.numel() * module.weight.element_size()
     return total
+
+
+class Int8LayerCache(CroppableLayerCache):
+    """One layer's keys and values stored as int8 codes, with one float scale per position and
+    head (symmetric: the scale is that vector's max |x| / 127): about 4x less memory than fp32,
+    dequantized when attention reads them.
+
+    Storage: ((key codes (B, H, capacity, Dk) int8, key scales (B, H, capacity, 1)), the same
+    for values).
+    """
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Quantize and append this call's keys/values; return all held so far, dequantized.
+
+        Shape:
+            k (B, H, n, Dk), v (B, H, n, Dv) -> (B, H, S, Dk), (B, H, S, Dv).
+        """
+        start, end = self.length, self.length + k.size(2)
+        if end > self.capacity:
+            raise ValueError(
+                f"the cache holds at most capacity={self.capacity} positions; "
+                f"{start} are cached and {k.size(2)} more were given"
+            )
+        if self.storage is None:
+            b, h = k.shape[:2]
+            self.storage = tuple(
+                (
+                    x.new_empty(b, h, self.capacity, x.size(3), dtype=torch.int8),  # codes
+                    x.new_empty(b, h, self.capacity, 1),  # scales
+                )
+                for x in (k, v)
+            )
+        for (codes, scales), new in zip(self.storage, (k, v), strict=True):
+            scale = new.abs().amax(-1, keepdim=True).clamp(min=1e-12) / 127  # (B, H, n, 1)
+            codes.narrow(2, start, end - start).copy_((new / scale).round().clamp(-127, 127))
+            scales.narrow(2, start, end - start).copy_(scale)
+        self.length = end
+        self._views()
+        return self.k, self.v
+
+    def _views(self) -> None:
+        n = self.length
+        self.k, self.v = (
+            codes.narrow(2, 0, n).to(scales.dtype) * scales.narrow(2, 0, n)  # (B, H, S, D*)
+            for codes, scales in self.storage
+        )
+
+
+class Int8Cache(CroppableCache):
+    """A :class:`~coursepkg.serving.cache.CroppableCache` whose layers hold int8 keys/values."""
+
+    layer_cache = Int8LayerCache

@@ -1,7 +1,9 @@
-"""Weight-only quantization (issue 50, item 3): each element's error within half its scale
-(int8 per output channel, int4 per group, packing included); the bytes held equal the closed
-form and are nearly 4x (int8) / 6.4x (int4, groups of 32) fewer than fp32's; the quantized model's
-logits stay close and the model still runs the cached generation; bad arguments named."""
+"""Weight-only quantization and the int8 KV cache (issue 50, item 3). Weights: each element's
+error within half its scale (int8 per output channel, int4 per group, packing included); the
+bytes held equal the closed form, nearly 4x (int8) / 6.4x (int4, groups of 32) fewer than
+fp32's; the quantized model's logits stay close and the cached generation still runs. The int8
+cache holds Hkv (Dk + 4) bytes per position, layer and keys-or-values (fp32: 4 Hkv Dk), each
+element within half its scale. Bad arguments named."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from serving_models import V, llama_pair
 from torch import nn
 
 from coursepkg.serving import generate
-from coursepkg.serving.quant import QuantLinear, quantize_linears, weight_bytes
+from coursepkg.serving.cache import CroppableCache
+from coursepkg.serving.quant import Int8Cache, QuantLinear, quantize_linears, weight_bytes
 
 
 @pytest.mark.parametrize("bits, group", [(8, 32), (4, 8), (4, 32)])
@@ -80,3 +83,27 @@ def test_bad_arguments_are_named():
         QuantLinear(nn.Linear(8, 8), bits=3)
     with pytest.raises(ValueError, match="group_size"):
         QuantLinear(nn.Linear(12, 8), bits=4, group_size=8)
+
+
+def _cached(lm, kind, tokens):
+    cache = kind(lm.config.n_layers, tokens.size(1) + 1)
+    with torch.no_grad():
+        lm(tokens, cache=cache)
+        step = lm(tokens[:, -1:], cache=cache)[:, -1]  # (B, V): one decode step after it
+    return cache, step
+
+
+def test_the_int8_cache_is_smaller_and_close():
+    _, lm = llama_pair(hidden_size=64)  # Hkv = 2, Dk = 16, 2 layers
+    tokens = torch.randint(1, V, (1, 15), generator=torch.Generator().manual_seed(0))
+    full, ref = _cached(lm, CroppableCache, tokens)
+    small, got = _cached(lm, Int8Cache, tokens)
+    n = tokens.size(1) + 1  # positions held (the capacity, all used)
+    per_token = [sum(c.bytes_held() for c in cache.self_attn) // n for cache in (full, small)]
+    assert per_token == [2 * 2 * 2 * 16 * 4, 2 * 2 * 2 * (16 + 1 * 4)]  # layers, K/V, Hkv, D
+    a, b = full.self_attn[0], small.self_attn[0]  # the first layer: the same inputs in both
+    for exact, approx, (_, scales) in zip((a.k, a.v), (b.k, b.v), b.storage, strict=True):
+        assert ((exact - approx).abs() <= scales[:, :, :n] / 2 + 1e-6).all()
+    assert (got - ref).abs().max() / ref.std() < 0.05
+    out = generate(lm, tokens, 6, int8_cache=True)
+    assert out.shape == (1, 21)
