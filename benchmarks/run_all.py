@@ -12,6 +12,7 @@ import decode_hf  # noqa: E402
 import decode_llama  # noqa: E402
 import grade_class  # noqa: E402
 import kv_cache  # noqa: E402
+import serve  # noqa: E402
 import tokenizer  # noqa: E402
 import train_lm  # noqa: E402
 import train_step  # noqa: E402
@@ -29,6 +30,8 @@ if __name__ == "__main__":
     decode_hf.main([])
     print("\n== greedy decoding: coursepkg vs transformers, same Llama-shaped weights (GQA) ==")
     decode_llama.main([])
+    print("\n== serving: speculative decoding, continuous batching over a paged cache ==")
+    serve.main([])
     print("\n== byte-level BPE: coursepkg vs Hugging Face tokenizers and tiktoken, one thread ==")
     tokenizer.main([])
     print("\n== grading a class: coursepkg grade --workers 2 vs sequential nbgrader (~10 min) ==")

@@ -1,0 +1,171 @@
+"""A paged key/value cache (Kwon et al. 2023, vLLM's PagedAttention): one pool of fixed-size
+blocks shared by every sequence, and a block table per sequence listing its blocks in order.
+
+A sequence that grows past its last block gets one more block from the free list; nothing it
+already holds moves (no copy when a sequence grows, unlike a contiguous cache that must be
+reallocated), and a finished sequence returns its blocks for the next request. Memory is then
+used by what sequences hold, not by the longest one they might reach.
+
+For one step over a batch of sequences, :meth:`PagedKVCache.begin` fixes who takes part; the
+pool then serves as the model's cache: each layer's ``update`` writes the new keys/values into
+the sequences' blocks and returns them gathered into a left-padded (B, H, W, Dk) batch, with
+:meth:`PagedKVCache.token_mask` hiding the padding. (A paged attention kernel reads the blocks in
+place; the reference gathers them, which is the same attention and easier to read.) Rotary
+positions count real tokens only, so rows of different lengths share a step.
+
+Dimension legend: B sequences in the step, H key/value heads, W the step's widest sequence,
+N blocks in the pool, Bs block size, Dk/Dv per-head sizes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+__all__ = ["BlockTable", "PagedKVCache"]
+
+
+@dataclass
+class BlockTable:
+    """One sequence's place in the pool.
+
+    Attributes:
+        blocks: the pool's block ids holding positions 0..Bs-1, Bs..2Bs-1, ... in order.
+        length: positions written so far.
+    """
+
+    blocks: list[int] = field(default_factory=list)
+    length: int = 0
+
+
+class _PagedLayer:
+    """One layer's view of the pool, what attention calls ``update`` on."""
+
+    static = False  # a growing self-attention cache
+
+    def __init__(self, pool: PagedKVCache, index: int) -> None:
+        self.pool, self.index = pool, index
+        self.stacked_qkv: tuple[Tensor, Tensor | None] | None = None  # kept across steps
+
+    @property
+    def length(self) -> int:
+        return self.pool.length
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        return self.pool.write_and_gather(self.index, k, v)
+
+
+class PagedKVCache:
+    """A pool of ``n_blocks`` blocks of ``block_size`` positions, for every layer.
+
+    Args:
+        n_layers: the model's layers.
+        n_blocks: blocks in the pool.
+        block_size: positions per block.
+
+    Attributes:
+        storage: per layer, (keys (N, H, Bs, Dk), values (N, H, Bs, Dv)), allocated once on
+            the first write and never reallocated.
+        free: ids of the blocks no sequence holds.
+    """
+
+    def __init__(self, n_layers: int, n_blocks: int, block_size: int) -> None:
+        for name, x in (("n_blocks", n_blocks), ("block_size", block_size)):
+            if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+                raise ValueError(f"{name} must be a positive integer, got {x!r}")
+        self.n_blocks, self.block_size = n_blocks, block_size
+        self.storage: list[tuple[Tensor, Tensor] | None] = [None] * n_layers
+        self.free = list(range(n_blocks - 1, -1, -1))  # pop() hands out block 0 first
+        self.self_attn = [_PagedLayer(self, i) for i in range(n_layers)]
+        self.cross_attn = None
+        self.length = 0  # the step's padded past: widest sequence before the step
+        self._step: _Step | None = None
+
+    def blocks_for(self, positions: int) -> int:
+        """Blocks needed to hold ``positions`` positions."""
+        return -(-positions // self.block_size)
+
+    def grow(self, table: BlockTable, length: int) -> None:
+        """Give ``table`` blocks enough for ``length`` positions, from the free list."""
+        need = self.blocks_for(length) - len(table.blocks)
+        if need > len(self.free):
+            raise RuntimeError(f"the pool has {len(self.free)} free blocks, {need} more are needed")
+        table.blocks.extend(self.free.pop() for _ in range(max(need, 0)))
+
+    def release(self, table: BlockTable) -> None:
+        """Return a finished sequence's blocks to the free list."""
+        self.free.extend(reversed(table.blocks))
+        table.blocks, table.length = [], 0
+
+    def begin(self, tables: list[BlockTable], n_new: int) -> None:
+        """Prepare a step in which each sequence of ``tables`` takes ``n_new`` more positions:
+        take the blocks they need and work out, once for every layer, where the new positions
+        are written and where each row's positions are read from."""
+        for table in tables:
+            self.grow(table, table.length + n_new)
+        self.length = max(t.length for t in tables)
+        width = self.length + n_new
+        lengths = torch.tensor([t.length + n_new for t in tables])[:, None]  # (B, 1)
+        new_pos = lengths - n_new + torch.arange(n_new)  # (B, n)
+        read_pos = (torch.arange(width) - (width - lengths)).clamp(min=0)  # (B, W): padding -> 0
+        blocks = max(len(t.blocks) for t in tables)
+        table = torch.tensor([t.blocks + [0] * (blocks - len(t.blocks)) for t in tables])
+        self._step = _Step(
+            tables,
+            n_new,
+            *self._locate(table, new_pos),
+            *self._locate(table, read_pos),
+            torch.arange(width) >= width - lengths,  # (B, W)
+        )
+
+    def token_mask(self) -> Tensor:
+        """The step's token mask, True = real position (left padded to the widest row).
+
+        Shape:
+            (B, W) with W = the widest past + n_new.
+        """
+        return self._step.mask
+
+    def write_and_gather(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write the step's new keys/values into the blocks; return every row's keys/values,
+        left padded (padding is masked by :meth:`token_mask`); the last layer ends the step.
+
+        Shape:
+            k (B, H, n, Dk), v (B, H, n, Dv) -> (B, H, W, Dk), (B, H, W, Dv).
+        """
+        step = self._step
+        if self.storage[layer] is None:
+            shape = (self.n_blocks, k.size(1), self.block_size)  # (N, H, Bs)
+            self.storage[layer] = (k.new_zeros(*shape, k.size(3)), v.new_zeros(*shape, v.size(3)))
+        keys, values = self.storage[layer]
+        blk, off = step.write_block.flatten(), step.write_offset.flatten()  # (B*n,) each
+        keys[blk, :, off] = k.transpose(1, 2).flatten(0, 1)  # (B*n, H, Dk) into the blocks
+        values[blk, :, off] = v.transpose(1, 2).flatten(0, 1)  # (B*n, H, Dv)
+        blk, off = step.read_block, step.read_offset  # (B, W) each
+        out = keys[blk, :, off].transpose(1, 2), values[blk, :, off].transpose(1, 2)
+        if layer == len(self.storage) - 1:  # every layer has written: the step is done
+            for table in step.tables:
+                table.length += step.n_new
+        return out  # (B, H, W, Dk), (B, H, W, Dv)
+
+    def keys_after(self, n_new: int) -> int:
+        """How many keys self-attention sees in this step (the padded width)."""
+        return self.length + n_new
+
+    def _locate(self, table: Tensor, pos: Tensor) -> tuple[Tensor, Tensor]:
+        # positions (B, *) -> the block id and the offset in it of each, via the block tables
+        return table.gather(1, pos // self.block_size), pos % self.block_size  # (B, *) each
+
+
+@dataclass
+class _Step:
+    # One step's batch: who takes part, and the (B, n) write and (B, W) read locations.
+    tables: list[BlockTable]
+    n_new: int
+    write_block: Tensor
+    write_offset: Tensor
+    read_block: Tensor
+    read_offset: Tensor
+    mask: Tensor

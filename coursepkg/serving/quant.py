@@ -1,0 +1,173 @@
+"""Weight-only quantization of a model's linear layers: int8 with one scale per output channel
+(symmetric), and int4 with one scale per group of input columns, two values packed per byte.
+
+A weight row w is stored as integers round(w / s) clipped to [-Q, Q] (Q = 127 for int8, 7 for
+int4) and the scale s = max|w| / Q of its row (int8) or of each group of ``group_size`` columns
+(int4: smaller groups follow the weights more closely, at a scale per group). Each element's
+error is then at most s / 2. Activations stay in floating point: :class:`QuantLinear`
+dequantises its weight at every call, so the model's linear weights are nearly 4x (int8) or,
+with float32 scales per 32 columns, 6.4x (int4) smaller (:func:`weight_bytes`), but on a CPU
+without int8 kernels it is not faster (dequantising costs time): memory, not speed, is what
+this buys here. Code that reads ``layer.weight`` (attention's stacked projections while
+generating) gets the dequantized float weight, and a generation keeps that stacked float copy
+for its duration.
+
+Dimension legend: O output features, I input features, G groups per row (I / group_size).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from .cache import CroppableCache, CroppableLayerCache
+
+__all__ = ["Int8Cache", "Int8LayerCache", "QuantLinear", "quantize_linears", "weight_bytes"]
+
+
+class QuantLinear(nn.Module):
+    """A linear layer whose weight is held as int8 or packed int4 codes and float scales.
+
+    Args:
+        linear: the layer to quantize (its bias is kept in floating point).
+        bits: 8 (per output channel) or 4 (per group of ``group_size`` input columns).
+        group_size: int4's group width; must divide the input features.
+
+    Buffers ``codes`` (O, I) int8, or (O, I / 2) uint8 holding two int4 codes per byte;
+    ``scales`` (O, 1) or (O, G) in the weight's dtype.
+    """
+
+    def __init__(self, linear: nn.Linear, bits: int = 8, group_size: int = 32) -> None:
+        super().__init__()
+        if bits not in (4, 8):
+            raise ValueError(f"bits must be 8 or 4, got {bits!r}")
+        w = linear.weight.detach()  # (O, I)
+        o, i = w.shape
+        if bits == 4 and (
+            isinstance(group_size, bool)
+            or not isinstance(group_size, int)
+            or group_size < 2
+            or i % group_size
+            or group_size % 2
+        ):
+            raise ValueError(
+                f"group_size must be an even integer dividing in_features={i}, got {group_size!r}"
+            )
+        self.bits, self.in_features, self.out_features = bits, i, o
+        self.group_size = i if bits == 8 else group_size
+        q = 127 if bits == 8 else 7
+        groups = w.view(o, i // self.group_size, self.group_size)  # (O, G, I/G)
+        scales = groups.abs().amax(-1).clamp(min=1e-12) / q  # (O, G)
+        codes = (groups / scales[..., None]).round().clamp(-q, q).to(torch.int8).view(o, i)
+        if bits == 4:  # two codes per byte: low nibble the even column, high nibble the odd
+            nibbles = (codes + 8).to(torch.uint8)  # (O, I) in [1, 15]
+            codes = nibbles[:, 0::2] | (nibbles[:, 1::2] << 4)  # (O, I/2)
+        self.register_buffer("codes", codes)
+        self.register_buffer("scales", scales)
+        bias = linear.bias
+        self.bias = None if bias is None else nn.Parameter(bias.detach().clone())
+
+    def dequantized(self) -> Tensor:
+        """The weight the codes stand for.
+
+        Shape:
+            -> (O, I) in the scales' dtype.
+        """
+        codes = self.codes
+        if self.bits == 4:  # unpack: low nibble the even column, high the odd
+            low = (codes & 0xF).to(torch.int8) - 8  # (O, I/2)
+            high = (codes >> 4).to(torch.int8) - 8  # (O, I/2)
+            codes = torch.stack([low, high], dim=-1).view(self.out_features, self.in_features)
+        o, g = self.scales.shape
+        groups = codes.view(o, g, self.group_size).to(self.scales.dtype)  # (O, G, I/G)
+        return (groups * self.scales[..., None]).view(o, self.in_features)  # (O, I)
+
+    @property
+    def weight(self) -> Tensor:
+        """The dequantized weight, for code that reads ``layer.weight`` (stacked projections)."""
+        return self.dequantized()
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Shape: x (*, I) -> (*, O)."""
+        return F.linear(x, self.dequantized(), self.bias)
+
+
+def quantize_linears(model: nn.Module, bits: int = 8, group_size: int = 32) -> nn.Module:
+    """Replace, in place, every ``nn.Linear`` inside ``model.layers`` by a :class:`QuantLinear`
+    (the embeddings and the output head, often tied to them, stay in floating point).
+
+    Returns:
+        ``model``, for chaining.
+    """
+    for layer in model.layers:
+        for parent in layer.modules():
+            for name, child in list(parent.named_children()):
+                if isinstance(child, nn.Linear):
+                    setattr(parent, name, QuantLinear(child, bits, group_size))
+    return model
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes held by the linear layers' weights inside ``model.layers``: a float weight's
+    elements, or a :class:`QuantLinear`'s codes and scales (biases not counted)."""
+    total = 0
+    for layer in model.layers:
+        for module in layer.modules():
+            if isinstance(module, QuantLinear):
+                total += sum(t.numel() * t.element_size() for t in (module.codes, module.scales))
+            elif isinstance(module, nn.Linear):
+                total += module.weight.numel() * module.weight.element_size()
+    return total
+
+
+class Int8LayerCache(CroppableLayerCache):
+    """One layer's keys and values stored as int8 codes, with one float scale per position and
+    head (symmetric: the scale is that vector's max |x| / 127): about 4x less memory than fp32,
+    dequantized when attention reads them.
+
+    Storage: ((key codes (B, H, capacity, Dk) int8, key scales (B, H, capacity, 1)), the same
+    for values).
+    """
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Quantize and append this call's keys/values; return all held so far, dequantized.
+
+        Shape:
+            k (B, H, n, Dk), v (B, H, n, Dv) -> (B, H, S, Dk), (B, H, S, Dv).
+        """
+        start, end = self.length, self.length + k.size(2)
+        if end > self.capacity:
+            raise ValueError(
+                f"the cache holds at most capacity={self.capacity} positions; "
+                f"{start} are cached and {k.size(2)} more were given"
+            )
+        if self.storage is None:
+            b, h = k.shape[:2]
+            self.storage = tuple(
+                (
+                    x.new_empty(b, h, self.capacity, x.size(3), dtype=torch.int8),  # codes
+                    x.new_empty(b, h, self.capacity, 1),  # scales
+                )
+                for x in (k, v)
+            )
+        for (codes, scales), new in zip(self.storage, (k, v), strict=True):
+            scale = new.abs().amax(-1, keepdim=True).clamp(min=1e-12) / 127  # (B, H, n, 1)
+            codes.narrow(2, start, end - start).copy_((new / scale).round().clamp(-127, 127))
+            scales.narrow(2, start, end - start).copy_(scale)
+        self.length = end
+        self._views()
+        return self.k, self.v
+
+    def _views(self) -> None:
+        n = self.length
+        self.k, self.v = (
+            codes.narrow(2, 0, n).to(scales.dtype) * scales.narrow(2, 0, n)  # (B, H, S, D*)
+            for codes, scales in self.storage
+        )
+
+
+class Int8Cache(CroppableCache):
+    """A :class:`~coursepkg.serving.cache.CroppableCache` whose layers hold int8 keys/values."""
+
+    layer_cache = Int8LayerCache

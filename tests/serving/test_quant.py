@@ -1,0 +1,109 @@
+"""Weight-only quantization and the int8 KV cache (issue 50, item 3). Weights: each element's
+error within half its scale (int8 per output channel, int4 per group, packing included); the
+bytes held equal the closed form, nearly 4x (int8) / 6.4x (int4, groups of 32) fewer than
+fp32's; the quantized model's logits stay close and the cached generation still runs. The int8
+cache holds Hkv (Dk + 4) bytes per position, layer and keys-or-values (fp32: 4 Hkv Dk), each
+element within half its scale. Bad arguments named."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from serving_models import V, llama_pair
+from torch import nn
+
+from coursepkg.serving import generate
+from coursepkg.serving.cache import CroppableCache
+from coursepkg.serving.quant import Int8Cache, QuantLinear, quantize_linears, weight_bytes
+
+
+@pytest.mark.parametrize("bits, group", [(8, 32), (4, 8), (4, 32)])
+def test_each_error_is_within_half_a_scale(bits, group):
+    lin = nn.Linear(64, 24)
+    q = QuantLinear(lin, bits, group)
+    w, back = lin.weight.detach(), q.dequantized()
+    scale = q.scales.repeat_interleave(q.group_size, dim=1)  # (O, I)
+    assert ((w - back).abs() <= scale / 2 + 1e-7).all()
+    x = torch.randn(5, 64)
+    torch.testing.assert_close(q(x), torch.nn.functional.linear(x, back, lin.bias))
+
+
+def test_int4_packing_round_trips_every_code():
+    lin = nn.Linear(16, 15, bias=False)
+    with torch.no_grad():  # rows whose values are exactly the 15 codes -7..7 times 0.5
+        lin.weight.copy_(torch.arange(-7, 9).roll(1).repeat(15, 1).float()[:, :16].clamp(-7, 7))
+        lin.weight.mul_(0.5)
+    q = QuantLinear(lin, bits=4, group_size=16)
+    assert q.codes.dtype == torch.uint8 and q.codes.shape == (15, 8)
+    assert torch.equal(q.dequantized(), lin.weight.detach())
+
+
+def _closed_form(model, bits, group):
+    total = 0
+    for layer in model.layers:
+        for m in layer.modules():
+            if isinstance(m, nn.Linear):
+                o, i = m.weight.shape
+                total += o * i + 4 * o if bits == 8 else o * i // 2 + 4 * o * (i // group)
+    return total
+
+
+# fp32 holds 4 bytes an element; int8 1 and a 4-byte scale a row (I = 64: 3.76x); int4 half a
+# byte and a 4-byte scale per 32 columns (6.4x)
+@pytest.mark.parametrize("bits, group, smaller", [(8, 32, 3.7), (4, 32, 6.0)])
+def test_bytes_equal_the_closed_form(bits, group, smaller):
+    _, lm = llama_pair(hidden_size=64, intermediate_size=128)
+    before = weight_bytes(lm)
+    expected = _closed_form(lm, bits, group)
+    quantize_linears(lm, bits, group)
+    assert weight_bytes(lm) == expected
+    assert before / weight_bytes(lm) > smaller
+
+
+def test_logits_stay_close_and_generation_runs():
+    """Largest logit error over the logits' spread: int8 within 5%, int4 (groups of 16)
+    within 50% and worse than int8."""
+    _, lm = llama_pair(hidden_size=64, intermediate_size=128)
+    tokens = torch.randint(1, V, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = lm(tokens)
+    errors = {}
+    for bits in (8, 4):
+        _, q = llama_pair(hidden_size=64, intermediate_size=128)
+        quantize_linears(q, bits, 16)
+        with torch.no_grad():
+            errors[bits] = float((q(tokens) - ref).abs().max() / ref.std())
+        out = generate(q, tokens, 8)  # the cached path reads the dequantized stacked weights
+        assert out.shape == (2, 20)
+    assert errors[8] < 0.05 and errors[4] < 0.5 and errors[8] < errors[4], errors
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="bits"):
+        QuantLinear(nn.Linear(8, 8), bits=3)
+    with pytest.raises(ValueError, match="group_size"):
+        QuantLinear(nn.Linear(12, 8), bits=4, group_size=8)
+
+
+def _cached(lm, kind, tokens):
+    cache = kind(lm.config.n_layers, tokens.size(1) + 1)
+    with torch.no_grad():
+        lm(tokens, cache=cache)
+        step = lm(tokens[:, -1:], cache=cache)[:, -1]  # (B, V): one decode step after it
+    return cache, step
+
+
+def test_the_int8_cache_is_smaller_and_close():
+    _, lm = llama_pair(hidden_size=64)  # Hkv = 2, Dk = 16, 2 layers
+    tokens = torch.randint(1, V, (1, 15), generator=torch.Generator().manual_seed(0))
+    full, ref = _cached(lm, CroppableCache, tokens)
+    small, got = _cached(lm, Int8Cache, tokens)
+    n = tokens.size(1) + 1  # positions held (the capacity, all used)
+    per_token = [sum(c.bytes_held() for c in cache.self_attn) // n for cache in (full, small)]
+    assert per_token == [2 * 2 * 2 * 16 * 4, 2 * 2 * 2 * (16 + 1 * 4)]  # layers, K/V, Hkv, D
+    a, b = full.self_attn[0], small.self_attn[0]  # the first layer: the same inputs in both
+    for exact, approx, (_, scales) in zip((a.k, a.v), (b.k, b.v), b.storage, strict=True):
+        assert ((exact - approx).abs() <= scales[:, :, :n] / 2 + 1e-6).all()
+    assert (got - ref).abs().max() / ref.std() < 0.05
+    out = generate(lm, tokens, 6, int8_cache=True)
+    assert out.shape == (1, 21)
