@@ -220,7 +220,7 @@ class MultiHeadAttention(nn.Module):
         Shape:
             -> (B, L, D).
         """
-        self._check_inputs(query, key, value, mask, cache)
+        _check_inputs(self, query, key, value, mask, cache)
         q, k, v = self._project(query, key, value, cache)  # (B, H, L, Dk), (B, Hkv, S, Dk/Dv)
         if self.q_norm is not None:  # QK-norm: each head's query and key rows to a fixed scale
             q, k = self.q_norm(q), self.k_norm(k)  # (B, H, L, Dk), (B, Hkv, S, Dk)
@@ -270,35 +270,34 @@ class MultiHeadAttention(nn.Module):
         heads = self.n_heads if heads is None else heads
         return x.view(b, n, heads, size).transpose(1, 2)  # (B, heads, n, size)
 
-    def _check_inputs(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        mask: Tensor | None,
-        cache: AttentionCache | None,
-    ) -> None:
-        self_attention = query is key and key is value  # one tensor: check it once
-        named = [("query", query)]
-        if not self_attention:
-            named += [("key", key), ("value", value)]
-        for name, x in named:
-            check_float(name, x, ndim=3)
-            if x.size(-1) != self.d_model:
-                raise ValueError(
-                    f"{name} must have last dimension d_model={self.d_model}, "
-                    f"got shape {tuple(x.shape)}"
-                )
-        if not self_attention and (
-            key.shape[:2] != value.shape[:2] or key.size(0) != query.size(0)
-        ):
+
+def _check_inputs(
+    mha: MultiHeadAttention,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None,
+    cache: AttentionCache | None,
+) -> None:
+    # MultiHeadAttention.forward's argument checks.
+    self_attention = query is key and key is value  # one tensor: check it once
+    named = [("query", query)]
+    if not self_attention:
+        named += [("key", key), ("value", value)]
+    for name, x in named:
+        check_float(name, x, ndim=3)
+        if x.size(-1) != mha.d_model:
             raise ValueError(
-                "query, key and value must share the batch size and key/value their length: "
-                f"got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
+                f"{name} must have last dimension d_model={mha.d_model}, got shape {tuple(x.shape)}"
             )
-        if mask is not None:
-            n_keys = _keys_after(cache, key.size(1))
-            check_attention_mask("mask", mask, (query.size(0), self.n_heads, query.size(1), n_keys))
+    if not self_attention and (key.shape[:2] != value.shape[:2] or key.size(0) != query.size(0)):
+        raise ValueError(
+            "query, key and value must share the batch size and key/value their length: "
+            f"got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
+        )
+    if mask is not None:
+        n_keys = _keys_after(cache, key.size(1))
+        check_attention_mask("mask", mask, (query.size(0), mha.n_heads, query.size(1), n_keys))
 
 
 def _keys_after(cache: AttentionCache | None, n_new: int) -> int:

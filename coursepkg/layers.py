@@ -210,9 +210,9 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.norm_first = norm_first
         qk_norm_of = partial(RMSNorm, eps=layer_norm_eps) if qk_norm else None
-        self.self_attn = FastMultiHeadAttention(
-            d_model, n_heads, d_k, d_v, attention_dropout, bias, n_kv_heads, qk_norm_of
-        )
+        heads = dict(d_k=d_k, d_v=d_v, dropout=attention_dropout, bias=bias)
+        heads.update(n_kv_heads=n_kv_heads, qk_norm=qk_norm_of)
+        self.self_attn = FastMultiHeadAttention(d_model, n_heads, **heads)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
         self.norm1 = make_norm(norm, d_model, layer_norm_eps, bias)
         self.norm2 = make_norm(norm, d_model, layer_norm_eps, bias)
@@ -292,12 +292,10 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.norm_first = norm_first
         qk_norm_of = partial(RMSNorm, eps=layer_norm_eps) if qk_norm else None
-        self.self_attn = FastMultiHeadAttention(
-            d_model, n_heads, d_k, d_v, attention_dropout, bias, n_kv_heads, qk_norm_of
-        )
-        self.cross_attn = FastMultiHeadAttention(
-            d_model, n_heads, d_k, d_v, attention_dropout, bias, n_kv_heads, qk_norm_of
-        )
+        heads = dict(d_k=d_k, d_v=d_v, dropout=attention_dropout, bias=bias)
+        heads.update(n_kv_heads=n_kv_heads, qk_norm=qk_norm_of)
+        self.self_attn = FastMultiHeadAttention(d_model, n_heads, **heads)
+        self.cross_attn = FastMultiHeadAttention(d_model, n_heads, **heads)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
         self.norm1 = make_norm(norm, d_model, layer_norm_eps, bias)
         self.norm2 = make_norm(norm, d_model, layer_norm_eps, bias)

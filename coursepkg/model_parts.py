@@ -27,14 +27,14 @@ def layer_kwargs(config: TransformerConfig) -> dict:
         d_ff=config.d_ff,
         dropout=config.dropout,
         norm_first=config.norm_first,
-        d_k=config.d_k,
-        d_v=config.d_v,
+        d_k=config.head_dim_k,
+        d_v=config.head_dim_v,
         attention_dropout=config.attention_dropout,
         activation=config.activation,
         bias=config.bias,
         layer_norm_eps=config.layer_norm_eps,
         norm=config.norm,
-        n_kv_heads=config.n_kv_heads,
+        n_kv_heads=config.kv_heads,  # the config resolves None (= H), once
         qk_norm=config.qk_norm,
     )
 
