@@ -1,8 +1,8 @@
 """The key/value cache of incremental decoding, one per attention block and one per decoder.
 
 It sits below :mod:`coursepkg.attention` (which writes into it) and knows nothing of models or
-search algorithms, so the import order is one way: kv_cache <- attention <- layers <- model
-<- decoding.
+search algorithms, so the import order is one way: kv_cache <- attention <- fast_attention
+<- layers <- model <- decoding.
 
 Dimension legend: B batch, H heads (the key/value heads Hkv under grouped-query attention: the
 cache holds only those), S cached positions, Dk/Dv per-head sizes.
