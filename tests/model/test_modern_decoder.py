@@ -10,8 +10,8 @@ import torch
 
 from coursepkg import TransformerConfig
 from coursepkg.attention import MultiHeadAttention
-from coursepkg.fast_attention import FastMultiHeadAttention
 from coursepkg.encoder_only import EncoderOnlyLM
+from coursepkg.fast_attention import FastMultiHeadAttention
 from coursepkg.model import DecoderOnlyLM, Transformer
 from coursepkg.positional import RopeAngles, rope_frequencies
 
