@@ -96,7 +96,7 @@ def module_free(lm, prompt, new: int):
 
     Returns a function that generates ``new`` tokens after ``prompt`` (the prompt runs through
     the model's own forward, as ``generate`` does; every later step runs here)."""
-    from coursepkg.masks import causal_mask
+    from coursepkg.fast_attention import stacked_qkv
 
     cfg = lm.config
     assert cfg.norm_first and cfg.activation == "gelu_tanh" and lm.logits_bias is None
@@ -120,9 +120,9 @@ def module_free(lm, prompt, new: int):
         with torch.inference_mode():
             b, t = prompt.shape
             cache = lm.new_cache(capacity=t + new)
-            logits = lm._forward(prompt, causal_mask(t), cache)  # (B, t, V)
+            logits = lm(prompt, cache=cache)  # (B, t, V)
             # Per layer: the stacked W^Q W^K W^V and the (B, H, capacity, Dk) key/value storage.
-            caches = [(c.stacked_qkv, *c._storage) for c in cache.self_attn]
+            caches = [(stacked_qkv(c), *c._storage) for c in cache.self_attn]
             nxt = logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
             out = [prompt, nxt]
             for pos in range(t, t + new - 1):

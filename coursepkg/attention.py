@@ -22,6 +22,7 @@ __all__ = [
     "AdditiveAttention",
     "MultiHeadAttention",
     "attention_fast",
+    "fused_attention",
     "scaled_dot_product_attention",
 ]
 
@@ -107,13 +108,17 @@ def attention_fast(
         query (..., L, Dk), key (..., S, Dk), value (..., S, Dv) -> (..., L, Dv).
     """
     _check_qkv(query, key, value, mask)
-    return _attention_fast(query, key, value, mask, dropout_p)
+    return fused_attention(query, key, value, mask, dropout_p)
 
 
-def _attention_fast(
+def fused_attention(
     query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, dropout_p: float
 ) -> Tensor:
-    # attention_fast without the argument checks (its callers have checked already).
+    """:func:`attention_fast` without its argument checks, for callers that checked already.
+
+    Shape:
+        query (..., L, Dk), key (..., S, Dk), value (..., S, Dv) -> (..., L, Dv).
+    """
     out = F.scaled_dot_product_attention(
         query, key, value, attn_mask=mask, dropout_p=dropout_p
     )  # (..., L, Dv)
@@ -124,10 +129,6 @@ def _attention_fast(
         if bool(empty.any()):
             out = out.masked_fill(empty, 0.0)
     return out
-
-
-# Below this many query rows (B * L), the fast path leaves Q, K and V to separate projections.
-_FUSE_MIN_ROWS = 32
 
 
 class MultiHeadAttention(nn.Module):
@@ -152,8 +153,9 @@ class MultiHeadAttention(nn.Module):
     textbook attention kernel and keep the attention weights of the last call in
     ``last_weights`` (B, H, L, S), e.g. for plotting.
 
-    :meth:`forward` checks its arguments and :meth:`_forward` computes, on the textbook path;
-    :meth:`_fast_projections` is the one place where it takes a faster route to the same values.
+    This is the plain version, one way per step. The models build
+    :class:`~coursepkg.fast_attention.FastMultiHeadAttention`, a subclass that overrides
+    :meth:`_project` and :meth:`_attend` with faster routes to the same numbers.
     """
 
     def __init__(
@@ -200,8 +202,7 @@ class MultiHeadAttention(nn.Module):
         cache: AttentionCache | None = None,
         rope: RopeAngles | None = None,
     ) -> Tensor:
-        """Attend from ``query`` to ``key``/``value``: the arguments are checked, then
-        :meth:`_forward` computes.
+        """Attend from ``query`` to ``key``/``value``.
 
         Args:
             query: (B, L, D).
@@ -210,8 +211,8 @@ class MultiHeadAttention(nn.Module):
             mask: bool, True = may attend, broadcastable to (B, H, L, S); with a cache, S counts
                 the cached keys too.
             cache: optional key/value cache (see :mod:`coursepkg.kv_cache`). A growing cache
-                appends this call's keys and values; a static one (cross-attention) computes
-                them once from ``key``/``value`` and reuses them afterwards.
+                appends this call's keys and values; a static one (cross-attention) keeps the
+                keys and values of its last call.
             rope: rotary positions (:class:`~coursepkg.positional.RopeAngles` of the L new
                 positions): queries and keys are turned by them before attending, and the
                 cache keeps the turned keys; values are never turned.
@@ -219,30 +220,8 @@ class MultiHeadAttention(nn.Module):
         Shape:
             -> (B, L, D).
         """
-        self._check_inputs(query, key, value, mask, cache)
-        return self._forward(query, key, value, mask, cache, rope)
-
-    def _forward(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        mask: Tensor | None = None,
-        cache: AttentionCache | None = None,
-        rope: RopeAngles | None = None,
-    ) -> Tensor:
-        """MultiHead(Q, K, V): :meth:`forward` after its argument checks.
-
-        Shape:
-            query (B, L, D), key (B, S, D), value (B, S, D) -> (B, L, D).
-        """
-        fast = self._fast_projections(query, key, value, cache)
-        if fast is not None:
-            q, k, v = fast  # the values of the three lines below, computed faster
-        else:  # the textbook path: project, then split the width into heads
-            q = self._split(self.q_proj(query), self.d_k)  # (B, H, L, Dk)
-            k = self._split(self.k_proj(key), self.d_k, self.n_kv_heads)  # (B, Hkv, S, Dk)
-            v = self._split(self.v_proj(value), self.d_v, self.n_kv_heads)  # (B, Hkv, S, Dv)
+        _check_inputs(self, query, key, value, mask, cache)
+        q, k, v = self._project(query, key, value, cache)  # (B, H, L, Dk), (B, Hkv, S, Dk/Dv)
         if self.q_norm is not None:  # QK-norm: each head's query and key rows to a fixed scale
             q, k = self.q_norm(q), self.k_norm(k)  # (B, H, L, Dk), (B, Hkv, S, Dk)
         if rope is not None:  # rotary positions turn queries and keys, never values
@@ -254,29 +233,35 @@ class MultiHeadAttention(nn.Module):
         out = out.transpose(1, 2).reshape(b, n_q, self.n_heads * self.d_v)  # (B, L, H*Dv)
         return self.out_proj(out)  # (B, L, D)
 
+    def _project(
+        self, query: Tensor, key: Tensor, value: Tensor, cache: AttentionCache | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Project, then split the width into heads (``cache`` is for subclasses' shortcuts).
+
+        Shape:
+            query (B, L, D), key (B, S, D), value (B, S, D) -> (B, H, L, Dk), (B, Hkv, S, Dk),
+            (B, Hkv, S, Dv).
+        """
+        q = self._split(self.q_proj(query), self.d_k)  # (B, H, L, Dk)
+        k = self._split(self.k_proj(key), self.d_k, self.n_kv_heads)  # (B, Hkv, S, Dk)
+        v = self._split(self.v_proj(value), self.d_v, self.n_kv_heads)  # (B, Hkv, S, Dv)
+        return q, k, v
+
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         """H query heads attend over Hkv key/value heads (Hkv = H without grouping).
 
         Shape:
             q (B, H, L, Dk), k (B, Hkv, S, Dk), v (B, Hkv, S, Dv) -> (B, H, L, Dv).
         """
+        group = self.n_heads // self.n_kv_heads  # grouped-query: K/V head j serves query
+        k = k.repeat_interleave(group, dim=1)  # heads j*group .. (j+1)*group - 1; (B, H, S, Dk)
+        v = v.repeat_interleave(group, dim=1)  # (B, H, S, Dv)
         p = self.dropout if self.training else 0.0
-        group = self.n_heads // self.n_kv_heads
-        b, h, n_q, dk = q.shape
-        if group > 1 and n_q == 1 and mask is None and not self.record_weights:
-            # The fast path of decoding one token (as transformers' pack_gqa): the group's
-            # query heads become the rows of its K/V head, which is then read in place instead
-            # of being copied ``group`` times. The same numbers as the lines below.
-            q = q.reshape(b, self.n_kv_heads, group, dk)  # (B, Hkv, group, Dk)
-            return _attention_fast(q, k, v, None, p).reshape(b, h, 1, -1)  # (B, H, 1, Dv)
-        if group > 1:  # grouped-query: K/V head j serves query heads j*group .. (j+1)*group - 1
-            k = k.repeat_interleave(group, dim=1)  # (B, H, S, Dk)
-            v = v.repeat_interleave(group, dim=1)  # (B, H, S, Dv)
-        if self.record_weights:
+        if self.record_weights:  # the textbook kernel, keeping the weights for plotting
             out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)
             self.last_weights = weights.detach()  # (B, H, L, S)
             return out  # (B, H, L, Dv)
-        return _attention_fast(q, k, v, mask, p)  # (B, H, L, Dv)
+        return fused_attention(q, k, v, mask, p)  # (B, H, L, Dv)
 
     def _split(self, x: Tensor, size: int, heads: int | None = None) -> Tensor:
         # (B, n, heads*size) -> (B, heads, n, size): one slice of the width per head
@@ -285,109 +270,34 @@ class MultiHeadAttention(nn.Module):
         heads = self.n_heads if heads is None else heads
         return x.view(b, n, heads, size).transpose(1, 2)  # (B, heads, n, size)
 
-    def _fast_projections(
-        self, query: Tensor, key: Tensor, value: Tensor, cache: AttentionCache | None
-    ) -> tuple[Tensor, Tensor, Tensor] | None:
-        """Q, K and V split into heads by a faster route than :meth:`_forward`'s three
-        projections, or None when none applies (then the textbook path runs). Every route gives
-        the same values; a test compares them with the textbook path.
 
-        Why each route exists, and when it is not taken:
-
-        1. Cross-attention while decoding (a static cache, filled on the first step): the
-           memory's keys and values are the same at every step, so only Q is projected.
-        2. Self-attention while generating (a growing cache, no gradients): W^Q, W^K, W^V are
-           stacked once per generation, kept on the cache, and each step runs one matmul
-           instead of three (benchmarks/decode_hf.py). Not taken with gradients, which must
-           reach the three weights, nor for cross-attention.
-        3. Many query rows (at least ``_FUSE_MIN_ROWS``: training, a whole prompt):
-           self-attention runs its three projections as one matmul and cross-attention its
-           W^K, W^V as one, on weights concatenated for this call: fewer, larger GEMMs
-           (benchmarks/train_step.py). Not taken for a few rows, where concatenating the
-           weights costs more than the small matmuls it saves, nor for three distinct inputs.
-
-        Shape:
-            query (B, L, D), key (B, S, D), value (B, S, D) -> (B, H, L, Dk), (B, H, S, Dk),
-            (B, H, S, Dv) (Hkv heads for K and V); K and V do not include what the cache held
-            before this call.
-        """
-        if cache is not None and cache.static and cache.k is not None:  # 1.
-            return self._split(self.q_proj(query), self.d_k), cache.k, cache.v
-        self_attention = query is key and key is value
-        if (
-            self_attention
-            and cache is not None
-            and not cache.static
-            and not torch.is_grad_enabled()
-        ):  # 2.
-            return self._stacked_qkv(query, cache)
-        if query.numel() // self.d_model < _FUSE_MIN_ROWS or not (self_attention or key is value):
-            return None
-        if self_attention:  # 3.
-            projs, x, q = (self.q_proj, self.k_proj, self.v_proj), query, ()
-        else:
-            projs, x, q = (self.k_proj, self.v_proj), key, (self.q_proj(query),)
-        weight = torch.cat([p.weight for p in projs])  # (sum of widths, D)
-        bias = None if projs[0].bias is None else torch.cat([p.bias for p in projs])
-        q, k, v = (*q, *F.linear(x, weight, bias).split([p.out_features for p in projs], dim=-1))
-        return self._split_qkv(q, k, v)
-
-    def _split_qkv(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        # Projected Q, K, V split into heads: (B, n, H*Dk), (B, n, Hkv*Dk), (B, n, Hkv*Dv)
-        # -> (B, H, n, Dk), (B, Hkv, n, Dk), (B, Hkv, n, Dv).
-        g = self.n_kv_heads
-        return self._split(q, self.d_k), self._split(k, self.d_k, g), self._split(v, self.d_v, g)
-
-    def _stacked_qkv(self, x: Tensor, cache: AttentionCache) -> tuple[Tensor, Tensor, Tensor]:
-        """Route 2 of :meth:`_fast_projections`: W^Q, W^K, W^V as one matmul per step. Their
-        stacked copy is made on the first step and kept in the cache, since the weights do not
-        change while the model generates.
-
-        Shape:
-            x (B, L, D) -> (B, H, L, Dk), (B, Hkv, L, Dk), (B, Hkv, L, Dv).
-        """
-        if cache.stacked_qkv is None:
-            projs = (self.q_proj, self.k_proj, self.v_proj)
-            # Stored (D, (H + Hkv)*Dk + Hkv*Dv) and used transposed: one input row times this
-            # layout is the faster matrix-vector product (benchmarks/decode_hf.py).
-            weight = torch.cat([p.weight.t() for p in projs], dim=1).t()  # (widths, D)
-            bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projs])
-            cache.stacked_qkv = (weight, bias)
-        qkv = F.linear(x, *cache.stacked_qkv)  # (B, L, (H + Hkv)*Dk + Hkv*Dv)
-        h, g, b, n = self.n_heads, self.n_kv_heads, x.size(0), x.size(1)
-        if self.d_k == self.d_v:  # one view splits all three into heads
-            return qkv.view(b, n, h + 2 * g, self.d_k).transpose(1, 2).split((h, g, g), dim=1)
-        return self._split_qkv(*qkv.split((h * self.d_k, g * self.d_k, g * self.d_v), dim=-1))
-
-    def _check_inputs(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        mask: Tensor | None,
-        cache: AttentionCache | None,
-    ) -> None:
-        self_attention = query is key and key is value  # one tensor: check it once
-        named = [("query", query)]
-        if not self_attention:
-            named += [("key", key), ("value", value)]
-        for name, x in named:
-            check_float(name, x, ndim=3)
-            if x.size(-1) != self.d_model:
-                raise ValueError(
-                    f"{name} must have last dimension d_model={self.d_model}, "
-                    f"got shape {tuple(x.shape)}"
-                )
-        if not self_attention and (
-            key.shape[:2] != value.shape[:2] or key.size(0) != query.size(0)
-        ):
+def _check_inputs(
+    mha: MultiHeadAttention,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None,
+    cache: AttentionCache | None,
+) -> None:
+    # MultiHeadAttention.forward's argument checks.
+    self_attention = query is key and key is value  # one tensor: check it once
+    named = [("query", query)]
+    if not self_attention:
+        named += [("key", key), ("value", value)]
+    for name, x in named:
+        check_float(name, x, ndim=3)
+        if x.size(-1) != mha.d_model:
             raise ValueError(
-                "query, key and value must share the batch size and key/value their length: "
-                f"got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
+                f"{name} must have last dimension d_model={mha.d_model}, got shape {tuple(x.shape)}"
             )
-        if mask is not None:
-            n_keys = _keys_after(cache, key.size(1))
-            check_attention_mask("mask", mask, (query.size(0), self.n_heads, query.size(1), n_keys))
+    if not self_attention and (key.shape[:2] != value.shape[:2] or key.size(0) != query.size(0)):
+        raise ValueError(
+            "query, key and value must share the batch size and key/value their length: "
+            f"got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
+        )
+    if mask is not None:
+        n_keys = _keys_after(cache, key.size(1))
+        check_attention_mask("mask", mask, (query.size(0), mha.n_heads, query.size(1), n_keys))
 
 
 def _keys_after(cache: AttentionCache | None, n_new: int) -> int:

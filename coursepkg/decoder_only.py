@@ -11,8 +11,9 @@ from torch import Tensor, nn
 
 from ._validation import check_token_mask, check_tokens
 from .config import TransformerConfig
+from .fast_attention import FastDropout
 from .kv_cache import KVCache
-from .layers import Dropout, EncoderLayer
+from .layers import EncoderLayer
 from .masks import causal_mask, key_mask
 from .model_parts import (
     add_logits_bias,
@@ -55,7 +56,7 @@ class DecoderOnlyLM(nn.Module):
         self.positions = None if rope else make_positions(config)
         freqs = rope_frequencies(config.head_dim_k, config.rope_theta) if rope else None
         self.register_buffer("rope_freqs", freqs, persistent=False)
-        self.dropout = Dropout(config.dropout)
+        self.dropout = FastDropout(config.dropout)
         self.layers = nn.ModuleList(
             EncoderLayer(**layer_kwargs(config)) for _ in range(config.n_layers)
         )
@@ -94,24 +95,49 @@ class DecoderOnlyLM(nn.Module):
         Shape:
             tokens (B, L), positions (B, L) or (L,) -> logits (B, L, V).
         """
-        check_tokens("tokens", tokens, self.config.vocab_size)
+        self._check_forward(tokens, token_mask, cache, positions)
         b, n = tokens.shape
+        past = 0 if cache is None else cache.length
         keys = n if cache is None else cache.keys_after(n)  # a window's ring: the last ones only
         if token_mask is None and cache is None and self.config.pad_id is not None:
             token_mask = tokens != self.config.pad_id  # (B, L)
         mask = causal_mask(n, keys, device=tokens.device, window=self.config.sliding_window)
         if token_mask is not None:
-            check_token_mask("token_mask", token_mask, (b, n + (cache.length if cache else 0)))
             mask = mask & key_mask(token_mask)[..., -keys:]  # (B, 1, L, keys)
         elif n == 1:
-            mask = None
-        if positions is not None:
-            self._check_positions(positions, b, n)
-        elif token_mask is not None and self.rope_freqs is not None:
-            positions = positions_from_mask(token_mask)[:, -n:]  # (B, L)
-        return self._forward(tokens, mask, cache, positions)
+            mask = None  # one new query and no padding: it may see every key it is given
+        x = self.embed(tokens)  # (B, L, D)
+        rope = None
+        if self.rope_freqs is None:  # a position table, added to the embeddings
+            x = self.positions(x, past)  # (B, L, D)
+        else:  # rotary: the angles of the new positions, used by every layer's attention
+            if positions is None and token_mask is not None:  # left padding shifts nothing
+                positions = positions_from_mask(token_mask)[:, -n:]  # (B, L)
+            elif positions is None:
+                positions = torch.arange(past, past + n, device=tokens.device)  # (L,)
+            rope = RopeAngles(positions, self.rope_freqs, self.config.rope_pairs)
+        x = self.dropout(x)
+        caches = [None] * len(self.layers) if cache is None else cache.self_attn
+        for layer, layer_cache in zip(self.layers, caches, strict=True):
+            x = layer(x, mask, layer_cache, rope)  # (B, L, D)
+        if self.norm is not None:
+            x = self.norm(x)
+        logits = self.lm_head(x)  # (B, L, V)
+        return logits if self.logits_bias is None else logits + self.logits_bias
 
-    def _check_positions(self, positions: Tensor, b: int, n: int) -> None:
+    def _check_forward(
+        self,
+        tokens: Tensor,
+        token_mask: Tensor | None,
+        cache: KVCache | None,
+        positions: Tensor | None,
+    ) -> None:
+        check_tokens("tokens", tokens, self.config.vocab_size)
+        b, n = tokens.shape
+        if token_mask is not None:
+            check_token_mask("token_mask", token_mask, (b, n + (cache.length if cache else 0)))
+        if positions is None:
+            return
         if self.rope_freqs is None:
             raise ValueError(
                 f"positions are for positional='rope'; this model adds a "
@@ -122,33 +148,6 @@ class DecoderOnlyLM(nn.Module):
                 f"positions must be integer positions of shape (B, L)={(b, n)} or (L,)={(n,)}, "
                 f"got {positions.dtype} of shape {tuple(positions.shape)}"
             )
-
-    def _forward(
-        self,
-        tokens: Tensor,
-        mask: Tensor | None,
-        cache: KVCache | None,
-        positions: Tensor | None = None,
-    ) -> Tensor:
-        # forward() after its checks: ``tokens`` are valid ids, ``mask`` the attention mask
-        # (causal and padding, broadcastable to (B, H, L, past + L)), not a token mask.
-        past = 0 if cache is None else cache.length
-        x = self.embed._forward(tokens)  # (B, L, D)
-        rope = None
-        if self.rope_freqs is None:  # a position table, added to the embeddings
-            x = self.positions(x, past)  # (B, L, D)
-        else:  # rotary: the angles of the new positions, used by every layer's attention
-            if positions is None:
-                positions = torch.arange(past, past + tokens.size(1), device=tokens.device)
-            rope = RopeAngles(positions, self.rope_freqs, self.config.rope_pairs)
-        x = self.dropout(x)
-        caches = [None] * len(self.layers) if cache is None else cache.self_attn
-        for layer, layer_cache in zip(self.layers, caches, strict=True):
-            x = layer(x, mask, layer_cache, rope)  # (B, L, D)
-        if self.norm is not None:
-            x = self.norm(x)
-        logits = self.lm_head(x)  # (B, L, V)
-        return logits if self.logits_bias is None else logits + self.logits_bias
 
     @torch.no_grad()  # as documented; the loop itself runs in inference mode, cheaper still
     def generate(
@@ -177,6 +176,26 @@ class DecoderOnlyLM(nn.Module):
         Shape:
             tokens (B, L) -> (B, L + max_new_tokens).
         """
+        self._check_generate(tokens, max_new_tokens, temperature, top_k)
+        total = tokens.size(1) + max_new_tokens
+        cache = self.new_cache(capacity=total) if use_cache else None
+        seq = tokens  # what the model reads next: the prompt, then one token at a time
+        new: list[Tensor] = []
+        with torch.inference_mode():
+            for _ in range(max_new_tokens):
+                # Every token is real: without a cache, say so, or pad_id could hide one.
+                real = None if cache is not None else torch.ones_like(seq, dtype=torch.bool)
+                logits = self(seq, real, cache)  # (B, n, V)
+                new.append(sample_next(logits[:, -1], temperature, top_k, generator)[:, None])
+                # With the cache the model reads only the new token; without, the whole prefix.
+                seq = new[-1] if cache is not None else torch.cat([seq, new[-1]], dim=1)  # (B, *)
+            out = torch.cat([tokens, *new], dim=1)  # (B, L + new)
+        # A plain tensor again: an inference-mode one could not be saved for a backward pass.
+        return out.clone()  # (B, L + new)
+
+    def _check_generate(
+        self, tokens: Tensor, max_new_tokens: int, temperature: float, top_k: int | None
+    ) -> None:
         check_tokens("tokens", tokens, self.config.vocab_size)
         if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
@@ -193,21 +212,6 @@ class DecoderOnlyLM(nn.Module):
             )
         if prompt_len == 0:
             raise ValueError("tokens must hold at least one prompt token per row, got length 0")
-        cache = self.new_cache(capacity=total) if use_cache else None
-        seq = tokens  # what the model reads next: the prompt, then one token at a time
-        new: list[Tensor] = []
-        with torch.inference_mode():
-            for _ in range(max_new_tokens):
-                n = seq.size(1)  # every token is real: the causal mask only, none for one query
-                window = self.config.sliding_window
-                mask = causal_mask(n, None, seq.device, window) if n > 1 else None
-                logits = self._forward(seq, mask, cache)  # (B, n, V)
-                new.append(sample_next(logits[:, -1], temperature, top_k, generator)[:, None])
-                # With the cache the model reads only the new token; without, the whole prefix.
-                seq = new[-1] if cache is not None else torch.cat([seq, new[-1]], dim=1)  # (B, *)
-            out = torch.cat([tokens, *new], dim=1)  # (B, L + new)
-        # A plain tensor again: an inference-mode one could not be saved for a backward pass.
-        return out.clone()  # (B, L + new)
 
 
 def sample_next(logits: Tensor, temperature: float, top_k: int | None, generator=None) -> Tensor:

@@ -100,27 +100,34 @@ class EncoderOnlyLM(nn.Module):
         Shape:
             tokens (B, L) -> (B, L, D).
         """
-        check_tokens("tokens", tokens, self.config.vocab_size)
+        self._check_encode(tokens, token_mask, token_types)
         if token_mask is None and self.config.pad_id is not None:
             token_mask = tokens != self.config.pad_id  # (B, L)
-        if token_mask is not None:
-            check_token_mask("token_mask", token_mask, tuple(tokens.shape))
-        x = self.positions(self.embed._forward(tokens))  # (B, L, D)
-        if token_types is not None and self.token_types is None:
-            raise ValueError("token_types given, but the config has hf.n_token_types=0")
+        x = self.positions(self.embed(tokens))  # (B, L, D)
         if self.token_types is not None:
             if token_types is None:
                 token_types = torch.zeros_like(tokens)  # (B, L)
-            check_tokens("token_types", token_types, self.config.hf.n_token_types)
-            if token_types.shape != tokens.shape:
-                raise ValueError(
-                    f"token_types must have the shape of tokens {tuple(tokens.shape)}, "
-                    f"got {tuple(token_types.shape)}"
-                )
             x = x + self.token_types(token_types)  # (B, L, D)
         if self.embed_norm is not None:
             x = self.embed_norm(x)
         return self.encoder(self.dropout(x), token_mask)  # (B, L, D)
+
+    def _check_encode(
+        self, tokens: Tensor, token_mask: Tensor | None, token_types: Tensor | None
+    ) -> None:
+        check_tokens("tokens", tokens, self.config.vocab_size)
+        if token_mask is not None:
+            check_token_mask("token_mask", token_mask, tuple(tokens.shape))
+        if token_types is None:
+            return
+        if self.token_types is None:
+            raise ValueError("token_types given, but the config has hf.n_token_types=0")
+        check_tokens("token_types", token_types, self.config.hf.n_token_types)
+        if token_types.shape != tokens.shape:
+            raise ValueError(
+                f"token_types must have the shape of tokens {tuple(tokens.shape)}, "
+                f"got {tuple(token_types.shape)}"
+            )
 
     def pool(self, hidden: Tensor) -> Tensor:
         """BERT's pooled summary tanh(W h_0 + b) of the first position.

@@ -105,7 +105,7 @@ def residual_stream(
     if unknown:
         raise ValueError(f"skip names unknown sublayers {unknown}; known: {sorted(known)}")
     mask = causal_mask(tokens.size(1), device=tokens.device)  # (L, L)
-    x = model.positions(model.embed._forward(tokens))  # (B, L, D)
+    x = model.positions(model.embed(tokens))  # (B, L, D)
     names, states = ["embedding"], [x]
     for i, layer in enumerate(model.layers):
         h = layer.norm1(x)  # (B, L, D)

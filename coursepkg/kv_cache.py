@@ -1,8 +1,8 @@
 """The key/value cache of incremental decoding, one per attention block and one per decoder.
 
 It sits below :mod:`coursepkg.attention` (which writes into it) and knows nothing of models or
-search algorithms, so the import order is one way: kv_cache <- attention <- layers <- model
-<- decoding.
+search algorithms, so the import order is one way: kv_cache <- attention <- fast_attention
+<- layers <- model <- decoding.
 
 Dimension legend: B batch, H heads (the key/value heads Hkv under grouped-query attention: the
 cache holds only those), S cached positions, Dk/Dv per-head sizes.
@@ -31,8 +31,6 @@ class AttentionCache:
         v: (B, H, S, Dv) or None before the first call.
         static: whether the cache is filled once and reused.
         capacity: most positions a growing cache holds, or None to grow without limit.
-        stacked_qkv: the owning self-attention's W^Q, W^K, W^V stacked into one matrix (and
-            bias) on the first step, so that each step projects with one matmul.
     """
 
     def __init__(self, static: bool = False, capacity: int | None = None) -> None:
@@ -42,7 +40,6 @@ class AttentionCache:
         self.v: Tensor | None = None
         self.length = 0  # number of cached key positions
         self._storage: tuple[Tensor, Tensor] | None = None  # preallocated (B, H, capacity, *)
-        self.stacked_qkv: tuple[Tensor, Tensor | None] | None = None
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store this call's keys/values and return everything cached so far.
@@ -164,7 +161,6 @@ class SlidingWindowCache:
         self.k: Tensor | None = None
         self.v: Tensor | None = None
         self.static = False  # read by attention like an AttentionCache's
-        self.stacked_qkv: tuple[Tensor, Tensor | None] | None = None  # as AttentionCache's
 
     def keys_after(self, n_new: int) -> int:
         """How many keys :meth:`update` returns for ``n_new`` new positions."""

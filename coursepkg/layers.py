@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention
+from .fast_attention import FastDropout, FastMultiHeadAttention
 from .kv_cache import AttentionCache
 from .positional import RopeAngles
 
@@ -117,20 +117,6 @@ ACTIVATIONS = {
 }
 
 
-class Dropout(nn.Dropout):
-    """``nn.Dropout`` that returns its input untouched, without a kernel call, when it is off
-    (evaluation mode or ``p == 0``): generation calls a dozen of them per token.
-
-    Kept because it is measurable: greedy ``DecoderOnlyLM.generate`` (the decode benchmark's
-    shape, D=256, 4 layers, batch 1, 2 threads, eval mode, 128 tokens) took 1.08x and 1.21x as
-    long with plain ``nn.Dropout`` in two alternated runs on a shared machine (same tokens).
-    """
-
-    def forward(self, x: Tensor) -> Tensor:
-        """Shape: any -> same."""
-        return super().forward(x) if self.training and self.p > 0 else x
-
-
 # Gated feed-forwards by name, and the activation each applies to its gate (Shazeer, 2020).
 GATED_ACTIVATIONS = {"swiglu": "silu", "geglu": "gelu"}
 
@@ -172,7 +158,7 @@ class PositionwiseFeedForward(nn.Module):
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
         self.linear3 = nn.Linear(d_model, d_ff, bias=bias) if gated else None
-        self.dropout = Dropout(dropout)
+        self.dropout = FastDropout(dropout)
         self.activation = ACTIVATIONS[GATED_ACTIVATIONS.get(activation, activation)]
 
     def forward(self, x: Tensor) -> Tensor:
@@ -224,14 +210,14 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.norm_first = norm_first
         qk_norm_of = partial(RMSNorm, eps=layer_norm_eps) if qk_norm else None
-        self.self_attn = MultiHeadAttention(
-            d_model, n_heads, d_k, d_v, attention_dropout, bias, n_kv_heads, qk_norm_of
-        )
+        heads = dict(d_k=d_k, d_v=d_v, dropout=attention_dropout, bias=bias)
+        heads.update(n_kv_heads=n_kv_heads, qk_norm=qk_norm_of)
+        self.self_attn = FastMultiHeadAttention(d_model, n_heads, **heads)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
         self.norm1 = make_norm(norm, d_model, layer_norm_eps, bias)
         self.norm2 = make_norm(norm, d_model, layer_norm_eps, bias)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
+        self.dropout1 = FastDropout(dropout)
+        self.dropout2 = FastDropout(dropout)
 
     def forward(
         self,
@@ -306,19 +292,17 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.norm_first = norm_first
         qk_norm_of = partial(RMSNorm, eps=layer_norm_eps) if qk_norm else None
-        self.self_attn = MultiHeadAttention(
-            d_model, n_heads, d_k, d_v, attention_dropout, bias, n_kv_heads, qk_norm_of
-        )
-        self.cross_attn = MultiHeadAttention(
-            d_model, n_heads, d_k, d_v, attention_dropout, bias, n_kv_heads, qk_norm_of
-        )
+        heads = dict(d_k=d_k, d_v=d_v, dropout=attention_dropout, bias=bias)
+        heads.update(n_kv_heads=n_kv_heads, qk_norm=qk_norm_of)
+        self.self_attn = FastMultiHeadAttention(d_model, n_heads, **heads)
+        self.cross_attn = FastMultiHeadAttention(d_model, n_heads, **heads)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
         self.norm1 = make_norm(norm, d_model, layer_norm_eps, bias)
         self.norm2 = make_norm(norm, d_model, layer_norm_eps, bias)
         self.norm3 = make_norm(norm, d_model, layer_norm_eps, bias)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        self.dropout3 = Dropout(dropout)
+        self.dropout1 = FastDropout(dropout)
+        self.dropout2 = FastDropout(dropout)
+        self.dropout3 = FastDropout(dropout)
 
     def forward(
         self,

@@ -6,9 +6,8 @@ Dimension legend: B batch, S source length, L target length, D d_model, V vocabu
 At model level masks are *token* masks (B, S)/(B, L), bool, True = real token; the causal
 mask is built inside the decoder, never passed in.
 
-Every module checks its arguments in its public method (``forward``, ``encode``, ``decode``,
-``generate``) and computes in the private one of the same name (``_forward``, ``_encode``, ...),
-which the models call once their inputs are checked.
+Every public entry point (``forward``, ``encode``, ``decode``, ``generate``) checks its
+arguments first, in small ``_check_*`` helpers, and then computes in the same method.
 """
 
 from __future__ import annotations
@@ -18,8 +17,9 @@ from torch import Tensor, nn
 from ._validation import check_float, check_token_mask, check_tokens
 from .config import TransformerConfig
 from .decoder_only import DecoderOnlyLM, sample_next
+from .fast_attention import FastDropout
 from .kv_cache import KVCache
-from .layers import DecoderLayer, Dropout, EncoderLayer
+from .layers import DecoderLayer, EncoderLayer
 from .masks import causal_mask, key_mask
 from .model_parts import (
     TokenEmbedding,
@@ -68,21 +68,16 @@ class Encoder(nn.Module):
         Shape:
             x (B, S, D), src_mask (B, S) -> (B, S, D).
         """
-        check_float("x", x, ndim=3)
-        if src_mask is not None:
-            check_token_mask("src_mask", src_mask, tuple(x.shape[:2]))
-        return self._forward(x, src_mask)
-
-    def _forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        """:meth:`forward` without its argument checks, for models that checked already.
-
-        Shape:
-            x (B, S, D), src_mask (B, S) -> (B, S, D).
-        """
+        self._check_inputs(x, src_mask)
         mask = None if src_mask is None else key_mask(src_mask)  # (B, 1, 1, S)
         for layer in self.layers:
             x = layer(x, mask)  # (B, S, D)
         return x if self.norm is None else self.norm(x)
+
+    def _check_inputs(self, x: Tensor, src_mask: Tensor | None) -> None:
+        check_float("x", x, ndim=3)
+        if src_mask is not None:
+            check_token_mask("src_mask", src_mask, tuple(x.shape[:2]))
 
 
 class Decoder(nn.Module):
@@ -120,32 +115,7 @@ class Decoder(nn.Module):
         Shape:
             y (B, L, D), memory (B, S, D) -> (B, L, D).
         """
-        check_float("y", y, ndim=3)
-        check_float("memory", memory, ndim=3)
-        if memory.size(0) != y.size(0):
-            raise ValueError(
-                f"memory and target must share the batch size, got {memory.size(0)} and {y.size(0)}"
-            )
-        past = 0 if cache is None else cache.length
-        if tgt_mask is not None:
-            check_token_mask("tgt_mask", tgt_mask, (y.size(0), past + y.size(1)))
-        if src_mask is not None:
-            check_token_mask("src_mask", src_mask, tuple(memory.shape[:2]))
-        return self._forward(y, memory, src_mask, tgt_mask, cache)
-
-    def _forward(
-        self,
-        y: Tensor,
-        memory: Tensor,
-        src_mask: Tensor | None = None,
-        tgt_mask: Tensor | None = None,
-        cache: KVCache | None = None,
-    ) -> Tensor:
-        """:meth:`forward` without its argument checks, for models that checked already.
-
-        Shape:
-            y (B, L, D), memory (B, S, D) -> (B, L, D).
-        """
+        self._check_inputs(y, memory, tgt_mask, cache)
         n = y.size(1)
         past = 0 if cache is None else cache.length
         self_mask = None  # one new query and no padding: it may see every earlier position
@@ -159,6 +129,20 @@ class Decoder(nn.Module):
             cross_cache = None if cache is None else cache.cross_attn[i]
             y = layer(y, memory, self_mask, cross_mask, self_cache, cross_cache)  # (B, L, D)
         return y if self.norm is None else self.norm(y)
+
+    def _check_inputs(
+        self, y: Tensor, memory: Tensor, tgt_mask: Tensor | None, cache: KVCache | None
+    ) -> None:
+        # ``src_mask`` is the encoder's to check (the cross-attention checks its shape again).
+        check_float("y", y, ndim=3)
+        check_float("memory", memory, ndim=3)
+        if memory.size(0) != y.size(0):
+            raise ValueError(
+                f"memory and target must share the batch size, got {memory.size(0)} and {y.size(0)}"
+            )
+        if tgt_mask is not None:
+            past = 0 if cache is None else cache.length
+            check_token_mask("tgt_mask", tgt_mask, (y.size(0), past + y.size(1)))
 
 
 class EncoderDecoder(nn.Module):
@@ -223,7 +207,7 @@ class Transformer(nn.Module):
             else token_embedding(config, config.vocab_size)
         )
         self.positions = make_positions(config)
-        self.dropout = Dropout(config.dropout)
+        self.dropout = FastDropout(config.dropout)
         self.encoder = Encoder(config)
         self.decoder = Decoder(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
@@ -233,16 +217,18 @@ class Transformer(nn.Module):
             self.lm_head.weight = self.tgt_embed.weight
 
     # ----- masks --------------------------------------------------------------------------------
-    def _token_mask(self, name: str, tokens: Tensor, mask: Tensor | None) -> Tensor | None:
+    def _token_mask(self, tokens: Tensor, mask: Tensor | None) -> Tensor | None:
+        # The token mask given, or derived from ``pad_id`` (the stacks check its shape).
         if mask is None and self.config.pad_id is not None:
             mask = tokens != self.config.pad_id  # (B, L)
-        if mask is not None:
-            check_token_mask(name, mask, tuple(tokens.shape))
         return mask
 
     def source_mask(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor | None:
         """The source token mask: ``src_mask`` checked, or derived from ``pad_id``, or None."""
-        return self._token_mask("src_mask", src, src_mask)
+        mask = self._token_mask(src, src_mask)
+        if mask is not None:
+            check_token_mask("src_mask", mask, tuple(src.shape))
+        return mask
 
     # ----- pieces used by generation ------------------------------------------------------------
     def new_cache(self, capacity: int | None = None) -> KVCache:
@@ -250,7 +236,7 @@ class Transformer(nn.Module):
         return KVCache(self.config.decoder_layers, cross=True, capacity=capacity)
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        """Run the encoder.
+        """Run the encoder: embed the source, scale, add positions, then N encoder layers.
 
         Args:
             src: source ids.
@@ -260,12 +246,8 @@ class Transformer(nn.Module):
             src (B, S) -> memory (B, S, D).
         """
         check_tokens("src", src, self.config.source_vocab_size)
-        return self._encode(src, self.source_mask(src, src_mask))  # (B, S, D)
-
-    def _encode(self, src: Tensor, src_mask: Tensor | None) -> Tensor:
-        # encode() after its checks.
-        x = self.dropout(self.positions(self.src_embed._forward(src)))  # (B, S, D)
-        return self.encoder._forward(x, src_mask)  # (B, S, D)
+        x = self.dropout(self.positions(self.src_embed(src)))  # (B, S, D)
+        return self.encoder(x, self._token_mask(src, src_mask))  # (B, S, D)
 
     def decode(
         self,
@@ -289,29 +271,21 @@ class Transformer(nn.Module):
         Shape:
             tgt (B, L), memory (B, S, D) -> logits (B, L, V).
         """
+        self._check_decode(tgt, memory)
+        if cache is None:
+            tgt_mask = self._token_mask(tgt, tgt_mask)
+        offset = 0 if cache is None else cache.length
+        y = self.dropout(self.positions(self.tgt_embed(tgt), offset))  # (B, L, D)
+        h = self.decoder(y, memory, src_mask, tgt_mask, cache)  # (B, L, D)
+        logits = self.lm_head(h)  # (B, L, V)
+        return logits if self.logits_bias is None else logits + self.logits_bias
+
+    def _check_decode(self, tgt: Tensor, memory: Tensor) -> None:
         check_tokens("tgt", tgt, self.config.vocab_size)
         if memory.size(0) != tgt.size(0):
             raise ValueError(
                 f"memory has batch size {memory.size(0)} but tgt has {tgt.size(0)}; they must match"
             )
-        if cache is None:
-            tgt_mask = self._token_mask("tgt_mask", tgt, tgt_mask)
-        return self._decode(tgt, memory, src_mask, tgt_mask, cache)  # (B, L, V)
-
-    def _decode(
-        self,
-        tgt: Tensor,
-        memory: Tensor,
-        src_mask: Tensor | None,
-        tgt_mask: Tensor | None,
-        cache: KVCache | None = None,
-    ) -> Tensor:
-        # decode() after its checks.
-        offset = 0 if cache is None else cache.length
-        y = self.dropout(self.positions(self.tgt_embed._forward(tgt), offset))  # (B, L, D)
-        h = self.decoder._forward(y, memory, src_mask, tgt_mask, cache)  # (B, L, D)
-        logits = self.lm_head(h)  # (B, L, V)
-        return logits if self.logits_bias is None else logits + self.logits_bias
 
     def forward(
         self,
@@ -331,13 +305,16 @@ class Transformer(nn.Module):
         Shape:
             src (B, S), tgt (B, L) -> logits (B, L, V).
         """
-        check_tokens("src", src, self.config.source_vocab_size)
-        check_tokens("tgt", tgt, self.config.vocab_size)
+        self._check_forward(src, tgt)
+        src_mask = self._token_mask(src, src_mask)  # the encoder checks it
+        memory = self.encode(src, src_mask)  # (B, S, D)
+        return self.decode(tgt, memory, src_mask, tgt_mask)  # (B, L, V)
+
+    def _check_forward(self, src: Tensor, tgt: Tensor) -> None:
+        # The ids are checked by encode and decode; here only what pairs them.
+        for name, tokens in (("src", src), ("tgt", tgt)):
+            check_tokens(name, tokens)
         if src.size(0) != tgt.size(0):
             raise ValueError(
                 f"src and tgt must have the same batch size, got {src.size(0)} and {tgt.size(0)}"
             )
-        src_mask = self.source_mask(src, src_mask)
-        tgt_mask = self._token_mask("tgt_mask", tgt, tgt_mask)
-        memory = self._encode(src, src_mask)  # (B, S, D)
-        return self._decode(tgt, memory, src_mask, tgt_mask)  # (B, L, V)

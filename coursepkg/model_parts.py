@@ -15,7 +15,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._validation import check_tokens
 from .config import TransformerConfig
 from .layers import LayerNorm, RMSNorm, make_norm
 from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
@@ -28,14 +27,14 @@ def layer_kwargs(config: TransformerConfig) -> dict:
         d_ff=config.d_ff,
         dropout=config.dropout,
         norm_first=config.norm_first,
-        d_k=config.d_k,
-        d_v=config.d_v,
+        d_k=config.head_dim_k,
+        d_v=config.head_dim_v,
         attention_dropout=config.attention_dropout,
         activation=config.activation,
         bias=config.bias,
         layer_norm_eps=config.layer_norm_eps,
         norm=config.norm,
-        n_kv_heads=config.n_kv_heads,
+        n_kv_heads=config.kv_heads,  # the config resolves None (= H), once
         qk_norm=config.qk_norm,
     )
 
@@ -63,15 +62,10 @@ class TokenEmbedding(nn.Module):
         # std D^-1/2 makes the scaled embedding unit-variance, and the tied logits start small.
         nn.init.normal_(self.weight, std=d_model**-0.5)
 
-    def forward(self, tokens: Tensor, name: str = "tokens") -> Tensor:
-        """Shape: (B, L) integer ids -> (B, L, D)."""
-        check_tokens(name, tokens, self.vocab_size)
-        return self._forward(tokens)
+    def forward(self, tokens: Tensor) -> Tensor:
+        """Embed ids the model has checked (an id outside [0, V) raises ``F.embedding``'s error).
 
-    def _forward(self, tokens: Tensor) -> Tensor:
-        """:meth:`forward` without the argument check, for callers that checked ``tokens``.
-
-        Shape: (B, L) -> (B, L, D).
+        Shape: (B, L) integer ids -> (B, L, D).
         """
         x = F.embedding(tokens, self.weight)  # (B, L, D)
         return x if self.scale is None else x * self.scale

@@ -310,33 +310,3 @@ def test_mha_growing_cache_equals_full_causal_attention(chunks) -> None:
         start += n
         assert cache.length == start
     assert_close(torch.cat(outs, 1), full)
-
-
-@pytest.mark.parametrize("d_k, d_v", [(4, 4), (3, 5)])
-@pytest.mark.parametrize("n_q", [1, 40])
-@pytest.mark.parametrize("inputs", ["self", "cross", "three"])
-def test_fast_projections_equal_the_textbook_projections(d_k, d_v, n_q, inputs) -> None:
-    """Every route of MultiHeadAttention._fast_projections gives the textbook path's Q, K, V;
-    it declines (None) exactly where the docstring says no faster route applies."""
-    torch.manual_seed(0)
-    mha = MultiHeadAttention(16, 4, d_k, d_v)
-    x, memory = _rand(2, n_q, 16), _rand(2, 7, 16)
-    query, key, value = {"self": (x, x, x), "cross": (x, memory, memory)}.get(
-        inputs, (x, memory, _rand(2, 7, 16))
-    )
-    with torch.no_grad():
-        textbook = (
-            mha._split(mha.q_proj(query), d_k),  # (B, H, L, Dk)
-            mha._split(mha.k_proj(key), d_k),  # (B, H, S, Dk)
-            mha._split(mha.v_proj(value), d_v),  # (B, H, S, Dv)
-        )
-        filled = AttentionCache(static=True)
-        filled.update(*textbook[1:])
-        many_rows = n_q >= 32 and inputs != "three"  # route 3
-        # cache -> whether a route is taken: none, a growing one (route 2), a filled static (1)
-        routes = {None: many_rows, AttentionCache(): inputs == "self" or many_rows, filled: True}
-        for cache, taken in routes.items():
-            fast = mha._fast_projections(query, key, value, cache)
-            assert (fast is not None) == taken, (cache, inputs, n_q)
-            for got, want in zip(fast or (), textbook, strict=False):
-                assert_close(got, want)

@@ -1,0 +1,155 @@
+"""The engine room above :mod:`coursepkg.attention`: the models' attention and dropout, which
+compute the same numbers as the plain classes by faster routes.
+
+:class:`FastMultiHeadAttention` overrides the two steps of
+:class:`~coursepkg.attention.MultiHeadAttention` that have faster routes, the projection and the
+attention kernel; :class:`FastDropout` skips the call of a dropout that is off. This module
+imports the plain one, never the reverse, and a property test holds the two classes equal
+(outputs, gradients, cached decoding) over the options.
+
+Dimension legend: B batch, H heads, Hkv key/value heads, L queries, S keys, D d_model, Dk/Dv
+per-head sizes.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import MultiHeadAttention, fused_attention
+from .kv_cache import AttentionCache
+
+__all__ = ["FUSE_MIN_ROWS", "FastDropout", "FastMultiHeadAttention", "stacked_qkv"]
+
+# Below this many query rows (B * L), the projections stay three separate matmuls.
+FUSE_MIN_ROWS = 32
+
+# The stacked W^Q, W^K, W^V of route 2, one entry per growing cache: it lives as long as the
+# generation that made it, and the cache itself holds no weights.
+_STACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class FastMultiHeadAttention(MultiHeadAttention):
+    """:class:`~coursepkg.attention.MultiHeadAttention` with faster routes to the same values.
+
+    Same arguments, submodules, parameter names and state dict as the plain class, so weights
+    move between the two by name. It overrides two steps:
+
+    :meth:`_project` takes one of three routes to Q, K and V, or falls back to the plain three
+    projections when none applies. Why each exists, and when it is not taken:
+
+    1. Cross-attention while decoding (a static cache, filled on the first step): the memory's
+       keys and values are the same at every step, so only Q is projected.
+    2. Self-attention while generating (a growing cache, no gradients): W^Q, W^K, W^V are
+       stacked once per generation, kept for that cache's lifetime, and each step runs one
+       matmul instead of three (benchmarks/decode_hf.py). Not taken with gradients, which must
+       reach the three weights, nor for cross-attention.
+    3. Many query rows (at least :data:`FUSE_MIN_ROWS`: training, a whole prompt):
+       self-attention runs its three projections as one matmul and cross-attention its W^K,
+       W^V as one, on weights concatenated for this call: fewer, larger GEMMs
+       (benchmarks/train_step.py). Not taken for a few rows, where concatenating the weights
+       costs more than the small matmuls it saves, nor for three distinct inputs.
+
+    :meth:`_attend` uses the fused kernel without re-checking its arguments, skips the head
+    repeat without grouping, and decodes one grouped-query token by reading each K/V head in
+    place (as transformers' ``pack_gqa``) instead of copying it H/Hkv times. With
+    ``record_weights`` it runs the plain (textbook) kernel, which keeps the weights.
+    """
+
+    def _project(
+        self, query: Tensor, key: Tensor, value: Tensor, cache: AttentionCache | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The plain projections' values by routes 1-3 (see the class docstring).
+
+        Shape:
+            query (B, L, D), key (B, S, D), value (B, S, D) -> (B, H, L, Dk), (B, Hkv, S, Dk),
+            (B, Hkv, S, Dv); K and V do not include what the cache held before this call.
+        """
+        if cache is not None and cache.static and cache.k is not None:  # 1.
+            return self._split(self.q_proj(query), self.d_k), cache.k, cache.v
+        self_attention = query is key and key is value
+        if self_attention and cache is not None and not torch.is_grad_enabled():  # 2.
+            return self._stacked_qkv(query, cache)  # (a growing cache: a static one is 1.)
+        if query.numel() // self.d_model < FUSE_MIN_ROWS or not (self_attention or key is value):
+            return super()._project(query, key, value, cache)
+        if self_attention:  # 3.
+            projs, x, q = (self.q_proj, self.k_proj, self.v_proj), query, ()
+        else:
+            projs, x, q = (self.k_proj, self.v_proj), key, (self.q_proj(query),)
+        weight = torch.cat([p.weight for p in projs])  # (sum of widths, D)
+        bias = None if projs[0].bias is None else torch.cat([p.bias for p in projs])
+        q, k, v = (*q, *F.linear(x, weight, bias).split([p.out_features for p in projs], dim=-1))
+        return self._split_qkv(q, k, v)
+
+    def _split_qkv(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        # Projected Q, K, V split into heads: (B, n, H*Dk), (B, n, Hkv*Dk), (B, n, Hkv*Dv)
+        # -> (B, H, n, Dk), (B, Hkv, n, Dk), (B, Hkv, n, Dv).
+        g = self.n_kv_heads
+        return self._split(q, self.d_k), self._split(k, self.d_k, g), self._split(v, self.d_v, g)
+
+    def _stacked_qkv(self, x: Tensor, cache: object) -> tuple[Tensor, Tensor, Tensor]:
+        """Route 2: W^Q, W^K, W^V as one matmul per step. Their stacked copy is made on the
+        first step and kept while ``cache`` lives, since the weights do not change while the
+        model generates.
+
+        Shape:
+            x (B, L, D) -> (B, H, L, Dk), (B, Hkv, L, Dk), (B, Hkv, L, Dv).
+        """
+        stacked = _STACKED.get(cache)
+        if stacked is None:
+            projs = (self.q_proj, self.k_proj, self.v_proj)
+            # Stored (D, (H + Hkv)*Dk + Hkv*Dv) and used transposed: one input row times this
+            # layout is the faster matrix-vector product (benchmarks/decode_hf.py).
+            weight = torch.cat([p.weight.t() for p in projs], dim=1).t()  # (widths, D)
+            bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projs])
+            stacked = _STACKED[cache] = (weight, bias)
+        qkv = F.linear(x, *stacked)  # (B, L, (H + Hkv)*Dk + Hkv*Dv)
+        h, g, b, n = self.n_heads, self.n_kv_heads, x.size(0), x.size(1)
+        if self.d_k == self.d_v:  # one view splits all three into heads
+            return qkv.view(b, n, h + 2 * g, self.d_k).transpose(1, 2).split((h, g, g), dim=1)
+        return self._split_qkv(*qkv.split((h * self.d_k, g * self.d_k, g * self.d_v), dim=-1))
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        """The plain :meth:`_attend`'s values with the fused kernel (see the class docstring).
+
+        Shape:
+            q (B, H, L, Dk), k (B, Hkv, S, Dk), v (B, Hkv, S, Dv) -> (B, H, L, Dv).
+        """
+        if self.record_weights:
+            return super()._attend(q, k, v, mask)
+        p = self.dropout if self.training else 0.0
+        group = self.n_heads // self.n_kv_heads
+        b, h, n_q, dk = q.shape
+        if group > 1 and n_q == 1 and mask is None:
+            # One decoded token: the group's query heads become the rows of its K/V head.
+            q = q.reshape(b, self.n_kv_heads, group, dk)  # (B, Hkv, group, Dk)
+            return fused_attention(q, k, v, None, p).reshape(b, h, 1, -1)  # (B, H, 1, Dv)
+        if group > 1:
+            k = k.repeat_interleave(group, dim=1)  # (B, H, S, Dk)
+            v = v.repeat_interleave(group, dim=1)  # (B, H, S, Dv)
+        return fused_attention(q, k, v, mask, p)  # (B, H, L, Dv)
+
+
+def stacked_qkv(cache: object) -> tuple[Tensor, Tensor | None] | None:
+    """The stacked (W^Q; W^K; W^V) weight and bias route 2 made for ``cache``, or None.
+
+    For benchmarks that replay the same generation steps by hand.
+    """
+    return _STACKED.get(cache)
+
+
+class FastDropout(nn.Dropout):
+    """``nn.Dropout`` that returns its input untouched, without a kernel call, when it is off
+    (evaluation mode or ``p == 0``): generation calls a dozen of them per token.
+
+    Kept because it is measurable: greedy ``DecoderOnlyLM.generate`` (the decode benchmark's
+    shape, D=256, 4 layers, batch 1, 2 threads, eval mode, 128 tokens) took 1.08x and 1.21x as
+    long with plain ``nn.Dropout`` in two alternated runs on a shared machine (same tokens).
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Shape: any -> same."""
+        return super().forward(x) if self.training and self.p > 0 else x

@@ -1,0 +1,162 @@
+"""FastMultiHeadAttention (the models' attention) computes what the plain MultiHeadAttention
+computes: outputs, gradients and cached decoding, over grouped-query heads, RoPE, QK-norm,
+caches, masks and the projection routes; and the two share parameter names."""
+
+from __future__ import annotations
+
+import itertools
+from functools import partial
+
+import pytest
+import torch
+from torch import nn
+from torch.testing import assert_close
+
+from coursepkg.attention import MultiHeadAttention
+from coursepkg.fast_attention import FUSE_MIN_ROWS, FastDropout, FastMultiHeadAttention
+from coursepkg.kv_cache import AttentionCache, SlidingWindowCache
+from coursepkg.layers import RMSNorm
+from coursepkg.masks import causal_mask
+from coursepkg.positional import RopeAngles, rope_frequencies
+
+D, H, DK = 16, 4, 4
+
+
+def _pair(n_kv: int, qk_norm: bool, d_v: int = DK) -> tuple[nn.Module, nn.Module]:
+    """A plain and a fast module with the same weights (copied by name)."""
+    torch.manual_seed(0)
+    norm = partial(RMSNorm, eps=1e-6) if qk_norm else None
+    plain = MultiHeadAttention(D, H, DK, d_v, n_kv_heads=n_kv, qk_norm=norm)
+    fast = FastMultiHeadAttention(D, H, DK, d_v, n_kv_heads=n_kv, qk_norm=norm)
+    with torch.no_grad():
+        for p in plain.parameters():  # not all ones: QK-norm's gain must matter
+            p.copy_(torch.randn_like(p))
+    fast.load_state_dict(plain.state_dict())
+    return plain.eval(), fast.eval()
+
+
+def _rope(positions: torch.Tensor) -> RopeAngles:
+    return RopeAngles(positions, rope_frequencies(DK, 10000.0), "halves")
+
+
+def test_the_two_classes_share_parameter_names() -> None:
+    """Weights move between them by name (checkpoints, interop, the graders)."""
+    for n_kv, qk in itertools.product((H, 2, 1), (False, True)):
+        plain, fast = _pair(n_kv, qk)
+        assert list(plain.state_dict()) == list(fast.state_dict())
+
+
+# n_kv: H (multi-head), 2 (grouped-query), 1 (multi-query); rows: below and above FUSE_MIN_ROWS.
+OPTIONS = list(
+    itertools.product((H, 2, 1), (False, True), (False, True), ("none", "causal", "keys"))
+)
+
+
+@pytest.mark.parametrize("n_kv, rope, qk_norm, mask_kind", OPTIONS)
+@pytest.mark.parametrize("n", [3, FUSE_MIN_ROWS])
+def test_self_attention_outputs_and_gradients_are_equal(n_kv, rope, qk_norm, mask_kind, n) -> None:
+    plain, fast = _pair(n_kv, qk_norm)
+    torch.manual_seed(1)
+    x = torch.randn(2, n, D)
+    mask = {"none": None, "causal": causal_mask(n)}.get(mask_kind)
+    if mask_kind == "keys":
+        mask = torch.ones(2, 1, 1, n, dtype=torch.bool)
+        mask[1, ..., n // 2 :] = False
+    angles = _rope(torch.arange(n)) if rope else None
+    outs, grads = [], []
+    for module in (plain, fast):
+        xi = x.clone().requires_grad_(True)
+        out = module(xi, xi, xi, mask, rope=angles)  # (B, L, D)
+        (out * torch.linspace(-1, 1, D)).sum().backward()
+        outs.append(out.detach())
+        grads.append([xi.grad, *(p.grad for p in module.parameters())])
+    assert_close(outs[1], outs[0], atol=1e-5, rtol=1e-4)
+    for got, want in zip(grads[1], grads[0], strict=True):
+        assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("n_kv", [H, 1])
+@pytest.mark.parametrize("n", [3, FUSE_MIN_ROWS])
+@pytest.mark.parametrize("same_kv", [True, False])
+def test_cross_attention_outputs_and_gradients_are_equal(n_kv, n, same_kv) -> None:
+    plain, fast = _pair(n_kv, False, d_v=5)
+    torch.manual_seed(2)
+    x, memory = torch.randn(2, n, D), torch.randn(2, 7, D)
+    value = memory if same_kv else torch.randn(2, 7, D)
+    mask = torch.ones(2, 1, 1, 7, dtype=torch.bool)
+    mask[0, ..., 4:] = False
+    results = []
+    for module in (plain, fast):
+        mem = memory.clone().requires_grad_(True)
+        val = mem if same_kv else value
+        out = module(x, mem, val, mask)  # (B, L, D)
+        out.square().sum().backward()
+        results.append((out.detach(), mem.grad, module.k_proj.weight.grad))
+    for got, want in zip(results[1], results[0], strict=True):
+        assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("n_kv, rope, qk_norm", list(itertools.product((H, 2, 1), (0, 1), (0, 1))))
+@pytest.mark.parametrize("cache_kind", ["growing", "preallocated", "window"])
+@torch.no_grad()
+def test_cached_decoding_is_equal(n_kv, rope, qk_norm, cache_kind) -> None:
+    """A prompt then one token at a time, each through its own cache (the fast class stacks
+    its projections for its cache): the same outputs at every step."""
+    plain, fast = _pair(n_kv, bool(qk_norm))
+    torch.manual_seed(3)
+    chunks, window = (5, 1, 1, 1, 1), 3
+    x = torch.randn(2, sum(chunks), D)
+
+    def new_cache():
+        if cache_kind == "window":
+            return SlidingWindowCache(window)
+        return AttentionCache(capacity=sum(chunks) if cache_kind == "preallocated" else None)
+
+    caches = {plain: new_cache(), fast: new_cache()}
+    start = 0
+    for n in chunks:
+        part = x[:, start : start + n]
+        win = window if cache_kind == "window" else None
+        keys = caches[plain].keys_after(n) if cache_kind == "window" else start + n
+        mask = causal_mask(n, keys, window=win) if n > 1 else None
+        angles = _rope(torch.arange(start, start + n)) if rope else None
+        want = plain(part, part, part, mask, caches[plain], angles)
+        got = fast(part, part, part, mask, caches[fast], angles)
+        assert_close(got, want, atol=1e-5, rtol=1e-4)
+        start += n
+
+
+@torch.no_grad()
+def test_cross_attention_with_a_static_cache_is_equal() -> None:
+    """Decoding against an encoder's memory: the fast class projects only Q after the first
+    step and reuses the cached K, V; the plain one projects them again."""
+    plain, fast = _pair(2, False)
+    torch.manual_seed(4)
+    memory = torch.randn(2, 6, D)
+    caches = {plain: AttentionCache(static=True), fast: AttentionCache(static=True)}
+    for _ in range(3):
+        y = torch.randn(2, 1, D)
+        want = plain(y, memory, memory, None, caches[plain])
+        got = fast(y, memory, memory, None, caches[fast])
+        assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_recorded_weights_are_the_plain_ones() -> None:
+    plain, fast = _pair(2, True)
+    x = torch.randn(2, 5, D)
+    for module in (plain, fast):
+        module.record_weights = True
+        module(x, x, x, causal_mask(5))
+    assert fast.last_weights.shape == (2, H, 5, 5)
+    assert_close(fast.last_weights, plain.last_weights)
+
+
+def test_fast_dropout_is_nn_dropout_when_on_and_the_identity_when_off() -> None:
+    x = torch.randn(4, 50)
+    drop, ref = FastDropout(0.5), nn.Dropout(0.5)
+    torch.manual_seed(5)
+    want = ref(x)
+    torch.manual_seed(5)
+    assert_close(drop(x), want)
+    assert drop.eval()(x) is x
+    assert FastDropout(0.0).train()(x) is x
