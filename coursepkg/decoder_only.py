@@ -77,6 +77,7 @@ class DecoderOnlyLM(nn.Module):
         token_mask: Tensor | None = None,
         cache: KVCache | None = None,
         positions: Tensor | None = None,
+        attn_mask: Tensor | None = None,
     ) -> Tensor:
         """Next-token logits at every position.
 
@@ -91,18 +92,24 @@ class DecoderOnlyLM(nn.Module):
                 (:func:`~coursepkg.positional.positions_from_mask`: left padding shifts
                 nothing). A position table (learned, sinusoidal) always counts from the cache's
                 length.
+            attn_mask: bool, True = may attend: the attention mask itself, in place of the
+                causal one built from ``token_mask`` (e.g. the document mask of packed
+                examples, :func:`coursepkg.posttrain.packing.document_mask`); no cache.
 
         Shape:
-            tokens (B, L), positions (B, L) or (L,) -> logits (B, L, V).
+            tokens (B, L), positions (B, L) or (L,), attn_mask (B, 1, L, L) -> logits (B, L, V).
         """
         self._check_forward(tokens, token_mask, cache, positions)
+        self._check_attn_mask(tokens, token_mask, cache, attn_mask)
         b, n = tokens.shape
         past = 0 if cache is None else cache.length
         keys = n if cache is None else cache.keys_after(n)  # a window's ring: the last ones only
         if token_mask is None and cache is None and self.config.pad_id is not None:
             token_mask = tokens != self.config.pad_id  # (B, L)
         mask = causal_mask(n, keys, device=tokens.device, window=self.config.sliding_window)
-        if token_mask is not None:
+        if attn_mask is not None:
+            mask = attn_mask  # (B, 1, L, L): the caller's, as given
+        elif token_mask is not None:
             mask = mask & key_mask(token_mask)[..., -keys:]  # (B, 1, L, keys)
         elif n == 1:
             mask = None  # one new query and no padding: it may see every key it is given
@@ -147,6 +154,25 @@ class DecoderOnlyLM(nn.Module):
             raise ValueError(
                 f"positions must be integer positions of shape (B, L)={(b, n)} or (L,)={(n,)}, "
                 f"got {positions.dtype} of shape {tuple(positions.shape)}"
+            )
+
+    @staticmethod
+    def _check_attn_mask(
+        tokens: Tensor,
+        token_mask: Tensor | None,
+        cache: KVCache | None,
+        attn_mask: Tensor | None,
+    ) -> None:
+        if attn_mask is None:
+            return
+        b, n = tokens.shape
+        if cache is not None or token_mask is not None:
+            raise ValueError("attn_mask replaces the mask built from token_mask and a cache: "
+                             "give attn_mask alone, without token_mask or cache")  # fmt: skip
+        if attn_mask.dtype != torch.bool or tuple(attn_mask.shape) not in ((b, 1, n, n), (n, n)):
+            raise ValueError(
+                f"attn_mask must be bool of shape (B, 1, L, L)={(b, 1, n, n)} or (L, L)={(n, n)}"
+                f", got {attn_mask.dtype} of shape {tuple(attn_mask.shape)}"
             )
 
     @torch.no_grad()  # as documented; the loop itself runs in inference mode, cheaper still

@@ -203,5 +203,5 @@ def packed_logits(model: DecoderOnlyLM, tokens: Tensor, segments: Tensor) -> Ten
         )
     rope = model.rope_freqs is not None
     positions = segment_positions(segments) if rope else None  # (B, W)
-    # forward() builds a causal mask from token masks; a document mask needs the inner pass.
-    return model._forward(tokens, document_mask(segments), None, positions)  # (B, W, V)
+    # The document mask takes the place of the causal one forward() would build.
+    return model(tokens, positions=positions, attn_mask=document_mask(segments))  # (B, W, V)

@@ -326,3 +326,36 @@ def test_generate_returns_an_ordinary_tensor(make_model, make_tokens) -> None:
     model.train()
     model(out).sum().backward()  # the embedding saves the ids for backward
     assert model.embed.weight.grad is not None
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "rope"])
+def test_decoder_only_attn_mask_takes_the_place_of_the_causal_mask(
+    make_model, make_tokens, positional
+):
+    from coursepkg.masks import causal_mask
+
+    model = make_model(kind="decoder-only", positional=positional)
+    tokens = make_tokens(2, 7, model.config.vocab_size, low=1)  # (B, L)
+    causal = causal_mask(7, 7).expand(2, 1, 7, 7)  # (B, 1, L, L)
+    torch.testing.assert_close(model(tokens, attn_mask=causal), model(tokens), rtol=0, atol=0)
+    # A block-diagonal mask (two documents): the second one's logits do not see the first.
+    blocks = causal.clone()
+    blocks[..., 4:, :4] = False
+    alone = model(tokens[:, :4])  # (B, 4, V)
+    torch.testing.assert_close(model(tokens, attn_mask=blocks)[:, :4], alone)
+    changed = tokens.clone()
+    changed[:, :4] = (changed[:, :4] % (model.config.vocab_size - 1)) + 1
+    out, other = model(tokens, attn_mask=blocks), model(changed, attn_mask=blocks)
+    torch.testing.assert_close(out[:, 4:], other[:, 4:])
+    assert not torch.allclose(out[:, :4], other[:, :4])
+
+
+def test_decoder_only_attn_mask_bad_input_is_named(make_model, make_tokens):
+    model = make_model(kind="decoder-only")
+    tokens = make_tokens(2, 5, model.config.vocab_size, low=1)  # (B, L)
+    with pytest.raises(ValueError, match="attn_mask must be bool"):
+        model(tokens, attn_mask=torch.ones(2, 1, 5, 5))
+    with pytest.raises(ValueError, match="attn_mask must be bool"):
+        model(tokens, attn_mask=torch.ones(2, 1, 5, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="give attn_mask alone"):
+        model(tokens, token_mask=tokens > 0, attn_mask=torch.ones(5, 5, dtype=torch.bool))
