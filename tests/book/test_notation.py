@@ -32,7 +32,8 @@ RETIRED = [
     ),
     (r"\blecture notes\b|\bthe notes\b|\bnotes'", "a pointer to the seed notes", "a citation"),
     (
-        r"s\^\\top h_j|s\^\\top W h_j|\\phi\(q_i\)\^\\top|W_2\\?,?\s?\\mathrm\{ReLU\}\(W_1 x|W_2\\bigl",
+        r"s\^\\top h_j|s\^\\top W h_j|\\phi\(q_i\)\^\\top"
+        r"|W_2\\?,?\s?\\mathrm\{ReLU\}\(W_1 x|W_2\\bigl",
         "a column-vector formula (2026-11-26 review)",
         "rows: xW",
     ),
