@@ -264,3 +264,45 @@ def test_in_a_notebook_the_progress_bar_is_one_display_updated_in_place(monkeypa
     final = shown[-1][1]
     assert "100%" in final and "50/50" in final and "loss=" in final
     assert len(final) <= train.NOTEBOOK_COLUMNS
+
+
+def test_bibliography_entries_are_list_items():
+    """docutils writes a bibliography as a role="list" holding role="doc-biblioentry" entries, which
+    accessibility checkers do not count as list items (axe-core's aria-required-children); the
+    book's extension gives each entry the listitem role."""
+    from html.parser import HTMLParser
+
+    from docutils.core import publish_parts
+
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    try:
+        from offline_book import citations_as_list_items
+    finally:
+        sys.path.remove(str(ROOT / "book" / "_ext"))
+    rst = ".. [one] A first reference.\n.. [two] A second reference.\n"
+    body = publish_parts(rst, writer_name="html5")["body"]
+    assert 'role="doc-biblioentry"' in body  # what docutils writes
+
+    class Children(HTMLParser):
+        """The roles of the direct children of each role="list" element."""
+
+        def __init__(self):
+            super().__init__()
+            self.depth, self.list_depth, self.roles = 0, None, []
+
+        def handle_starttag(self, tag, attrs):
+            role = dict(attrs).get("role")
+            if self.list_depth is not None and self.depth == self.list_depth + 1:
+                self.roles.append(role)
+            if role == "list":
+                self.list_depth = self.depth
+            self.depth += 1
+
+        def handle_endtag(self, tag):
+            self.depth -= 1
+            if self.depth == self.list_depth:
+                self.list_depth = None
+
+    parser = Children()
+    parser.feed(citations_as_list_items(body))
+    assert parser.roles == ["listitem", "listitem"], parser.roles

@@ -31,6 +31,17 @@ RETIRED = [
         "rows: xW",
     ),
     (r"\blecture notes\b|\bthe notes\b|\bnotes'", "a pointer to the seed notes", "a citation"),
+    (
+        r"s\^\\top h_j|s\^\\top W h_j|\\phi\(q_i\)\^\\top"
+        r"|W_2\\?,?\s?\\mathrm\{ReLU\}\(W_1 x|W_2\\bigl",
+        "a column-vector formula (2026-11-26 review)",
+        "rows: xW",
+    ),
+    (r"\$G\$ key|\$H/G\$|\$G = \d|\bG = \{g", "G as the number of key/value heads", "Hkv"),
+    (r"W_[KV]\^\{\(\\ell\)\}", "a key projection written W_K", "W^K"),
+    (r"4ND\^2|2N\^2D", "N as a length in a legend", "L"),
+    (r"\bM_k\b|M_\{-1\}", "M as the shift rotation", "R_k"),
+    (r"\bF_\\ell\b|\bF_k\(", "F as a layer's branch", "f_ell"),
 ]
 
 
@@ -62,6 +73,12 @@ def test_the_patterns_still_catch_what_they_retired() -> None:
         "$6 P T$ with",
         "e_{ij} = v^\\top \\tanh(W s_{i-1} + U h_j)",
         "and the lecture notes repeat it",
+        "the plain dot product $s^\\top h_j$",
+        "$G$ key and value heads",
+        "h_i W_K^{(\\ell)}",
+        '"projections, $4ND^2$"',
+        "a block-diagonal matrix $M_k = $",
+        "Write $F_\\ell$ for the branch",
     ]
     for (pattern, what, _), example in zip(RETIRED, examples, strict=True):
         assert re.search(pattern, example), f"the pattern for {what} misses {example!r}"
