@@ -50,10 +50,14 @@ Inputs = tuple[Any, ...]  # (query, key, value, mask, causal, block_q, block_k, 
 #: maximum handles exactly.
 SCALED_QUERIES = 100.0
 
-#: ``(rtol, atol)`` of the gradients in the overflow case: with scores of ~100 the weights are
-#: nearly one-hot and a float32 rounding of a score (~1e-5 of it) moves a gradient by ~1e-4
-#: of its size (measured: correct solutions differ from the float64 reference by < 2e-4).
-SCALED_GRADIENTS = (1e-3, 1e-3)
+#: ``(rtol, atol as a fraction of the largest expected entry)`` of the gradients in the overflow
+#: case. With scores of a few hundred a float32 rounding of a score (~2e-5 of it) moves a weight
+#: by ~2e-5 of itself, and the key gradient multiplies such differences by the scaled queries:
+#: correct float32 solutions differ from the float64 reference by up to 1.9e-3 where the largest
+#: entry is ~2 (measured on five correct implementations in three styles, seeds None, 0, 1, 2,
+#: 121 and 122; at most 8% of this tolerance). The case is there for overflow: a backward that
+#: exponentiates raw scores gives inf or NaN, far outside it.
+SCALED_GRADIENTS = (1e-2, 1e-2)
 
 
 def _sample(rng: random.Random) -> Config:
@@ -219,8 +223,11 @@ def _compare(
         )),
         hint=_OUTPUT_HINT,
     )  # fmt: skip
-    tolerance = {} if gradients is None else {"rtol": gradients[0], "atol": gradients[1]}
     for name, grad, want in zip(("query", "key", "value"), mine[1:], expected[1:], strict=True):
+        tolerance = {}
+        if gradients is not None:
+            largest = float(want.abs().max()) if want.numel() else 0.0
+            tolerance = {"rtol": gradients[0], "atol": gradients[1] * max(largest, 1.0)}
         expect_close(
             report,
             grad,
