@@ -116,6 +116,16 @@ _GRADIENT_HINT = (
 )
 
 
+_GRADIENT_COUNT = (
+    "backward returns one entry per argument of forward after ctx: "
+    "(grad_query, grad_key, grad_value, None, None, None, None)."
+)
+_RETURNS_A_TUPLE = (
+    "your TiledAttention.apply returns a tuple: forward should return the output only, and keep "
+    "the log-sum-exp for the backward pass with ctx.save_for_backward."
+)
+
+
 def devices() -> list[str]:
     """Where the check runs: the CPU, and a CUDA device when there is one."""
     return ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
@@ -134,6 +144,8 @@ def _run(function: Any, inputs: Inputs, call: Callable[..., Any] | None = None) 
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     with torch.enable_grad():
         out = call(function.apply, *leaves, mask, causal, block_q, block_k)
+        if isinstance(out, tuple):
+            raise CheckFailure(_RETURNS_A_TUPLE)
         out = expect_tensor(out, "the output of your TiledAttention.apply", (*q.shape[:-1],
                             v.size(-1)))  # fmt: skip
         if not out.requires_grad:
@@ -141,7 +153,13 @@ def _run(function: Any, inputs: Inputs, call: Callable[..., Any] | None = None) 
                 "the output of your TiledAttention.apply has no gradient: return it from "
                 "forward (a torch.autograd.Function) without detaching it."
             )
-        grads = call(torch.autograd.grad, out, leaves, grad_out, allow_unused=True)
+        try:
+            grads = call(torch.autograd.grad, out, leaves, grad_out, allow_unused=True)
+        except CheckFailure as failure:
+            if "incorrect number of gradients" in failure.message:
+                failure.message += f"\n{_GRADIENT_COUNT}"
+                failure.args = (failure.message,)
+            raise
     for name, grad, leaf in zip(("query", "key", "value"), grads, leaves, strict=True):
         if grad is None:
             raise CheckFailure(f"your backward returns None as the gradient of the {name}.")

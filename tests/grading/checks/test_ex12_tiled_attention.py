@@ -158,3 +158,30 @@ def test_every_catalogued_mistake_is_named_on_cuda(bug, monkeypatch):
     assert info.value.diagnosis == bug.id, str(info.value)
     if not bug.calls:  # the honesty rule does not see a CUDA backward's thread
         assert "cuda" in str(info.value)
+
+
+class _ThreeGradients(impls.FlashTwoStyle):
+    @staticmethod
+    def backward(ctx, do):
+        return impls.FlashTwoStyle.backward(ctx, do)[:3]
+
+
+class _ReturnsTheLogSumExp(impls.FlashTwoStyle):
+    @classmethod
+    def forward(cls, ctx, *args):
+        out = impls.FlashTwoStyle.forward.__func__(cls, ctx, *args)
+        return out, out.sum(-1)
+
+
+@pytest.mark.parametrize(
+    ("impl", "said"),
+    [
+        (_ThreeGradients, "(grad_query, grad_key, grad_value, None, None, None, None)"),
+        (_ReturnsTheLogSumExp, "forward should return the output only"),
+    ],
+    ids=["three gradients", "a tuple"],
+)
+def test_the_shape_of_what_the_function_returns_is_told(impl, said):
+    with pytest.raises(CheckFailure) as info:
+        check_tiled_attention(impl)
+    assert said in str(info.value) and info.value.diagnosis is None
