@@ -32,6 +32,7 @@ check_apply_rope               ``apply_rope``                              ex11_
 check_swiglu                   ``SwiGLU``                                  ex11_modern_block
 check_grouped_query_attention  ``GroupedQueryAttention``                   ex11_modern_block
 check_modern_block             ``ModernDecoderBlock``                      ex11_modern_block
+check_tiled_attention          ``TiledAttention`` (forward and backward)   ex12_tiled_attention
 =============================  ==========================================  ==============
 
 ``check_training_run`` (ex09_training_run) grades a whole training run (the trained model, the
@@ -61,6 +62,7 @@ from .checks.ex11_modern_block import (
     check_rms_norm,
     check_swiglu,
 )
+from .checks.ex12_tiled_attention import check_tiled_attention
 from .framework import (
     BugVariant,
     CheckerError,
@@ -97,6 +99,7 @@ __all__ = [
     "check_rms_norm",
     "check_scaled_dot_product_attention",
     "check_swiglu",
+    "check_tiled_attention",
     "check_tokenizer",
     "check_train_bpe",
     "check_training_run",

@@ -21,4 +21,5 @@ ASSIGNMENTS = (
     "ex09_training_run",
     "ex10_tokenizer",
     "ex11_modern_block",
+    "ex12_tiled_attention",
 )

@@ -35,7 +35,7 @@ CHAPTERS = {
     "11_decoder_only": None,
     "12_inside_the_model": None,
     "13_tokens": "ex10",
-    "14_attention_at_length": None,
+    "14_attention_at_length": "ex12",
     "15_modern_decoder": "ex11",
     "16_training_for_real": None,
 }

@@ -126,6 +126,16 @@ BUGS = {
         ],
         "modern_block.residual_after_norm",
     ),
+    "ex12_tiled_attention": (
+        "TiledAttention",
+        [
+            (
+                "acc = alpha[..., None] * acc + p @ value[..., j0:j1, :]",
+                "acc = acc + p @ value[..., j0:j1, :]",
+            )
+        ],
+        "tiled.no_rescale",
+    ),
     "ex09_training_run": (
         "sequence_loss",
         [("model(batch.src, batch.tgt_in,", "model(batch.src, batch.tgt_out,")],

@@ -43,6 +43,7 @@ def test_the_corpus_is_large_and_mixed():
         "check_apply_rope",
         "check_grouped_query_attention",
         "check_modern_block",
+        "check_tiled_attention",
     }
 
 

@@ -71,21 +71,23 @@ def _report(student: str, aid: str, message: str) -> dict:
     }
 
 
-def test_the_dashboard_counts_the_new_ids(messages, tmp_path):
-    for entry in HABITS:
+def _dashboard_counts(entries, messages, tmp_path, prefix):
+    """Each entry's report written as a student's; the dashboard lists each named id with its
+    description, its count and who made it."""
+    for entry in entries:
         aid = ASSIGNMENT[entry.check]
         folder = tmp_path / "reports" / aid
         folder.mkdir(parents=True, exist_ok=True)
-        student = entry.id.removeprefix("habit.")
+        student = entry.id.removeprefix(prefix)
         report = _report(student, aid, messages[entry.id])
         (folder / f"{student}.json").write_text(json.dumps(report), encoding="utf-8")
     page = build_dashboard(tmp_path).read_text(encoding="utf-8")
     sections = dict(re.findall(r"<h2>(ex\d\d_\w+)</h2>(.*?)(?=<h2>|$)", page, re.S))
     expected: dict[tuple[str, str], list[str]] = {}
-    for entry in HABITS:
+    for entry in entries:
         if not entry.passes:
             key = (ASSIGNMENT[entry.check], entry.named)
-            expected.setdefault(key, []).append(entry.id.removeprefix("habit."))
+            expected.setdefault(key, []).append(entry.id.removeprefix(prefix))
     descriptions = {b.id: b.description for e in registered_checks() for b in e.bugs}
     for (aid, bug_id), students in expected.items():
         row = re.search(
@@ -97,3 +99,20 @@ def test_the_dashboard_counts_the_new_ids(messages, tmp_path):
         assert row.group(1) == html.escape(descriptions[bug_id])
         assert int(row.group(2)) == len(students)
         assert sorted(row.group(3).split(", ")) == sorted(students)
+
+
+def test_the_dashboard_counts_the_new_ids(messages, tmp_path):
+    _dashboard_counts(HABITS, messages, tmp_path, "habit.")
+
+
+TILED = [e for e in corpus.CORPUS if e.check == "check_tiled_attention"]
+
+
+def test_the_dashboard_counts_the_tiled_attention_ids(tmp_path):
+    """ex12's corpus names each of its ten ids exactly once, and the dashboard counts them."""
+    messages = {e.id: corpus.run(e, thorough=False).message for e in TILED}
+    for entry in TILED:
+        found = [d["id"] for d in diagnoses_in(messages[entry.id])]
+        assert found == ([] if entry.passes else [entry.named]), (entry.id, found)
+    assert len({e.named for e in TILED if not e.passes}) == 10
+    _dashboard_counts(TILED, messages, tmp_path, "tiled.")
