@@ -46,9 +46,9 @@ class Run:
     model: dict = field(
         default_factory=lambda: dict(
             vocab_size=13,
-            d_model=12,
-            n_heads=2,
-            d_ff=20,
+            d_model=9,
+            n_heads=3,
+            d_ff=16,
             n_layers=2,
             max_len=16,
             dropout=0.0,

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.multiprocessing.spawn import ProcessException
 
 __all__ = ["run_ranks"]
 
@@ -28,8 +29,18 @@ def _rank_main(rank, fn, world_size, port, out, timeout, args) -> None:
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=limit)
     try:
         torch.save(fn(rank, world_size, *args), Path(out) / f"rank{rank}.pt")
+    except BaseException as error:  # noted for the parent before the others are ended
+        (Path(out) / f"rank{rank}.error").write_text(f"{type(error).__name__}: {error}")
+        raise
     finally:
         dist.destroy_process_group()
+
+
+def _failures(out: Path) -> str:
+    """Each failed rank's error, the first to fail first (the others usually failed only
+    because it left: their peer closed the connection)."""
+    files = sorted(out.glob("rank*.error"), key=lambda f: f.stat().st_mtime_ns)
+    return "; ".join(f"{f.stem}: {f.read_text().strip()}" for f in files)
 
 
 def run_ranks(fn: Callable, world_size: int, *args, timeout: float = 60.0) -> list:
@@ -47,7 +58,8 @@ def run_ranks(fn: Callable, world_size: int, *args, timeout: float = 60.0) -> li
 
     Raises:
         TimeoutError: some rank was still running after ``timeout`` seconds (all are ended).
-        torch.multiprocessing.ProcessRaisedException: a rank raised (the others are ended).
+        RuntimeError: a rank raised (the others are ended); the message gives each failed
+            rank's error, the first one first.
     """
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
@@ -62,6 +74,9 @@ def run_ranks(fn: Callable, world_size: int, *args, timeout: float = 60.0) -> li
                     raise TimeoutError(
                         f"{world_size} ranks of {fn.__name__} still running after {timeout} s"
                     )
+        except ProcessException as error:
+            failed = _failures(Path(out)) or str(error)
+            raise RuntimeError(f"{fn.__name__} failed on {world_size} ranks: {failed}") from error
         finally:
             for process in ranks.processes:
                 if process.is_alive():
