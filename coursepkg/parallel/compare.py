@@ -28,8 +28,8 @@ __all__ = ["OURS", "PYTORCH", "Run", "split_batch", "train_alone", "train_ranks"
 
 #: The course's schemes, then PyTorch's (``DistributedDataParallel``, the same with
 #: ``ZeroRedundancyOptimizer``, FSDP2's ``fully_shard``).
-OURS = ("ddp", "bucketed", "zero1", "fsdp")
-PYTORCH = ("torch-ddp", "torch-zero1", "torch-fsdp")
+OURS = ("ddp", "bucketed", "zero1", "fsdp", "fsdp-bf16")
+PYTORCH = ("torch-ddp", "torch-zero1", "torch-fsdp", "torch-fsdp-bf16")
 
 
 @dataclass(frozen=True)
@@ -125,8 +125,9 @@ def _plain(model: nn.Module) -> dict[str, Tensor]:
 
 def _ours(scheme: str, model: nn.Module, run: Run, comm: Collectives):
     """(the module to call, the optimizer, what runs after backward, the weights after)."""
-    if scheme == "fsdp":
-        sharded = FSDP(model, comm=comm)
+    if scheme.startswith("fsdp"):
+        dtype = torch.bfloat16 if scheme == "fsdp-bf16" else torch.float32
+        sharded = FSDP(model, comm=comm, compute_dtype=dtype)
         return model, torch.optim.AdamW(model.parameters(), lr=run.lr), None, sharded.full_state
     if scheme == "bucketed":
         ddp = BucketedDDP(model, run.bucket_bytes, comm)
@@ -141,14 +142,16 @@ def _ours(scheme: str, model: nn.Module, run: Run, comm: Collectives):
 
 def _pytorchs(scheme: str, model: nn.Module, run: Run):
     """PyTorch's version of a scheme, as :func:`_ours` returns it."""
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.optim import ZeroRedundancyOptimizer
     from torch.nn.parallel import DistributedDataParallel
 
-    if scheme == "torch-fsdp":
+    if scheme.startswith("torch-fsdp"):
+        bf16 = torch.bfloat16 if scheme == "torch-fsdp-bf16" else None
+        policy = MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=bf16)
         for layer in model.layers:
-            fully_shard(layer)
-        fully_shard(model)
+            fully_shard(layer, mp_policy=policy)
+        fully_shard(model, mp_policy=policy)
         optimizer = torch.optim.AdamW(model.parameters(), lr=run.lr)
         return (
             model,

@@ -6,6 +6,7 @@ serves every assertion (starting ranks is the slow part)."""
 from __future__ import annotations
 
 import threading
+import weakref
 
 import pytest
 import torch
@@ -22,6 +23,7 @@ pytestmark = pytest.mark.slow  # each spawn starts 2 or 4 Python processes that 
 RUN = Run()  # d_model 9, vocab 13: no unit's size is a multiple of 2 or 4
 RUN4 = Run(batch=8)
 FOUR = ("ddp", "bucketed", "zero1", "fsdp", "torch-fsdp")
+FP32 = tuple(s for s in OURS + PYTORCH if not s.endswith("bf16"))
 TIMEOUT = 240.0  # seconds for a whole spawn, on a busy 2-core machine
 
 
@@ -53,9 +55,31 @@ def _bucket_launches(rank: int, world_size: int) -> dict:
     return dict(launched=launched, buckets=len(ddp.buckets))
 
 
+def _fsdp_frees(rank: int, world_size: int) -> dict:
+    """How many of the full vectors FSDP gathered are still alive after forward, and after
+    backward (each gather's result watched through a weak reference)."""
+    model = RUN.make_model()
+    gathered = []
+    for unit in FSDP(model).units:
+
+        def gather(plain=unit.gather):
+            full = plain()
+            gathered.append(weakref.ref(full))
+            return full
+
+        unit.gather = gather
+    tokens = split_batch(RUN.batches()[0], rank, world_size)
+    loss = model(tokens[:, :-1]).float().pow(2).mean()
+    forward = (len(gathered), sum(ref() is not None for ref in gathered))
+    loss.backward()
+    backward = (len(gathered), sum(ref() is not None for ref in gathered))
+    return dict(fsdp_forward=forward, fsdp_backward=backward)
+
+
 def _worker(rank: int, world_size: int, run: Run, schemes: tuple[str, ...]) -> dict:
+    extras = _extras(rank, world_size) | _bucket_launches(rank, world_size)
     return train_ranks(rank, world_size, run, schemes) | {
-        "extras": _extras(rank, world_size) | _bucket_launches(rank, world_size)
+        "extras": extras | _fsdp_frees(rank, world_size)
     }
 
 
@@ -81,7 +105,7 @@ def alone() -> dict:
     return train_alone(RUN)
 
 
-@pytest.mark.parametrize("scheme", OURS + PYTORCH)
+@pytest.mark.parametrize("scheme", FP32)
 def test_two_ranks_equal_one_process(two, alone, scheme):
     for rank in two:
         _close(rank[scheme]["weights"], alone)
@@ -114,16 +138,20 @@ def test_the_runs_are_uneven():
     assert all(n % 4 for n in numels) and sum(numels) % 2
 
 
-@pytest.mark.parametrize("world", ["two", "four"])
-@pytest.mark.parametrize("scheme", OURS)
+@pytest.mark.parametrize(
+    "world, scheme",
+    [("two", s) for s in OURS] + [("four", s) for s in OURS if s in FOUR],
+)
 def test_bytes_per_rank_and_per_step_equal_the_closed_forms(world, scheme, request):
     ranks, run = request.getfixturevalue(world), RUN if world == "two" else RUN4
     model = run.make_model()
     numels, n = unit_numels(model), len(ranks)
     tensors = len(list(model.parameters()))
-    memory = per_rank_bytes("ddp" if scheme == "bucketed" else scheme, numels, tensors, n)
+    kind = {"bucketed": "ddp", "fsdp-bf16": "fsdp"}.get(scheme, scheme)
+    memory = per_rank_bytes(kind, numels, tensors, n)  # the shards stay float32
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
-    payload = payload_per_step("ddp" if scheme == "bucketed" else scheme, numels, n, buffers)
+    element = 2 if scheme == "fsdp-bf16" else 4  # bfloat16 travels at half the bytes
+    payload = payload_per_step(kind, numels, n, buffers, element)
     for rank in ranks:
         assert {k: rank[scheme][k] for k in ("params", "grads", "state")} == memory
         assert rank[scheme]["payload"] == payload
@@ -147,7 +175,7 @@ def test_bytes_sent_by_ring_match_the_textbook_ratios(two):
         s: sum(
             ring_bytes_sent(k, b, 2) for k, b in two[0][s]["payload"].items() if k != "broadcast"
         )
-        for s in OURS
+        for s in ("ddp", "bucketed", "zero1", "fsdp")
     }
     assert sent["ddp"] == sent["bucketed"] == pytest.approx(psi)  # 2Ψ (N-1)/N with N = 2
     assert sent["zero1"] == pytest.approx(1.5 * psi, rel=0.01)  # the padding
@@ -170,6 +198,15 @@ def test_buckets_are_all_launched_during_backward(two):
     params = list(RUN.make_model().parameters())
     assert two[0]["bucketed"]["calls"]["all_reduce"] == len(make_buckets(params[::-1], 1000))
     assert two[0]["ddp"]["calls"]["all_reduce"] == len(params)
+
+
+def test_fsdp_frees_each_full_vector_after_use(two, four):
+    """Forward gathers each of the 3 units once and keeps none; backward gathers each again
+    and keeps none either (the parameters saved for backward were kept as places, not
+    tensors)."""
+    for rank in two + four:
+        assert rank["extras"]["fsdp_forward"] == (3, 0)
+        assert rank["extras"]["fsdp_backward"] == (6, 0)
 
 
 def _raises_on_rank_one(rank: int, world_size: int) -> None:
