@@ -11,7 +11,7 @@ its bytes of parameters, gradients and optimizer state and its tally of collecti
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -223,8 +223,3 @@ def train_ranks(rank: int, world_size: int, run: Run, schemes: tuple[str, ...]) 
             seconds=time.perf_counter() - start,
         )
     return out
-
-
-def as_dict(run: Run) -> dict:
-    """``run``'s fields (for a report)."""
-    return asdict(run)

@@ -176,11 +176,15 @@ class FSDP:
         comm: Collectives | None = None,
         compute_dtype: torch.dtype = torch.float32,
     ) -> None:
+        units = [*model.layers, model] if units is None else list(units)
+        if not units or units[-1] is not model:
+            last = type(units[-1]).__name__ if units else "nothing"
+            raise ValueError(
+                f"units must end with the model itself (it takes the parameters no other unit "
+                f"holds), got {last} last"
+            )
         self.model = model
         self.comm = comm if comm is not None else Collectives()
-        units = [*model.layers, model] if units is None else units
-        if units[-1] is not model:
-            raise ValueError("units must end with the model itself (its remaining parameters)")
         names = {}
         for name, p in model.named_parameters(remove_duplicate=False):
             names.setdefault(p, []).append(name)

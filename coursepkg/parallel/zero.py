@@ -26,17 +26,7 @@ from torch import nn
 
 from .comm import Collectives, flat_size, flatten, shard_bounds
 
-__all__ = ["ShardedOptimizer", "state_bytes"]
-
-
-def state_bytes(optimizer: torch.optim.Optimizer) -> int:
-    """The bytes of every tensor in ``optimizer``'s state (AdamW: moments and step counts)."""
-    return sum(
-        value.numel() * value.element_size()
-        for state in optimizer.state.values()
-        for value in state.values()
-        if isinstance(value, torch.Tensor)
-    )
+__all__ = ["ShardedOptimizer"]
 
 
 class ShardedOptimizer:

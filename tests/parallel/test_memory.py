@@ -1,5 +1,6 @@
 """The pieces of ``coursepkg.parallel`` that need no second process: shards that tile the
-padded vector, buckets that keep order and size, the ring's bytes, the closed forms' shape."""
+padded vector, buckets that keep order and size, the ring's bytes, the closed forms' shape,
+the errors for bad arguments."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from coursepkg.parallel.comm import flat_size, flatten, ring_bytes_sent, shard_bounds
+from coursepkg.parallel import FSDP, run_ranks
+from coursepkg.parallel.comm import Collectives, flat_size, flatten, ring_bytes_sent, shard_bounds
+from coursepkg.parallel.compare import Run, split_batch
 from coursepkg.parallel.ddp import make_buckets
 from coursepkg.parallel.memory import payload_per_step, per_rank_bytes
 
@@ -63,3 +66,24 @@ def test_sharding_saves_what_the_closed_forms_say(world_size):
     fsdp_payload = payload_per_step("fsdp", numels, world_size)
     assert fsdp_payload == dict(all_gather=2 * psi, reduce_scatter=psi)
     assert payload_per_step("zero1", numels, world_size) == dict(all_reduce=psi, all_gather=psi)
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="world_size must be a positive int, got 0"):
+        run_ranks(print, 0)
+    with pytest.raises(ValueError, match="bucket_bytes must be a positive int, got 0"):
+        make_buckets([], 0)
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        per_rank_bytes("zero3", [10], 1, 2)
+    with pytest.raises(RuntimeError, match="needs a process group"):
+        Collectives()
+    model = Run().make_model()
+    with pytest.raises(ValueError, match="units must end with the model itself.*EncoderLayer last"):
+        FSDP(model, units=[model, *model.layers])
+
+
+def test_a_batch_that_does_not_divide_among_the_ranks_is_refused():
+    batch = torch.arange(12).view(6, 2)
+    torch.testing.assert_close(split_batch(batch, 1, 3), batch[2:4])
+    with pytest.raises(ValueError, match="global batch of 6 must divide among world_size=4"):
+        split_batch(batch, 0, 4)
