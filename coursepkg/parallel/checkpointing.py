@@ -4,8 +4,8 @@ Backward needs what each operation saved in forward (the attention weights, the 
 hidden layer, ...). A checkpointed block runs its forward without recording any of that and
 keeps only its input; when backward reaches the block it runs the forward again, this time
 recording, and goes back through it. Memory held for backward falls to one input per block, for
-the price of a second forward. The random state is restored for the second run, so dropout
-draws the same masks and the gradients are those of the plain model.
+the price of a second forward. The random state and autocast are restored for the second run,
+so dropout draws the same masks and the gradients are those of the plain model.
 
 Use::
 
@@ -29,7 +29,12 @@ class _Checkpoint(torch.autograd.Function):
     @staticmethod
     def forward(ctx, run: Callable, x: Tensor, *rest):
         ctx.run, ctx.rest = run, rest
+        kind = x.device.type
+        # What the second run must see again: the random state (dropout) and autocast.
+        ctx.devices = [x.device] if kind == "cuda" else []
         ctx.rng = torch.get_rng_state()
+        ctx.cuda_rng = torch.cuda.get_rng_state(x.device) if ctx.devices else None
+        ctx.autocast = (kind, torch.get_autocast_dtype(kind), torch.is_autocast_enabled(kind))
         ctx.save_for_backward(x)
         with torch.no_grad():
             return run(x, *rest)
@@ -38,9 +43,13 @@ class _Checkpoint(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         (x,) = ctx.saved_tensors
         x = x.detach().requires_grad_()
-        with torch.random.fork_rng(devices=[]), torch.enable_grad():
+        kind, dtype, enabled = ctx.autocast
+        with torch.random.fork_rng(devices=ctx.devices), torch.enable_grad():
             torch.set_rng_state(ctx.rng)  # the same dropout masks as the first run
-            out = ctx.run(x, *ctx.rest)
+            if ctx.devices:
+                torch.cuda.set_rng_state(ctx.cuda_rng, ctx.devices[0])
+            with torch.autocast(kind, dtype=dtype, enabled=enabled):
+                out = ctx.run(x, *ctx.rest)
         # The parameters' gradients accumulate here; the input's goes on down the graph.
         torch.autograd.backward(out, grad)
         return None, x.grad, *[None] * len(ctx.rest)

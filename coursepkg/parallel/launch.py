@@ -3,7 +3,10 @@
 The parent opens the rendezvous store itself on a port the system picks (port 0), so no other
 process can take the port between choosing and using it. Every wait is bounded: a collective
 gives up after ``timeout`` seconds, and the parent ends every rank still running when the
-``timeout`` is over, or as soon as one rank raises (its traceback is re-raised here).
+``timeout`` is over, or as soon as one rank raises (its error is re-raised here).
+
+This is for the tests' and the book's small runs on one machine; a real run starts its ranks
+with ``torchrun`` (``coursepkg train``), never with a launcher of the course's own.
 """
 
 from __future__ import annotations

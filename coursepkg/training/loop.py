@@ -28,6 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 from coursepkg.functional import cross_entropy
 from coursepkg.model import DecoderOnlyLM, sample_next
 from coursepkg.optim import AdamW, clip_grad_norm_, param_groups, warmup_cosine_lr
+from coursepkg.parallel.checkpointing import checkpoint_blocks
 from coursepkg.training.checkpoint import (
     CheckpointError,
     check_compatible,
@@ -123,6 +124,8 @@ def _start(settings: TrainSettings, dist: Dist, resume: bool) -> _Run:
         data = prepare_tokens(settings.data, out / "tokens", settings.tokenizer, *_val(settings, 0))
     torch.manual_seed(settings.seed)
     net = DecoderOnlyLM(model_config(settings, len(data.vocab)))
+    if settings.checkpoint_activations:
+        checkpoint_blocks(net)
     optimizer = AdamW(
         param_groups(net, settings.weight_decay),
         lr=settings.lr,

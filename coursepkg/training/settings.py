@@ -54,6 +54,9 @@ class TrainSettings:
         seed: seeds the initialisation, the batches and the sampling.
         device: ``"cpu"``, ``"cuda"`` or ``"auto"``.
         compile: wrap the model in ``torch.compile``.
+        checkpoint_activations: the blocks keep only their input for backward and recompute
+            the rest then (:mod:`coursepkg.parallel.checkpointing`): less memory, the same
+            gradients, about one more forward per step.
         sample_tokens: tokens sampled at the end (0: none); samples: how many samples.
         stop_after: end this job after that step, with a checkpoint, as if the run had
             ``steps`` steps (0: run to the end); ``--resume`` continues it. For machines that
@@ -82,6 +85,7 @@ class TrainSettings:
     seed: int = 0
     device: str = "auto"
     compile: bool = False
+    checkpoint_activations: bool = False
     sample_tokens: int = 300
     stop_after: int = 0
     samples: int = 2
