@@ -18,6 +18,8 @@ Use::
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -45,6 +47,7 @@ class NaiveDDP(nn.Module):
         self.module = module
         self.comm = comm if comm is not None else Collectives()
         self.broadcast_buffers = broadcast_buffers
+        self.syncing = True  # False inside no_sync(): gradients accumulate, nothing is sent
         # parameters() lists a tied weight once: it is one tensor, with one gradient.
         self.params = [p for p in module.parameters() if p.requires_grad]
         with torch.no_grad():
@@ -58,6 +61,16 @@ class NaiveDDP(nn.Module):
                 for buffer in self.module.buffers():
                     self.comm.broadcast(buffer, src=0)
         return self.module(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Backward inside accumulates gradients locally (the micro-steps of gradient
+        accumulation but the last); call :meth:`sync_gradients` after the last one."""
+        self.syncing = False
+        try:
+            yield
+        finally:
+            self.syncing = True
 
     def sync_gradients(self) -> None:
         """After backward: replace each gradient by its mean over the ranks."""
@@ -138,6 +151,8 @@ class BucketedDDP(NaiveDDP):
     def _hook(self, bucket: Bucket):
         def gradient_ready(param: nn.Parameter) -> None:
             # Called once per backward, after the gradient is complete (a tied weight's too).
+            if not self.syncing:  # a micro-step of accumulation: the sum is not final yet
+                return
             bucket.ready += 1
             if bucket.ready == len(bucket.params):
                 self._launch(bucket)

@@ -99,6 +99,12 @@ def test_checkpointed_activations_train_the_same_model(corpus, tmp_path):
         torch.testing.assert_close(b, a, rtol=0, atol=1e-6)
 
 
+def test_an_unknown_parallel_scheme_is_refused(corpus, tmp_path):
+    with pytest.raises(ValueError, match="parallel must be one of .*'course-bucketed'.*'zero3'"):
+        tiny(corpus, tmp_path, parallel="zero3")
+    assert tiny(corpus, tmp_path, parallel="course-ddp").parallel == "course-ddp"
+
+
 def test_training_leaves_the_callers_matplotlib_backend_alone(corpus, tmp_path):
     """The loss plot is drawn on a Figure of its own: a notebook that trains and then plots
     (chapter 16) still shows its figures."""
