@@ -75,7 +75,13 @@ class Unit:
         regathered: the full vector gathered again during backward (None otherwise).
     """
 
-    def __init__(self, module, params, comm, compute_dtype) -> None:
+    def __init__(
+        self,
+        module: nn.Module,
+        params: list[nn.Parameter],
+        comm: Collectives,
+        compute_dtype: torch.dtype,
+    ) -> None:
         self.module, self.params, self.comm = module, params, comm
         self.compute_dtype = compute_dtype
         # Where each parameter lives: (submodule, attribute) pairs; a tied weight has several.
@@ -109,7 +115,11 @@ class Unit:
         return full
 
     def scatter_gradient(self, grad_full: Tensor) -> Tensor:
-        """The mean over the ranks of this rank's slice of ``grad_full``, in float32."""
+        """The mean over the ranks of this rank's slice of ``grad_full``, in float32.
+
+        Shape:
+            grad_full (length,) -> (length / N,).
+        """
         grad_full = grad_full.to(self.compute_dtype).contiguous()  # (length,)
         out = grad_full.new_empty(self.length // self.comm.world_size)  # (length / N,)
         self.comm.reduce_scatter(out, grad_full)  # (length / N,)
@@ -118,6 +128,7 @@ class Unit:
     def _set_views(self, full: Tensor | None) -> None:
         offset = 0
         for p, places in zip(self.params, self.places, strict=True):
+            # a view of its stretch of the vector, in its own shape (p.shape)
             view = None if full is None else full[offset : offset + p.numel()].view(p.shape)
             for m, n in places:
                 setattr(m, n, view)
