@@ -28,6 +28,8 @@ from torch.nn.parallel import DistributedDataParallel
 from coursepkg.functional import cross_entropy
 from coursepkg.model import DecoderOnlyLM, sample_next
 from coursepkg.optim import AdamW, clip_grad_norm_, param_groups, warmup_cosine_lr
+from coursepkg.parallel.checkpointing import checkpoint_blocks
+from coursepkg.parallel.ddp import BucketedDDP, NaiveDDP
 from coursepkg.training.checkpoint import (
     CheckpointError,
     check_compatible,
@@ -123,6 +125,8 @@ def _start(settings: TrainSettings, dist: Dist, resume: bool) -> _Run:
         data = prepare_tokens(settings.data, out / "tokens", settings.tokenizer, *_val(settings, 0))
     torch.manual_seed(settings.seed)
     net = DecoderOnlyLM(model_config(settings, len(data.vocab)))
+    if settings.checkpoint_activations:
+        checkpoint_blocks(net)
     optimizer = AdamW(
         param_groups(net, settings.weight_decay),
         lr=settings.lr,
@@ -150,7 +154,11 @@ def _val(settings: TrainSettings, write: bool = True) -> tuple[float, bool]:
 
 
 def _wrap(net: nn.Module, settings: TrainSettings, dist: Dist) -> nn.Module:
-    """``net`` as the step calls it: in DDP across ranks, compiled if asked."""
+    """``net`` as the step calls it: in DDP across ranks (PyTorch's or the course's),
+    compiled if asked (inside the course's DDP, whose ``sync_gradients`` the step calls)."""
+    if dist.distributed and settings.parallel != "ddp":
+        inner = torch.compile(net) if settings.compile else net
+        return BucketedDDP(inner) if settings.parallel == "course-bucketed" else NaiveDDP(inner)
     model = net
     if dist.distributed:
         ids = [dist.device.index] if dist.device.type == "cuda" else None
@@ -242,6 +250,8 @@ def _train_step(run: _Run, lr: float) -> float:
                 loss = cross_entropy(run.model(x), y) / s.grad_accum  # (B, L, V) logits
             loss.backward()
         total += loss.detach()
+    if isinstance(run.model, NaiveDDP):  # the course's DDP averages when asked
+        run.model.sync_gradients()
     if s.clip_norm > 0:
         clip_grad_norm_(run.net.parameters(), s.clip_norm)
     run.optimizer.step()

@@ -28,6 +28,10 @@ GPT_DEFAULTS: dict[str, Any] = dict(
 )
 
 
+#: The data-parallel schemes ``coursepkg train --parallel`` offers.
+PARALLEL = ("ddp", "course-ddp", "course-bucketed")
+
+
 @dataclass
 class TrainSettings:
     """Everything that defines a run.
@@ -54,6 +58,13 @@ class TrainSettings:
         seed: seeds the initialisation, the batches and the sampling.
         device: ``"cpu"``, ``"cuda"`` or ``"auto"``.
         compile: wrap the model in ``torch.compile``.
+        parallel: how ranks under ``torchrun`` share the work: ``"ddp"`` (PyTorch's
+            DistributedDataParallel), ``"course-ddp"`` or ``"course-bucketed"`` (the course's
+            :class:`~coursepkg.parallel.ddp.NaiveDDP` and
+            :class:`~coursepkg.parallel.ddp.BucketedDDP`, the same model from the same data).
+        checkpoint_activations: the blocks keep only their input for backward and recompute
+            the rest then (:mod:`coursepkg.parallel.checkpointing`): less memory, the same
+            gradients, about one more forward per step.
         sample_tokens: tokens sampled at the end (0: none); samples: how many samples.
         stop_after: end this job after that step, with a checkpoint, as if the run had
             ``steps`` steps (0: run to the end); ``--resume`` continues it. For machines that
@@ -82,6 +93,8 @@ class TrainSettings:
     seed: int = 0
     device: str = "auto"
     compile: bool = False
+    parallel: str = "ddp"
+    checkpoint_activations: bool = False
     sample_tokens: int = 300
     stop_after: int = 0
     samples: int = 2
@@ -95,6 +108,8 @@ class TrainSettings:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if self.tokenizer not in ("char", "bpe"):
             raise ValueError(f"tokenizer must be 'char' or 'bpe', got {self.tokenizer!r}")
+        if self.parallel not in PARALLEL:
+            raise ValueError(f"parallel must be one of {PARALLEL}, got {self.parallel!r}")
         if self.device not in ("cpu", "cuda", "auto"):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'auto', got {self.device!r}")
         if not 0.0 < self.val_fraction < 1.0:

@@ -1,5 +1,6 @@
 """``coursepkg train`` under ``torchrun`` with 2 gloo ranks on 127.0.0.1: the same model as one
-process, exact resume, a rank killed for real, and the multi-machine form on loopback."""
+process (with PyTorch's DDP and with the course's), exact resume, a rank killed for real, and
+the multi-machine form on loopback."""
 
 from __future__ import annotations
 
@@ -96,6 +97,29 @@ def test_two_ranks_of_batch_4_equal_one_rank_of_batch_8(corpus, one_rank, tmp_pa
     ours, ref = _weights(out), _weights(one_rank)
     for name in ref:
         torch.testing.assert_close(ours[name], ref[name], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("scheme, accum", [("course-ddp", 1), ("course-bucketed", 2)])
+def test_the_courses_ddp_equals_one_rank(corpus, one_rank, tmp_path, scheme, accum):
+    """``--parallel course-ddp`` / ``course-bucketed``: the course's DDP (coursepkg.parallel)
+    trains the model of one rank, with gradient accumulation (no_sync) too."""
+    out = tmp_path / scheme
+    flags = _flags(corpus, out, MODEL, steps=8, grad_accum=accum, parallel=scheme)
+    printed = _run(_two_ranks() + flags)
+    assert "rank 1 of 2" in printed
+    torch.testing.assert_close(_losses(out), _losses(one_rank), rtol=1e-5, atol=1e-6)
+    ours, ref = _weights(out), _weights(one_rank)
+    for name in ref:
+        torch.testing.assert_close(ours[name], ref[name], rtol=1e-4, atol=1e-5)
+
+
+def test_the_courses_ddp_resumes_bit_identical(corpus, tmp_path):
+    model, flags = {**MODEL, "dropout": 0.1}, dict(steps=8, parallel="course-bucketed")
+    _run(_two_ranks() + _flags(corpus, tmp_path / "whole", model, **flags))
+    out = tmp_path / "part"
+    _run(_two_ranks() + _flags(corpus, out, model, stop_after=4, **flags))
+    _run(_two_ranks() + _flags(corpus, out, model, **flags) + ["--resume"])
+    _same_run(out, tmp_path / "whole")
 
 
 def test_multi_machine_form_on_loopback(corpus, one_rank, tmp_path):

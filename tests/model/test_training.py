@@ -84,6 +84,27 @@ def test_accumulating_two_micro_batches_equals_one_batch_of_twice_the_size(corpu
     torch.testing.assert_close(torch.tensor(losses[0]), torch.tensor(losses[1]))
 
 
+def test_checkpointed_activations_train_the_same_model(corpus, tmp_path):
+    """``--checkpoint-activations`` recomputes the blocks in backward, replaying the dropout
+    masks: the same losses and weights, and a run may resume with or without it."""
+    settings = dict(steps=6, sample_tokens=0, model={**EXACT, "dropout": 0.1})
+    plain = train(tiny(corpus, tmp_path / "plain", **settings), progress=False)
+    part = tiny(corpus, tmp_path / "ckpt", checkpoint_activations=True, stop_after=3, **settings)
+    train(part, progress=False)
+    part.stop_after, part.checkpoint_activations = 0, False
+    resumed = train(part, resume=True, progress=False)
+    losses = [[r["loss"] for r in run.rows] for run in (plain, resumed)]
+    torch.testing.assert_close(torch.tensor(losses[1]), torch.tensor(losses[0]), rtol=0, atol=1e-6)
+    for a, b in zip(plain.model.parameters(), resumed.model.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-6)
+
+
+def test_an_unknown_parallel_scheme_is_refused(corpus, tmp_path):
+    with pytest.raises(ValueError, match="parallel must be one of .*'course-bucketed'.*'zero3'"):
+        tiny(corpus, tmp_path, parallel="zero3")
+    assert tiny(corpus, tmp_path, parallel="course-ddp").parallel == "course-ddp"
+
+
 def test_training_leaves_the_callers_matplotlib_backend_alone(corpus, tmp_path):
     """The loss plot is drawn on a Figure of its own: a notebook that trains and then plots
     (chapter 16) still shows its figures."""
