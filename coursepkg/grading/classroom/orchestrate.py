@@ -38,7 +38,7 @@ from typing import Any
 from ..kernel.confine import remove_stale_cgroups
 from ..notebook import DEFAULT_CELL_TIMEOUT, NotebookError, load_notebook
 from ..notebook import cell_timeout as notebook_cell_timeout
-from ..term.late import apply_due_date
+from ..term.late import apply_due_date, check_due_dates
 from . import gradebook
 from .dashboard import build_dashboard
 from .limits import course_limits
@@ -302,7 +302,26 @@ def _finish(batch: _Batch, chosen: list[str], notebooks: list[str], reports: Pat
         reports=reports,
         dashboard=build_dashboard(book.root),
         sandbox=sandbox_summary(batch.statuses),
+        due=_due(book, assignment),
     )
+
+
+def _due(course: gradebook.Course, assignment: str) -> str:
+    """The assignment's due date in the gradebook, for the summary (empty: none)."""
+    with course.gradebook() as gb:
+        due = gb.find_assignment(assignment).duedate
+    return f"{due:%Y-%m-%d %H:%M} UTC" if due else ""
+
+
+def _check_release(course: gradebook.Course, name: str) -> None:
+    """The assignment's release is there (before the cluster starts), or what to run."""
+    release = course.root / course.release / name
+    if not release.is_dir():
+        raise ValueError(
+            f"the release of {name!r} is missing from {release}: run `coursepkg release {name} "
+            f"--root {course.root}` first (it generates the release from "
+            f"{course.root / course.source / name})"
+        )
 
 
 def _submissions(root: Path, assignment: str, students: list[str] | None) -> list[str]:
@@ -375,6 +394,9 @@ def grade_class(
     limits = course_limits(root, cell_timeout=cell_timeout, notebook_timeout=notebook_timeout,
                            memory_mb=memory_mb, disk_mb=disk_mb, shm_mb=shm_mb)  # fmt: skip
     chosen = _submissions(root, assignment, students)
+    book = gradebook.Course(root, url)
+    check_due_dates(book.config)  # a due date it cannot read stops here, before any grading
+    _check_release(book, assignment)
     stop = _Stop()
     with stop.installed():
         with connect(scheduler, workers) as client:  # reachable, before anything is written
@@ -382,7 +404,6 @@ def grade_class(
                 from .worker import GradingPlugin
 
                 client.register_plugin(GradingPlugin())
-            book = gradebook.Course(root, url)
             notebooks = book.notebooks(assignment)
             apply_due_date(book, assignment)  # the late policy's, before the workers get it
             reports = root / "reports" / assignment
