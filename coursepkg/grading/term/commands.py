@@ -36,13 +36,17 @@ def _export(args: argparse.Namespace) -> int:
     from .export import export, read_mapping
 
     if bool(args.assignment) == args.all:
-        raise ValueError("give one ASSIGNMENT or --all (got both or neither)")
+        raise ValueError("give ASSIGNMENT ... or --all (got both or neither)")
+    if args.include_empty and not args.all:
+        raise ValueError("--include-empty goes with --all (named assignments are always written)")
     course = open_course(args)
     mapping = read_mapping(args.mapping, args.id_column) if args.mapping else None
     out = args.output or course.root / "reports" / f"export-{args.format}.csv"
-    written = export(course.url, course.course_id, None if args.all else [args.assignment],
-                     args.format, out, mapping=mapping, parts=args.parts)  # fmt: skip
-    print(f"wrote {written}")
+    written = export(course.url, course.course_id, None if args.all else args.assignment,
+                     args.format, out, mapping=mapping, parts=args.parts,
+                     include_empty=args.include_empty,
+                     skip_unmapped=args.skip_unmapped)  # fmt: skip
+    print("\n".join(written.lines()))
     return 0
 
 
@@ -53,10 +57,25 @@ def _add_export(sub: Any) -> None:
         description="Read nbgrader's gradebook (SQLite or PostgreSQL) and write one CSV file "
         "to upload: Canvas's gradebook layout, Gradescope's, or a plain CSV. One column per "
         "assignment (nbgrader's score: points less the late penalty), optionally one per "
-        "graded part. Students are matched to the platform's ids by --mapping.",
+        "graded part. Students are matched to the platform's ids by --mapping. It prints "
+        "what it wrote and what it skipped.",
     )
-    p.add_argument("assignment", nargs="?", help="an assignment id (or --all)")
-    p.add_argument("--all", action="store_true", help="every assignment in the gradebook")
+    p.add_argument("assignment", nargs="*", help="assignment ids, in the file's order (or --all)")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="every assignment someone has handed in, by name (the others are listed as skipped)",
+    )
+    p.add_argument(
+        "--include-empty",
+        action="store_true",
+        help="with --all, also the assignments nobody has handed in (columns of zeros)",
+    )
+    p.add_argument(
+        "--skip-unmapped",
+        action="store_true",
+        help="leave out the students missing from --mapping (e.g. who dropped), listing them",
+    )
     p.add_argument("--format", choices=("canvas", "gradescope", "csv"), required=True)
     p.add_argument(
         "--mapping",
