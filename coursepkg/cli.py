@@ -82,6 +82,14 @@ def _release(args: argparse.Namespace) -> int:
         print(f"{notebook}" + (f": {len(found)} secret line(s) leaked!" if found else ""))
         for line in found:
             print(f"    {line}")
+    folders = sorted({str(n.parent.parent) for n in released})
+    sqlite = db_url and db_url.startswith("sqlite")  # never print a URL: it may hold a password
+    where = f", recorded in {db_url.split('///')[-1] if sqlite else 'the --db gradebook'}"
+    print(
+        f"{len(released)} notebook(s) generated into {', '.join(folders) or 'nothing'}"
+        + (where if db_url else " (no gradebook)")
+        + ("; no leaked solution or hidden test" if not leaks else f"; {leaks} leaked line(s)!")
+    )
     return 1 if leaks else 0
 
 

@@ -108,14 +108,20 @@ def _regrade(args: argparse.Namespace) -> int:
     course = open_course(args)
     if args.action == "add":
         ids = regrade.add_requests(course, [Path(f) for f in args.files])
-        print(f"recorded request(s) {', '.join(map(str, ids))}; dashboard: "
-              f"{course.root / 'reports' / 'dashboard.html'}")  # fmt: skip
+        known = {r.id: r for r in regrade.requests(course.url)}
+        for i in ids:
+            r = known[i]
+            print(f"request {i}: {r.student}, {r.assignment} {r.part} ({r.status})")
+        print(f"dashboard: {course.root / 'reports' / 'dashboard.html'}")
     elif args.action == "answer":
         who = args.by or os.environ.get("USER") or getpass.getuser()
         regrade.answer(course, args.id, why=args.why, who=who, score=args.score)
         print(f"answered request {args.id}; the feedback of its student was made again")
     else:
-        for r in regrade.requests(course.url, args.assignment):
+        found = regrade.requests(course.url, args.assignment)
+        if not args.all and not any(r.status == "open" for r in found):
+            print(f"no open requests ({len(found)} answered; --all lists them with their trail)")
+        for r in found:
             if r.status == "open" or args.all:
                 print(f"{r.id:>4}  {r.status:<8} {r.student:<16} {r.assignment} {r.part}: "
                       f"{r.reason}")  # fmt: skip

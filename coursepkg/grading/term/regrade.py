@@ -219,7 +219,7 @@ def answer(course: Any, request_id: int, *, why: str, who: str, score: float | N
     """
     from sqlalchemy import insert, select, update
 
-    from ..classroom.gradebook import feedback_from_gradebook
+    from ..classroom.gradebook import export_csv, feedback_from_gradebook
 
     if not why.strip():
         raise ValueError("an answer needs a reason (--why): it goes into the audit trail")
@@ -251,6 +251,9 @@ def answer(course: Any, request_id: int, *, why: str, who: str, score: float | N
     finally:
         engine.dispose()
     feedback_from_gradebook(course, row.assignment, row.student)
+    grades = course.root / "reports" / row.assignment / "grades.csv"
+    if grades.is_file():  # what coursepkg grade wrote, made again with the new score
+        export_csv(course, row.assignment, grades)
     write_snapshot(course)
 
 

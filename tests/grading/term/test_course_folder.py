@@ -1,0 +1,69 @@
+"""Student data stays out of git: a term run in a fresh course folder that is a git repository
+(``docs/instructors.md``, "Setting up a term": the course's ``.gitignore`` and
+``nbgrader_config.py`` copied beside ``solutions/``) leaves nothing of a student's for git to
+commit.
+
+The commands are the guide's, in its order: ``coursepkg release``, a submission as ``nbgrader
+collect`` leaves it, ``coursepkg grade``, a regrade request recorded, a roster and ``coursepkg
+export`` for Canvas. Every file they write that holds a student's name, work or grade
+(``gradebook.db``, ``submitted/``, ``autograded/``, ``feedback/``, ``reports/``, the roster,
+the request, the export) must be ignored; ``git status`` may list only the course's own files.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+BIN = Path(sys.executable).parent
+AID = "ex01_attention"
+PART = "test_scaled_dot_product_attention_hidden"
+ROSTER = 'student_id,Student,ID,SIS User ID,SIS Login ID,Section\nada,"Lovelace, Ada",7,A7,al,S1\n'
+# What a course folder may commit: its settings, the source notebooks and their release.
+COURSE_FILES = (".gitignore", "nbgrader_config.py", "solutions/", "exercises/")
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def _run(course: Path, *args: str) -> str:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    run = subprocess.run([*args], cwd=course, env=env, capture_output=True, text=True,
+                         timeout=600)  # fmt: skip
+    assert run.returncode == 0, f"{args}:\n{run.stdout}\n{run.stderr}"
+    return run.stdout
+
+
+def test_a_term_in_a_fresh_course_folder_leaves_no_student_file_for_git(tmp_path):
+    course = tmp_path / "course"
+    course.mkdir()
+    _run(course, "git", "init", "-q")
+    for name in (".gitignore", "nbgrader_config.py"):
+        shutil.copy(ROOT / name, course / name)
+    shutil.copytree(ROOT / "solutions" / AID, course / "solutions" / AID)
+    _run(course, "coursepkg", "release", AID, "--root", ".")
+    submitted = course / "submitted" / "ada" / AID  # as `nbgrader collect` leaves it
+    submitted.mkdir(parents=True)
+    source = nbformat.read(str(course / "solutions" / AID / f"{AID}.ipynb"), as_version=4)
+    nbformat.write(source, str(submitted / f"{AID}.ipynb"))
+    (submitted / "timestamp.txt").write_text("2026-11-20 12:00:00.000000 UTC")
+    _run(course, "coursepkg", "grade", AID, "--root", ".", "--workers", "1", "--no-progress")
+    _run(course, "coursepkg", "regrade", "request", AID, PART, "--student", "ada", "--reason", "x")
+    _run(course, "coursepkg", "regrade", "add", f"regrade-{AID}-{PART}.json", "--root", ".")
+    (course / "roster.csv").write_text(ROSTER, encoding="utf-8")
+    _run(course, "coursepkg", "export", "--all", "--format", "canvas", "--mapping", "roster.csv")
+
+    written = ["gradebook.db", "submitted/ada", "autograded/ada", "feedback/ada",
+               f"reports/{AID}/ada.json", f"reports/{AID}/grades.csv", "reports/dashboard.html",
+               "reports/export-canvas.csv", "roster.csv", f"regrade-{AID}-{PART}.json"]  # fmt: skip
+    assert [p for p in written if not (course / p).exists()] == []  # the term did write them
+    status = _run(course, "git", "status", "--porcelain", "--untracked-files=all")
+    listed = [line[3:] for line in status.splitlines()]
+    assert listed, "git status lists nothing at all: the course's own files should show"
+    assert [p for p in listed if not p.startswith(COURSE_FILES)] == []
