@@ -262,7 +262,7 @@ def _assignment(course: gradebook.Course, name: str, notebooks: list[str], **lim
     )
 
 
-def _run(batch: _Batch, jobs: list[GradeJob], window: int, progress: bool) -> None:
+def _run(batch: _Batch, jobs: list[GradeJob], window: int, progress: bool, console: Any) -> None:
     """Keep at most ``window`` jobs on the cluster; record each answer as it arrives, with a
     progress bar. Whatever is still running when this stops (Ctrl-C) is cancelled."""
     from distributed import as_completed
@@ -271,7 +271,7 @@ def _run(batch: _Batch, jobs: list[GradeJob], window: int, progress: bool) -> No
     name = batch.assignment.name
     todo = list(reversed(jobs))
     bar = tqdm(total=len(jobs), desc=f"grading {name}", unit="nb", disable=not progress,
-               file=sys.stderr)  # fmt: skip
+               file=console or sys.stderr)  # fmt: skip
     try:
         with bar:
             running = as_completed(
@@ -313,8 +313,11 @@ def _due(course: gradebook.Course, assignment: str) -> str:
     return f"{due:%Y-%m-%d %H:%M} UTC" if due else ""
 
 
-def _check_release(course: gradebook.Course, name: str) -> None:
-    """The assignment's release is there (before the cluster starts), or what to run."""
+def _checked_course(root: Path, url: str, name: str) -> gradebook.Course:
+    """The course, its due dates readable and the assignment's release there, or an error
+    saying what to do, before the cluster starts."""
+    course = gradebook.Course(root, url)
+    check_due_dates(course.config)
     release = course.root / course.release / name
     if not release.is_dir():
         raise ValueError(
@@ -322,6 +325,7 @@ def _check_release(course: gradebook.Course, name: str) -> None:
             f"--root {course.root}` first (it generates the release from "
             f"{course.root / course.source / name})"
         )
+    return course
 
 
 def _submissions(root: Path, assignment: str, students: list[str] | None) -> list[str]:
@@ -358,6 +362,7 @@ def grade_class(
     shm_mb: int | None = None,
     progress: bool = True,
     fork: bool = True,
+    console: Any = None,
 ) -> ClassResult:
     """Autograde every submission of ``assignment`` on Dask, then write feedback, the CSV
     export, the per-student JSON reports and the dashboard.
@@ -376,9 +381,10 @@ def grade_class(
         cell_timeout, notebook_timeout, memory_mb, disk_mb, shm_mb: each kernel's limits
             (:class:`~.limits.GradeLimits` says what each bounds); None: the course's
             ``c.GradeLimits`` in ``nbgrader_config.py``, else the defaults.
-        progress: show a tqdm progress bar on stderr.
+        progress: show a tqdm progress bar on ``console`` (default: stderr).
         fork: fork each kernel from a process that has imported torch and the checks
             (:mod:`coursepkg.grading.kernel.forkserver`); False starts every kernel anew.
+        console: the progress bar's stream (default: stderr).
 
     Returns:
         A :class:`ClassResult` (its :meth:`~ClassResult.summary` is the final line).
@@ -394,9 +400,7 @@ def grade_class(
     limits = course_limits(root, cell_timeout=cell_timeout, notebook_timeout=notebook_timeout,
                            memory_mb=memory_mb, disk_mb=disk_mb, shm_mb=shm_mb)  # fmt: skip
     chosen = _submissions(root, assignment, students)
-    book = gradebook.Course(root, url)
-    check_due_dates(book.config)  # a due date it cannot read stops here, before any grading
-    _check_release(book, assignment)
+    book = _checked_course(root, url, assignment)
     stop = _Stop()
     with stop.installed():
         with connect(scheduler, workers) as client:  # reachable, before anything is written
@@ -415,13 +419,10 @@ def grade_class(
             batch = _Batch(client, shipped, book, stop)
             grade_start = time.perf_counter()
             _run(batch, [_job(root, assignment, sid, notebooks) for sid in chosen], 4 * n_workers,
-                 progress)  # fmt: skip
+                 progress, console)  # fmt: skip
             grade_seconds = time.perf_counter() - grade_start
         result = _finish(batch, chosen, notebooks, reports)
-        result.seconds, result.grade_seconds, result.workers = (
-            time.perf_counter() - start,
-            grade_seconds,
-            n_workers,
-        )
+        result.grade_seconds, result.workers = grade_seconds, n_workers
+        result.seconds = time.perf_counter() - start
     log.info("%s", result.summary())
     return result

@@ -227,6 +227,20 @@ def _cell_message(cell: Any) -> str:
     return ""
 
 
+def _totals(gb: Any, aid: str, result: StudentResult) -> tuple[float, float, float]:
+    """The submission's points, points possible and late penalty, kept on ``result`` too."""
+    from nbgrader.api import MissingEntry
+
+    try:
+        submission = gb.find_submission(aid, result.student)
+        score, top = submission.score, submission.max_score
+        penalty = submission.late_submission_penalty or 0.0
+    except MissingEntry:
+        score, top, penalty = 0.0, 0.0, 0.0
+    result.score, result.max_score, result.penalty, result.late = score, top, penalty, penalty > 0
+    return score, top, penalty
+
+
 def student_report(
     course: Path, aid: str, db_url: str, result: StudentResult, notebooks: list[str]
 ) -> dict:
@@ -282,14 +296,7 @@ def student_report(
                         "diagnoses": diagnoses_in(message),
                     }
                 )
-        try:
-            submission = gb.find_submission(aid, student)
-            score, max_score = submission.score, submission.max_score
-            penalty = submission.late_submission_penalty or 0.0
-            result.late = penalty > 0
-        except MissingEntry:
-            score, max_score, penalty = 0.0, 0.0, 0.0
-    result.score, result.max_score, result.penalty = score, max_score, penalty
+        score, max_score, penalty = _totals(gb, aid, result)
     tests.sort(key=lambda t: (t["notebook"], t["grade_id"]))
     return {
         "student": student,

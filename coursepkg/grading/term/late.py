@@ -29,7 +29,7 @@ from typing import Any
 
 from nbgrader.plugins import LateSubmissionPlugin
 from nbgrader.preprocessors import NbGraderPreprocessor
-from traitlets import Dict, Float
+from traitlets import Dict, Float, List
 
 __all__ = [
     "LateNote",
@@ -143,6 +143,10 @@ def describe_lateness(config: Any, submission: Any) -> str:
 
 class LateNote(NbGraderPreprocessor):
     """Put the note on lateness (:func:`describe_lateness`) at the top of the feedback."""
+
+    # nbconvert hands every preprocessor its display_data_priority setting; declared as a
+    # setting here (nbgrader's base has it as a plain trait), it is taken without a warning.
+    display_data_priority = List(NbGraderPreprocessor().display_data_priority).tag(config=True)
 
     def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
         import nbformat

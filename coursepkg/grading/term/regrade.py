@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import List
 
 __all__ = [
     "REGRADE_MARK",
@@ -330,6 +331,10 @@ def feedback_text(found: list[Request], assignment: str, student: str, parts: li
 
 class RegradeNote(NbGraderPreprocessor):
     """Add the regrade section (:func:`feedback_text`) at the end of the feedback."""
+
+    # nbconvert hands every preprocessor its display_data_priority setting; declared as a
+    # setting here (nbgrader's base has it as a plain trait), it is taken without a warning.
+    display_data_priority = List(NbGraderPreprocessor().display_data_priority).tag(config=True)
 
     def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
         import nbformat
