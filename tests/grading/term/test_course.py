@@ -135,8 +135,9 @@ def test_each_late_penalty_is_the_policys(course):
         assert score == course["total"], (sid, found[sid], course["summary"])
         assert penalty == pytest.approx(course["total"] * percent / 100), sid
     off = course["total"] * 0.7  # twodays' 20% and capped's 50%
-    assert f"late policy: {AID} due 2026-11-20 17:00 UTC; 2 of 6 late, {off:.4g} point(s) off" in (
-        course["summary"]
+    assert (
+        f"late policy: {AID} due 2026-11-20 17:00 UTC; 2 of 6 late, {off:.4g} point(s) off"
+        in (course["summary"])
     )
 
 
