@@ -26,7 +26,7 @@ if os.environ.get("COURSE_EXCHANGE"):
 # score and the check's message, which says what is wrong, still show), so the hidden shapes stay
 # hidden from the next cohort too.
 # The feedback also explains a late penalty and lists the student's regrade requests with their
-# answers, with a link to ask for one (coursepkg.grading.term; see docs/instructors.md, the end of term).
+# answers, with a link to ask for one (coursepkg.grading.term; docs/instructors.md, end of term).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
