@@ -67,3 +67,28 @@ def test_a_term_in_a_fresh_course_folder_leaves_no_student_file_for_git(tmp_path
     listed = [line[3:] for line in status.splitlines()]
     assert listed, "git status lists nothing at all: the course's own files should show"
     assert [p for p in listed if not p.startswith(COURSE_FILES)] == []
+
+
+@pytest.mark.parametrize(
+    ("due", "reason"),
+    [
+        ("01/12/2026 17:00", "year, month, day"),  # meant 1 December; once read as 12 January
+        ("2026-12-01 17:00 CET", "abbreviation"),  # once read as UTC
+        ("2026-11-31 17:00 UTC", "day is out of range for month"),
+    ],
+)
+def test_a_due_date_it_cannot_read_stops_grading_before_it_starts(tmp_path, due, reason):
+    course = tmp_path / "course"
+    course.mkdir()
+    policy = ('\nc.AssignLatePenalties.plugin_class = "coursepkg.grading.term.late.LatePolicy"\n'
+              f'c.LatePolicy.due_dates = {{"{AID}": "{due}"}}\n')  # fmt: skip
+    config = (ROOT / "nbgrader_config.py").read_text(encoding="utf-8")
+    (course / "nbgrader_config.py").write_text(config + policy, encoding="utf-8")
+    (course / "submitted" / "ada" / AID).mkdir(parents=True)
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    run = subprocess.run([str(BIN / "coursepkg"), "grade", AID, "--root", str(course)], env=env,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert f"LatePolicy.due_dates['{AID}']" in run.stderr and reason in run.stderr
+    assert "2026-12-01 17:00 Europe/Berlin" in run.stderr  # what to write instead
+    assert not (course / "autograded").exists() and "graded" not in run.stdout
