@@ -170,17 +170,20 @@ def _add_regrade(sub: Any) -> None:
 def _similarity(args: argparse.Namespace) -> int:
     from .similarity import similarity_report
 
-    table, page, pairs = similarity_report(args.root, args.assignment, args.threshold)
-    above = [p for p in pairs if p.similarity >= args.threshold]
+    found = similarity_report(args.root, args.assignment, args.threshold, args.top)
+    above = [p for p in found.pairs if p.similarity >= args.threshold]
     for p in above[:10]:
-        print(f"{p.similarity:.3f}  {p.left}  {p.right}")
-    print(f"{len(above)} pair(s) at or above {args.threshold:g} of {len(pairs)} sharing code; "
-          f"{table}  {page}")  # fmt: skip
+        same = "  (identical answers)" if (p.left, p.right) in found.identical else ""
+        print(f"{p.similarity:.3f}  {p.left}  {p.right}{same}")
+    for sid, why in found.unreadable.items():
+        print(f"not compared: {sid}: {why}")
+    print(f"{len(above)} pair(s) at or above {args.threshold:g} of {len(found.pairs)} sharing "
+          f"code; {found.table}  {found.page}")  # fmt: skip
     return 0
 
 
 def _add_similarity(sub: Any) -> None:
-    from .similarity import DEFAULT_THRESHOLD
+    from .similarity import DEFAULT_THRESHOLD, DEFAULT_TOP
 
     p = sub.add_parser(
         "similarity",
@@ -195,6 +198,8 @@ def _add_similarity(sub: Any) -> None:
     p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                    help=f"similarity (0-1) from which a pair is shown side by side "
                    f"({DEFAULT_THRESHOLD:g})")  # fmt: skip
+    p.add_argument("--top", type=int, default=DEFAULT_TOP,
+                   help=f"the most pairs shown side by side ({DEFAULT_TOP})")  # fmt: skip
     p.add_argument("--root", default=".", help="the nbgrader course directory (default: .)")
     p.set_defaults(func=_similarity)
 
