@@ -4,14 +4,16 @@
 commit.
 
 The commands are the guide's, in its order: ``coursepkg release``, a submission as ``nbgrader
-collect`` leaves it, ``coursepkg grade``, a regrade request recorded, a roster and ``coursepkg
-export`` for Canvas. Every file they write that holds a student's name, work or grade
-(``gradebook.db``, ``submitted/``, ``autograded/``, ``feedback/``, ``reports/``, the roster,
-the request, the export) must be ignored; ``git status`` may list only the course's own files.
+collect`` leaves it, ``coursepkg grade``, a regrade request recorded and answered (``grades.csv``
+follows at once), a roster and ``coursepkg export`` for Canvas. Every file they write that holds
+a student's name, work or grade (``gradebook.db``, ``submitted/``, ``autograded/``,
+``feedback/``, ``reports/``, the roster, the request, the export) must be ignored; ``git status``
+may list only the course's own files.
 """
 
 from __future__ import annotations
 
+import csv
 import os
 import shutil
 import subprocess
@@ -40,6 +42,12 @@ def _run(course: Path, *args: str) -> str:
     return run.stdout
 
 
+def _score(course: Path) -> float:
+    with open(course / "reports" / AID / "grades.csv", newline="") as f:
+        (row,) = csv.DictReader(f)
+    return float(row["score"])
+
+
 def test_a_term_in_a_fresh_course_folder_leaves_no_student_file_for_git(tmp_path):
     course = tmp_path / "course"
     course.mkdir()
@@ -55,7 +63,12 @@ def test_a_term_in_a_fresh_course_folder_leaves_no_student_file_for_git(tmp_path
     (submitted / "timestamp.txt").write_text("2026-11-20 12:00:00.000000 UTC")
     _run(course, "coursepkg", "grade", AID, "--root", ".", "--workers", "1", "--no-progress")
     _run(course, "coursepkg", "regrade", "request", AID, PART, "--student", "ada", "--reason", "x")
-    _run(course, "coursepkg", "regrade", "add", f"regrade-{AID}-{PART}.json", "--root", ".")
+    added = _run(course, "coursepkg", "regrade", "add", f"regrade-{AID}-{PART}.json")
+    assert f"request 1: ada, {AID} {PART} (open)" in added
+    before = _score(course)
+    _run(course, "coursepkg", "regrade", "answer", "1", "--score", "1", "--why", "x", "--by", "T")
+    assert _score(course) == before - 5  # grades.csv made again at once: 6 points down to 1
+    assert "no open requests (1 answered" in _run(course, "coursepkg", "regrade", "list")
     (course / "roster.csv").write_text(ROSTER, encoding="utf-8")
     _run(course, "coursepkg", "export", "--all", "--format", "canvas", "--mapping", "roster.csv")
 
