@@ -54,10 +54,11 @@ def _add_export(sub: Any) -> None:
     p = sub.add_parser(
         "export",
         help="write the grades as the CSV Canvas or Gradescope imports (instructors)",
-        description="Read nbgrader's gradebook (SQLite or PostgreSQL) and write one CSV file "
-        "to upload: Canvas's gradebook layout, Gradescope's, or a plain CSV. One column per "
-        "assignment (nbgrader's score: points less the late penalty), optionally one per "
-        "graded part. Students are matched to the platform's ids by --mapping. It prints "
+        description="Read nbgrader's gradebook (SQLite or PostgreSQL) and write one CSV file: "
+        "Canvas's gradebook layout (for its Import), the layout of Gradescope's grade download "
+        "(Gradescope imports no grades; for what reads its downloads), or a plain CSV. One "
+        "column per assignment (nbgrader's score: points less the late penalty), optionally "
+        "one per graded part. Students are matched to the platform's ids by --mapping. It prints "
         "what it wrote and what it skipped.",
     )
     p.add_argument("assignment", nargs="*", help="assignment ids, in the file's order (or --all)")

@@ -5,7 +5,8 @@ the CSV file a learning platform imports.
   then one column per assignment (and per graded part), and a ``Points Possible`` row under
   the header, as Canvas's own gradebook export writes it and its import reads it.
 * ``gradescope``: Gradescope's layout: ``First Name, Last Name, SID, Email``, then per column
-  the score and its ``- Max Points``, as Gradescope's grade download writes it.
+  the score and its ``- Max Points``, as Gradescope's grade download writes it. Gradescope
+  itself imports no grades from a file; this is for what reads its downloads.
 * ``csv``: ``student_id`` and the same score columns, for anything else.
 
 The score is nbgrader's: the points (hand grades and answered regrade requests included) less
