@@ -105,3 +105,15 @@ def test_a_due_date_it_cannot_read_stops_grading_before_it_starts(tmp_path, due,
     assert f"LatePolicy.due_dates['{AID}']" in run.stderr and reason in run.stderr
     assert "2026-12-01 17:00 Europe/Berlin" in run.stderr  # what to write instead
     assert not (course / "autograded").exists() and "graded" not in run.stdout
+
+
+def test_a_missing_release_says_what_to_run_before_grading_starts(tmp_path):
+    course = tmp_path / "course"
+    (course / "submitted" / "ada" / AID).mkdir(parents=True)
+    shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    run = subprocess.run([str(BIN / "coursepkg"), "grade", AID, "--root", str(course)], env=env,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert f"run `coursepkg release {AID} --root {course}` first" in run.stderr
+    assert f"{course / 'exercises' / AID}" in run.stderr  # the config's release_directory
