@@ -82,6 +82,14 @@ def _release(args: argparse.Namespace) -> int:
         print(f"{notebook}" + (f": {len(found)} secret line(s) leaked!" if found else ""))
         for line in found:
             print(f"    {line}")
+    folders = sorted({str(n.parent.parent) for n in released})
+    sqlite = db_url and db_url.startswith("sqlite")  # never print a URL: it may hold a password
+    where = f", recorded in {db_url.split('///')[-1] if sqlite else 'the --db gradebook'}"
+    print(
+        f"{len(released)} notebook(s) generated into {', '.join(folders) or 'nothing'}"
+        + (where if db_url else " (no gradebook)")
+        + ("; no leaked solution or hidden test" if not leaks else f"; {leaks} leaked line(s)!")
+    )
     return 1 if leaks else 0
 
 
@@ -89,10 +97,14 @@ def _grade(args: argparse.Namespace) -> int:
     import logging
 
     from .grading.classroom import grade_class
+    from .grading.classroom.console import quiet_console
 
-    logging.basicConfig(level=logging.WARNING, format="coursepkg grade: %(message)s")
     # Dask's own bookkeeping (workers joining, closing) is not the instructor's business.
-    logging.getLogger("distributed").setLevel(logging.ERROR)
+    logging.getLogger("distributed").setLevel(logging.WARNING if args.verbose else logging.ERROR)
+    root = Path(args.root).resolve()
+    log = root / "reports" / args.assignment / "grade.log"
+    if args.verbose or not (root / "nbgrader_config.py").is_file():
+        log = None  # -v, or no course there (grade_class says so): nothing to hide
     options = dict(
         course=args.root,
         assignment=args.assignment,
@@ -109,7 +121,8 @@ def _grade(args: argparse.Namespace) -> int:
         fork=not args.no_fork,
     )
     try:
-        result = grade_class(**options)
+        with quiet_console(log) as console:
+            result = grade_class(**options, console=console)
     except KeyboardInterrupt as stop:
         signum = getattr(stop, "signum", signal.SIGINT)
         print(
@@ -121,6 +134,8 @@ def _grade(args: argparse.Namespace) -> int:
         return 128 + signum
     print(result.summary())
     print(f"reports: {result.reports}  dashboard: {result.dashboard}")
+    if log is not None:
+        print(f"the grader's log (nbgrader, Dask and kernel messages; -v shows them): {log}")
     return 1 if any(s.error for s in result.students) else 0
 
 
@@ -185,6 +200,13 @@ def _add_grade_parser(sub: Any) -> None:
         "--shm-mb", type=int, default=None, help="MiB of a kernel's private /dev/shm (256)"
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show the messages of nbgrader, Dask and the kernels as they come (default: in "
+        "reports/ASSIGNMENT/grade.log; the console has the progress bar and the summary)",
+    )
     p.add_argument(
         "--no-fork",
         action="store_true",

@@ -278,6 +278,9 @@ def _execute(
         timeout=timeout,
         startup_timeout=startup_timeout,
         kernel_name="python3",
+        # The kernel's own startup warnings (ipykernel's note that it talks over local TCP)
+        # are not the student's to act on; their code's output still shows in the report.
+        extra_arguments=["--IPKernelApp.log_level=ERROR"],
         allow_errors=True,
         resources={"metadata": {"path": str(path.resolve().parent)}},
     )

@@ -102,8 +102,13 @@ class Course:
         self.course_id = self.config.get("CourseDirectory", {}).get("course_id") or (
             "default_course"
         )
-        self.source = "solutions" if (root / "solutions").is_dir() else "source"
-        self.release = "exercises" if (root / "exercises").is_dir() else "release"
+        folders = self.config.get("CourseDirectory", {})  # the config's, else a guess
+        self.source = folders.get("source_directory") or (
+            "solutions" if (root / "solutions").is_dir() else "source"
+        )
+        self.release = folders.get("release_directory") or (
+            "exercises" if (root / "exercises").is_dir() else "release"
+        )
 
     def gradebook(self) -> Any:
         from nbgrader.api import Gradebook

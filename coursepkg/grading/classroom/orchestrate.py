@@ -38,7 +38,7 @@ from typing import Any
 from ..kernel.confine import remove_stale_cgroups
 from ..notebook import DEFAULT_CELL_TIMEOUT, NotebookError, load_notebook
 from ..notebook import cell_timeout as notebook_cell_timeout
-from ..term.late import apply_due_date
+from ..term.late import apply_due_date, check_due_dates
 from . import gradebook
 from .dashboard import build_dashboard
 from .limits import course_limits
@@ -262,7 +262,7 @@ def _assignment(course: gradebook.Course, name: str, notebooks: list[str], **lim
     )
 
 
-def _run(batch: _Batch, jobs: list[GradeJob], window: int, progress: bool) -> None:
+def _run(batch: _Batch, jobs: list[GradeJob], window: int, progress: bool, console: Any) -> None:
     """Keep at most ``window`` jobs on the cluster; record each answer as it arrives, with a
     progress bar. Whatever is still running when this stops (Ctrl-C) is cancelled."""
     from distributed import as_completed
@@ -271,7 +271,7 @@ def _run(batch: _Batch, jobs: list[GradeJob], window: int, progress: bool) -> No
     name = batch.assignment.name
     todo = list(reversed(jobs))
     bar = tqdm(total=len(jobs), desc=f"grading {name}", unit="nb", disable=not progress,
-               file=sys.stderr)  # fmt: skip
+               file=console or sys.stderr)  # fmt: skip
     try:
         with bar:
             running = as_completed(
@@ -302,7 +302,30 @@ def _finish(batch: _Batch, chosen: list[str], notebooks: list[str], reports: Pat
         reports=reports,
         dashboard=build_dashboard(book.root),
         sandbox=sandbox_summary(batch.statuses),
+        due=_due(book, assignment),
     )
+
+
+def _due(course: gradebook.Course, assignment: str) -> str:
+    """The assignment's due date in the gradebook, for the summary (empty: none)."""
+    with course.gradebook() as gb:
+        due = gb.find_assignment(assignment).duedate
+    return f"{due:%Y-%m-%d %H:%M} UTC" if due else ""
+
+
+def _checked_course(root: Path, url: str, name: str) -> gradebook.Course:
+    """The course, its due dates readable and the assignment's release there, or an error
+    saying what to do, before the cluster starts."""
+    course = gradebook.Course(root, url)
+    check_due_dates(course.config)
+    release = course.root / course.release / name
+    if not release.is_dir():
+        raise ValueError(
+            f"the release of {name!r} is missing from {release}: run `coursepkg release {name} "
+            f"--root {course.root}` first (it generates the release from "
+            f"{course.root / course.source / name})"
+        )
+    return course
 
 
 def _submissions(root: Path, assignment: str, students: list[str] | None) -> list[str]:
@@ -339,6 +362,7 @@ def grade_class(
     shm_mb: int | None = None,
     progress: bool = True,
     fork: bool = True,
+    console: Any = None,
 ) -> ClassResult:
     """Autograde every submission of ``assignment`` on Dask, then write feedback, the CSV
     export, the per-student JSON reports and the dashboard.
@@ -357,9 +381,10 @@ def grade_class(
         cell_timeout, notebook_timeout, memory_mb, disk_mb, shm_mb: each kernel's limits
             (:class:`~.limits.GradeLimits` says what each bounds); None: the course's
             ``c.GradeLimits`` in ``nbgrader_config.py``, else the defaults.
-        progress: show a tqdm progress bar on stderr.
+        progress: show a tqdm progress bar on ``console`` (default: stderr).
         fork: fork each kernel from a process that has imported torch and the checks
             (:mod:`coursepkg.grading.kernel.forkserver`); False starts every kernel anew.
+        console: the progress bar's stream (default: stderr).
 
     Returns:
         A :class:`ClassResult` (its :meth:`~ClassResult.summary` is the final line).
@@ -375,6 +400,7 @@ def grade_class(
     limits = course_limits(root, cell_timeout=cell_timeout, notebook_timeout=notebook_timeout,
                            memory_mb=memory_mb, disk_mb=disk_mb, shm_mb=shm_mb)  # fmt: skip
     chosen = _submissions(root, assignment, students)
+    book = _checked_course(root, url, assignment)
     stop = _Stop()
     with stop.installed():
         with connect(scheduler, workers) as client:  # reachable, before anything is written
@@ -382,7 +408,6 @@ def grade_class(
                 from .worker import GradingPlugin
 
                 client.register_plugin(GradingPlugin())
-            book = gradebook.Course(root, url)
             notebooks = book.notebooks(assignment)
             apply_due_date(book, assignment)  # the late policy's, before the workers get it
             reports = root / "reports" / assignment
@@ -394,13 +419,10 @@ def grade_class(
             batch = _Batch(client, shipped, book, stop)
             grade_start = time.perf_counter()
             _run(batch, [_job(root, assignment, sid, notebooks) for sid in chosen], 4 * n_workers,
-                 progress)  # fmt: skip
+                 progress, console)  # fmt: skip
             grade_seconds = time.perf_counter() - grade_start
         result = _finish(batch, chosen, notebooks, reports)
-        result.seconds, result.grade_seconds, result.workers = (
-            time.perf_counter() - start,
-            grade_seconds,
-            n_workers,
-        )
+        result.grade_seconds, result.workers = grade_seconds, n_workers
+        result.seconds = time.perf_counter() - start
     log.info("%s", result.summary())
     return result

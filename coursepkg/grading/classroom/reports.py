@@ -40,8 +40,10 @@ class StudentResult:
         student: the student id.
         graded: False when the notebook could not be run and got the fallback zero.
         reason: why it was not graded (empty when it was).
-        score: total points in the gradebook.
-        max_score: points available.
+        score: total points in the gradebook, before the late penalty.
+        max_score: points available (the written answers included, as the exports count).
+        penalty: the late penalty in points (0 when on time).
+        late: whether the submission lost points to the late policy.
         seconds: wall-clock time of this student's autograde runs.
         attempts: nbgrader runs (a retry after "database is locked" counts).
         error: set when not even the fallback grade could be recorded (the student then has
@@ -55,6 +57,8 @@ class StudentResult:
     reason: str = ""
     score: float = 0.0
     max_score: float = 0.0
+    penalty: float = 0.0
+    late: bool = False
     seconds: float = 0.0
     attempts: int = 0
     error: str = ""
@@ -75,6 +79,7 @@ class ClassResult:
         reports: the directory holding the CSV, JSON files and logs.
         dashboard: the dashboard's HTML file.
         sandbox: how the kernels were confined (see :func:`sandbox_summary`).
+        due: the assignment's due date as the summary states it (empty: none).
     """
 
     assignment: str
@@ -85,18 +90,46 @@ class ClassResult:
     reports: Path = Path()
     dashboard: Path = Path()
     sandbox: str = ""
+    due: str = ""
+
+    def late_lines(self) -> list[str]:
+        """The late policy's effect: how many late, the points taken off, and a warning when
+        more than half the class is late (a due date read wrong looks like that)."""
+        late = [s for s in self.students if s.late]
+        if not self.due and not late:
+            return []
+        off = sum(s.penalty for s in self.students)
+        due = f"{self.assignment} due {self.due}; " if self.due else ""
+        lines = [
+            f"late policy: {due}{len(late)} of {len(self.students)} late, {off:.4g} point(s) off"
+        ]
+        if 2 * len(late) > len(self.students):
+            lines.append(
+                f"WARNING: {len(late)} of {len(self.students)} students are late, more than "
+                "half the class: check the due date (LatePolicy.due_dates in nbgrader_config.py "
+                "or the gradebook's) before the grades go out"
+            )
+        return lines
 
     def summary(self) -> str:
         """A few lines: how many were graded, how fast, the mean score, who could not be run
         (and why), and how the notebooks were confined."""
         n = len(self.students)
-        mean = sum(s.score for s in self.students) / n if n else 0.0
+        raw = sum(s.score for s in self.students) / n if n else 0.0
+        final = sum(max(0.0, s.score - s.penalty) for s in self.students) / n if n else 0.0
         top = max((s.max_score for s in self.students), default=0.0)
         rate = 60 * n / self.grade_seconds if self.grade_seconds else 0.0
+        late = [s for s in self.students if s.late]
+        raw_note = (
+            f" (raw {raw:.2f}; {len(late)} late, -{sum(s.penalty for s in late):.4g})"
+            if late
+            else ""
+        )
         lines = [
             f"{self.assignment}: graded {n} student(s) in {self.seconds:.0f} s with "
-            f"{self.workers} worker(s) ({rate:.1f} notebooks/min); mean score "
-            f"{mean:.2f}/{top:g}"
+            f"{self.workers} worker(s) ({rate:.1f} notebooks/min); mean final score "
+            f"{final:.2f}/{top:g}{raw_note}, as the exports count it",
+            *self.late_lines(),
         ]
         failed = [s for s in self.students if not s.graded]
         if failed:
@@ -194,6 +227,20 @@ def _cell_message(cell: Any) -> str:
     return ""
 
 
+def _totals(gb: Any, aid: str, result: StudentResult) -> tuple[float, float, float]:
+    """The submission's points, points possible and late penalty, kept on ``result`` too."""
+    from nbgrader.api import MissingEntry
+
+    try:
+        submission = gb.find_submission(aid, result.student)
+        score, top = submission.score, submission.max_score
+        penalty = submission.late_submission_penalty or 0.0
+    except MissingEntry:
+        score, top, penalty = 0.0, 0.0, 0.0
+    result.score, result.max_score, result.penalty, result.late = score, top, penalty, penalty > 0
+    return score, top, penalty
+
+
 def student_report(
     course: Path, aid: str, db_url: str, result: StudentResult, notebooks: list[str]
 ) -> dict:
@@ -249,18 +296,15 @@ def student_report(
                         "diagnoses": diagnoses_in(message),
                     }
                 )
-        try:
-            submission = gb.find_submission(aid, student)
-            score, max_score = submission.score, submission.max_score
-        except MissingEntry:
-            score, max_score = 0.0, 0.0
-    result.score, result.max_score = score, max_score
+        score, max_score, penalty = _totals(gb, aid, result)
     tests.sort(key=lambda t: (t["notebook"], t["grade_id"]))
     return {
         "student": student,
         "assignment": aid,
         "score": score,
         "max_score": max_score,
+        "late_penalty": penalty,
+        "final_score": max(0.0, score - penalty),
         "autograded_points": sum(t["points"] for t in tests),
         "autograded_max_points": sum(t["max_points"] for t in tests),
         "graded": result.graded,

@@ -36,13 +36,17 @@ def _export(args: argparse.Namespace) -> int:
     from .export import export, read_mapping
 
     if bool(args.assignment) == args.all:
-        raise ValueError("give one ASSIGNMENT or --all (got both or neither)")
+        raise ValueError("give ASSIGNMENT ... or --all (got both or neither)")
+    if args.include_empty and not args.all:
+        raise ValueError("--include-empty goes with --all (named assignments are always written)")
     course = open_course(args)
     mapping = read_mapping(args.mapping, args.id_column) if args.mapping else None
     out = args.output or course.root / "reports" / f"export-{args.format}.csv"
-    written = export(course.url, course.course_id, None if args.all else [args.assignment],
-                     args.format, out, mapping=mapping, parts=args.parts)  # fmt: skip
-    print(f"wrote {written}")
+    written = export(course.url, course.course_id, None if args.all else args.assignment,
+                     args.format, out, mapping=mapping, parts=args.parts,
+                     include_empty=args.include_empty,
+                     skip_unmapped=args.skip_unmapped)  # fmt: skip
+    print("\n".join(written.lines()))
     return 0
 
 
@@ -50,13 +54,29 @@ def _add_export(sub: Any) -> None:
     p = sub.add_parser(
         "export",
         help="write the grades as the CSV Canvas or Gradescope imports (instructors)",
-        description="Read nbgrader's gradebook (SQLite or PostgreSQL) and write one CSV file "
-        "to upload: Canvas's gradebook layout, Gradescope's, or a plain CSV. One column per "
-        "assignment (nbgrader's score: points less the late penalty), optionally one per "
-        "graded part. Students are matched to the platform's ids by --mapping.",
+        description="Read nbgrader's gradebook (SQLite or PostgreSQL) and write one CSV file: "
+        "Canvas's gradebook layout (for its Import), the layout of Gradescope's grade download "
+        "(Gradescope imports no grades; for what reads its downloads), or a plain CSV. One "
+        "column per assignment (nbgrader's score: points less the late penalty), optionally "
+        "one per graded part. Students are matched to the platform's ids by --mapping. It prints "
+        "what it wrote and what it skipped.",
     )
-    p.add_argument("assignment", nargs="?", help="an assignment id (or --all)")
-    p.add_argument("--all", action="store_true", help="every assignment in the gradebook")
+    p.add_argument("assignment", nargs="*", help="assignment ids, in the file's order (or --all)")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="every assignment someone has handed in, by name (the others are listed as skipped)",
+    )
+    p.add_argument(
+        "--include-empty",
+        action="store_true",
+        help="with --all, also the assignments nobody has handed in (columns of zeros)",
+    )
+    p.add_argument(
+        "--skip-unmapped",
+        action="store_true",
+        help="leave out the students missing from --mapping (e.g. who dropped), listing them",
+    )
     p.add_argument("--format", choices=("canvas", "gradescope", "csv"), required=True)
     p.add_argument(
         "--mapping",
@@ -89,14 +109,20 @@ def _regrade(args: argparse.Namespace) -> int:
     course = open_course(args)
     if args.action == "add":
         ids = regrade.add_requests(course, [Path(f) for f in args.files])
-        print(f"recorded request(s) {', '.join(map(str, ids))}; dashboard: "
-              f"{course.root / 'reports' / 'dashboard.html'}")  # fmt: skip
+        known = {r.id: r for r in regrade.requests(course.url)}
+        for i in ids:
+            r = known[i]
+            print(f"request {i}: {r.student}, {r.assignment} {r.part} ({r.status})")
+        print(f"dashboard: {course.root / 'reports' / 'dashboard.html'}")
     elif args.action == "answer":
         who = args.by or os.environ.get("USER") or getpass.getuser()
         regrade.answer(course, args.id, why=args.why, who=who, score=args.score)
         print(f"answered request {args.id}; the feedback of its student was made again")
     else:
-        for r in regrade.requests(course.url, args.assignment):
+        found = regrade.requests(course.url, args.assignment)
+        if not args.all and not any(r.status == "open" for r in found):
+            print(f"no open requests ({len(found)} answered; --all lists them with their trail)")
+        for r in found:
             if r.status == "open" or args.all:
                 print(f"{r.id:>4}  {r.status:<8} {r.student:<16} {r.assignment} {r.part}: "
                       f"{r.reason}")  # fmt: skip
@@ -145,17 +171,20 @@ def _add_regrade(sub: Any) -> None:
 def _similarity(args: argparse.Namespace) -> int:
     from .similarity import similarity_report
 
-    table, page, pairs = similarity_report(args.root, args.assignment, args.threshold)
-    above = [p for p in pairs if p.similarity >= args.threshold]
+    found = similarity_report(args.root, args.assignment, args.threshold, args.top)
+    above = [p for p in found.pairs if p.similarity >= args.threshold]
     for p in above[:10]:
-        print(f"{p.similarity:.3f}  {p.left}  {p.right}")
-    print(f"{len(above)} pair(s) at or above {args.threshold:g} of {len(pairs)} sharing code; "
-          f"{table}  {page}")  # fmt: skip
+        same = "  (identical answers)" if (p.left, p.right) in found.identical else ""
+        print(f"{p.similarity:.3f}  {p.left}  {p.right}{same}")
+    for sid, why in found.unreadable.items():
+        print(f"not compared: {sid}: {why}")
+    print(f"{len(above)} pair(s) at or above {args.threshold:g} of {len(found.pairs)} sharing "
+          f"code; {found.table}  {found.page}")  # fmt: skip
     return 0
 
 
 def _add_similarity(sub: Any) -> None:
-    from .similarity import DEFAULT_THRESHOLD
+    from .similarity import DEFAULT_THRESHOLD, DEFAULT_TOP
 
     p = sub.add_parser(
         "similarity",
@@ -170,6 +199,8 @@ def _add_similarity(sub: Any) -> None:
     p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                    help=f"similarity (0-1) from which a pair is shown side by side "
                    f"({DEFAULT_THRESHOLD:g})")  # fmt: skip
+    p.add_argument("--top", type=int, default=DEFAULT_TOP,
+                   help=f"the most pairs shown side by side ({DEFAULT_TOP})")  # fmt: skip
     p.add_argument("--root", default=".", help="the nbgrader course directory (default: .)")
     p.set_defaults(func=_similarity)
 

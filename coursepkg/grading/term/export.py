@@ -5,12 +5,18 @@ the CSV file a learning platform imports.
   then one column per assignment (and per graded part), and a ``Points Possible`` row under
   the header, as Canvas's own gradebook export writes it and its import reads it.
 * ``gradescope``: Gradescope's layout: ``First Name, Last Name, SID, Email``, then per column
-  the score and its ``- Max Points``, as Gradescope's grade download writes it.
+  the score and its ``- Max Points``, as Gradescope's grade download writes it. Gradescope
+  itself imports no grades from a file; this is for what reads its downloads.
 * ``csv``: ``student_id`` and the same score columns, for anything else.
 
 The score is nbgrader's: the points (hand grades and answered regrade requests included) less
 the late penalty, never below 0; a student with no submission scores 0, as in ``nbgrader
 export``. Students are matched to the platform's ids by a mapping file (:func:`read_mapping`).
+
+Without named assignments, only those with at least one submission are written (an assignment
+released into the gradebook but never handed in would be a column of zeros, which a platform's
+import turns into a zero-score assignment or writes over a real one); the :class:`Exported`
+result says what was written and what was skipped.
 """
 
 from __future__ import annotations
@@ -20,7 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CANVAS_IDENTITY", "GRADESCOPE_IDENTITY", "FORMATS", "Column", "export", "read_mapping"]
+__all__ = [
+    "CANVAS_IDENTITY",
+    "GRADESCOPE_IDENTITY",
+    "FORMATS",
+    "Column",
+    "Exported",
+    "export",
+    "read_mapping",
+]
 
 #: The identity columns of Canvas's gradebook CSV, in its order.
 CANVAS_IDENTITY = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
@@ -36,6 +50,46 @@ class Column:
     title: str
     max_points: float
     scores: dict[str, float] = field(default_factory=dict)  # student id -> points
+
+
+@dataclass
+class Exported:
+    """What :func:`export` wrote.
+
+    Attributes:
+        path: the CSV file.
+        assignments: the assignments written, in the file's order.
+        skipped: the gradebook's assignments left out because nobody handed them in.
+        students: the rows written (one per student).
+        unmapped: students of the gradebook left out, missing from the mapping.
+        warnings: columns the format expects that the mapping lacks.
+    """
+
+    path: Path
+    assignments: list[str]
+    skipped: list[str] = field(default_factory=list)
+    students: int = 0
+    unmapped: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        """The report a person reads after the export."""
+        lines = [
+            f"wrote {self.path}: {self.students} student(s), {len(self.assignments)} "
+            f"assignment(s): {', '.join(self.assignments)}"
+        ]
+        if self.skipped:
+            lines.append(
+                f"skipped {len(self.skipped)} assignment(s) nobody has handed in: "
+                f"{', '.join(self.skipped)} (--include-empty writes them, as zeros)"
+            )
+        if self.unmapped:
+            lines.append(
+                f"left out {len(self.unmapped)} student(s) missing from the mapping "
+                f"(--skip-unmapped): {', '.join(self.unmapped)}"
+            )
+        lines.extend(f"WARNING: {w}" for w in self.warnings)
+        return lines
 
 
 def read_mapping(path: str | Path, id_column: str = "student_id") -> dict[str, dict[str, str]]:
@@ -123,28 +177,66 @@ def _header(fmt: str, columns: list[Column], extra: list[str]) -> list[list[str]
     return [["student_id", *extra, *(c.title for c in columns)]]
 
 
-def _check_mapping(fmt: str, students: list[str], mapping: dict[str, dict[str, str]] | None):
+def _check_mapping(
+    fmt: str, students: list[str], mapping: dict[str, dict[str, str]] | None, skip: bool
+) -> list[str]:
+    """Check the mapping against the gradebook's students; the columns it lacks, as warnings."""
     if fmt == "csv" and mapping is None:
-        return
+        return []
     if mapping is None:
         raise ValueError(
             f"--format {fmt} needs a student-id mapping file (--mapping FILE: a CSV with a "
             "student_id column and the platform's own id columns)"
         )
     missing = sorted(set(students) - set(mapping))
-    if missing:
+    if missing and not skip:
         raise ValueError(
             f"the mapping file has no row for {len(missing)} student(s) in the gradebook: "
             f"{', '.join(missing[:20])}{' ...' if len(missing) > 20 else ''} (expected one row "
-            "per student, or the platform would not know whose grade it is)"
+            "per student, or the platform would not know whose grade it is; for a student "
+            "who dropped the course, --skip-unmapped leaves them out and lists them, or "
+            "`nbgrader db student remove ID` removes them from the gradebook)"
         )
+    if fmt == "csv":
+        return []
     needed = {"canvas": CANVAS_IDENTITY[:4], "gradescope": ("SID", "Email")}[fmt]
-    for sid in students:
+    expected = CANVAS_IDENTITY if fmt == "canvas" else GRADESCOPE_IDENTITY
+    header = {k for row in mapping.values() for k in row}
+    absent = [k for k in expected if k not in header]
+    warnings = (
+        [f"the mapping has no column {', '.join(map(repr, absent))} (a {fmt} column; "
+         f"its columns: {', '.join(sorted(header)) or 'none'}): left empty in the file"]
+        if absent else []
+    )  # fmt: skip
+    for sid in sorted(set(students) & set(mapping)):
         if not any(mapping[sid].get(k) for k in needed):
             raise ValueError(
                 f"the mapping file gives {sid!r} none of the columns {fmt} matches students by "
                 f"(expected one of {', '.join(needed)} to be filled in)"
             )
+    return warnings
+
+
+def _choose(gb: Any, assignments: list[str] | None, include_empty: bool):
+    """The assignments to write (named ones as given; else those handed in, by name) and the
+    ones left out for having no submission."""
+    known = [a.name for a in gb.assignments]
+    unknown = [a for a in assignments or [] if a not in known]
+    if unknown or not known:
+        raise ValueError(
+            f"the gradebook has no assignment {', '.join(map(repr, unknown)) or 'at all'} "
+            f"(it has: {', '.join(known) or 'none'})"
+        )
+    if assignments:
+        return list(dict.fromkeys(assignments)), []
+    handed_in = {a.name for a in gb.assignments if a.num_submissions > 0}
+    chosen = sorted(known) if include_empty else sorted(handed_in)
+    if not chosen:
+        raise ValueError(
+            f"nobody has handed in any of the gradebook's {len(known)} assignment(s) yet "
+            "(expected a graded submission; --include-empty writes them anyway, as zeros)"
+        )
+    return chosen, sorted(set(known) - set(chosen))
 
 
 def export(
@@ -156,43 +248,44 @@ def export(
     *,
     mapping: dict[str, dict[str, str]] | None = None,
     parts: bool = False,
-) -> Path:
-    """Write the grades of ``assignments`` (None: all, in the gradebook's order) as ``fmt``.
+    include_empty: bool = False,
+    skip_unmapped: bool = False,
+) -> Exported:
+    """Write the grades of ``assignments`` as ``fmt``.
 
     Args:
         url: the gradebook's SQLAlchemy URL.
         course_id: nbgrader's course id.
-        assignments: assignment ids, or None for every assignment in the gradebook.
+        assignments: assignment ids in the file's order, or None for every assignment of the
+            gradebook with at least one submission, by name.
         fmt: ``canvas``, ``gradescope`` or ``csv``.
         to: the CSV file to write.
         mapping: from :func:`read_mapping`; needed for ``canvas`` and ``gradescope``.
         parts: also one column per graded part (cell).
+        include_empty: with ``assignments=None``, also the assignments nobody handed in.
+        skip_unmapped: leave out (and list) the gradebook's students the mapping lacks,
+            instead of an error (a student who dropped the course).
 
     Returns:
-        The file written.
+        What was written and what was left out (:class:`Exported`).
 
     Raises:
-        ValueError: unknown format or assignment, a student the mapping does not know.
+        ValueError: unknown format or assignment, nothing handed in, a student the mapping
+            does not know (without ``skip_unmapped``).
     """
     from nbgrader.api import Gradebook, MissingEntry
 
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     with Gradebook(url, course_id) as gb:
-        known = [a.name for a in gb.assignments]
-        chosen = known if assignments is None else assignments
-        unknown = [a for a in chosen if a not in known]
-        if unknown or not chosen:
-            raise ValueError(
-                f"the gradebook has no assignment {', '.join(map(repr, unknown)) or 'at all'} "
-                f"(it has: {', '.join(known) or 'none'})"
-            )
+        chosen, skipped = _choose(gb, assignments, include_empty)
         students = {s.id: s for s in gb.students}
-        _check_mapping(fmt, sorted(students), mapping)
+        warnings = _check_mapping(fmt, sorted(students), mapping, skip_unmapped)
+        unmapped = sorted(set(students) - set(mapping)) if mapping is not None else []
         columns = _columns(gb, chosen, parts)
         extra = sorted({k for row in (mapping or {}).values() for k in row}) if fmt == "csv" else []
         rows = _header(fmt, columns, extra)
-        everyone = sorted(set(students) | set(mapping or {}))
+        everyone = sorted((set(students) - set(unmapped)) | set(mapping or {}))
         for sid in everyone:
             known_ids = (mapping or {}).get(sid, {})
             try:
@@ -209,4 +302,4 @@ def export(
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", newline="", encoding="utf-8") as f:
         csv.writer(f).writerows(rows)
-    return out
+    return Exported(out, chosen, skipped, len(everyone), unmapped, warnings)

@@ -22,14 +22,23 @@ score, the one ``coursepkg export`` writes, is the points less the penalty.
 
 from __future__ import annotations
 
+import datetime
 import math
+import re
 from typing import Any
 
 from nbgrader.plugins import LateSubmissionPlugin
 from nbgrader.preprocessors import NbGraderPreprocessor
-from traitlets import Dict, Float
+from traitlets import Dict, Float, List
 
-__all__ = ["LateNote", "LatePolicy", "apply_due_date", "describe_lateness"]
+__all__ = [
+    "LateNote",
+    "LatePolicy",
+    "apply_due_date",
+    "check_due_dates",
+    "describe_lateness",
+    "parse_due_date",
+]
 
 LATE_MARK = "**Late submission** (coursepkg grade)"
 
@@ -49,7 +58,8 @@ class LatePolicy(LateSubmissionPlugin):
         "{student: hours}} for one (the assignment's entry wins)"
     ).tag(config=True)
     due_dates = Dict(
-        help="{assignment: due date}, e.g. '2026-11-20 17:00:00 UTC'; written into the "
+        help="{assignment: due date}, ISO 8601 with a zone: '2026-11-20 17:00 UTC', "
+        "'2026-11-20 17:00 Europe/Berlin' or '2026-11-20T17:00+01:00'; written into the "
         "gradebook by coursepkg grade (else the gradebook's due date is used)"
     ).tag(config=True)
 
@@ -134,6 +144,10 @@ def describe_lateness(config: Any, submission: Any) -> str:
 class LateNote(NbGraderPreprocessor):
     """Put the note on lateness (:func:`describe_lateness`) at the top of the feedback."""
 
+    # nbconvert hands every preprocessor its display_data_priority setting; declared as a
+    # setting here (nbgrader's base has it as a plain trait), it is taken without a warning.
+    display_data_priority = List(NbGraderPreprocessor().display_data_priority).tag(config=True)
+
     def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
         import nbformat
         from nbgrader.api import Gradebook, MissingEntry
@@ -150,20 +164,109 @@ class LateNote(NbGraderPreprocessor):
         return nb, resources
 
 
+#: A due date: ISO 8601's date and time (``T`` or a space between), then the zone.
+_DUE_DATE = re.compile(
+    r"(?P<when>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?)\s*(?P<zone>.*)"
+)
+_EXAMPLES = "'2026-12-01 17:00 UTC', '2026-12-01 17:00 Europe/Berlin' or '2026-12-01T17:00+01:00'"
+
+
+def _zone(zone: str) -> datetime.tzinfo:
+    """The zone a due date names: ``UTC``/``Z``, an offset, or an IANA name (Area/City)."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    if zone in ("UTC", "Z"):
+        return datetime.UTC
+    offset = re.fullmatch(r"([+-])(\d{2}):?(\d{2})", zone)
+    if offset:
+        sign = 1 if offset[1] == "+" else -1
+        hours, minutes = int(offset[2]), int(offset[3])
+        if hours > 23 or minutes > 59:
+            raise ValueError(f"the offset {zone} is out of range (at most +-23:59)")
+        return datetime.timezone(sign * datetime.timedelta(hours=hours, minutes=minutes))
+    if not zone:
+        raise ValueError("it names no time zone, so the moment it ends is not known")
+    if "/" not in zone:  # CET, EST, GMT, ...: abbreviations that are ambiguous or not zones
+        raise ValueError(
+            f"{zone!r} is an abbreviation, not a zone with its summer time rules (write UTC, an "
+            "offset such as +01:00, or the IANA name such as Europe/Berlin)"
+        )
+    try:
+        return ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError) as err:
+        raise ValueError(f"{zone!r} is not a time zone known to this system ({err})") from None
+
+
+def parse_due_date(value: Any, where: str = "the due date") -> datetime.datetime:
+    """A due date, strictly: ISO 8601 ``YYYY-MM-DD HH:MM[:SS]`` with an explicit zone.
+
+    Day-first or month-first dates (``01/12/2026``), a time alone, a date alone and zone
+    abbreviations (``CET``) are refused: each was once read silently as something else.
+
+    Args:
+        value: the text (``'2026-12-01 17:00 Europe/Berlin'``, ``'2026-12-01 17:00 UTC'``,
+            ``'2026-12-01T17:00+01:00'``), or a :class:`datetime.datetime` with a zone.
+        where: what the value is, for the error (``LatePolicy.due_dates['ex01']``).
+
+    Returns:
+        The moment in UTC, without a zone (as nbgrader's gradebook keeps it).
+
+    Raises:
+        ValueError: naming ``where``, the value, the parser's reason and what to write.
+    """
+    try:
+        if isinstance(value, datetime.datetime):
+            if value.tzinfo is None or value.utcoffset() is None:
+                raise ValueError("the datetime has no time zone")
+            when = value
+        elif not isinstance(value, str):
+            raise ValueError(f"it is a {type(value).__name__}, not a text")
+        else:
+            match = _DUE_DATE.fullmatch(value.strip())
+            if not match:
+                raise ValueError(
+                    "it is not ISO 8601's YYYY-MM-DD HH:MM (year, month, day: 2026-12-01 is "
+                    "1 December) followed by a zone"
+                )
+            naive = datetime.datetime.fromisoformat(match["when"])  # its own reason: no 31 Nov
+            when = naive.replace(tzinfo=_zone(match["zone"].strip()))
+    except ValueError as err:
+        raise ValueError(
+            f"{where} must be an ISO 8601 date and time with a zone, such as {_EXAMPLES}; got "
+            f"{value!r}: {err}"
+        ) from None
+    return when.astimezone(datetime.UTC).replace(tzinfo=None)
+
+
+def check_due_dates(config: Any) -> dict[str, datetime.datetime]:
+    """Every due date of the course's ``LatePolicy.due_dates``, checked before any grading.
+
+    Args:
+        config: the course's traitlets configuration (``nbgrader_config.py``).
+
+    Returns:
+        {assignment: due date in UTC, without a zone}.
+
+    Raises:
+        ValueError: the first date that :func:`parse_due_date` refuses, with its reason.
+    """
+    dates = config.get("LatePolicy", {}).get("due_dates", {}) or {}
+    if not isinstance(dates, dict):
+        raise ValueError(
+            f"LatePolicy.due_dates must be a dict {{assignment: due date}}, got {dates!r}"
+        )
+    return {  # an empty entry means no due date, as it always did
+        name: parse_due_date(due, f"LatePolicy.due_dates[{name!r}]")
+        for name, due in dates.items()
+        if due not in (None, "")
+    }
+
+
 def apply_due_date(course: Any, assignment: str) -> None:
     """Write the policy's due date of ``assignment`` (``LatePolicy.due_dates``) into the
     course's gradebook, where nbgrader and its formgrader read it. Nothing without one."""
-    from nbgrader.utils import parse_utc
-
-    due = course.config.get("LatePolicy", {}).get("due_dates", {}).get(assignment)
-    if not due:
+    when = check_due_dates(course.config).get(assignment)
+    if when is None:
         return
-    try:
-        when = parse_utc(due)
-    except ValueError as err:
-        raise ValueError(
-            f"LatePolicy.due_dates[{assignment!r}] must be a date like '2026-11-20 17:00:00 "
-            f"UTC', got {due!r}"
-        ) from err
     with course.gradebook() as gb:
         gb.update_or_create_assignment(assignment, duedate=when)

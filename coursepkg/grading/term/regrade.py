@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import List
 
 __all__ = [
     "REGRADE_MARK",
@@ -219,7 +220,7 @@ def answer(course: Any, request_id: int, *, why: str, who: str, score: float | N
     """
     from sqlalchemy import insert, select, update
 
-    from ..classroom.gradebook import feedback_from_gradebook
+    from ..classroom.gradebook import export_csv, feedback_from_gradebook
 
     if not why.strip():
         raise ValueError("an answer needs a reason (--why): it goes into the audit trail")
@@ -251,6 +252,9 @@ def answer(course: Any, request_id: int, *, why: str, who: str, score: float | N
     finally:
         engine.dispose()
     feedback_from_gradebook(course, row.assignment, row.student)
+    grades = course.root / "reports" / row.assignment / "grades.csv"
+    if grades.is_file():  # what coursepkg grade wrote, made again with the new score
+        export_csv(course, row.assignment, grades)
     write_snapshot(course)
 
 
@@ -327,6 +331,10 @@ def feedback_text(found: list[Request], assignment: str, student: str, parts: li
 
 class RegradeNote(NbGraderPreprocessor):
     """Add the regrade section (:func:`feedback_text`) at the end of the feedback."""
+
+    # nbconvert hands every preprocessor its display_data_priority setting; declared as a
+    # setting here (nbgrader's base has it as a plain trait), it is taken without a warning.
+    display_data_priority = List(NbGraderPreprocessor().display_data_priority).tag(config=True)
 
     def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
         import nbformat

@@ -11,9 +11,11 @@ release's answer cells (the stubs every student was given) are Dolos's template,
 fingerprints never count, and the locked cells (given code, tests) are left out altogether.
 
 The result is a list, ranked by similarity, in ``reports/<assignment>/similarity.csv`` and
-``similarity.html`` (each pair above the threshold shown side by side, the shared fragments
-marked), linked from the dashboard. A high similarity says two answers share long stretches of
-code; it is not a verdict on how that came about.
+``similarity.html`` (the pairs above the threshold, at most ``top`` of them, shown side by side,
+the shared fragments marked), linked from the dashboard. Pairs that share nothing are left out,
+two answers equal but for blank lines and spacing at the ends of lines are named identical, and
+the submissions that could not be read are listed. A high similarity says two answers share
+long stretches of code; it is not a verdict on how that came about.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 
 import nbformat
 
-__all__ = ["DOLOS_DIR", "Pair", "answer_code", "compare", "similarity_report"]
+__all__ = ["DOLOS_DIR", "Pair", "Similarity", "answer_code", "compare", "similarity_report"]
 
 #: Where ``npm ci`` installed Dolos (its ``node_modules/``): the environment's ``dolos/``.
 DOLOS_DIR = Path(os.environ.get("COURSEPKG_DOLOS_DIR") or Path(sys.prefix) / "dolos")
@@ -40,6 +42,8 @@ DOLOS_DIR = Path(os.environ.get("COURSEPKG_DOLOS_DIR") or Path(sys.prefix) / "do
 SCRIPT = Path(__file__).with_name("dolos") / "compare.mjs"
 _LIB = Path("node_modules") / "@dodona" / "dolos-lib" / "dist" / "index.js"
 DEFAULT_THRESHOLD = 0.7
+#: The most pairs the page shows side by side (the table and the CSV list them all).
+DEFAULT_TOP = 50
 
 
 @dataclass
@@ -140,24 +144,49 @@ def compare(sources: dict[str, str], template: str = "") -> list[Pair]:
     return pairs
 
 
-def _submissions(root: Path, assignment: str) -> tuple[dict[str, str], str]:
-    """Each student's answer code in ``submitted/``, and the release's template."""
+@dataclass
+class Similarity:
+    """What :func:`similarity_report` wrote and found.
+
+    Attributes:
+        table: the CSV file. page: the HTML page.
+        pairs: the pairs sharing some code, most similar first.
+        identical: the pairs whose answers are equal (but for blank lines and line ends).
+        unreadable: {student: why} for the submissions that could not be read.
+    """
+
+    table: Path
+    page: Path
+    pairs: list[Pair]
+    identical: set[tuple[str, str]] = field(default_factory=set)
+    unreadable: dict[str, str] = field(default_factory=dict)
+
+
+def _normal(code: str) -> str:
+    """The code without blank lines and trailing spaces: equal for a byte-for-byte copy."""
+    return "\n".join(line.rstrip() for line in code.splitlines() if line.strip())
+
+
+def _submissions(root: Path, assignment: str) -> tuple[dict[str, str], str, dict[str, str]]:
+    """Each student's answer code in ``submitted/``, the release's template, and the
+    submissions that could not be read (student: why)."""
     release = root / ("exercises" if (root / "exercises").is_dir() else "release") / assignment
     notebooks = sorted(release.glob("*.ipynb"))
     if not notebooks:
         raise ValueError(f"no release of {assignment!r} in {release} (expected its notebooks)")
     template = "\n\n".join(_release_answers(nbformat.read(str(p), as_version=4)) for p in notebooks)
-    sources = {}
+    sources, unreadable = {}, {}
     for folder in sorted((root / "submitted").glob(f"*/{assignment}")):
         parts = []
         for p in notebooks:
             try:
                 parts.append(answer_code(nbformat.read(str(folder / p.name), as_version=4)))
-            except (OSError, ValueError, AttributeError):
-                continue  # missing or unreadable: nothing of it to compare
+            except (OSError, ValueError, AttributeError) as err:  # nothing of it to compare
+                why = "missing" if isinstance(err, FileNotFoundError) else "not a readable notebook"
+                unreadable[folder.parent.name] = f"{p.name}: {why}"
         if any(part.strip() for part in parts):
             sources[folder.parent.name] = "\n\n".join(parts)
-    return sources, template
+    return sources, template, unreadable
 
 
 def _marked(code: str, rows: list[tuple[int, int]]) -> str:
@@ -178,46 +207,66 @@ _STYLE = (
 )
 
 
-def _page(assignment: str, pairs: list[Pair], sources: dict[str, str], threshold: float) -> str:
+def _page(assignment: str, found: Similarity, sources: dict[str, str], threshold: float,
+          top: int) -> str:  # fmt: skip
+    pairs = found.pairs
     above = [p for p in pairs if p.similarity >= threshold]
+    shown = {id(p) for p in above[:top]}
+
+    def score(p: Pair) -> str:
+        same = (p.left, p.right) in found.identical
+        return f"{p.similarity:.3f}" + (" (identical answers)" if same else "")
+
     rows = "".join(
         f"<tr class='pair{' above' if p.similarity >= threshold else ''}'><td>{i}</td>"
         f"<td>{html.escape(p.left)}</td><td>{html.escape(p.right)}</td>"
-        f"<td>{p.similarity:.3f}</td><td>{p.longest}</td>"
-        + (f"<td><a href='#pair-{i}'>side by side</a></td>" if p.similarity >= threshold
+        f"<td>{score(p)}</td><td>{p.longest}</td>"
+        + (f"<td><a href='#pair-{i}'>side by side</a></td>" if id(p) in shown
            else "<td></td>")
         + "</tr>"
         for i, p in enumerate(pairs[:300], start=1)
     )  # fmt: skip
     details = "".join(
         f"<section id='pair-{i}' class='side-by-side'><h3>{i}. {html.escape(p.left)} and "
-        f"{html.escape(p.right)}: similarity {p.similarity:.3f}</h3><div class='sides'>"
+        f"{html.escape(p.right)}: similarity {score(p)}</h3><div class='sides'>"
         f"<div><h4>{html.escape(p.left)}</h4><pre>"
         f"{_marked(sources[p.left], [f[0] for f in p.fragments])}</pre></div>"
         f"<div><h4>{html.escape(p.right)}</h4><pre>"
         f"{_marked(sources[p.right], [f[1] for f in p.fragments])}</pre></div></div></section>"
         for i, p in enumerate(pairs, start=1)
-        if p.similarity >= threshold
+        if id(p) in shown
     )
+    items = "".join(
+        f"<li>{html.escape(sid)}: {html.escape(why)}</li>" for sid, why in found.unreadable.items()
+    )
+    unread = f"<p>Not compared (could not be read):</p><ul class='unreadable'>{items}</ul>"
+    unread = unread if items else ""
+    capped = (
+        f" The {top} most similar of them are shown side by side (--top)." if len(above) > top
+        else ""
+    )  # fmt: skip
     return (
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Similar submissions: "
         f"{html.escape(assignment)}</title><style>{_STYLE}</style></head><body>"
         f"<h1>Similar submissions: {html.escape(assignment)}</h1>"
         f"<p>{len(sources)} submissions, {len(pairs)} pairs sharing some code, "
-        f"{len(above)} at or above the threshold {threshold:g}. Compared by Dolos: only what "
-        "each student wrote (answer cells and added cells; the stubs and given code are left "
+        f"{len(above)} at or above the threshold {threshold:g}.{capped} Compared by Dolos: only "
+        "what each student wrote (answer cells and added cells; the stubs and given code are left "
         "out). The similarity is the share of the two answers' fingerprints they have in "
         "common. A pair high on this list is worth reading side by side; short exercises "
         "have few ways to be written, so two independent answers can be alike.</p>"
         "<table><tr><th>rank</th><th>student</th><th>student</th><th>similarity</th>"
-        f"<th>longest shared fragment (k-grams)</th><th></th></tr>{rows}</table>"
+        f"<th>longest shared fragment (k-grams)</th><th></th></tr>{rows}</table>{unread}"
         f"{details}</body></html>"
     )
 
 
 def similarity_report(
-    course: str | Path, assignment: str, threshold: float = DEFAULT_THRESHOLD
-) -> tuple[Path, Path, list[Pair]]:
+    course: str | Path,
+    assignment: str,
+    threshold: float = DEFAULT_THRESHOLD,
+    top: int = DEFAULT_TOP,
+) -> Similarity:
     """Compare the submissions of ``assignment`` and write ``reports/<assignment>/
     similarity.csv`` and ``similarity.html``, then the dashboard (which links the page).
 
@@ -226,32 +275,44 @@ def similarity_report(
         assignment: the assignment id.
         threshold: pairs at or above this similarity (0 to 1) are marked and shown side by
             side.
+        top: the most pairs shown side by side (the most similar ones).
 
     Returns:
-        The CSV file, the HTML page and the pairs, most similar first.
+        The files, the pairs sharing code (most similar first), the identical ones and the
+        submissions that could not be read (:class:`Similarity`).
 
     Raises:
-        ValueError: a threshold outside [0, 1], fewer than two submissions, Dolos missing.
+        ValueError: a threshold outside [0, 1], a ``top`` below 1, fewer than two
+            submissions, Dolos missing.
     """
     from ..classroom.dashboard import build_dashboard
 
     if not 0 <= threshold <= 1:
         raise ValueError(f"--threshold must be between 0 and 1, got {threshold:g}")
+    if top < 1:
+        raise ValueError(f"--top must be at least 1, got {top}")
     root = Path(course).resolve()
-    sources, template = _submissions(root, assignment)
-    pairs = compare(sources, template)
+    sources, template, unreadable = _submissions(root, assignment)
+    pairs = [p for p in compare(sources, template) if p.similarity > 0]  # sharing something
+    same = {
+        (p.left, p.right) for p in pairs if _normal(sources[p.left]) == _normal(sources[p.right])
+    }
+    found = Similarity(Path(), Path(), pairs, same, unreadable)
     out = root / "reports" / assignment
     out.mkdir(parents=True, exist_ok=True)
     table = out / "similarity.csv"
     with table.open("w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["rank", "student_a", "student_b", "similarity", "longest_fragment", "covered_a",
-                    "covered_b", "total_a", "total_b", "at_or_above_threshold"])  # fmt: skip
+                    "covered_b", "total_a", "total_b", "at_or_above_threshold",
+                    "identical"])  # fmt: skip
         for i, p in enumerate(pairs, start=1):
             w.writerow([i, p.left, p.right, f"{p.similarity:.4f}", p.longest, p.left_covered,
                         p.right_covered, p.left_total, p.right_total,
-                        int(p.similarity >= threshold)])  # fmt: skip
+                        int(p.similarity >= threshold),
+                        int((p.left, p.right) in same)])  # fmt: skip
     page = out / "similarity.html"
-    page.write_text(_page(assignment, pairs, sources, threshold), encoding="utf-8")
+    page.write_text(_page(assignment, found, sources, threshold, top), encoding="utf-8")
     build_dashboard(root)
-    return table, page, pairs
+    found.table, found.page = table, page
+    return found

@@ -7,7 +7,8 @@ assignment), with the late policy in the course's ``nbgrader_config.py`` and mad
   ``coursepkg export`` writes the points less the penalty;
 * a regrade request, made with the student's command and with the link in the feedback, is
   recorded, shown open in the dashboard (headless Chromium), answered with a new score and
-  with a comment; the gradebook, the feedback, the export and the dashboard show the answers,
+  with a comment; the gradebook, the feedback, ``grades.csv``, the export and the dashboard
+  show the answers,
   the audit trail keeps who, when, old, new and why, and all of it survives a rerun of
   ``coursepkg grade``.
 
@@ -133,6 +134,11 @@ def test_each_late_penalty_is_the_policys(course):
         score, penalty = found[sid]
         assert score == course["total"], (sid, found[sid], course["summary"])
         assert penalty == pytest.approx(course["total"] * percent / 100), sid
+    off = course["total"] * 0.7  # twodays' 20% and capped's 50%
+    assert (
+        f"late policy: {AID} due 2026-11-20 17:00 UTC; 2 of 6 late, {off:.4g} point(s) off"
+        in (course["summary"])
+    )
 
 
 def test_the_feedback_explains_the_penalty(course):
@@ -208,7 +214,8 @@ def test_a_regrade_request_is_answered_and_survives_a_rerun(course, chromium, tm
     (tmp_path / "link.json").write_text(json.dumps(by_link))
     link = tmp_path / "link.json"
     added = coursepkg("regrade", "add", str(request), str(link), *course["where"]).stdout
-    assert "recorded request(s) 1, 2" in added
+    assert f"request 1: buggy, {AID} {PART} (open)" in added
+    assert f"request 2: buggy, {AID} test_additive_score_visible (open)" in added
     coursepkg("regrade", "add", str(request), *course["where"])  # twice: still one request
     listed = coursepkg("regrade", "list", *course["where"]).stdout
     assert listed.count("open") == 2 and PART in listed
@@ -249,6 +256,9 @@ def test_a_regrade_request_is_answered_and_survives_a_rerun(course, chromium, tm
         with out.open(newline="") as f:
             exported = {r["student_id"]: float(r[AID]) for r in csv.DictReader(f)}
         assert exported["buggy"] == course["buggy"] + 4
+        with (root / "reports" / AID / "grades.csv").open(newline="") as f:  # rewritten at once
+            listed = {r["student_id"]: float(r["score"]) for r in csv.DictReader(f)}
+        assert listed["buggy"] == course["buggy"] + 4
 
     check_answered()
     grade(course["where"], "--student", "buggy")  # the autograder gives 0 again; the answer stays

@@ -115,7 +115,7 @@ def gradebook(request, tmp_path):
 def test_canvas_layout_and_scores(gradebook, tmp_path):
     url, mapping = gradebook
     out = export(url, COURSE, None, "canvas", tmp_path / "canvas.csv",
-                 mapping=read_mapping(mapping), parts=True)  # fmt: skip
+                 mapping=read_mapping(mapping), parts=True).path  # fmt: skip
     rows = _read(out)
     documented = list(csv.reader(io.StringIO(CANVAS_EXPORT)))
     # The identity columns are Canvas's, in its order; the row under the header gives the
@@ -138,7 +138,7 @@ def test_canvas_layout_and_scores(gradebook, tmp_path):
 def test_gradescope_layout_and_scores(gradebook, tmp_path):
     url, mapping = gradebook
     out = export(url, COURSE, ["ex03_positions"], "gradescope", tmp_path / "gs.csv",
-                 mapping=read_mapping(mapping))  # fmt: skip
+                 mapping=read_mapping(mapping)).path  # fmt: skip
     rows = _read(out)
     documented = list(csv.reader(io.StringIO(GRADESCOPE_EXPORT)))[0]
     assert rows[0][:GRADESCOPE_IDENTITY_COLUMNS] == documented[:GRADESCOPE_IDENTITY_COLUMNS]
@@ -161,12 +161,19 @@ def test_the_command_line_writes_the_file_and_a_missing_student_is_a_clear_error
     _fill(database_url(f"sqlite:///{course / 'gradebook.db'}"))
     roster = tmp_path / "roster.csv"
     roster.write_text(MAPPING, encoding="utf-8")
+    _add_unreleased(database_url(f"sqlite:///{course / 'gradebook.db'}"))
     run = subprocess.run(
         [str(BIN / "coursepkg"), "export", "--all", "--format", "csv", "--root", str(course)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
-    rows = _read(course / "reports" / "export-csv.csv")
+    out = course / "reports" / "export-csv.csv"
+    assert run.stdout.splitlines() == [
+        f"wrote {out}: 3 student(s), 2 assignment(s): ex01_attention, ex03_positions",
+        "skipped 1 assignment(s) nobody has handed in: ex02_multihead (--include-empty writes "
+        "them, as zeros)",
+    ]
+    rows = _read(out)
     assert rows[0] == ["student_id", "ex01_attention", "ex03_positions"]
     assert {r[0]: r[1:] for r in rows[1:]} == {
         "alice": ["5", "4"], "bob": ["1", "2.5"], "carol": ["0", "0"]}  # fmt: skip
@@ -176,6 +183,7 @@ def test_the_command_line_writes_the_file_and_a_missing_student_is_a_clear_error
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert run.returncode == 2
     assert "no row for 1 student(s) in the gradebook: carol" in run.stderr
+    assert "--skip-unmapped" in run.stderr
     run = subprocess.run([str(BIN / "coursepkg"), "export", "ex09", "--format", "csv", "--root",
                           str(course)], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert run.returncode == 2 and "no assignment 'ex09'" in run.stderr
@@ -192,10 +200,66 @@ def test_the_exported_score_is_the_points_less_the_penalty_never_below_zero(tmp_
     )
     def check(points, penalty):
         _fill(url, {("bob", "ex01_attention"): (points, penalty)})
-        out = export(url, COURSE, ["ex01_attention"], "csv", tmp_path / "out.csv")
+        out = export(url, COURSE, ["ex01_attention"], "csv", tmp_path / "out.csv").path
         row = {r[0]: r for r in _read(out)[1:]}
         expected = max(0.0, sum(points) - penalty)
         assert float(row["bob"][1]) == pytest.approx(expected, abs=1e-4)
         assert float(row["alice"][1]) == 0.0  # in the gradebook, no submission
 
     check()
+
+
+def _add_unreleased(url: str) -> None:
+    """An assignment recorded in the gradebook (as ``coursepkg release`` records all of them)
+    that nobody has handed in."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(url, COURSE) as gb:
+        gb.update_or_create_assignment("ex02_multihead")
+        gb.update_or_create_notebook("ex02_multihead", "ex02_multihead")
+        gb.update_or_create_grade_cell("test_mh", "ex02_multihead", "ex02_multihead",
+                                       max_score=6.0, cell_type="code")  # fmt: skip
+
+
+def test_all_means_the_assignments_handed_in_and_the_rest_is_listed(tmp_path):
+    url = database_url(f"sqlite:///{tmp_path / 'gradebook.db'}")
+    _fill(url)
+    _add_unreleased(url)
+    done = export(url, COURSE, None, "csv", tmp_path / "all.csv")
+    assert done.assignments == ["ex01_attention", "ex03_positions"]
+    assert done.skipped == ["ex02_multihead"] and done.students == 3
+    assert _read(done.path)[0] == ["student_id", "ex01_attention", "ex03_positions"]
+    every = export(url, COURSE, None, "csv", tmp_path / "every.csv", include_empty=True)
+    assert every.skipped == []
+    assert every.assignments == ["ex01_attention", "ex02_multihead", "ex03_positions"]  # by name
+    assert {r[0]: r[2] for r in _read(every.path)[1:]} == {"alice": "0", "bob": "0", "carol": "0"}
+    named = export(url, COURSE, ["ex03_positions", "ex01_attention"], "csv", tmp_path / "n.csv")
+    assert named.assignments == ["ex03_positions", "ex01_attention"] and named.skipped == []
+
+
+def test_nothing_handed_in_is_an_error_naming_the_way_out(tmp_path):
+    url = database_url(f"sqlite:///{tmp_path / 'gradebook.db'}")
+    _fill(url, {})
+    with pytest.raises(ValueError, match="nobody has handed in any of the gradebook's 2"):
+        export(url, COURSE, None, "csv", tmp_path / "none.csv")
+    assert export(url, COURSE, None, "csv", tmp_path / "z.csv", include_empty=True).students == 3
+
+
+def test_a_dropped_student_is_left_out_and_listed_and_a_missing_column_warned(tmp_path):
+    url = database_url(f"sqlite:///{tmp_path / 'gradebook.db'}")
+    _fill(url)
+    roster = tmp_path / "roster.csv"
+    typo = MAPPING.replace("SIS User ID", "SIS UserID")
+    roster.write_text("\n".join(typo.splitlines()[:3]) + "\n", encoding="utf-8")  # no carol
+    mapping = read_mapping(roster)
+    with pytest.raises(ValueError, match="no row for 1 student"):
+        export(url, COURSE, None, "canvas", tmp_path / "c.csv", mapping=mapping)
+    done = export(url, COURSE, None, "canvas", tmp_path / "c.csv", mapping=mapping,
+                  skip_unmapped=True)  # fmt: skip
+    assert done.unmapped == ["carol"] and done.students == 2
+    rows = _read(done.path)
+    assert [r[0] for r in rows[2:]] == ["Liddell, Alice", "Dylan, Bob"]
+    assert len(done.warnings) == 1 and "'SIS User ID'" in done.warnings[0]
+    text = "\n".join(done.lines())
+    assert "left out 1 student(s) missing from the mapping (--skip-unmapped): carol" in text
+    assert "WARNING: the mapping has no column 'SIS User ID'" in text

@@ -1,18 +1,23 @@
 """The late-penalty policy (:class:`coursepkg.grading.term.late.LatePolicy`).
 
 Its arithmetic, as properties: nothing within the grace period or an extension, a started day
-counts whole, the penalty never decreases with lateness and never passes the cap. The graded
-class with made-up timestamps is in ``test_term_course.py``.
+counts whole, the penalty never decreases with lateness and never passes the cap. Due dates are
+read only as ISO 8601 with a zone (the forms once misread are refused, with the reason), and the
+grade summary states the final mean, the late count and the points off. The graded class with
+made-up timestamps is in ``test_course.py``.
 """
 
 from __future__ import annotations
+
+import datetime
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from traitlets.config import Config
 
-from coursepkg.grading.term.late import LatePolicy
+from coursepkg.grading.classroom.reports import ClassResult, StudentResult
+from coursepkg.grading.term.late import LatePolicy, check_due_dates, parse_due_date
 
 DAY = 86400.0
 
@@ -68,3 +73,81 @@ def test_the_penalty_grows_with_lateness_up_to_the_cap(a, b, per_day, cap, grace
 def test_an_impossible_policy_is_a_clear_error():
     with pytest.raises(ValueError, match="max_percent <= 100"):
         _policy(max_percent=150).late_submission_penalty("s", 1.0, DAY)
+
+
+@pytest.mark.parametrize(
+    ("text", "utc"),
+    [
+        ("2026-11-20 17:00:00 UTC", "2026-11-20 17:00:00"),  # the old configs' form still works
+        ("2026-12-01 17:00 Europe/Berlin", "2026-12-01 16:00:00"),  # winter: UTC+1
+        ("2026-07-01 17:00 Europe/Berlin", "2026-07-01 15:00:00"),  # summer: UTC+2
+        ("2026-12-01T17:00+01:00", "2026-12-01 16:00:00"),
+        ("2026-12-01T17:00Z", "2026-12-01 17:00:00"),
+        ("2026-12-01 09:30 -0530", "2026-12-01 15:00:00"),
+    ],
+)
+def test_a_due_date_with_its_zone_is_read_in_utc(text, utc):
+    assert parse_due_date(text) == datetime.datetime.fromisoformat(utc)
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("01/12/2026 17:00", "year, month, day"),  # day-first: once read as 12 January
+        ("2026-11-31 17:00 UTC", "day is out of range for month"),  # the parser's own reason
+        ("2026-12-01 17:00 CET", "abbreviation"),  # once dropped, read as UTC
+        ("2026-12-01 17:00", "names no time zone"),
+        ("17:00 UTC", "YYYY-MM-DD HH:MM"),  # once: today
+        ("2026-12-01", "YYYY-MM-DD HH:MM"),  # once: midnight
+        ("2026-12-01 17:00 Europe/Berln", "not a time zone known"),
+        ("2026-12-01 17:00 +25:00", "out of range"),
+    ],
+)
+def test_an_unclear_due_date_is_refused_with_the_reason_and_what_to_write(text, reason):
+    with pytest.raises(ValueError) as err:
+        parse_due_date(text, "LatePolicy.due_dates['ex01']")
+    message = str(err.value)
+    assert reason in message and repr(text) in message
+    assert "LatePolicy.due_dates['ex01']" in message and "2026-12-01 17:00 Europe/Berlin" in message
+
+
+def test_every_due_date_of_the_config_is_checked_and_an_empty_one_means_none():
+    config = Config()
+    config.LatePolicy.due_dates = {"ex01": "2026-11-20 17:00 UTC", "ex02": ""}
+    assert check_due_dates(config) == {"ex01": datetime.datetime(2026, 11, 20, 17)}
+    config.LatePolicy.due_dates = {"ex01": "2026-11-20 17:00 UTC", "ex02": "01/12/2026 17:00"}
+    with pytest.raises(ValueError, match=r"due_dates\['ex02'\]"):
+        check_due_dates(config)
+    aware = datetime.datetime(
+        2026, 11, 20, 18, tzinfo=datetime.timezone(datetime.timedelta(hours=1))
+    )
+    assert parse_due_date(aware) == datetime.datetime(2026, 11, 20, 17)
+    with pytest.raises(ValueError, match="no time zone"):
+        parse_due_date(datetime.datetime(2026, 11, 20, 17))
+
+
+def _class(*students: tuple[float, float]) -> ClassResult:
+    """A graded class of 13-point submissions: (points, late penalty) per student."""
+    return ClassResult(
+        assignment="ex01",
+        students=[
+            StudentResult(f"s{i}", score=p, max_score=13, penalty=off, late=off > 0)
+            for i, (p, off) in enumerate(students)
+        ],  # fmt: skip
+        due="2026-11-24 17:00 UTC",
+    )
+
+
+def test_the_summary_gives_the_final_mean_with_the_penalty_on_the_exports_scale():
+    summary = _class((11, 0), (3, 0), (0, 0), (13, 2.6), (11, 0)).summary()
+    assert "mean final score 7.08/13 (raw 7.60; 1 late, -2.6)" in summary
+    assert "late policy: ex01 due 2026-11-24 17:00 UTC; 1 of 5 late, 2.6 point(s) off" in summary
+    assert "WARNING" not in summary
+    on_time = _class((11, 0), (3, 0)).summary()
+    assert "mean final score 7.00/13," in on_time and "0 of 2 late" in on_time
+
+
+def test_the_summary_warns_when_more_than_half_the_class_is_late():
+    summary = _class((10, 5), (8, 4), (6, 0)).summary()
+    assert "WARNING: 2 of 3 students are late, more than half the class" in summary
+    assert "WARNING" not in _class((10, 5), (8, 0)).summary()  # half is not more than half

@@ -28,7 +28,12 @@ import pytest
 from browser import Browser, chromium_or_skip
 from similarity_corpus import GROUPS, class_items, classes, disguise, groups
 
-from coursepkg.grading.term.similarity import DEFAULT_THRESHOLD, DOLOS_DIR, compare
+from coursepkg.grading.term.similarity import (
+    DEFAULT_THRESHOLD,
+    DOLOS_DIR,
+    compare,
+    similarity_report,
+)
 
 pytestmark = pytest.mark.slow  # Node.js, Dolos and headless Chromium
 ROOT = Path(__file__).resolve().parents[3]
@@ -164,3 +169,35 @@ def test_node_missing_and_a_bad_threshold_are_clear_errors(monkeypatch, tmp_path
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ValueError, match="`node` is not on PATH"):
         compare({"a": "x = 1", "b": "y = 2"})
+
+
+def test_identical_answers_are_named_empty_pairs_dropped_and_unreadable_ones_listed(tmp_path):
+    """ex01 as the walk-through's class handed it in: a copy byte for byte (dave of alice), one
+    with blank lines added (erin), the untouched release (carol) and a truncated file (grace)."""
+    aid = "ex01_attention"
+    shutil.copytree(ROOT / "exercises" / aid, tmp_path / "exercises" / aid)
+    release = nbformat.read(str(tmp_path / "exercises" / aid / f"{aid}.ipynb"), as_version=4)
+    solved = nbformat.read(str(ROOT / "solutions" / aid / f"{aid}.ipynb"), as_version=4)
+    answers = {c.metadata["nbgrader"]["grade_id"]: c.source for c in solved.cells
+               if c.get("metadata", {}).get("nbgrader", {}).get("solution")}  # fmt: skip
+    spaced = {k: v.replace("\n", "\n\n") for k, v in answers.items()}
+    scaled = {k: v.replace("/ math.sqrt(d_k)", "") for k, v in answers.items()}
+    handed = {"alice": answers, "bob": scaled, "carol": {}, "dave": answers, "erin": spaced}
+    for sid, items in handed.items():
+        (tmp_path / "submitted" / sid / aid).mkdir(parents=True)
+        nbformat.write(_notebook(release, items), str(tmp_path / "submitted" / sid / aid /
+                                                      f"{aid}.ipynb"))  # fmt: skip
+    (tmp_path / "submitted" / "grace" / aid).mkdir(parents=True)
+    (tmp_path / "submitted" / "grace" / aid / f"{aid}.ipynb").write_text('{"cells": [')
+    found = similarity_report(tmp_path, aid, top=1)
+    assert found.pairs and all(p.similarity > 0 for p in found.pairs)
+    assert not any("carol" in (p.left, p.right) for p in found.pairs)  # she shares nothing
+    assert {("alice", "dave"), ("alice", "erin"), ("dave", "erin")} <= found.identical
+    assert not any("bob" in pair for pair in found.identical)
+    assert found.unreadable == {"grace": f"{aid}.ipynb: not a readable notebook"}
+    page = found.page.read_text(encoding="utf-8")
+    assert "identical answers" in page and "grace" in page
+    assert page.count("class='side-by-side'") == 1  # --top 1
+    with open(found.table, newline="") as f:
+        rows = {(r["student_a"], r["student_b"]): r["identical"] for r in csv.DictReader(f)}
+    assert rows[("alice", "dave")] == "1"
