@@ -1,0 +1,31 @@
+"""Conceptual and architecture diagrams for the book, drawn with matplotlib (no files, no
+network). Every function returns a new figure made of labelled boxes, arrows and grids; every
+label is plain ASCII text, so the drawing looks the same on any machine.
+
+* :mod:`~coursepkg.diagrams.architecture`: the paper's Figure 1, multi-head attention.
+* :mod:`~coursepkg.diagrams.sequences`: the RNN bottleneck, the soft lookup, positional clocks,
+  the three masks, teacher forcing (chapters 1-8).
+* :mod:`~coursepkg.diagrams.generation`: the beam, the KV cache, BERT's and GPT's attention
+  patterns, the residual stream, BPE merges (chapters 9-13).
+* :mod:`~coursepkg.diagrams.scaling`: tiled attention, the sliding window, pre- and post-norm,
+  RoPE, data parallelism, the checkpoint (chapters 6, 14-16).
+"""
+
+from coursepkg.diagrams.architecture import encoder_decoder_diagram, multi_head_diagram
+from coursepkg.diagrams.sequences import (
+    bottleneck_diagram,
+    masks_diagram,
+    positional_clocks_diagram,
+    qkv_lookup_diagram,
+    teacher_forcing_diagram,
+)
+
+__all__ = [
+    "bottleneck_diagram",
+    "encoder_decoder_diagram",
+    "masks_diagram",
+    "multi_head_diagram",
+    "positional_clocks_diagram",
+    "qkv_lookup_diagram",
+    "teacher_forcing_diagram",
+]
