@@ -12,6 +12,20 @@ label is plain ASCII text, so the drawing looks the same on any machine.
 """
 
 from coursepkg.diagrams.architecture import encoder_decoder_diagram, multi_head_diagram
+from coursepkg.diagrams.generation import (
+    attention_patterns_diagram,
+    beam_diagram,
+    bpe_merge_tree_diagram,
+    kv_cache_diagram,
+    residual_stream_diagram,
+)
+from coursepkg.diagrams.scaling import (
+    norm_placement_diagram,
+    parameter_map_diagram,
+    rope_rotation_diagram,
+    sliding_window_diagram,
+    tiled_attention_diagram,
+)
 from coursepkg.diagrams.sequences import (
     bottleneck_diagram,
     masks_diagram,
@@ -21,6 +35,16 @@ from coursepkg.diagrams.sequences import (
 )
 
 __all__ = [
+    "norm_placement_diagram",
+    "parameter_map_diagram",
+    "rope_rotation_diagram",
+    "sliding_window_diagram",
+    "tiled_attention_diagram",
+    "attention_patterns_diagram",
+    "beam_diagram",
+    "bpe_merge_tree_diagram",
+    "kv_cache_diagram",
+    "residual_stream_diagram",
     "bottleneck_diagram",
     "encoder_decoder_diagram",
     "masks_diagram",
