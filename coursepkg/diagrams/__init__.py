@@ -7,8 +7,9 @@ label is plain ASCII text, so the drawing looks the same on any machine.
   the three masks, teacher forcing (chapters 1-8).
 * :mod:`~coursepkg.diagrams.generation`: the beam, the KV cache, BERT's and GPT's attention
   patterns, the residual stream, BPE merges (chapters 9-13).
-* :mod:`~coursepkg.diagrams.scaling`: tiled attention, the sliding window, pre- and post-norm,
-  RoPE, data parallelism, the checkpoint (chapters 6, 14-16).
+* :mod:`~coursepkg.diagrams.scaling`: where the parameters are, tiled attention, the sliding
+  window, pre- and post-norm, RoPE (chapters 6, 10, 14, 15).
+* :mod:`~coursepkg.diagrams.training`: weight tying, data parallelism, the checkpoint (11, 16).
 """
 
 from coursepkg.diagrams.architecture import encoder_decoder_diagram, multi_head_diagram
@@ -33,8 +34,12 @@ from coursepkg.diagrams.sequences import (
     qkv_lookup_diagram,
     teacher_forcing_diagram,
 )
+from coursepkg.diagrams.training import checkpoint_diagram, ddp_diagram, weight_tying_diagram
 
 __all__ = [
+    "checkpoint_diagram",
+    "ddp_diagram",
+    "weight_tying_diagram",
     "norm_placement_diagram",
     "parameter_map_diagram",
     "rope_rotation_diagram",
