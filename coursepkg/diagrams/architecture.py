@@ -19,12 +19,22 @@ from coursepkg.diagrams.primitives import COLOURS, arrow, box, shape
 __all__ = ["encoder_decoder_diagram", "multi_head_diagram"]
 
 
+def _box(ax: Axes, x: float, y: float, w: float, h: float, text: str, role: str, size=8.5):
+    """:func:`~coursepkg.diagrams.primitives.box` at these two wide figures' text size."""
+    return box(ax, x, y, w, h, text, role, size)
+
+
+def _shape(ax: Axes, x: float, y: float, text: str, ha: str = "left") -> None:
+    """:func:`~coursepkg.diagrams.primitives.shape` at these two wide figures' text size."""
+    shape(ax, x, y, text, ha, size=7.5)
+
+
 def _column(ax: Axes, x: float, y0: float, items, width: float, gap: float) -> list[float]:
     """Boxes stacked upwards from y0 with arrows between them; returns each box's centre y."""
     centres, y = [], y0
     for text, role in items:
         centres.append(y)
-        box(ax, x, y, width, 0.5, text, role)
+        _box(ax, x, y, width, 0.5, text, role)
         y += gap
     for lower, upper in zip(centres, centres[1:], strict=False):
         arrow(ax, (x, lower + 0.25), (x, upper - 0.25))
@@ -67,8 +77,8 @@ def encoder_decoder_diagram() -> Figure:
     )
     memory_y = enc_layer[-1] + 1.15
     arrow(ax, (enc_x, enc_layer[-1] + 0.25), (enc_x, memory_y - 0.22))
-    box(ax, enc_x, memory_y, 2.2, 0.42, "memory", "tensor")
-    shape(ax, enc_x, memory_y + 0.42, "(B, S, D)", ha="center")
+    _box(ax, enc_x, memory_y, 2.2, 0.42, "memory", "tensor")
+    _shape(ax, enc_x, memory_y + 0.42, "(B, S, D)", ha="center")
 
     dec_layer = _stack(
         ax,
@@ -88,7 +98,7 @@ def encoder_decoder_diagram() -> Figure:
     )
     # the memory feeds every decoder layer's cross-attention
     arrow(ax, (enc_x + 1.1, memory_y), (dec_x - width / 2, dec_layer[2]), rad=-0.25)
-    shape(ax, (enc_x + dec_x) / 2 + 0.1, memory_y + 0.2, "K, V: (B, S, D)", ha="center")
+    _shape(ax, (enc_x + dec_x) / 2 + 0.1, memory_y + 0.2, "K, V: (B, S, D)", ha="center")
     top = _output_head(ax, dec_x, dec_layer[-1], width, gap)
 
     ax.set_xlim(-0.6, 10.4)
@@ -125,13 +135,13 @@ def _stack(
     """
     (title, ids, embedded), (width, gap) = labels, size
     ax.text(x, -0.55, title, ha="center", fontsize=9, weight="bold")
-    shape(ax, x + 0.1, -0.1, ids)
+    _shape(ax, x + 0.1, -0.1, ids)
     arrow(ax, (x, -0.3), (x, 0.25))
     embed = [("token embedding  x sqrt(D)", "embed"), ("+ positional encoding", "embed")]
     inputs = _column(ax, x, 0.5, embed, width, gap)
     centres = _column(ax, x, inputs[-1] + 1.35, layer, width, gap)
     arrow(ax, (x, inputs[-1] + 0.25), (x, centres[0] - 0.25))
-    shape(ax, x + 0.1, inputs[-1] + 0.55, embedded)
+    _shape(ax, x + 0.1, inputs[-1] + 0.55, embedded)
     for sub in range(0, len(layer), 2):
         _residual(ax, x, width, centres[sub] - 0.4, centres[sub + 1], side=side)
     _stack_frame(ax, x, centres, width, frame, side=side)
@@ -150,11 +160,11 @@ def _output_head(ax: Axes, x: float, below: float, width: float, gap: float) -> 
         gap + 0.1,
     )
     arrow(ax, (x, below + 0.25), (x, head[0] - 0.25))
-    shape(ax, x + 0.1, below + 0.7, "(B, L, D)")
+    _shape(ax, x + 0.1, below + 0.7, "(B, L, D)")
     arrow(ax, (x, head[-1] + 0.25), (x, head[-1] + 0.75))
     ax.text(x, head[-1] + 0.95, "next-token probabilities", ha="center", fontsize=9, weight="bold")
-    shape(ax, x + 0.1, head[-1] + 0.5, "(B, L, V)")
-    shape(ax, x + 0.1, (head[0] + head[1]) / 2, "(B, L, V) logits")
+    _shape(ax, x + 0.1, head[-1] + 0.5, "(B, L, V)")
+    _shape(ax, x + 0.1, (head[0] + head[1]) / 2, "(B, L, V) logits")
     return head[-1]
 
 
@@ -206,13 +216,13 @@ def multi_head_diagram() -> Figure:
         source_y = row["q"] if name == "q" else 1.75
         seq = "L" if name == "q" else "S"
         arrow(ax, (0.9, source_y), (col[0] - w / 2, y))
-        box(ax, col[0], y, w, 0.6, f"x W{letter}   (D x D)", "attention")
+        _box(ax, col[0], y, w, 0.6, f"x W{letter}   (D x D)", "attention")
         arrow(ax, (col[0] + w / 2, y), (col[1] - w / 2, y))
-        shape(ax, (col[0] + col[1]) / 2, y + 0.3, f"(B, {seq}, D)", ha="center")
-        box(ax, col[1], y, w, 0.7, "split into heads\nview, transpose", "tensor", size=8)
+        _shape(ax, (col[0] + col[1]) / 2, y + 0.3, f"(B, {seq}, D)", ha="center")
+        _box(ax, col[1], y, w, 0.7, "split into heads\nview, transpose", "tensor", size=8)
         end = (col[2] - panel / 2, heads_y + (y - heads_y) * 0.45)
         arrow(ax, (col[1] + w / 2, y), end)
-        shape(ax, col[1], y - 0.55, f"(B, H, {seq}, Dk)", ha="center")
+        _shape(ax, col[1], y - 0.55, f"(B, H, {seq}, Dk)", ha="center")
     ax.add_patch(
         FancyBboxPatch(
             (col[2] - panel / 2, heads_y - panel / 2),
@@ -225,7 +235,7 @@ def multi_head_diagram() -> Figure:
         )
     )
     for k in (2, 1, 0):  # the heads as a stack of cards, the front one labelled
-        box(ax, col[2] + 0.12 * k, heads_y + 0.12 * k, 3.7, 1.3, "", "attention")
+        _box(ax, col[2] + 0.12 * k, heads_y + 0.12 * k, 3.7, 1.3, "", "attention")
     ax.text(
         col[2],
         heads_y,
@@ -237,15 +247,15 @@ def multi_head_diagram() -> Figure:
     )
     ax.text(col[2], heads_y - 1.6, "weights (B, H, L, S)", ha="center", fontsize=7.5)
     arrow(ax, (col[2] + panel / 2, heads_y), (col[3] - w / 2, heads_y))
-    shape(
+    _shape(
         ax, (col[2] + panel / 2 + col[3] - w / 2) / 2, heads_y + 0.45, "(B, H, L, Dk)", ha="center"
     )
-    box(ax, col[3], heads_y, w, 0.7, "concatenate heads\ntranspose, reshape", "tensor", size=8)
+    _box(ax, col[3], heads_y, w, 0.7, "concatenate heads\ntranspose, reshape", "tensor", size=8)
     arrow(ax, (col[3] + w / 2, heads_y), (col[4] - w / 2, heads_y))
-    shape(ax, (col[3] + col[4]) / 2, heads_y + 0.3, "(B, L, D)", ha="center")
-    box(ax, col[4], heads_y, w, 0.6, "x WO   (D x D)", "ffn")
+    _shape(ax, (col[3] + col[4]) / 2, heads_y + 0.3, "(B, L, D)", ha="center")
+    _box(ax, col[4], heads_y, w, 0.6, "x WO   (D x D)", "ffn")
     arrow(ax, (col[4], heads_y - 0.3), (col[4], heads_y - 1.1))
-    shape(ax, col[4], heads_y - 1.3, "output (B, L, D)", ha="center")
+    _shape(ax, col[4], heads_y - 1.3, "output (B, L, D)", ha="center")
     ax.text(
         col[2],
         -0.35,
