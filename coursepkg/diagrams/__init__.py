@@ -4,7 +4,7 @@ label is plain ASCII text, so the drawing looks the same on any machine.
 
 * :mod:`~coursepkg.diagrams.architecture`: the paper's Figure 1, multi-head attention.
 * :mod:`~coursepkg.diagrams.sequences`: the RNN bottleneck, the soft lookup, positional clocks,
-  the three masks, teacher forcing (chapters 1-8).
+  the three masks, teacher forcing, label smoothing (chapters 1-8).
 * :mod:`~coursepkg.diagrams.generation`: the beam, the KV cache, BERT's and GPT's attention
   patterns, the residual stream, BPE merges (chapters 9-13).
 * :mod:`~coursepkg.diagrams.scaling`: where the parameters are, tiled attention, the sliding
@@ -29,6 +29,7 @@ from coursepkg.diagrams.scaling import (
 )
 from coursepkg.diagrams.sequences import (
     bottleneck_diagram,
+    label_smoothing_diagram,
     masks_diagram,
     positional_clocks_diagram,
     qkv_lookup_diagram,
@@ -49,6 +50,7 @@ __all__ = [
     "beam_diagram",
     "bpe_merge_tree_diagram",
     "kv_cache_diagram",
+    "label_smoothing_diagram",
     "residual_stream_diagram",
     "bottleneck_diagram",
     "encoder_decoder_diagram",

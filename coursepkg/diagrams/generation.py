@@ -233,34 +233,51 @@ def bpe_merge_tree_diagram(word: str = "lower", merges=None) -> Figure:
 
     Args:
         word: the word to encode.
-        merges: the learned merges, in order, as pairs of symbols (default: four merges that
-            build "lower").
+        merges: the learned merges, in order, as pairs of symbols, ``str`` or ``bytes`` (as
+            :func:`coursepkg.tokenizer.train_bpe` returns them); default: four merges that
+            build "lower".
 
     Returns:
-        The figure: one leaf per character and one node per merge applied, labelled with the
-        merge's rank.
+        The figure: one leaf per character and one node per merge that applies, each level
+        labelled with the merge's rank (counted from 0, as the list is).
     """
     merges = merges or [("l", "o"), ("e", "r"), ("lo", "w"), ("low", "er")]
-    nodes = [(c, 0.9 * i + 0.6, 0.0) for i, c in enumerate(word)]  # (symbol, x, level)
+    merges = [tuple(m.decode() if isinstance(m, bytes) else m for m in pair) for pair in merges]
+    nodes = [(c, 0.9 * i + 0.6, 0) for i, c in enumerate(word)]  # (symbol, x, level)
+    used = _merges_applied(word, merges)
+    applied = [(r, a, b) for r, (a, b) in enumerate(merges) if r in used]
     fig, ax = canvas(
         (7.0, 3.0),
         (-0.6, 0.9 * len(word) + 5.0),
-        (-0.6, len(merges) + 0.8),
+        (-0.6, len(applied) + 0.8),
         f'BPE merges applied to "{word}", in the order they were learned',
     )
     for sym, x, _ in nodes:
         box(ax, x, 0.0, 0.7, 0.5, sym, "embed")
-    for rank, (a, b) in enumerate(merges, start=1):
+    for level, (rank, a, b) in enumerate(applied, start=1):
         i = 0
         while i < len(nodes) - 1:
             if (nodes[i][0], nodes[i + 1][0]) == (a, b):
                 (_, xa, la), (_, xb, lb) = nodes[i], nodes[i + 1]
                 x = (xa + xb) / 2
                 for cx, cl in ((xa, la), (xb, lb)):
-                    ax.plot([cx, x], [cl + 0.25, rank - 0.25], color="#555555", lw=1.0, zorder=1)
-                box(ax, x, rank, 0.5 + 0.22 * len(a + b), 0.5, a + b, "ffn")
-                nodes[i : i + 2] = [(a + b, x, rank)]
+                    ax.plot([cx, x], [cl + 0.25, level - 0.25], color="#555555", lw=1.0, zorder=1)
+                box(ax, x, level, 0.5 + 0.22 * len(a + b), 0.5, a + b, "ffn")
+                nodes[i : i + 2] = [(a + b, x, level)]
             i += 1
-        ax.text(0.9 * len(word) + 0.7, rank, f"merge {rank}: {a} + {b}", va="center", fontsize=9)
+        ax.text(0.9 * len(word) + 0.7, level, f"merge {rank}: {a} + {b}", va="center", fontsize=9)
     ax.text(0.9 * len(word) + 0.7, 0.0, "the characters", va="center", fontsize=9)
     return fig
+
+
+def _merges_applied(word: str, merges: list[tuple[str, str]]) -> set[int]:
+    """The ranks of the merges that change ``word`` when all are applied in order."""
+    symbols, made = list(word), set()
+    for rank, (a, b) in enumerate(merges):
+        i = 0
+        while i < len(symbols) - 1:
+            if (symbols[i], symbols[i + 1]) == (a, b):
+                symbols[i : i + 2] = [a + b]
+                made.add(rank)
+            i += 1
+    return made

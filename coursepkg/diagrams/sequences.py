@@ -1,5 +1,5 @@
 """Diagrams of the first chapters' ideas: the RNN's bottleneck and attention's direct paths, the
-soft lookup, the positional clocks, the decoder's three masks, teacher forcing.
+soft lookup, the positional clocks, the decoder's three masks, teacher forcing, label smoothing.
 
 Each function returns a new figure about 7 inches wide (the book's column) with 9 pt text or
 larger; the tests count what is drawn against the structure it stands for.
@@ -18,6 +18,7 @@ from coursepkg.masks import causal_mask
 
 __all__ = [
     "bottleneck_diagram",
+    "label_smoothing_diagram",
     "masks_diagram",
     "positional_clocks_diagram",
     "qkv_lookup_diagram",
@@ -67,9 +68,9 @@ def bottleneck_diagram(attention: bool = False, source_len: int = 4, target_len:
         ax.text(1.0, 4.6, f"S x L = {source_len * target_len} direct paths", fontsize=9)
     else:
         cx, cy = (enc_x[-1] + dec_x[0]) / 2, (enc_y + dec_y) / 2
-        box(ax, cx, cy, 1.0, 0.7, "c", PALETTE["vermillion"])
-        arrow(ax, (enc_x[-1] + 0.52, enc_y + 0.2), (cx - 0.5, cy))
-        arrow(ax, (cx + 0.5, cy), (dec_x[0] - 0.52, dec_y - 0.2))
+        box(ax, cx, cy, 1.5, 0.7, f"c = h{source_len}", PALETTE["vermillion"])
+        arrow(ax, (enc_x[-1] + 0.52, enc_y + 0.2), (cx - 0.75, cy))
+        arrow(ax, (cx + 0.75, cy), (dec_x[0] - 0.52, dec_y - 0.2))
         ax.text(
             cx,
             cy - 0.75,
@@ -97,7 +98,12 @@ def qkv_lookup_diagram(scores=(0.3, 2.0, 0.8, -0.6)) -> Figure:
     fig, ax = canvas((7.0, 3.0), (-0.2, 14.2), (-0.6, n + 0.9), "Attention as a soft lookup")
     top = n - 0.5
     box(ax, 0.9, top - (n - 1) / 2, 1.5, 0.8, "query q", "attention")
-    for header, x in (("key", 3.4), ("score q.k", 5.6), ("softmax weight", 8.3), ("value", 11.0)):
+    for header, x in (
+        ("key", 3.4),
+        ("score s", 5.6),
+        ("softmax weight", 8.3),
+        ("value", 11.0),
+    ):
         ax.text(x, n + 0.3, header, ha="center", fontsize=9, weight="bold")
     for r, (s, w) in enumerate(zip(scores, weights, strict=True)):
         y = top - r
@@ -112,7 +118,7 @@ def qkv_lookup_diagram(scores=(0.3, 2.0, 0.8, -0.6)) -> Figure:
     ax.text(
         7.0,
         -0.45,
-        "a hard lookup would return one value; attention blends them all",
+        "s = q.k / sqrt(Dk); a hard lookup returns one value, attention blends them all",
         ha="center",
         fontsize=9,
         style="italic",
@@ -280,4 +286,39 @@ def teacher_forcing_diagram(length: int = 4) -> Figure:
         fontsize=9,
         style="italic",
     )
+    return fig
+
+
+def label_smoothing_diagram(vocab: int = 8, smoothing: float = 0.1, true: int = 2) -> Figure:
+    """The training target with and without label smoothing: one-hot puts all the mass on the
+    true token; the smoothed target keeps 1 - eps there and spreads eps evenly over all V
+    tokens, the true one included (the convention of ``F.cross_entropy(label_smoothing=eps)``).
+
+    Args:
+        vocab: tokens V.
+        smoothing: eps.
+        true: the index of the true token.
+
+    Returns:
+        The figure: two panels of V bars each, the bars of each panel summing to 1.
+    """
+    one_hot = torch.nn.functional.one_hot(torch.tensor(true), vocab).double()  # (V,)
+    smoothed = (1 - smoothing) * one_hot + smoothing / vocab  # (V,)
+    fig, ax = canvas((7.0, 2.8), (-1.0, 2 * vocab + 3.0), (-1.2, 5.4))
+    for x0, title, target in (
+        (0.0, "one-hot target", one_hot),
+        (vocab + 2.0, f"smoothed, eps = {smoothing}", smoothed),
+    ):
+        ax.text(x0 + vocab / 2, 5.0, title, ha="center", fontsize=9, weight="bold")
+        ax.plot([x0 - 0.2, x0 + vocab], [0, 0], color="#555555", lw=0.8)
+        for i, q in enumerate(target.tolist()):
+            colour = PALETTE["vermillion"] if i == true else PALETTE["blue"]
+            ax.add_patch(Rectangle((x0 + i + 0.1, 0.0), 0.8, 4.0 * q, color=colour))
+            ax.text(x0 + i + 0.5, -0.5, "y" if i == true else str(i), ha="center", fontsize=9)
+        top = float(target[true])
+        ax.text(x0 + true + 1.0, 4.0 * top - 0.2, f"{top:.4g}", va="center", fontsize=9)
+        if smoothing and target is smoothed:
+            ax.text(
+                x0 + vocab - 0.5, 0.6, f"eps / V = {smoothing / vocab:.4g}", ha="right", fontsize=9
+            )
     return fig

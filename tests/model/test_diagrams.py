@@ -76,6 +76,7 @@ CONCEPTUAL = [
     "checkpoint_diagram",
     "ddp_diagram",
     "kv_cache_diagram",
+    "label_smoothing_diagram",
     "masks_diagram",
     "norm_placement_diagram",
     "parameter_map_diagram",
@@ -133,11 +134,11 @@ def test_bottleneck_has_one_context_vector_and_attention_one_path_per_pair(
     inputs_outputs = source_len + target_len
     plain = diagrams.bottleneck_diagram(False, source_len, target_len)
     assert len(_patches(plain, FancyArrowPatch)) == recurrent + inputs_outputs + 2
-    assert "c" in _texts(plain)
+    assert f"c = h{source_len}" in _texts(plain)
     paths = diagrams.bottleneck_diagram(True, source_len, target_len)
     blue = [a for a in _patches(paths, FancyArrowPatch) if to_hex(a.get_edgecolor()) == "#0072b2"]
     assert len(blue) == source_len * target_len
-    assert "c" not in _texts(paths)
+    assert f"c = h{source_len}" not in _texts(paths)
 
 
 def test_lookup_weights_are_the_softmax_of_the_scores(close_figures):
@@ -294,3 +295,18 @@ def test_weight_tying_draws_one_matrix_with_two_uses(close_figures):
     assert sum(t.startswith("E\n") for t in texts) == 1
     blue = [a for a in _patches(fig, FancyArrowPatch) if to_hex(a.get_edgecolor()) == "#0072b2"]
     assert len(blue) == 2
+
+
+@pytest.mark.parametrize(("vocab", "eps"), [(8, 0.1), (5, 0.3)])
+def test_label_smoothing_targets_sum_to_one_and_match_torch(vocab, eps, close_figures):
+    fig = diagrams.label_smoothing_diagram(vocab, eps, true=1)
+    bars = _patches(fig, Rectangle)
+    assert len(bars) == 2 * vocab
+    heights = torch.tensor([b.get_height() for b in bars]).view(2, vocab) / 4.0  # (2, V)
+    assert torch.allclose(heights.sum(1), torch.ones(2, dtype=heights.dtype))
+    # the smoothed target is the one F.cross_entropy(label_smoothing=eps) compares against
+    logits = torch.randn(vocab, dtype=torch.float64, requires_grad=True)
+    torch.nn.functional.cross_entropy(
+        logits[None], torch.tensor([1]), label_smoothing=eps
+    ).backward()
+    assert torch.allclose(torch.softmax(logits, 0) - logits.grad, heights[1].double())
