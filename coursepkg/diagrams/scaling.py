@@ -231,14 +231,14 @@ def norm_placement_diagram() -> Figure:
     return fig
 
 
-def rope_rotation_diagram(m: int = 3, n: int = 1, theta: float = 0.35) -> Figure:
+def rope_rotation_diagram(m: int = 3, n: int = 1, omega: float = 0.35) -> Figure:
     """Rotary position embedding on one pair of columns: the query at position m is turned by
-    m theta, the key at position n by n theta, so their dot product depends on m - n only.
+    m omega, the key at position n by n omega, so their dot product depends on m - n only.
 
     Args:
         m: the query's position.
         n: the key's position.
-        theta: the pair's angle per position.
+        omega: the pair's angle per position (its frequency).
 
     Returns:
         The figure: two unit circles with the vectors before (dashed) and after rotation.
@@ -247,12 +247,12 @@ def rope_rotation_diagram(m: int = 3, n: int = 1, theta: float = 0.35) -> Figure
         (7.0, 3.0),
         (-1.6, 8.6),
         (-2.4, 1.9),
-        "RoPE turns each pair by position x theta; only m - n survives the dot product",
+        "RoPE turns each pair by position x omega; only m - n survives the dot product",
     )
     q0, k0 = 0.3, 1.1  # the vectors' angles before rotation
     for cx, (name, base, pos) in ((0.0, ("query q", q0, m)), (4.8, ("key k", k0, n))):
         ax.add_patch(Circle((cx, 0.0), 1.2, fill=False, edgecolor="#999999", lw=0.8))
-        for angle, style in ((base, "--"), (base + pos * theta, "-")):
+        for angle, style in ((base, "--"), (base + pos * omega, "-")):
             arrow(
                 ax,
                 (cx, 0.0),
@@ -264,12 +264,12 @@ def rope_rotation_diagram(m: int = 3, n: int = 1, theta: float = 0.35) -> Figure
         ax.text(
             cx,
             -1.35,
-            f"{name} at position {pos}:\nturned by {pos} x theta",
+            f"{name} at position {pos}:\nturned by {pos} x omega",
             ha="center",
             va="top",
             fontsize=9,
         )
-    ax.text(6.3, 0.8, f"angle between them:\n(k0 - q0) + ({n} - {m}) x theta", fontsize=9)
+    ax.text(6.3, 0.8, f"angle between them:\n(k0 - q0) + ({n} - {m}) x omega", fontsize=9)
     ax.text(
         6.3,
         -0.3,

@@ -147,7 +147,7 @@ def positional_clocks_diagram(positions: int = 6, d_model: int = 6) -> Figure:
     for i in range(pairs):
         omega = 10000 ** (-2 * i / d_model)
         y = 1.25 * (pairs - 1 - i) + 0.6
-        ax.text(-0.45, y, f"pair {i}\nw = {omega:.3g}", ha="right", va="center", fontsize=9)
+        ax.text(-0.45, y, f"pair {i}\nomega = {omega:.3g}", ha="right", va="center", fontsize=9)
         for p in range(positions):
             x = 1.25 * p + 0.5
             ax.add_patch(Circle((x, y), 0.5, fill=False, edgecolor="#555555", lw=0.8))

@@ -256,16 +256,16 @@ def test_norm_placement_puts_the_norm_on_or_off_the_skip_path(close_figures):
 
 
 def test_rope_turns_each_vector_by_its_position(close_figures):
-    m, n, theta = 4, 2, 0.3
-    fig = diagrams.rope_rotation_diagram(m, n, theta)
+    m, n, omega = 4, 2, 0.3
+    fig = diagrams.rope_rotation_diagram(m, n, omega)
     arrows = _patches(fig, FancyArrowPatch)
     angles = []
     for a in arrows:
         (x0, y0), (x1, y1) = a._posA_posB  # the arrow's two ends in data coordinates
         angles.append(math.atan2(y1 - y0, x1 - x0))
     (q_before, q_after, k_before, k_after) = angles
-    assert q_after - q_before == pytest.approx(m * theta)
-    assert k_after - k_before == pytest.approx(n * theta)
+    assert q_after - q_before == pytest.approx(m * omega)
+    assert k_after - k_before == pytest.approx(n * omega)
 
 
 def test_ddp_averages_over_every_rank(close_figures):
