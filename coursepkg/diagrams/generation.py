@@ -154,11 +154,11 @@ def attention_patterns_diagram(tokens=("the", "cat", "[MASK]", "on", "the", "[MA
         The figure: two L x L grids (queries as rows), L^2 and L(L + 1) / 2 squares filled.
     """
     n, cell = len(tokens), 0.5
-    fig, ax = canvas((7.0, 3.3), (-1.6, 2 * n * cell + 3.2), (-0.9, n * cell + 2.1))
+    fig, ax = canvas((7.0, 3.3), (-1.6, 2 * n * cell + 3.7), (-0.9, n * cell + 2.1))
     colours = {True: PALETTE["blue"], False: "#f2f2f2"}
     panels = (
-        ("BERT: every position sees all", torch.ones(n, n, dtype=torch.bool), tokens),
-        ("GPT: each position sees itself and the past", causal_mask(n), None),
+        ("BERT: every position\nsees all", torch.ones(n, n, dtype=torch.bool), tokens),
+        ("GPT: each position sees\nitself and the past", causal_mask(n), None),
     )
     x0 = 0.0
     for title, mask, shown in panels:
@@ -180,7 +180,7 @@ def attention_patterns_diagram(tokens=("the", "cat", "[MASK]", "on", "the", "[MA
         ax.text(
             x0 - 0.15, n * cell / 2, "queries", rotation=90, ha="right", va="center", fontsize=9
         )
-        x0 += n * cell + 3.0
+        x0 += n * cell + 3.5
     return fig
 
 

@@ -51,6 +51,8 @@ def canvas(size: tuple[float, float], xlim, ylim, title: str = "") -> tuple[Figu
         The figure and its axes.
     """
     fig, ax = plt.subplots(figsize=size)
+    # the drawing fills the figure: matplotlib's default margins would shrink it by a quarter
+    fig.subplots_adjust(left=0.01, right=0.99, bottom=0.02, top=0.9 if title else 0.98)
     ax.set_xlim(*xlim)
     ax.set_ylim(*ylim)
     ax.set_aspect("equal")

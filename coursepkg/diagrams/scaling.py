@@ -25,7 +25,8 @@ __all__ = [
     "tiled_attention_diagram",
 ]
 
-SHADES = [PALETTE[k] for k in ("orange", "sky", "green", "yellow", "blue", "purple", "vermillion")]
+# light enough for black text on every one
+SHADES = [PALETTE[k] for k in ("orange", "sky", "green", "yellow", "purple")]
 
 
 def _bar(ax, parts: dict[str, int], y: float, length: float, label: str) -> int:
