@@ -72,10 +72,10 @@ def bottleneck_diagram(attention: bool = False, source_len: int = 4, target_len:
         arrow(ax, (enc_x[-1] + 0.52, enc_y + 0.2), (cx - 0.75, cy))
         arrow(ax, (cx + 0.75, cy), (dec_x[0] - 0.52, dec_y - 0.2))
         ax.text(
-            cx,
-            cy - 0.75,
+            cx - 0.2,
+            cy - 0.55,
             "one vector of width D,\nwhatever the length S",
-            ha="center",
+            ha="left",
             va="top",
             fontsize=9,
         )
