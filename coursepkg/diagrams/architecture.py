@@ -12,58 +12,21 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+from matplotlib.patches import FancyBboxPatch
+
+from coursepkg.diagrams.primitives import COLOURS, arrow, box, shape
 
 __all__ = ["encoder_decoder_diagram", "multi_head_diagram"]
 
-# Box colours by role, shared by both diagrams.
-COLOURS = {
-    "embed": "#f4d6a0",
-    "attention": "#f6b6a8",
-    "norm": "#f3f0a6",
-    "ffn": "#a9d6f5",
-    "output": "#cbb8e8",
-    "tensor": "#ffffff",
-    "stack": "#eeeeee",
-}
-
 
 def _box(ax: Axes, x: float, y: float, w: float, h: float, text: str, role: str, size=8.5):
-    """A rounded box centred on (x, y) with centred text; returns its (bottom, top) y."""
-    ax.add_patch(
-        FancyBboxPatch(
-            (x - w / 2, y - h / 2),
-            w,
-            h,
-            boxstyle="round,pad=0.02,rounding_size=0.08",
-            facecolor=COLOURS[role],
-            edgecolor="#444444",
-            linewidth=1.0,
-            zorder=2,
-        )
-    )
-    ax.text(x, y, text, ha="center", va="center", fontsize=size, zorder=3)
-    return y - h / 2, y + h / 2
-
-
-def _arrow(ax: Axes, start, end, style="-|>", colour="#333333", rad=0.0, lw=1.1):
-    ax.add_patch(
-        FancyArrowPatch(
-            start,
-            end,
-            arrowstyle=style,
-            mutation_scale=10,
-            color=colour,
-            linewidth=lw,
-            connectionstyle=f"arc3,rad={rad}",
-            zorder=1,
-        )
-    )
+    """:func:`~coursepkg.diagrams.primitives.box` at these two wide figures' text size."""
+    return box(ax, x, y, w, h, text, role, size)
 
 
 def _shape(ax: Axes, x: float, y: float, text: str, ha: str = "left") -> None:
-    """A shape annotation such as ``(B, S, D)`` in monospace, next to an arrow."""
-    ax.text(x, y, text, ha=ha, va="center", fontsize=7.5, family="monospace", color="#1f4e8c")
+    """:func:`~coursepkg.diagrams.primitives.shape` at these two wide figures' text size."""
+    shape(ax, x, y, text, ha, size=7.5)
 
 
 def _column(ax: Axes, x: float, y0: float, items, width: float, gap: float) -> list[float]:
@@ -74,7 +37,7 @@ def _column(ax: Axes, x: float, y0: float, items, width: float, gap: float) -> l
         _box(ax, x, y, width, 0.5, text, role)
         y += gap
     for lower, upper in zip(centres, centres[1:], strict=False):
-        _arrow(ax, (x, lower + 0.25), (x, upper - 0.25))
+        arrow(ax, (x, lower + 0.25), (x, upper - 0.25))
     return centres
 
 
@@ -82,7 +45,7 @@ def _residual(ax: Axes, x: float, width: float, y_from: float, y_to: float, side
     """A skip connection: from below a sublayer round its side into the add & norm box."""
     edge = x + side * (width / 2 + 0.25)
     ax.plot([x, edge, edge], [y_from, y_from, y_to], color="#777777", lw=1.0, zorder=1)
-    _arrow(ax, (edge, y_to), (x + side * width / 2, y_to), colour="#777777", lw=1.0)
+    arrow(ax, (edge, y_to), (x + side * width / 2, y_to), colour="#777777", lw=1.0)
 
 
 def encoder_decoder_diagram() -> Figure:
@@ -113,7 +76,7 @@ def encoder_decoder_diagram() -> Figure:
         size=(width, gap),
     )
     memory_y = enc_layer[-1] + 1.15
-    _arrow(ax, (enc_x, enc_layer[-1] + 0.25), (enc_x, memory_y - 0.22))
+    arrow(ax, (enc_x, enc_layer[-1] + 0.25), (enc_x, memory_y - 0.22))
     _box(ax, enc_x, memory_y, 2.2, 0.42, "memory", "tensor")
     _shape(ax, enc_x, memory_y + 0.42, "(B, S, D)", ha="center")
 
@@ -134,7 +97,7 @@ def encoder_decoder_diagram() -> Figure:
         size=(width, gap),
     )
     # the memory feeds every decoder layer's cross-attention
-    _arrow(ax, (enc_x + 1.1, memory_y), (dec_x - width / 2, dec_layer[2]), rad=-0.25)
+    arrow(ax, (enc_x + 1.1, memory_y), (dec_x - width / 2, dec_layer[2]), rad=-0.25)
     _shape(ax, (enc_x + dec_x) / 2 + 0.1, memory_y + 0.2, "K, V: (B, S, D)", ha="center")
     top = _output_head(ax, dec_x, dec_layer[-1], width, gap)
 
@@ -173,11 +136,11 @@ def _stack(
     (title, ids, embedded), (width, gap) = labels, size
     ax.text(x, -0.55, title, ha="center", fontsize=9, weight="bold")
     _shape(ax, x + 0.1, -0.1, ids)
-    _arrow(ax, (x, -0.3), (x, 0.25))
+    arrow(ax, (x, -0.3), (x, 0.25))
     embed = [("token embedding  x sqrt(D)", "embed"), ("+ positional encoding", "embed")]
     inputs = _column(ax, x, 0.5, embed, width, gap)
     centres = _column(ax, x, inputs[-1] + 1.35, layer, width, gap)
-    _arrow(ax, (x, inputs[-1] + 0.25), (x, centres[0] - 0.25))
+    arrow(ax, (x, inputs[-1] + 0.25), (x, centres[0] - 0.25))
     _shape(ax, x + 0.1, inputs[-1] + 0.55, embedded)
     for sub in range(0, len(layer), 2):
         _residual(ax, x, width, centres[sub] - 0.4, centres[sub + 1], side=side)
@@ -196,9 +159,9 @@ def _output_head(ax: Axes, x: float, below: float, width: float, gap: float) -> 
         width,
         gap + 0.1,
     )
-    _arrow(ax, (x, below + 0.25), (x, head[0] - 0.25))
+    arrow(ax, (x, below + 0.25), (x, head[0] - 0.25))
     _shape(ax, x + 0.1, below + 0.7, "(B, L, D)")
-    _arrow(ax, (x, head[-1] + 0.25), (x, head[-1] + 0.75))
+    arrow(ax, (x, head[-1] + 0.25), (x, head[-1] + 0.75))
     ax.text(x, head[-1] + 0.95, "next-token probabilities", ha="center", fontsize=9, weight="bold")
     _shape(ax, x + 0.1, head[-1] + 0.5, "(B, L, V)")
     _shape(ax, x + 0.1, (head[0] + head[1]) / 2, "(B, L, V) logits")
@@ -252,13 +215,13 @@ def multi_head_diagram() -> Figure:
         letter = name.upper()
         source_y = row["q"] if name == "q" else 1.75
         seq = "L" if name == "q" else "S"
-        _arrow(ax, (0.9, source_y), (col[0] - w / 2, y))
+        arrow(ax, (0.9, source_y), (col[0] - w / 2, y))
         _box(ax, col[0], y, w, 0.6, f"x W{letter}   (D x D)", "attention")
-        _arrow(ax, (col[0] + w / 2, y), (col[1] - w / 2, y))
+        arrow(ax, (col[0] + w / 2, y), (col[1] - w / 2, y))
         _shape(ax, (col[0] + col[1]) / 2, y + 0.3, f"(B, {seq}, D)", ha="center")
         _box(ax, col[1], y, w, 0.7, "split into heads\nview, transpose", "tensor", size=8)
         end = (col[2] - panel / 2, heads_y + (y - heads_y) * 0.45)
-        _arrow(ax, (col[1] + w / 2, y), end)
+        arrow(ax, (col[1] + w / 2, y), end)
         _shape(ax, col[1], y - 0.55, f"(B, H, {seq}, Dk)", ha="center")
     ax.add_patch(
         FancyBboxPatch(
@@ -283,15 +246,15 @@ def multi_head_diagram() -> Figure:
         zorder=4,
     )
     ax.text(col[2], heads_y - 1.6, "weights (B, H, L, S)", ha="center", fontsize=7.5)
-    _arrow(ax, (col[2] + panel / 2, heads_y), (col[3] - w / 2, heads_y))
+    arrow(ax, (col[2] + panel / 2, heads_y), (col[3] - w / 2, heads_y))
     _shape(
         ax, (col[2] + panel / 2 + col[3] - w / 2) / 2, heads_y + 0.45, "(B, H, L, Dk)", ha="center"
     )
     _box(ax, col[3], heads_y, w, 0.7, "concatenate heads\ntranspose, reshape", "tensor", size=8)
-    _arrow(ax, (col[3] + w / 2, heads_y), (col[4] - w / 2, heads_y))
+    arrow(ax, (col[3] + w / 2, heads_y), (col[4] - w / 2, heads_y))
     _shape(ax, (col[3] + col[4]) / 2, heads_y + 0.3, "(B, L, D)", ha="center")
     _box(ax, col[4], heads_y, w, 0.6, "x WO   (D x D)", "ffn")
-    _arrow(ax, (col[4], heads_y - 0.3), (col[4], heads_y - 1.1))
+    arrow(ax, (col[4], heads_y - 0.3), (col[4], heads_y - 1.1))
     _shape(ax, col[4], heads_y - 1.3, "output (B, L, D)", ha="center")
     ax.text(
         col[2],
