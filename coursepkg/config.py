@@ -127,6 +127,15 @@ class TransformerConfig:
     # keys, before RoPE (gain only, eps = layer_norm_eps)
     sliding_window: int | None = None  # W: decoder-only models attend to the last W positions
     # only, themselves included (Mistral; its KV cache is a ring of W); None: the whole past
+    # ----- mixture of experts (Mixtral, Qwen3-MoE; decoder-only models) ------------------------
+    n_experts: int = 0  # E: feed-forward experts in each MoE layer; 0: every layer is dense
+    moe_top_k: int = 2  # k: experts each token is sent to (the router's top k of E)
+    moe_d_ff: int | None = None  # hidden width of each expert; None means d_ff
+    moe_renormalize: bool = True  # rescale the k chosen probabilities to sum to 1 (Mixtral,
+    # Qwen3-MoE's norm_topk_prob); False keeps the softmax's values (Switch, OLMoE)
+    moe_shared_experts: int = 0  # experts every token goes through as well (DeepSeek-MoE)
+    moe_every: int = 1  # layer i (from 0) is MoE when (i + 1) % moe_every == 0, the others
+    # dense with width d_ff (Qwen3-MoE's decoder_sparse_step)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
@@ -155,6 +164,7 @@ class TransformerConfig:
         if self.positional not in _POSITIONAL:
             raise ValueError(f"positional must be one of {_POSITIONAL}, got {self.positional!r}")
         self._check_rope()
+        self._check_moe()
         if self.activation not in _ACTIVATIONS:
             raise ValueError(f"activation must be one of {_ACTIVATIONS}, got {self.activation!r}")
         if self.norm not in _NORMS:
@@ -206,6 +216,42 @@ class TransformerConfig:
                 "which positional='rope' does not have; use rope_pairs to choose the pairing"
             )
 
+    def _check_moe(self) -> None:
+        # The MoE fields mean something only with experts; k chooses among them.
+        n = self.n_experts
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"n_experts must be an integer >= 0 (0: dense), got {n!r}")
+        for name in ("moe_top_k", "moe_every"):
+            _positive_int(name, getattr(self, name))
+        if self.moe_d_ff is not None:
+            _positive_int("moe_d_ff", self.moe_d_ff)
+        shared = self.moe_shared_experts
+        if isinstance(shared, bool) or not isinstance(shared, int) or shared < 0:
+            raise ValueError(f"moe_shared_experts must be an integer >= 0, got {shared!r}")
+        if not isinstance(self.moe_renormalize, bool):
+            raise ValueError(f"moe_renormalize must be True or False, got {self.moe_renormalize!r}")
+        if n == 0:
+            defaults = dict(
+                moe_top_k=2, moe_d_ff=None, moe_renormalize=True, moe_shared_experts=0, moe_every=1
+            )
+            for name, default in defaults.items():
+                if getattr(self, name) != default:
+                    raise ValueError(
+                        f"{name}={getattr(self, name)!r} needs experts: set n_experts > 0 "
+                        "(got n_experts=0, a dense model)"
+                    )
+            return
+        if self.moe_top_k > n:
+            raise ValueError(
+                f"moe_top_k must be at most n_experts (a token picks k of the E experts): "
+                f"got moe_top_k={self.moe_top_k}, n_experts={n}"
+            )
+        if self.moe_every > self.n_layers:
+            raise ValueError(
+                f"moe_every must be at most n_layers={self.n_layers} (or no layer is MoE), "
+                f"got moe_every={self.moe_every}"
+            )
+
     def reject_decoder_only_options(self, model: str) -> None:
         """Fail for an option only :class:`~coursepkg.DecoderOnlyLM` implements: a
         ``sliding_window``, rotary positions (which need the positions of one sequence) or
@@ -225,6 +271,11 @@ class TransformerConfig:
                 f"{model} does not support qk_norm=True (only DecoderOnlyLM normalises its "
                 "queries and keys)"
             )
+        if self.n_experts:
+            raise ValueError(
+                f"{model} does not support n_experts={self.n_experts} (only DecoderOnlyLM has "
+                "mixture-of-experts layers); use n_experts=0"
+            )
 
     # ----- derived sizes -------------------------------------------------------------------
     @property
@@ -241,6 +292,15 @@ class TransformerConfig:
     def kv_heads(self) -> int:
         """The number of key/value heads (``n_kv_heads``, or H without grouping)."""
         return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
+
+    @property
+    def expert_d_ff(self) -> int:
+        """The hidden width of each expert (``moe_d_ff``, or ``d_ff``)."""
+        return self.moe_d_ff if self.moe_d_ff is not None else self.d_ff
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether layer ``i`` (counted from 0) has a mixture of experts as its feed-forward."""
+        return self.n_experts > 0 and (i + 1) % self.moe_every == 0
 
     @property
     def decoder_layers(self) -> int:

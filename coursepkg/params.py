@@ -31,6 +31,47 @@ def feed_forward_parameters(config: TransformerConfig) -> int:
     return (branches + 1) * d * f + ((branches * f + d) if config.bias else 0)
 
 
+def moe_parameters(config: TransformerConfig, active: bool = False) -> int:
+    """One mixture-of-experts feed-forward: the router (D x E, no bias), E experts and the
+    shared experts, each a feed-forward of hidden width ``config.expert_d_ff``.
+
+    Args:
+        config: its ``n_experts``, ``moe_top_k``, ``moe_shared_experts`` and the experts' shape.
+        active: count only what one token uses: the router, its k experts and the shared ones.
+    """
+    expert = feed_forward_parameters(config.replace(d_ff=config.expert_d_ff))
+    shared = config.moe_shared_experts  # one feed-forward of width shared * expert_d_ff
+    shared_ffn = (
+        feed_forward_parameters(config.replace(d_ff=shared * config.expert_d_ff)) if shared else 0
+    )
+    used = config.moe_top_k if active else config.n_experts
+    return config.d_model * config.n_experts + used * expert + shared_ffn
+
+
+def decoder_stack_parameters(config: TransformerConfig, active: bool = False) -> int:
+    """The N self-attention layers of a decoder-only model, MoE layers counted as such.
+
+    Args:
+        config: the hyper-parameters (``is_moe_layer`` says which layers have experts).
+        active: count only the experts a token uses (see :func:`moe_parameters`).
+    """
+    attn, ln = attention_parameters(config), layer_norm_parameters(config)
+    total = 0
+    for i in range(config.n_layers):
+        moe = config.is_moe_layer(i)
+        ffn = moe_parameters(config, active) if moe else feed_forward_parameters(config)
+        total += attn + ffn + 2 * ln
+    return total
+
+
+def active_parameters(config: TransformerConfig) -> int:
+    """Parameters a decoder-only model uses per token: all of them, less the experts a token
+    is not routed to (E - k per MoE layer). Equals :func:`count_parameters` when dense; the
+    embedding, read by lookup, is counted, as published "active" counts do (Qwen3-30B-A3B)."""
+    inactive = decoder_stack_parameters(config) - decoder_stack_parameters(config, active=True)
+    return count_parameters(config, "decoder-only") - inactive
+
+
 def layer_norm_parameters(config: TransformerConfig) -> int:
     """One normalisation layer: gain (D) and, for LayerNorm with biases, shift (D).
 
@@ -75,7 +116,7 @@ def parameter_breakdown(
     if model == "decoder-only":
         out["embeddings"] = v * d
         out["positions"] = positions
-        out["layers"] = config.n_layers * (attn + ffn + 2 * ln)
+        out["layers"] = decoder_stack_parameters(config)
         out["final_norm"] = final
         out["output_head"] = 0 if config.tie_embeddings else v * d
         return out
