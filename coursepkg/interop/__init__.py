@@ -8,6 +8,8 @@
 - :func:`from_hf_llama`, :func:`from_hf_qwen3`, :func:`from_hf_mistral`: today's decoders
   (RoPE, RMSNorm, SwiGLU, grouped-query attention) -> :class:`~coursepkg.DecoderOnlyLM`;
   :func:`to_hf_llama` goes back (same optional extra).
+- :func:`from_hf_mixtral`, :func:`from_hf_qwen3_moe`: the mixtures of experts ->
+  :class:`~coursepkg.DecoderOnlyLM` with ``n_experts``.
 """
 
 from .hf import (
@@ -20,7 +22,15 @@ from .hf import (
     marian_en_de_hf_config,
     to_hf_gpt2,
 )
-from .llama import from_hf_llama, from_hf_mistral, from_hf_qwen3, llama_config, to_hf_llama
+from .llama import (
+    from_hf_llama,
+    from_hf_mistral,
+    from_hf_mixtral,
+    from_hf_qwen3,
+    from_hf_qwen3_moe,
+    llama_config,
+    to_hf_llama,
+)
 from .torch_nn import from_torch_transformer
 
 __all__ = [
@@ -30,7 +40,9 @@ __all__ = [
     "from_hf_llama",
     "from_hf_marian",
     "from_hf_mistral",
+    "from_hf_mixtral",
     "from_hf_qwen3",
+    "from_hf_qwen3_moe",
     "from_torch_transformer",
     "gpt2_config",
     "llama_config",
