@@ -24,6 +24,7 @@ _HELP = {
     "clip_norm": "clip the global gradient norm to this (0: no clipping)",
     "device": "cpu, cuda or auto (CUDA when there is one); bf16 autocast on CUDA",
     "compile": "wrap the model in torch.compile",
+    "aux_loss_coef": "with --model n_experts=E: the load-balancing loss's weight in the loss",
 }
 
 
