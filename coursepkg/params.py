@@ -195,6 +195,7 @@ def forward_multiply_adds(
             (:class:`~coursepkg.DecoderOnlyLM`).
         src_len: S, the source length (for a decoder-only model, the sequence length).
         tgt_len: L, the target length of an encoder-decoder (default: ``src_len``).
+            A mixture-of-experts layer counts the router and the experts a token goes to.
 
     Returns:
         part -> multiply-adds for the whole sequence (pair): ``encoder`` (its weights, S
@@ -219,8 +220,12 @@ def forward_multiply_adds(
     # per query and key: one dot product of H*Dk, one weighted sum of H*Dv
     pair = qk + vo
     if model == "decoder-only":
+        # a mixture of experts: the router (D x E) and the k experts (and shared ones) a token uses
+        used = config.moe_top_k + config.moe_shared_experts
+        moe_ffn = config.d_model * config.n_experts + used * branches * d * config.expert_d_ff
+        ffns = sum(moe_ffn if config.is_moe_layer(i) else ffn for i in range(config.n_layers))
         return {
-            "layers": config.n_layers * s * (projections + ffn),
+            "layers": s * (config.n_layers * projections + ffns),
             "output_head": s * d * v,
             "attention_scores": config.n_layers * s * s * pair,
         }

@@ -8,8 +8,15 @@ from __future__ import annotations
 import pytest
 import torch
 from torch.testing import assert_close
+from torch.utils.flop_counter import FlopCounterMode
 
-from coursepkg import DecoderOnlyLM, Transformer, TransformerConfig, count_parameters
+from coursepkg import (
+    DecoderOnlyLM,
+    MultiHeadAttention,
+    Transformer,
+    TransformerConfig,
+    count_parameters,
+)
 from coursepkg.encoder_only import EncoderOnlyLM
 from coursepkg.moe import (
     MoEFeedForward,
@@ -17,7 +24,7 @@ from coursepkg.moe import (
     load_balancing_loss,
     route_top_k,
 )
-from coursepkg.params import active_parameters, parameter_breakdown
+from coursepkg.params import active_parameters, forward_multiply_adds, parameter_breakdown
 
 MODERN = dict(
     vocab_size=23, d_model=16, n_heads=2, d_ff=24, n_layers=3, dropout=0.0, max_len=32,
@@ -189,3 +196,23 @@ def test_the_aux_loss_of_a_dense_model_is_refused() -> None:
     lm = DecoderOnlyLM(TransformerConfig(**MODERN))
     with pytest.raises(ValueError, match="n_experts is 0"):
         lm.load_balancing_loss()
+
+
+@pytest.mark.parametrize(
+    "fields", [{}, dict(moe_every=2, moe_shared_experts=1), dict(n_experts=8, moe_top_k=1)]
+)
+def test_multiply_adds_count_the_router_and_the_chosen_experts_only(fields) -> None:
+    lm = _lm(**fields)
+    for module in lm.modules():
+        if isinstance(module, MultiHeadAttention):
+            module.record_weights = True  # the explicit products, which the counter sees
+    tokens = torch.randint(0, 23, (2, 9))
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        lm(tokens)
+    parts = forward_multiply_adds(lm.config, "decoder-only", src_len=9)
+    assert counter.get_total_flops() == 2 * 2 * sum(parts.values())
+    dense = forward_multiply_adds(lm.config.replace(**_DENSE), "decoder-only", src_len=9)
+    assert parts["layers"] != dense["layers"]
+
+
+_DENSE = dict(n_experts=0, moe_top_k=2, moe_d_ff=None, moe_shared_experts=0, moe_every=1)
