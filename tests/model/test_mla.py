@@ -1,0 +1,92 @@
+"""Multi-head latent attention (issue 51): decoding from the cached latent equals attention over
+the full keys and values rebuilt from it and equals the uncached pass; the cache holds R + Dr
+numbers per token and layer, the closed form; the KV-cache bytes per token of MHA, GQA and MQA
+models equal what their cache holds; bad ranks are refused."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from coursepkg import DecoderOnlyLM, TransformerConfig
+from coursepkg.attention import scaled_dot_product_attention
+from coursepkg.masks import causal_mask
+from coursepkg.mla import LatentCache, MultiHeadLatentAttention, mla_cache_numbers_per_token
+from coursepkg.params import kv_cache_bytes_per_token
+from coursepkg.positional import RopeAngles, rope_frequencies
+
+SHAPES = [
+    dict(d_model=32, n_heads=4, kv_rank=8, d_nope=6, d_rope=4, d_v=5, q_rank=None),
+    dict(d_model=32, n_heads=2, kv_rank=16, d_nope=8, d_rope=8, d_v=8, q_rank=12),
+]
+
+
+def _angles(positions: torch.Tensor, d_rope: int) -> RopeAngles:
+    return RopeAngles(positions, rope_frequencies(d_rope))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_latent_route_equals_attention_over_full_keys_and_values(shape) -> None:
+    mla = MultiHeadLatentAttention(**shape)
+    x = torch.randn(2, 7, 32)
+    rope = _angles(torch.arange(7), shape["d_rope"])
+    mask = causal_mask(7, 7)
+    ours = mla(x, rope, mask)
+    # The same numbers the long way: every head's full query, key and value, then attention.
+    q_nope, q_rope = mla.queries(x, rope)  # (B, H, L, Dn), (B, H, L, Dr)
+    latent, k_rope = mla.compress(x, rope)
+    k_nope, v = mla.expand(latent)
+    k_rope = k_rope[:, None].expand(-1, shape["n_heads"], -1, -1)  # (B, H, L, Dr)
+    q, k = torch.cat([q_nope, q_rope], -1), torch.cat([k_nope, k_rope], -1)
+    out, _ = scaled_dot_product_attention(q, k, v, mask)  # (B, H, L, Dv)
+    expected = mla.out_proj(out.transpose(1, 2).flatten(2))
+    assert_close(ours, expected, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_decoding_token_by_token_from_the_cache_equals_the_whole_pass(shape) -> None:
+    mla = MultiHeadLatentAttention(**shape)
+    x = torch.randn(2, 9, 32)
+    whole = mla(x, _angles(torch.arange(9), shape["d_rope"]), causal_mask(9, 9))
+    cache = LatentCache()
+    prefix = mla(x[:, :4], _angles(torch.arange(4), shape["d_rope"]), causal_mask(4, 4), cache)
+    steps = [prefix]
+    for t in range(4, 9):
+        steps.append(mla(x[:, t : t + 1], _angles(torch.tensor([t]), shape["d_rope"]), None, cache))
+    assert_close(torch.cat(steps, dim=1), whole, atol=1e-6, rtol=1e-5)
+    assert cache.length == 9
+    per_token = mla_cache_numbers_per_token(shape["kv_rank"], shape["d_rope"])
+    assert cache.numbers_per_token() == per_token
+    stored = cache.latent.numel() + cache.k_rope.numel()
+    assert stored == 2 * 9 * per_token
+    full = shape["n_heads"] * (shape["d_nope"] + shape["d_rope"] + shape["d_v"])
+    assert per_token < full  # what MHA with the same heads would cache
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])  # MHA, GQA, MQA
+def test_kv_cache_bytes_per_token_equal_what_the_cache_holds(n_kv_heads) -> None:
+    config = TransformerConfig(
+        vocab_size=19, d_model=16, n_heads=4, d_ff=24, n_layers=3, dropout=0.0, max_len=32,
+        n_kv_heads=n_kv_heads,
+    )  # fmt: skip
+    lm = DecoderOnlyLM(config).eval()
+    cache = lm.new_cache()
+    with torch.no_grad():
+        lm(torch.randint(0, 19, (2, 6)), cache=cache)
+    held = sum(c.k.numel() * c.k.element_size() + c.v.numel() * c.v.element_size()
+               for c in cache.self_attn)  # fmt: skip
+    assert held == 2 * 6 * kv_cache_bytes_per_token(config)
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(kv_rank=40), "kv_rank must be at most d_model=32"),
+        (dict(q_rank=33), "q_rank must be at most d_model=32"),
+        (dict(d_rope=3), "d_rope must be even"),
+    ],
+)
+def test_bad_ranks_are_refused(fields, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        MultiHeadLatentAttention(**{**SHAPES[0], **fields})
