@@ -8,7 +8,9 @@ positions do not survive that (a rotation depending on the position cannot be fo
 up-projection), so each head's query and key get a small extra part, ``d_rope`` wide, that is
 rotated: the query's per head, the key's one for all heads, computed from the token directly
 ("decoupled RoPE"). The cache stores c and that rotated key part, ``kv_rank + d_rope`` numbers
-per token and layer (:func:`mla_cache_numbers_per_token`).
+per token and layer (:func:`mla_cache_numbers_per_token`). At decoding time the
+up-projections can be folded into the query and the output instead of rebuilding the keys and
+values (:meth:`MultiHeadLatentAttention.forward_absorbed`, the "absorbed" form).
 
 Dimension legend: B batch, L new positions, S cached + new positions, D d_model, H heads,
 R ``kv_rank``, Rq ``q_rank``, Dn ``d_nope`` (a head's unrotated query/key part), Dr ``d_rope``,
@@ -25,7 +27,12 @@ from torch import Tensor, nn
 from .layers import RMSNorm
 from .positional import RopeAngles
 
-__all__ = ["LatentCache", "MultiHeadLatentAttention", "mla_cache_numbers_per_token"]
+__all__ = [
+    "LatentCache",
+    "MultiHeadLatentAttention",
+    "mla_cache_numbers_per_token",
+    "mla_parameters",
+]
 
 
 class LatentCache:
@@ -67,6 +74,26 @@ def mla_cache_numbers_per_token(kv_rank: int, d_rope: int) -> int:
     """Numbers one MLA layer caches per token: the latent (R) and the shared rotated key (Dr),
     against H * (Dk + Dv) for multi-head attention and Hkv * (Dk + Dv) for grouped queries."""
     return kv_rank + d_rope
+
+
+def mla_parameters(
+    d_model: int,
+    n_heads: int,
+    kv_rank: int,
+    d_nope: int,
+    d_rope: int,
+    d_v: int,
+    q_rank: int | None = None,
+) -> int:
+    """The weights of one :class:`MultiHeadLatentAttention`, in closed form (arguments as its).
+
+    Queries D x H(Dn + Dr), or D x Rq, Rq norm gains and Rq x H(Dn + Dr); keys and values
+    D x (R + Dr), R norm gains, R x H(Dn + Dv); output H Dv x D.
+    """
+    q_width = n_heads * (d_nope + d_rope)
+    queries = d_model * q_width if q_rank is None else d_model * q_rank + q_rank + q_rank * q_width
+    keys_values = d_model * (kv_rank + d_rope) + kv_rank + kv_rank * n_heads * (d_nope + d_v)
+    return queries + keys_values + n_heads * d_v * d_model
 
 
 class MultiHeadLatentAttention(nn.Module):
@@ -199,5 +226,31 @@ class MultiHeadLatentAttention(nn.Module):
         if mask is not None:  # a row that may see nothing gets zeros, not NaN
             weights = weights.masked_fill(~mask, 0.0)
         out = weights @ v  # (B, H, L, Dv)
+        out = out.transpose(1, 2).reshape(b, n, self.n_heads * self.d_v)  # (B, L, H Dv)
+        return self.out_proj(out)  # (B, L, D)
+
+    def forward_absorbed(self, x: Tensor, rope: RopeAngles, cache: LatentCache) -> Tensor:
+        """The same attention without rebuilding any key or value: the "absorbed" form.
+
+        A head's unrotated score is q_n . (W_uk c) = (W_uk^T q_n) . c, so the query is taken
+        into the latent's space once and meets the cached latents directly; likewise the
+        weighted sum of values W_uv c is W_uv (weighted sum of c). Decoding then reads R + Dr
+        numbers per past token and head instead of Dn + Dr + Dv. Equal to :meth:`forward`
+        with the same cache and no mask (a test checks it).
+
+        Shape:
+            x (B, L, D) -> (B, L, D); the cache grows by L positions.
+        """
+        b, n, _ = x.shape
+        q_nope, q_rope = self.queries(x, rope)  # (B, H, L, Dn), (B, H, L, Dr)
+        latent, k_rope = cache.update(*self.compress(x, rope))  # (B, S, R), (B, S, Dr)
+        w = self.kv_up.weight.view(self.n_heads, self.d_nope + self.d_v, self.kv_rank)
+        w_uk, w_uv = w.split([self.d_nope, self.d_v], dim=1)  # (H, Dn, R), (H, Dv, R)
+        q_latent = q_nope @ w_uk  # (B, H, L, R): the query in the latent's space
+        scores = q_latent @ latent[:, None].transpose(-2, -1)  # (B, H, L, S)
+        scores = scores + q_rope @ k_rope[:, None].transpose(-2, -1)  # (B, H, L, S)
+        weights = torch.softmax(scores / math.sqrt(self.d_nope + self.d_rope), dim=-1)
+        mixed = weights @ latent[:, None]  # (B, H, L, R): the weighted sum of latents
+        out = mixed @ w_uv.transpose(-2, -1)  # (B, H, L, Dv)
         out = out.transpose(1, 2).reshape(b, n, self.n_heads * self.d_v)  # (B, L, H Dv)
         return self.out_proj(out)  # (B, L, D)

@@ -12,7 +12,12 @@ from torch.testing import assert_close
 from coursepkg import DecoderOnlyLM, TransformerConfig
 from coursepkg.attention import scaled_dot_product_attention
 from coursepkg.masks import causal_mask
-from coursepkg.mla import LatentCache, MultiHeadLatentAttention, mla_cache_numbers_per_token
+from coursepkg.mla import (
+    LatentCache,
+    MultiHeadLatentAttention,
+    mla_cache_numbers_per_token,
+    mla_parameters,
+)
 from coursepkg.params import kv_cache_bytes_per_token
 from coursepkg.positional import RopeAngles, rope_frequencies
 
@@ -90,3 +95,26 @@ def test_kv_cache_bytes_per_token_equal_what_the_cache_holds(n_kv_heads) -> None
 def test_bad_ranks_are_refused(fields, message) -> None:
     with pytest.raises(ValueError, match=message):
         MultiHeadLatentAttention(**{**SHAPES[0], **fields})
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_absorbed_form_decodes_the_same(shape) -> None:
+    mla = MultiHeadLatentAttention(**shape)
+    x = torch.randn(2, 6, 32)
+    plain, absorbed = LatentCache(), LatentCache()
+    for t in range(6):
+        rope = _angles(torch.tensor([t]), shape["d_rope"])
+        step = x[:, t : t + 1]
+        assert_close(
+            mla.forward_absorbed(step, rope, absorbed),
+            mla(step, rope, None, plain),
+            atol=1e-6,
+            rtol=1e-5,
+        )
+    assert torch.equal(plain.latent, absorbed.latent)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_closed_form_parameters_equal_the_module(shape) -> None:
+    mla = MultiHeadLatentAttention(**shape)
+    assert mla_parameters(**shape) == sum(p.numel() for p in mla.parameters())
