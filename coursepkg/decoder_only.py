@@ -15,6 +15,7 @@ from .fast_attention import FastDropout
 from .kv_cache import KVCache
 from .layers import EncoderLayer
 from .masks import causal_mask, key_mask
+from .mla import LatentCache, MultiHeadLatentAttention
 from .model_parts import (
     add_logits_bias,
     final_norm,
@@ -44,7 +45,8 @@ class DecoderOnlyLM(nn.Module):
 
     Submodules ``embed``, ``positions`` (the table added to the embeddings; None with RoPE),
     ``layers`` (with ``n_experts``, the ``ffn`` of every ``moe_every``-th one is a
-    :class:`~coursepkg.moe.MoEFeedForward`), ``norm`` (None without a final norm),
+    :class:`~coursepkg.moe.MoEFeedForward`; with ``kv_rank``, every ``self_attn`` is a
+    :class:`~coursepkg.mla.MultiHeadLatentAttention`), ``norm`` (None without a final norm),
     ``lm_head`` (D -> V, no bias, weight tied
     to ``embed.weight`` when ``tie_embeddings``); buffer ``rope_freqs`` (Dk/2,), RoPE's
     frequencies (None without RoPE).
@@ -57,7 +59,7 @@ class DecoderOnlyLM(nn.Module):
         self.embed = token_embedding(config, config.vocab_size)
         rope = config.positional == "rope"
         self.positions = None if rope else make_positions(config)
-        freqs = rope_frequencies(config.head_dim_k, config.rope_theta) if rope else None
+        freqs = rope_frequencies(config.rope_dim, config.rope_theta) if rope else None
         self.register_buffer("rope_freqs", freqs, persistent=False)
         self.dropout = FastDropout(config.dropout)
         self.layers = nn.ModuleList(
@@ -66,6 +68,8 @@ class DecoderOnlyLM(nn.Module):
         for i, layer in enumerate(self.layers):
             if config.is_moe_layer(i):  # a mixture of experts replaces this layer's FFN
                 layer.ffn = MoEFeedForward.from_config(config)
+            if config.kv_rank is not None:  # latent attention replaces its self-attention
+                layer.self_attn = MultiHeadLatentAttention.from_config(config)
         self.norm = final_norm(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         add_logits_bias(self, config)
@@ -75,7 +79,10 @@ class DecoderOnlyLM(nn.Module):
 
     def new_cache(self, capacity: int | None = None) -> KVCache:
         """An empty key/value cache for :meth:`forward`, holding up to ``capacity`` positions."""
-        return KVCache(self.config.n_layers, False, capacity, self.config.sliding_window)
+        cache = KVCache(self.config.n_layers, False, capacity, self.config.sliding_window)
+        if self.config.kv_rank is not None:  # only the latents and the rotated key parts
+            cache.self_attn = [LatentCache() for _ in self.layers]
+        return cache
 
     def routings(self) -> list[Routing]:
         """The routers' decisions in the last forward pass, one per MoE layer (none if dense)."""

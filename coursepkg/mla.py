@@ -24,6 +24,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from .config import TransformerConfig
 from .layers import RMSNorm
 from .positional import RopeAngles
 
@@ -64,6 +65,12 @@ class LatentCache:
             self.latent = torch.cat([self.latent, latent], dim=1)  # (B, S, R)
             self.k_rope = torch.cat([self.k_rope, k_rope], dim=1)  # (B, S, Dr)
         return self.latent, self.k_rope
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` (beam search)."""
+        if self.latent is not None:
+            self.latent = self.latent.index_select(0, index)
+            self.k_rope = self.k_rope.index_select(0, index)
 
     def numbers_per_token(self) -> int:
         """Numbers held per cached position and batch row (measured from the tensors)."""
@@ -159,6 +166,20 @@ class MultiHeadLatentAttention(nn.Module):
         self.kv_up = nn.Linear(kv_rank, n_heads * (d_nope + d_v), bias=False)
         self.out_proj = nn.Linear(n_heads * d_v, d_model, bias=False)
 
+    @classmethod
+    def from_config(cls, config: TransformerConfig) -> MultiHeadLatentAttention:
+        """The block ``config``'s ``kv_rank``, ``q_rank`` and ``d_rope`` describe (d_k is Dn)."""
+        return cls(
+            config.d_model,
+            config.n_heads,
+            config.kv_rank,
+            config.head_dim_k,
+            config.d_rope,
+            config.head_dim_v,
+            config.q_rank,
+            config.layer_norm_eps,
+        )
+
     def queries(self, x: Tensor, rope: RopeAngles) -> tuple[Tensor, Tensor]:
         """Each head's unrotated and rotated query parts.
 
@@ -195,21 +216,33 @@ class MultiHeadLatentAttention(nn.Module):
     def forward(
         self,
         x: Tensor,
-        rope: RopeAngles,
+        key: Tensor | None = None,
+        value: Tensor | None = None,
         mask: Tensor | None = None,
         cache: LatentCache | None = None,
+        rope: RopeAngles | None = None,
     ) -> Tensor:
         """Attend from the new positions to every cached and new one.
 
+        Called as :class:`~coursepkg.attention.MultiHeadAttention` is in a layer,
+        ``attn(x, x, x, mask, cache, rope)``, so that a layer takes either; it is
+        self-attention only.
+
         Args:
             x: the new positions' inputs.
-            rope: the angles of the new positions (:class:`~coursepkg.positional.RopeAngles`).
+            key, value: ``x`` itself (or None).
             mask: bool, True = may attend, broadcastable to (B, H, L, S) (causal for training).
             cache: a :class:`LatentCache`, extended with the new positions.
+            rope: the angles of the new positions (:class:`~coursepkg.positional.RopeAngles`).
 
         Shape:
             x (B, L, D) -> (B, L, D).
         """
+        for name, other in (("key", key), ("value", value)):
+            if other is not None and other is not x:
+                raise ValueError(f"{name} must be the query itself (self-attention only) or None")
+        if rope is None:
+            raise ValueError("rope must be given: latent attention rotates its Dr part")
         b, n, _ = x.shape
         q_nope, q_rope = self.queries(x, rope)  # (B, H, L, Dn), (B, H, L, Dr)
         latent, k_rope = self.compress(x, rope)  # (B, L, R), (B, L, Dr)

@@ -6,14 +6,26 @@ Dimension legend: D d_model, H heads, Dk/Dv per-head sizes, F d_ff, V vocabulary
 from __future__ import annotations
 
 from .config import TransformerConfig
+from .mla import mla_parameters
 
 
 def attention_parameters(config: TransformerConfig) -> int:
     """W^Q (D x H*Dk), W^K (D x Hkv*Dk), W^V (D x Hkv*Dv), W^O (H*Dv x D), plus biases if any.
 
     Hkv is ``config.kv_heads`` (H unless grouped-query attention shares key/value heads);
-    ``qk_norm`` adds the gains of the query and key RMSNorms (Dk each).
+    ``qk_norm`` adds the gains of the query and key RMSNorms (Dk each). With ``kv_rank``,
+    multi-head latent attention's count (:func:`~coursepkg.mla.mla_parameters`).
     """
+    if config.kv_rank is not None:
+        return mla_parameters(
+            config.d_model,
+            config.n_heads,
+            config.kv_rank,
+            config.head_dim_k,
+            config.d_rope,
+            config.head_dim_v,
+            config.q_rank,
+        )
     d, h, dk, dv = config.d_model, config.n_heads, config.head_dim_k, config.head_dim_v
     g = config.kv_heads
     weights = d * h * dk + d * g * (dk + dv) + h * dv * d
@@ -206,6 +218,8 @@ def forward_multiply_adds(
     """
     if model not in ("encoder-decoder", "decoder-only"):
         raise ValueError(f"model must be 'encoder-decoder' or 'decoder-only', got {model!r}")
+    if config.kv_rank is not None:
+        raise ValueError("forward_multiply_adds does not count latent attention (kv_rank) yet")
     for name, value in (("src_len", src_len), ("tgt_len", tgt_len)):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -244,14 +258,20 @@ def kv_cache_bytes_per_token(config: TransformerConfig, bytes_per_number: int = 
     key (Hkv x Dk numbers) and one value (Hkv x Dv) per token. Grouped-query attention divides
     it by H / Hkv; multi-query (Hkv = 1) by H.
 
+    Multi-head latent attention (``kv_rank``) keeps the latent and the rotated key part
+    instead, R + Dr numbers per layer, whatever the heads.
+
     Args:
-        config: its ``n_layers``, ``kv_heads``, ``head_dim_k`` and ``head_dim_v``.
+        config: its ``n_layers``, ``kv_heads``, ``head_dim_k`` and ``head_dim_v`` (or
+            ``kv_rank`` and ``d_rope``).
         bytes_per_number: 4 for float32, 2 for float16/bfloat16.
 
     Returns:
         Bytes per cached token (per batch row).
     """
     per_layer = config.kv_heads * (config.head_dim_k + config.head_dim_v)
+    if config.kv_rank is not None:
+        per_layer = config.kv_rank + config.d_rope
     return config.n_layers * per_layer * bytes_per_number
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from coursepkg import DecoderOnlyLM, TransformerConfig
+from coursepkg import DecoderOnlyLM, Transformer, TransformerConfig, count_parameters
 from coursepkg.attention import scaled_dot_product_attention
 from coursepkg.masks import causal_mask
 from coursepkg.mla import (
@@ -37,7 +37,7 @@ def test_the_latent_route_equals_attention_over_full_keys_and_values(shape) -> N
     x = torch.randn(2, 7, 32)
     rope = _angles(torch.arange(7), shape["d_rope"])
     mask = causal_mask(7, 7)
-    ours = mla(x, rope, mask)
+    ours = mla(x, mask=mask, rope=rope)
     # The same numbers the long way: every head's full query, key and value, then attention.
     q_nope, q_rope = mla.queries(x, rope)  # (B, H, L, Dn), (B, H, L, Dr)
     latent, k_rope = mla.compress(x, rope)
@@ -53,12 +53,16 @@ def test_the_latent_route_equals_attention_over_full_keys_and_values(shape) -> N
 def test_decoding_token_by_token_from_the_cache_equals_the_whole_pass(shape) -> None:
     mla = MultiHeadLatentAttention(**shape)
     x = torch.randn(2, 9, 32)
-    whole = mla(x, _angles(torch.arange(9), shape["d_rope"]), causal_mask(9, 9))
+    whole = mla(x, mask=causal_mask(9, 9), rope=_angles(torch.arange(9), shape["d_rope"]))
     cache = LatentCache()
-    prefix = mla(x[:, :4], _angles(torch.arange(4), shape["d_rope"]), causal_mask(4, 4), cache)
+    prefix = mla(
+        x[:, :4], None, None, causal_mask(4, 4), cache, _angles(torch.arange(4), shape["d_rope"])
+    )
     steps = [prefix]
     for t in range(4, 9):
-        steps.append(mla(x[:, t : t + 1], _angles(torch.tensor([t]), shape["d_rope"]), None, cache))
+        steps.append(
+            mla(x[:, t : t + 1], cache=cache, rope=_angles(torch.tensor([t]), shape["d_rope"]))
+        )
     assert_close(torch.cat(steps, dim=1), whole, atol=1e-6, rtol=1e-5)
     assert cache.length == 9
     per_token = mla_cache_numbers_per_token(shape["kv_rank"], shape["d_rope"])
@@ -107,7 +111,7 @@ def test_the_absorbed_form_decodes_the_same(shape) -> None:
         step = x[:, t : t + 1]
         assert_close(
             mla.forward_absorbed(step, rope, absorbed),
-            mla(step, rope, None, plain),
+            mla(step, cache=plain, rope=rope),
             atol=1e-6,
             rtol=1e-5,
         )
@@ -118,3 +122,59 @@ def test_the_absorbed_form_decodes_the_same(shape) -> None:
 def test_closed_form_parameters_equal_the_module(shape) -> None:
     mla = MultiHeadLatentAttention(**shape)
     assert mla_parameters(**shape) == sum(p.numel() for p in mla.parameters())
+
+
+MODEL = dict(
+    vocab_size=29, d_model=32, n_heads=4, d_ff=40, n_layers=2, dropout=0.0, max_len=64,
+    norm="rmsnorm", positional="rope", activation="swiglu", norm_first=True, bias=False,
+    scale_embeddings=False, d_k=6, d_v=5, kv_rank=12, d_rope=4,
+)  # fmt: skip
+MODELS = [{}, dict(q_rank=16, n_experts=4, moe_top_k=2, moe_d_ff=8, tie_embeddings=False)]
+
+
+@pytest.mark.parametrize("fields", MODELS)
+def test_a_latent_attention_model_generates_the_same_with_and_without_cache(fields) -> None:
+    lm = DecoderOnlyLM(TransformerConfig(**{**MODEL, **fields})).eval()
+    prompt = torch.randint(0, 29, (2, 5))
+    assert torch.equal(lm.generate(prompt, 10), lm.generate(prompt, 10, use_cache=False))
+    cache = lm.new_cache()
+    with torch.no_grad():
+        lm(prompt, cache=cache)
+    held = sum((c.latent.numel() + c.k_rope.numel()) * 4 for c in cache.self_attn)
+    assert held == 2 * 5 * kv_cache_bytes_per_token(lm.config)
+    assert all(isinstance(layer.self_attn, MultiHeadLatentAttention) for layer in lm.layers)
+
+
+@pytest.mark.parametrize("fields", MODELS)
+def test_left_padding_changes_nothing_and_counts_are_closed_form(fields) -> None:
+    lm = DecoderOnlyLM(TransformerConfig(**{**MODEL, **fields})).eval()
+    tokens = torch.randint(1, 29, (1, 6))
+    padded = torch.cat([torch.zeros(1, 3, dtype=torch.long), tokens], dim=1)  # (1, 9)
+    mask = torch.arange(9)[None] >= 3  # (1, 9)
+    with torch.no_grad():
+        assert_close(lm(padded, mask)[:, 3:], lm(tokens), atol=1e-5, rtol=1e-5)
+    total = sum(p.numel() for p in lm.parameters())
+    assert count_parameters(lm.config, "decoder-only") == total
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(kv_rank=33), "kv_rank must be at most d_model=32"),
+        (dict(q_rank=40), "q_rank must be at most d_model=32"),
+        (dict(kv_rank=None), "d_rope=4 is multi-head latent attention's: set kv_rank"),
+        (dict(d_rope=3), "an even d_rope > 0"),
+        (dict(positional="learned", d_rope=2), "needs positional='rope'"),
+        (dict(n_kv_heads=2), "does not support n_kv_heads=2"),
+        (dict(qk_norm=True), "does not support qk_norm=True"),
+    ],
+)
+def test_impossible_latent_configurations_are_refused(fields, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        TransformerConfig(**{**MODEL, **fields})
+
+
+def test_other_models_refuse_latent_attention() -> None:
+    config = TransformerConfig(vocab_size=11, d_model=16, n_heads=2, d_ff=8)
+    with pytest.raises(ValueError, match="does not support kv_rank=4"):
+        Transformer(config.replace(positional="rope", kv_rank=4, d_rope=2))
