@@ -10,8 +10,11 @@
   :func:`to_hf_llama` goes back (same optional extra).
 - :func:`from_hf_mixtral`, :func:`from_hf_qwen3_moe`: the mixtures of experts ->
   :class:`~coursepkg.DecoderOnlyLM` with ``n_experts``.
+- :func:`from_hf_deepseek_v3`: DeepSeek-V3's latent attention (its dense layers only) ->
+  :class:`~coursepkg.DecoderOnlyLM` with ``kv_rank``.
 """
 
+from .deepseek import deepseek_v3_config, from_hf_deepseek_v3
 from .hf import (
     bert_config,
     from_hf_bert,
@@ -35,7 +38,9 @@ from .torch_nn import from_torch_transformer
 
 __all__ = [
     "bert_config",
+    "deepseek_v3_config",
     "from_hf_bert",
+    "from_hf_deepseek_v3",
     "from_hf_gpt2",
     "from_hf_llama",
     "from_hf_marian",
