@@ -158,7 +158,9 @@ def _wrap(net: nn.Module, settings: TrainSettings, dist: Dist) -> nn.Module:
     model = net
     if dist.distributed:
         ids = [dist.device.index] if dist.device.type == "cuda" else None
-        model = DistributedDataParallel(net, device_ids=ids)
+        # An expert no token chose in a micro-batch gets no gradient: DDP must be told.
+        unused = net.config.n_experts > 0
+        model = DistributedDataParallel(net, device_ids=ids, find_unused_parameters=unused)
     if settings.compile:
         model = torch.compile(model)
     return model
