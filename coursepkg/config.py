@@ -127,6 +127,22 @@ class TransformerConfig:
     # keys, before RoPE (gain only, eps = layer_norm_eps)
     sliding_window: int | None = None  # W: decoder-only models attend to the last W positions
     # only, themselves included (Mistral; its KV cache is a ring of W); None: the whole past
+    # ----- mixture of experts (Mixtral, Qwen3-MoE; decoder-only models) ------------------------
+    n_experts: int = 0  # E: feed-forward experts in each MoE layer; 0: every layer is dense
+    moe_top_k: int = 2  # k: experts each token is sent to (the router's top k of E)
+    moe_d_ff: int | None = None  # hidden width of each expert; None means d_ff
+    moe_renormalize: bool = True  # rescale the k chosen probabilities to sum to 1 (Mixtral,
+    # Qwen3-MoE's norm_topk_prob); False keeps the softmax's values (Switch, OLMoE)
+    moe_shared_experts: int = 0  # experts every token goes through as well (DeepSeek-MoE)
+    moe_every: int = 1  # layer i (from 0) is MoE when (i + 1) % moe_every == 0, the others
+    # dense with width d_ff (Qwen3-MoE's decoder_sparse_step)
+    # ----- multi-head latent attention (DeepSeek-V2/V3; decoder-only, positional="rope") -------
+    kv_rank: int | None = None  # R: keys and values rebuilt from a latent of R numbers per
+    # token, all the cache keeps (with the rotated key part); d_k is then each head's unrotated
+    # query/key part Dn; None: ordinary attention
+    q_rank: int | None = None  # Rq: the queries' own latent (DeepSeek's q_lora_rank); None: one
+    # projection
+    d_rope: int = 0  # Dr: the rotated part of each head's query and of the key shared by heads
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
@@ -155,6 +171,8 @@ class TransformerConfig:
         if self.positional not in _POSITIONAL:
             raise ValueError(f"positional must be one of {_POSITIONAL}, got {self.positional!r}")
         self._check_rope()
+        self._check_moe()
+        self._check_mla()
         if self.activation not in _ACTIVATIONS:
             raise ValueError(f"activation must be one of {_ACTIVATIONS}, got {self.activation!r}")
         if self.norm not in _NORMS:
@@ -195,7 +213,7 @@ class TransformerConfig:
                         f"got positional={self.positional!r}"
                     )
             return
-        if self.head_dim_k % 2 != 0:
+        if self.kv_rank is None and self.head_dim_k % 2 != 0:
             raise ValueError(
                 f"positional='rope' turns pairs of query/key columns: the per-head width Dk "
                 f"must be even, got Dk={self.head_dim_k}"
@@ -206,10 +224,97 @@ class TransformerConfig:
                 "which positional='rope' does not have; use rope_pairs to choose the pairing"
             )
 
+    def _check_moe(self) -> None:
+        # The MoE fields mean something only with experts; k chooses among them.
+        n = self.n_experts
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"n_experts must be an integer >= 0 (0: dense), got {n!r}")
+        for name in ("moe_top_k", "moe_every"):
+            _positive_int(name, getattr(self, name))
+        if self.moe_d_ff is not None:
+            _positive_int("moe_d_ff", self.moe_d_ff)
+        shared = self.moe_shared_experts
+        if isinstance(shared, bool) or not isinstance(shared, int) or shared < 0:
+            raise ValueError(f"moe_shared_experts must be an integer >= 0, got {shared!r}")
+        if not isinstance(self.moe_renormalize, bool):
+            raise ValueError(f"moe_renormalize must be True or False, got {self.moe_renormalize!r}")
+        if n == 0:
+            defaults = dict(
+                moe_top_k=2, moe_d_ff=None, moe_renormalize=True, moe_shared_experts=0, moe_every=1
+            )
+            for name, default in defaults.items():
+                if getattr(self, name) != default:
+                    raise ValueError(
+                        f"{name}={getattr(self, name)!r} needs experts: set n_experts > 0 "
+                        "(got n_experts=0, a dense model)"
+                    )
+            return
+        if self.moe_top_k > n:
+            raise ValueError(
+                f"moe_top_k must be at most n_experts (a token picks k of the E experts): "
+                f"got moe_top_k={self.moe_top_k}, n_experts={n}"
+            )
+        if self.moe_every > self.n_layers:
+            raise ValueError(
+                f"moe_every must be at most n_layers={self.n_layers} (or no layer is MoE), "
+                f"got moe_every={self.moe_every}"
+            )
+
+    def _check_mla(self) -> None:
+        # MLA's latents compress the width; its rotated part needs RoPE and is what RoPE turns.
+        for name in ("kv_rank", "q_rank"):
+            if getattr(self, name) is not None:
+                _positive_int(name, getattr(self, name))
+        r = self.d_rope
+        if isinstance(r, bool) or not isinstance(r, int) or r < 0:
+            raise ValueError(f"d_rope must be an integer >= 0, got {r!r}")
+        if self.kv_rank is None:
+            for name, default in (("q_rank", None), ("d_rope", 0)):
+                if getattr(self, name) != default:
+                    raise ValueError(
+                        f"{name}={getattr(self, name)!r} is multi-head latent attention's: "
+                        "set kv_rank too (got kv_rank=None)"
+                    )
+            return
+        for name in ("kv_rank", "q_rank"):
+            rank = getattr(self, name)
+            if rank is not None and rank > self.d_model:
+                raise ValueError(
+                    f"{name} must be at most d_model={self.d_model} (a compression of the "
+                    f"width), got {name}={rank}"
+                )
+        if self.positional != "rope" or r == 0 or r % 2:
+            raise ValueError(
+                "kv_rank (multi-head latent attention) needs positional='rope' and an even "
+                f"d_rope > 0 (the rotated part), got positional={self.positional!r}, d_rope={r}"
+            )
+        unsupported = dict(
+            n_kv_heads=self.n_kv_heads not in (None, self.n_heads),  # the heads share the latent
+            sliding_window=self.sliding_window is not None,  # its cache is no ring
+            qk_norm=self.qk_norm,
+        )
+        for name, present in unsupported.items():
+            if present:
+                raise ValueError(
+                    f"kv_rank (multi-head latent attention) does not support "
+                    f"{name}={getattr(self, name)!r}"
+                )
+
+    @property
+    def rope_dim(self) -> int:
+        """The width RoPE turns in each head: Dr with latent attention, else Dk."""
+        return self.d_rope if self.kv_rank is not None else self.head_dim_k
+
     def reject_decoder_only_options(self, model: str) -> None:
         """Fail for an option only :class:`~coursepkg.DecoderOnlyLM` implements: a
-        ``sliding_window``, rotary positions (which need the positions of one sequence) or
-        QK-norm (a cross-attention cache would hold keys normalised once already)."""
+        ``sliding_window``, rotary positions (which need the positions of one sequence),
+        QK-norm (a cross-attention cache would hold keys normalised once already), latent
+        attention (``kv_rank``) or experts (``n_experts``)."""
+        if self.kv_rank is not None:
+            raise ValueError(
+                f"{model} does not support kv_rank={self.kv_rank} (only DecoderOnlyLM has "
+                "multi-head latent attention)"
+            )
         if self.sliding_window is not None:
             raise ValueError(
                 f"{model} does not support sliding_window={self.sliding_window!r} "
@@ -224,6 +329,11 @@ class TransformerConfig:
             raise ValueError(
                 f"{model} does not support qk_norm=True (only DecoderOnlyLM normalises its "
                 "queries and keys)"
+            )
+        if self.n_experts:
+            raise ValueError(
+                f"{model} does not support n_experts={self.n_experts} (only DecoderOnlyLM has "
+                "mixture-of-experts layers); use n_experts=0"
             )
 
     # ----- derived sizes -------------------------------------------------------------------
@@ -241,6 +351,15 @@ class TransformerConfig:
     def kv_heads(self) -> int:
         """The number of key/value heads (``n_kv_heads``, or H without grouping)."""
         return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
+
+    @property
+    def expert_d_ff(self) -> int:
+        """The hidden width of each expert (``moe_d_ff``, or ``d_ff``)."""
+        return self.moe_d_ff if self.moe_d_ff is not None else self.d_ff
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether layer ``i`` (counted from 0) has a mixture of experts as its feed-forward."""
+        return self.n_experts > 0 and (i + 1) % self.moe_every == 0
 
     @property
     def decoder_layers(self) -> int:

@@ -15,6 +15,7 @@ from .fast_attention import FastDropout
 from .kv_cache import KVCache
 from .layers import EncoderLayer
 from .masks import causal_mask, key_mask
+from .mla import LatentCache, MultiHeadLatentAttention
 from .model_parts import (
     add_logits_bias,
     final_norm,
@@ -23,6 +24,7 @@ from .model_parts import (
     make_positions,
     token_embedding,
 )
+from .moe import MoEFeedForward, Routing, load_balancing_loss
 from .positional import RopeAngles, positions_from_mask, rope_frequencies
 
 __all__ = ["DecoderOnlyLM", "sample_next"]
@@ -42,7 +44,10 @@ class DecoderOnlyLM(nn.Module):
         config: the hyper-parameters (``n_layers`` layers; GPT-2 uses ``norm_first=True``).
 
     Submodules ``embed``, ``positions`` (the table added to the embeddings; None with RoPE),
-    ``layers``, ``norm`` (None without a final norm), ``lm_head`` (D -> V, no bias, weight tied
+    ``layers`` (with ``n_experts``, the ``ffn`` of every ``moe_every``-th one is a
+    :class:`~coursepkg.moe.MoEFeedForward`; with ``kv_rank``, every ``self_attn`` is a
+    :class:`~coursepkg.mla.MultiHeadLatentAttention`), ``norm`` (None without a final norm),
+    ``lm_head`` (D -> V, no bias, weight tied
     to ``embed.weight`` when ``tie_embeddings``); buffer ``rope_freqs`` (Dk/2,), RoPE's
     frequencies (None without RoPE).
     """
@@ -54,12 +59,17 @@ class DecoderOnlyLM(nn.Module):
         self.embed = token_embedding(config, config.vocab_size)
         rope = config.positional == "rope"
         self.positions = None if rope else make_positions(config)
-        freqs = rope_frequencies(config.head_dim_k, config.rope_theta) if rope else None
+        freqs = rope_frequencies(config.rope_dim, config.rope_theta) if rope else None
         self.register_buffer("rope_freqs", freqs, persistent=False)
         self.dropout = FastDropout(config.dropout)
         self.layers = nn.ModuleList(
             EncoderLayer(**layer_kwargs(config)) for _ in range(config.n_layers)
         )
+        for i, layer in enumerate(self.layers):
+            if config.is_moe_layer(i):  # a mixture of experts replaces this layer's FFN
+                layer.ffn = MoEFeedForward.from_config(config)
+            if config.kv_rank is not None:  # latent attention replaces its self-attention
+                layer.self_attn = MultiHeadLatentAttention.from_config(config)
         self.norm = final_norm(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         add_logits_bias(self, config)
@@ -69,7 +79,31 @@ class DecoderOnlyLM(nn.Module):
 
     def new_cache(self, capacity: int | None = None) -> KVCache:
         """An empty key/value cache for :meth:`forward`, holding up to ``capacity`` positions."""
-        return KVCache(self.config.n_layers, False, capacity, self.config.sliding_window)
+        cache = KVCache(self.config.n_layers, False, capacity, self.config.sliding_window)
+        if self.config.kv_rank is not None:  # only the latents and the rotated key parts
+            cache.self_attn = [LatentCache() for _ in self.layers]
+        return cache
+
+    def routings(self) -> list[Routing]:
+        """The routers' decisions in the last forward pass, one per MoE layer (none if dense)."""
+        moe = [layer.ffn for layer in self.layers if isinstance(layer.ffn, MoEFeedForward)]
+        if any(ffn.routing is None for ffn in moe):
+            raise RuntimeError("routings() reads the last forward pass; call the model first")
+        return [ffn.routing for ffn in moe]
+
+    def load_balancing_loss(self, token_mask: Tensor | None = None) -> Tensor:
+        """The auxiliary loss of the last forward pass (:func:`~coursepkg.moe.load_balancing_loss`
+        over every MoE layer); add ``coefficient * loss`` to the language-modelling loss.
+
+        Args:
+            token_mask: bool (B, L) of that pass, True = real token; padding takes no part.
+
+        Returns:
+            A scalar tensor that carries gradients to the routers.
+        """
+        if self.config.n_experts == 0:
+            raise ValueError("load_balancing_loss needs a mixture of experts: n_experts is 0")
+        return load_balancing_loss(self.routings(), self.config.n_experts, token_mask)
 
     def forward(
         self,

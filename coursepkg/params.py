@@ -6,14 +6,26 @@ Dimension legend: D d_model, H heads, Dk/Dv per-head sizes, F d_ff, V vocabulary
 from __future__ import annotations
 
 from .config import TransformerConfig
+from .mla import mla_parameters
 
 
 def attention_parameters(config: TransformerConfig) -> int:
     """W^Q (D x H*Dk), W^K (D x Hkv*Dk), W^V (D x Hkv*Dv), W^O (H*Dv x D), plus biases if any.
 
     Hkv is ``config.kv_heads`` (H unless grouped-query attention shares key/value heads);
-    ``qk_norm`` adds the gains of the query and key RMSNorms (Dk each).
+    ``qk_norm`` adds the gains of the query and key RMSNorms (Dk each). With ``kv_rank``,
+    multi-head latent attention's count (:func:`~coursepkg.mla.mla_parameters`).
     """
+    if config.kv_rank is not None:
+        return mla_parameters(
+            config.d_model,
+            config.n_heads,
+            config.kv_rank,
+            config.head_dim_k,
+            config.d_rope,
+            config.head_dim_v,
+            config.q_rank,
+        )
     d, h, dk, dv = config.d_model, config.n_heads, config.head_dim_k, config.head_dim_v
     g = config.kv_heads
     weights = d * h * dk + d * g * (dk + dv) + h * dv * d
@@ -29,6 +41,47 @@ def feed_forward_parameters(config: TransformerConfig) -> int:
     d, f = config.d_model, config.d_ff
     branches = 2 if config.activation in ("swiglu", "geglu") else 1  # D -> F matrices
     return (branches + 1) * d * f + ((branches * f + d) if config.bias else 0)
+
+
+def moe_parameters(config: TransformerConfig, active: bool = False) -> int:
+    """One mixture-of-experts feed-forward: the router (D x E, no bias), E experts and the
+    shared experts, each a feed-forward of hidden width ``config.expert_d_ff``.
+
+    Args:
+        config: its ``n_experts``, ``moe_top_k``, ``moe_shared_experts`` and the experts' shape.
+        active: count only what one token uses: the router, its k experts and the shared ones.
+    """
+    expert = feed_forward_parameters(config.replace(d_ff=config.expert_d_ff))
+    shared = config.moe_shared_experts  # one feed-forward of width shared * expert_d_ff
+    shared_ffn = (
+        feed_forward_parameters(config.replace(d_ff=shared * config.expert_d_ff)) if shared else 0
+    )
+    used = config.moe_top_k if active else config.n_experts
+    return config.d_model * config.n_experts + used * expert + shared_ffn
+
+
+def decoder_stack_parameters(config: TransformerConfig, active: bool = False) -> int:
+    """The N self-attention layers of a decoder-only model, MoE layers counted as such.
+
+    Args:
+        config: the hyper-parameters (``is_moe_layer`` says which layers have experts).
+        active: count only the experts a token uses (see :func:`moe_parameters`).
+    """
+    attn, ln = attention_parameters(config), layer_norm_parameters(config)
+    total = 0
+    for i in range(config.n_layers):
+        moe = config.is_moe_layer(i)
+        ffn = moe_parameters(config, active) if moe else feed_forward_parameters(config)
+        total += attn + ffn + 2 * ln
+    return total
+
+
+def active_parameters(config: TransformerConfig) -> int:
+    """Parameters a decoder-only model uses per token: all of them, less the experts a token
+    is not routed to (E - k per MoE layer). Equals :func:`count_parameters` when dense; the
+    embedding, read by lookup, is counted, as published "active" counts do (Qwen3-30B-A3B)."""
+    inactive = decoder_stack_parameters(config) - decoder_stack_parameters(config, active=True)
+    return count_parameters(config, "decoder-only") - inactive
 
 
 def layer_norm_parameters(config: TransformerConfig) -> int:
@@ -75,7 +128,7 @@ def parameter_breakdown(
     if model == "decoder-only":
         out["embeddings"] = v * d
         out["positions"] = positions
-        out["layers"] = config.n_layers * (attn + ffn + 2 * ln)
+        out["layers"] = decoder_stack_parameters(config)
         out["final_norm"] = final
         out["output_head"] = 0 if config.tie_embeddings else v * d
         return out
@@ -154,6 +207,7 @@ def forward_multiply_adds(
             (:class:`~coursepkg.DecoderOnlyLM`).
         src_len: S, the source length (for a decoder-only model, the sequence length).
         tgt_len: L, the target length of an encoder-decoder (default: ``src_len``).
+            A mixture-of-experts layer counts the router and the experts a token goes to.
 
     Returns:
         part -> multiply-adds for the whole sequence (pair): ``encoder`` (its weights, S
@@ -164,6 +218,8 @@ def forward_multiply_adds(
     """
     if model not in ("encoder-decoder", "decoder-only"):
         raise ValueError(f"model must be 'encoder-decoder' or 'decoder-only', got {model!r}")
+    if config.kv_rank is not None:
+        raise ValueError("forward_multiply_adds does not count latent attention (kv_rank) yet")
     for name, value in (("src_len", src_len), ("tgt_len", tgt_len)):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -178,8 +234,12 @@ def forward_multiply_adds(
     # per query and key: one dot product of H*Dk, one weighted sum of H*Dv
     pair = qk + vo
     if model == "decoder-only":
+        # a mixture of experts: the router (D x E) and the k experts (and shared ones) a token uses
+        used = config.moe_top_k + config.moe_shared_experts
+        moe_ffn = config.d_model * config.n_experts + used * branches * d * config.expert_d_ff
+        ffns = sum(moe_ffn if config.is_moe_layer(i) else ffn for i in range(config.n_layers))
         return {
-            "layers": config.n_layers * s * (projections + ffn),
+            "layers": s * (config.n_layers * projections + ffns),
             "output_head": s * d * v,
             "attention_scores": config.n_layers * s * s * pair,
         }
@@ -198,14 +258,20 @@ def kv_cache_bytes_per_token(config: TransformerConfig, bytes_per_number: int = 
     key (Hkv x Dk numbers) and one value (Hkv x Dv) per token. Grouped-query attention divides
     it by H / Hkv; multi-query (Hkv = 1) by H.
 
+    Multi-head latent attention (``kv_rank``) keeps the latent and the rotated key part
+    instead, R + Dr numbers per layer, whatever the heads.
+
     Args:
-        config: its ``n_layers``, ``kv_heads``, ``head_dim_k`` and ``head_dim_v``.
+        config: its ``n_layers``, ``kv_heads``, ``head_dim_k`` and ``head_dim_v`` (or
+            ``kv_rank`` and ``d_rope``).
         bytes_per_number: 4 for float32, 2 for float16/bfloat16.
 
     Returns:
         Bytes per cached token (per batch row).
     """
     per_layer = config.kv_heads * (config.head_dim_k + config.head_dim_v)
+    if config.kv_rank is not None:
+        per_layer = config.kv_rank + config.d_rope
     return config.n_layers * per_layer * bytes_per_number
 
 

@@ -26,6 +26,7 @@ _HELP = {
     "compile": "wrap the model in torch.compile",
     "parallel": "ddp (PyTorch's), course-ddp or course-bucketed (the course's own)",
     "checkpoint_activations": "recompute each block's activations in backward (less memory)",
+    "aux_loss_coef": "with --model n_experts=E: the load-balancing loss's weight in the loss",
 }
 
 

@@ -8,8 +8,13 @@
 - :func:`from_hf_llama`, :func:`from_hf_qwen3`, :func:`from_hf_mistral`: today's decoders
   (RoPE, RMSNorm, SwiGLU, grouped-query attention) -> :class:`~coursepkg.DecoderOnlyLM`;
   :func:`to_hf_llama` goes back (same optional extra).
+- :func:`from_hf_mixtral`, :func:`from_hf_qwen3_moe`: the mixtures of experts ->
+  :class:`~coursepkg.DecoderOnlyLM` with ``n_experts``.
+- :func:`from_hf_deepseek_v3`: DeepSeek-V3's latent attention (its dense layers only) ->
+  :class:`~coursepkg.DecoderOnlyLM` with ``kv_rank``.
 """
 
+from .deepseek import deepseek_v3_config, from_hf_deepseek_v3
 from .hf import (
     bert_config,
     from_hf_bert,
@@ -20,17 +25,29 @@ from .hf import (
     marian_en_de_hf_config,
     to_hf_gpt2,
 )
-from .llama import from_hf_llama, from_hf_mistral, from_hf_qwen3, llama_config, to_hf_llama
+from .llama import (
+    from_hf_llama,
+    from_hf_mistral,
+    from_hf_mixtral,
+    from_hf_qwen3,
+    from_hf_qwen3_moe,
+    llama_config,
+    to_hf_llama,
+)
 from .torch_nn import from_torch_transformer
 
 __all__ = [
     "bert_config",
+    "deepseek_v3_config",
     "from_hf_bert",
+    "from_hf_deepseek_v3",
     "from_hf_gpt2",
     "from_hf_llama",
     "from_hf_marian",
     "from_hf_mistral",
+    "from_hf_mixtral",
     "from_hf_qwen3",
+    "from_hf_qwen3_moe",
     "from_torch_transformer",
     "gpt2_config",
     "llama_config",

@@ -1,13 +1,18 @@
 """Today's decoders from Hugging Face ``transformers`` in the reference: Llama, Qwen3 and
-Mistral as a :class:`~coursepkg.DecoderOnlyLM`, and the way back to Llama.
+Mistral, and the mixtures of experts Mixtral and Qwen3-MoE, as a :class:`~coursepkg.DecoderOnlyLM`,
+and the way back to Llama.
 
 All three are the same block: pre-norm with RMSNorm, rotary positions in Hugging Face's
 rotate-half layout (``rope_pairs="halves"``), a SwiGLU feed-forward (``gate_proj`` is our
 ``linear1``, ``up_proj`` ``linear3``, ``down_proj`` ``linear2``), grouped-query attention,
 no biases by default, unscaled embeddings. Qwen3 adds QK-norm and an explicit ``head_dim``
-(H * Dk need not be D); Mistral a sliding window. Each ``from_hf_*`` reads the architecture
-from the config, refuses what the reference does not implement (RoPE scaling, a partial
-sliding window), builds the model and copies every weight, so that the logits agree (fp32).
+(H * Dk need not be D); Mistral a sliding window. Mixtral is Mistral with a mixture of experts
+on every layer (``block_sparse_moe`` in older ``transformers``, ``mlp`` now: a router ``gate``
+and ``experts`` whose gate and up matrices are stacked in one ``gate_up_proj`` tensor);
+Qwen3-MoE is Qwen3 with one, on every ``decoder_sparse_step``-th layer. Each ``from_hf_*``
+reads the architecture from the config, refuses what the reference does not implement (RoPE
+scaling, a partial sliding window), builds the model and copies every weight, so that the
+logits agree (fp32).
 """
 
 from __future__ import annotations
@@ -19,13 +24,22 @@ from torch import nn
 
 from ..config import HFOptions, TransformerConfig
 from ..decoder_only import DecoderOnlyLM
+from ..moe import MoEFeedForward
 from .hf import _copy, _copy_linear, _like, _require, _transformers
 
-__all__ = ["from_hf_llama", "from_hf_mistral", "from_hf_qwen3", "llama_config", "to_hf_llama"]
+__all__ = [
+    "from_hf_llama",
+    "from_hf_mistral",
+    "from_hf_mixtral",
+    "from_hf_qwen3",
+    "from_hf_qwen3_moe",
+    "llama_config",
+    "to_hf_llama",
+]
 
 # The gated feed-forward each Hugging Face activation makes: down(act(gate x) * up x).
 _GATED_FROM_HF = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu"}
-_FAMILIES = ("Llama", "Qwen3", "Mistral")
+_FAMILIES = ("Llama", "Qwen3", "Mistral", "Mixtral", "Qwen3MoE")
 # Our names -> theirs, inside self-attention and the feed-forward network.
 _ATTENTION = (
     ("q_proj", "q_proj"),
@@ -51,7 +65,8 @@ def _rope_theta(c: Any, family: str) -> float:
 def _sliding_window(c: Any, family: str) -> int | None:
     # Mistral: one window for every layer (None: none). Qwen3: only when use_sliding_window,
     # and then on some layers only, which the reference does not do.
-    if family == "Mistral":
+    # Mixtral and Qwen3-MoE (whose config keeps it only with use_sliding_window): every layer.
+    if family in ("Mistral", "Mixtral", "Qwen3MoE"):
         return c.sliding_window
     if family == "Qwen3":
         layer_types = getattr(c, "layer_types", None) or ["full_attention"]
@@ -63,12 +78,14 @@ def _sliding_window(c: Any, family: str) -> int | None:
 
 
 def llama_config(hf_config: Any, family: str = "Llama") -> TransformerConfig:
-    """The :class:`TransformerConfig` of a ``LlamaConfig``, ``Qwen3Config`` or ``MistralConfig``.
+    """The :class:`TransformerConfig` of a ``LlamaConfig``, ``Qwen3Config``, ``MistralConfig``,
+    ``MixtralConfig`` or ``Qwen3MoeConfig``.
 
     Args:
         hf_config: the Hugging Face config.
-        family: ``"Llama"``, ``"Qwen3"`` (adds ``qk_norm``) or ``"Mistral"`` (adds its
-            ``sliding_window``).
+        family: ``"Llama"``, ``"Qwen3"`` (adds ``qk_norm``), ``"Mistral"`` (adds its
+            ``sliding_window``), ``"Mixtral"`` (Mistral with experts) or ``"Qwen3MoE"``
+            (Qwen3 with experts; ``mlp_only_layers`` is refused).
 
     Returns:
         A pre-norm, RMSNorm, RoPE ("halves"), gated feed-forward, grouped-query config.
@@ -85,6 +102,7 @@ def llama_config(hf_config: Any, family: str = "Llama") -> TransformerConfig:
     )
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     return TransformerConfig(
+        **_moe_fields(c, family),
         vocab_size=c.vocab_size,
         d_model=c.hidden_size,
         n_heads=c.num_attention_heads,
@@ -107,9 +125,48 @@ def llama_config(hf_config: Any, family: str = "Llama") -> TransformerConfig:
         bias=attention_bias,
         scale_embeddings=False,
         tie_embeddings=c.tie_word_embeddings,
-        qk_norm=family == "Qwen3",
+        qk_norm=family in ("Qwen3", "Qwen3MoE"),
         sliding_window=_sliding_window(c, family),
     )
+
+
+def _moe_fields(c: Any, family: str) -> dict[str, Any]:
+    # The experts of Mixtral (every layer, of width intermediate_size, always renormalised)
+    # and Qwen3-MoE (every decoder_sparse_step-th layer, moe_intermediate_size wide).
+    if family == "Mixtral":
+        n, k = c.num_local_experts, c.num_experts_per_tok
+        return dict(n_experts=n, moe_top_k=k, moe_d_ff=c.intermediate_size)
+    if family != "Qwen3MoE" or c.num_experts == 0:
+        return {}
+    _require(
+        not c.mlp_only_layers,
+        f"Qwen3MoE: mlp_only_layers={c.mlp_only_layers} is not supported (the reference places "
+        "experts on every moe_every-th layer only)",
+    )
+    return dict(
+        n_experts=c.num_experts,
+        moe_top_k=c.num_experts_per_tok,
+        moe_d_ff=c.moe_intermediate_size,
+        moe_renormalize=bool(c.norm_topk_prob),
+        moe_every=c.decoder_sparse_step,
+    )
+
+
+def _copy_mlp(ffn: nn.Module, mlp: nn.Module, name: str) -> None:
+    # A dense SwiGLU feed-forward, or a mixture of experts: the router, then each expert's
+    # gate (the first half of gate_up_proj's rows), up (the second half) and down matrices.
+    if not isinstance(ffn, MoEFeedForward):
+        for mine, hf in _MLP:
+            proj = getattr(mlp, hf)
+            _copy_linear(getattr(ffn, mine), proj.weight, proj.bias, f"{name}.mlp.{hf}")
+        return
+    _copy(ffn.router.weight, mlp.gate.weight, f"{name}.mlp.gate")
+    gate_up, down = mlp.experts.gate_up_proj, mlp.experts.down_proj  # (E, 2F, D), (E, D, F)
+    for e, expert in enumerate(ffn.experts):
+        gate, up = gate_up[e].chunk(2, dim=0)  # (F, D), (F, D)
+        _copy(expert.linear1.weight, gate, f"{name}.mlp.experts.gate_up_proj[{e}] (gate)")
+        _copy(expert.linear3.weight, up, f"{name}.mlp.experts.gate_up_proj[{e}] (up)")
+        _copy(expert.linear2.weight, down[e], f"{name}.mlp.experts.down_proj[{e}]")
 
 
 @torch.no_grad()
@@ -129,9 +186,7 @@ def _from_hf(model: nn.Module, family: str) -> DecoderOnlyLM:
         if config.qk_norm:
             _copy(ours.q_norm.weight, theirs.q_norm.weight, f"{name}.self_attn.q_norm")
             _copy(ours.k_norm.weight, theirs.k_norm.weight, f"{name}.self_attn.k_norm")
-        for mine, hf in _MLP:
-            proj = getattr(src.mlp, hf)
-            _copy_linear(getattr(dst.ffn, mine), proj.weight, proj.bias, f"{name}.mlp.{hf}")
+        _copy_mlp(dst.ffn, src.mlp, name)
         _copy(dst.norm1.weight, src.input_layernorm.weight, f"{name}.input_layernorm")
         _copy(dst.norm2.weight, src.post_attention_layernorm.weight, f"{name}.post_attention_ln")
     _copy(lm.norm.weight, body.norm.weight, "norm")
@@ -176,6 +231,25 @@ def from_hf_mistral(model: nn.Module) -> DecoderOnlyLM:
     return _from_hf(model, "Mistral")
 
 
+def from_hf_mixtral(model: nn.Module) -> DecoderOnlyLM:
+    """A :class:`~coursepkg.DecoderOnlyLM` with a mixture of experts on every layer from a
+    ``MixtralForCausalLM``; as :func:`from_hf_llama` (in eval mode: the router's jitter noise,
+    used in training only, is not carried over)."""
+    tf = _transformers()
+    if not isinstance(model, tf.MixtralForCausalLM):
+        raise TypeError(f"model must be a MixtralForCausalLM, got {type(model).__name__}")
+    return _from_hf(model, "Mixtral")
+
+
+def from_hf_qwen3_moe(model: nn.Module) -> DecoderOnlyLM:
+    """A :class:`~coursepkg.DecoderOnlyLM` (with ``qk_norm`` and a mixture of experts on every
+    ``decoder_sparse_step``-th layer) from a ``Qwen3MoeForCausalLM``; as :func:`from_hf_llama`."""
+    tf = _transformers()
+    if not isinstance(model, tf.Qwen3MoeForCausalLM):
+        raise TypeError(f"model must be a Qwen3MoeForCausalLM, got {type(model).__name__}")
+    return _from_hf(model, "Qwen3MoE")
+
+
 @torch.no_grad()
 def to_hf_llama(lm: DecoderOnlyLM, **hf_overrides: Any) -> nn.Module:
     """The way back: a ``transformers.LlamaForCausalLM`` with the weights of ``lm``.
@@ -196,7 +270,7 @@ def to_hf_llama(lm: DecoderOnlyLM, **hf_overrides: Any) -> nn.Module:
     needs = dict(
         norm_first=True, use_final_norm=True, norm="rmsnorm", positional="rope",
         rope_pairs="halves", activation="swiglu", scale_embeddings=False, qk_norm=False,
-        sliding_window=None, hf=HFOptions(), head_dim_v=c.head_dim_k,
+        sliding_window=None, hf=HFOptions(), head_dim_v=c.head_dim_k, n_experts=0,
     )  # fmt: skip
     wrong = {k: getattr(c, k) for k, v in needs.items() if getattr(c, k) != v}
     _require(not wrong, f"lm is not Llama shaped: needs {needs}, differs in {wrong}")

@@ -40,13 +40,16 @@ from coursepkg.training.data import TokenData, get_batch, prepare_tokens
 from coursepkg.training.distributed import Dist, setup, teardown
 from coursepkg.training.settings import TrainSettings, model_config
 
-__all__ = ["LOG_FIELDS", "TrainResult", "train"]
+__all__ = ["LOG_FIELDS", "MOE_FIELDS", "TrainResult", "train"]
 
 log = logging.getLogger(__name__)
 
 #: The columns of ``log.csv``: nothing that depends on the clock, so that a resumed run's log
 #: is byte for byte the log of an uninterrupted one.
 LOG_FIELDS = ("step", "lr", "loss", "val_loss", "val_perplexity")
+#: The column a mixture-of-experts run adds: the load-balancing loss of the step (before its
+#: coefficient), whose minimum k says the experts share the tokens evenly.
+MOE_FIELDS = ("aux_loss",)
 CHECKPOINT = "checkpoint.pt"
 
 
@@ -56,7 +59,8 @@ class TrainResult:
 
     Attributes:
         model: the trained model, in eval mode, on CPU.
-        rows: one dict per step with :data:`LOG_FIELDS` (``val_*`` None between evaluations).
+        rows: one dict per step with :data:`LOG_FIELDS` (``val_*`` None between evaluations),
+            and :data:`MOE_FIELDS` for a mixture of experts.
         samples: the text sampled at the end.
         out: the run's folder.
     """
@@ -162,7 +166,9 @@ def _wrap(net: nn.Module, settings: TrainSettings, dist: Dist) -> nn.Module:
     model = net
     if dist.distributed:
         ids = [dist.device.index] if dist.device.type == "cuda" else None
-        model = DistributedDataParallel(net, device_ids=ids)
+        # An expert no token chose in a micro-batch gets no gradient: DDP must be told.
+        unused = net.config.n_experts > 0
+        model = DistributedDataParallel(net, device_ids=ids, find_unused_parameters=unused)
     if settings.compile:
         model = torch.compile(model)
     return model
@@ -187,7 +193,7 @@ def _restore(run: _Run, saved: dict[str, Any], path: Path) -> None:
     run.optimizer.load_state_dict(saved["optimizer"])
     run.batches.set_state(saved["data_rng"])
     run.step = run.last_checkpoint = int(saved["step"])
-    run.rows = [dict(zip(LOG_FIELDS, row, strict=True)) for row in saved["rows"]]
+    run.rows = [dict(zip(_fields(run), row, strict=True)) for row in saved["rows"]]
     states = saved["rng"]
     if len(states) == run.dist.world_size:
         torch.set_rng_state(states[run.dist.rank])
@@ -217,7 +223,7 @@ def _checkpoint(run: _Run) -> None:
             "rng": rng,
             "cuda_rng": cuda_rng,
             "step": run.step,
-            "rows": [[row[k] for k in LOG_FIELDS] for row in run.rows],
+            "rows": [[row[k] for k in _fields(run)] for row in run.rows],
         }
         save_checkpoint(Path(run.settings.out) / CHECKPOINT, payload)
         _write_log(run)
@@ -225,8 +231,15 @@ def _checkpoint(run: _Run) -> None:
     run.last_checkpoint = run.step
 
 
-def _train_step(run: _Run, lr: float) -> float:
-    """One optimiser step over ``grad_accum`` micro-batches; returns the mean loss."""
+def _fields(run: _Run) -> tuple[str, ...]:
+    """The columns of the run's log: :data:`LOG_FIELDS`, and :data:`MOE_FIELDS` with experts."""
+    return LOG_FIELDS + (MOE_FIELDS if run.net.config.n_experts else ())
+
+
+def _train_step(run: _Run, lr: float) -> tuple[float, float | None]:
+    """One optimiser step over ``grad_accum`` micro-batches; returns the mean language-model
+    loss and, for a mixture of experts, the mean load-balancing loss (None otherwise), which
+    the step adds to the former times ``aux_loss_coef``."""
     s, dist = run.settings, run.dist
     for group in run.optimizer.param_groups:
         group["lr"] = lr
@@ -238,6 +251,8 @@ def _train_step(run: _Run, lr: float) -> float:
     )
     xs, ys = get_batch(run.data.train, s.block_size, s.batch_size, run.batches, mine)  # (A*b, L)
     total = torch.zeros((), device=dist.device)
+    aux_total = torch.zeros((), device=dist.device)
+    moe = run.net.config.n_experts > 0
     run.model.train()
     for k in range(s.grad_accum):
         x = xs[k * share : (k + 1) * share].to(dist.device)  # (b, L)
@@ -248,15 +263,18 @@ def _train_step(run: _Run, lr: float) -> float:
         with sync:
             with _autocast(dist.device):
                 loss = cross_entropy(run.model(x), y) / s.grad_accum  # (B, L, V) logits
-            loss.backward()
+                aux = run.net.load_balancing_loss() / s.grad_accum if moe else None
+            (loss if aux is None else loss + s.aux_loss_coef * aux).backward()
         total += loss.detach()
+        if aux is not None:
+            aux_total += aux.detach()
     if isinstance(run.model, NaiveDDP):  # the course's DDP averages when asked
         run.model.sync_gradients()
     if s.clip_norm > 0:
         clip_grad_norm_(run.net.parameters(), s.clip_norm)
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
-    return dist.mean(total)
+    return dist.mean(total), (dist.mean(aux_total) if moe else None)
 
 
 def _autocast(device: torch.device):
@@ -294,7 +312,7 @@ def _loop(run: _Run, progress: bool) -> None:
         end = s.stop_after or s.steps
         while run.step < end:
             lr = warmup_cosine_lr(run.step, s.lr, s.warmup_steps, s.steps, s.min_lr)
-            loss = _guarded_step(run, lr)
+            loss, aux = _guarded_step(run, lr)
             run.step += 1
             row = {
                 "step": run.step,
@@ -303,6 +321,8 @@ def _loop(run: _Run, progress: bool) -> None:
                 "val_loss": None,
                 "val_perplexity": None,
             }
+            if aux is not None:
+                row["aux_loss"] = aux
             if run.dist.is_main and (run.step % s.eval_every == 0 or run.step == s.steps):
                 row["val_loss"] = _evaluate(run)
                 row["val_perplexity"] = math.exp(row["val_loss"])
@@ -345,10 +365,10 @@ def _intact(run: _Run) -> str:
     )
 
 
-def _guarded_step(run: _Run, lr: float) -> float:
+def _guarded_step(run: _Run, lr: float) -> tuple[float, float | None]:
     """:func:`_train_step`, with a clear message when the loss diverges or a rank is lost."""
     try:
-        loss = _train_step(run, lr)
+        loss, aux = _train_step(run, lr)
     except RuntimeError as err:
         if not run.dist.distributed:
             raise
@@ -358,16 +378,16 @@ def _guarded_step(run: _Run, lr: float) -> float:
         ) from err
     if not math.isfinite(loss):
         raise FloatingPointError(f"the loss became {loss} at step {run.step + 1}")
-    return loss
+    return loss, aux
 
 
 def _write_log(run: _Run) -> None:
     """``log.csv``: one row per step, floats written exactly (``repr``)."""
     with open(Path(run.settings.out) / "log.csv", "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(LOG_FIELDS)
+        writer.writerow(_fields(run))
         for row in run.rows:
-            writer.writerow("" if row[k] is None else repr(row[k]) for k in LOG_FIELDS)
+            writer.writerow("" if row[k] is None else repr(row[k]) for k in _fields(run))
 
 
 def _finish(run: _Run) -> TrainResult:

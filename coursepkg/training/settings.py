@@ -69,6 +69,10 @@ class TrainSettings:
         stop_after: end this job after that step, with a checkpoint, as if the run had
             ``steps`` steps (0: run to the end); ``--resume`` continues it. For machines that
             grant jobs a limited time.
+        aux_loss_coef: with ``n_experts`` in ``model``, the load-balancing loss is added to the
+            language-modelling loss times this (Mixtral's and Qwen3-MoE's
+            ``router_aux_loss_coef`` is 0.001 or 0.02; 0 trains without it); the log gets an
+            ``aux_loss`` column.
         model: options of :class:`~coursepkg.TransformerConfig` (over :data:`GPT_DEFAULTS`).
     """
 
@@ -98,6 +102,7 @@ class TrainSettings:
     sample_tokens: int = 300
     stop_after: int = 0
     samples: int = 2
+    aux_loss_coef: float = 0.01
     model: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -122,6 +127,10 @@ class TrainSettings:
             raise ValueError(
                 f"stop_after must be in [0, steps={self.steps}], got {self.stop_after}"
             )
+        if isinstance(self.aux_loss_coef, bool) or not (
+            isinstance(self.aux_loss_coef, int | float) and self.aux_loss_coef >= 0
+        ):
+            raise ValueError(f"aux_loss_coef must be a number >= 0, got {self.aux_loss_coef!r}")
         if not self.data:
             raise ValueError("data must name a text file or a folder of .txt files, got none")
 

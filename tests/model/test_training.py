@@ -228,3 +228,31 @@ def test_bpe_tokens_are_gpt2s_ids_and_the_samples_decode_to_text(corpus, tmp_pat
     assert result.model.config.vocab_size == len(gpt2) == 50257
     # the samples are decoded with the same tokenizer: the prompt comes back as text
     assert all(isinstance(s, str) and s for s in result.samples)
+
+
+def test_a_mixture_of_experts_logs_its_aux_loss_and_resumes(corpus, tmp_path):
+    model = {**TINY, "n_experts": 4, "moe_top_k": 2, "moe_d_ff": 16}
+    whole = train(tiny(corpus, tmp_path / "whole", model=model, sample_tokens=0), progress=False)
+    with open(tmp_path / "whole" / "log.csv") as f:
+        rows = list(csv.DictReader(f))
+    aux = [float(r["aux_loss"]) for r in rows]
+    assert len(aux) == 12 and all(np.isfinite(aux)) and min(aux) > 0
+    assert [r["aux_loss"] for r in whole.rows] == aux
+    part = tiny(corpus, tmp_path / "part", model=model, sample_tokens=0, stop_after=6)
+    train(part, progress=False)
+    part.stop_after = 0
+    train(part, resume=True, progress=False)
+    assert (tmp_path / "part" / "log.csv").read_bytes() == (tmp_path / "whole/log.csv").read_bytes()
+    with pytest.raises(ValueError, match="aux_loss_coef must be a number >= 0, got -1"):
+        tiny(corpus, tmp_path / "bad", aux_loss_coef=-1)
+
+
+def test_the_aux_loss_coefficient_changes_the_training(corpus, tmp_path):
+    model = {**TINY, "n_experts": 4, "moe_top_k": 1, "moe_d_ff": 16}
+    runs = [
+        train(tiny(corpus, tmp_path / str(c), model=model, sample_tokens=0, steps=4,
+                   aux_loss_coef=c), progress=False)
+        for c in (0.0, 1.0)
+    ]  # fmt: skip
+    assert [r["loss"] for r in runs[0].rows][0] == [r["loss"] for r in runs[1].rows][0]
+    assert [r["loss"] for r in runs[0].rows][1:] != [r["loss"] for r in runs[1].rows][1:]

@@ -1,0 +1,206 @@
+"""A mixture of experts in place of the feed-forward network (Shazeer et al., 2017; Switch,
+Fedus et al., 2021; Mixtral, Jiang et al., 2024; Qwen3-MoE).
+
+A router scores every token against E experts, each a feed-forward network of its own; the
+token goes through its k best experts only, and their outputs are summed, weighted by the
+router's probabilities. The model holds E experts' parameters but spends k experts' arithmetic
+per token: more parameters at the same cost per token. Nothing keeps the router from sending
+every token to the same few experts, so training adds a load-balancing loss
+(:func:`load_balancing_loss`) that is smallest when tokens and probability spread evenly.
+
+Dimension legend: B batch, L length, D d_model, F an expert's hidden width, E experts, k the
+experts chosen per token, T = B * L tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from .config import TransformerConfig
+from .layers import PositionwiseFeedForward
+
+__all__ = [
+    "MoEFeedForward",
+    "Routing",
+    "expert_load",
+    "load_balancing_loss",
+    "route_top_k",
+]
+
+
+@dataclass(frozen=True)
+class Routing:
+    """What the router decided for a batch, kept by :class:`MoEFeedForward` after each call.
+
+    Attributes:
+        probs: the softmax over experts of every token, (T, E); gradients flow through it.
+        experts: the k experts each token went to, best first, (T, k) integer ids.
+        weights: the weight of each chosen expert's output, (T, k).
+    """
+
+    probs: Tensor
+    experts: Tensor
+    weights: Tensor
+
+
+def route_top_k(logits: Tensor, k: int, renormalize: bool = True) -> Routing:
+    """Softmax over the experts, then the k most probable (Mixtral, Qwen3-MoE).
+
+    Args:
+        logits: the router's scores.
+        k: experts per token.
+        renormalize: divide the k chosen probabilities by their sum, so that the weights of a
+            token sum to 1 (Mixtral; Qwen3-MoE's ``norm_topk_prob``); False keeps them as the
+            softmax gave them (Switch with k = 1, OLMoE), so that they sum to at most 1.
+
+    Shape:
+        logits (T, E) -> probs (T, E), experts (T, k), weights (T, k).
+    """
+    probs = torch.softmax(logits.float(), dim=-1)  # (T, E): over every expert, before top-k
+    weights, experts = probs.topk(k, dim=-1)  # (T, k), (T, k)
+    if renormalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)  # (T, k)
+    return Routing(probs, experts, weights.to(logits.dtype))
+
+
+class MoEFeedForward(nn.Module):
+    """E expert feed-forward networks and a router sending each token to k of them.
+
+    y = sum over the k chosen experts e of w_e * FFN_e(x), plus the shared experts' FFN(x),
+    which every token goes through (DeepSeek-MoE). Every expert is a
+    :class:`~coursepkg.layers.PositionwiseFeedForward` (SwiGLU with ``activation="swiglu"``).
+    No token is dropped: an expert takes however many tokens are sent to it, as Hugging Face's
+    models do. After each call, :attr:`routing` holds the router's decision for the batch.
+
+    Args:
+        d_model: width D.
+        d_ff: hidden width F of each expert.
+        n_experts: E.
+        top_k: k, experts per token.
+        renormalize: see :func:`route_top_k`.
+        n_shared: shared experts; they are stored as one feed-forward of width
+            ``n_shared * d_ff`` (the same function as that many summed experts).
+        dropout, activation, bias: of each expert, as in ``PositionwiseFeedForward``.
+
+    Submodules ``router`` (D -> E, no bias: Hugging Face's ``gate``), ``experts`` (E
+    feed-forwards) and ``shared`` (None without shared experts).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        n_experts: int,
+        top_k: int,
+        renormalize: bool = True,
+        n_shared: int = 0,
+        dropout: float = 0.0,
+        activation: str = "swiglu",
+        bias: bool = False,
+    ) -> None:
+        super().__init__()
+        if not 1 <= top_k <= n_experts:
+            raise ValueError(f"top_k must be in [1, n_experts={n_experts}], got {top_k}")
+        self.top_k, self.renormalize = top_k, renormalize
+        self.router = nn.Linear(d_model, n_experts, bias=False)
+        self.experts = nn.ModuleList(
+            PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
+            for _ in range(n_experts)
+        )
+        shared = n_shared * d_ff
+        self.shared = (
+            PositionwiseFeedForward(d_model, shared, dropout, activation, bias) if shared else None
+        )
+        self.routing: Routing | None = None
+
+    @classmethod
+    def from_config(cls, config: TransformerConfig) -> MoEFeedForward:
+        """The MoE feed-forward ``config``'s ``n_experts``, ``moe_*`` fields describe."""
+        return cls(
+            config.d_model,
+            config.expert_d_ff,
+            config.n_experts,
+            config.moe_top_k,
+            config.moe_renormalize,
+            config.moe_shared_experts,
+            config.dropout,
+            config.activation,
+            config.bias,
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Shape: (B, L, D) -> (B, L, D)."""
+        b, n, d = x.shape
+        tokens = x.reshape(b * n, d)  # (T, D)
+        routing = route_top_k(self.router(tokens), self.top_k, self.renormalize)
+        self.routing = routing
+        out = torch.zeros_like(tokens)  # (T, D)
+        for e, expert in enumerate(self.experts):
+            # Which tokens chose expert e, and in which of their k slots.
+            token_ids, slot = torch.where(routing.experts == e)  # (n_e,), (n_e,)
+            if token_ids.numel() == 0:
+                continue  # no token chose it: it costs nothing in this batch
+            y = expert(tokens[token_ids])  # (n_e, D)
+            w = routing.weights[token_ids, slot]  # (n_e,)
+            out = out.index_add(0, token_ids, y * w[:, None])  # (T, D)
+        if self.shared is not None:
+            out = out + self.shared(tokens)  # (T, D)
+        return out.reshape(b, n, d)  # (B, L, D)
+
+
+def expert_load(routing: Routing, n_experts: int, token_mask: Tensor | None = None) -> Tensor:
+    """How many (token, slot) assignments each expert got in one layer: the load to plot.
+
+    Args:
+        routing: a layer's :attr:`MoEFeedForward.routing`.
+        n_experts: E.
+        token_mask: bool (B, L), True = real token; padding is not counted.
+
+    Shape:
+        -> (E,) float counts summing to k times the number of real tokens.
+    """
+    experts = routing.experts  # (T, k)
+    ones = torch.ones_like(experts, dtype=torch.float32)  # (T, k)
+    if token_mask is not None:
+        ones = ones * token_mask.reshape(-1, 1).to(ones)  # (T, k)
+    counts = torch.zeros(n_experts, device=experts.device)  # (E,)
+    return counts.index_add(0, experts.reshape(-1), ones.reshape(-1))  # (E,)
+
+
+def load_balancing_loss(
+    routings: list[Routing], n_experts: int, token_mask: Tensor | None = None
+) -> Tensor:
+    """The auxiliary loss that pushes the router to spread tokens evenly (Switch, Eq. 4-6).
+
+    loss = E * sum_i f_i * P_i, where f_i is the fraction of the tokens sent to expert i
+    (counting each of a token's k choices: the f_i sum to k) and P_i the router's mean
+    probability for expert i. Only P carries a gradient (the top-k choice has none); the loss
+    is smallest, k, when both are uniform. The tokens of every MoE layer are pooled before the
+    averages, as Mixtral's and Qwen3-MoE's ``load_balancing_loss_func`` does; multiply by a
+    small coefficient (theirs: ``router_aux_loss_coef`` = 0.001 or 0.02) and add it to the
+    language-modelling loss.
+
+    Args:
+        routings: one :class:`Routing` per MoE layer, from the same forward pass.
+        n_experts: E.
+        token_mask: bool (B, L), True = real token; padding takes no part.
+
+    Returns:
+        A scalar tensor.
+    """
+    if not routings:
+        raise ValueError("routings must hold at least one layer's Routing, got none")
+    counts = sum(expert_load(r, n_experts, token_mask) for r in routings)  # (E,)
+    probs = torch.cat([r.probs for r in routings])  # (layers * T, E)
+    if token_mask is None:
+        rows = float(probs.size(0))
+        prob_sum = probs.sum(dim=0)  # (E,)
+    else:
+        real = token_mask.reshape(-1).to(probs).repeat(len(routings))  # (layers * T,)
+        rows = real.sum()
+        prob_sum = (probs * real[:, None]).sum(dim=0)  # (E,)
+    f, p = counts / rows, prob_sum / rows  # (E,), (E,)
+    return n_experts * (f * p).sum()

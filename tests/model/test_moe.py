@@ -1,0 +1,218 @@
+"""The mixture-of-experts feed-forward (issue 51): the routed sum against a token-by-token loop,
+the router's two weightings, the load-balancing loss's properties, the expert load, the closed
+form parameter counts (total and active) against the built model, generation with and without
+the cache, and the configurations that are refused."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing import assert_close
+from torch.utils.flop_counter import FlopCounterMode
+
+from coursepkg import (
+    DecoderOnlyLM,
+    MultiHeadAttention,
+    Transformer,
+    TransformerConfig,
+    count_parameters,
+)
+from coursepkg.encoder_only import EncoderOnlyLM
+from coursepkg.moe import (
+    MoEFeedForward,
+    expert_load,
+    load_balancing_loss,
+    route_top_k,
+)
+from coursepkg.params import active_parameters, forward_multiply_adds, parameter_breakdown
+
+MODERN = dict(
+    vocab_size=23, d_model=16, n_heads=2, d_ff=24, n_layers=3, dropout=0.0, max_len=32,
+    norm="rmsnorm", positional="rope", activation="swiglu", norm_first=True, bias=False,
+    scale_embeddings=False,
+)  # fmt: skip
+MOE = dict(n_experts=4, moe_top_k=2, moe_d_ff=12)
+
+
+def _lm(**fields) -> DecoderOnlyLM:
+    return DecoderOnlyLM(TransformerConfig(**{**MODERN, **MOE, **fields})).eval()
+
+
+@pytest.mark.parametrize("renormalize", [True, False])
+@pytest.mark.parametrize("k, shared", [(1, 0), (2, 0), (3, 1), (4, 2)])
+def test_the_routed_sum_equals_a_loop_over_tokens(k, shared, renormalize) -> None:
+    moe = MoEFeedForward(8, 6, 4, k, renormalize, n_shared=shared).eval()
+    x = torch.randn(2, 5, 8)
+    out = moe(x)
+    probs = torch.softmax(moe.router(x), dim=-1)  # (B, L, E)
+    expected = torch.zeros_like(x)
+    for b in range(2):
+        for t in range(5):
+            top = probs[b, t].topk(k)
+            w = top.values / top.values.sum() if renormalize else top.values
+            for weight, e in zip(w, top.indices.tolist(), strict=True):
+                expected[b, t] += weight * moe.experts[e](x[b, t])
+            if shared:
+                expected[b, t] += moe.shared(x[b, t])
+    assert_close(out, expected, atol=1e-6, rtol=1e-5)
+
+
+def test_one_expert_chosen_from_one_is_its_feed_forward() -> None:
+    moe = MoEFeedForward(8, 6, 1, 1)
+    x = torch.randn(3, 4, 8)
+    assert_close(moe(x), moe.experts[0](x))
+
+
+def test_the_router_weights_sum_to_one_only_when_renormalised() -> None:
+    logits = torch.randn(50, 6)
+    kept = route_top_k(logits, 2, renormalize=True)
+    assert_close(kept.weights.sum(-1), torch.ones(50))
+    raw = route_top_k(logits, 2, renormalize=False)
+    assert_close(raw.weights, raw.probs.gather(1, raw.experts))
+    assert (raw.weights.sum(-1) < 1).all()
+    assert torch.equal(kept.experts, raw.experts)
+
+
+def test_a_uniform_router_gives_a_loss_of_k_and_the_load_sums_to_k_tokens() -> None:
+    moe = MoEFeedForward(8, 6, 5, 2)
+    with torch.no_grad():
+        moe.router.weight.zero_()  # every probability 1/E, whatever the choice
+    moe(torch.randn(3, 7, 8))
+    assert_close(load_balancing_loss([moe.routing], 5), torch.tensor(2.0))
+    assert expert_load(moe.routing, 5).sum() == 2 * 21
+
+
+def test_an_unbalanced_router_pays_more_and_the_gradient_reaches_it() -> None:
+    moe = MoEFeedForward(8, 6, 4, 1)
+    with torch.no_grad():
+        moe.router.weight.zero_()
+        moe.router.weight[0].fill_(5.0)  # expert 0 wins for inputs with a positive sum
+    moe(torch.rand(2, 6, 8))
+    loss = load_balancing_loss([moe.routing], 4)
+    assert loss > 1.5 and expert_load(moe.routing, 4)[0] == 12
+    loss.backward()
+    assert moe.router.weight.grad.abs().sum() > 0
+
+
+def test_padding_takes_no_part_in_the_loss_or_the_load() -> None:
+    moe = MoEFeedForward(8, 6, 4, 2)
+    x = torch.randn(2, 6, 8)
+    mask = torch.tensor([[True] * 6, [True] * 3 + [False] * 3])
+    moe(x)
+    padded, load = load_balancing_loss([moe.routing], 4, mask), expert_load(moe.routing, 4, mask)
+    moe(x[mask][None])  # the nine real tokens alone
+    assert_close(padded, load_balancing_loss([moe.routing], 4))
+    assert torch.equal(load, expert_load(moe.routing, 4))
+
+
+def test_the_models_loss_pools_every_moe_layer() -> None:
+    lm = _lm(moe_every=1)
+    lm(torch.randint(0, 23, (2, 5)))
+    routings = lm.routings()
+    assert len(routings) == 3
+    pooled = load_balancing_loss(routings, 4)
+    assert_close(lm.load_balancing_loss(), pooled)
+    assert pooled.requires_grad
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        dict(moe_every=2),
+        dict(moe_shared_experts=2),
+        dict(moe_top_k=1, moe_d_ff=None, tie_embeddings=False),
+        dict(bias=True, activation="relu", norm="layernorm", n_kv_heads=1),
+        dict(n_experts=8, moe_top_k=8, moe_every=3, qk_norm=True),
+    ],
+)
+def test_closed_form_counts_equal_the_built_model(fields) -> None:
+    lm = _lm(**fields)
+    config = lm.config
+    total = sum(p.numel() for p in lm.parameters())
+    assert count_parameters(config, "decoder-only") == total
+    assert sum(parameter_breakdown(config, "decoder-only").values()) == total
+    unused = 0  # the experts a token is not routed to, in every MoE layer
+    for layer in lm.layers:
+        if isinstance(layer.ffn, MoEFeedForward):
+            per_expert = sum(p.numel() for p in layer.ffn.experts[0].parameters())
+            unused += (config.n_experts - config.moe_top_k) * per_expert
+    assert active_parameters(config) == total - unused
+
+
+def test_a_dense_model_is_all_active() -> None:
+    config = TransformerConfig(**MODERN)
+    assert active_parameters(config) == count_parameters(config, "decoder-only")
+
+
+def test_every_nth_layer_is_moe() -> None:
+    lm = _lm(n_layers=4, moe_every=2)
+    kinds = [isinstance(layer.ffn, MoEFeedForward) for layer in lm.layers]
+    assert kinds == [False, True, False, True]
+    assert lm.layers[0].ffn.linear1.out_features == 24  # d_ff for the dense ones
+    assert lm.layers[1].ffn.experts[0].linear1.out_features == 12  # moe_d_ff for experts
+
+
+def test_greedy_generation_is_the_same_with_and_without_the_cache() -> None:
+    lm = _lm(moe_shared_experts=1)
+    prompt = torch.randint(0, 23, (2, 4))
+    assert torch.equal(lm.generate(prompt, 8), lm.generate(prompt, 8, use_cache=False))
+
+
+def test_training_the_aux_loss_moves_the_router() -> None:
+    lm = _lm().train()
+    tokens = torch.randint(0, 23, (2, 8))
+    logits = lm(tokens)
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten())
+    (loss + 0.01 * lm.load_balancing_loss()).backward()
+    assert all(layer.ffn.router.weight.grad.abs().sum() > 0 for layer in lm.layers)
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(n_experts=4, moe_top_k=5), "moe_top_k must be at most n_experts"),
+        (dict(moe_top_k=1), r"moe_top_k=1 needs experts: set n_experts > 0"),
+        (dict(moe_shared_experts=1), "moe_shared_experts=1 needs experts"),
+        (dict(n_experts=-1), "n_experts must be an integer >= 0"),
+        (dict(n_experts=4, moe_top_k=0), "moe_top_k must be a positive integer"),
+        (dict(n_experts=4, moe_every=4), "moe_every must be at most n_layers=3"),
+        (dict(n_experts=4, moe_renormalize=1), "moe_renormalize must be True or False"),
+    ],
+)
+def test_impossible_configurations_are_refused(fields, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        TransformerConfig(**{**MODERN, **fields})
+
+
+@pytest.mark.parametrize("cls", [Transformer, EncoderOnlyLM])
+def test_models_without_experts_refuse_them(cls) -> None:
+    config = TransformerConfig(vocab_size=11, d_model=16, n_heads=2, d_ff=8, n_experts=2)
+    with pytest.raises(ValueError, match="does not support n_experts=2"):
+        cls(config)
+
+
+def test_the_aux_loss_of_a_dense_model_is_refused() -> None:
+    lm = DecoderOnlyLM(TransformerConfig(**MODERN))
+    with pytest.raises(ValueError, match="n_experts is 0"):
+        lm.load_balancing_loss()
+
+
+@pytest.mark.parametrize(
+    "fields", [{}, dict(moe_every=2, moe_shared_experts=1), dict(n_experts=8, moe_top_k=1)]
+)
+def test_multiply_adds_count_the_router_and_the_chosen_experts_only(fields) -> None:
+    lm = _lm(**fields)
+    for module in lm.modules():
+        if isinstance(module, MultiHeadAttention):
+            module.record_weights = True  # the explicit products, which the counter sees
+    tokens = torch.randint(0, 23, (2, 9))
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        lm(tokens)
+    parts = forward_multiply_adds(lm.config, "decoder-only", src_len=9)
+    assert counter.get_total_flops() == 2 * 2 * sum(parts.values())
+    dense = forward_multiply_adds(lm.config.replace(**_DENSE), "decoder-only", src_len=9)
+    assert parts["layers"] != dense["layers"]
+
+
+_DENSE = dict(n_experts=0, moe_top_k=2, moe_d_ff=None, moe_shared_experts=0, moe_every=1)
