@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import random
 import time
-from collections.abc import Callable
 from typing import Any
 
 from ...data import load_tinyshakespeare
@@ -162,10 +161,10 @@ def _as_training(value: Any, where: str) -> tuple[dict[int, bytes], list[tuple[b
     return vocab, pairs
 
 
-def _call_train(fn: Callable, text: str, vocab_size: int, specials: list[str], where: str):
+def _call_train(impl: Any, text: str, vocab_size: int, specials: list[str], where: str):
     with forbidden_calls(BPE_ITEM, extra=_forbidden(), advice=_ADVICE):
         start = time.perf_counter()
-        out = call_student(fn, text, vocab_size, list(specials), item=BPE_ITEM)
+        out = call_student(impl, text, vocab_size, list(specials), item=BPE_ITEM)
         seconds = time.perf_counter() - start
     return _as_training(out, where), seconds
 
@@ -215,7 +214,7 @@ def _compare_training(report: CheckReport, student: tuple, corpus: tuple) -> Non
 
 
 @public_check(assignment="ex10_tokenizer", implements="train_bpe", bugs=BPE_BUGS)
-def check_train_bpe(report: CheckReport, impl: Callable, thorough: bool, seed: int | None) -> None:
+def check_train_bpe(report: CheckReport, impl: Any, thorough: bool, seed: int | None) -> None:
     """Check the student's ``train_bpe(text, vocab_size, special_tokens)`` against the
     reference: the same merges in the same order and the same vocabulary, corpus by corpus."""
     for corpus in _corpora(thorough, seed):
@@ -275,10 +274,10 @@ def _as_ids(value: Any, where: str) -> list[int]:
     return list(value)
 
 
-def _run_tokenizer(cls: Any, vocab, merges, specials, texts, decode_ids) -> tuple[list, list]:
+def _run_tokenizer(impl: Any, vocab, merges, specials, texts, decode_ids) -> tuple[list, list]:
     """The student's encode of each text and decode of each id list, in the forbidden block."""
     with forbidden_calls(TOKENIZER_ITEM, extra=_forbidden(), advice=_ADVICE):
-        tok = call_student(cls, dict(vocab), list(merges), list(specials), item=TOKENIZER_ITEM)
+        tok = call_student(impl, dict(vocab), list(merges), list(specials), item=TOKENIZER_ITEM)
         encoded = [
             _as_ids(call_student(tok.encode, t, item="Tokenizer.encode"), f"for {t!r}")
             for t in texts
@@ -289,7 +288,7 @@ def _run_tokenizer(cls: Any, vocab, merges, specials, texts, decode_ids) -> tupl
     return encoded, decoded
 
 
-def _diagnose_tokenizer(cls_output: tuple, setting: tuple, which: str) -> BugVariant | None:
+def _diagnose_tokenizer(student_output: tuple, setting: tuple, which: str) -> BugVariant | None:
     vocab, merges, specials, texts, decode_ids = setting
     reference = _reference_outputs(vocab, merges, specials, texts, decode_ids)
     index = 0 if which == "encode" else 1
@@ -302,7 +301,7 @@ def _diagnose_tokenizer(cls_output: tuple, setting: tuple, which: str) -> BugVar
             )
         except Exception:  # noqa: BLE001 - a variant that cannot run here names nothing
             continue
-        if outputs[index] != reference[index] and outputs[index] == cls_output[index]:
+        if outputs[index] != reference[index] and outputs[index] == student_output[index]:
             return bug
     return None
 
@@ -324,14 +323,14 @@ def _decode_cases(tok: _Reference, texts: list[str]) -> list[list[int]]:
     return cases
 
 
-def _check_one_tokenizer(report: CheckReport, cls: Any, name: str, training, specials) -> None:
+def _check_one_tokenizer(report: CheckReport, impl: Any, name: str, training, specials) -> None:
     vocab, merges = training
     texts = _probes(specials)
     reference = _Reference(vocab, merges, specials)
     decode_ids = _decode_cases(reference, texts)
     setting = (vocab, merges, specials, texts, decode_ids)
     expected = _reference_outputs(*setting)
-    got = _run_tokenizer(cls, *setting)
+    got = _run_tokenizer(impl, *setting)
     where = f"(vocabulary trained on: {name}; special_tokens={specials})"
     for text, ids, ref in zip(texts, got[0], expected[0], strict=True):
         if ids != ref:
@@ -352,19 +351,19 @@ def _check_one_tokenizer(report: CheckReport, cls: Any, name: str, training, spe
 @public_check(
     assignment="ex10_tokenizer", implements="Tokenizer", bugs=TOKENIZER_BUGS, kind="class"
 )
-def check_tokenizer(report: CheckReport, cls: Any, thorough: bool, seed: int | None) -> None:
+def check_tokenizer(report: CheckReport, impl: Any, thorough: bool, seed: int | None) -> None:
     """Check the student's ``Tokenizer(vocab, merges, special_tokens)``: ``encode`` gives the
     reference's ids and ``decode`` the reference's text, round trip and cut characters
     included, on vocabularies trained by the reference."""
     corpora = _corpora(thorough, seed)
     for name, text, vocab_size, specials in corpora:
         training = _reference_training(text, vocab_size, tuple(specials))
-        _check_one_tokenizer(report, cls, name, training, specials)
+        _check_one_tokenizer(report, impl, name, training, specials)
     report.ok("encode gives the reference's ids (special tokens, whitespace runs, multi-byte "
               "characters, merges in rank order)")  # fmt: skip
     report.ok("decode inverts encode, and a character cut in the middle decodes to U+FFFD")
     if thorough:
         gpt2 = _Reference.gpt2()
         training = (gpt2.vocab, gpt2.merges)
-        _check_one_tokenizer(report, cls, "GPT-2's own vocabulary (50,257 ids)", training, [EOT])
+        _check_one_tokenizer(report, impl, "GPT-2's own vocabulary (50,257 ids)", training, [EOT])
         report.ok("GPT-2's own vocabulary and merges give GPT-2's ids")
