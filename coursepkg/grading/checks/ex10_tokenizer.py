@@ -3,8 +3,9 @@
 ``check_train_bpe`` trains the student's ``train_bpe`` and the reference
 (:func:`coursepkg.tokenizer.train_bpe`) on the same corpora and special-token sets and asks for
 the same merges, in the same order, and the same vocabulary; in thorough mode it adds randomised
-corpora and a larger one under a time budget that a careful implementation recounting every
-pair after every merge meets with a wide margin. ``check_tokenizer`` builds the student's
+corpora and a larger one under a budget of lines of Python run (counted, never timed, so a
+slow machine never fails a correct trainer) that a careful implementation recounting every pair
+after every merge meets with a wide margin. ``check_tokenizer`` builds the student's
 ``Tokenizer`` from the reference's vocabulary and merges and asks for the reference's ids on
 texts chosen to tell the mistakes apart (multi-byte characters, whitespace runs, special tokens,
 words whose pairs occur out of rank order), the round trip, and the reference's decoding of ids
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import random
-import time
+import sys
 from typing import Any
 
 from ...data import load_tinyshakespeare
@@ -37,9 +38,13 @@ __all__ = ["BUGS", "check_tokenizer", "check_train_bpe"]
 
 EOT = "<|endoftext|>"
 
-#: Seconds the student's train_bpe may take on the thorough mode's larger corpus (the reference
-#: takes well under one; a plain trainer recounting every pair after each merge a few).
-TIME_BUDGET_S = 60.0
+#: Lines of Python the student's train_bpe may run on the thorough mode's larger corpus (600
+#: merges' worth of vocabulary), counted with ``sys.settrace``, never timed. Measured on Python
+#: 3.11: the reference runs 0.8 million, an incremental trainer 2.2 million, a careful one that
+#: recounts every pair of each distinct pre-token after every merge 29 million (the test
+#: fixtures' ``train_recount``). The budget is about 5 times that; counting slows the run ~3x,
+#: so a trainer over it is stopped after about a minute, not left to run.
+LINE_BUDGET = 150_000_000
 
 _REFERENCE_CALLS = [
     (_reference_train, "coursepkg.tokenizer.train_bpe"),
@@ -161,12 +166,56 @@ def _as_training(value: Any, where: str) -> tuple[dict[int, bytes], list[tuple[b
     return vocab, pairs
 
 
+class _OverBudget(BaseException):
+    """Raised inside the student's code once it has run more lines than the budget (a
+    BaseException, so that ``except Exception`` in student code lets it through)."""
+
+
+class _LineCount:
+    """Counts the lines of Python run while it is installed (``sys.settrace``); once past
+    ``budget`` it stops the run by raising :class:`_OverBudget` in the running code."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.lines = 0
+
+    def _line(self, frame: Any, event: str, arg: Any) -> Any:
+        if event == "line":
+            self.lines += 1
+            if self.lines > self.budget:
+                raise _OverBudget
+        return self._line
+
+    def _call(self, frame: Any, event: str, arg: Any) -> Any:
+        return self._line
+
+    def __enter__(self) -> _LineCount:
+        self._previous = sys.gettrace()
+        sys.settrace(self._call)
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        sys.settrace(self._previous)
+        return exc[0] is _OverBudget  # the count says it; the check fails below
+
+
 def _call_train(impl: Any, text: str, vocab_size: int, specials: list[str], where: str):
+    """The student's ``(vocab, merges)`` on one corpus."""
     with forbidden_calls(BPE_ITEM, extra=_forbidden(), advice=_ADVICE):
-        start = time.perf_counter()
         out = call_student(impl, text, vocab_size, list(specials), item=BPE_ITEM)
-        seconds = time.perf_counter() - start
-    return _as_training(out, where), seconds
+    return _as_training(out, where)
+
+
+def _count_train(impl: Any, corpus: tuple, budget: int) -> tuple[tuple | None, int]:
+    """The student's ``(vocab, merges)`` on ``corpus`` (None when stopped over the budget) and
+    the lines of Python the training ran."""
+    _, text, vocab_size, specials = corpus
+    out = None
+    with forbidden_calls(BPE_ITEM, extra=_forbidden(), advice=_ADVICE), _LineCount(budget) as count:
+        out = call_student(impl, text, vocab_size, list(specials), item=BPE_ITEM)
+    if count.lines > budget:
+        return None, count.lines
+    return _as_training(out, "(larger corpus)"), count.lines
 
 
 def _diagnose_training(student: tuple, text: str, vocab_size: int, specials: list[str]):
@@ -220,23 +269,23 @@ def check_train_bpe(report: CheckReport, impl: Any, thorough: bool, seed: int | 
     for corpus in _corpora(thorough, seed):
         name, text, vocab_size, specials = corpus
         where = f"(corpus: {name})"
-        student, _ = _call_train(impl, text, vocab_size, specials, where)
+        student = _call_train(impl, text, vocab_size, specials, where)
         _compare_training(report, student, corpus)
     report.ok("the same merges, in the same order, and the same vocab as the reference on: "
               + "; ".join(c[0] for c in _corpora(thorough, seed)))  # fmt: skip
     if thorough:
         corpus = ("the first 60,000 characters of Tiny Shakespeare", _shakespeare()[:60000],
                   600, [EOT])  # fmt: skip
-        student, seconds = _call_train(impl, corpus[1], corpus[2], corpus[3], "(larger corpus)")
-        _compare_training(report, student, corpus)
-        if seconds > TIME_BUDGET_S:
+        student, lines = _count_train(impl, corpus, LINE_BUDGET)
+        if student is None:
             report.fail(
-                f"train_bpe took {seconds:.0f} s on {corpus[0]} (vocab 600), over the budget "
-                f"of {TIME_BUDGET_S:.0f} s: count each distinct pre-token once (a Counter), "
+                f"train_bpe ran more than {LINE_BUDGET:,} lines of Python on {corpus[0]} "
+                "(vocab 600) and was stopped: count each distinct pre-token once (a Counter), "
                 "not every occurrence, and update only the words a merge touches."
             )
-        report.ok(f"a 60,000-character corpus trained in {seconds:.1f} s (budget "
-                  f"{TIME_BUDGET_S:.0f} s)")  # fmt: skip
+        _compare_training(report, student, corpus)
+        report.ok(f"a 60,000-character corpus trained in {lines:,} lines of Python run (budget "
+                  f"{LINE_BUDGET:,})")  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
