@@ -38,7 +38,8 @@ check_tiled_attention          ``TiledAttention`` (forward and backward)   ex12_
 ``check_training_run`` (ex09_training_run) grades a whole training run (the trained model, the
 student's greedy decoder and loss) on a hidden held-out set; it lives in
 :mod:`.checks.ex09_training_run` with its own signature and its own list of training mistakes
-(``MISTAKES``), outside the registry of the item checks above.
+(``BUGS``, :class:`BugVariant` s named by the evidence the check gathers), outside the
+registry of the item checks above.
 
 :func:`catalogue` lists every known mistake (:class:`BugVariant`) the checks recognise.
 """

@@ -90,7 +90,7 @@ register_configs(
     kind="function",
 )
 def check_scaled_dot_product_attention(
-    report: CheckReport, fn: Any, thorough: bool, seed: int | None
+    report: CheckReport, impl: Any, thorough: bool, seed: int | None
 ) -> None:
     """Check ``scaled_dot_product_attention(query, key, value, mask=None) -> (output, weights)``.
 
@@ -100,11 +100,11 @@ def check_scaled_dot_product_attention(
     cannot influence the output, that gradients reach Q, K and V, and that the function does
     not call PyTorch's fused attention.
     """
-    if not callable(fn):
-        report.fail(f"expected your function {SDPA_ITEM}, got {type(fn).__name__}.")
+    if not callable(impl):
+        report.fail(f"expected your function {SDPA_ITEM}, got {type(impl).__name__}.")
 
     def student(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None) -> Any:
-        result = call_student(fn, query, key, value, mask, item=SDPA_ITEM)
+        result = call_student(impl, query, key, value, mask, item=SDPA_ITEM)
         if not isinstance(result, tuple) or len(result) != 2:
             kind = type(result).__name__ + (
                 f" of length {len(result)}" if isinstance(result, (tuple, list)) else ""
@@ -314,17 +314,17 @@ def _reference_additive(query, keys, W_q, W_k, v):  # noqa: ANN001, ANN202, N803
 @public_check(
     assignment="ex01_attention", implements="additive_score", bugs=ADDITIVE_BUGS, kind="function"
 )
-def check_additive_score(report: CheckReport, fn: Any, thorough: bool, seed: int | None) -> None:
+def check_additive_score(report: CheckReport, impl: Any, thorough: bool, seed: int | None) -> None:
     """Check ``additive_score(query, keys, W_q, W_k, v) -> scores (B, S)`` (optional item).
 
     The expected scores come from :class:`coursepkg.attention.AdditiveAttention` given the same
     weights (its key bias set to zero, since the standalone score has none).
     """
-    if not callable(fn):
-        report.fail(f"expected your function {ADDITIVE_ITEM}, got {type(fn).__name__}.")
+    if not callable(impl):
+        report.fail(f"expected your function {ADDITIVE_ITEM}, got {type(impl).__name__}.")
 
     def student(*inputs: Tensor) -> Any:
-        return call_student(fn, *inputs, item=ADDITIVE_ITEM)
+        return call_student(impl, *inputs, item=ADDITIVE_ITEM)
 
     gen = generator(seed, salt=1)
     cfgs = configs(ADDITIVE_ITEM, thorough, seed)

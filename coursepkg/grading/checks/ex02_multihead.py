@@ -109,7 +109,7 @@ _MHA_SPEC = ModuleSpec(
     assignment="ex02_multihead", implements="MultiHeadAttention", bugs=MHA_BUGS, kind="class"
 )
 def check_multi_head_attention(
-    report: CheckReport, cls: Any, thorough: bool, seed: int | None
+    report: CheckReport, impl: Any, thorough: bool, seed: int | None
 ) -> None:
     """Check the class ``MultiHeadAttention(d_model, n_heads)``.
 
@@ -122,7 +122,7 @@ def check_multi_head_attention(
     """
     gen = generator(seed, salt=2)
     cfgs = configs("multi_head_attention", thorough, seed)
-    check_module(report, cls, _MHA_SPEC, cfgs, gen)
+    check_module(report, impl, _MHA_SPEC, cfgs, gen)
     report.ok(f"parameter count and names match the reference on {len(cfgs)} shapes")
     report.ok("outputs match the reference (float32 and float64; no mask, padding, causal)")
     report.ok(

@@ -103,7 +103,7 @@ def _halves_layout(student: Callable[[int, int], Any], size: tuple[int, int]) ->
     kind="function",
 )
 def check_positional_encoding(
-    report: CheckReport, fn: Any, thorough: bool, seed: int | None
+    report: CheckReport, impl: Any, thorough: bool, seed: int | None
 ) -> None:
     """Check ``sinusoidal_positional_encoding(max_len, d_model) -> (max_len, d_model)``.
 
@@ -112,11 +112,11 @@ def check_positional_encoding(
     the right shape with values in [-1, 1], and that it is computed rather than taken from the
     reference.
     """
-    if not callable(fn):
-        report.fail(f"expected your function {PE_ITEM}, got {type(fn).__name__}.")
+    if not callable(impl):
+        report.fail(f"expected your function {PE_ITEM}, got {type(impl).__name__}.")
 
     def student(max_len: int, d_model: int) -> Any:
-        return call_student(fn, max_len, d_model, item=PE_ITEM)
+        return call_student(impl, max_len, d_model, item=PE_ITEM)
 
     def diagnosis(size: tuple[int, int]) -> BugVariant | None:
         layout = _halves_layout(student, size)

@@ -32,11 +32,11 @@ from ..framework import (
     CheckFailure,
     CheckReport,
     NotImplementedYet,
-    assert_close,
     call_student,
     configs,
     describe,
     diagnose,
+    expect_close,
     expect_tensor,
     forbidden_calls,
     public_check,
@@ -123,7 +123,7 @@ def _as_float(value: Any, what: str) -> float:
 
 
 @public_check(assignment="ex06_training", implements="noam_lr", bugs=NOAM_LR_BUGS, kind="function")
-def check_noam_lr(report: CheckReport, impl: Callable, thorough: bool, seed: int | None) -> None:
+def check_noam_lr(report: CheckReport, impl: Any, thorough: bool, seed: int | None) -> None:
     """Check the student's ``noam_lr(step, d_model, warmup_steps)`` against the reference."""
     rng = random.Random(0 if seed is None else seed)
     for config in configs(NOAM_LR_ITEM, thorough, seed):
@@ -244,9 +244,7 @@ def _call_loss(impl: Callable, logits: Tensor, targets: Tensor, eps: float, pad:
     bugs=LABEL_SMOOTHING_BUGS,
     kind="function",
 )
-def check_label_smoothing(
-    report: CheckReport, impl: Callable, thorough: bool, seed: int | None
-) -> None:
+def check_label_smoothing(report: CheckReport, impl: Any, thorough: bool, seed: int | None) -> None:
     """Check the student's ``label_smoothed_cross_entropy(logits, targets, smoothing,
     ignore_index)`` against the reference.
     """
@@ -299,7 +297,7 @@ def _target_distributions(impl: Callable, config: dict[str, Any]) -> str:
         return "[" + ", ".join(f"{q:.4f}" for q in values) + "]"
 
     return (
-        f"\nOn one position (V={v}, eps={eps}, target {target}, equal logits), the target "
+        f"On one position (V={v}, eps={eps}, target {target}, equal logits), the target "
         f"distribution your loss implies (from its gradient): {row(implied)}; expected: "
         f"{row(expected)} (1 - eps + eps/V on the target, eps/V on every other token)."
     )
@@ -314,18 +312,21 @@ def _check_one_loss(report: CheckReport, impl: Callable, config: dict[str, Any],
         out = _call_loss(impl, logits, targets, eps, pad)
         expected_logits = logits.detach().clone().requires_grad_(True)
         expected = _reference_loss(expected_logits, targets, eps, pad)
+
+        def explain(
+            logits: Tensor = logits, targets: Tensor = targets
+        ) -> tuple[str, BugVariant | None]:
+            return (
+                _target_distributions(impl, config),
+                _diagnose_loss(impl, logits, targets, eps, pad, True),
+            )
+
         if out.dim() != 0:
             report.fail(
                 f"the loss should be a scalar (a 0-dimensional tensor), but yours has shape "
                 f"{tuple(out.shape)} {where}: average over the kept positions."
             )
-        try:
-            assert_close(out, expected, f"your loss {where}")
-        except CheckFailure as failure:
-            report.fail(
-                failure.message + _target_distributions(impl, config),
-                _diagnose_loss(impl, logits, targets, eps, pad, True),
-            )
+        expect_close(report, out, expected, f"your loss {where}", explain=explain)
         if not out.requires_grad:
             report.fail(
                 "your loss does not require grad, so it cannot train the model: do not use "
@@ -343,13 +344,13 @@ def _check_one_loss(report: CheckReport, impl: Callable, config: dict[str, Any],
                 f"{where}: padding must contribute nothing. Leave those positions out.",
                 _diagnose_loss(impl, logits, targets, eps, pad, True),
             )
-        try:
-            assert_close(logits.grad, expected_logits.grad, f"the gradient of your loss {where}")
-        except CheckFailure as failure:
-            report.fail(
-                failure.message + _target_distributions(impl, config),
-                _diagnose_loss(impl, logits, targets, eps, pad, True),
-            )
+        expect_close(
+            report,
+            logits.grad,
+            expected_logits.grad,
+            f"the gradient of your loss {where}",
+            explain=explain,
+        )
 
     # Every position padding: 0 (and no NaN), for each configuration's shape.
     logits, targets = _loss_inputs(config, seed + 1)

@@ -262,9 +262,7 @@ def _signature(kw: dict[str, Any]) -> str:
     bugs=PARAMETER_COUNT_BUGS,
     kind="function",
 )
-def check_parameter_count(
-    report: CheckReport, impl: Callable, thorough: bool, seed: int | None
-) -> None:
+def check_parameter_count(report: CheckReport, impl: Any, thorough: bool, seed: int | None) -> None:
     """Check the student's ``transformer_parameter_count(...)`` against the reference."""
     cases = configs(PARAMETER_COUNT_ITEM, thorough, seed)
     expected = [count_parameters(reference_config(kw)) for kw in cases]

@@ -346,9 +346,7 @@ _DECODE_ADVICE = "use only model.encode and model.decode (the exercise is the de
 @public_check(
     assignment="ex08_decoding", implements="greedy_decode", bugs=GREEDY_BUGS, kind="function"
 )
-def check_greedy_decode(
-    report: CheckReport, impl: Callable, thorough: bool, seed: int | None
-) -> None:
+def check_greedy_decode(report: CheckReport, impl: Any, thorough: bool, seed: int | None) -> None:
     """Check the student's ``greedy_decode(model, src, max_len, bos_id, eos_id)``."""
     for config in configs(GREEDY_ITEM, thorough, seed):
         model, src = decoding_case(config)
@@ -471,9 +469,7 @@ def _explain_scores(
 
 
 @public_check(assignment="ex08_decoding", implements="beam_search", bugs=BEAM_BUGS, kind="function")
-def check_beam_search(
-    report: CheckReport, impl: Callable, thorough: bool, seed: int | None
-) -> None:
+def check_beam_search(report: CheckReport, impl: Any, thorough: bool, seed: int | None) -> None:
     """Check the student's ``beam_search(model, src, beam_size, max_len, bos_id, eos_id,
     length_penalty)``: the chosen tokens and their normalised scores.
     """

@@ -1,6 +1,10 @@
 """The catalogue of ex08_decoding: the known mistakes of greedy decoding and beam search, each a
 runnable variant (on the checks' tiny model) with the advice a student gets when their output
 matches it.
+
+Each mistake is one wrong function with the stub's signature; the line that makes the mistake
+says so in a comment. The beam-search mistakes that rank the finished hypotheses wrongly share a
+correct search (:func:`_finished_hypotheses`) and differ only in how they pick from it.
 """
 
 from __future__ import annotations
@@ -25,43 +29,58 @@ def pad_id(model: nn.Module) -> int:
     return model.config.pad_id if model.config.pad_id is not None else EOS
 
 
+def _padded(rows: list[list[int]], pad: int) -> Tensor:
+    """Token lists of different lengths as one (B, T) tensor, right-padded with ``pad``."""
+    width = max(len(r) for r in rows)
+    return torch.tensor([r + [pad] * (width - len(r)) for r in rows])  # (B, T)
+
+
 # Known mistakes: greedy decoding
 # ---------------------------------------------------------------------------------------------
 
 
 @torch.no_grad()
-def _greedy_with_mistake(model, src, max_len, bos_id, eos_id, *, mistake: str) -> Tensor:
-    """Greedy decoding with one of the catalogued mistakes (there is no mistake-free mode)."""
-    if mistake not in ("no_stop", "stop_at_first_eos", "first_position"):
-        raise ValueError(f"unknown mistake {mistake!r}")
+def _greedy_no_stop(model, src, max_len, bos_id, eos_id):
+    memory = model.encode(src)  # (B, S, D)
+    out = torch.full((src.size(0), 1), bos_id, dtype=torch.long)  # (B, 1)
+    for _ in range(max_len):
+        # The mistake: no row is ever finished, so none is padded and the loop never stops early.
+        nxt = model.decode(out, memory)[:, -1].argmax(-1)  # (B,)
+        out = torch.cat([out, nxt[:, None]], dim=1)  # (B, t + 1)
+    return out
+
+
+@torch.no_grad()
+def _greedy_stop_at_first_eos(model, src, max_len, bos_id, eos_id):
     pad = pad_id(model)
     memory = model.encode(src)  # (B, S, D)
     out = torch.full((src.size(0), 1), bos_id, dtype=torch.long)  # (B, 1)
     done = torch.zeros(src.size(0), dtype=torch.bool)  # (B,)
     for _ in range(max_len):
-        logits = model.decode(out, memory)  # (B, t, V)
-        nxt = (logits[:, 0] if mistake == "first_position" else logits[:, -1]).argmax(-1)
-        if mistake != "no_stop":
-            nxt = nxt.masked_fill(done, pad)
+        nxt = model.decode(out, memory)[:, -1].argmax(-1)  # (B,)
+        nxt = nxt.masked_fill(done, pad)
         out = torch.cat([out, nxt[:, None]], dim=1)  # (B, t + 1)
         done |= nxt == eos_id
-        if mistake == "stop_at_first_eos" and bool(done.any()):
-            break
-        if mistake == "first_position" and bool(done.all()):
+        if bool(done.any()):  # the mistake: any, where every row must be finished (all)
             break
     return out
 
 
-def _greedy_no_stop(model, src, max_len, bos_id, eos_id):
-    return _greedy_with_mistake(model, src, max_len, bos_id, eos_id, mistake="no_stop")
-
-
-def _greedy_stop_at_first_eos(model, src, max_len, bos_id, eos_id):
-    return _greedy_with_mistake(model, src, max_len, bos_id, eos_id, mistake="stop_at_first_eos")
-
-
+@torch.no_grad()
 def _greedy_first_position(model, src, max_len, bos_id, eos_id):
-    return _greedy_with_mistake(model, src, max_len, bos_id, eos_id, mistake="first_position")
+    pad = pad_id(model)
+    memory = model.encode(src)  # (B, S, D)
+    out = torch.full((src.size(0), 1), bos_id, dtype=torch.long)  # (B, 1)
+    done = torch.zeros(src.size(0), dtype=torch.bool)  # (B,)
+    for _ in range(max_len):
+        # The mistake: the logits of position 0, where the next token's are the last position's.
+        nxt = model.decode(out, memory)[:, 0].argmax(-1)  # (B,)
+        nxt = nxt.masked_fill(done, pad)
+        out = torch.cat([out, nxt[:, None]], dim=1)  # (B, t + 1)
+        done |= nxt == eos_id
+        if bool(done.all()):
+            break
+    return out
 
 
 def _greedy_no_bos(model, src, max_len, bos_id, eos_id):
@@ -70,15 +89,13 @@ def _greedy_no_bos(model, src, max_len, bos_id, eos_id):
 
 def _greedy_drops_eos(model, src, max_len, bos_id, eos_id):
     out = _reference_greedy(model, src, max_len, bos_id, eos_id)  # (B, 1 + T)
-    pad = pad_id(model)
     rows = []
     for row in out.tolist():
         body = row[1:]
         if eos_id in body:
             body = body[: body.index(eos_id)]  # everything before EOS, without it
         rows.append([row[0], *body])
-    width = max(len(r) for r in rows)
-    return torch.tensor([r + [pad] * (width - len(r)) for r in rows])  # (B, 1 + T')
+    return _padded(rows, pad_id(model))  # (B, 1 + T')
 
 
 def _greedy_pads_with_zero(model, src, max_len, bos_id, eos_id):
@@ -144,51 +161,57 @@ GREEDY_BUGS: list[BugVariant] = [
 
 
 @torch.no_grad()
-def _beam_with_mistake(model, src, beam_size, max_len, bos_id, eos_id, length_penalty, *, mistake):
-    """Beam search, one source at a time, with one of the catalogued mistakes (there is no
-    mistake-free mode)."""
-    if mistake not in ("last_finished", "length_counts_bos"):
-        raise ValueError(f"unknown mistake {mistake!r}")
-    extra = 1 if mistake == "length_counts_bos" else 0
-    pad = pad_id(model)
+def _finished_hypotheses(
+    model, src_row, beam_size, max_len, bos_id, eos_id
+) -> list[tuple[float, list[int]]]:
+    """A correct beam search of one source (1, S): every hypothesis that finished, in the order
+    it finished (those still open after ``max_len`` tokens last), with its raw log-probability.
+    The search stops once ``beam_size`` have finished. Ranking them is left to the caller."""
+    memory = model.encode(src_row)  # (1, S, D)
+    beams: list[tuple[float, list[int]]] = [(0.0, [bos_id])]
+    finished: list[tuple[float, list[int]]] = []
+    for t in range(1, max_len + 1):
+        candidates = []
+        for logp, seq in beams:
+            tokens = torch.tensor([seq])  # (1, t)
+            lp = model.decode(tokens, memory)[0, -1].float().log_softmax(-1)  # (V,)
+            candidates += [(logp + v, seq + [tok]) for tok, v in enumerate(lp.tolist())]
+        candidates.sort(key=lambda c: -c[0])
+        beams = []
+        for logp, seq in candidates:
+            if seq[-1] == eos_id:
+                finished.append((logp, seq))
+                if len(finished) >= beam_size and t < max_len:
+                    return finished
+            else:
+                beams.append((logp, seq))
+                if len(beams) == beam_size:
+                    break
+        if not beams:
+            return finished
+    return finished + beams
+
+
+def _beam_last_finished(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=1.0):
     rows, scores = [], []
     for i in range(src.size(0)):
-        memory = model.encode(src[i : i + 1])  # (1, S, D)
-        beams: list[tuple[float, list[int]]] = [(0.0, [bos_id])]
-        finished: list[tuple[float, list[int]]] = []
-        stopped = False
-        for t in range(1, max_len + 1):
-            candidates = []
-            for logp, seq in beams:
-                tokens = torch.tensor([seq])  # (1, t)
-                lp = model.decode(tokens, memory.expand(1, -1, -1))[0, -1].float().log_softmax(-1)
-                candidates += [(logp + v, seq + [tok]) for tok, v in enumerate(lp.tolist())]
-            candidates.sort(key=lambda c: -c[0])
-            beams = []
-            for logp, seq in candidates:
-                if seq[-1] == eos_id:
-                    finished.append((logp / (t + extra) ** length_penalty, seq))
-                    if len(finished) >= beam_size and t < max_len:
-                        stopped = True
-                        break
-                else:
-                    beams.append((logp, seq))
-                    if len(beams) == beam_size:
-                        break
-            if stopped or not beams:
-                stopped = True
-                break
-        if not stopped:
-            finished += [(lp / (max_len + extra) ** length_penalty, s) for lp, s in beams]
-        if mistake == "last_finished":
-            score, seq = finished[-1]
-        else:
-            score, seq = max(finished, key=lambda f: f[0])
+        finished = _finished_hypotheses(model, src[i : i + 1], beam_size, max_len, bos_id, eos_id)
+        logp, seq = finished[-1]  # the mistake: the last hypothesis to finish, not the best
+        rows.append(seq)
+        scores.append(logp / (len(seq) - 1) ** length_penalty)
+    return _padded(rows, pad_id(model)), torch.tensor(scores)  # (B, 1 + T), (B,)
+
+
+def _beam_length_counts_bos(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=1.0):
+    rows, scores = [], []
+    for i in range(src.size(0)):
+        finished = _finished_hypotheses(model, src[i : i + 1], beam_size, max_len, bos_id, eos_id)
+        # The mistake: len(seq) counts BOS; the generated tokens are len(seq) - 1.
+        ranked = [(logp / len(seq) ** length_penalty, seq) for logp, seq in finished]
+        score, seq = max(ranked, key=lambda f: f[0])
         rows.append(seq)
         scores.append(score)
-    width = max(len(r) for r in rows)
-    out = torch.tensor([r + [pad] * (width - len(r)) for r in rows])  # (B, 1 + T)
-    return out, torch.tensor(scores)
+    return _padded(rows, pad_id(model)), torch.tensor(scores)  # (B, 1 + T), (B,)
 
 
 @torch.no_grad()
@@ -196,7 +219,6 @@ def _beam_keeps_finished(model, src, beam_size, max_len, bos_id, eos_id, length_
     """The simplification where finished hypotheses stay in the beam (taking its slots) and
     compete with open ones by raw log-probability; the search ends when the beam holds only
     finished hypotheses or after max_len steps."""
-    pad = pad_id(model)
     rows, scores = [], []
     for i in range(src.size(0)):
         memory = model.encode(src[i : i + 1])  # (1, S, D)
@@ -216,21 +238,7 @@ def _beam_keeps_finished(model, src, beam_size, max_len, bos_id, eos_id, length_
         score, seq = max(((lp / (len(s) - 1) ** length_penalty, s) for lp, s in beam))
         rows.append(seq)
         scores.append(score)
-    width = max(len(r) for r in rows)
-    out = torch.tensor([r + [pad] * (width - len(r)) for r in rows])  # (B, 1 + T)
-    return out, torch.tensor(scores)
-
-
-def _beam_last_finished(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=1.0):
-    return _beam_with_mistake(
-        model, src, beam_size, max_len, bos_id, eos_id, length_penalty, mistake="last_finished"
-    )
-
-
-def _beam_length_counts_bos(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=1.0):
-    return _beam_with_mistake(
-        model, src, beam_size, max_len, bos_id, eos_id, length_penalty, mistake="length_counts_bos"
-    )
+    return _padded(rows, pad_id(model)), torch.tensor(scores)  # (B, 1 + T), (B,)
 
 
 def _beam_no_length_norm(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=1.0):

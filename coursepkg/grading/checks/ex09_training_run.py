@@ -17,7 +17,7 @@ then on they record what grading needs to know about how the model came to be:
 CPU budget (the kernel's own CPU time, ``resource.getrusage``), and exact-match accuracy of the
 student's ``greedy_decode`` on dates generated from a seed that only the hidden test holds. When
 the model falls short it diagnoses the classic training mistakes from the model's behaviour
-and the training record (:data:`MISTAKES`, in :mod:`.ex09_training_run_mistakes`).
+and the training record (:data:`BUGS`, in :mod:`.ex09_training_run_mistakes`).
 :func:`check_accuracy_band` awards the higher bands from the same run; :func:`check_own_pieces`
 finds reference stand-ins.
 
@@ -41,10 +41,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from coursepkg.data.batching import make_seq2seq_batch
-from coursepkg.data.dates import date_vocabs, encode_batch, make_date_pairs
-from coursepkg.data.vocab import BOS_ID, EOS_ID
-
+from ...data.batching import make_seq2seq_batch
+from ...data.dates import date_vocabs, encode_batch, make_date_pairs
+from ...data.vocab import BOS_ID, EOS_ID
 from ..framework import (
     CheckFailure,
     CheckReport,
@@ -61,13 +60,12 @@ from ..framework.watch import (
     kernel_cpu_seconds,
     watch_training,
 )
-from .ex09_training_run_mistakes import MISTAKES, TrainingMistake, named
+from .ex09_training_run_mistakes import BUGS, named
 
 __all__ = [
     "BANDS",
+    "BUGS",
     "CPU_BUDGET_SECONDS",
-    "MISTAKES",
-    "TrainingMistake",
     "TrainingRun",
     "TrainingWatch",
     "check_accuracy_band",

@@ -249,6 +249,7 @@ def expect_close(
     what: str,
     *,
     diagnosis: Callable[[], BugVariant | None] | None = None,
+    explain: Callable[[], tuple[str, BugVariant | None]] | None = None,
     hint: str = "",
     rtol: float | None = None,
     atol: float | None = None,
@@ -261,14 +262,24 @@ def expect_close(
         expected: the reference value.
         what: the quantity, with its configuration.
         diagnosis: called only on a mismatch; returns the known mistake it matches, if any.
+        explain: instead of ``diagnosis``, for a mismatch that says more than its mistake
+            (which piece of a layer is wrong, the distribution a loss implies): called only on
+            a mismatch; returns a sentence added on a line of its own (when not empty) and the
+            known mistake, if any.
         hint: advice added when no known mistake matches.
         rtol, atol: tolerances (default: the framework's per-dtype ones).
     """
+    if diagnosis is not None and explain is not None:
+        raise ValueError("expect_close takes diagnosis or explain, not both")
     try:
         assert_close(actual, expected, what, rtol=rtol, atol=atol)
     except CheckFailure as failure:
-        bug = diagnosis() if diagnosis is not None else None
         message = failure.message
+        if explain is not None:
+            sentence, bug = explain()
+            message += f"\n{sentence}" if sentence else ""
+        else:
+            bug = diagnosis() if diagnosis is not None else None
         if bug is None and hint:
             message += "\n" + hint
         report.fail(message, bug)

@@ -206,7 +206,9 @@ class BugVariant:
         description: what the mistake is, as a clause ("the scores are not divided by ...").
         advice: what to change.
         impl: an implementation with the stub's signature (a function or an ``nn.Module``
-            class) that makes exactly this mistake.
+            class) that makes exactly this mistake; None only where nothing can be rerun
+            (ex09's training mistakes, whose check gathers its own evidence from the trained
+            model and the training record).
         calls: for the mistake of calling a built-in the exercise asks the student to write
             (``F.scaled_dot_product_attention``, ``nn.MultiheadAttention``), the built-ins
             (functions, classes) whose call is the evidence; such a mistake is never matched
@@ -222,7 +224,7 @@ class BugVariant:
     item: str
     description: str
     advice: str
-    impl: Callable[..., Any] | type
+    impl: Callable[..., Any] | type | None = None
     calls: tuple[Any, ...] = ()
     shows: Callable[[Any, tuple[Any, ...]], bool] | None = None
 

@@ -14,7 +14,7 @@ from torch import nn
 
 from coursepkg.grading import CheckFailure
 from coursepkg.grading.checks.ex09_training_run import (
-    MISTAKES,
+    BUGS,
     TrainingRun,
     check_accuracy_band,
     check_own_pieces,
@@ -60,7 +60,7 @@ def verdicts() -> dict[str, dict]:
 
 
 def test_every_catalogued_mistake_is_planted():
-    assert sorted(PLANTED) == sorted(m.id for m in MISTAKES)
+    assert sorted(PLANTED) == sorted(m.id for m in BUGS)
 
 
 @pytest.mark.parametrize("mistake", sorted(PLANTED))
@@ -70,7 +70,7 @@ def test_a_planted_mistake_is_named(mistake, verdicts):
     assert not result["checker_error"], result["message"]
     assert f"Known mistake ({mistake})" in result["message"], result["message"]
     # ... and only the planted one
-    others = [m.id for m in MISTAKES if m.id != mistake and f"({m.id})" in result["message"]]
+    others = [m.id for m in BUGS if m.id != mistake and f"({m.id})" in result["message"]]
     assert others == [], result["message"]
 
 

@@ -47,6 +47,17 @@ def test_train_thorough_accepts_a_careful_naive_implementation(impl) -> None:
     assert result.passed and any("budget" in m for m in result.messages)
 
 
+def test_the_training_budget_counts_lines_run_not_seconds() -> None:
+    """The larger corpus's budget is a count: the same trainer runs the same number of lines
+    every time (whatever the machine's speed), and one over the budget is stopped there."""
+    corpus = ("tied pairs", "ab ba abc cba aab baa " * 20, 270, [])
+    student, lines = grading._count_train(impls.train_recount, corpus, 10**9)
+    assert student == train_bpe(corpus[1], corpus[2], corpus[3])
+    assert grading._count_train(impls.train_recount, corpus, 10**9)[1] == lines > 100
+    stopped, counted = grading._count_train(impls.train_recount, corpus, lines // 2)
+    assert stopped is None and counted == lines // 2 + 1
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     st.lists(st.sampled_from(list("ab é'\n") + ["<s>", "<s></s>", "  "]), max_size=60).map("".join),

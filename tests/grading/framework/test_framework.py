@@ -148,9 +148,11 @@ def test_every_assignment_has_its_checks_and_its_catalogue():
 def test_constants_and_bug_ids_share_their_prefix():
     """In every catalogue, ``X_ITEM`` names what the student writes and ``X_BUGS`` its mistakes,
     whose ids all start with ``x.`` (``LN_BUGS``: ``ln.eps_ignored``), and ``BUGS`` is every
-    ``X_BUGS``. ex09 grades a training run: its mistakes are ``MISTAKES``, ids ``ex09.*``."""
+    ``X_BUGS``; every mistake is a :class:`BugVariant`. ex09 grades a training run: its
+    ``BUGS`` (ids ``ex09.*``) span several items and have no ``impl`` to rerun."""
     for path in sorted((GRADING / "checks").glob("ex*_mistakes.py")):
         mistakes = importlib.import_module(f"coursepkg.grading.checks.{path.stem}")
+        assert all(isinstance(bug, grading.BugVariant) for bug in mistakes.BUGS), path.name
         lists = {
             n[: -len("_BUGS")]: getattr(mistakes, n) for n in dir(mistakes) if n.endswith("_BUGS")
         }
@@ -169,7 +171,7 @@ def test_constants_and_bug_ids_share_their_prefix():
             ), path.name
         else:
             assert path.stem == "ex09_training_run_mistakes", path.name
-            assert all(m.id.startswith("ex09.") for m in mistakes.MISTAKES)
+            assert all(m.id.startswith("ex09.") and m.impl is None for m in mistakes.BUGS)
 
 
 def test_the_ids_students_see_are_kept():
@@ -183,7 +185,7 @@ def test_the_ids_students_see_are_kept():
     }
     ids = {bug.id for bug in grading.catalogue()}
     run = importlib.import_module("coursepkg.grading.checks.ex09_training_run_mistakes")
-    ids |= {mistake.id for mistake in run.MISTAKES}
+    ids |= {mistake.id for mistake in run.BUGS}
     assert len(kept) >= 100
     assert not kept - ids, f"catalogue ids gone (keep them as aliases): {sorted(kept - ids)}"
     assert not ids - kept, f"new ids: add them to {listed.name}: {sorted(ids - kept)}"
