@@ -329,7 +329,7 @@ def _each_device(
 @public_check(
     assignment="ex12_tiled_attention", implements="TiledAttention", bugs=TILED_BUGS, kind="class"
 )
-def check_tiled_attention(report: CheckReport, cls: Any, thorough: bool, seed: int | None) -> None:
+def check_tiled_attention(report: CheckReport, impl: Any, thorough: bool, seed: int | None) -> None:
     """Check ``TiledAttention``, a ``torch.autograd.Function`` called as
     ``TiledAttention.apply(query, key, value, mask, causal, block_q, block_k)``.
 
@@ -341,10 +341,10 @@ def check_tiled_attention(report: CheckReport, cls: Any, thorough: bool, seed: i
     CUDA the same cases run there too. Rejects calls to PyTorch's fused attention and to the
     course's own ``tiled_attention``.
     """
-    _expect_function(report, cls)
+    _expect_function(report, impl)
 
     def student(*inputs: Any) -> tuple:
-        return _run(cls, inputs, lambda fn, *args, **kw: call_student(fn, *args, item=TILED_ITEM,
+        return _run(impl, inputs, lambda fn, *args, **kw: call_student(fn, *args, item=TILED_ITEM,
                                                                       **kw))  # fmt: skip
 
     cfgs = configs(TILED_ITEM, thorough, seed)

@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 
+from coursepkg.attention import MultiHeadAttention as ReferenceMHA
 from coursepkg.grading import (
     CheckerError,
     CheckFailure,
@@ -25,7 +26,6 @@ from coursepkg.grading.checks import ex01_attention as attention_checks
 from coursepkg.grading.checks import ex07_parameters as parameter_checks
 from coursepkg.grading.classroom import ClassResult, StudentResult, checker_failure_flag
 from coursepkg.grading.framework import CHECKER_FAILED, clone_module, materialise_lazy, swap_in
-from coursepkg.layers import MultiHeadAttention as ReferenceMHA
 
 
 def test_a_crash_of_the_checker_says_so_and_asks_to_tell_the_instructor(monkeypatch):
