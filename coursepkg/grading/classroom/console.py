@@ -35,6 +35,7 @@ def quiet_console(log: Path | None) -> Iterator[TextIO]:
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
         yield sys.stderr
         return
+    made = [d for d in (log.parent, *log.parent.parents) if not d.exists()]  # outermost last
     log.parent.mkdir(parents=True, exist_ok=True)
     sys.stderr.flush()
     console = os.fdopen(os.dup(2), "w", buffering=1)
@@ -52,6 +53,10 @@ def quiet_console(log: Path | None) -> Iterator[TextIO]:
         root.addHandler(shown)
         try:
             yield console
+        except Exception:
+            if made and [p for p in made[-1].rglob("*") if p.is_file()] == [log]:
+                _forget(made, log)  # stopped before any work: the course folder stays as it was
+            raise
         finally:
             sys.stderr.flush()
             for handler in (kept, shown):
@@ -59,3 +64,12 @@ def quiet_console(log: Path | None) -> Iterator[TextIO]:
             root.setLevel(level)
             os.dup2(console.fileno(), 2)
             console.close()
+
+
+def _forget(made: list[Path], log: Path) -> None:
+    """Remove ``log`` and the folders ``made`` for it (innermost first), when nothing else
+    was written there: an error before any grading leaves no trace in the course folder."""
+    log.unlink(missing_ok=True)
+    for folder in made:
+        with contextlib.suppress(OSError):
+            folder.rmdir()

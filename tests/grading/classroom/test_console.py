@@ -37,3 +37,35 @@ def test_without_a_log_nothing_is_hidden(capfd):
                        check=True)  # fmt: skip
         assert console is sys.stderr
     assert "shown" in capfd.readouterr().err
+
+
+def test_an_error_before_any_work_leaves_no_log_behind(tmp_path):
+    course = tmp_path / "course"
+    course.mkdir()
+    log = course / "reports" / "ex01" / "grade.log"
+    try:
+        with quiet_console(log):
+            os.write(2, b"could not reach the scheduler\n")
+            raise ValueError("cannot reach the Dask scheduler")
+    except ValueError:
+        pass
+    assert sorted(p.name for p in course.iterdir()) == []  # reports/ went with its log
+
+
+def test_an_error_after_work_began_keeps_the_log(tmp_path):
+    log = tmp_path / "reports" / "ex01" / "grade.log"
+    try:
+        with quiet_console(log):
+            (log.parent / "s1.json").write_text("{}")  # a student's report: work was done
+            os.write(2, b"a worker died\n")
+            raise RuntimeError("stopped")
+    except RuntimeError:
+        pass
+    assert "a worker died" in log.read_text(encoding="utf-8")
+    # and a log that was already there (a rerun) is kept whatever happens
+    try:
+        with quiet_console(log):
+            raise ValueError("bad due date")
+    except ValueError:
+        pass
+    assert log.is_file()
