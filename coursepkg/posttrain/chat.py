@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..tokenizer import Tokenizer, bytes_to_unicode
@@ -34,6 +34,7 @@ __all__ = [
     "check_messages",
     "encode_chat",
     "hf_chat_tokenizer",
+    "jsonl_records",
     "read_chat_jsonl",
     "render_chat",
     "role_marker",
@@ -242,18 +243,22 @@ def read_chat_jsonl(path: str | os.PathLike) -> list[list[Mapping[str, str]]]:
     Returns:
         One list of messages per line; a bad line raises ``ValueError`` naming its number.
     """
-    conversations = []
+    return [_messages_of_record(record, where) for record, where in jsonl_records(path)]
+
+
+def jsonl_records(path: str | os.PathLike) -> Iterator[tuple[Any, str]]:
+    """The JSON value of each non-blank line of ``path``, with where it stands
+    (``"FILE, line N"``, for error messages); a line that is not JSON raises ``ValueError``
+    naming its number."""
     with open(path, encoding="utf-8") as file:
         for number, line in enumerate(file, start=1):
             if not line.strip():
                 continue
             where = f"{os.fspath(path)}, line {number}"
             try:
-                record = json.loads(line)
+                yield json.loads(line), where
             except json.JSONDecodeError as error:
                 raise ValueError(f"{where}: not valid JSON ({error.msg})") from None
-            conversations.append(_messages_of_record(record, where))
-    return conversations
 
 
 def hf_chat_tokenizer(tokenizer: Tokenizer):

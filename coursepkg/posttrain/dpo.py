@@ -18,7 +18,6 @@ Dimension legend: B pairs, L length, V vocabulary.
 from __future__ import annotations
 
 import copy
-import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
@@ -28,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..tokenizer import Tokenizer
-from .chat import ChatExample, check_messages, encode_chat
+from .chat import ChatExample, check_messages, encode_chat, jsonl_records
 from .packing import Batch
 from .sft import token_losses
 
@@ -177,18 +176,7 @@ def read_preference_jsonl(path: str | os.PathLike) -> list[PreferencePair]:
         The pairs; a bad line (missing key, not text, identical answers) raises ``ValueError``
         naming its number.
     """
-    pairs = []
-    with open(path, encoding="utf-8") as file:
-        for number, line in enumerate(file, start=1):
-            if not line.strip():
-                continue
-            where = f"{os.fspath(path)}, line {number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{where}: not valid JSON ({error.msg})") from None
-            pairs.append(_pair_of_record(record, where))
-    return pairs
+    return [_pair_of_record(record, where) for record, where in jsonl_records(path)]
 
 
 def _pair_of_record(record: object, where: str) -> PreferencePair:
