@@ -5,6 +5,7 @@ serves every assertion (starting ranks is the slow part)."""
 
 from __future__ import annotations
 
+import gc
 import threading
 import weakref
 
@@ -70,8 +71,10 @@ def _fsdp_frees(rank: int, world_size: int) -> dict:
         unit.gather = gather
     tokens = split_batch(RUN.batches()[0], rank, world_size)
     loss = model(tokens[:, :-1]).float().pow(2).mean()
+    gc.collect()  # what is alive is what something still refers to, not garbage awaiting gc
     forward = (len(gathered), sum(ref() is not None for ref in gathered))
     loss.backward()
+    gc.collect()
     backward = (len(gathered), sum(ref() is not None for ref in gathered))
     return dict(fsdp_forward=forward, fsdp_backward=backward)
 
