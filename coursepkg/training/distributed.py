@@ -55,6 +55,13 @@ class Dist:
             value /= self.world_size
         return float(value)
 
+    def total(self, value: torch.Tensor) -> torch.Tensor:
+        """The sum of a tensor over the ranks (the tensor itself on a single process)."""
+        if self.distributed:
+            value = value.clone()
+            dist.all_reduce(value)
+        return value
+
     def gather(self, obj: object) -> list[object]:
         """Every rank's ``obj``, in rank order."""
         if not self.distributed:

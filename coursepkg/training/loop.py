@@ -25,8 +25,10 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from coursepkg.config import TransformerConfig
 from coursepkg.functional import cross_entropy
 from coursepkg.model import DecoderOnlyLM, sample_next
+from coursepkg.moe import expert_load
 from coursepkg.optim import AdamW, clip_grad_norm_, param_groups, warmup_cosine_lr
 from coursepkg.parallel.checkpointing import checkpoint_blocks
 from coursepkg.parallel.ddp import BucketedDDP, NaiveDDP
@@ -40,7 +42,7 @@ from coursepkg.training.data import TokenData, get_batch, prepare_tokens
 from coursepkg.training.distributed import Dist, setup, teardown
 from coursepkg.training.settings import TrainSettings, model_config
 
-__all__ = ["LOG_FIELDS", "MOE_FIELDS", "TrainResult", "train"]
+__all__ = ["LOG_FIELDS", "MOE_FIELDS", "TrainResult", "load_fields", "train"]
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +62,7 @@ class TrainResult:
     Attributes:
         model: the trained model, in eval mode, on CPU.
         rows: one dict per step with :data:`LOG_FIELDS` (``val_*`` None between evaluations),
-            and :data:`MOE_FIELDS` for a mixture of experts.
+            and :data:`MOE_FIELDS` and :func:`load_fields` for a mixture of experts.
         samples: the text sampled at the end.
         out: the run's folder.
     """
@@ -232,14 +234,39 @@ def _checkpoint(run: _Run) -> None:
 
 
 def _fields(run: _Run) -> tuple[str, ...]:
-    """The columns of the run's log: :data:`LOG_FIELDS`, and :data:`MOE_FIELDS` with experts."""
-    return LOG_FIELDS + (MOE_FIELDS if run.net.config.n_experts else ())
+    """The columns of the run's log: :data:`LOG_FIELDS`, and with experts :data:`MOE_FIELDS`
+    and the expert loads (:func:`load_fields`)."""
+    config = run.net.config
+    return LOG_FIELDS + ((*MOE_FIELDS, *load_fields(config)) if config.n_experts else ())
 
 
-def _train_step(run: _Run, lr: float) -> tuple[float, float | None]:
+def load_fields(config: TransformerConfig) -> tuple[str, ...]:
+    """The expert-load columns of a mixture of experts' log: two per MoE layer i (counted from
+    0), a compact summary of how evenly the step's tokens spread over its E experts.
+
+    ``load_max_<i>`` is the busiest expert's share of the layer's (token, choice) assignments
+    divided by the even share 1/E: 1 when every expert gets as many, E when one gets them all.
+    ``load_min_<i>`` is the idlest expert's, likewise: 1 when even, 0 when an expert got no
+    token. Plotted against the step, the two lines close in on 1 as the load balances; the
+    full histogram per layer is :func:`~coursepkg.moe.expert_load` on
+    :meth:`~coursepkg.DecoderOnlyLM.routings`.
+    """
+    layers = [i for i in range(config.n_layers) if config.is_moe_layer(i)]
+    return tuple(f"load_{end}_{i}" for i in layers for end in ("max", "min"))
+
+
+def _load_columns(counts: torch.Tensor, names: tuple[str, ...]) -> dict[str, float]:
+    """:func:`load_fields`'s values from the step's counts, (MoE layers, E)."""
+    share = counts / counts.mean(dim=1, keepdim=True)  # (layers, E): 1 = the even share
+    ends = torch.stack([share.max(dim=1).values, share.min(dim=1).values], dim=1)  # (layers, 2)
+    return dict(zip(names, ends.reshape(-1).tolist(), strict=True))
+
+
+def _train_step(run: _Run, lr: float) -> tuple[float, float | None, torch.Tensor | None]:
     """One optimiser step over ``grad_accum`` micro-batches; returns the mean language-model
-    loss and, for a mixture of experts, the mean load-balancing loss (None otherwise), which
-    the step adds to the former times ``aux_loss_coef``."""
+    loss and, for a mixture of experts, the mean load-balancing loss, which the step adds to
+    the former times ``aux_loss_coef``, and the experts' loads over the micro-batches and
+    ranks, (MoE layers, E) counts of (token, choice) assignments (both None when dense)."""
     s, dist = run.settings, run.dist
     for group in run.optimizer.param_groups:
         group["lr"] = lr
@@ -252,7 +279,9 @@ def _train_step(run: _Run, lr: float) -> tuple[float, float | None]:
     xs, ys = get_batch(run.data.train, s.block_size, s.batch_size, run.batches, mine)  # (A*b, L)
     total = torch.zeros((), device=dist.device)
     aux_total = torch.zeros((), device=dist.device)
-    moe = run.net.config.n_experts > 0
+    n_experts = run.net.config.n_experts
+    moe = n_experts > 0
+    load = 0
     run.model.train()
     for k in range(s.grad_accum):
         x = xs[k * share : (k + 1) * share].to(dist.device)  # (b, L)
@@ -268,13 +297,17 @@ def _train_step(run: _Run, lr: float) -> tuple[float, float | None]:
         total += loss.detach()
         if aux is not None:
             aux_total += aux.detach()
+            routings = run.net.routings()
+            load = load + torch.stack([expert_load(r, n_experts) for r in routings])  # (l, E)
     if isinstance(run.model, NaiveDDP):  # the course's DDP averages when asked
         run.model.sync_gradients()
     if s.clip_norm > 0:
         clip_grad_norm_(run.net.parameters(), s.clip_norm)
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
-    return dist.mean(total), (dist.mean(aux_total) if moe else None)
+    if not moe:
+        return dist.mean(total), None, None
+    return dist.mean(total), dist.mean(aux_total), dist.total(load)
 
 
 def _autocast(device: torch.device):
@@ -312,7 +345,7 @@ def _loop(run: _Run, progress: bool) -> None:
         end = s.stop_after or s.steps
         while run.step < end:
             lr = warmup_cosine_lr(run.step, s.lr, s.warmup_steps, s.steps, s.min_lr)
-            loss, aux = _guarded_step(run, lr)
+            loss, aux, load = _guarded_step(run, lr)
             run.step += 1
             row = {
                 "step": run.step,
@@ -323,10 +356,14 @@ def _loop(run: _Run, progress: bool) -> None:
             }
             if aux is not None:
                 row["aux_loss"] = aux
+                row.update(_load_columns(load.cpu(), load_fields(run.net.config)))
             if run.dist.is_main and (run.step % s.eval_every == 0 or run.step == s.steps):
                 row["val_loss"] = _evaluate(run)
                 row["val_perplexity"] = math.exp(row["val_loss"])
-                bar.set_postfix(loss=f"{loss:.3f}", val=f"{row['val_loss']:.3f}", refresh=False)
+                shown = dict(loss=f"{loss:.3f}", val=f"{row['val_loss']:.3f}")
+                if aux is not None:  # the load-balancing loss, k when the load is even
+                    shown["aux"] = f"{aux:.3f}"
+                bar.set_postfix(shown, refresh=False)
             run.rows.append(row)
             if run.step % s.checkpoint_every == 0 or run.step == end:
                 _checkpoint(run)
@@ -365,10 +402,10 @@ def _intact(run: _Run) -> str:
     )
 
 
-def _guarded_step(run: _Run, lr: float) -> tuple[float, float | None]:
+def _guarded_step(run: _Run, lr: float) -> tuple[float, float | None, torch.Tensor | None]:
     """:func:`_train_step`, with a clear message when the loss diverges or a rank is lost."""
     try:
-        loss, aux = _train_step(run, lr)
+        loss, aux, load = _train_step(run, lr)
     except RuntimeError as err:
         if not run.dist.distributed:
             raise
@@ -378,7 +415,7 @@ def _guarded_step(run: _Run, lr: float) -> tuple[float, float | None]:
         ) from err
     if not math.isfinite(loss):
         raise FloatingPointError(f"the loss became {loss} at step {run.step + 1}")
-    return loss, aux
+    return loss, aux, load
 
 
 def _write_log(run: _Run) -> None:

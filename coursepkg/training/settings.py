@@ -72,7 +72,8 @@ class TrainSettings:
         aux_loss_coef: with ``n_experts`` in ``model``, the load-balancing loss is added to the
             language-modelling loss times this (Mixtral's and Qwen3-MoE's
             ``router_aux_loss_coef`` is 0.001 or 0.02; 0 trains without it); the log gets an
-            ``aux_loss`` column.
+            ``aux_loss`` column and two expert-load columns per MoE layer
+            (:func:`~coursepkg.training.loop.load_fields`).
         model: options of :class:`~coursepkg.TransformerConfig` (over :data:`GPT_DEFAULTS`).
     """
 

@@ -15,6 +15,7 @@ from coursepkg.data.text import load_tinyshakespeare
 from coursepkg.tokenizer import Tokenizer
 from coursepkg.training import CheckpointError, TrainSettings, load_settings, train
 from coursepkg.training.checkpoint import load_checkpoint, save_checkpoint
+from coursepkg.training.loop import LOG_FIELDS, MOE_FIELDS, load_fields
 
 TINY = dict(d_model=32, n_heads=2, d_ff=64, n_layers=1)
 # For comparisons "within fp32 tolerance": no biases. The key projection's bias has a gradient
@@ -245,6 +246,32 @@ def test_a_mixture_of_experts_logs_its_aux_loss_and_resumes(corpus, tmp_path):
     assert (tmp_path / "part" / "log.csv").read_bytes() == (tmp_path / "whole/log.csv").read_bytes()
     with pytest.raises(ValueError, match="aux_loss_coef must be a number >= 0, got -1"):
         tiny(corpus, tmp_path / "bad", aux_loss_coef=-1)
+
+
+def test_the_log_summarises_each_moe_layers_expert_load(corpus, tmp_path):
+    # layers 1 and 3 are MoE (moe_every=2); E=4, k=2: an even load is 1, all on k experts E/k
+    model = {**TINY, "n_layers": 4, "n_experts": 4, "moe_top_k": 2, "moe_d_ff": 16,
+             "moe_every": 2}  # fmt: skip
+    result = train(tiny(corpus, tmp_path, model=model, sample_tokens=0, steps=3), progress=False)
+    names = ["load_max_1", "load_min_1", "load_max_3", "load_min_3"]
+    assert load_fields(result.model.config) == tuple(names)
+    with open(tmp_path / "log.csv") as f:
+        header = next(csv.reader(f))
+        rows = list(csv.DictReader(f, fieldnames=header))
+    assert header == [*LOG_FIELDS, *MOE_FIELDS, *names] and len(rows) == 3
+    for row in rows:
+        for layer in (1, 3):
+            high, low = float(row[f"load_max_{layer}"]), float(row[f"load_min_{layer}"])
+            # a token's k choices are k distinct experts: no expert holds more than 1/k
+            assert 0.0 <= low <= 1.0 <= high <= 4 / 2
+    # k = E: every token goes to every expert, an even load by construction
+    every = {**TINY, "n_experts": 3, "moe_top_k": 3, "moe_d_ff": 16}
+    run = train(
+        tiny(corpus, tmp_path / "all", model=every, sample_tokens=0, steps=2, warmup_steps=0), False
+    )
+    assert [(r["load_max_0"], r["load_min_0"]) for r in run.rows] == [(1.0, 1.0)] * 2
+    dense = train(tiny(corpus, tmp_path / "dense", sample_tokens=0, steps=1, warmup_steps=0), False)
+    assert load_fields(dense.model.config) == () and set(dense.rows[0]) == set(LOG_FIELDS)
 
 
 def test_the_aux_loss_coefficient_changes_the_training(corpus, tmp_path):
