@@ -12,6 +12,7 @@ _ROPE_PAIRS = ("halves", "interleaved")
 _ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 _SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
 _NORMS = ("layernorm", "rmsnorm")
+_ROUTERS = ("softmax", "sigmoid")
 
 
 # The models that build each HFOptions field; any other model given it off its default raises.
@@ -136,6 +137,15 @@ class TransformerConfig:
     moe_shared_experts: int = 0  # experts every token goes through as well (DeepSeek-MoE)
     moe_every: int = 1  # layer i (from 0) is MoE when (i + 1) % moe_every == 0, the others
     # dense with width d_ff (Qwen3-MoE's decoder_sparse_step)
+    moe_first_dense: int = 0  # the first layers stay dense whatever moe_every says
+    # (DeepSeek-V3's first_k_dense_replace: 3 of 61)
+    moe_router: str = "softmax"  # "softmax": probabilities over the experts, then top-k
+    # (Mixtral, Qwen3-MoE); "sigmoid": each expert's score on its own, top-k chosen after adding
+    # a per-expert bias that steers the choice but not the weights (DeepSeek-V3)
+    moe_groups: int = 1  # G: the experts split into G equal groups, and a token chooses among
+    # those of its moe_top_groups best groups only (DeepSeek-V3's n_group; sigmoid router)
+    moe_top_groups: int = 1  # the groups a token may use (DeepSeek-V3's topk_group)
+    moe_scale: float = 1.0  # the routed experts' weights times this (routed_scaling_factor)
     # ----- multi-head latent attention (DeepSeek-V2/V3; decoder-only, positional="rope") -------
     kv_rank: int | None = None  # R: keys and values rebuilt from a latent of R numbers per
     # token, all the cache keeps (with the rotated key part); d_k is then each head's unrotated
@@ -238,10 +248,15 @@ class TransformerConfig:
             raise ValueError(f"moe_shared_experts must be an integer >= 0, got {shared!r}")
         if not isinstance(self.moe_renormalize, bool):
             raise ValueError(f"moe_renormalize must be True or False, got {self.moe_renormalize!r}")
+        first = self.moe_first_dense
+        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+            raise ValueError(f"moe_first_dense must be an integer >= 0, got {first!r}")
         if n == 0:
             defaults = dict(
-                moe_top_k=2, moe_d_ff=None, moe_renormalize=True, moe_shared_experts=0, moe_every=1
-            )
+                moe_top_k=2, moe_d_ff=None, moe_renormalize=True, moe_shared_experts=0,
+                moe_every=1, moe_first_dense=0, moe_router="softmax", moe_groups=1,
+                moe_top_groups=1, moe_scale=1.0,
+            )  # fmt: skip
             for name, default in defaults.items():
                 if getattr(self, name) != default:
                     raise ValueError(
@@ -258,6 +273,42 @@ class TransformerConfig:
             raise ValueError(
                 f"moe_every must be at most n_layers={self.n_layers} (or no layer is MoE), "
                 f"got moe_every={self.moe_every}"
+            )
+        if not any(self.is_moe_layer(i) for i in range(self.n_layers)):
+            raise ValueError(
+                f"moe_first_dense={self.moe_first_dense} leaves no MoE layer among "
+                f"n_layers={self.n_layers} (with moe_every={self.moe_every}); use fewer"
+            )
+        self._check_router()
+
+    def _check_router(self) -> None:
+        # DeepSeek-V3's router: sigmoid scores, groups of experts, a scale on the weights.
+        if self.moe_router not in _ROUTERS:
+            raise ValueError(f"moe_router must be one of {_ROUTERS}, got {self.moe_router!r}")
+        scale = self.moe_scale
+        if isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0:
+            raise ValueError(f"moe_scale must be a number > 0, got {scale!r}")
+        for name in ("moe_groups", "moe_top_groups"):
+            _positive_int(name, getattr(self, name))
+        g, top = self.moe_groups, self.moe_top_groups
+        if g == 1 and top == 1:
+            return
+        if self.moe_router != "sigmoid":
+            raise ValueError(
+                f"moe_groups={g} and moe_top_groups={top} are DeepSeek-V3's group-limited "
+                f"routing, which needs moe_router='sigmoid', got {self.moe_router!r}"
+            )
+        if self.n_experts % g or self.n_experts // g < 2:
+            raise ValueError(
+                f"moe_groups must split n_experts={self.n_experts} into equal groups of at "
+                f"least 2 (a group's score is its best two experts'), got moe_groups={g}"
+            )
+        if top > g:
+            raise ValueError(f"moe_top_groups must be at most moe_groups={g}, got {top}")
+        if self.moe_top_k > top * (self.n_experts // g):
+            raise ValueError(
+                f"moe_top_k={self.moe_top_k} experts cannot be chosen from moe_top_groups={top} "
+                f"groups of {self.n_experts // g}: raise moe_top_groups or lower moe_top_k"
             )
 
     def _check_mla(self) -> None:
@@ -359,7 +410,9 @@ class TransformerConfig:
 
     def is_moe_layer(self, i: int) -> bool:
         """Whether layer ``i`` (counted from 0) has a mixture of experts as its feed-forward."""
-        return self.n_experts > 0 and (i + 1) % self.moe_every == 0
+        if self.n_experts == 0 or i < self.moe_first_dense:
+            return False
+        return (i + 1) % self.moe_every == 0
 
     @property
     def decoder_layers(self) -> int:

@@ -1,5 +1,5 @@
 """A mixture of experts in place of the feed-forward network (Shazeer et al., 2017; Switch,
-Fedus et al., 2021; Mixtral, Jiang et al., 2024; Qwen3-MoE).
+Fedus et al., 2021; Mixtral, Jiang et al., 2024; Qwen3-MoE; DeepSeek-V3, 2024).
 
 A router scores every token against E experts, each a feed-forward network of its own; the
 token goes through its k best experts only, and their outputs are summed, weighted by the
@@ -7,6 +7,12 @@ router's probabilities. The model holds E experts' parameters but spends k exper
 per token: more parameters at the same cost per token. Nothing keeps the router from sending
 every token to the same few experts, so training adds a load-balancing loss
 (:func:`load_balancing_loss`) that is smallest when tokens and probability spread evenly.
+
+Two routers: Mixtral's and Qwen3-MoE's softmax over the experts, then the k most probable
+(:func:`route_top_k`); and DeepSeek-V3's (:func:`route_sigmoid`), which scores each expert with
+a sigmoid of its own, chooses the k by those scores plus a per-expert bias that steers the
+choice only (DeepSeek balances the load by moving that bias, without an auxiliary loss), may
+first keep only a token's best groups of experts, and weights the chosen ones by their scores.
 
 Dimension legend: B batch, L length, D d_model, F an expert's hidden width, E experts, k the
 experts chosen per token, T = B * L tokens.
@@ -27,6 +33,7 @@ __all__ = [
     "Routing",
     "expert_load",
     "load_balancing_loss",
+    "route_sigmoid",
     "route_top_k",
 ]
 
@@ -36,7 +43,9 @@ class Routing:
     """What the router decided for a batch, kept by :class:`MoEFeedForward` after each call.
 
     Attributes:
-        probs: the softmax over experts of every token, (T, E); gradients flow through it.
+        probs: every token's distribution over the experts, (T, E): the softmax, or for the
+            sigmoid router the scores divided by their sum (what DeepSeek-V3's balance loss
+            averages); gradients flow through it.
         experts: the k experts each token went to, best first, (T, k) integer ids.
         weights: the weight of each chosen expert's output, (T, k).
     """
@@ -66,6 +75,50 @@ def route_top_k(logits: Tensor, k: int, renormalize: bool = True) -> Routing:
     return Routing(probs, experts, weights.to(logits.dtype))
 
 
+def route_sigmoid(
+    logits: Tensor,
+    k: int,
+    choice_bias: Tensor,
+    groups: int = 1,
+    top_groups: int = 1,
+    renormalize: bool = True,
+) -> Routing:
+    """DeepSeek-V3's router: a sigmoid score per expert, the k best of score + bias, within the
+    token's ``top_groups`` best groups of experts (DeepSeek-V3 report, Sec. 2.1.2).
+
+    The bias is added for the choice only: the weights are the chosen experts' scores
+    themselves, so moving the bias shifts the load without touching what an expert's output
+    counts for. A group's score is the sum of its two best (biased) scores.
+
+    Args:
+        logits: the router's scores before the sigmoid.
+        k: experts per token.
+        choice_bias: (E,) added to the scores before the choice (``e_score_correction_bias``).
+        groups: G, the experts split into G equal groups, in order.
+        top_groups: the groups each token may choose from.
+        renormalize: divide the k weights by their sum (DeepSeek-V3's ``norm_topk_prob``).
+
+    Shape:
+        logits (T, E) -> probs (T, E), experts (T, k), weights (T, k).
+    """
+    scores = torch.sigmoid(logits.float())  # (T, E): each expert's affinity on its own
+    choice = scores + choice_bias.float()  # (T, E): steers which experts, not how much
+    if groups > 1:
+        t, e = choice.shape
+        by_group = choice.view(t, groups, e // groups)  # (T, G, E/G)
+        group_scores = by_group.topk(2, dim=-1).values.sum(dim=-1)  # (T, G): best two each
+        best = group_scores.topk(top_groups, dim=-1).indices  # (T, top_groups)
+        keep = torch.zeros_like(group_scores, dtype=torch.bool).scatter(1, best, True)  # (T, G)
+        keep = keep[:, :, None].expand_as(by_group).reshape(t, e)  # (T, E): experts allowed
+        choice = choice.masked_fill(~keep, float("-inf"))  # (T, E)
+    experts = choice.topk(k, dim=-1).indices  # (T, k)
+    weights = scores.gather(1, experts)  # (T, k): the scores, without the bias
+    if renormalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)  # (T, k)
+    probs = scores / scores.sum(dim=-1, keepdim=True)  # (T, E)
+    return Routing(probs, experts, weights.to(logits.dtype))
+
+
 class MoEFeedForward(nn.Module):
     """E expert feed-forward networks and a router sending each token to k of them.
 
@@ -74,6 +127,8 @@ class MoEFeedForward(nn.Module):
     :class:`~coursepkg.layers.PositionwiseFeedForward` (SwiGLU with ``activation="swiglu"``).
     No token is dropped: an expert takes however many tokens are sent to it, as Hugging Face's
     models do. After each call, :attr:`routing` holds the router's decision for the batch.
+    The router is Mixtral's softmax (:func:`route_top_k`) or DeepSeek-V3's sigmoid
+    (:func:`route_sigmoid`); the routed experts' weights are then multiplied by ``scale``.
 
     Args:
         d_model: width D.
@@ -84,9 +139,13 @@ class MoEFeedForward(nn.Module):
         n_shared: shared experts; they are stored as one feed-forward of width
             ``n_shared * d_ff`` (the same function as that many summed experts).
         dropout, activation, bias: of each expert, as in ``PositionwiseFeedForward``.
+        router: ``"softmax"`` or ``"sigmoid"``.
+        groups, top_groups: the sigmoid router's groups (see :func:`route_sigmoid`).
+        scale: the routed experts' weights times this (DeepSeek's ``routed_scaling_factor``).
 
     Submodules ``router`` (D -> E, no bias: Hugging Face's ``gate``), ``experts`` (E
-    feed-forwards) and ``shared`` (None without shared experts).
+    feed-forwards) and ``shared`` (None without shared experts); buffer ``choice_bias`` (E,),
+    the sigmoid router's bias for the choice (zeros until set; None for softmax).
     """
 
     def __init__(
@@ -100,11 +159,18 @@ class MoEFeedForward(nn.Module):
         dropout: float = 0.0,
         activation: str = "swiglu",
         bias: bool = False,
+        router: str = "softmax",
+        groups: int = 1,
+        top_groups: int = 1,
+        scale: float = 1.0,
     ) -> None:
         super().__init__()
         if not 1 <= top_k <= n_experts:
             raise ValueError(f"top_k must be in [1, n_experts={n_experts}], got {top_k}")
+        if router not in ("softmax", "sigmoid"):
+            raise ValueError(f"router must be 'softmax' or 'sigmoid', got {router!r}")
         self.top_k, self.renormalize = top_k, renormalize
+        self.groups, self.top_groups, self.scale = groups, top_groups, scale
         self.router = nn.Linear(d_model, n_experts, bias=False)
         self.experts = nn.ModuleList(
             PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
@@ -114,6 +180,8 @@ class MoEFeedForward(nn.Module):
         self.shared = (
             PositionwiseFeedForward(d_model, shared, dropout, activation, bias) if shared else None
         )
+        sigmoid = router == "sigmoid"
+        self.register_buffer("choice_bias", torch.zeros(n_experts) if sigmoid else None)
         self.routing: Routing | None = None
 
     @classmethod
@@ -129,13 +197,35 @@ class MoEFeedForward(nn.Module):
             config.dropout,
             config.activation,
             config.bias,
+            config.moe_router,
+            config.moe_groups,
+            config.moe_top_groups,
+            config.moe_scale,
         )
+
+    def route(self, tokens: Tensor) -> Routing:
+        """The router's decision for each token, with the weights the outputs are summed by.
+
+        Shape:
+            tokens (T, D) -> probs (T, E), experts (T, k), weights (T, k).
+        """
+        logits = self.router(tokens)  # (T, E)
+        if self.choice_bias is None:
+            routing = route_top_k(logits, self.top_k, self.renormalize)
+        else:
+            routing = route_sigmoid(
+                logits, self.top_k, self.choice_bias, self.groups, self.top_groups,
+                self.renormalize,
+            )  # fmt: skip
+        if self.scale == 1.0:
+            return routing
+        return Routing(routing.probs, routing.experts, routing.weights * self.scale)
 
     def forward(self, x: Tensor) -> Tensor:
         """Shape: (B, L, D) -> (B, L, D)."""
         b, n, d = x.shape
         tokens = x.reshape(b * n, d)  # (T, D)
-        routing = route_top_k(self.router(tokens), self.top_k, self.renormalize)
+        routing = self.route(tokens)
         self.routing = routing
         out = torch.zeros_like(tokens)  # (T, D)
         for e, expert in enumerate(self.experts):

@@ -10,8 +10,8 @@
   :func:`to_hf_llama` goes back (same optional extra).
 - :func:`from_hf_mixtral`, :func:`from_hf_qwen3_moe`: the mixtures of experts ->
   :class:`~coursepkg.DecoderOnlyLM` with ``n_experts``.
-- :func:`from_hf_deepseek_v3`: DeepSeek-V3's latent attention (its dense layers only) ->
-  :class:`~coursepkg.DecoderOnlyLM` with ``kv_rank``.
+- :func:`from_hf_deepseek_v3`: DeepSeek-V3's latent attention and its sigmoid-routed experts
+  -> :class:`~coursepkg.DecoderOnlyLM` with ``kv_rank`` and ``moe_router="sigmoid"``.
 """
 
 from .deepseek import deepseek_v3_config, from_hf_deepseek_v3

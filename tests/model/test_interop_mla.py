@@ -1,8 +1,9 @@
-"""DeepSeek-V3's multi-head latent attention loaded into the reference (issue 51): random dense
-DeepseekV3 models built from small configs (nothing is downloaded), with and without a query
-latent, in both RoPE layouts; logits (fp32, atol 1e-5) without and with padding, greedy tokens
-against ``model.generate``, the closed-form count against a DeepSeek-V3-shaped model on the
-meta device, and what is refused."""
+"""DeepSeek-V3 loaded into the reference (issue 51): random DeepseekV3 models built from small
+configs (nothing is downloaded), dense or with DeepSeek's experts after the first dense layers
+(sigmoid router with a random choice bias, groups, scaling, shared experts), with and without a
+query latent, in both RoPE layouts; logits (fp32, atol 1e-5) without and with padding, greedy
+tokens against ``model.generate``, the closed-form counts (total and active) against
+DeepSeek-V3-shaped models on the meta device, and what is refused."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ tf.logging.set_verbosity_error()
 
 from coursepkg import count_parameters  # noqa: E402
 from coursepkg.interop import deepseek_v3_config, from_hf_deepseek_v3  # noqa: E402
-from coursepkg.params import kv_cache_bytes_per_token  # noqa: E402
+from coursepkg.moe import MoEFeedForward, route_sigmoid  # noqa: E402
+from coursepkg.params import active_parameters, kv_cache_bytes_per_token  # noqa: E402
 from coursepkg.positional import positions_from_mask  # noqa: E402
 
 V = 97
@@ -33,7 +35,19 @@ CASES = {
     "query_projection_halves_tied": dict(
         q_lora_rank=None, rope_interleave=False, tie_word_embeddings=True
     ),
-}
+    # layer 0 dense, layer 1 experts: 8 in 4 groups, a token's 3 from its 2 best groups
+    "experts_in_groups_scaled": dict(
+        q_lora_rank=24, rope_interleave=True, first_k_dense_replace=1, n_routed_experts=8,
+        num_experts_per_tok=3, n_group=4, topk_group=2, moe_intermediate_size=16,
+        n_shared_experts=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+    ),
+    # every layer has experts, one group, weights not renormalised, two shared experts
+    "experts_ungrouped_raw": dict(
+        q_lora_rank=None, rope_interleave=False, first_k_dense_replace=0, n_routed_experts=4,
+        num_experts_per_tok=2, n_group=1, topk_group=1, moe_intermediate_size=12,
+        n_shared_experts=2, routed_scaling_factor=1.5, norm_topk_prob=False,
+    ),
+}  # fmt: skip
 IDS = list(CASES)
 
 
@@ -44,6 +58,11 @@ def _build(fields: dict, seed: int = 0):
         for name, p in hf.named_parameters():
             if name.endswith("norm.weight"):
                 p.normal_(1.0, 0.2)
+            elif name.endswith("gate.weight") or ".experts." in name:
+                p.normal_(0.0, 0.3)  # clear-cut choices, experts that count
+        for name, b in hf.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.normal_(0.0, 0.3)  # a bias that changes the choice (zeros at init)
     return hf, from_hf_deepseek_v3(hf).eval()
 
 
@@ -97,9 +116,58 @@ def test_a_deepseek_v3_shaped_model_counts_and_caches_in_closed_form() -> None:
     assert kv_cache_bytes_per_token(full, 2) / kv_cache_bytes_per_token(config, 2) > 70
 
 
+def test_the_experts_sit_where_deepseek_puts_them_and_the_bias_steers_the_choice() -> None:
+    hf, lm = _build(CASES["experts_in_groups_scaled"])
+    assert [isinstance(layer.ffn, MoEFeedForward) for layer in lm.layers] == [False, True]
+    moe = lm.layers[1].ffn
+    assert moe.choice_bias.abs().sum() > 0 and moe.scale == 2.5 and moe.groups == 4
+    lm(_tokens(3, 12))
+    routing = moe.routing
+    # the chosen experts lie in at most 2 of the 4 groups of 2
+    assert all(len(set((row // 2).tolist())) <= 2 for row in routing.experts)
+    # with the bias set to zero the same scores choose other experts for some tokens,
+    # while a choice that stays gets the same weight: the bias moves the choice only
+    logits = moe.router(torch.randn(64, 64))  # (T, E)
+    steered = route_sigmoid(logits, 3, moe.choice_bias, 4, 2)
+    plain = route_sigmoid(logits, 3, torch.zeros(8), 4, 2)
+    assert not torch.equal(steered.experts.sort().values, plain.experts.sort().values)
+    same = (steered.experts.sort().values == plain.experts.sort().values).all(dim=1)  # (T,)
+    assert same.any()
+    assert_close(steered.weights.sort().values[same], plain.weights.sort().values[same])
+
+
+DEEPSEEK_V3 = dict(DEEPSEEK_V3_DENSE, first_k_dense_replace=3)  # HF's defaults: 256 experts
+
+
+def test_a_deepseek_v3_shaped_mixture_counts_as_hugging_faces() -> None:
+    hf_config = tf.DeepseekV3Config(**DEEPSEEK_V3)
+    with torch.device("meta"):
+        model = tf.DeepseekV3ForCausalLM(hf_config)
+    total = sum(p.numel() for p in model.parameters())
+    unused = 0  # the E - k routed experts a token skips, in each MoE layer
+    for layer in model.model.layers:
+        experts = getattr(layer.mlp, "experts", None)
+        if experts is not None:
+            per_expert = sum(p.numel() for p in experts.parameters()) // experts.num_experts
+            unused += (experts.num_experts - hf_config.num_experts_per_tok) * per_expert
+    config = deepseek_v3_config(hf_config)
+    assert config.n_experts == 256 and config.moe_groups == 8 and config.moe_top_groups == 4
+    assert count_parameters(config, "decoder-only") == total
+    assert active_parameters(config) == total - unused
+    # the published 671B total and 37B active (without the multi-token-prediction module)
+    assert abs(total / 1e9 - 671) < 1 and abs((total - unused) / 1e9 - 37) < 1
+
+
 def test_what_the_reference_cannot_do_is_refused() -> None:
-    with pytest.raises(ValueError, match="expert layers .* are not supported"):
-        deepseek_v3_config(tf.DeepseekV3Config(**{**SMALL, "first_k_dense_replace": 1}))
+    with pytest.raises(ValueError, match="moe_groups must split n_experts=6 into equal groups"):
+        deepseek_v3_config(
+            tf.DeepseekV3Config(
+                **{**SMALL, "first_k_dense_replace": 1},
+                n_routed_experts=6,
+                n_group=4,
+                num_experts_per_tok=2,
+            )
+        )
     with pytest.raises(ValueError, match="rms_norm_eps=1e-05 differs"):
         deepseek_v3_config(tf.DeepseekV3Config(**SMALL, rms_norm_eps=1e-5))
     with pytest.raises(TypeError, match="must be a DeepseekV3ForCausalLM"):

@@ -22,6 +22,7 @@ from coursepkg.moe import (
     MoEFeedForward,
     expert_load,
     load_balancing_loss,
+    route_sigmoid,
     route_top_k,
 )
 from coursepkg.params import active_parameters, forward_multiply_adds, parameter_breakdown
@@ -124,8 +125,10 @@ def test_the_models_loss_pools_every_moe_layer() -> None:
         dict(moe_top_k=1, moe_d_ff=None, tie_embeddings=False),
         dict(bias=True, activation="relu", norm="layernorm", n_kv_heads=1),
         dict(n_experts=8, moe_top_k=8, moe_every=3, qk_norm=True),
+        dict(n_experts=8, moe_top_k=3, moe_first_dense=1, moe_router="sigmoid", moe_groups=4,
+             moe_top_groups=2, moe_shared_experts=1, moe_scale=2.5),
     ],
-)
+)  # fmt: skip
 def test_closed_form_counts_equal_the_built_model(fields) -> None:
     lm = _lm(**fields)
     config = lm.config
@@ -153,6 +156,57 @@ def test_every_nth_layer_is_moe() -> None:
     assert lm.layers[1].ffn.experts[0].linear1.out_features == 12  # moe_d_ff for experts
 
 
+def test_the_first_layers_stay_dense() -> None:
+    lm = _lm(n_layers=4, moe_first_dense=2)
+    assert [isinstance(layer.ffn, MoEFeedForward) for layer in lm.layers] == [
+        False,
+        False,
+        True,
+        True,
+    ]
+
+
+def test_without_bias_or_groups_the_sigmoid_router_picks_the_softmaxs_experts() -> None:
+    # sigmoid and softmax are both increasing in the logit: the same k best, other weights
+    logits = torch.randn(40, 6)
+    sigmoid = route_sigmoid(logits, 2, torch.zeros(6), renormalize=False)
+    softmax = route_top_k(logits, 2)
+    assert torch.equal(sigmoid.experts, softmax.experts)
+    assert_close(sigmoid.weights, torch.sigmoid(logits).gather(1, sigmoid.experts))
+    assert_close(sigmoid.probs.sum(-1), torch.ones(40))  # a distribution, for the aux loss
+    renormalised = route_sigmoid(logits, 2, torch.zeros(6))
+    assert_close(renormalised.weights.sum(-1), torch.ones(40))
+
+
+def test_the_sigmoid_routed_sum_equals_a_loop_over_tokens() -> None:
+    moe = MoEFeedForward(8, 6, 8, 3, n_shared=1, router="sigmoid", groups=4, top_groups=2,
+                         scale=2.5).eval()  # fmt: skip
+    moe.choice_bias.normal_()
+    x = torch.randn(2, 5, 8)
+    out = moe(x)
+    scores = torch.sigmoid(moe.router(x)).detach()  # (B, L, E)
+    expected = torch.zeros_like(x)
+    for b in range(2):
+        for t in range(5):
+            biased = scores[b, t] + moe.choice_bias  # (E,)
+            pairs = biased.view(4, 2)  # (G, E/G): both experts count in a group's score
+            groups = pairs.sum(-1).topk(2).indices.tolist()
+            allowed = [e for g in groups for e in (2 * g, 2 * g + 1)]
+            chosen = sorted(allowed, key=lambda e: -float(biased[e]))[:3]
+            w = scores[b, t, chosen] / scores[b, t, chosen].sum() * 2.5
+            for weight, e in zip(w, chosen, strict=True):
+                expected[b, t] += weight * moe.experts[e](x[b, t])
+            expected[b, t] += moe.shared(x[b, t])
+    assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_a_k_above_the_experts_is_refused_by_the_module_too() -> None:
+    with pytest.raises(ValueError, match=r"top_k must be in \[1, n_experts=4\], got 5"):
+        MoEFeedForward(8, 6, 4, 5)
+    with pytest.raises(ValueError, match="router must be 'softmax' or 'sigmoid', got 'relu'"):
+        MoEFeedForward(8, 6, 4, 2, router="relu")
+
+
 def test_greedy_generation_is_the_same_with_and_without_the_cache() -> None:
     lm = _lm(moe_shared_experts=1)
     prompt = torch.randint(0, 23, (2, 4))
@@ -178,8 +232,23 @@ def test_training_the_aux_loss_moves_the_router() -> None:
         (dict(n_experts=4, moe_top_k=0), "moe_top_k must be a positive integer"),
         (dict(n_experts=4, moe_every=4), "moe_every must be at most n_layers=3"),
         (dict(n_experts=4, moe_renormalize=1), "moe_renormalize must be True or False"),
+        (dict(moe_router="sigmoid"), "moe_router='sigmoid' needs experts"),
+        (dict(moe_first_dense=1), "moe_first_dense=1 needs experts"),
+        (dict(n_experts=4, moe_first_dense=3), "moe_first_dense=3 leaves no MoE layer among "
+         "n_layers=3"),
+        (dict(n_experts=4, moe_first_dense=-1), "moe_first_dense must be an integer >= 0"),
+        (dict(n_experts=4, moe_router="relu"), "moe_router must be one of"),
+        (dict(n_experts=4, moe_scale=0), "moe_scale must be a number > 0, got 0"),
+        (dict(n_experts=4, moe_groups=2), "moe_groups=2 and moe_top_groups=1 are DeepSeek-V3's "
+         "group-limited routing, which needs moe_router='sigmoid'"),
+        (dict(n_experts=6, moe_router="sigmoid", moe_groups=4), "moe_groups must split "
+         "n_experts=6 into equal groups"),
+        (dict(n_experts=8, moe_router="sigmoid", moe_groups=4, moe_top_groups=5),
+         "moe_top_groups must be at most moe_groups=4, got 5"),
+        (dict(n_experts=8, moe_top_k=5, moe_router="sigmoid", moe_groups=4, moe_top_groups=2),
+         "moe_top_k=5 experts cannot be chosen from moe_top_groups=2 groups of 2"),
     ],
-)
+)  # fmt: skip
 def test_impossible_configurations_are_refused(fields, message) -> None:
     with pytest.raises(ValueError, match=message):
         TransformerConfig(**{**MODERN, **fields})
