@@ -9,7 +9,8 @@
   (RoPE, RMSNorm, SwiGLU, grouped-query attention) -> :class:`~coursepkg.DecoderOnlyLM`;
   :func:`to_hf_llama` goes back (same optional extra).
 - :func:`from_hf_mixtral`, :func:`from_hf_qwen3_moe`: the mixtures of experts ->
-  :class:`~coursepkg.DecoderOnlyLM` with ``n_experts``.
+  :class:`~coursepkg.DecoderOnlyLM` with ``n_experts``; :func:`to_hf_mixtral` and
+  :func:`to_hf_qwen3_moe` go back.
 - :func:`from_hf_deepseek_v3`: DeepSeek-V3's latent attention and its sigmoid-routed experts
   -> :class:`~coursepkg.DecoderOnlyLM` with ``kv_rank`` and ``moe_router="sigmoid"``.
 """
@@ -33,6 +34,8 @@ from .llama import (
     from_hf_qwen3_moe,
     llama_config,
     to_hf_llama,
+    to_hf_mixtral,
+    to_hf_qwen3_moe,
 )
 from .torch_nn import from_torch_transformer
 
@@ -55,4 +58,6 @@ __all__ = [
     "marian_en_de_hf_config",
     "to_hf_gpt2",
     "to_hf_llama",
+    "to_hf_mixtral",
+    "to_hf_qwen3_moe",
 ]

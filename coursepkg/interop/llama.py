@@ -1,6 +1,6 @@
 """Today's decoders from Hugging Face ``transformers`` in the reference: Llama, Qwen3 and
 Mistral, and the mixtures of experts Mixtral and Qwen3-MoE, as a :class:`~coursepkg.DecoderOnlyLM`,
-and the way back to Llama.
+and the way back to Llama, Mixtral and Qwen3-MoE.
 
 All three are the same block: pre-norm with RMSNorm, rotary positions in Hugging Face's
 rotate-half layout (``rope_pairs="halves"``), a SwiGLU feed-forward (``gate_proj`` is our
@@ -35,6 +35,8 @@ __all__ = [
     "from_hf_qwen3_moe",
     "llama_config",
     "to_hf_llama",
+    "to_hf_mixtral",
+    "to_hf_qwen3_moe",
 ]
 
 # The gated feed-forward each Hugging Face activation makes: down(act(gate x) * up x).
@@ -85,7 +87,7 @@ def llama_config(hf_config: Any, family: str = "Llama") -> TransformerConfig:
         hf_config: the Hugging Face config.
         family: ``"Llama"``, ``"Qwen3"`` (adds ``qk_norm``), ``"Mistral"`` (adds its
             ``sliding_window``), ``"Mixtral"`` (Mistral with experts) or ``"Qwen3MoE"``
-            (Qwen3 with experts; ``mlp_only_layers`` is refused).
+            (Qwen3 with experts; ``mlp_only_layers`` must be the first layers).
 
     Returns:
         A pre-norm, RMSNorm, RoPE ("halves"), gated feed-forward, grouped-query config.
@@ -138,12 +140,14 @@ def _moe_fields(c: Any, family: str) -> dict[str, Any]:
         return dict(n_experts=n, moe_top_k=k, moe_d_ff=c.intermediate_size)
     if family != "Qwen3MoE" or c.num_experts == 0:
         return {}
+    dense = list(c.mlp_only_layers or [])
     _require(
-        not c.mlp_only_layers,
-        f"Qwen3MoE: mlp_only_layers={c.mlp_only_layers} is not supported (the reference places "
-        "experts on every moe_every-th layer only)",
+        dense == list(range(len(dense))),
+        f"Qwen3MoE: mlp_only_layers={c.mlp_only_layers} is not supported (the reference keeps "
+        "dense only the first layers, moe_first_dense, and those off every moe_every-th)",
     )
     return dict(
+        moe_first_dense=len(dense),
         n_experts=c.num_experts,
         moe_top_k=c.num_experts_per_tok,
         moe_d_ff=c.moe_intermediate_size,
@@ -250,34 +254,32 @@ def from_hf_qwen3_moe(model: nn.Module) -> DecoderOnlyLM:
     return _from_hf(model, "Qwen3MoE")
 
 
-@torch.no_grad()
-def to_hf_llama(lm: DecoderOnlyLM, **hf_overrides: Any) -> nn.Module:
-    """The way back: a ``transformers.LlamaForCausalLM`` with the weights of ``lm``.
+# What each way back needs of the reference's config, beyond the common block (a Llama's).
+_BLOCK = dict(
+    norm_first=True, use_final_norm=True, norm="rmsnorm", positional="rope",
+    rope_pairs="halves", activation="swiglu", scale_embeddings=False, hf=HFOptions(),
+)  # fmt: skip
+_SOFTMAX_ROUTER = dict(
+    moe_router="softmax", moe_groups=1, moe_top_groups=1, moe_scale=1.0, moe_shared_experts=0
+)
 
-    Args:
-        lm: a Llama-shaped model (pre-norm with a final norm, RMSNorm, RoPE in "halves" pairs,
-            SwiGLU, unscaled embeddings, Dk = Dv, no QK-norm, sliding window or logits bias);
-            anything else raises ``ValueError``.
-        hf_overrides: more ``LlamaConfig`` fields (token ids, for instance).
 
-    Returns:
-        The Hugging Face model, on ``lm``'s device and dtype, in its train/eval mode.
-    """
-    tf = _transformers()
+def _check_shape(lm: Any, family: str, needs: dict[str, Any]) -> Any:
+    # The config of ``lm`` when it is a DecoderOnlyLM with the values ``needs`` names.
     if not isinstance(lm, DecoderOnlyLM):
         raise TypeError(f"lm must be a DecoderOnlyLM, got {type(lm).__name__}")
     c = lm.config
-    needs = dict(
-        norm_first=True, use_final_norm=True, norm="rmsnorm", positional="rope",
-        rope_pairs="halves", activation="swiglu", scale_embeddings=False, qk_norm=False,
-        sliding_window=None, hf=HFOptions(), head_dim_v=c.head_dim_k, n_experts=0,
-    )  # fmt: skip
+    needs = {**_BLOCK, "head_dim_v": c.head_dim_k, **needs}
     wrong = {k: getattr(c, k) for k, v in needs.items() if getattr(c, k) != v}
-    _require(not wrong, f"lm is not Llama shaped: needs {needs}, differs in {wrong}")
-    hf_config = tf.LlamaConfig(
+    _require(not wrong, f"lm is not {family} shaped: needs {needs}, differs in {wrong}")
+    return c
+
+
+def _hf_block(c: TransformerConfig) -> dict[str, Any]:
+    # The Hugging Face config fields every family shares, from ours.
+    return dict(
         vocab_size=c.vocab_size,
         hidden_size=c.d_model,
-        intermediate_size=c.d_ff,
         num_hidden_layers=c.n_layers,
         num_attention_heads=c.n_heads,
         num_key_value_heads=c.kv_heads,
@@ -287,25 +289,106 @@ def to_hf_llama(lm: DecoderOnlyLM, **hf_overrides: Any) -> nn.Module:
         rms_norm_eps=c.layer_norm_eps,
         tie_word_embeddings=c.tie_embeddings,
         rope_theta=c.rope_theta,
-        attention_bias=c.bias,
-        mlp_bias=c.bias,
         attention_dropout=c.attention_dropout,
-        **hf_overrides,
     )
-    model = tf.LlamaForCausalLM(hf_config)
-    _copy_back(model, lm)
+
+
+def _build_back(lm: DecoderOnlyLM, family: str, config: Any) -> nn.Module:
+    # The Hugging Face model ``config`` describes, with every weight of ``lm``.
+    tf = _transformers()
+    model = getattr(tf, f"{family}ForCausalLM")(config)
+    with torch.no_grad():
+        _copy_back(model, lm)
     return _like(model, lm)
 
 
+def to_hf_llama(lm: DecoderOnlyLM, **hf_overrides: Any) -> nn.Module:
+    """The way back: a ``transformers.LlamaForCausalLM`` with the weights of ``lm``.
+
+    Args:
+        lm: a Llama-shaped model (pre-norm with a final norm, RMSNorm, RoPE in "halves" pairs,
+            SwiGLU, unscaled embeddings, Dk = Dv, no QK-norm, sliding window, experts or logits
+            bias); anything else raises ``ValueError``.
+        hf_overrides: more ``LlamaConfig`` fields (token ids, for instance).
+
+    Returns:
+        The Hugging Face model, on ``lm``'s device and dtype, in its train/eval mode.
+    """
+    needs = dict(qk_norm=False, sliding_window=None, n_experts=0)
+    c = _check_shape(lm, "Llama", needs)
+    fields = dict(intermediate_size=c.d_ff, attention_bias=c.bias, mlp_bias=c.bias)
+    config = _transformers().LlamaConfig(**_hf_block(c), **fields, **hf_overrides)
+    return _build_back(lm, "Llama", config)
+
+
+def to_hf_mixtral(lm: DecoderOnlyLM, **hf_overrides: Any) -> nn.Module:
+    """The way back to a ``transformers.MixtralForCausalLM``: as :func:`to_hf_llama`, for a
+    model with a softmax-routed, renormalised mixture of experts on every layer (no shared
+    experts, no biases, no QK-norm; a sliding window on every layer or none)."""
+    needs = dict(
+        qk_norm=False, bias=False, moe_every=1, moe_first_dense=0, moe_renormalize=True,
+        **_SOFTMAX_ROUTER,
+    )  # fmt: skip
+    c = _check_shape(lm, "Mixtral", needs)
+    _require(c.n_experts > 0, "lm is not Mixtral shaped: n_experts=0; use to_hf_llama")
+    fields = dict(
+        intermediate_size=c.expert_d_ff,
+        num_local_experts=c.n_experts,
+        num_experts_per_tok=c.moe_top_k,
+        sliding_window=c.sliding_window,
+    )
+    config = _transformers().MixtralConfig(**_hf_block(c), **fields, **hf_overrides)
+    return _build_back(lm, "Mixtral", config)
+
+
+def to_hf_qwen3_moe(lm: DecoderOnlyLM, **hf_overrides: Any) -> nn.Module:
+    """The way back to a ``transformers.Qwen3MoeForCausalLM``: as :func:`to_hf_llama`, for a
+    model with QK-norm and a softmax-routed mixture of experts on every ``moe_every``-th layer
+    after the ``moe_first_dense`` first (no shared experts, biases or sliding window)."""
+    needs = dict(qk_norm=True, bias=False, sliding_window=None, **_SOFTMAX_ROUTER)
+    c = _check_shape(lm, "Qwen3MoE", needs)
+    _require(c.n_experts > 0, "lm is not Qwen3MoE shaped: n_experts=0 (no experts)")
+    fields = dict(
+        intermediate_size=c.d_ff,
+        moe_intermediate_size=c.expert_d_ff,
+        num_experts=c.n_experts,
+        num_experts_per_tok=c.moe_top_k,
+        norm_topk_prob=c.moe_renormalize,
+        decoder_sparse_step=c.moe_every,
+        mlp_only_layers=list(range(c.moe_first_dense)),
+        attention_bias=False,
+        use_sliding_window=False,
+    )
+    config = _transformers().Qwen3MoeConfig(**_hf_block(c), **fields, **hf_overrides)
+    return _build_back(lm, "Qwen3Moe", config)
+
+
+def _copy_mlp_back(mlp: nn.Module, ffn: nn.Module, name: str) -> None:
+    # _copy_mlp's inverse: each expert's gate and up matrices stacked again in gate_up_proj.
+    if not isinstance(ffn, MoEFeedForward):
+        for mine, hf in _MLP:
+            ours = getattr(ffn, mine)
+            _copy_linear(getattr(mlp, hf), ours.weight, ours.bias, f"{name}.ffn.{mine}")
+        return
+    _copy(mlp.gate.weight, ffn.router.weight, f"{name}.ffn.router")
+    for e, expert in enumerate(ffn.experts):
+        gate_up = torch.cat([expert.linear1.weight, expert.linear3.weight])  # (2F, D)
+        _copy(mlp.experts.gate_up_proj[e], gate_up, f"{name}.ffn.experts.{e} (gate, up)")
+        _copy(mlp.experts.down_proj[e], expert.linear2.weight, f"{name}.ffn.experts.{e}.linear2")
+
+
 def _copy_back(model: nn.Module, lm: DecoderOnlyLM) -> None:
-    # Every weight of ``lm`` into the Llama ``model`` (the names mirror _from_hf's).
+    # Every weight of ``lm`` into the Hugging Face ``model`` (the names mirror _from_hf's).
     body = model.model
     _copy(body.embed_tokens.weight, lm.embed.weight, "embed")
-    for src, dst in zip(lm.layers, body.layers, strict=True):
+    for i, (src, dst) in enumerate(zip(lm.layers, body.layers, strict=True)):
         pairs = [(getattr(dst.self_attn, hf), getattr(src.self_attn, m)) for m, hf in _ATTENTION]
-        pairs += [(getattr(dst.mlp, hf), getattr(src.ffn, m)) for m, hf in _MLP]
         for theirs, ours in pairs:
             _copy_linear(theirs, ours.weight, ours.bias, type(theirs).__name__)
+        if lm.config.qk_norm:
+            _copy(dst.self_attn.q_norm.weight, src.self_attn.q_norm.weight, f"layers.{i}.q_norm")
+            _copy(dst.self_attn.k_norm.weight, src.self_attn.k_norm.weight, f"layers.{i}.k_norm")
+        _copy_mlp_back(dst.mlp, src.ffn, f"layers.{i}")
         _copy(dst.input_layernorm.weight, src.norm1.weight, "norm1")
         _copy(dst.post_attention_layernorm.weight, src.norm2.weight, "norm2")
     _copy(body.norm.weight, lm.norm.weight, "norm")

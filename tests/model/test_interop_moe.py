@@ -1,8 +1,9 @@
 """Mixtures of experts loaded into the reference (issue 51): random Mixtral and Qwen3-MoE models
 built from small configs (nothing is downloaded), their weights copied, the logits compared
 (fp32, atol 1e-5) without and with padding, greedy generation with our cache against
-``model.generate``, the load-balancing loss against Hugging Face's, and the closed-form total
-and active parameter counts against Hugging Face's models on the meta device at full size."""
+``model.generate``, the load-balancing loss against Hugging Face's, the closed-form total
+and active parameter counts against Hugging Face's models on the meta device at full size, and
+the way back (``to_hf_mixtral``, ``to_hf_qwen3_moe``: the round trip's logits equal)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 tf = pytest.importorskip("transformers")
 tf.logging.set_verbosity_error()
 
-from coursepkg import count_parameters  # noqa: E402
-from coursepkg.interop import from_hf_mixtral, from_hf_qwen3_moe, llama_config  # noqa: E402
+from coursepkg import DecoderOnlyLM, TransformerConfig, count_parameters  # noqa: E402
+from coursepkg.interop import (  # noqa: E402
+    from_hf_mixtral,
+    from_hf_qwen3_moe,
+    llama_config,
+    to_hf_mixtral,
+    to_hf_qwen3_moe,
+)
 from coursepkg.moe import MoEFeedForward  # noqa: E402
 from coursepkg.params import active_parameters  # noqa: E402
 from coursepkg.positional import positions_from_mask  # noqa: E402
@@ -188,8 +195,81 @@ def test_every_nth_layer_and_the_refusals() -> None:
     _, lm = _build(*CASES["qwen3_moe_raw_every_2nd"])
     assert [isinstance(layer.ffn, MoEFeedForward) for layer in lm.layers] == [False, True]
     assert lm.config.moe_renormalize is False and lm.config.moe_every == 2
-    c = tf.Qwen3MoeConfig(**SMALL, num_experts=4, mlp_only_layers=[0])
-    with pytest.raises(ValueError, match="mlp_only_layers=\\[0\\] is not supported"):
+    c = tf.Qwen3MoeConfig(**SMALL, num_experts=4, mlp_only_layers=[1])
+    with pytest.raises(ValueError, match="mlp_only_layers=\\[1\\] is not supported"):
         llama_config(c, "Qwen3MoE")
+    first = tf.Qwen3MoeConfig(**SMALL, num_experts=4, num_experts_per_tok=2, mlp_only_layers=[0])
+    assert llama_config(first, "Qwen3MoE").moe_first_dense == 1
     with pytest.raises(TypeError, match="must be a MixtralForCausalLM"):
         from_hf_mixtral(tf.Qwen3MoeForCausalLM(tf.Qwen3MoeConfig(**SMALL, num_experts=4)))
+
+
+BACK = {
+    "mixtral_8_top2": to_hf_mixtral,
+    "mixtral_4_top1_tied_window": to_hf_mixtral,
+    "qwen3_moe_renormalised": to_hf_qwen3_moe,
+    "qwen3_moe_raw_every_2nd": to_hf_qwen3_moe,
+}
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_the_way_back_gives_the_same_logits(name) -> None:
+    hf, lm = _build(*CASES[name])
+    back = BACK[name](lm, attn_implementation="eager").eval()
+    assert type(back) is type(hf)
+    tokens = _tokens(3, 12)
+    mask = torch.arange(12) < torch.tensor([12, 9, 4])[:, None]  # (B, L)
+    with torch.no_grad():
+        for token_mask in (None, mask):
+            hf_mask = None if token_mask is None else token_mask.long()
+            ours, theirs = back(tokens, attention_mask=hf_mask), hf(tokens, attention_mask=hf_mask)
+            real = torch.ones_like(mask) if token_mask is None else mask
+            assert_close(ours.logits[real], theirs.logits[real], atol=1e-5, rtol=1e-5)
+    # and every weight went back where it came from
+    mine, theirs = back.state_dict(), hf.state_dict()
+    assert mine.keys() == theirs.keys()
+    assert all(torch.equal(mine[k], theirs[k]) for k in theirs)
+
+
+def test_a_reference_model_with_experts_first_dense_goes_to_qwen3_moe_and_back() -> None:
+    config = TransformerConfig(
+        vocab_size=V, d_model=32, n_heads=4, n_kv_heads=2, d_ff=40, n_layers=3, dropout=0.0,
+        norm="rmsnorm", positional="rope", activation="swiglu", norm_first=True, bias=False,
+        scale_embeddings=False, qk_norm=True, n_experts=4, moe_top_k=2, moe_d_ff=16,
+        moe_first_dense=1, max_len=64, d_k=8, d_v=8, final_norm=True,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    lm = DecoderOnlyLM(config).eval()
+    back = to_hf_qwen3_moe(lm, attn_implementation="eager").eval()
+    assert back.config.mlp_only_layers == [0]
+    again = from_hf_qwen3_moe(back).eval()
+    tokens = _tokens(2, 10)
+    with torch.no_grad():
+        assert_close(back(tokens).logits, lm(tokens), atol=1e-5, rtol=1e-5)
+    assert again.config == lm.config
+
+
+@pytest.mark.parametrize(
+    "to_hf, fields, message",
+    [
+        (to_hf_mixtral, dict(moe_shared_experts=1), "not Mixtral shaped"),
+        (to_hf_mixtral, dict(moe_every=2), "not Mixtral shaped"),
+        (to_hf_mixtral, dict(n_experts=0, moe_top_k=2), "n_experts=0; use to_hf_llama"),
+        (to_hf_qwen3_moe, dict(qk_norm=True, moe_router="sigmoid"), "not Qwen3MoE shaped"),
+        (to_hf_qwen3_moe, dict(qk_norm=False), "not Qwen3MoE shaped"),
+    ],
+)
+def test_what_the_way_back_cannot_write_is_refused(to_hf, fields, message) -> None:
+    base = dict(
+        vocab_size=V, d_model=16, n_heads=2, d_ff=24, n_layers=2, dropout=0.0, norm="rmsnorm",
+        positional="rope", activation="swiglu", norm_first=True, bias=False,
+        scale_embeddings=False, n_experts=4,
+    )  # fmt: skip
+    if fields.get("n_experts") == 0:
+        fields = {}
+        base["n_experts"] = 0
+    lm = DecoderOnlyLM(TransformerConfig(**{**base, **fields}))
+    with pytest.raises(ValueError, match=message):
+        to_hf(lm)
+    with pytest.raises(TypeError, match="lm must be a DecoderOnlyLM"):
+        to_hf(torch.nn.Linear(2, 2))
