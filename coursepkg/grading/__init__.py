@@ -33,6 +33,9 @@ check_swiglu                   ``SwiGLU``                                  ex11_
 check_grouped_query_attention  ``GroupedQueryAttention``                   ex11_modern_block
 check_modern_block             ``ModernDecoderBlock``                      ex11_modern_block
 check_tiled_attention          ``TiledAttention`` (forward and backward)   ex12_tiled_attention
+check_route_top_k              ``route_top_k`` (a router's top-k)          ex13_experts
+check_load_balancing_loss      ``load_balancing_loss``                     ex13_experts
+check_compress_latent          ``compress_latent`` (MLA's cached part)     ex13_experts
 =============================  ==========================================  ==============
 
 ``check_training_run`` (ex09_training_run) grades a whole training run (the trained model, the
@@ -64,6 +67,11 @@ from .checks.ex11_modern_block import (
     check_swiglu,
 )
 from .checks.ex12_tiled_attention import check_tiled_attention
+from .checks.ex13_experts import (
+    check_compress_latent,
+    check_load_balancing_loss,
+    check_route_top_k,
+)
 from .framework import (
     BugVariant,
     CheckerError,
@@ -85,6 +93,7 @@ __all__ = [
     "check_apply_rope",
     "check_beam_search",
     "check_causal_mask",
+    "check_compress_latent",
     "check_decoder_layer",
     "check_encoder_layer",
     "check_feed_forward",
@@ -92,12 +101,14 @@ __all__ = [
     "check_grouped_query_attention",
     "check_label_smoothing",
     "check_layer_norm",
+    "check_load_balancing_loss",
     "check_modern_block",
     "check_multi_head_attention",
     "check_noam_lr",
     "check_parameter_count",
     "check_positional_encoding",
     "check_rms_norm",
+    "check_route_top_k",
     "check_scaled_dot_product_attention",
     "check_swiglu",
     "check_tiled_attention",

@@ -44,6 +44,9 @@ def test_the_corpus_is_large_and_mixed():
         "check_grouped_query_attention",
         "check_modern_block",
         "check_tiled_attention",
+        "check_route_top_k",
+        "check_load_balancing_loss",
+        "check_compress_latent",
     }
 
 

@@ -1,0 +1,224 @@
+"""The catalogue of ex13_experts: the known mistakes of the router's top-k, the load-balancing
+loss and the latent attention's cached part. Each is a wrong function with the stub's
+signature (the evidence: the check reruns it on the student's inputs and compares), its id,
+and the story and advice a student reads when their output matches it.
+
+Dimension legend: T tokens, E experts, k experts per token, B batch, L length, D d_model,
+R the latent's width, Dr the rotated key part's width.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ...positional import apply_rope
+from ..framework import BugVariant
+
+__all__ = [
+    "AUX_LOSS_BUGS",
+    "AUX_LOSS_ITEM",
+    "BUGS",
+    "LATENT_BUGS",
+    "LATENT_ITEM",
+    "ROUTER_BUGS",
+    "ROUTER_ITEM",
+]
+
+ROUTER_ITEM = "route_top_k"
+AUX_LOSS_ITEM = "load_balancing_loss"
+LATENT_ITEM = "compress_latent"
+
+
+# ---------------------------------------------------------------------------------------------
+# route_top_k
+# ---------------------------------------------------------------------------------------------
+
+
+def router_topk_before_softmax(
+    logits: Tensor, k: int, renormalize: bool = True
+) -> tuple[Tensor, Tensor]:
+    """The k largest logits first, then a softmax over those k only (Mixtral's code order):
+    the weights sum to 1 whatever ``renormalize`` says."""
+    top, experts = logits.topk(k, dim=-1)  # (T, k), (T, k)
+    return torch.softmax(top, dim=-1), experts
+
+
+def router_not_renormalised(
+    logits: Tensor, k: int, renormalize: bool = True
+) -> tuple[Tensor, Tensor]:
+    """Softmax over all E, then top-k, and never the division by the k weights' sum."""
+    weights, experts = torch.softmax(logits, dim=-1).topk(k, dim=-1)  # (T, k), (T, k)
+    return weights, experts
+
+
+def router_logits_as_weights(
+    logits: Tensor, k: int, renormalize: bool = True
+) -> tuple[Tensor, Tensor]:
+    """The k largest logits themselves as the weights: no softmax at all."""
+    weights, experts = logits.topk(k, dim=-1)  # (T, k), (T, k)
+    if renormalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return weights, experts
+
+
+ROUTER_BUGS: list[BugVariant] = [
+    BugVariant(
+        "router.topk_before_softmax",
+        ROUTER_ITEM,
+        "the softmax is taken over the k chosen logits only (top-k before softmax), which "
+        "makes the weights sum to 1 even with renormalize=False; without renormalising they "
+        "must be the probabilities of the softmax over all E experts, which sum to less",
+        "Take the softmax over all E experts first, then the top k of those probabilities; "
+        "divide by their sum only when renormalize is True.",
+        router_topk_before_softmax,
+    ),
+    BugVariant(
+        "router.not_renormalised",
+        ROUTER_ITEM,
+        "the k chosen probabilities are not divided by their sum when renormalize=True, so "
+        "a token's weights add up to less than 1",
+        "With renormalize=True, divide the k weights by their sum: weights / "
+        "weights.sum(dim=-1, keepdim=True).",
+        router_not_renormalised,
+    ),
+    BugVariant(
+        "router.logits_as_weights",
+        ROUTER_ITEM,
+        "the weights are the chosen logits themselves, with no softmax: they can be "
+        "negative and do not measure how much the router trusts each expert",
+        "Turn the logits into probabilities with torch.softmax(logits, dim=-1) before "
+        "choosing the top k.",
+        router_logits_as_weights,
+    ),
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# load_balancing_loss
+# ---------------------------------------------------------------------------------------------
+
+
+def _fractions(experts: Tensor, n_experts: int) -> Tensor:
+    """f_i: the (token, choice) pairs sent to each expert over the number of tokens, (E,)."""
+    counts = torch.zeros(n_experts, dtype=torch.float64)  # (E,)
+    counts = counts.index_add(0, experts.reshape(-1), torch.ones(experts.numel()).double())
+    return counts / experts.size(0)  # (E,): they sum to k
+
+
+def aux_loss_no_expert_factor(probs: Tensor, experts: Tensor, n_experts: int) -> Tensor:
+    """sum_i f_i P_i without the factor E: its smallest value is k / E."""
+    f = _fractions(experts, n_experts).to(probs)  # (E,)
+    return (f * probs.mean(dim=0)).sum()
+
+
+def aux_loss_experts_squared_with_sum(probs: Tensor, experts: Tensor, n_experts: int) -> Tensor:
+    """Switch's code's E^2, which goes with a mean over the experts, put on the sum."""
+    f = _fractions(experts, n_experts).to(probs)  # (E,)
+    return n_experts**2 * (f * probs.mean(dim=0)).sum()
+
+
+def aux_loss_probs_of_chosen_only(probs: Tensor, experts: Tensor, n_experts: int) -> Tensor:
+    """P_i averages only the probabilities of the chosen experts (zeros for the others)."""
+    chosen = torch.zeros_like(probs).scatter(1, experts, 1.0)  # (T, E): 1 where chosen
+    f = _fractions(experts, n_experts).to(probs)  # (E,)
+    return n_experts * (f * (probs * chosen).mean(dim=0)).sum()
+
+
+AUX_LOSS_BUGS: list[BugVariant] = [
+    BugVariant(
+        "aux_loss.no_expert_factor",
+        AUX_LOSS_ITEM,
+        "the sum of f_i * P_i is not multiplied by the number of experts E, so an even load "
+        "gives k / E instead of k and the loss (and the coefficient tuned for it) shrinks as "
+        "experts are added",
+        "Multiply the sum over the experts by n_experts: loss = E * sum_i f_i * P_i.",
+        aux_loss_no_expert_factor,
+    ),
+    BugVariant(
+        "aux_loss.experts_squared_with_sum",
+        AUX_LOSS_ITEM,
+        "the sum over the experts is multiplied by E^2: Switch's code uses E^2 with a mean "
+        "over the experts (E^2 * mean = E * sum), so with a sum the loss is E times too large",
+        "Use E * sum_i f_i * P_i (or E^2 * the mean over the experts, not both).",
+        aux_loss_experts_squared_with_sum,
+    ),
+    BugVariant(
+        "aux_loss.probs_of_chosen_only",
+        AUX_LOSS_ITEM,
+        "P_i averages the router's probability for expert i only over the tokens that chose "
+        "it (zeros elsewhere); the loss needs the mean over every token",
+        "Take P as probs.mean(dim=0): every token's probability for every expert, chosen or not.",
+        aux_loss_probs_of_chosen_only,
+    ),
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# compress_latent
+# ---------------------------------------------------------------------------------------------
+
+
+def _rotate(part: Tensor, positions: Tensor, theta: float) -> Tensor:
+    """RoPE in the rotate-half pairing on a (B, L, W) tensor, as one head."""
+    return apply_rope(part[:, None], positions, theta, "halves")[:, 0]  # (B, L, W)
+
+
+def latent_rope_with_latent(
+    x: Tensor, w_down: Tensor, kv_rank: int, positions: Tensor, theta: float = 10000.0
+) -> tuple[Tensor, Tensor]:
+    """RoPE turns the whole (R + Dr)-wide projection before the split."""
+    both = _rotate(x @ w_down.T, positions, theta)  # (B, L, R + Dr)
+    latent, k_rope = both.split([kv_rank, w_down.size(0) - kv_rank], dim=-1)
+    return latent, k_rope
+
+
+def latent_split_swapped(
+    x: Tensor, w_down: Tensor, kv_rank: int, positions: Tensor, theta: float = 10000.0
+) -> tuple[Tensor, Tensor]:
+    """The rotated part read from the first Dr rows of the projection, the latent after it."""
+    d_rope = w_down.size(0) - kv_rank
+    k_rope, latent = (x @ w_down.T).split([d_rope, kv_rank], dim=-1)  # (B, L, Dr), (B, L, R)
+    return latent, _rotate(k_rope, positions, theta)
+
+
+def latent_not_rotated(
+    x: Tensor, w_down: Tensor, kv_rank: int, positions: Tensor, theta: float = 10000.0
+) -> tuple[Tensor, Tensor]:
+    """The key part is returned as projected, without its rotation."""
+    latent, k_rope = (x @ w_down.T).split([kv_rank, w_down.size(0) - kv_rank], dim=-1)
+    return latent, k_rope
+
+
+LATENT_BUGS: list[BugVariant] = [
+    BugVariant(
+        "latent.rope_with_latent",
+        LATENT_ITEM,
+        "RoPE turns the whole projection, the latent together with the key part: the latent "
+        "then depends on the position, so the up-projections can no longer rebuild the keys "
+        "and values from it unchanged, and the key part turns at the frequencies of an "
+        "(R + Dr)-wide rotation",
+        "Split the projection first (latent = the first kv_rank columns, k_rope = the rest) "
+        "and rotate k_rope alone, with its own width Dr in the frequencies.",
+        latent_rope_with_latent,
+    ),
+    BugVariant(
+        "latent.split_swapped",
+        LATENT_ITEM,
+        "the rotated part is taken from the first Dr columns of the projection and the "
+        "latent from the rest; the latent comes first (DeepSeek's kv_a_proj_with_mqa)",
+        "latent, k_rope = (x @ w_down.T).split([kv_rank, Dr], dim=-1): the latent's R "
+        "columns first.",
+        latent_split_swapped,
+    ),
+    BugVariant(
+        "latent.not_rotated",
+        LATENT_ITEM,
+        "the key part is returned without its rotation, so no position reaches the scores",
+        "Rotate k_rope by the positions (pair i: column i with column i + Dr/2, angle "
+        "pos * theta^(-2i/Dr)).",
+        latent_not_rotated,
+    ),
+]
+
+BUGS: list[BugVariant] = [*ROUTER_BUGS, *AUX_LOSS_BUGS, *LATENT_BUGS]
