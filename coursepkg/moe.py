@@ -55,6 +55,15 @@ class Routing:
     weights: Tensor
 
 
+def _check_k(k: int, logits: Tensor) -> None:
+    # A token chooses k of the E experts the logits score.
+    n = logits.size(-1)
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
+        raise ValueError(
+            f"k must be an integer in [1, E={n}] (the experts logits scores), got {k!r}"
+        )
+
+
 def route_top_k(logits: Tensor, k: int, renormalize: bool = True) -> Routing:
     """Softmax over the experts, then the k most probable (Mixtral, Qwen3-MoE).
 
@@ -68,6 +77,7 @@ def route_top_k(logits: Tensor, k: int, renormalize: bool = True) -> Routing:
     Shape:
         logits (T, E) -> probs (T, E), experts (T, k), weights (T, k).
     """
+    _check_k(k, logits)
     probs = torch.softmax(logits.float(), dim=-1)  # (T, E): over every expert, before top-k
     weights, experts = probs.topk(k, dim=-1)  # (T, k), (T, k)
     if renormalize:
@@ -101,6 +111,7 @@ def route_sigmoid(
     Shape:
         logits (T, E) -> probs (T, E), experts (T, k), weights (T, k).
     """
+    _check_k(k, logits)
     scores = torch.sigmoid(logits.float())  # (T, E): each expert's affinity on its own
     choice = scores + choice_bias.float()  # (T, E): steers which experts, not how much
     if groups > 1:
@@ -283,6 +294,11 @@ def load_balancing_loss(
     """
     if not routings:
         raise ValueError("routings must hold at least one layer's Routing, got none")
+    widths = {r.probs.size(-1) for r in routings}
+    if widths != {n_experts}:
+        raise ValueError(
+            f"n_experts must be the routers' number of experts, {sorted(widths)}, got {n_experts}"
+        )
     counts = sum(expert_load(r, n_experts, token_mask) for r in routings)  # (E,)
     probs = torch.cat([r.probs for r in routings])  # (layers * T, E)
     if token_mask is None:

@@ -195,7 +195,11 @@ def _restore(run: _Run, saved: dict[str, Any], path: Path) -> None:
     run.optimizer.load_state_dict(saved["optimizer"])
     run.batches.set_state(saved["data_rng"])
     run.step = run.last_checkpoint = int(saved["step"])
-    run.rows = [dict(zip(_fields(run), row, strict=True)) for row in saved["rows"]]
+    fields = _fields(run)
+    # A mixture of experts' checkpoint written before the expert-load columns existed has
+    # shorter rows: those steps' loads are left empty.
+    padded = [[*row, *[None] * (len(fields) - len(row))] for row in saved["rows"]]
+    run.rows = [dict(zip(fields, row, strict=True)) for row in padded]
     states = saved["rng"]
     if len(states) == run.dist.world_size:
         torch.set_rng_state(states[run.dist.rank])

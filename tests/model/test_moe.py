@@ -200,6 +200,17 @@ def test_the_sigmoid_routed_sum_equals_a_loop_over_tokens() -> None:
     assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
 
+def test_a_k_above_the_experts_is_refused_by_the_router_functions() -> None:
+    logits = torch.randn(5, 4)
+    for route in (route_top_k, lambda lg, k: route_sigmoid(lg, k, torch.zeros(4))):
+        with pytest.raises(ValueError, match=r"k must be an integer in \[1, E=4\].*got 5"):
+            route(logits, 5)
+    routing = route_top_k(logits, 2)
+    with pytest.raises(ValueError, match=r"n_experts must be the routers' number of experts, "
+                       r"\[4\], got 3"):  # fmt: skip
+        load_balancing_loss([routing], 3)
+
+
 def test_a_k_above_the_experts_is_refused_by_the_module_too() -> None:
     with pytest.raises(ValueError, match=r"top_k must be in \[1, n_experts=4\], got 5"):
         MoEFeedForward(8, 6, 4, 5)

@@ -274,6 +274,20 @@ def test_the_log_summarises_each_moe_layers_expert_load(corpus, tmp_path):
     assert load_fields(dense.model.config) == () and set(dense.rows[0]) == set(LOG_FIELDS)
 
 
+def test_a_moe_checkpoint_from_before_the_load_columns_resumes(corpus, tmp_path):
+    model = {**TINY, "n_experts": 4, "moe_top_k": 2, "moe_d_ff": 16}
+    settings = tiny(corpus, tmp_path, model=model, sample_tokens=0, steps=6, stop_after=4)
+    train(settings, progress=False)
+    path = tmp_path / "checkpoint.pt"
+    saved = load_checkpoint(path)
+    saved["rows"] = [row[: len(LOG_FIELDS) + 1] for row in saved["rows"]]  # up to aux_loss
+    save_checkpoint(path, saved)
+    settings.stop_after = 0
+    rows = train(settings, resume=True, progress=False).rows
+    assert [r["load_max_0"] is None for r in rows] == [True] * 4 + [False] * 2
+    assert all(r["aux_loss"] > 0 for r in rows)
+
+
 def test_the_aux_loss_coefficient_changes_the_training(corpus, tmp_path):
     model = {**TINY, "n_experts": 4, "moe_top_k": 1, "moe_d_ff": 16}
     runs = [
