@@ -33,9 +33,9 @@ check_swiglu                   ``SwiGLU``                                  ex11_
 check_grouped_query_attention  ``GroupedQueryAttention``                   ex11_modern_block
 check_modern_block             ``ModernDecoderBlock``                      ex11_modern_block
 check_tiled_attention          ``TiledAttention`` (forward and backward)   ex12_tiled_attention
-check_route_top_k              ``route_top_k`` (a router's top-k)          ex13_experts
-check_load_balancing_loss      ``load_balancing_loss``                     ex13_experts
-check_compress_latent          ``compress_latent`` (MLA's cached part)     ex13_experts
+check_route_top_k              ``route_top_k`` (a router's top-k)          ex16_experts
+check_load_balancing_loss      ``load_balancing_loss``                     ex16_experts
+check_compress_latent          ``compress_latent`` (MLA's cached part)     ex16_experts
 =============================  ==========================================  ==============
 
 ``check_training_run`` (ex09_training_run) grades a whole training run (the trained model, the
@@ -67,7 +67,7 @@ from .checks.ex11_modern_block import (
     check_swiglu,
 )
 from .checks.ex12_tiled_attention import check_tiled_attention
-from .checks.ex13_experts import (
+from .checks.ex16_experts import (
     check_compress_latent,
     check_load_balancing_loss,
     check_route_top_k,

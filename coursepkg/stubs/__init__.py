@@ -9,7 +9,7 @@ No solution lives here (students can import the package): solutions are only in 
 instructors' ``solutions/`` notebooks.
 """
 
-# The assignments with a notebook in solutions/ and exercises/. ex13_experts (a router's top-k,
+# The assignments with a notebook in solutions/ and exercises/. ex16_experts (a router's top-k,
 # the load-balancing loss, MLA's cached part) has its stub and checks but no notebook yet: it
 # joins this list with its notebook.
 ASSIGNMENTS = (

@@ -1,4 +1,4 @@
-"""Assignment ex13_experts: the pieces of a mixture of experts (the router's top-k and the
+"""Assignment ex16_experts: the pieces of a mixture of experts (the router's top-k and the
 load-balancing loss; Shazeer et al. 2017, Switch, Mixtral) and of multi-head latent attention
 (the cached latent and the decoupled rotary key; DeepSeek-V2).
 

@@ -1,7 +1,7 @@
-"""Checks of ex13_experts: a mixture of experts' router (``route_top_k``) and load-balancing
+"""Checks of ex16_experts: a mixture of experts' router (``route_top_k``) and load-balancing
 loss (``load_balancing_loss``), and the part of a token that multi-head latent attention
 caches (``compress_latent``); the catalogue of mistakes they recognise is in
-:mod:`.ex13_experts_mistakes`.
+:mod:`.ex16_experts_mistakes`.
 
 Dimension legend: T tokens, E experts, k experts per token, B batch, L length, D d_model,
 R the latent's width, Dr the rotated key part's width.
@@ -39,7 +39,7 @@ from ..framework import (
     randn,
     register_configs,
 )
-from .ex13_experts_mistakes import (
+from .ex16_experts_mistakes import (
     AUX_LOSS_BUGS,
     AUX_LOSS_ITEM,
     BUGS,
@@ -110,7 +110,7 @@ def _by_expert(out: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
     return weights.gather(-1, order), experts.long().gather(-1, order)
 
 
-@public_check(assignment="ex13_experts", implements="route_top_k", bugs=ROUTER_BUGS)
+@public_check(assignment="ex16_experts", implements="route_top_k", bugs=ROUTER_BUGS)
 def check_route_top_k(report: CheckReport, impl: Any, thorough: bool, seed: int | None) -> None:
     """Check ``route_top_k(logits, k, renormalize=True) -> (weights, experts)``, (T, k) each.
 
@@ -195,7 +195,7 @@ def _router_output(gen: torch.Generator, cfg: Config, dtype: torch.dtype) -> tup
     return probs, probs.topk(cfg["k"], dim=-1).indices
 
 
-@public_check(assignment="ex13_experts", implements="load_balancing_loss", bugs=AUX_LOSS_BUGS)
+@public_check(assignment="ex16_experts", implements="load_balancing_loss", bugs=AUX_LOSS_BUGS)
 def check_load_balancing_loss(
     report: CheckReport, impl: Any, thorough: bool, seed: int | None
 ) -> None:
@@ -299,7 +299,7 @@ def _reference_compress(
     return latent, k_rope  # (B, L, R), (B, L, Dr)
 
 
-@public_check(assignment="ex13_experts", implements="compress_latent", bugs=LATENT_BUGS)
+@public_check(assignment="ex16_experts", implements="compress_latent", bugs=LATENT_BUGS)
 def check_compress_latent(report: CheckReport, impl: Any, thorough: bool, seed: int | None) -> None:
     """Check ``compress_latent(x, w_down, kv_rank, positions, theta) -> (latent, k_rope)``.
 

@@ -1,4 +1,4 @@
-"""The catalogue of ex13_experts: the known mistakes of the router's top-k, the load-balancing
+"""The catalogue of ex16_experts: the known mistakes of the router's top-k, the load-balancing
 loss and the latent attention's cached part. Each is a wrong function with the stub's
 signature (the evidence: the check reruns it on the student's inputs and compares), its id,
 and the story and advice a student reads when their output matches it.

@@ -1,4 +1,4 @@
-"""Tests of the ex13 checks (``checks/ex13_experts.py``): every catalogued mistake is caught
+"""Tests of the ex16 checks (``checks/ex16_experts.py``): every catalogued mistake is caught
 and named by its own id, independent correct solutions (Hugging Face's Qwen3-MoE router and
 Mixtral loss, Switch's loss, DeepSeek's down-projection) pass in visible and thorough mode,
 public habits that are wrong here get their id, the stubs say "not implemented yet", and a
@@ -18,8 +18,8 @@ from coursepkg.grading import (
     check_load_balancing_loss,
     check_route_top_k,
 )
-from coursepkg.grading.checks import ex13_experts_mistakes as catalogue
-from coursepkg.stubs import ex13_experts as stub
+from coursepkg.grading.checks import ex16_experts_mistakes as catalogue
+from coursepkg.stubs import ex16_experts as stub
 
 CHECKS = {
     catalogue.ROUTER_ITEM: check_route_top_k,
