@@ -103,10 +103,13 @@ test-fast: lint
 # -W: warnings are errors; -n: nit-picky about missing references; --keep-going: report every
 # warning before failing. Notebook outputs are cached in _build/.jupyter_cache (`make clean`
 # forces every page to run again).
+# BOOK_JOBS: pages are executed by this many processes at once (scripts/build_book.py: Jupyter Book's
+# own build with Sphinx's parallel reading; 1 = one page after another).
 # TQDM_MININTERVAL: progress bars in executed pages redraw at most every 30 s, so the static
 # page shows a bar's start and end rather than hundreds of intermediate lines.
+BOOK_JOBS ?= 2
 book: install
-	$(VENV_PATH) TQDM_MININTERVAL=30 $(BIN)/jupyter-book build . -W -n --keep-going
+	$(VENV_PATH) TQDM_MININTERVAL=30 BOOK_JOBS=$(BOOK_JOBS) $(BIN)/python scripts/build_book.py build . -W -n --keep-going
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
 # Publish the built book the usual Jupyter Book way: ghp-import commits the site to the gh-pages
