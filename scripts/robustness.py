@@ -17,7 +17,7 @@ It exits with status 1 if the date translator's held-out exact match falls below
 character GPT's held-out loss rises above 1.95 nats, a ratio of chapter 8's race between the
 attention RNN and the Transformer changes direction, the fine-tuned GPT's lead over training
 from scratch falls short of what chapter 11 says, or a timing order the pages glue as a verdict
-(chapters 3, 8 and 14) turns round, under any setting (the claims the book makes for them). The
+(chapters 3, 8, 9 and 14) turns round, under any setting (the claims the book makes for them). The
 pages themselves assert no timing order: each glues what it measured with a word for it.
 
 Usage::
@@ -74,6 +74,9 @@ REQUIRED = {
     # layer (chapter 3); 16 times the pairs cost more than twice the time, and linear attention
     # is more than 3 times faster than softmax attention at L = 4096 (chapter 14)
     "03_self_attention/cross_ratio_long": 1.0,
+    # chapter 9: the KV cache makes 200 new tokens faster, and more so than 25
+    "09_decoding/speedup_long": 1.5,
+    "09_decoding/speedup_gap": 1.0,
     "14_attention_at_length/time_ratio": 2.0,
     "14_attention_at_length/linear_speedup": 3.0,
     # chapter 11's fine-tuning: pre-training's gain at 16 labels (percentage points), how much
