@@ -28,13 +28,14 @@ TORCH_VERSION := 2.13.0
 WHEELS ?= /opt/wheels
 PIP_FLAGS := --disable-pip-version-check $(if $(wildcard $(WHEELS)),--find-links $(WHEELS))
 
-.PHONY: help install test test-fast lint format book publish release lab bench robustness clean distclean lock
+.PHONY: help install test test-fast lint format book pdf publish release lab bench robustness clean distclean lock
 
 help:
 	@echo "make install    create $(VENV)/ and install $(LOCK) and coursepkg (editable); no-op when up to date"
 	@echo "make test       ruff check, ruff format --check, then pytest (the whole suite)"
 	@echo "make test-fast  ruff, then the quick tests: package and checks, no browser/cluster/book/notebooks"
 	@echo "make book       build the book (executes its pages) into _build/html/index.html"
+	@echo "make pdf        the book as one PDF, _build/pdf/book.pdf (single-page HTML printed by headless chromium)"
 	@echo "make lint       ruff check and ruff format --check"
 	@echo "make format     ruff format and ruff check --fix"
 	@echo "make publish    push the built book (_build/html) to the gh-pages branch (PUSH= for a local dry run)"
@@ -111,6 +112,14 @@ BOOK_JOBS ?= 2
 book: install
 	$(VENV_PATH) TQDM_MININTERVAL=30 BOOK_JOBS=$(BOOK_JOBS) $(BIN)/python scripts/build_book.py build . -W -n --keep-going
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
+
+# The book as one PDF, offline: Jupyter Book's single-page HTML build (from the same executed
+# pages as `make book`: its cache in _build/.jupyter_cache; a page not in it runs now), printed
+# by the system's headless Chromium (Debian: apt-get install chromium) into _build/pdf/book.pdf,
+# with an outline of every heading and each figure's alt text. Nothing is downloaded.
+pdf: install
+	$(VENV_PATH) TQDM_MININTERVAL=30 $(BIN)/jupyter-book build . --builder singlehtml -n --keep-going
+	$(BIN)/python scripts/book_pdf.py
 
 # Publish the built book the usual Jupyter Book way: ghp-import commits the site to the gh-pages
 # branch (--no-jekyll adds .nojekyll, so GitHub Pages serves _static/) and pushes it to origin.

@@ -9,9 +9,18 @@
   ``doc-biblioentry``, and accessibility checkers (axe-core's ``aria-required-children``) no longer
   count it as a list item, so the list has no items: a critical violation on the references page.
   The entries are given the plain ``listitem`` role instead; the list keeps its own.
+* The theme's download menu offers a page's executed notebook only when a launch provider
+  (Binder, Colab, ...) is configured, which an offline book has none of. Each page that was
+  executed gets its ``.ipynb`` (with its outputs) copied next to its source in ``_sources/`` and
+  offered in that menu, before the theme builds it.
+* ``book/_static/print.css`` hides the "#" link beside each heading when a page is printed, so
+  the PDF's bookmarks (``make pdf``) read as the titles alone.
 """
 
 from __future__ import annotations
+
+import shutil
+from pathlib import Path
 
 
 def _is_thebe(asset) -> bool:
@@ -40,6 +49,22 @@ def _fix_citation_roles(app, pagename, templatename, context, doctree) -> None:
         context["body"] = citations_as_list_items(context["body"])
 
 
+def executed_notebook(outdir: str | Path, pagename: str) -> Path:
+    """Where MyST-NB left the executed notebook of ``pagename`` for the builder writing to
+    ``outdir`` (``_build/html`` -> ``_build/jupyter_execute/<pagename>.ipynb``)."""
+    return Path(outdir).parent / "jupyter_execute" / f"{pagename}.ipynb"
+
+
+def _offer_notebook(app, pagename, templatename, context, doctree) -> None:
+    executed = executed_notebook(app.outdir, pagename)
+    if app.builder.name != "html" or not executed.exists():
+        return
+    target = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(executed, target)
+    context["ipynb_source"] = f"{pagename}.ipynb"
+
+
 def _colour_mode(app, config) -> None:
     # pydata-sphinx-theme reads the default mode from the template context, not theme options.
     context = dict(config.html_context or {})
@@ -47,8 +72,19 @@ def _colour_mode(app, config) -> None:
     config.html_context = context
 
 
+STATIC = Path(__file__).resolve().parents[1] / "_static"
+
+
+def _print_style(app, config) -> None:
+    config.html_static_path = [*config.html_static_path, str(STATIC)]
+    app.add_css_file("print.css")
+
+
 def setup(app):
     app.connect("config-inited", _colour_mode)
+    app.connect("config-inited", _print_style)
     app.connect("html-page-context", _drop_thebe, priority=900)
     app.connect("html-page-context", _fix_citation_roles)
+    # before the theme's header buttons (priority 501) read ipynb_source
+    app.connect("html-page-context", _offer_notebook, priority=500)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

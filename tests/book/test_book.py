@@ -161,6 +161,32 @@ def test_built_chapter_carries_its_figures(chapter):
     assert "Traceback (most recent call last)" not in html, f"{chapter} shows an error"
 
 
+@pytest.mark.parametrize("chapter", list(CHAPTERS))
+def test_built_chapter_offers_its_executed_notebook(chapter):
+    """The page's download menu links its notebook, executed (book/_ext/offline_book.py)."""
+    import nbformat
+
+    _require_built()
+    page = HTML / "book" / f"{chapter}.html"
+    links = re.findall(r'<a href="([^"]+\.ipynb)"[^>]*download-notebook-button', page.read_text())
+    assert links, f"{chapter}.html has no download button for its notebook"
+    notebook = (page.parent / links[0]).resolve()
+    assert notebook == (HTML / "_sources" / "book" / f"{chapter}.ipynb").resolve()
+    cells = nbformat.read(notebook, as_version=4).cells
+    code = [c for c in cells if c.cell_type == "code"]
+    assert code and any(c.outputs for c in code), f"{notebook.name} was not executed"
+
+
+def test_the_executed_notebook_is_found_beside_the_builders_folder():
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    try:
+        from offline_book import executed_notebook
+    finally:
+        sys.path.remove(str(ROOT / "book" / "_ext"))
+    found = executed_notebook(Path("/x/_build/html"), "book/03_self_attention")
+    assert found == Path("/x/_build/jupyter_execute/book/03_self_attention.ipynb")
+
+
 # ---------------------------------------------------------------- code written to the column
 
 

@@ -2,6 +2,7 @@
 
 import argparse
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -86,3 +87,12 @@ def test_settings_pick_a_subset_in_order_and_refuse_unknown_ones():
     for bad in ("avx512/1t", "", "default/3t"):
         with pytest.raises(argparse.ArgumentTypeError, match="choose from default/1t"):
             robustness.parse_settings(bad)
+
+
+def test_every_claim_names_a_figure_its_page_glues():
+    robustness = _script()
+    for name in [*robustness.REQUIRED, *robustness.REQUIRED_AT_MOST]:
+        page, figure = name.split("/")
+        assert page in robustness.TRAINING_PAGES, name
+        text = (ROOT / "book" / f"{page}.md").read_text()
+        assert re.search(rf'glue\(\s*"{figure}"', text), f"{page} glues no {figure!r}"
