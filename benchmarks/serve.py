@@ -147,16 +147,9 @@ def bench_speculative(args) -> dict:
 
 def workload(n: int = 32, seed: int = 0):
     """Mixed requests: prompts of 4-32 tokens; outputs mostly 8-32 tokens, one in four 128."""
-    from coursepkg.serving import Request
+    from coursepkg.serving import mixed_workload
 
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for _ in range(n):
-        length = int(torch.randint(4, 33, (), generator=g))
-        long = bool(torch.rand((), generator=g) < 0.25)
-        new = 128 if long else int(torch.randint(8, 33, (), generator=g))
-        out.append(Request(torch.randint(1, 1000, (length,), generator=g), new))
-    return out
+    return mixed_workload(n, 1000, (4, 32), (8, 32), 128, 0.25, seed)
 
 
 def bench_batching(args) -> dict:
