@@ -40,9 +40,12 @@ __all__ = [
 ]
 
 
-def _alternate(fns: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
-    # one untimed warm-up call each, then ``rounds`` rounds A B C A B C ...: the median seconds
-    for fn in fns.values():
+def _alternate(
+    fns: dict[str, Callable[[], object]], rounds: int, warmup: bool = True
+) -> dict[str, float]:
+    # an untimed warm-up call each (if ``warmup``), then ``rounds`` rounds A B C A B C ...:
+    # the median seconds of each
+    for fn in fns.values() if warmup else ():
         fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
@@ -183,7 +186,9 @@ def throughput_by_concurrency(
     cache) and of static batches of ``b``, for each ``b`` of ``batch_sizes``.
 
     The pool holds ``b`` times the blocks of the longest request, so the cache never limits
-    admission. Raises if any output differs from the static batches' (they must be equal).
+    admission. There is no untimed warm-up call (each run is hundreds of steps; the model
+    should have run once before). Raises if any output differs from the static batches' (they
+    must be equal).
 
     Returns:
         ``{"continuous": {b: tokens/s}, "static": {b: tokens/s}}``.
@@ -213,6 +218,7 @@ def _serve_both(
             "static": lambda: out.update(static=serve_static_batches(model, requests, b)),
         },
         rounds,
+        warmup=False,  # hundreds of steps each: a first call's one-time costs are noise
     )
     for a, s in zip(out["continuous"], out["static"], strict=True):
         if not torch.equal(a, s):
