@@ -10,6 +10,8 @@ label is plain ASCII text, so the drawing looks the same on any machine.
 * :mod:`~coursepkg.diagrams.scaling`: where the parameters are, tiled attention, the sliding
   window, pre- and post-norm, RoPE (chapters 6, 10, 14, 15).
 * :mod:`~coursepkg.diagrams.training`: weight tying, data parallelism, the checkpoint (11, 16).
+* :mod:`~coursepkg.diagrams.serving`: speculative decoding's rounds, the paged cache's block
+  tables (18).
 """
 
 from coursepkg.diagrams.architecture import encoder_decoder_diagram, multi_head_diagram
@@ -35,9 +37,12 @@ from coursepkg.diagrams.sequences import (
     qkv_lookup_diagram,
     teacher_forcing_diagram,
 )
+from coursepkg.diagrams.serving import block_table_diagram, speculative_diagram
 from coursepkg.diagrams.training import checkpoint_diagram, ddp_diagram, weight_tying_diagram
 
 __all__ = [
+    "block_table_diagram",
+    "speculative_diagram",
     "checkpoint_diagram",
     "ddp_diagram",
     "weight_tying_diagram",

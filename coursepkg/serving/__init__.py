@@ -10,12 +10,22 @@ continuous batching over a paged key/value cache.
   scheduler that admits requests as others finish.
 - :mod:`.quant`: int8 (per output channel) and int4 (group-wise) weight-only quantization,
   and an int8 key/value cache.
+- :mod:`.measure`: what the serving chapter measures, one call each (timings, throughput,
+  quantization's bytes and error).
 """
 
 from .cache import CroppableCache
 from .generate import generate
+from .measure import (
+    QuantRow,
+    SpeculativeTiming,
+    mixed_workload,
+    quantization_table,
+    throughput_by_concurrency,
+    time_speculative,
+)
 from .paged import BlockTable, PagedKVCache
-from .quant import Int8Cache, QuantLinear, quantize_linears, weight_bytes
+from .quant import Int8Cache, QuantLinear, quantize_linears, quantized_weight_bytes, weight_bytes
 from .sampling import (
     SamplingParams,
     min_p_filter,
@@ -36,19 +46,26 @@ __all__ = [
     "Int8Cache",
     "PagedKVCache",
     "QuantLinear",
+    "QuantRow",
     "Request",
     "SpeculativeResult",
+    "SpeculativeTiming",
     "SamplingParams",
     "generate",
     "min_p_filter",
+    "mixed_workload",
     "process_logits",
+    "quantization_table",
     "quantize_linears",
+    "quantized_weight_bytes",
     "repetition_penalty",
     "sample_token",
     "serve_one_at_a_time",
     "serve_static_batches",
     "speculative_generate",
     "temperature_scale",
+    "throughput_by_concurrency",
+    "time_speculative",
     "top_k_filter",
     "top_p_filter",
     "verify_drafts",

@@ -23,7 +23,14 @@ from torch.nn import functional as F
 
 from .cache import CroppableCache, CroppableLayerCache
 
-__all__ = ["Int8Cache", "Int8LayerCache", "QuantLinear", "quantize_linears", "weight_bytes"]
+__all__ = [
+    "Int8Cache",
+    "Int8LayerCache",
+    "QuantLinear",
+    "quantize_linears",
+    "quantized_weight_bytes",
+    "weight_bytes",
+]
 
 
 class QuantLinear(nn.Module):
@@ -118,6 +125,33 @@ def weight_bytes(model: nn.Module) -> int:
                 total += sum(t.numel() * t.element_size() for t in (module.codes, module.scales))
             elif isinstance(module, nn.Linear):
                 total += module.weight.numel() * module.weight.element_size()
+    return total
+
+
+def quantized_weight_bytes(model: nn.Module, bits: int | None, group_size: int = 32) -> int:
+    """The closed form of :func:`weight_bytes` after ``quantize_linears(model, bits,
+    group_size)``, from the float model's shapes: an (O, I) weight of e-byte floats holds
+    O I e bytes; as int8, O I codes and O scales, O I + O e; as int4, O I / 2 bytes of packed
+    codes and O I / group_size scales, O I / 2 + O (I / group_size) e.
+
+    Args:
+        model: a model whose layers hold float ``nn.Linear`` s.
+        bits: None (the float weights), 8 or 4.
+        group_size: int4's group width.
+    """
+    if bits not in (None, 4, 8):
+        raise ValueError(f"bits must be None, 8 or 4, got {bits!r}")
+    total = 0
+    for layer in model.layers:
+        for module in layer.modules():
+            if isinstance(module, nn.Linear):
+                (o, i), e = module.weight.shape, module.weight.element_size()
+                if bits is None:
+                    total += o * i * e
+                elif bits == 8:
+                    total += o * i + o * e
+                else:
+                    total += o * i // 2 + o * (i // group_size) * e
     return total
 
 

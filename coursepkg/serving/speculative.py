@@ -16,7 +16,7 @@ Dimension legend: B batch, K proposed tokens, V vocabulary.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
@@ -37,12 +37,14 @@ class SpeculativeResult:
         proposed: draft tokens proposed over the run.
         accepted: of those, how many the target kept.
         target_forwards: forward passes of the target (one per round).
+        trace: per round, (draft tokens proposed, of those kept): what the chapter draws.
     """
 
     tokens: Tensor
     proposed: int
     accepted: int
     target_forwards: int
+    trace: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def acceptance_rate(self) -> float:
@@ -159,6 +161,7 @@ def _speculate(target, draft, tokens, max_new_tokens, k, params, generator) -> S
     seq = tokens
     end = tokens.size(1) + max_new_tokens
     proposed = accepted = rounds = 0
+    trace = []
     while seq.size(1) < end:
         kk = min(k, end - seq.size(1) - 1)  # leave room for the target's own token
         drafts, qs = [], []
@@ -187,4 +190,5 @@ def _speculate(target, draft, tokens, max_new_tokens, k, params, generator) -> S
         t_cache.crop(seq.size(1) - 1)
         d_cache.crop(seq.size(1) - 1)
         proposed, accepted, rounds = proposed + kk, accepted + n, rounds + 1
-    return SpeculativeResult(seq, proposed, accepted, rounds)
+        trace.append((kk, n))
+    return SpeculativeResult(seq, proposed, accepted, rounds, trace)

@@ -72,6 +72,7 @@ def test_diagram_labels_and_rendering(draw, expected):
 CONCEPTUAL = [
     "attention_patterns_diagram",
     "beam_diagram",
+    "block_table_diagram",
     "bottleneck_diagram",
     "bpe_merge_tree_diagram",
     "checkpoint_diagram",
@@ -86,6 +87,7 @@ CONCEPTUAL = [
     "residual_stream_diagram",
     "rope_rotation_diagram",
     "sliding_window_diagram",
+    "speculative_diagram",
     "teacher_forcing_diagram",
     "tiled_attention_diagram",
     "weight_tying_diagram",
@@ -337,3 +339,34 @@ def test_every_diagram_cell_in_the_book_has_alt_text_and_every_chapter_a_diagram
     assert sorted(chapters) == pages, sorted(set(pages) - set(chapters))
     used = {name for names in chapters.values() for name in names}
     assert used == set(diagrams.__all__), set(diagrams.__all__) - used
+
+
+def test_speculative_rounds_keep_a_prefix_and_add_one_target_token(close_figures):
+    trace = [(4, 4), (4, 2), (3, 0), (4, 3)]
+    fig = diagrams.speculative_diagram(trace)
+    fills = diagrams.serving.SPECULATIVE_FILLS
+    count = {kind: len(_patches(fig, Rectangle, colour)) for kind, colour in fills.items()}
+    assert count["kept"] == sum(n for _, n in trace)
+    assert count["rejected"] == sum(n < p for p, n in trace)
+    assert count["discarded"] == sum(p - n - 1 for p, n in trace if n < p)
+    assert count["target"] == len(trace)
+    with pytest.raises(ValueError, match="trace"):
+        diagrams.speculative_diagram([(2, 3)])
+
+
+@pytest.mark.parametrize(
+    ("lengths", "block_size", "n_blocks"), [((10, 5, 7), 4, 10), ((3, 9), 2, 12)]
+)
+def test_block_tables_hold_each_sequence_and_share_one_pool(
+    lengths, block_size, n_blocks, close_figures
+):
+    tables, pool = diagrams.serving.paged_tables(lengths, block_size, n_blocks)
+    held = [b for t in tables for b in t.blocks]
+    assert len(held) == len(set(held))  # no block in two tables
+    assert [len(t.blocks) for t in tables] == [-(-n // block_size) for n in lengths]
+    assert sorted(held + pool.free) == list(range(n_blocks))
+    fig = diagrams.block_table_diagram(lengths, block_size, n_blocks)
+    squares = _patches(fig, Rectangle)
+    assert len(squares) == len(held) + n_blocks  # table entries, then the pool
+    labels = _texts(fig)
+    assert labels.count("free") == n_blocks - len(held)
