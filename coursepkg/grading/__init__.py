@@ -33,6 +33,11 @@ check_swiglu                   ``SwiGLU``                                  ex11_
 check_grouped_query_attention  ``GroupedQueryAttention``                   ex11_modern_block
 check_modern_block             ``ModernDecoderBlock``                      ex11_modern_block
 check_tiled_attention          ``TiledAttention`` (forward and backward)   ex12_tiled_attention
+check_sft_loss                 ``sft_loss``                                ex14_post_training
+check_lora_linear              ``LoRALinear``                              ex14_post_training
+check_dpo_loss                 ``dpo_loss``                                ex14_post_training
+check_group_advantages         ``group_advantages``                        ex14_post_training
+check_grpo_loss                ``grpo_loss``                               ex14_post_training
 =============================  ==========================================  ==============
 
 ``check_training_run`` (ex09_training_run) grades a whole training run (the trained model, the
@@ -64,6 +69,13 @@ from .checks.ex11_modern_block import (
     check_swiglu,
 )
 from .checks.ex12_tiled_attention import check_tiled_attention
+from .checks.ex14_post_training import (
+    check_dpo_loss,
+    check_group_advantages,
+    check_grpo_loss,
+    check_lora_linear,
+    check_sft_loss,
+)
 from .framework import (
     BugVariant,
     CheckerError,
@@ -86,12 +98,16 @@ __all__ = [
     "check_beam_search",
     "check_causal_mask",
     "check_decoder_layer",
+    "check_dpo_loss",
     "check_encoder_layer",
     "check_feed_forward",
     "check_greedy_decode",
+    "check_group_advantages",
+    "check_grpo_loss",
     "check_grouped_query_attention",
     "check_label_smoothing",
     "check_layer_norm",
+    "check_lora_linear",
     "check_modern_block",
     "check_multi_head_attention",
     "check_noam_lr",
@@ -99,6 +115,7 @@ __all__ = [
     "check_positional_encoding",
     "check_rms_norm",
     "check_scaled_dot_product_attention",
+    "check_sft_loss",
     "check_swiglu",
     "check_tiled_attention",
     "check_tokenizer",
