@@ -347,10 +347,10 @@ def _start(settings: FinetuneSettings, dist: Dist, resume: bool) -> _Run:
             f"batch_size={settings.batch_size} must be divisible by the {dist.world_size} ranks"
         )
     tokenizer = chat_tokenizer()
-    torch.manual_seed(settings.seed)
     net, base_digest = load_base(settings.base, tokenizer)
     examples = load_examples(settings, tokenizer, net.config.max_len)
     reference = frozen_copy(net).to(dist.device) if settings.dpo else None
+    torch.manual_seed(settings.seed)  # the adapters' initialisation, and dropout's masks
     if settings.lora_rank:
         add_lora(net, settings.targets, settings.lora_rank, settings.lora_alpha)
     optimizer = AdamW(param_groups(net, settings.weight_decay), lr=settings.lr)
