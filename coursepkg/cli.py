@@ -6,7 +6,8 @@ parameter breakdown of a preset or of a configuration given on the command line;
 ``coursepkg release`` regenerates the students' notebooks (exercises/) from solutions/;
 ``coursepkg grade ASSIGNMENT`` autogrades a whole class with nbgrader (instructors);
 ``coursepkg export``, ``regrade`` and ``similarity`` are the rest of the instructor's term.
-``coursepkg train DATA`` trains a GPT on a text file or folder (also under ``torchrun``).
+``coursepkg train DATA`` trains a GPT on a text file or folder (also under ``torchrun``);
+``coursepkg finetune BASE DATA`` fine-tunes one into an assistant (SFT, LoRA, DPO).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import TransformerConfig
+from .finetune_cli import add_finetune_parser
 from .params import count_parameters, layer_breakdown, parameter_breakdown
 from .train_cli import add_train_parser
 
@@ -269,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_term_parsers(sub)  # export, regrade, similarity
     add_train_parser(sub)
+    add_finetune_parser(sub)
     return parser
 
 

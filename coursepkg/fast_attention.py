@@ -53,6 +53,9 @@ class FastMultiHeadAttention(MultiHeadAttention):
        (benchmarks/train_step.py). Not taken for a few rows, where concatenating the weights
        costs more than the small matmuls it saves, nor for three distinct inputs.
 
+    Routes 2 and 3 read the projections' weights, so they are taken only when the three are
+    plain ``nn.Linear`` layers: a wrapped one (a LoRA adapter) is called as it is.
+
     :meth:`_attend` uses the fused kernel without re-checking its arguments, skips the head
     repeat without grouping, and decodes one grouped-query token by reading each K/V head in
     place (as transformers' ``pack_gqa``) instead of copying it H/Hkv times. With
@@ -70,6 +73,9 @@ class FastMultiHeadAttention(MultiHeadAttention):
         """
         if cache is not None and cache.static and cache.k is not None:  # 1.
             return self._split(self.q_proj(query), self.d_k), cache.k, cache.v
+        projs = (self.q_proj, self.k_proj, self.v_proj)
+        if not all(type(p) is nn.Linear for p in projs):  # wrapped (LoRA): each its own way
+            return super()._project(query, key, value, cache)
         self_attention = query is key and key is value
         if self_attention and cache is not None and not torch.is_grad_enabled():  # 2.
             return self._stacked_qkv(query, cache)  # (a growing cache: a static one is 1.)

@@ -33,6 +33,11 @@ check_swiglu                   ``SwiGLU``                                  ex11_
 check_grouped_query_attention  ``GroupedQueryAttention``                   ex11_modern_block
 check_modern_block             ``ModernDecoderBlock``                      ex11_modern_block
 check_tiled_attention          ``TiledAttention`` (forward and backward)   ex12_tiled_attention
+check_sft_loss                 ``sft_loss``                                ex14_post_training
+check_lora_linear              ``LoRALinear``                              ex14_post_training
+check_dpo_loss                 ``dpo_loss``                                ex14_post_training
+check_group_advantages         ``group_advantages``                        ex14_post_training
+check_grpo_loss                ``grpo_loss``                               ex14_post_training
 check_route_top_k              ``route_top_k`` (a router's top-k)          ex16_experts
 check_load_balancing_loss      ``load_balancing_loss``                     ex16_experts
 check_compress_latent          ``compress_latent`` (MLA's cached part)     ex16_experts
@@ -67,6 +72,13 @@ from .checks.ex11_modern_block import (
     check_swiglu,
 )
 from .checks.ex12_tiled_attention import check_tiled_attention
+from .checks.ex14_post_training import (
+    check_dpo_loss,
+    check_group_advantages,
+    check_grpo_loss,
+    check_lora_linear,
+    check_sft_loss,
+)
 from .checks.ex16_experts import (
     check_compress_latent,
     check_load_balancing_loss,
@@ -95,13 +107,17 @@ __all__ = [
     "check_causal_mask",
     "check_compress_latent",
     "check_decoder_layer",
+    "check_dpo_loss",
     "check_encoder_layer",
     "check_feed_forward",
     "check_greedy_decode",
+    "check_group_advantages",
+    "check_grpo_loss",
     "check_grouped_query_attention",
     "check_label_smoothing",
     "check_layer_norm",
     "check_load_balancing_loss",
+    "check_lora_linear",
     "check_modern_block",
     "check_multi_head_attention",
     "check_noam_lr",
@@ -110,6 +126,7 @@ __all__ = [
     "check_rms_norm",
     "check_route_top_k",
     "check_scaled_dot_product_attention",
+    "check_sft_loss",
     "check_swiglu",
     "check_tiled_attention",
     "check_tokenizer",

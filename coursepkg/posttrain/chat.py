@@ -31,6 +31,7 @@ __all__ = [
     "END_OF_TURN",
     "ROLES",
     "ChatExample",
+    "chat_records",
     "check_messages",
     "encode_chat",
     "hf_chat_tokenizer",
@@ -243,7 +244,15 @@ def read_chat_jsonl(path: str | os.PathLike) -> list[list[Mapping[str, str]]]:
     Returns:
         One list of messages per line; a bad line raises ``ValueError`` naming its number.
     """
-    return [_messages_of_record(record, where) for record, where in jsonl_records(path)]
+    return [messages for messages, _ in chat_records(path)]
+
+
+def chat_records(path: str | os.PathLike) -> Iterator[tuple[list[Mapping[str, str]], str]]:
+    """The conversations of a JSONL file as :func:`read_chat_jsonl` reads them, each with where
+    it stands (``"FILE, line N"``), so that a later error (a prompt too long for the model)
+    can name its line too."""
+    for record, where in jsonl_records(path):
+        yield _messages_of_record(record, where), where
 
 
 def jsonl_records(path: str | os.PathLike) -> Iterator[tuple[Any, str]]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 import torch
@@ -38,6 +38,7 @@ __all__ = [
     "dpo_step",
     "encode_preference",
     "frozen_copy",
+    "preference_records",
     "read_preference_jsonl",
     "response_logprobs",
     "sequence_logprobs",
@@ -176,7 +177,14 @@ def read_preference_jsonl(path: str | os.PathLike) -> list[PreferencePair]:
         The pairs; a bad line (missing key, not text, identical answers) raises ``ValueError``
         naming its number.
     """
-    return [_pair_of_record(record, where) for record, where in jsonl_records(path)]
+    return [pair for pair, _ in preference_records(path)]
+
+
+def preference_records(path: str | os.PathLike) -> Iterator[tuple[PreferencePair, str]]:
+    """The pairs of :func:`read_preference_jsonl`, each with where it stands
+    (``"FILE, line N"``)."""
+    for record, where in jsonl_records(path):
+        yield _pair_of_record(record, where), where
 
 
 def _pair_of_record(record: object, where: str) -> PreferencePair:

@@ -25,4 +25,5 @@ ASSIGNMENTS = (
     "ex10_tokenizer",
     "ex11_modern_block",
     "ex12_tiled_attention",
+    "ex14_post_training",
 )

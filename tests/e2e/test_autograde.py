@@ -137,6 +137,16 @@ BUGS = {
         ],
         "tiled.no_rescale",
     ),
+    "ex14_post_training": (
+        "dpo_loss",
+        [
+            (
+                "return -F.logsigmoid(beta * (chosen - rejected)).mean()",
+                "return -F.logsigmoid(beta * (rejected - chosen)).mean()",
+            )
+        ],
+        "dpo.sign_flipped",
+    ),
     "ex09_training_run": (
         "sequence_loss",
         [("model(batch.src, batch.tgt_in,", "model(batch.src, batch.tgt_out,")],

@@ -175,3 +175,21 @@ def test_an_adapted_tied_head_stays_tied_to_the_embedding(chat_model):
     add_lora(model, ["lm_head"], r=2, alpha=2)
     assert model.lm_head.base.weight is model.embed.weight
     assert not model.embed.weight.requires_grad
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_adapters_are_used_on_many_rows_and_while_generating(chat_model, variant):
+    # The models' attention fuses Q, K, V into one matmul on many rows and stacks them while
+    # generating, reading the projections' weights: a LoRA layer must be called instead.
+    model = chat_model(**VARIANTS[variant])
+    tokens = _tokens(model, batch=4, length=12)  # 48 rows >= FUSE_MIN_ROWS
+    add_lora(model, ("q_proj", "k_proj", "v_proj"), r=2, alpha=4)
+    _randomise_b(model)
+    adapted = model(tokens)
+    adapted.sum().backward()
+    assert all(m.lora_A.grad.abs().sum() > 0 for m in lora_modules(model))
+    prompt = tokens[:1, :5]
+    generated = model.generate(prompt, max_new_tokens=4)
+    merge_lora(model)
+    torch.testing.assert_close(model(tokens), adapted, rtol=1e-5, atol=1e-5)
+    assert torch.equal(model.generate(prompt, max_new_tokens=4), generated)

@@ -1,0 +1,83 @@
+"""``coursepkg finetune``: the command line of :mod:`coursepkg.posttrain.trainer`.
+
+Every setting of :class:`~coursepkg.posttrain.trainer.FinetuneSettings` is a flag
+(``--lora-rank 8``); the same command runs under ``torchrun``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+from typing import Any
+
+__all__ = ["add_finetune_parser"]
+
+_HELP = {
+    "out": "the run's folder: checkpoint.pt, log.csv and, at the end, model.pt",
+    "dpo": "DPO on prompt/chosen/rejected pairs instead of SFT on conversations",
+    "beta": "DPO's beta: how strongly the policy is held to the base",
+    "lora_rank": "0 trains every weight; r >= 1 trains rank-r LoRA adapters only",
+    "lora_alpha": "LoRA's alpha: the adapters' change is scaled by alpha / r",
+    "lora_targets": "the layers LoRA adapts, comma-separated",
+    "batch_size": "examples (or pairs) per optimiser step, over all ranks",
+    "clip_norm": "clip the global gradient norm to this (0: no clipping)",
+    "stop_after": "end this job after that step, with a checkpoint (0: run to the end)",
+    "device": "cpu, cuda or auto (CUDA when there is one)",
+}
+
+
+def add_finetune_parser(sub: Any) -> None:
+    """Register the ``coursepkg finetune`` subcommand on ``sub`` (argparse subparsers)."""
+    from coursepkg.posttrain.trainer import FinetuneSettings
+
+    p = sub.add_parser(
+        "finetune",
+        help="supervised fine-tuning (optionally LoRA) or DPO of a trained model",
+        description="Fine-tune BASE (a `coursepkg train --tokenizer bpe` run, an earlier "
+        "`coursepkg finetune` run, or a Hugging Face Llama/Qwen3 folder) on DATA, a JSONL "
+        'file: {"messages": [...]} a line for SFT, {"prompt", "chosen", "rejected"} a line '
+        "for --dpo. Checkpoints to OUT/checkpoint.pt (--resume continues exactly) and writes "
+        "OUT/model.pt at the end; the base is never written. Runs under torchrun too.",
+    )
+    p.add_argument("base", help="the model to start from: a run folder, checkpoint or HF folder")
+    p.add_argument("data", help="the JSONL file of conversations (or of preference pairs)")
+    for f in dataclasses.fields(FinetuneSettings):
+        if f.name in ("base", "data"):
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        text = (_HELP.get(f.name, "") + f" (default {f.default!r})").strip()
+        if f.type in ("bool", bool):
+            p.add_argument(flag, action="store_true", default=None, help=text)
+        else:
+            kind = {"int": int, "float": float, "str": str}[str(f.type)]
+            p.add_argument(flag, type=kind, help=text)
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_finetune)
+
+
+def _finetune(args: argparse.Namespace) -> int:
+    from coursepkg.posttrain.trainer import FinetuneSettings, finetune
+    from coursepkg.training import CheckpointError
+
+    logging.basicConfig(level=logging.INFO, format="coursepkg finetune: %(message)s")
+    skip = ("command", "func", "resume", "no_progress")
+    given = {k: v for k, v in vars(args).items() if k not in skip and v is not None}
+    settings = FinetuneSettings(**given)
+    try:
+        result = finetune(settings, resume=args.resume, progress=not args.no_progress)
+    except CheckpointError as err:
+        print(f"coursepkg finetune: error: {err}", file=sys.stderr)
+        return 2
+    if result.rows and result.rows[-1]["step"] == settings.steps:
+        last = result.rows[-1]
+        extra = f", margin {last['margin']:.4f}" if settings.dpo else ""
+        print(
+            f"step {last['step']}: loss {last['loss']:.4f}{extra}; "
+            f"the model is {result.out / 'model.pt'}"
+        )
+    elif result.rows:
+        print(f"stopped after step {result.rows[-1]['step']}; continue with --resume")
+    return 0

@@ -1,0 +1,126 @@
+"""Tests of the ex14 checks (``checks/ex14_post_training.py``): every catalogued mistake is
+caught and named by its own id, independent correct answers in other styles pass in visible and
+thorough mode, public code's mistakes get their ids, the untouched stubs say "not implemented
+yet", and the catalogue's correct answers are :mod:`coursepkg.posttrain`'s."""
+
+from __future__ import annotations
+
+import grading_impls_posttrain as impls
+import pytest
+import torch
+from student_code import named_text, student_impl
+
+from coursepkg import grading
+from coursepkg.grading import CheckFailure, NotImplementedYet
+from coursepkg.grading.checks import ex14_post_training_mistakes as catalogue
+from coursepkg.stubs import ex14_post_training as stub
+
+CHECK_OF_ITEM = {
+    catalogue.SFT_ITEM: grading.check_sft_loss,
+    catalogue.LORA_ITEM: grading.check_lora_linear,
+    catalogue.DPO_ITEM: grading.check_dpo_loss,
+    catalogue.ADVANTAGES_ITEM: grading.check_group_advantages,
+    catalogue.GRPO_ITEM: grading.check_grpo_loss,
+}
+ANSWERS = {
+    grading.check_sft_loss: [impls.sft_labels_minus_100, impls.sft_gather_and_index],
+    grading.check_lora_linear: [impls.LoRAMergedOnTheFly, impls.LoRAEinsum],
+    grading.check_dpo_loss: [impls.dpo_softplus, impls.dpo_logratios],
+    grading.check_group_advantages: [
+        impls.advantages_repeat_interleave,
+        impls.advantages_std_mean,
+    ],
+    grading.check_grpo_loss: [impls.grpo_two_losses],
+}
+
+
+@pytest.mark.parametrize("bug", catalogue.BUGS, ids=lambda b: b.id)
+def test_every_catalogued_mistake_is_caught_and_named(bug):
+    with pytest.raises(CheckFailure) as info:
+        CHECK_OF_ITEM[bug.item](student_impl(bug))
+    assert info.value.diagnosis == bug.id, str(info.value)
+    assert named_text(bug, bug.advice) in str(info.value)
+
+
+def test_the_issue_s_mistakes_are_catalogued_once_each():
+    ids = [b.id for b in catalogue.BUGS]
+    assert len(ids) == len(set(ids))
+    assert {
+        "sft.prompt_in_loss",
+        "sft.padding_in_loss",
+        "sft.per_sequence_mean",
+        "lora.b_not_zero",
+        "lora.no_scaling",
+        "dpo.reference_gradient",
+        "dpo.sign_flipped",
+        "dpo.beta_left_out",
+        "advantages.batch_normalised",
+        "advantages.zero_std",
+        "grpo.clip_wrong_side",
+        "grpo.kl_sign",
+    } <= set(ids)
+
+
+@pytest.mark.parametrize(
+    ("check", "impl"),
+    [(check, impl) for check, answers in ANSWERS.items() for impl in answers],
+    ids=lambda x: x.__name__,
+)
+@pytest.mark.parametrize("seed", [None, 0], ids=["visible", "thorough"])
+def test_independent_answers_pass(check, impl, seed):
+    result = check(impl, thorough=seed is not None, seed=seed)
+    assert result.passed and result.messages
+
+
+@pytest.mark.parametrize(
+    ("check", "impl", "bug_id"),
+    [
+        (grading.check_sft_loss, impls.sft_labels_from_attention_mask, "sft.prompt_in_loss"),
+        (grading.check_lora_linear, impls.LoRAGaussianB, "lora.b_not_zero"),
+        (grading.check_dpo_loss, impls.dpo_unfrozen_reference, "dpo.reference_gradient"),
+        (grading.check_grpo_loss, impls.grpo_dr_grpo_token_sum, "grpo.token_mean"),
+    ],
+    ids=lambda x: getattr(x, "__name__", x),
+)
+def test_a_mistake_in_another_style_is_named(check, impl, bug_id):
+    with pytest.raises(CheckFailure) as info:
+        check(impl)
+    assert info.value.diagnosis == bug_id, str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("check", "name"),
+    [
+        (grading.check_sft_loss, "sft_loss"),
+        (grading.check_lora_linear, "LoRALinear"),
+        (grading.check_dpo_loss, "dpo_loss"),
+        (grading.check_group_advantages, "group_advantages"),
+        (grading.check_grpo_loss, "grpo_loss"),
+    ],
+)
+def test_untouched_stubs_are_not_implemented_yet(check, name):
+    with pytest.raises(NotImplementedYet) as info:
+        check(getattr(stub, name))
+    assert "not implemented yet" in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("check", list(ANSWERS), ids=lambda c: c.__name__)
+def test_the_catalogue_s_answers_are_the_reference_s(check):
+    item = next(item for item, c in CHECK_OF_ITEM.items() if c is check)
+    reference = {
+        catalogue.SFT_ITEM: catalogue.sft_reference,
+        catalogue.LORA_ITEM: catalogue.LoRAReference,
+        catalogue.DPO_ITEM: catalogue.dpo_reference,
+        catalogue.ADVANTAGES_ITEM: catalogue.advantages_reference,
+        catalogue.GRPO_ITEM: catalogue.grpo_reference,
+    }[item]
+    assert check(reference, thorough=True, seed=5).passed
+
+
+def test_an_equal_group_is_in_the_visible_rewards():
+    # the zero-std mistake shows only on a group whose rewards are all equal
+    with pytest.raises(CheckFailure) as info:
+        grading.check_group_advantages(catalogue.group_advantages_zero_std)
+    assert "nan" in str(info.value).lower()
+    rewards = torch.tensor([[1.0, 1.0, 1.0]])
+    assert torch.equal(catalogue.advantages_reference(rewards), torch.zeros(1, 3))
