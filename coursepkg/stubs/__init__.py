@@ -22,4 +22,5 @@ ASSIGNMENTS = (
     "ex10_tokenizer",
     "ex11_modern_block",
     "ex12_tiled_attention",
+    "ex13_training_pieces",
 )
