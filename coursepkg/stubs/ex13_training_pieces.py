@@ -61,7 +61,7 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     embedding table) is decayed with ``weight_decay``; a parameter with fewer (a bias, a
     LayerNorm or RMSNorm gain) gets ``weight_decay = 0.0``. Every trainable parameter appears
     exactly once (a weight shared by two modules too); frozen ones (``requires_grad=False``)
-    are left out.
+    may be left out.
 
     Args:
         model: the model to train.
