@@ -44,6 +44,11 @@ def test_the_corpus_is_large_and_mixed():
         "check_grouped_query_attention",
         "check_modern_block",
         "check_tiled_attention",
+        "check_adamw",
+        "check_param_groups",
+        "check_warmup_cosine_lr",
+        "check_clip_grad_norm",
+        "check_training_state",
     }
 
 
