@@ -158,8 +158,9 @@ ADAMW_BUGS = [
     BugVariant(
         "adamw.no_bias_correction",
         ADAMW_ITEM,
-        "m and v are used without bias correction, so the first updates are too small (m starts "
-        "at 0 and is only (1 - beta1) of the gradient after one step)",
+        "m and v are used without bias correction: both start at 0 and lag by different factors "
+        "(1 - beta1 ** t and 1 - beta2 ** t), so the early updates are the wrong size (about 3 "
+        "times too large at the first step with betas (0.9, 0.999))",
         "Divide m by (1 - beta1 ** t) and v by (1 - beta2 ** t), t the parameter's update count "
         "(1 at its first update).",
         AdamW_no_bias_correction,
