@@ -528,8 +528,7 @@ def _roundtrip(state: Any) -> Any:
     except Exception as exc:  # noqa: BLE001 - reported to the student
         raise CheckFailure(
             f"torch.save cannot write what your capture returned ({type(exc).__name__}: {exc}); "
-            "return a dict of tensors, numbers, lists and dicts (generator.get_state(), not "
-            "the generator)."
+            "return a dict of tensors, numbers, lists and dicts (no functions, no open files)."
         ) from None
     buffer.seek(0)
     return torch.load(buffer, weights_only=False)
