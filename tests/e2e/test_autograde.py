@@ -136,6 +136,16 @@ BUGS = {
         ],
         "tiled.no_rescale",
     ),
+    "ex13_training_pieces": (
+        "AdamW",
+        [
+            (
+                'w.mul_(1.0 - group["lr"] * group["weight_decay"])',
+                'g = g + group["weight_decay"] * w',
+            )
+        ],
+        "adamw.l2_decay",
+    ),
     "ex09_training_run": (
         "sequence_loss",
         [("model(batch.src, batch.tgt_in,", "model(batch.src, batch.tgt_out,")],

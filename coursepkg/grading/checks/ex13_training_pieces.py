@@ -252,7 +252,7 @@ def check_adamw(report: CheckReport, impl: Any, thorough: bool, seed: int | None
                     report,
                     student(*inputs),
                     expected,
-                    f"your parameters after each of {cfg['T']} steps (rows: steps; "
+                    f"the trajectory of your parameters (row t: after step t + 1 of {cfg['T']}; "
                     f"{describe(cfg)}, {dtype_name(dtype)})",
                     diagnosis=lambda inputs=inputs, expected=expected: _adamw_mistake(
                         student, inputs, expected),
