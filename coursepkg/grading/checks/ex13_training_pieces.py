@@ -2,14 +2,8 @@
 clipping by global norm and a resumable training state; the catalogue of mistakes they name is
 in :mod:`.ex13_training_pieces_mistakes`.
 
-``check_adamw`` runs the student's optimizer and ``torch.optim.AdamW`` (which
-:class:`coursepkg.optim.AdamW` equals) side by side on the same gradients, step by step, over
-parameters of several shapes in two groups, with a learning rate that changes every step.
-``check_param_groups`` reads the groups of a small model with shared and frozen weights.
-``check_warmup_cosine_lr`` compares every step of a schedule, past its end too.
-``check_clip_grad_norm`` compares the clipped gradients and the norm returned.
-``check_training_state`` interrupts a small training run with dropout and resumes it: the
-weights at the end must equal an uninterrupted run's bit for bit.
+The expected numbers are ``torch.optim.AdamW``'s (which :class:`coursepkg.optim.AdamW` equals)
+and :mod:`coursepkg.optim`'s; a resumed run must equal an uninterrupted one bit for bit.
 """
 
 from __future__ import annotations
@@ -408,6 +402,9 @@ def check_warmup_cosine_lr(
 # ---------------------------------------------------------------------------------------------
 
 
+_ONE_PASS = "The parameters come as a one-pass iterator: make a list before walking them twice."
+
+
 def _clipped(fn: Callable, inputs: tuple, call: Callable | None = None) -> tuple[Tensor, Tensor]:
     """(every gradient after clipping, flattened; the norm returned) for one set of grads."""
     grads, max_norm = inputs
@@ -446,12 +443,14 @@ def check_clip_grad_norm(report: CheckReport, impl: Any, thorough: bool, seed: i
                 expected = _clipped(reference.clip_grad_norm_, inputs)
                 got = student(*inputs)
                 where = f"{describe(cfg)}, {dtype_name(dtype)}"
-                for k, what in enumerate(("the gradients after clipping", "the norm returned")):
+                whats = ("the vector of your clipped gradients", "the norm you return")
+                for k, what in enumerate(whats):
                     expect_close(
                         report, got[k], expected[k], f"{what} ({where})",
                         diagnosis=lambda inputs=inputs, expected=expected: diagnose(
                             student, CLIP_BUGS, inputs, run=_clipped, reference_output=expected),
                         rtol=1e-5 if dtype == torch.float32 else 1e-9, atol=1e-7,
+                        hint=_ONE_PASS if k == 0 else "",
                     )  # fmt: skip
     report.ok("one global norm, every gradient scaled by min(1, max_norm / norm)")
     report.ok("returns the norm before clipping; parameters without a gradient skipped")

@@ -198,3 +198,15 @@ def test_a_parameter_in_two_groups_is_told():
 
     with pytest.raises(CheckFailure, match="in two groups"):
         check_param_groups(twice)
+
+
+def test_a_clip_that_walks_the_parameters_twice_is_told():
+    def walks_twice(parameters, max_norm):
+        total = torch.sqrt(sum((p.grad**2).sum() for p in parameters if p.grad is not None))
+        for p in parameters:  # the iterator is spent: nothing is scaled
+            p.grad.mul_(min(1.0, max_norm / float(total)))
+        return total
+
+    with pytest.raises(CheckFailure, match="one-pass iterator") as info:
+        check_clip_grad_norm(walks_twice)
+    assert info.value.diagnosis is None
