@@ -33,6 +33,11 @@ check_swiglu                   ``SwiGLU``                                  ex11_
 check_grouped_query_attention  ``GroupedQueryAttention``                   ex11_modern_block
 check_modern_block             ``ModernDecoderBlock``                      ex11_modern_block
 check_tiled_attention          ``TiledAttention`` (forward and backward)   ex12_tiled_attention
+check_adamw                    ``AdamW``                                   ex13_training_pieces
+check_param_groups             ``param_groups``                            ex13_training_pieces
+check_warmup_cosine_lr         ``warmup_cosine_lr``                        ex13_training_pieces
+check_clip_grad_norm           ``clip_grad_norm_``                         ex13_training_pieces
+check_training_state           ``TrainingState`` (capture, restore)        ex13_training_pieces
 check_sft_loss                 ``sft_loss``                                ex14_post_training
 check_lora_linear              ``LoRALinear``                              ex14_post_training
 check_dpo_loss                 ``dpo_loss``                                ex14_post_training
@@ -72,6 +77,13 @@ from .checks.ex11_modern_block import (
     check_swiglu,
 )
 from .checks.ex12_tiled_attention import check_tiled_attention
+from .checks.ex13_training_pieces import (
+    check_adamw,
+    check_clip_grad_norm,
+    check_param_groups,
+    check_training_state,
+    check_warmup_cosine_lr,
+)
 from .checks.ex14_post_training import (
     check_dpo_loss,
     check_group_advantages,
@@ -101,11 +113,13 @@ __all__ = [
     "CheckerError",
     "NotImplementedYet",
     "catalogue",
+    "check_adamw",
     "check_additive_score",
     "check_apply_rope",
     "check_beam_search",
     "check_causal_mask",
     "check_compress_latent",
+    "check_clip_grad_norm",
     "check_decoder_layer",
     "check_dpo_loss",
     "check_encoder_layer",
@@ -121,6 +135,7 @@ __all__ = [
     "check_modern_block",
     "check_multi_head_attention",
     "check_noam_lr",
+    "check_param_groups",
     "check_parameter_count",
     "check_positional_encoding",
     "check_rms_norm",
@@ -132,5 +147,7 @@ __all__ = [
     "check_tokenizer",
     "check_train_bpe",
     "check_training_run",
+    "check_training_state",
+    "check_warmup_cosine_lr",
     "registered_checks",
 ]

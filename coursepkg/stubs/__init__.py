@@ -25,5 +25,6 @@ ASSIGNMENTS = (
     "ex10_tokenizer",
     "ex11_modern_block",
     "ex12_tiled_attention",
+    "ex13_training_pieces",
     "ex14_post_training",
 )

@@ -37,7 +37,7 @@ CHAPTERS = {
     "13_tokens": "ex10",
     "14_attention_at_length": "ex12",
     "15_modern_decoder": "ex11",
-    "16_training_for_real": None,
+    "16_training_for_real": "ex13",
     "18_serving": None,
 }
 PART_ONE = [c for c in CHAPTERS if c < "07"]

@@ -137,6 +137,16 @@ BUGS = {
         ],
         "tiled.no_rescale",
     ),
+    "ex13_training_pieces": (
+        "AdamW",
+        [
+            (
+                'w.mul_(1.0 - group["lr"] * group["weight_decay"])',
+                'g = g + group["weight_decay"] * w',
+            )
+        ],
+        "adamw.l2_decay",
+    ),
     "ex14_post_training": (
         "dpo_loss",
         [

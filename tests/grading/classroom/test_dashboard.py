@@ -116,3 +116,17 @@ def test_the_dashboard_counts_the_tiled_attention_ids(tmp_path):
         assert found == ([] if entry.passes else [entry.named]), (entry.id, found)
     assert len({e.named for e in TILED if not e.passes}) == 10
     _dashboard_counts(TILED, messages, tmp_path, "tiled.")
+
+
+PIECES = [e for e in corpus.CORPUS if e.id.startswith("pieces.")]
+
+
+def test_the_dashboard_counts_the_training_pieces_ids(tmp_path):
+    """ex13's corpus names each of its 24 ids exactly once, and the dashboard counts them."""
+    messages = {e.id: corpus.run(e, thorough=False).message for e in PIECES}
+    for entry in PIECES:
+        found = [d["id"] for d in diagnoses_in(messages[entry.id])]
+        assert found == ([] if entry.passes else [entry.named]), (entry.id, found)
+    named = [e.named for e in PIECES if not e.passes]
+    assert len(named) == len(set(named)) == 24
+    _dashboard_counts(PIECES, messages, tmp_path, "pieces.")
