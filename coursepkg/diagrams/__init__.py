@@ -10,9 +10,12 @@ label is plain ASCII text, so the drawing looks the same on any machine.
 * :mod:`~coursepkg.diagrams.scaling`: where the parameters are, tiled attention, the sliding
   window, pre- and post-norm, RoPE (chapters 6, 10, 14, 15).
 * :mod:`~coursepkg.diagrams.training`: weight tying, data parallelism, the checkpoint (11, 16).
+* :mod:`~coursepkg.diagrams.experts`: a token routed through a mixture of experts, latent
+  attention's cache (the chapter on experts).
 """
 
 from coursepkg.diagrams.architecture import encoder_decoder_diagram, multi_head_diagram
+from coursepkg.diagrams.experts import latent_attention_diagram, moe_routing_diagram
 from coursepkg.diagrams.generation import (
     attention_patterns_diagram,
     beam_diagram,
@@ -38,6 +41,8 @@ from coursepkg.diagrams.sequences import (
 from coursepkg.diagrams.training import checkpoint_diagram, ddp_diagram, weight_tying_diagram
 
 __all__ = [
+    "latent_attention_diagram",
+    "moe_routing_diagram",
     "checkpoint_diagram",
     "ddp_diagram",
     "weight_tying_diagram",
