@@ -38,6 +38,7 @@ CHAPTERS = {
     "14_attention_at_length": "ex12",
     "15_modern_decoder": "ex11",
     "16_training_for_real": None,
+    "19_experts": None,
 }
 PART_ONE = [c for c in CHAPTERS if c < "07"]
 PART_TWO = [c for c in CHAPTERS if c >= "07"]
