@@ -12,9 +12,12 @@ label is plain ASCII text, so the drawing looks the same on any machine.
 * :mod:`~coursepkg.diagrams.training`: weight tying, data parallelism, the checkpoint (11, 16).
 * :mod:`~coursepkg.diagrams.serving`: speculative decoding's rounds, the paged cache's block
   tables (18).
+* :mod:`~coursepkg.diagrams.experts`: a token routed through a mixture of experts, latent
+  attention's cache (the chapter on experts).
 """
 
 from coursepkg.diagrams.architecture import encoder_decoder_diagram, multi_head_diagram
+from coursepkg.diagrams.experts import latent_attention_diagram, moe_routing_diagram
 from coursepkg.diagrams.generation import (
     attention_patterns_diagram,
     beam_diagram,
@@ -42,6 +45,8 @@ from coursepkg.diagrams.training import checkpoint_diagram, ddp_diagram, weight_
 
 __all__ = [
     "block_table_diagram",
+    "latent_attention_diagram",
+    "moe_routing_diagram",
     "speculative_diagram",
     "checkpoint_diagram",
     "ddp_diagram",

@@ -79,7 +79,9 @@ CONCEPTUAL = [
     "ddp_diagram",
     "kv_cache_diagram",
     "label_smoothing_diagram",
+    "latent_attention_diagram",
     "masks_diagram",
+    "moe_routing_diagram",
     "norm_placement_diagram",
     "parameter_map_diagram",
     "positional_clocks_diagram",
@@ -298,6 +300,37 @@ def test_weight_tying_draws_one_matrix_with_two_uses(close_figures):
     assert sum(t.startswith("E\n") for t in texts) == 1
     blue = [a for a in _patches(fig, FancyArrowPatch) if to_hex(a.get_edgecolor()) == "#0072b2"]
     assert len(blue) == 2
+
+
+@pytest.mark.parametrize(("n_experts", "chosen"), [(6, (1, 4)), (5, (0, 2, 4)), (4, (3,))])
+def test_moe_routing_draws_every_expert_and_two_arrows_per_chosen_one(
+    n_experts, chosen, close_figures
+):
+    fig = diagrams.moe_routing_diagram(n_experts, chosen)
+    texts = _texts(fig)
+    experts = [t for t in texts if t.startswith("expert ")]
+    assert len(experts) == n_experts
+    assert sorted(int(t.split()[1]) for t in experts if "idle" not in t) == sorted(chosen)
+    blue = [a for a in _patches(fig, FancyArrowPatch) if to_hex(a.get_edgecolor()) == "#0072b2"]
+    assert len(blue) == 2 * len(chosen)
+    with pytest.raises(ValueError, match="chosen must name experts in"):
+        diagrams.moe_routing_diagram(3, (3,))
+
+
+def test_latent_attention_caches_the_latent_and_the_rotated_key_only(close_figures):
+    fig = diagrams.latent_attention_diagram()
+    texts = _texts(fig)
+    assert "latent c (R,)" in texts and "RoPE(k_r) (Dr,)" in texts
+    frames = [p for p in _patches(fig, Rectangle) if p.get_linestyle() == "--"]
+    assert len(frames) == 1  # one frame: the cache, around the two cached boxes
+    x, y = frames[0].get_x(), frames[0].get_y()
+    w, h = frames[0].get_width(), frames[0].get_height()
+    inside = [
+        t.get_text()
+        for t in fig.axes[0].texts
+        if x <= t.get_position()[0] <= x + w and y <= t.get_position()[1] <= y + h
+    ]
+    assert sorted(inside) == ["RoPE(k_r) (Dr,)", "latent c (R,)"]
 
 
 @pytest.mark.parametrize(("vocab", "eps"), [(8, 0.1), (5, 0.3)])
