@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -134,6 +135,32 @@ def test_each_scheme_resumes_bit_identical(corpus, tmp_path, scheme):
     _run(_two_ranks() + _flags(corpus, out, model, stop_after=4, **flags))
     _run(_two_ranks() + _flags(corpus, out, model, **flags) + ["--resume"])
     _same_run(out, tmp_path / "whole")
+
+
+def _documented_commands() -> list[list[str]]:
+    """The ``torchrun ... --parallel`` commands of docs/training.md, split into words."""
+    text = (Path(__file__).parents[2] / "docs" / "training.md").read_text()
+    lines = [line for line in text.splitlines() if line.startswith("torchrun --standalone")]
+    return [shlex.split(line) for line in lines if "--parallel" in line]
+
+
+def test_the_documented_sharded_commands_run_as_written(corpus, tmp_path):
+    """docs/training.md's commands, run in a folder holding its data.txt, with a shorter run's
+    flags after them (the later flag wins)."""
+    commands = _documented_commands()
+    assert {c[c.index("--parallel") + 1] for c in commands} == {"zero1", "course-fsdp"}
+    (tmp_path / "data.txt").write_text(corpus.read_text())
+    for words in commands:
+        words = [str(BIN / "torchrun"), *words[1:]]
+        words[words.index("coursepkg")] = str(BIN / "coursepkg")
+        out = tmp_path / words[words.index("--out") + 1]
+        short = _flags(corpus, out, MODEL, steps=4)[3:]  # all but the data and --out
+        done = subprocess.run(
+            [*words, *short], cwd=tmp_path, capture_output=True, text=True, env=_env(), timeout=600
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        scheme = words[words.index("--parallel") + 1]
+        assert load_checkpoint(out / "checkpoint.pt")["optimizer_layout"] == scheme
 
 
 def test_a_batch_the_world_size_does_not_divide_is_refused(corpus, tmp_path):
