@@ -101,12 +101,12 @@ def test_two_ranks_of_batch_4_equal_one_rank_of_batch_8(corpus, one_rank, tmp_pa
         torch.testing.assert_close(ours[name], ref[name], rtol=1e-4, atol=1e-5)
 
 
-#: The schemes that shard (the optimizer state, or everything), PyTorch's and the course's.
-SHARDED = ("zero1", "course-zero1", "fsdp", "course-fsdp")
-# Each scheme's exact resume is proven once, by a stop and --resume or by a rank killed and
-# restarted by torchrun (both compare the log, the weights and the optimizer state with an
-# uninterrupted run), not by both: every run here starts two ranks, and the suite's time is
-# budgeted (DEVELOPING.md). A killed rank's clear end is the trainer's, shown for two schemes.
+# The schemes that shard (the optimizer state, or everything) are PyTorch's zero1 and fsdp and
+# the course's course-zero1 and course-fsdp. Each scheme's exact resume is proven once, by a stop
+# and --resume or by a rank killed and restarted by torchrun (both compare the log, the weights
+# and the optimizer state with an uninterrupted run), not by both: every run here starts two
+# ranks, and the suite's time is budgeted (DEVELOPING.md). A killed rank's clear end is the
+# trainer's, shown for two schemes.
 STOP_AND_RESUME = ("course-bucketed", "course-zero1", "fsdp")
 KILLED_AND_RESTARTED = ("ddp", "zero1", "course-fsdp")
 KILLED = ("ddp", "fsdp")
