@@ -24,7 +24,8 @@ _HELP = {
     "clip_norm": "clip the global gradient norm to this (0: no clipping)",
     "device": "cpu, cuda or auto (CUDA when there is one); bf16 autocast on CUDA",
     "compile": "wrap the model in torch.compile",
-    "parallel": "ddp (PyTorch's), course-ddp or course-bucketed (the course's own)",
+    "parallel": "ddp (PyTorch's), course-ddp or course-bucketed (the course's own); sharded: "
+    "zero1 or fsdp (PyTorch's), course-zero1 or course-fsdp (the course's)",
     "checkpoint_activations": "recompute each block's activations in backward (less memory)",
     "aux_loss_coef": "with --model n_experts=E: the load-balancing loss's weight in the loss",
 }

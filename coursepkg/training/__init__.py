@@ -5,6 +5,8 @@ process or under ``torchrun`` (DistributedDataParallel), with exact resume from 
 - :mod:`~coursepkg.training.data`: tokenising once into ``numpy.memmap`` arrays, ``get_batch``;
 - :mod:`~coursepkg.training.checkpoint`: atomic, verified checkpoints;
 - :mod:`~coursepkg.training.distributed`: the process group ``torchrun`` describes;
+- :mod:`~coursepkg.training.schemes`: how the ranks share the work (``--parallel``: DDP,
+  sharded optimizer state, FSDP; PyTorch's or the course's) and its gathered checkpoints;
 - :mod:`~coursepkg.training.loop`: the training loop itself (:func:`train`).
 
 The optimiser, schedule, clipping and loss are the course's own (:mod:`coursepkg.optim`,

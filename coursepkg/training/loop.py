@@ -23,15 +23,13 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
 from coursepkg.config import TransformerConfig
 from coursepkg.functional import cross_entropy
 from coursepkg.model import DecoderOnlyLM, sample_next
 from coursepkg.moe import expert_load
-from coursepkg.optim import AdamW, clip_grad_norm_, param_groups, warmup_cosine_lr
+from coursepkg.optim import warmup_cosine_lr
 from coursepkg.parallel.checkpointing import checkpoint_blocks
-from coursepkg.parallel.ddp import BucketedDDP, NaiveDDP
 from coursepkg.training.checkpoint import (
     CheckpointError,
     check_compatible,
@@ -40,6 +38,7 @@ from coursepkg.training.checkpoint import (
 )
 from coursepkg.training.data import TokenData, get_batch, prepare_tokens
 from coursepkg.training.distributed import Dist, setup, teardown
+from coursepkg.training.schemes import Scheme, make_scheme
 from coursepkg.training.settings import TrainSettings, model_config
 
 __all__ = ["LOG_FIELDS", "MOE_FIELDS", "TrainResult", "load_fields", "train"]
@@ -81,12 +80,21 @@ class _Run:
     dist: Dist
     data: TokenData
     net: DecoderOnlyLM  # the model itself (its weights are what is saved)
-    model: nn.Module  # what the step calls: net, wrapped in DDP and/or compiled
-    optimizer: AdamW
+    scheme: Scheme  # how the ranks share the work: the wrapped model, the optimizer
     batches: torch.Generator  # draws the training windows; the same on every rank
     step: int = 0
     rows: list[dict[str, Any]] = field(default_factory=list)
     last_checkpoint: int = 0
+
+    @property
+    def model(self) -> nn.Module:
+        """What the step calls: net, wrapped in DDP or sharded, and/or compiled."""
+        return self.scheme.model
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The scheme's optimizer (the course's AdamW, or its sharded form)."""
+        return self.scheme.optimizer
 
 
 def train(settings: TrainSettings, resume: bool = False, progress: bool = True) -> TrainResult:
@@ -133,24 +141,21 @@ def _start(settings: TrainSettings, dist: Dist, resume: bool) -> _Run:
     net = DecoderOnlyLM(model_config(settings, len(data.vocab)))
     if settings.checkpoint_activations:
         checkpoint_blocks(net)
-    optimizer = AdamW(
-        param_groups(net, settings.weight_decay),
-        lr=settings.lr,
-        betas=(settings.beta1, settings.beta2),
-    )
     torch.manual_seed(settings.seed + 1 + dist.rank)  # each rank's own dropout masks
     batches = torch.Generator().manual_seed(settings.seed + 1)
-    run = _Run(settings, dist, data, net, net, optimizer, batches)
     path = out / CHECKPOINT
     if path.exists() and not resume:
         raise CheckpointError(
             f"{path} exists; pass --resume to continue that run, or choose another --out"
         )
-    if path.exists():
-        _restore(run, load_checkpoint(path), path)
+    saved = load_checkpoint(path) if path.exists() else None
+    if saved is not None:  # the weights go in before the scheme shards them
+        check_compatible(saved["identity"], _identity(settings, net, data), path)
+        net.load_state_dict(saved["model"])
     net.to(dist.device)
-    _move_optimizer_state(optimizer, dist.device)
-    run.model = _wrap(net, settings, dist)
+    run = _Run(settings, dist, data, net, make_scheme(net, settings, dist), batches)
+    if saved is not None:
+        _restore(run, saved, path)
     log.info("rank %d of %d (pid %d) on %s", dist.rank, dist.world_size, os.getpid(), dist.device)
     return run
 
@@ -159,40 +164,21 @@ def _val(settings: TrainSettings, write: bool = True) -> tuple[float, bool]:
     return settings.val_fraction, write
 
 
-def _wrap(net: nn.Module, settings: TrainSettings, dist: Dist) -> nn.Module:
-    """``net`` as the step calls it: in DDP across ranks (PyTorch's or the course's),
-    compiled if asked (inside the course's DDP, whose ``sync_gradients`` the step calls)."""
-    if dist.distributed and settings.parallel != "ddp":
-        inner = torch.compile(net) if settings.compile else net
-        return BucketedDDP(inner) if settings.parallel == "course-bucketed" else NaiveDDP(inner)
-    model = net
-    if dist.distributed:
-        ids = [dist.device.index] if dist.device.type == "cuda" else None
-        # An expert no token chose in a micro-batch gets no gradient: DDP must be told.
-        unused = net.config.n_experts > 0
-        model = DistributedDataParallel(net, device_ids=ids, find_unused_parameters=unused)
-    if settings.compile:
-        model = torch.compile(model)
-    return model
-
-
-def _move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
-    for state in optimizer.state.values():
-        for key, value in state.items():
-            if torch.is_tensor(value) and key != "step":
-                state[key] = value.to(device)
-
-
-def _identity(run: _Run) -> dict[str, Any]:
-    config = dataclasses.asdict(run.net.config)
-    return {**run.settings.identity(), "config": config, "data": run.data.digest}
+def _identity(settings: TrainSettings, net: DecoderOnlyLM, data: TokenData) -> dict[str, Any]:
+    config = dataclasses.asdict(net.config)
+    return {**settings.identity(), "config": config, "data": data.digest}
 
 
 def _restore(run: _Run, saved: dict[str, Any], path: Path) -> None:
-    """Put a checkpoint's weights, optimiser, data position, RNG and log in place."""
-    check_compatible(saved["identity"], _identity(run), path)
-    run.net.load_state_dict(saved["model"])
-    run.optimizer.load_state_dict(saved["optimizer"])
+    """Put a checkpoint's optimiser, data position, RNG and log in place (its weights are)."""
+    layout = saved.get("optimizer_layout", "replicated")
+    if layout != run.scheme.layout:
+        raise CheckpointError(
+            f"{path} holds optimizer state laid out for {layout!r}, this run's --parallel "
+            f"{run.settings.parallel} on {run.dist.world_size} rank(s) uses "
+            f"{run.scheme.layout!r}; resume with the scheme that wrote it"
+        )
+    run.scheme.load_optimizer_state(saved["optimizer"])
     run.batches.set_state(saved["data_rng"])
     run.step = run.last_checkpoint = int(saved["step"])
     fields = _fields(run)
@@ -220,11 +206,14 @@ def _checkpoint(run: _Run) -> None:
     rng = run.dist.gather(torch.get_rng_state())
     cuda = run.dist.device.type == "cuda"
     cuda_rng = run.dist.gather(torch.cuda.get_rng_state()) if cuda else None
+    # Collectives when the scheme shards: every rank takes part, rank 0 writes.
+    model, optimizer = run.scheme.model_state(), run.scheme.optimizer_state()
     if run.dist.is_main:
         payload = {
-            "identity": _identity(run),
-            "model": run.net.state_dict(),
-            "optimizer": run.optimizer.state_dict(),
+            "identity": _identity(run.settings, run.net, run.data),
+            "model": model,
+            "optimizer": optimizer,
+            "optimizer_layout": run.scheme.layout,
             "data_rng": run.batches.get_state(),
             "rng": rng,
             "cuda_rng": cuda_rng,
@@ -292,7 +281,7 @@ def _train_step(run: _Run, lr: float) -> tuple[float, float | None, torch.Tensor
         y = ys[k * share : (k + 1) * share].to(dist.device)  # (b, L)
         last = k == s.grad_accum - 1
         # DDP all-reduces the gradients at the last micro-step only
-        sync = contextlib.nullcontext() if last or not dist.distributed else run.model.no_sync()
+        sync = contextlib.nullcontext() if last else run.scheme.no_sync()
         with sync:
             with _autocast(dist.device):
                 loss = cross_entropy(run.model(x), y) / s.grad_accum  # (B, L, V) logits
@@ -303,10 +292,9 @@ def _train_step(run: _Run, lr: float) -> tuple[float, float | None, torch.Tensor
             aux_total += aux.detach()
             routings = run.net.routings()
             load = load + torch.stack([expert_load(r, n_experts) for r in routings])  # (l, E)
-    if isinstance(run.model, NaiveDDP):  # the course's DDP averages when asked
-        run.model.sync_gradients()
+    run.scheme.sync()  # the course's DDP averages when asked
     if s.clip_norm > 0:
-        clip_grad_norm_(run.net.parameters(), s.clip_norm)
+        run.scheme.clip(s.clip_norm)
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
     if not moe:
@@ -361,7 +349,8 @@ def _loop(run: _Run, progress: bool) -> None:
             if aux is not None:
                 row["aux_loss"] = aux
                 row.update(_load_columns(load.cpu(), load_fields(run.net.config)))
-            if run.dist.is_main and (run.step % s.eval_every == 0 or run.step == s.steps):
+            evaluates = run.dist.is_main or run.scheme.every_rank_computes
+            if evaluates and (run.step % s.eval_every == 0 or run.step == s.steps):
                 row["val_loss"] = _evaluate(run)
                 row["val_perplexity"] = math.exp(row["val_loss"])
                 shown = dict(loss=f"{loss:.3f}", val=f"{row['val_loss']:.3f}")
@@ -433,12 +422,15 @@ def _write_log(run: _Run) -> None:
 
 def _finish(run: _Run) -> TrainResult:
     """The loss-curve plot and the samples (rank 0); the model in eval mode on CPU."""
-    result = TrainResult(run.net, run.rows if run.dist.is_main else [], [], Path(run.settings.out))
-    if run.dist.is_main and run.step == run.settings.steps:
-        _plot(run.rows, result.out / "loss.png")
+    rows, out = run.rows if run.dist.is_main else [], Path(run.settings.out)
+    result = TrainResult(run.net, rows, [], out)
+    samples = run.dist.is_main or run.scheme.every_rank_computes  # a forward needs every rank
+    if samples and run.step == run.settings.steps:
         result.samples = _sample(run)
-        (result.out / "samples.txt").write_text("\n\n-----\n\n".join(result.samples) + "\n")
-    run.net.eval().cpu()
+    if run.dist.is_main and run.step == run.settings.steps:
+        _plot(run.rows, out / "loss.png")
+        (out / "samples.txt").write_text("\n\n-----\n\n".join(result.samples) + "\n")
+    result.model = run.scheme.plain_model().eval().cpu()
     return result
 
 

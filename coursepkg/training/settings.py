@@ -29,7 +29,7 @@ GPT_DEFAULTS: dict[str, Any] = dict(
 
 
 #: The data-parallel schemes ``coursepkg train --parallel`` offers.
-PARALLEL = ("ddp", "course-ddp", "course-bucketed")
+PARALLEL = ("ddp", "course-ddp", "course-bucketed", "zero1", "course-zero1", "fsdp", "course-fsdp")
 
 
 @dataclass
@@ -61,7 +61,12 @@ class TrainSettings:
         parallel: how ranks under ``torchrun`` share the work: ``"ddp"`` (PyTorch's
             DistributedDataParallel), ``"course-ddp"`` or ``"course-bucketed"`` (the course's
             :class:`~coursepkg.parallel.ddp.NaiveDDP` and
-            :class:`~coursepkg.parallel.ddp.BucketedDDP`, the same model from the same data).
+            :class:`~coursepkg.parallel.ddp.BucketedDDP`, the same model from the same data);
+            ``"zero1"`` / ``"course-zero1"`` shard the optimizer state over the ranks
+            (PyTorch's ``ZeroRedundancyOptimizer``, the course's
+            :class:`~coursepkg.parallel.zero.ShardedOptimizer`), ``"fsdp"`` /
+            ``"course-fsdp"`` shard everything (PyTorch's FSDP2 ``fully_shard``, the course's
+            :class:`~coursepkg.parallel.fsdp.FSDP`); see :mod:`coursepkg.training.schemes`.
         checkpoint_activations: the blocks keep only their input for backward and recompute
             the rest then (:mod:`coursepkg.parallel.checkpointing`): less memory, the same
             gradients, about one more forward per step.
@@ -116,6 +121,13 @@ class TrainSettings:
             raise ValueError(f"tokenizer must be 'char' or 'bpe', got {self.tokenizer!r}")
         if self.parallel not in PARALLEL:
             raise ValueError(f"parallel must be one of {PARALLEL}, got {self.parallel!r}")
+        for flag in ("checkpoint_activations", "compile"):
+            if self.parallel.endswith("fsdp") and getattr(self, flag):
+                raise ValueError(
+                    f"parallel={self.parallel!r} does not combine with {flag}=True (the "
+                    "recomputation and the compiled graph would skip its gathering hooks); "
+                    "use ddp, zero1 or course-zero1 for that"
+                )
         if self.device not in ("cpu", "cuda", "auto"):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'auto', got {self.device!r}")
         if not 0.0 < self.val_fraction < 1.0:

@@ -106,6 +106,28 @@ def test_an_unknown_parallel_scheme_is_refused(corpus, tmp_path):
     assert tiny(corpus, tmp_path, parallel="course-ddp").parallel == "course-ddp"
 
 
+@pytest.mark.parametrize("scheme", ["fsdp", "course-fsdp"])
+@pytest.mark.parametrize("flag", ["checkpoint_activations", "compile"])
+def test_fully_sharded_schemes_refuse_recomputation_and_compiling(corpus, tmp_path, scheme, flag):
+    with pytest.raises(ValueError, match=f"parallel='{scheme}' does not combine with {flag}"):
+        tiny(corpus, tmp_path, parallel=scheme, **{flag: True})
+    assert tiny(corpus, tmp_path, parallel="course-zero1", **{flag: True}).parallel
+
+
+def test_a_checkpoint_of_another_optimizer_layout_is_refused(corpus, tmp_path):
+    """One process trains replicated whatever --parallel says (nothing to shard); a
+    checkpoint whose optimizer state is laid out for a sharded scheme is refused by name."""
+    settings = tiny(corpus, tmp_path / "run", steps=8, stop_after=4, parallel="course-fsdp")
+    train(settings, progress=False)
+    path = tmp_path / "run" / "checkpoint.pt"
+    saved = load_checkpoint(path)
+    assert saved["optimizer_layout"] == "replicated"
+    save_checkpoint(path, {**saved, "optimizer_layout": "course-fsdp"})
+    settings.stop_after = 0
+    with pytest.raises(CheckpointError, match="laid out for 'course-fsdp'.*uses 'replicated'"):
+        train(settings, resume=True, progress=False)
+
+
 def test_training_leaves_the_callers_matplotlib_backend_alone(corpus, tmp_path):
     """The loss plot is drawn on a Figure of its own: a notebook that trains and then plots
     (chapter 16) still shows its figures."""

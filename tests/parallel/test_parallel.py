@@ -12,8 +12,10 @@ import weakref
 import pytest
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 
-from coursepkg.parallel import FSDP, NaiveDDP, run_ranks
+from coursepkg.optim import param_groups
+from coursepkg.parallel import FSDP, NaiveDDP, ShardedOptimizer, run_ranks
 from coursepkg.parallel.comm import ring_bytes_sent
 from coursepkg.parallel.compare import OURS, PYTORCH, Run, split_batch, train_alone, train_ranks
 from coursepkg.parallel.ddp import make_buckets
@@ -79,8 +81,34 @@ def _fsdp_frees(rank: int, world_size: int) -> dict:
     return dict(fsdp_forward=forward, fsdp_backward=backward)
 
 
+def _lm_loss(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    logits = model(tokens[:, :-1])  # (B, L, V)
+    return F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+
+
+def _grouped_zero(rank: int, world_size: int) -> dict:
+    """ZeRO-1 over two parameter groups (matrices decayed, vectors not), as the trainer uses
+    it; its state gathered whole, then cut again into a new optimizer's shards."""
+    model = RUN.make_model()
+    ddp = NaiveDDP(model)
+    optimizer = ShardedOptimizer(param_groups(model, 0.1), torch.optim.AdamW, lr=RUN.lr)
+    for tokens in RUN.batches():
+        optimizer.zero_grad()
+        _lm_loss(ddp, split_batch(tokens, rank, world_size)).backward()
+        ddp.sync_gradients()
+        optimizer.step()
+    state = optimizer.state_dict()
+    again = ShardedOptimizer(param_groups(model, 0.1), torch.optim.AdamW, lr=RUN.lr)
+    again.load_state_dict(state)
+    pairs = zip(optimizer.optimizer.state.values(), again.optimizer.state.values(), strict=True)
+    resharded = all(torch.equal(a[k], b[k]) for a, b in pairs for k in a)
+    weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return {"grouped weights": weights, "grouped state": state, "resharded": resharded}
+
+
 def _worker(rank: int, world_size: int, run: Run, schemes: tuple[str, ...]) -> dict:
     extras = _extras(rank, world_size) | _bucket_launches(rank, world_size)
+    extras |= _grouped_zero(rank, world_size)
     return train_ranks(rank, world_size, run, schemes) | {
         "extras": extras | _fsdp_frees(rank, world_size)
     }
@@ -210,6 +238,33 @@ def test_fsdp_frees_each_full_vector_after_use(two, four):
     for rank in two + four:
         assert rank["extras"]["fsdp_forward"] == (3, 0)
         assert rank["extras"]["fsdp_backward"] == (6, 0)
+
+
+def test_zero1_keeps_parameter_groups_and_its_state_gathers_whole(two, four):
+    """ShardedOptimizer over the trainer's two groups (weight decay on matrices only) equals
+    one process's AdamW over the same groups; its gathered state is that AdamW's moments,
+    each group's parameters end to end, and cuts again into the same shards."""
+    model = RUN.make_model()
+    groups = param_groups(model, 0.1)
+    plain = torch.optim.AdamW(groups, lr=RUN.lr)
+    for tokens in RUN.batches():
+        plain.zero_grad()
+        _lm_loss(model, tokens).backward()
+        plain.step()
+    assert 0 < len(groups[1]["params"]) < len(list(model.parameters()))  # two real groups
+    for rank in two + four:
+        extras = rank["extras"]
+        _close(extras["grouped weights"], _plain_weights(model))
+        for index, group in enumerate(groups):
+            for key in ("exp_avg", "exp_avg_sq"):
+                whole = torch.cat([plain.state[p][key].flatten() for p in group["params"]])
+                gathered = extras["grouped state"]["state"][index][key]
+                torch.testing.assert_close(gathered, whole, rtol=0, atol=1e-6)
+        assert extras["resharded"]
+
+
+def _plain_weights(model: torch.nn.Module) -> dict:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def _raises_on_rank_one(rank: int, world_size: int) -> None:
