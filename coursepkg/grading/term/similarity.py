@@ -14,8 +14,9 @@ A second signal sees through rewrites that keep the meaning (reordered or respel
 expressions, code that does nothing, names changed): the share of token n-grams two answers
 have in common once each is put in a normal form (:mod:`.similarity_normalise`). A pair's
 similarity is the higher of the two, Dolos's and the normal form's: each is evidence of
-shared code on its own, and on the project's independent implementations neither reaches the
-threshold where the other does not (``benchmarks/similarity.py`` measures both).
+shared code on its own, and on the project's independent whole submissions the higher of the
+two reaches the threshold no more often than Dolos alone (``benchmarks/similarity.py``
+measures both, and the copies each finds).
 
 The result is a list, ranked by similarity, in ``reports/<assignment>/similarity.csv`` and
 ``similarity.html`` (:mod:`.similarity_page`: the groups of students linked by pairs above the

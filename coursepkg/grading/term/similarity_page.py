@@ -10,12 +10,13 @@ table (the CSV lists every pair) and ``top`` pairs side by side.
 from __future__ import annotations
 
 import html
+import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .similarity import Pair, Similarity
 
-__all__ = ["TABLE_ROWS", "marked", "page"]
+__all__ = ["TABLE_ROWS", "bare", "marked", "page"]
 
 #: The most pairs the page's table lists (the CSV lists them all).
 TABLE_ROWS = 300
@@ -59,15 +60,23 @@ def _line(text: str, spans: list[tuple[int, int]]) -> str:
     return "".join(out)
 
 
+def bare(line: str) -> str:
+    """``line`` without its end-of-line comment and the spaces around it."""
+    return _COMMENT.sub("", line).strip()
+
+
+_COMMENT = re.compile(r"\s+#[^'\"]*$")
+
+
 def marked(code: str, regions: list[Region], given: set[str]) -> str:
     """``code`` as numbered HTML lines: the characters inside Dolos's shared ``regions``
-    marked, the lines that are the given code (their text, stripped, in ``given``) greyed and
-    never marked."""
+    marked, the lines that are the given code (their :func:`bare` text in ``given``) greyed
+    and never marked."""
     lines = code.splitlines()
     spans = _columns(regions, lines)
     out = []
     for i, text in enumerate(lines):
-        if text.strip() and text.strip() in given:
+        if bare(text) and bare(text) in given:
             out.append(f"<span class='line given'>{i + 1:>4}  {html.escape(text)}</span>\n")
         else:
             out.append(f"<span class='line'>{i + 1:>4}  {_line(text, spans.get(i, []))}</span>\n")
@@ -114,7 +123,7 @@ def page(assignment: str, found: Similarity, sources: dict[str, str], template: 
     pairs = found.pairs
     above = [p for p in pairs if p.similarity >= threshold]
     shown = above[:top]
-    given = {line.strip() for line in template.splitlines() if line.strip()}
+    given = {bare(line) for line in template.splitlines() if bare(line)}
     rank = {id(p): i for i, p in enumerate(pairs, start=1)}
     rows = "".join(
         f"<tr class='pair{' above' if p.similarity >= threshold else ''}'><td>{i}</td>"
