@@ -202,8 +202,9 @@ def _dead_code(body: list[ast.stmt]) -> list[ast.stmt]:
     out: list[ast.stmt] = []
     for stmt in body:
         for field in ("body", "orelse", "finalbody"):
-            if isinstance(getattr(stmt, field, None), list) and getattr(stmt, field):
-                setattr(stmt, field, _dead_code(getattr(stmt, field)))
+            inner = getattr(stmt, field, None)
+            if isinstance(inner, list) and (inner or field == "body"):  # a body is never empty
+                setattr(stmt, field, _dead_code(inner))
         if isinstance(stmt, ast.If | ast.While) and _constant_truth(stmt.test) is not None:
             if isinstance(stmt, ast.While) and not _constant_truth(stmt.test):
                 continue
@@ -335,20 +336,21 @@ def normal_form(code: str) -> str | None:
         code: Python source (an answer, or several joined).
 
     Returns:
-        The normal form, or ``None`` when ``code`` does not parse.
+        The normal form (Python that compiles), or ``None`` when ``code`` does not parse or
+        is nested too deep to walk.
     """
     try:
         tree = ast.parse(code)
-    except (SyntaxError, ValueError):
+        tree = _Spelling().visit(tree)
+        tree.body = _dead_code(tree.body)
+        for _ in range(4):  # what an unused assignment read may become unused in turn
+            if not _drop_unused(tree):
+                break
+        _inline_once(tree)
+        tree = _Spelling().visit(ast.fix_missing_locations(tree))
+        return ast.unparse(ast.fix_missing_locations(tree))
+    except (SyntaxError, ValueError, RecursionError):  # too deep to walk: compared as text
         return None
-    tree = _Spelling().visit(tree)
-    tree.body = _dead_code(tree.body)
-    for _ in range(4):  # what an unused assignment read may become unused in turn
-        if not _drop_unused(tree):
-            break
-    _inline_once(tree)
-    tree = _Spelling().visit(ast.fix_missing_locations(tree))
-    return ast.unparse(ast.fix_missing_locations(tree))
 
 
 def normal_tokens(code: str) -> list[str]:

@@ -86,6 +86,8 @@ def test_names_are_anonymous_and_code_that_does_not_parse_still_has_tokens():
         "def g(b):\n    return b.sum()"
     )
     assert normal_form("def f(:") is None
+    # a body left empty (annotations, a docstring dropped) is still Python
+    compile(normal_form("class A:\n    'Doc.'\n    x: int\n"), "<normal>", "exec")
     assert "sum" in normal_tokens("x = y.sum(  # broken")
 
 
