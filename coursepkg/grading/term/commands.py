@@ -178,6 +178,8 @@ def _similarity(args: argparse.Namespace) -> int:
         print(f"{p.similarity:.3f}  {p.left}  {p.right}{same}")
     for sid, why in found.unreadable.items():
         print(f"not compared: {sid}: {why}")
+    for group in found.clusters[:10]:
+        print(f"similar group of {len(group)}: {' ~ '.join(group)}")
     print(f"{len(above)} pair(s) at or above {args.threshold:g} of {len(found.pairs)} sharing "
           f"code; {found.table}  {found.page}")  # fmt: skip
     return 0

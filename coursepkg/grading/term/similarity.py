@@ -10,18 +10,26 @@ Only what a student wrote is compared: the answer cells and the code cells they 
 release's answer cells (the stubs every student was given) are Dolos's template, whose
 fingerprints never count, and the locked cells (given code, tests) are left out altogether.
 
+A second signal sees through rewrites that keep the meaning (reordered or respelled
+expressions, code that does nothing, names changed): the share of token n-grams two answers
+have in common once each is put in a normal form (:mod:`.similarity_normalise`). A pair's
+similarity is the higher of the two, Dolos's and the normal form's: each is evidence of
+shared code on its own, and on the project's independent whole submissions the higher of the
+two reaches the threshold no more often than Dolos alone (``benchmarks/similarity.py``
+measures both, and the copies each finds).
+
 The result is a list, ranked by similarity, in ``reports/<assignment>/similarity.csv`` and
-``similarity.html`` (the pairs above the threshold, at most ``top`` of them, shown side by side,
-the shared fragments marked), linked from the dashboard. Pairs that share nothing are left out,
-two answers equal but for blank lines and spacing at the ends of lines are named identical, and
-the submissions that could not be read are listed. A high similarity says two answers share
-long stretches of code; it is not a verdict on how that came about.
+``similarity.html`` (:mod:`.similarity_page`: the groups of students linked by pairs above the
+threshold, the pairs above it, at most ``top`` of them, side by side, the code Dolos matched
+marked and the given code greyed), linked from the dashboard. Pairs that share nothing are left
+out, two answers equal but for blank lines and spacing at the ends of lines are named
+identical, and the submissions that could not be read are listed. A high similarity says two
+answers share code; it is not a verdict on how that came about.
 """
 
 from __future__ import annotations
 
 import csv
-import html
 import json
 import os
 import shutil
@@ -34,7 +42,18 @@ from typing import Any
 
 import nbformat
 
-__all__ = ["DOLOS_DIR", "Pair", "Similarity", "answer_code", "compare", "similarity_report"]
+from .similarity_normalise import normal_similarity
+from .similarity_page import page as _render
+
+__all__ = [
+    "DOLOS_DIR",
+    "Pair",
+    "Similarity",
+    "answer_code",
+    "clusters",
+    "compare",
+    "similarity_report",
+]
 
 #: Where ``npm ci`` installed Dolos (its ``node_modules/``): the environment's ``dolos/``.
 DOLOS_DIR = Path(os.environ.get("COURSEPKG_DOLOS_DIR") or Path(sys.prefix) / "dolos")
@@ -42,23 +61,36 @@ DOLOS_DIR = Path(os.environ.get("COURSEPKG_DOLOS_DIR") or Path(sys.prefix) / "do
 SCRIPT = Path(__file__).with_name("dolos") / "compare.mjs"
 _LIB = Path("node_modules") / "@dodona" / "dolos-lib" / "dist" / "index.js"
 DEFAULT_THRESHOLD = 0.7
-#: The most pairs the page shows side by side (the table and the CSV list them all).
+#: The most pairs the page shows side by side (the CSV lists them all).
 DEFAULT_TOP = 50
 
 
 @dataclass
 class Pair:
-    """Two students' answers and how much of them Dolos found shared."""
+    """Two students' answers and how much of them is shared.
+
+    Attributes:
+        similarity: the higher of ``dolos`` and ``normal``, in [0, 1].
+        dolos: Dolos's similarity (0 when Dolos found no shared fingerprint).
+        normal: the normal form's similarity (:func:`.similarity_normalise.normal_similarity`).
+        longest: Dolos's longest shared fragment, in k-grams.
+        fragments: Dolos's shared fragments, a (start row, start column, end row, end column)
+            region (0-based, the end column excluded) in each answer.
+    """
 
     left: str
     right: str
     similarity: float
-    longest: int  # the longest shared fragment, in k-grams
-    left_covered: int
-    right_covered: int
-    left_total: int
-    right_total: int
-    fragments: list[tuple[tuple[int, int], tuple[int, int]]] = field(default_factory=list)
+    longest: int = 0
+    left_covered: int = 0
+    right_covered: int = 0
+    left_total: int = 0
+    right_total: int = 0
+    fragments: list[tuple[tuple[int, int, int, int], tuple[int, int, int, int]]] = field(
+        default_factory=list
+    )
+    dolos: float = 0.0
+    normal: float = 0.0
 
 
 def _meta(cell: Any) -> dict:
@@ -99,12 +131,14 @@ def _node() -> str:
     return node
 
 
-def compare(sources: dict[str, str], template: str = "") -> list[Pair]:
-    """Every pair of ``sources`` (label -> Python code) compared by Dolos, most similar first.
+def compare(sources: dict[str, str], template: str = "", normalised: bool = True) -> list[Pair]:
+    """Every pair of ``sources`` (label -> Python code) that shares something, compared by
+    Dolos and by the normal form, most similar first.
 
     Args:
         sources: the code of each student (or implementation), by label.
         template: code everyone was given; its fingerprints never count.
+        normalised: also compare the normal forms (``False``: Dolos alone).
 
     Raises:
         ValueError: fewer than two sources, node or Dolos missing, Dolos failed.
@@ -130,18 +164,62 @@ def compare(sources: dict[str, str], template: str = "") -> list[Pair]:
         )  # fmt: skip
     if run.returncode != 0:
         raise ValueError(f"Dolos failed (exit status {run.returncode}): {run.stderr[-1500:]}")
-    pairs = []
+    order = {label: i for i, label in enumerate(sources)}
+    found: dict[tuple[str, str], Pair] = {}
     for p in json.loads(run.stdout)["pairs"]:
-        fragments = [
-            ((f["left"]["startRow"], f["left"]["endRow"]),
-             (f["right"]["startRow"], f["right"]["endRow"]))
-            for f in p["fragments"]
-        ]  # fmt: skip
-        pairs.append(Pair(names[p["left"]], names[p["right"]], p["similarity"], p["longest"],
-                          p["leftCovered"], p["rightCovered"], p["leftTotal"], p["rightTotal"],
-                          fragments))  # fmt: skip
+        fragments = [(_region(f["left"]), _region(f["right"])) for f in p["fragments"]]
+        pair = Pair(names[p["left"]], names[p["right"]], p["similarity"], p["longest"],
+                    p["leftCovered"], p["rightCovered"], p["leftTotal"], p["rightTotal"],
+                    fragments, dolos=p["similarity"])  # fmt: skip
+        if order[pair.left] > order[pair.right]:
+            pair = _swapped(pair)
+        found[(pair.left, pair.right)] = pair
+    for key, score in (normal_similarity(sources, template) if normalised else {}).items():
+        pair = found.setdefault(key, Pair(key[0], key[1], 0.0))
+        pair.normal = score
+        pair.similarity = max(pair.dolos, score)
+    pairs = [p for p in found.values() if p.similarity > 0]
     pairs.sort(key=lambda p: (-p.similarity, -p.longest, p.left, p.right))
     return pairs
+
+
+def _region(r: dict) -> tuple[int, int, int, int]:
+    return (r["startRow"], r["startCol"], r["endRow"], r["endCol"])
+
+
+def _swapped(p: Pair) -> Pair:
+    return Pair(p.right, p.left, p.similarity, p.longest, p.right_covered, p.left_covered,
+                p.right_total, p.left_total, [(b, a) for a, b in p.fragments], p.dolos,
+                p.normal)  # fmt: skip
+
+
+def clusters(pairs: list[Pair], threshold: float) -> list[list[str]]:
+    """The groups of students linked by pairs at or above ``threshold`` (the connected
+    components: A ~ B ~ C when A-B and B-C are), largest first, each sorted.
+
+    Args:
+        pairs: compared pairs (:func:`compare`).
+        threshold: the similarity from which two students are linked.
+
+    Returns:
+        The groups of two or more students.
+    """
+    parent: dict[str, str] = {}
+
+    def root(s: str) -> str:
+        while parent.setdefault(s, s) != s:
+            parent[s] = parent[parent[s]]
+            s = parent[s]
+        return s
+
+    for p in pairs:
+        if p.similarity >= threshold:
+            parent[root(p.left)] = root(p.right)
+    groups: dict[str, list[str]] = {}
+    for s in parent:
+        groups.setdefault(root(s), []).append(s)
+    return sorted((sorted(g) for g in groups.values() if len(g) > 1),
+                  key=lambda g: (-len(g), g))  # fmt: skip
 
 
 @dataclass
@@ -153,6 +231,7 @@ class Similarity:
         pairs: the pairs sharing some code, most similar first.
         identical: the pairs whose answers are equal (but for blank lines and line ends).
         unreadable: {student: why} for the submissions that could not be read.
+        clusters: the groups of students linked by pairs at or above the threshold.
     """
 
     table: Path
@@ -160,6 +239,7 @@ class Similarity:
     pairs: list[Pair]
     identical: set[tuple[str, str]] = field(default_factory=set)
     unreadable: dict[str, str] = field(default_factory=dict)
+    clusters: list[list[str]] = field(default_factory=list)
 
 
 def _normal(code: str) -> str:
@@ -189,78 +269,6 @@ def _submissions(root: Path, assignment: str) -> tuple[dict[str, str], str, dict
     return sources, template, unreadable
 
 
-def _marked(code: str, rows: list[tuple[int, int]]) -> str:
-    """``code`` as HTML lines, those inside a shared fragment marked."""
-    shared = {r for start, end in rows for r in range(start, end + 1)}
-    return "".join(
-        f"<span class='line{' shared' if i in shared else ''}'>{i + 1:>4}  {html.escape(line)}"
-        "</span>\n"
-        for i, line in enumerate(code.splitlines())
-    )
-
-
-_STYLE = (
-    "body{font-family:sans-serif;max-width:1400px;margin:auto}table{border-collapse:collapse}"
-    "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}.sides{display:flex;gap:12px}"
-    ".sides>div{flex:1;min-width:0}pre{background:#f7f7f7;padding:6px;overflow-x:auto;"
-    "font-size:12px}.shared{background:#ffe08a}.line{display:block}"
-)
-
-
-def _page(assignment: str, found: Similarity, sources: dict[str, str], threshold: float,
-          top: int) -> str:  # fmt: skip
-    pairs = found.pairs
-    above = [p for p in pairs if p.similarity >= threshold]
-    shown = {id(p) for p in above[:top]}
-
-    def score(p: Pair) -> str:
-        same = (p.left, p.right) in found.identical
-        return f"{p.similarity:.3f}" + (" (identical answers)" if same else "")
-
-    rows = "".join(
-        f"<tr class='pair{' above' if p.similarity >= threshold else ''}'><td>{i}</td>"
-        f"<td>{html.escape(p.left)}</td><td>{html.escape(p.right)}</td>"
-        f"<td>{score(p)}</td><td>{p.longest}</td>"
-        + (f"<td><a href='#pair-{i}'>side by side</a></td>" if id(p) in shown
-           else "<td></td>")
-        + "</tr>"
-        for i, p in enumerate(pairs[:300], start=1)
-    )  # fmt: skip
-    details = "".join(
-        f"<section id='pair-{i}' class='side-by-side'><h3>{i}. {html.escape(p.left)} and "
-        f"{html.escape(p.right)}: similarity {score(p)}</h3><div class='sides'>"
-        f"<div><h4>{html.escape(p.left)}</h4><pre>"
-        f"{_marked(sources[p.left], [f[0] for f in p.fragments])}</pre></div>"
-        f"<div><h4>{html.escape(p.right)}</h4><pre>"
-        f"{_marked(sources[p.right], [f[1] for f in p.fragments])}</pre></div></div></section>"
-        for i, p in enumerate(pairs, start=1)
-        if id(p) in shown
-    )
-    items = "".join(
-        f"<li>{html.escape(sid)}: {html.escape(why)}</li>" for sid, why in found.unreadable.items()
-    )
-    unread = f"<p>Not compared (could not be read):</p><ul class='unreadable'>{items}</ul>"
-    unread = unread if items else ""
-    capped = (
-        f" The {top} most similar of them are shown side by side (--top)." if len(above) > top
-        else ""
-    )  # fmt: skip
-    return (
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Similar submissions: "
-        f"{html.escape(assignment)}</title><style>{_STYLE}</style></head><body>"
-        f"<h1>Similar submissions: {html.escape(assignment)}</h1>"
-        f"<p>{len(sources)} submissions, {len(pairs)} pairs sharing some code, "
-        f"{len(above)} at or above the threshold {threshold:g}.{capped} Compared by Dolos: only "
-        "what each student wrote (answer cells and added cells; the stubs and given code are left "
-        "out). The similarity is the share of the two answers' fingerprints they have in "
-        "common. A pair high on this list is worth reading side by side; short exercises "
-        "have few ways to be written, so two independent answers can be alike.</p>"
-        "<table><tr><th>rank</th><th>student</th><th>student</th><th>similarity</th>"
-        f"<th>longest shared fragment (k-grams)</th><th></th></tr>{rows}</table>{unread}"
-        f"{details}</body></html>"
-    )
-
-
 def similarity_report(
     course: str | Path,
     assignment: str,
@@ -278,8 +286,9 @@ def similarity_report(
         top: the most pairs shown side by side (the most similar ones).
 
     Returns:
-        The files, the pairs sharing code (most similar first), the identical ones and the
-        submissions that could not be read (:class:`Similarity`).
+        The files, the pairs sharing code (most similar first), the identical ones, the
+        submissions that could not be read and the groups of similar students
+        (:class:`Similarity`).
 
     Raises:
         ValueError: a threshold outside [0, 1], a ``top`` below 1, fewer than two
@@ -293,26 +302,27 @@ def similarity_report(
         raise ValueError(f"--top must be at least 1, got {top}")
     root = Path(course).resolve()
     sources, template, unreadable = _submissions(root, assignment)
-    pairs = [p for p in compare(sources, template) if p.similarity > 0]  # sharing something
+    pairs = compare(sources, template)  # the pairs sharing something
     same = {
         (p.left, p.right) for p in pairs if _normal(sources[p.left]) == _normal(sources[p.right])
     }
-    found = Similarity(Path(), Path(), pairs, same, unreadable)
+    found = Similarity(Path(), Path(), pairs, same, unreadable, clusters(pairs, threshold))
     out = root / "reports" / assignment
     out.mkdir(parents=True, exist_ok=True)
     table = out / "similarity.csv"
     with table.open("w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["rank", "student_a", "student_b", "similarity", "longest_fragment", "covered_a",
-                    "covered_b", "total_a", "total_b", "at_or_above_threshold",
-                    "identical"])  # fmt: skip
+        w.writerow(["rank", "student_a", "student_b", "similarity", "dolos", "normal_form",
+                    "longest_fragment", "covered_a", "covered_b", "total_a", "total_b",
+                    "at_or_above_threshold", "identical"])  # fmt: skip
         for i, p in enumerate(pairs, start=1):
-            w.writerow([i, p.left, p.right, f"{p.similarity:.4f}", p.longest, p.left_covered,
-                        p.right_covered, p.left_total, p.right_total,
-                        int(p.similarity >= threshold),
+            w.writerow([i, p.left, p.right, f"{p.similarity:.4f}", f"{p.dolos:.4f}",
+                        f"{p.normal:.4f}", p.longest, p.left_covered, p.right_covered,
+                        p.left_total, p.right_total, int(p.similarity >= threshold),
                         int((p.left, p.right) in same)])  # fmt: skip
     page = out / "similarity.html"
-    page.write_text(_page(assignment, found, sources, threshold, top), encoding="utf-8")
+    page.write_text(_render(assignment, found, sources, template, threshold, top),
+                    encoding="utf-8")  # fmt: skip
     build_dashboard(root)
     found.table, found.page = table, page
     return found
