@@ -112,3 +112,13 @@ def test_every_citation_is_in_the_bibliography() -> None:
     }
     assert cited, "no citations found"
     assert not cited - keys, f"cited but not in references.bib: {sorted(cited - keys)}"
+
+
+def test_the_bibliography_parses_whole() -> None:
+    """references.bib is read as the build reads it (pybtex, strict): an entry left open, e.g. by
+    a merge, stops the book's build at the bibliography, before any page."""
+    from pybtex.database.input.bibtex import Parser
+
+    text = (BOOK / "references.bib").read_text()
+    entries = Parser().parse_string(text).entries  # raises on a syntax error
+    assert len(entries) == len(re.findall(r"^@\w+\{", text, re.M)), "an entry swallowed another"
