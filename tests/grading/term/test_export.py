@@ -97,7 +97,7 @@ def _by_student(rows: list[list[str]], key: int) -> dict[str, list[str]]:
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
 def gradebook(request, tmp_path):
     if request.param == "sqlite":
-        url = database_url(f"sqlite:///{tmp_path / 'gradebook.db'}")
+        url = database_url(real_parts.new_sqlite_gradebook(tmp_path / "gradebook.db"))
     else:
         url = database_url(request.getfixturevalue("postgres")["url"])
         from nbgrader.api import Base
@@ -154,11 +154,12 @@ def test_gradescope_layout_and_scores(gradebook, tmp_path):
     assert students["A003"][4:] == ["0", "4"]
 
 
+@pytest.mark.slow  # runs `coursepkg export` three times, each a new process importing torch
 def test_the_command_line_writes_the_file_and_a_missing_student_is_a_clear_error(tmp_path):
     course = tmp_path / "course"
     course.mkdir()
     shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
-    _fill(database_url(f"sqlite:///{course / 'gradebook.db'}"))
+    _fill(database_url(real_parts.new_sqlite_gradebook(course / "gradebook.db")))
     roster = tmp_path / "roster.csv"
     roster.write_text(MAPPING, encoding="utf-8")
     _add_unreleased(database_url(f"sqlite:///{course / 'gradebook.db'}"))
@@ -190,7 +191,7 @@ def test_the_command_line_writes_the_file_and_a_missing_student_is_a_clear_error
 
 
 def test_the_exported_score_is_the_points_less_the_penalty_never_below_zero(tmp_path):
-    url = database_url(f"sqlite:///{tmp_path / 'gradebook.db'}")
+    url = database_url(real_parts.new_sqlite_gradebook(tmp_path / "gradebook.db"))
     _fill(url, {})
 
     @settings(max_examples=30, deadline=None)
@@ -222,7 +223,7 @@ def _add_unreleased(url: str) -> None:
 
 
 def test_all_means_the_assignments_handed_in_and_the_rest_is_listed(tmp_path):
-    url = database_url(f"sqlite:///{tmp_path / 'gradebook.db'}")
+    url = database_url(real_parts.new_sqlite_gradebook(tmp_path / "gradebook.db"))
     _fill(url)
     _add_unreleased(url)
     done = export(url, COURSE, None, "csv", tmp_path / "all.csv")
@@ -238,7 +239,7 @@ def test_all_means_the_assignments_handed_in_and_the_rest_is_listed(tmp_path):
 
 
 def test_nothing_handed_in_is_an_error_naming_the_way_out(tmp_path):
-    url = database_url(f"sqlite:///{tmp_path / 'gradebook.db'}")
+    url = database_url(real_parts.new_sqlite_gradebook(tmp_path / "gradebook.db"))
     _fill(url, {})
     with pytest.raises(ValueError, match="nobody has handed in any of the gradebook's 2"):
         export(url, COURSE, None, "csv", tmp_path / "none.csv")
@@ -246,7 +247,7 @@ def test_nothing_handed_in_is_an_error_naming_the_way_out(tmp_path):
 
 
 def test_a_dropped_student_is_left_out_and_listed_and_a_missing_column_warned(tmp_path):
-    url = database_url(f"sqlite:///{tmp_path / 'gradebook.db'}")
+    url = database_url(real_parts.new_sqlite_gradebook(tmp_path / "gradebook.db"))
     _fill(url)
     roster = tmp_path / "roster.csv"
     typo = MAPPING.replace("SIS User ID", "SIS UserID")
