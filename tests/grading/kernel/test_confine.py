@@ -23,6 +23,7 @@ if sys.argv[1:] == ["stay"]:
     os.geteuid() != 0 or confine._cgroup_parent("pids")[0] is None,
     reason="kernels get a pids cgroup only as root, with the pids controller mounted",
 )
+@pytest.mark.slow  # two processes importing coursepkg, each in a cgroup
 def test_the_cgroup_of_a_kernel_gone_without_cleanup_is_removed():
     root = confine._cgroup_parent("pids")[0]  # this process's own pids cgroup, or the root
     # A "kernel" that exits without removing its group, as one killed with its worker does.

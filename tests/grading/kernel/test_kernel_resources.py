@@ -86,6 +86,7 @@ def _own_memory_cgroup() -> str:
     return (v1 or [line for line in lines if line.startswith("0::")])[0].split(":", 2)[2]
 
 
+@pytest.mark.slow  # a confined process of its own
 def test_a_memory_cgroup_stops_an_in_memory_file_and_records_it():
     proc = subprocess.Popen([sys.executable, "-c", MEMFD_IN_CGROUP], stdout=subprocess.PIPE,
                             text=True)  # fmt: skip
@@ -119,6 +120,7 @@ print(os.getpid(), kind or "none", why, sep="|", flush=True)
 """
 
 
+@pytest.mark.slow  # a confined process of its own
 def test_the_memory_group_of_a_kernel_gone_without_cleanup_is_found_and_removed():
     done = subprocess.run([sys.executable, "-c", MEMORY_GROUP_LEFT], capture_output=True,
                           text=True, timeout=60, check=True)  # fmt: skip
@@ -134,6 +136,7 @@ def test_the_memory_group_of_a_kernel_gone_without_cleanup_is_found_and_removed(
     assert not group.exists()
 
 
+@pytest.mark.slow  # a confined process of its own
 def test_private_mounts_bound_the_kernels_files_and_leave_the_hosts(tmp_path):
     folder, scratch = tmp_path / "folder", tmp_path / "scratch"
     folder.mkdir()
