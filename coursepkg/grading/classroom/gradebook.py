@@ -19,6 +19,8 @@ from typing import Any
 
 import nbformat
 
+from ..policy.regrade import reapply
+
 __all__ = [
     "Course",
     "check_gradebook",
@@ -303,8 +305,6 @@ def record(course: Course, assignment: str, answer: Any, notebooks: list[str]) -
         }
         SaveAutoGrades(config=course.config).preprocess(nb, resources)
         AssignLatePenalties(config=course.config).preprocess(nb, resources)
-    from ..term.regrade import reapply
-
     settled = _keep_hand_grades(course, assignment, sid, kept)
     regraded = reapply(course, assignment, sid)  # answered regrade requests survive a rerun
     if answer.feedback and (settled or regraded or _late(course, assignment, sid)):

@@ -38,7 +38,7 @@ from typing import Any
 from ..kernel.confine import remove_stale_cgroups
 from ..notebook import DEFAULT_CELL_TIMEOUT, NotebookError, load_notebook
 from ..notebook import cell_timeout as notebook_cell_timeout
-from ..term.late import apply_due_date, check_due_dates
+from ..policy.late import apply_due_date, check_due_dates
 from . import gradebook
 from .dashboard import build_dashboard
 from .limits import course_limits

@@ -96,30 +96,31 @@ def _regrade(args: argparse.Namespace) -> int:
     import json
     import os
 
-    from . import regrade
-    from .pages import change
+    from ..policy.pages import change
+    from ..policy.regrade import request_file, requests
+    from .regrade import add_requests, answer
 
     if args.action == "request":  # the student's side: no gradebook
         student = args.student or os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
-        data = regrade.request_file(args.assignment, student, args.part, args.reason)
+        data = request_file(args.assignment, student, args.part, args.reason)
         out = Path(args.output or f"regrade-{args.assignment}-{args.part}.json")
         out.write_text(json.dumps(data, indent=1), encoding="utf-8")
         print(f"wrote {out}: send this file to your instructor")
         return 0
     course = open_course(args)
     if args.action == "add":
-        ids = regrade.add_requests(course, [Path(f) for f in args.files])
-        known = {r.id: r for r in regrade.requests(course.url)}
+        ids = add_requests(course, [Path(f) for f in args.files])
+        known = {r.id: r for r in requests(course.url)}
         for i in ids:
             r = known[i]
             print(f"request {i}: {r.student}, {r.assignment} {r.part} ({r.status})")
         print(f"dashboard: {course.root / 'reports' / 'dashboard.html'}")
     elif args.action == "answer":
         who = args.by or os.environ.get("USER") or getpass.getuser()
-        regrade.answer(course, args.id, why=args.why, who=who, score=args.score)
+        answer(course, args.id, why=args.why, who=who, score=args.score)
         print(f"answered request {args.id}; the feedback of its student was made again")
     else:
-        found = regrade.requests(course.url, args.assignment)
+        found = requests(course.url, args.assignment)
         if not args.all and not any(r.status == "open" for r in found):
             print(f"no open requests ({len(found)} answered; --all lists them with their trail)")
         for r in found:
