@@ -123,6 +123,7 @@ _FLOORS = {
     "policy": 4,
     "classroom": 5,
     "term": 6,
+    "commands": 6,  # coursepkg check, release and grade
 }
 
 
@@ -131,7 +132,8 @@ def _floor(module: str) -> int:
 
 
 def test_the_grading_folders_import_one_way():
-    """framework < checks < the package < kernel, notebook < policy < classroom < term: the
+    """framework < checks < the package < kernel, notebook < policy < classroom < term and the
+    grading commands: the
     class grader never reaches up into the instructor's commands, the policies into neither."""
     graph, _ = _import_graph()
     upward = sorted(

@@ -29,6 +29,7 @@ __all__ = [
     "definition",
     "export_csv",
     "feedback_from_gradebook",
+    "reachable_url",
     "record",
     "safe_url",
 ]
@@ -80,6 +81,21 @@ def check_gradebook(url: str, timeout: int = 10) -> None:
         raise ValueError(
             f"cannot reach the gradebook {safe_url(url)}: {first} (nothing was graded)"
         ) from err
+
+
+def reachable_url(root: Path, db_url: str | None) -> str:
+    """The gradebook URL of the course at ``root`` (``db_url``, else the course's SQLite file
+    ``gradebook.db``), checked to be reachable before any work.
+
+    Raises:
+        ValueError: ``root`` is no nbgrader course (no ``nbgrader_config.py``), or its
+            gradebook cannot be reached.
+    """
+    if not (root / "nbgrader_config.py").is_file():
+        raise ValueError(f"{root} is not an nbgrader course directory (no nbgrader_config.py)")
+    url = database_url(db_url or f"sqlite:///{root / 'gradebook.db'}")
+    check_gradebook(url)
+    return url
 
 
 class Course:

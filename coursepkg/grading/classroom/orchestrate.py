@@ -338,15 +338,6 @@ def _submissions(root: Path, assignment: str, students: list[str] | None) -> lis
     return chosen
 
 
-def _reachable_gradebook(root: Path, db_url: str | None) -> str:
-    """The gradebook's URL (the course's SQLite file by default), checked to be reachable."""
-    if not (root / "nbgrader_config.py").is_file():
-        raise ValueError(f"{root} is not an nbgrader course directory (no nbgrader_config.py)")
-    url = gradebook.database_url(db_url or f"sqlite:///{root / 'gradebook.db'}")
-    gradebook.check_gradebook(url)
-    return url
-
-
 def grade_class(
     course: str | Path,
     assignment: str,
@@ -396,7 +387,7 @@ def grade_class(
     """
     start = time.perf_counter()
     root = Path(course).resolve()
-    url = _reachable_gradebook(root, db_url)
+    url = gradebook.reachable_url(root, db_url)
     limits = course_limits(root, cell_timeout=cell_timeout, notebook_timeout=notebook_timeout,
                            memory_mb=memory_mb, disk_mb=disk_mb, shm_mb=shm_mb)  # fmt: skip
     chosen = _submissions(root, assignment, students)

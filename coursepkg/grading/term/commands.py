@@ -1,5 +1,9 @@
 """The command line of the instructor's end of term: ``coursepkg export``, ``coursepkg
-regrade`` and ``coursepkg similarity`` (registered by :func:`add_parsers`)."""
+regrade`` and ``coursepkg similarity``.
+
+Each command is a pair, ``_add_<verb>(sub)`` that declares its arguments and ``_<verb>(args)``
+that runs it (its exit status), as in every home of ``coursepkg``'s commands
+(:mod:`coursepkg.commands`); :func:`add_parsers` registers them."""
 
 from __future__ import annotations
 
@@ -22,14 +26,10 @@ def _common(p: argparse.ArgumentParser) -> None:
 def open_course(args: argparse.Namespace) -> Any:
     """The course (:class:`~coursepkg.grading.classroom.gradebook.Course`) that ``--root`` and
     ``--db`` name, its gradebook checked to be reachable."""
-    from ..classroom import gradebook
+    from ..classroom.gradebook import Course, reachable_url
 
     root = Path(args.root).resolve()
-    if not (root / "nbgrader_config.py").is_file():
-        raise ValueError(f"{root} is not an nbgrader course directory (no nbgrader_config.py)")
-    url = gradebook.database_url(args.db or f"sqlite:///{root / 'gradebook.db'}")
-    gradebook.check_gradebook(url)
-    return gradebook.Course(root, url)
+    return Course(root, reachable_url(root, args.db))
 
 
 def _export(args: argparse.Namespace) -> int:
