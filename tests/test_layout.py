@@ -107,7 +107,8 @@ def _import_graph() -> tuple[dict[str, set[str]], Any]:
 
 def test_no_import_cycle_even_through_imports_inside_functions():
     graph, cycles = _import_graph()
-    assert "coursepkg.grading.policy.regrade" in graph["coursepkg.grading.classroom.gradebook"]
+    # an import inside a function counts (Course.notebooks imports the release when it runs)
+    assert "coursepkg.release" in graph["coursepkg.grading.classroom.gradebook"]
     assert cycles(graph) == []
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 

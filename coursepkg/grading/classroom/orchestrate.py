@@ -44,6 +44,7 @@ from .dashboard import build_dashboard
 from .limits import course_limits
 from .protocol import Assignment, GradeAnswer, GradeJob, SandboxStatus
 from .reports import ClassResult, StudentResult, sandbox_summary, student_report
+from .standing import standing
 
 __all__ = ["Interrupted", "connect", "grade_class"]
 
@@ -111,17 +112,20 @@ def _problem(root: Path, assignment: str, student: str, notebooks: list[str]) ->
     return ""
 
 
-def _job(root: Path, assignment: str, student: str, notebooks: list[str]) -> GradeJob:
+def _job(course: gradebook.Course, assignment: str, student: str, notebooks: list[str]):
+    """The student's job: the submission's files (or the reason it cannot run) and the
+    student's standing in the gradebook, which the feedback shows."""
+    root, state = course.root, standing(course, assignment, student)
     reason = _problem(root, assignment, student, notebooks)
     if reason:
-        return GradeJob(student, reason=reason)
+        return GradeJob(student, reason=reason, standing=state)
     folder = root / "submitted" / student / assignment
     files = {
         str(p.relative_to(folder)): p.read_bytes()
         for p in sorted(folder.rglob("*"))
         if p.is_file() and ".ipynb_checkpoints" not in p.parts
     }
-    return GradeJob(student, files=files)
+    return GradeJob(student, files=files, standing=state)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -224,7 +228,7 @@ class _Batch:
             result.graded, result.reason, result.error = False, job.reason, error
             log.error("could not record a grade for %s: %s", job.student, error)
             return None
-        return GradeJob(job.student, reason=reason)
+        return GradeJob(job.student, reason=reason, standing=job.standing)
 
     def _record(self, answer: GradeAnswer, result: StudentResult) -> None:
         root = self.course.root
@@ -409,7 +413,7 @@ def grade_class(
                                   **limits)  # fmt: skip
             batch = _Batch(client, shipped, book, stop)
             grade_start = time.perf_counter()
-            _run(batch, [_job(root, assignment, sid, notebooks) for sid in chosen], 4 * n_workers,
+            _run(batch, [_job(book, assignment, sid, notebooks) for sid in chosen], 4 * n_workers,
                  progress, console)  # fmt: skip
             grade_seconds = time.perf_counter() - grade_start
         result = _finish(batch, chosen, notebooks, reports)

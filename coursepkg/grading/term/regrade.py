@@ -15,16 +15,21 @@ store moved names ``coursepkg.grading.term.regrade.RegradeNote`` in
 from __future__ import annotations
 
 import json
+import logging
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 from ..classroom.dashboard import build_dashboard
-from ..classroom.gradebook import export_csv, feedback_from_gradebook
+from ..classroom.gradebook import export_csv
 from ..classroom.reports import StudentResult, student_report
 from ..policy import regrade as store
 from ..policy.regrade import RegradeNote
 
 __all__ = ["RegradeNote", "add_requests", "answer", "write_snapshot"]
+
+log = logging.getLogger(__name__)
 
 
 def add_requests(course: Any, files: list[Path]) -> list[int]:
@@ -48,7 +53,7 @@ def answer(course: Any, request_id: int, *, why: str, who: str, score: float | N
         ValueError: no such request, no reason given, a score outside the part's range.
     """
     assignment, student = store.record_answer(course, request_id, why=why, who=who, score=score)
-    feedback_from_gradebook(course, assignment, student)
+    _feedback_again(course, assignment, student)
     reports = course.root / "reports" / assignment
     if (reports / "grades.csv").is_file():  # what coursepkg grade wrote, with the new score
         export_csv(course, assignment, reports / "grades.csv")
@@ -79,3 +84,47 @@ def write_snapshot(course: Any) -> Path:
     out.write_text(json.dumps(rows, indent=1, default=str), encoding="utf-8")
     build_dashboard(course.root)
     return out
+
+
+def _feedback_again(course: Any, assignment: str, student: str) -> None:
+    """nbgrader's feedback of ``student`` made again from the course's own gradebook (with the
+    grader's preprocessors, as on the workers), swapped in for the one ``coursepkg grade``
+    wrote: the answer changed a score after grading. (``coursepkg grade`` makes the feedback on
+    its workers only.)"""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.apps.nbgraderapp import NbGraderApp
+    from traitlets.config import Config
+
+    from ..classroom.preprocessors import feedback_preprocessors
+
+    here = os.getcwd()
+    os.chdir(course.root)
+    try:
+        app = NbGraderApp()
+        app.initialize([])  # the course's nbgrader_config.py, as `nbgrader` reads it
+        config = Config()
+        config.CourseDirectory.root = str(course.root)
+        config.CourseDirectory.db_url = course.url
+        config.CourseDirectory.source_directory = course.source
+        config.CourseDirectory.release_directory = course.release
+        config.CourseDirectory.submitted_directory = "submitted"
+        config.CourseDirectory.autograded_directory = "autograded"
+        config.CourseDirectory.feedback_directory = "feedback.coursepkg"
+        config.GenerateFeedback.preprocessors = feedback_preprocessors(app.config)
+        app.update_config(config)
+        out = NbGraderAPI(parent=app).generate_feedback(assignment, student, True)
+    finally:
+        os.chdir(here)
+    made = course.root / "feedback.coursepkg" / student / assignment
+    if out.get("success") and made.is_dir():
+        target = course.root / "feedback" / student / assignment
+        shutil.rmtree(target, ignore_errors=True)
+        made.rename(target)
+    else:
+        log.warning(
+            "%s: the feedback with the regrade answer could not be made (it shows the old "
+            "score; `nbgrader generate_feedback` makes it): %s",
+            student,
+            (out.get("error") or out.get("log") or "")[-500:],
+        )
+    shutil.rmtree(course.root / "feedback.coursepkg", ignore_errors=True)
