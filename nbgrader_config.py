@@ -26,18 +26,18 @@ if os.environ.get("COURSE_EXCHANGE"):
 # score and the check's message, which says what is wrong, still show), so the hidden shapes stay
 # hidden from the next cohort too.
 # The feedback also explains a late penalty and lists the student's regrade requests with their
-# answers, with a link to ask for one (coursepkg.grading.term; docs/instructors.md, end of term).
+# answers, with a link to ask for one (coursepkg.grading.policy; docs/instructors.md, end of term).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
     "nbgrader.preprocessors.ClearHiddenTests",
-    "coursepkg.grading.term.late.LateNote",
-    "coursepkg.grading.term.regrade.RegradeNote",
+    "coursepkg.grading.policy.late.LateNote",
+    "coursepkg.grading.policy.regrade.RegradeNote",
 ]
 
 # The late policy (applied by `coursepkg grade` and `nbgrader autograde`); uncomment and adapt.
 # Due dates: ISO 8601 with a zone ("2026-12-01 17:00 Europe/Berlin", "... UTC" or "...+01:00").
-# c.AssignLatePenalties.plugin_class = "coursepkg.grading.term.late.LatePolicy"
+# c.AssignLatePenalties.plugin_class = "coursepkg.grading.policy.late.LatePolicy"
 # c.LatePolicy.due_dates = {"ex01_attention": "2026-11-20 17:00:00 UTC"}
 # c.LatePolicy.grace_minutes = 15
 # c.LatePolicy.percent_per_day = 10

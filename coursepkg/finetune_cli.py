@@ -12,7 +12,7 @@ import logging
 import sys
 from typing import Any
 
-__all__ = ["add_finetune_parser"]
+__all__ = ["add_parsers"]
 
 _HELP = {
     "out": "the run's folder: checkpoint.pt, log.csv and, at the end, model.pt",
@@ -28,8 +28,13 @@ _HELP = {
 }
 
 
-def add_finetune_parser(sub: Any) -> None:
-    """Register the ``coursepkg finetune`` subcommand on ``sub`` (argparse subparsers)."""
+def add_parsers(sub: Any) -> None:
+    """Register ``coursepkg finetune`` on ``sub`` (an argparse subparsers object)."""
+    _add_finetune(sub)
+
+
+def _add_finetune(sub: Any) -> None:
+    """The ``coursepkg finetune`` subcommand."""
     from coursepkg.posttrain.trainer import FinetuneSettings
 
     p = sub.add_parser(

@@ -13,7 +13,7 @@ import logging
 import sys
 from typing import Any
 
-__all__ = ["add_train_parser"]
+__all__ = ["add_parsers"]
 
 _HELP = {
     "out": "the run's folder: tokens, log.csv, loss.png, checkpoint.pt, samples.txt",
@@ -41,8 +41,13 @@ def _model_option(text: str) -> tuple[str, Any]:
     return key.strip().replace("-", "_"), yaml.safe_load(value)
 
 
-def add_train_parser(sub: Any) -> None:
-    """Register the ``coursepkg train`` subcommand on ``sub`` (an argparse subparsers object)."""
+def add_parsers(sub: Any) -> None:
+    """Register ``coursepkg train`` on ``sub`` (an argparse subparsers object)."""
+    _add_train(sub)
+
+
+def _add_train(sub: Any) -> None:
+    """The ``coursepkg train`` subcommand."""
     from coursepkg.training.settings import GPT_DEFAULTS, TrainSettings
 
     p = sub.add_parser(

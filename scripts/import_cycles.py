@@ -1,10 +1,12 @@
-"""Import cycles among a package's modules, from their module-level imports.
+"""Import cycles among a package's modules, counting every import wherever it is written.
 
-Run: ``python scripts/import_cycles.py coursepkg [--typing]``. Reads every ``.py`` file under
-the folder with ``ast`` (nothing is imported or run), keeps the imports at module level (those
-inside functions run late and cannot make an import cycle; with ``--typing`` also those under
-``if TYPE_CHECKING:``, which a type checker follows), and prints each group of modules that
-import each other in a ring, or ``no import cycle``. Exits 1 when there is a cycle.
+Run: ``python scripts/import_cycles.py coursepkg``. Reads every ``.py`` file under the folder
+with ``ast`` (nothing is imported or run) and keeps every import it finds: at module level,
+inside functions and methods, and under ``if TYPE_CHECKING:``. An import inside a function runs
+late, so Python itself would not fail on a ring made of them; but two modules that import each
+other, however late, are one idea split in two, and the package's layers are meant to run one
+way. It prints each group of modules that import each other in a ring, or ``no import cycle``,
+and exits 1 when there is a cycle. ``tests/test_layout.py`` asserts there is none.
 """
 
 from __future__ import annotations
@@ -20,42 +22,45 @@ def module_name(root: Path, path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(root: Path, path: Path, known: set[str], typing: bool = False) -> set[str]:
-    """The package's modules that ``path`` imports at module level."""
+def _targets(node: ast.Import | ast.ImportFrom, package: str, known: set[str]) -> list[str]:
+    """The modules one import statement names (before they are resolved to known modules)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = package
+    for _ in range(node.level - 1):
+        base = base.rpartition(".")[0]
+    stem = f"{base}.{node.module}" if node.level and node.module else base
+    stem = node.module if not node.level else stem
+    submodules = [f"{stem}.{alias.name}" for alias in node.names]
+    # ``from . import sub`` imports the submodule; the package itself is already initialised
+    # before any of its modules runs, so it is an edge only when a name comes from the
+    # package's own namespace.
+    if all(sub in known for sub in submodules):
+        return submodules
+    return [stem, *submodules]
+
+
+def imports(root: Path, path: Path, known: set[str]) -> set[str]:
+    """The package's modules that ``path`` imports, anywhere in the file."""
     name = module_name(root, path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    body = []
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.If):  # `if TYPE_CHECKING:` blocks never run
-            if typing and "TYPE_CHECKING" in ast.unparse(node.test):
-                body.extend(node.body)
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Import | ast.ImportFrom):
             continue
-        body.append(node)
-    for node in body:
-        targets: list[str] = []
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = package
-            for _ in range(node.level - 1):
-                base = base.rpartition(".")[0]
-            stem = f"{base}.{node.module}" if node.level and node.module else base
-            stem = node.module if not node.level else stem
-            submodules = [f"{stem}.{alias.name}" for alias in node.names]
-            # ``from . import sub`` imports the submodule; the package itself is already
-            # initialised before any of its modules runs, so it is an edge only when a name
-            # comes from the package's own namespace.
-            if all(sub in known for sub in submodules):
-                targets = submodules
-            else:
-                targets = [stem, *submodules]
-        for target in targets:
+        for target in _targets(node, package, known):
             while target and target not in known:
                 target = target.rpartition(".")[0]
             if target and target != name:
                 found.add(target)
     return found
+
+
+def graph(root: Path) -> dict[str, set[str]]:
+    """Every module under ``root`` (a package folder) and the package's modules it imports."""
+    paths = sorted(root.rglob("*.py"))
+    known = {module_name(root, p) for p in paths}
+    return {module_name(root, p): imports(root, p, known) for p in paths}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -68,7 +73,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     def visit(v: str) -> None:
         index[v] = low[v] = len(index)
         stack.append(v)
-        for w in graph[v]:
+        for w in sorted(graph[v]):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -92,12 +97,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def main() -> None:
     """Print the cycles of the package named on the command line."""
-    root = Path(sys.argv[1]).resolve()
-    typing = "--typing" in sys.argv[2:]
-    paths = sorted(root.rglob("*.py"))
-    known = {module_name(root, p) for p in paths}
-    graph = {module_name(root, p): imports(root, p, known, typing) for p in paths}
-    found = cycles(graph)
+    found = cycles(graph(Path(sys.argv[1]).resolve()))
     for group in found:
         print("import cycle: " + " <-> ".join(group))
     print("no import cycle" if not found else f"{len(found)} import cycle(s)")

@@ -5,8 +5,10 @@ over 600 lines, no function over 80 lines (counted from ``def`` to the end of it
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,3 +94,55 @@ def test_the_map_lists_every_module_and_every_test_file():
     unlisted += [t for t in tests if not _listed(t, names)]
     assert modules and tests
     assert not unlisted, f"not in DEVELOPING.md's map: {sorted(unlisted)}"
+
+
+def _import_graph() -> tuple[dict[str, set[str]], Any]:
+    """``scripts/import_cycles.py``'s graph of ``coursepkg``: every import, wherever written."""
+    path = ROOT / "scripts" / "import_cycles.py"
+    spec = importlib.util.spec_from_file_location("import_cycles", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.graph(PACKAGE), module.cycles
+
+
+def test_no_import_cycle_even_through_imports_inside_functions():
+    graph, cycles = _import_graph()
+    # an import inside a function counts (Course.notebooks imports the release when it runs)
+    assert "coursepkg.release" in graph["coursepkg.grading.classroom.gradebook"]
+    assert cycles(graph) == []
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# The grading folders from the bottom up; a module imports its own floor or those below.
+_FLOORS = {
+    "framework": 0,
+    "checks": 1,
+    "": 2,  # coursepkg.grading itself: the public checks and the catalogue
+    "notebook": 3,
+    "kernel": 3,
+    "formgrader_offline": 3,
+    "policy": 4,
+    "classroom": 5,
+    "term": 6,
+    "commands": 6,  # coursepkg check, release and grade
+}
+
+
+def _floor(module: str) -> int:
+    return _FLOORS[module.removeprefix("coursepkg.grading").lstrip(".").split(".")[0]]
+
+
+def test_the_grading_folders_import_one_way():
+    """framework < checks < the package < kernel, notebook < policy < classroom < term and the
+    grading commands: the
+    class grader never reaches up into the instructor's commands, the policies into neither."""
+    graph, _ = _import_graph()
+    upward = sorted(
+        (name, target)
+        for name, targets in graph.items()
+        if name.startswith("coursepkg.grading")
+        for target in targets
+        if target.startswith("coursepkg.grading") and _floor(target) > _floor(name)
+    )
+    assert not upward, upward
+    assert _floor("coursepkg.grading.term.regrade") > _floor("coursepkg.grading.classroom.record")

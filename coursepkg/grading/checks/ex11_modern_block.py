@@ -191,7 +191,7 @@ _RMS_SPEC = ModuleSpec(
 @public_check(
     assignment="ex11_modern_block", implements="RMSNorm", bugs=RMS_NORM_BUGS, kind="class"
 )
-def check_rms_norm(report: CheckReport, cls: Any, thorough: bool, seed: int | None) -> None:
+def check_rms_norm(report: CheckReport, impl: Any, thorough: bool, seed: int | None) -> None:
     """Check the class ``RMSNorm(d_model, eps=1e-5)`` with the one parameter ``weight``.
 
     Checks the parameter and its initial value (ones), copies random gains into both modules
@@ -201,7 +201,7 @@ def check_rms_norm(report: CheckReport, cls: Any, thorough: bool, seed: int | No
     """
     gen = generator(seed, salt=11)
     cfgs = configs(RMS_NORM_ITEM, thorough, seed)
-    check_module(report, cls, _RMS_SPEC, cfgs, gen)
+    check_module(report, impl, _RMS_SPEC, cfgs, gen)
     report.ok(f"one gain `weight` (ones, no bias), as the reference's, on {len(cfgs)} shapes")
     report.ok("outputs match with random gains (float32, float64, another eps)")
     report.ok("gradients reach the gain")
@@ -261,7 +261,7 @@ def _relative_positions(
 
 
 @public_check(assignment="ex11_modern_block", implements="apply_rope", bugs=ROPE_BUGS)
-def check_apply_rope(report: CheckReport, fn: Any, thorough: bool, seed: int | None) -> None:
+def check_apply_rope(report: CheckReport, impl: Any, thorough: bool, seed: int | None) -> None:
     """Check ``apply_rope(x, positions, theta=10000.0, pairs="halves") -> (B, H, L, Dh)``.
 
     Compares with :func:`coursepkg.positional.apply_rope` for both pairings ("halves", the
@@ -270,12 +270,12 @@ def check_apply_rope(report: CheckReport, fn: Any, thorough: bool, seed: int | N
     checks that the scores of rotated queries and keys depend on the offset only, and that it
     is computed rather than taken from the reference.
     """
-    if not callable(fn):
-        report.fail(f"expected your function {ROPE_ITEM}, got {type(fn).__name__}.")
+    if not callable(impl):
+        report.fail(f"expected your function {ROPE_ITEM}, got {type(impl).__name__}.")
 
     def rope(x: Tensor, positions: Tensor, theta: float, pairs: str) -> Any:
         with forbidden_calls(ROPE_ITEM):
-            return call_student(fn, x, positions, theta, pairs, item=ROPE_ITEM)
+            return call_student(impl, x, positions, theta, pairs, item=ROPE_ITEM)
 
     gen = generator(seed, salt=12)
     cfgs = configs(ROPE_ITEM, thorough, seed)
@@ -342,7 +342,7 @@ _SWIGLU_SPEC = ModuleSpec(
 
 
 @public_check(assignment="ex11_modern_block", implements="SwiGLU", bugs=SWIGLU_BUGS, kind="class")
-def check_swiglu(report: CheckReport, cls: Any, thorough: bool, seed: int | None) -> None:
+def check_swiglu(report: CheckReport, impl: Any, thorough: bool, seed: int | None) -> None:
     """Check the class ``SwiGLU(d_model, d_ff)`` (``linear1`` the gate, ``linear3`` the
     linear branch, ``linear2`` back to D, no biases).
 
@@ -352,7 +352,7 @@ def check_swiglu(report: CheckReport, cls: Any, thorough: bool, seed: int | None
     """
     gen = generator(seed, salt=13)
     cfgs = configs(SWIGLU_ITEM, thorough, seed)
-    check_module(report, cls, _SWIGLU_SPEC, cfgs, gen)
+    check_module(report, impl, _SWIGLU_SPEC, cfgs, gen)
     report.ok(f"parameter count and names match the reference on {len(cfgs)} shapes")
     report.ok("outputs match (float32 and float64): SiLU on the gate linear1, times linear3")
     report.ok("gradients reach every parameter")
@@ -467,7 +467,7 @@ _GQA_SPEC = _self_attention_spec(
     assignment="ex11_modern_block", implements="GroupedQueryAttention", bugs=GQA_BUGS, kind="class"
 )
 def check_grouped_query_attention(
-    report: CheckReport, cls: Any, thorough: bool, seed: int | None
+    report: CheckReport, impl: Any, thorough: bool, seed: int | None
 ) -> None:
     """Check ``GroupedQueryAttention(d_model, n_heads, n_kv_heads, rope_theta, rope_pairs)``.
 
@@ -482,7 +482,7 @@ def check_grouped_query_attention(
     """
     gen = generator(seed, salt=15)
     cfgs = configs(GQA_ITEM, thorough, seed)
-    check_module(report, cls, _GQA_SPEC, cfgs, gen)
+    check_module(report, impl, _GQA_SPEC, cfgs, gen)
     report.ok(f"parameter count and names match the reference on {len(cfgs)} shapes")
     report.ok("outputs match the reference (float32 and float64; no mask, causal, padding)")
     report.ok("later and hidden positions change nothing; no NaN where nothing may be attended")
@@ -527,7 +527,7 @@ _BLOCK_SPEC = _self_attention_spec(
     bugs=MODERN_BLOCK_BUGS,
     kind="class",
 )
-def check_modern_block(report: CheckReport, cls: Any, thorough: bool, seed: int | None) -> None:
+def check_modern_block(report: CheckReport, impl: Any, thorough: bool, seed: int | None) -> None:
     """Check ``ModernDecoderBlock(d_model, n_heads, n_kv_heads, d_ff, rope_theta, rope_pairs)``,
     the pre-norm block: ``x + self_attn(norm1(x))``, then ``+ ffn(norm2(x))``.
 
@@ -540,7 +540,7 @@ def check_modern_block(report: CheckReport, cls: Any, thorough: bool, seed: int 
     """
     gen = generator(seed, salt=16)
     cfgs = configs(MODERN_BLOCK_ITEM, thorough, seed)
-    check_module(report, cls, _BLOCK_SPEC, cfgs, gen)
+    check_module(report, impl, _BLOCK_SPEC, cfgs, gen)
     report.ok(f"parameter count and names match the reference on {len(cfgs)} shapes")
     report.ok("outputs match the reference (float32 and float64; no mask, causal, padding)")
     report.ok("later and hidden positions change nothing")

@@ -298,12 +298,12 @@ def _overflow(
     )
 
 
-def _expect_function(report: CheckReport, cls: Any) -> None:
-    if not (isinstance(cls, type) and issubclass(cls, torch.autograd.Function)):
+def _expect_function(report: CheckReport, impl: Any) -> None:
+    if not (isinstance(impl, type) and issubclass(impl, torch.autograd.Function)):
         report.fail(
             f"{TILED_ITEM} should be a class derived from torch.autograd.Function (with "
             f"static methods forward(ctx, ...) and backward(ctx, grad_out)), got "
-            f"{type(cls).__name__}."
+            f"{type(impl).__name__}."
         )
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import catalogue
-from ..term.pages import term_sections
+from ..policy.pages import term_sections
 
 __all__ = ["build_dashboard"]
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import nbformat
 
+from .standing import hand_grades, settle, submitted_at
+
 __all__ = [
     "Course",
     "check_gradebook",
@@ -26,7 +28,7 @@ __all__ = [
     "database_url",
     "definition",
     "export_csv",
-    "feedback_from_gradebook",
+    "reachable_url",
     "record",
     "safe_url",
 ]
@@ -78,6 +80,21 @@ def check_gradebook(url: str, timeout: int = 10) -> None:
         raise ValueError(
             f"cannot reach the gradebook {safe_url(url)}: {first} (nothing was graded)"
         ) from err
+
+
+def reachable_url(root: Path, db_url: str | None) -> str:
+    """The gradebook URL of the course at ``root`` (``db_url``, else the course's SQLite file
+    ``gradebook.db``), checked to be reachable before any work.
+
+    Raises:
+        ValueError: ``root`` is no nbgrader course (no ``nbgrader_config.py``), or its
+            gradebook cannot be reached.
+    """
+    if not (root / "nbgrader_config.py").is_file():
+        raise ValueError(f"{root} is not an nbgrader course directory (no nbgrader_config.py)")
+    url = database_url(db_url or f"sqlite:///{root / 'gradebook.db'}")
+    check_gradebook(url)
+    return url
 
 
 class Course:
@@ -264,26 +281,18 @@ def record(course: Course, assignment: str, answer: Any, notebooks: list[str]) -
     grades into the gradebook, replacing what an earlier run recorded.
 
     The grades come from the graded notebooks through nbgrader's ``SaveAutoGrades`` and
-    ``AssignLatePenalties``; a hand grade given to this same submission stays settled, and
-    then the feedback is made again here, from this gradebook, so that it shows the hand grade
-    (the worker's copy of the gradebook has none); so it is for a late submission and for a
-    student with regrade requests (whose answered scores are put back first).
+    ``AssignLatePenalties``; a hand grade given to this same submission stays settled and the
+    answered regrade requests' scores are put back (:func:`~.standing.settle`). The feedback is
+    the worker's, made once from the same standing (:mod:`.standing`): it is not made again.
     """
     from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
-    from nbgrader.utils import parse_utc
 
     sid = answer.student
     _replace_folder(course.root / "autograded" / sid / assignment, answer.autograded)
     if answer.feedback:
         _replace_folder(course.root / "feedback" / sid / assignment, answer.feedback)
-    stamp = course.root / "submitted" / sid / assignment / "timestamp.txt"
-    timestamp = None
-    if stamp.is_file():
-        try:
-            timestamp = parse_utc(stamp.read_text().strip())
-        except ValueError:
-            log.warning("%s: unreadable timestamp.txt, recorded without a time", sid)
-    kept = _hand_grades(course, assignment, sid)
+    timestamp = submitted_at(course.root, assignment, sid)
+    kept = hand_grades(course, assignment, sid)
     with course.gradebook() as gb:
         gb.update_or_create_student(sid)
         if timestamp is not None:
@@ -303,104 +312,7 @@ def record(course: Course, assignment: str, answer: Any, notebooks: list[str]) -
         }
         SaveAutoGrades(config=course.config).preprocess(nb, resources)
         AssignLatePenalties(config=course.config).preprocess(nb, resources)
-    from ..term.regrade import reapply
-
-    settled = _keep_hand_grades(course, assignment, sid, kept)
-    regraded = reapply(course, assignment, sid)  # answered regrade requests survive a rerun
-    if answer.feedback and (settled or regraded or _late(course, assignment, sid)):
-        feedback_from_gradebook(course, assignment, sid)
-
-
-def _late(course: Course, assignment: str, student: str) -> bool:
-    """Whether the submission is late: its feedback is then made here, from the gradebook
-    that also knows the extensions granted in it (the worker's copy does not)."""
-    with course.gradebook() as gb:
-        return gb.find_submission(assignment, student).total_seconds_late > 0
-
-
-def feedback_from_gradebook(course: Course, assignment: str, student: str) -> None:
-    """nbgrader's feedback of ``student`` made from the course's own gradebook (with the
-    grader's preprocessors, as on the workers), swapped in for the worker's."""
-    from nbgrader.apps import NbGraderAPI
-    from nbgrader.apps.nbgraderapp import NbGraderApp
-    from traitlets.config import Config
-
-    from .preprocessors import feedback_preprocessors
-
-    here = os.getcwd()
-    os.chdir(course.root)
-    try:
-        app = NbGraderApp()
-        app.initialize([])  # the course's nbgrader_config.py, as `nbgrader` reads it
-        config = Config()
-        config.CourseDirectory.root = str(course.root)
-        config.CourseDirectory.db_url = course.url
-        config.CourseDirectory.source_directory = course.source
-        config.CourseDirectory.release_directory = course.release
-        config.CourseDirectory.submitted_directory = "submitted"
-        config.CourseDirectory.autograded_directory = "autograded"
-        config.CourseDirectory.feedback_directory = "feedback.coursepkg"
-        config.GenerateFeedback.preprocessors = feedback_preprocessors(app.config)
-        app.update_config(config)
-        out = NbGraderAPI(parent=app).generate_feedback(assignment, student, True)
-    finally:
-        os.chdir(here)
-    made = course.root / "feedback.coursepkg" / student / assignment
-    if out.get("success") and made.is_dir():
-        target = course.root / "feedback" / student / assignment
-        shutil.rmtree(target, ignore_errors=True)
-        made.rename(target)
-    else:
-        log.warning(
-            "%s: the feedback with the hand grades could not be made (it shows 0 for them; "
-            "`nbgrader generate_feedback` makes it): %s",
-            student,
-            (out.get("error") or out.get("log") or "")[-500:],
-        )
-    shutil.rmtree(course.root / "feedback.coursepkg", ignore_errors=True)
-
-
-def _hand_grades(course: Course, assignment: str, student: str) -> dict[tuple[str, str], tuple]:
-    """The grades of ``student`` a grader has settled by hand (in the formgrader), keyed by
-    (notebook, cell), with the submission's timestamp and the autograder's score then."""
-    from nbgrader.api import MissingEntry
-
-    kept: dict[tuple[str, str], tuple] = {}
-    with course.gradebook() as gb:
-        try:
-            submission = gb.find_submission(assignment, student)
-        except MissingEntry:
-            return kept
-        for nb in submission.notebooks:
-            for grade in nb.grades:
-                if grade.manual_score is not None and not grade.needs_manual_grade:
-                    kept[nb.name, grade.name] = (submission.timestamp, grade.auto_score)
-    return kept
-
-
-def _keep_hand_grades(
-    course: Course, assignment: str, student: str, kept: dict[tuple[str, str], tuple]
-) -> bool:
-    """After a rerun of the autograder: a hand grade given to this same submission stays
-    settled. nbgrader flags every hand-graded cell for manual grading again on each autograde;
-    that is right for a new submission or a changed autograder score, not for a rerun.
-
-    Returns:
-        Whether some hand grade stays settled.
-    """
-    if not kept:
-        return False
-    settled = False
-    with course.gradebook() as gb:
-        submission = gb.find_submission(assignment, student)
-        for nb in submission.notebooks:
-            for grade in nb.grades:
-                before = kept.get((nb.name, grade.name))
-                if before is not None and before == (submission.timestamp, grade.auto_score):
-                    grade.needs_manual_grade = False
-                    settled = True
-        gb.db.commit()
-    return settled
+    settle(course, assignment, sid, kept)
 
 
 def export_csv(course: Course, assignment: str, to: Path) -> None:

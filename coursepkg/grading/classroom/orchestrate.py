@@ -38,12 +38,13 @@ from typing import Any
 from ..kernel.confine import remove_stale_cgroups
 from ..notebook import DEFAULT_CELL_TIMEOUT, NotebookError, load_notebook
 from ..notebook import cell_timeout as notebook_cell_timeout
-from ..term.late import apply_due_date, check_due_dates
+from ..policy.late import apply_due_date, check_due_dates
 from . import gradebook
 from .dashboard import build_dashboard
 from .limits import course_limits
 from .protocol import Assignment, GradeAnswer, GradeJob, SandboxStatus
 from .reports import ClassResult, StudentResult, sandbox_summary, student_report
+from .standing import standing
 
 __all__ = ["Interrupted", "connect", "grade_class"]
 
@@ -111,17 +112,20 @@ def _problem(root: Path, assignment: str, student: str, notebooks: list[str]) ->
     return ""
 
 
-def _job(root: Path, assignment: str, student: str, notebooks: list[str]) -> GradeJob:
+def _job(course: gradebook.Course, assignment: str, student: str, notebooks: list[str]):
+    """The student's job: the submission's files (or the reason it cannot run) and the
+    student's standing in the gradebook, which the feedback shows."""
+    root, state = course.root, standing(course, assignment, student)
     reason = _problem(root, assignment, student, notebooks)
     if reason:
-        return GradeJob(student, reason=reason)
+        return GradeJob(student, reason=reason, standing=state)
     folder = root / "submitted" / student / assignment
     files = {
         str(p.relative_to(folder)): p.read_bytes()
         for p in sorted(folder.rglob("*"))
         if p.is_file() and ".ipynb_checkpoints" not in p.parts
     }
-    return GradeJob(student, files=files)
+    return GradeJob(student, files=files, standing=state)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -224,7 +228,7 @@ class _Batch:
             result.graded, result.reason, result.error = False, job.reason, error
             log.error("could not record a grade for %s: %s", job.student, error)
             return None
-        return GradeJob(job.student, reason=reason)
+        return GradeJob(job.student, reason=reason, standing=job.standing)
 
     def _record(self, answer: GradeAnswer, result: StudentResult) -> None:
         root = self.course.root
@@ -338,15 +342,6 @@ def _submissions(root: Path, assignment: str, students: list[str] | None) -> lis
     return chosen
 
 
-def _reachable_gradebook(root: Path, db_url: str | None) -> str:
-    """The gradebook's URL (the course's SQLite file by default), checked to be reachable."""
-    if not (root / "nbgrader_config.py").is_file():
-        raise ValueError(f"{root} is not an nbgrader course directory (no nbgrader_config.py)")
-    url = gradebook.database_url(db_url or f"sqlite:///{root / 'gradebook.db'}")
-    gradebook.check_gradebook(url)
-    return url
-
-
 def grade_class(
     course: str | Path,
     assignment: str,
@@ -396,7 +391,7 @@ def grade_class(
     """
     start = time.perf_counter()
     root = Path(course).resolve()
-    url = _reachable_gradebook(root, db_url)
+    url = gradebook.reachable_url(root, db_url)
     limits = course_limits(root, cell_timeout=cell_timeout, notebook_timeout=notebook_timeout,
                            memory_mb=memory_mb, disk_mb=disk_mb, shm_mb=shm_mb)  # fmt: skip
     chosen = _submissions(root, assignment, students)
@@ -418,7 +413,7 @@ def grade_class(
                                   **limits)  # fmt: skip
             batch = _Batch(client, shipped, book, stop)
             grade_start = time.perf_counter()
-            _run(batch, [_job(root, assignment, sid, notebooks) for sid in chosen], 4 * n_workers,
+            _run(batch, [_job(book, assignment, sid, notebooks) for sid in chosen], 4 * n_workers,
                  progress, console)  # fmt: skip
             grade_seconds = time.perf_counter() - grade_start
         result = _finish(batch, chosen, notebooks, reports)

@@ -29,6 +29,12 @@ __all__ = [
 NOTE_MARK = "**Notes from the grader** (coursepkg grade)"
 #: Tells :class:`GraderNotes` where the release notebooks are.
 RELEASE_ENV = "COURSEPKG_RELEASE_DIR"
+#: The notes every feedback gets after the course's own preprocessors (the late policy's and
+#: the regrade requests').
+_FEEDBACK_NOTES = (
+    "coursepkg.grading.policy.late.LateNote",
+    "coursepkg.grading.policy.regrade.RegradeNote",
+)
 
 
 class GraderNotes(NbGraderPreprocessor):
@@ -163,12 +169,31 @@ def feedback_preprocessors(config: Any) -> list:
     """nbgrader's ``GenerateFeedback`` preprocessors for ``coursepkg grade``: the course's own
     (``config``, an nbgrader app's configuration) or nbgrader's defaults, after
     :class:`DefuseHiddenMarkers`, then the note on a late submission and the regrade requests
-    (:class:`~coursepkg.grading.term.late.LateNote`,
-    :class:`~coursepkg.grading.term.regrade.RegradeNote`)."""
+    (:class:`~coursepkg.grading.policy.late.LateNote`,
+    :class:`~coursepkg.grading.policy.regrade.RegradeNote`), unless the course lists them
+    already (by any name: a course configured before they moved names them under
+    ``coursepkg.grading.term``, the same classes)."""
     from nbgrader.converters import GenerateFeedback
 
     own = config.GenerateFeedback.get("preprocessors") or list(
         GenerateFeedback.class_traits()["preprocessors"].default()
     )
-    notes = ["coursepkg.grading.term.late.LateNote", "coursepkg.grading.term.regrade.RegradeNote"]
-    return [f"{__name__}.DefuseHiddenMarkers", *own, *(n for n in notes if n not in own)]
+    listed = {_resolved(p) for p in own}
+    return [
+        f"{__name__}.DefuseHiddenMarkers",
+        *own,
+        *(n for n in _FEEDBACK_NOTES if _resolved(n) not in listed),
+    ]
+
+
+def _resolved(name: Any) -> Any:
+    """The preprocessor class a configuration names (its dotted path, or the class itself);
+    a name that cannot be imported stays the name (nbgrader reports it when it runs)."""
+    from traitlets.utils.importstring import import_item
+
+    if not isinstance(name, str):
+        return name
+    try:
+        return import_item(name)
+    except (ImportError, AttributeError, ValueError):
+        return name

@@ -10,11 +10,12 @@ notebooks with nbgrader's own ``SaveAutoGrades``, as nbgrader's autograder does.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Assignment", "GradeAnswer", "GradeJob", "SandboxStatus"]
+__all__ = ["Assignment", "GradeAnswer", "GradeJob", "SandboxStatus", "Standing"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,28 @@ class Assignment:
 
 
 @dataclass(frozen=True)
+class Standing:
+    """What the course's gradebook holds about a student's submission beyond the autograder's
+    scores: what the feedback shows, made on the worker (:mod:`.standing`).
+
+    Attributes:
+        timestamp: when it was handed in (``timestamp.txt``), as the client records it.
+        prior_timestamp: the timestamp the gradebook holds from an earlier grading.
+        extension: an extension granted in the gradebook (None: none).
+        grades: ``(notebook, cell) -> (manual score, needs manual grade, autograder's score)``
+            of each grade given by hand (or by a regrade answer).
+        requests: the student's regrade requests on this assignment, with their trails
+            (:class:`~coursepkg.grading.policy.regrade.Request`).
+    """
+
+    timestamp: datetime.datetime | None = None
+    prior_timestamp: datetime.datetime | None = None
+    extension: datetime.timedelta | None = None
+    grades: dict[tuple[str, str], tuple[float, bool, float | None]] = field(default_factory=dict)
+    requests: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
 class GradeJob:
     """One student to grade.
 
@@ -84,11 +107,14 @@ class GradeJob:
         reason: set when the submission cannot be run (missing, not JSON, or it killed its
             worker every time): the release is graded instead, every test scoring 0 with this
             reason in the feedback.
+        standing: what the course's gradebook holds about the student (hand grades, an
+            extension, regrade requests), which the feedback made on the worker shows.
     """
 
     student: str
     files: dict[str, bytes] = field(default_factory=dict)
     reason: str = ""
+    standing: Standing = field(default_factory=Standing)
 
 
 @dataclass(frozen=True)

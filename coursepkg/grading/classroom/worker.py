@@ -6,8 +6,11 @@ release, the source's data files and an SQLite gradebook holding only the assign
 definition: no solutions, no other student and no database URL of the real gradebook), and then
 grades one submission after another in it with nbgrader's own API
 (``NbGraderAPI.autograde`` and ``generate_feedback``, as its formgrader does). The submission
-arrives in the :class:`~.protocol.GradeJob`; the graded notebook and the feedback go back in
-the :class:`~.protocol.GradeAnswer`, and the student's files are removed from the worker.
+arrives in the :class:`~.protocol.GradeJob`, with the student's standing in the course's
+gradebook (hand grades, an extension, regrade requests: :mod:`.standing`), written into the
+private gradebook first so that the feedback, made here and only here, shows it; the graded
+notebook and the feedback go back in the :class:`~.protocol.GradeAnswer`, and the student's
+files are removed from the worker.
 
 Kernels are the sandbox kernels of :mod:`coursepkg.grading.kernel.sandbox`, forked from a fork
 server of this worker process (:class:`GradingPlugin` starts it when the worker starts, so its
@@ -44,6 +47,7 @@ from ..kernel.forkserver import ForkServer
 from ..kernel.sandbox import KERNEL_NAME, NOT_GRADED_ENV, PIDFILE_ENV, STATUS_ENV, write_kernelspec
 from .preprocessors import RELEASE_ENV, feedback_preprocessors
 from .protocol import Assignment, GradeAnswer, GradeJob, SandboxStatus
+from .standing import forget, restore, settle
 
 __all__ = ["GradingPlugin", "grade", "hold", "start_fork_server", "stop_fork_server"]
 
@@ -176,6 +180,7 @@ class _PrivateCourse:
 
     def __init__(self, root: Path, assignment: Assignment) -> None:
         self.root, self.a = root, assignment
+        self.url = f"sqlite:///{root / 'gradebook.db'}"
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
         (root / "nbgrader_config.py").write_text(assignment.config, encoding="utf-8")
@@ -217,7 +222,7 @@ class _PrivateCourse:
             os.chdir(here)
         config = Config()
         config.CourseDirectory.root = str(self.root)
-        config.CourseDirectory.db_url = f"sqlite:///{self.root / 'gradebook.db'}"
+        config.CourseDirectory.db_url = self.url
         config.CourseDirectory.source_directory = "solutions"
         config.CourseDirectory.release_directory = "exercises"
         config.CourseDirectory.submitted_directory = "submitted"
@@ -247,6 +252,12 @@ class _PrivateCourse:
         app.update_config(config)
         return NbGraderAPI(parent=app)
 
+    def gradebook(self) -> Any:
+        """The private gradebook, open (as :class:`~.gradebook.Course`'s)."""
+        from nbgrader.api import Gradebook
+
+        return Gradebook(self.url, self.a.course_id)
+
     def _folder(self, kind: str, student: str) -> Path:
         return self.root / kind / student / self.a.name
 
@@ -272,6 +283,9 @@ class _PrivateCourse:
         if self.a.fork and not start_fork_server().wait_ready(timeout=600):
             log.warning("the fork server did not start; kernels are started anew")
         try:
+            # The course gradebook's hand grades, extension and regrade requests, so that the
+            # feedback, made once here, shows what the client records (.standing).
+            kept = restore(self, self.a.name, sid, job.standing)
             reason = job.reason
             if not reason:
                 self._submit(sid, job.files)
@@ -279,6 +293,7 @@ class _PrivateCourse:
             if reason:
                 self._submit(sid, None)  # the release in place of the submission
                 run.fallback(self.api, reason)
+            settle(self, self.a.name, sid, kept)
             ok = run.feedback(self.api)
             return GradeAnswer(
                 student=sid,
@@ -302,6 +317,10 @@ class _PrivateCourse:
             for kind in ("submitted", "autograded", "feedback"):
                 shutil.rmtree(self.root / kind / sid, ignore_errors=True)
             shutil.rmtree(scratch, ignore_errors=True)
+            try:
+                forget(self, self.a.name, sid)
+            except Exception:  # noqa: BLE001 - the grade is made; the next restore replaces it
+                log.warning("%s: could not remove the student from the private gradebook", sid)
 
     def _submit(self, student: str, files: dict[str, bytes] | None) -> None:
         """Write the submission (or, with None, the release under the expected names)."""

@@ -1,5 +1,9 @@
 """The command line of the instructor's end of term: ``coursepkg export``, ``coursepkg
-regrade`` and ``coursepkg similarity`` (registered by :func:`add_parsers`)."""
+regrade`` and ``coursepkg similarity``.
+
+Each command is a pair, ``_add_<verb>(sub)`` that declares its arguments and ``_<verb>(args)``
+that runs it (its exit status), as in every home of ``coursepkg``'s commands
+(:mod:`coursepkg.commands`); :func:`add_parsers` registers them."""
 
 from __future__ import annotations
 
@@ -22,14 +26,10 @@ def _common(p: argparse.ArgumentParser) -> None:
 def open_course(args: argparse.Namespace) -> Any:
     """The course (:class:`~coursepkg.grading.classroom.gradebook.Course`) that ``--root`` and
     ``--db`` name, its gradebook checked to be reachable."""
-    from ..classroom import gradebook
+    from ..classroom.gradebook import Course, reachable_url
 
     root = Path(args.root).resolve()
-    if not (root / "nbgrader_config.py").is_file():
-        raise ValueError(f"{root} is not an nbgrader course directory (no nbgrader_config.py)")
-    url = gradebook.database_url(args.db or f"sqlite:///{root / 'gradebook.db'}")
-    gradebook.check_gradebook(url)
-    return gradebook.Course(root, url)
+    return Course(root, reachable_url(root, args.db))
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -96,30 +96,31 @@ def _regrade(args: argparse.Namespace) -> int:
     import json
     import os
 
-    from . import regrade
-    from .pages import change
+    from ..policy.pages import change
+    from ..policy.regrade import request_file, requests
+    from .regrade import add_requests, answer
 
     if args.action == "request":  # the student's side: no gradebook
         student = args.student or os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
-        data = regrade.request_file(args.assignment, student, args.part, args.reason)
+        data = request_file(args.assignment, student, args.part, args.reason)
         out = Path(args.output or f"regrade-{args.assignment}-{args.part}.json")
         out.write_text(json.dumps(data, indent=1), encoding="utf-8")
         print(f"wrote {out}: send this file to your instructor")
         return 0
     course = open_course(args)
     if args.action == "add":
-        ids = regrade.add_requests(course, [Path(f) for f in args.files])
-        known = {r.id: r for r in regrade.requests(course.url)}
+        ids = add_requests(course, [Path(f) for f in args.files])
+        known = {r.id: r for r in requests(course.url)}
         for i in ids:
             r = known[i]
             print(f"request {i}: {r.student}, {r.assignment} {r.part} ({r.status})")
         print(f"dashboard: {course.root / 'reports' / 'dashboard.html'}")
     elif args.action == "answer":
         who = args.by or os.environ.get("USER") or getpass.getuser()
-        regrade.answer(course, args.id, why=args.why, who=who, score=args.score)
+        answer(course, args.id, why=args.why, who=who, score=args.score)
         print(f"answered request {args.id}; the feedback of its student was made again")
     else:
-        found = regrade.requests(course.url, args.assignment)
+        found = requests(course.url, args.assignment)
         if not args.all and not any(r.status == "open" for r in found):
             print(f"no open requests ({len(found)} answered; --all lists them with their trail)")
         for r in found:

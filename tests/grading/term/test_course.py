@@ -259,6 +259,9 @@ def test_a_regrade_request_is_answered_and_survives_a_rerun(course, chromium, tm
         with (root / "reports" / AID / "grades.csv").open(newline="") as f:  # rewritten at once
             listed = {r["student_id"]: float(r["score"]) for r in csv.DictReader(f)}
         assert listed["buggy"] == course["buggy"] + 4
+        report = json.loads((root / "reports" / AID / "buggy.json").read_text(encoding="utf-8"))
+        (test,) = [t for t in report["tests"] if t["grade_id"] == PART]
+        assert (test["points"], report["score"]) == (4, course["buggy"] + 4)  # rewritten too
 
     check_answered()
     grade(course["where"], "--student", "buggy")  # the autograder gives 0 again; the answer stays

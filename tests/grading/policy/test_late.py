@@ -1,4 +1,4 @@
-"""The late-penalty policy (:class:`coursepkg.grading.term.late.LatePolicy`).
+"""The late-penalty policy (:class:`coursepkg.grading.policy.late.LatePolicy`).
 
 Its arithmetic, as properties: nothing within the grace period or an extension, a started day
 counts whole, the penalty never decreases with lateness and never passes the cap. Due dates are
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from traitlets.config import Config
 
 from coursepkg.grading.classroom.reports import ClassResult, StudentResult
-from coursepkg.grading.term.late import LatePolicy, check_due_dates, parse_due_date
+from coursepkg.grading.policy.late import LatePolicy, check_due_dates, parse_due_date
 
 DAY = 86400.0
 

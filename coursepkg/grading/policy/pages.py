@@ -1,6 +1,10 @@
 """The dashboard's end-of-term sections: open and answered regrade requests (from
-``reports/regrades.json``) and the links to each assignment's list of similar submissions
-(``reports/<assignment>/similarity.html``)."""
+``reports/regrades.json``, which :func:`coursepkg.grading.term.regrade.write_snapshot` writes)
+and the links to each assignment's list of similar submissions
+(``reports/<assignment>/similarity.html``, written by ``coursepkg similarity``).
+
+Only files are read here, so the dashboard (:mod:`coursepkg.grading.classroom.dashboard`) shows
+what the instructor's commands wrote without importing them."""
 
 from __future__ import annotations
 
