@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import html
 import re
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from .similarity import Pair, Similarity
+# The page is drawn from :class:`.similarity.Pair` and :class:`.similarity.Similarity`, which
+# import this module to write it: named here by alias only, so the imports run one way.
+Pair = Any
+Similarity = Any
 
 __all__ = ["TABLE_ROWS", "bare", "marked", "page"]
 
