@@ -57,6 +57,9 @@ SWIGLU_ITEM = "SwiGLU"
 GQA_ITEM = "GroupedQueryAttention"
 MODERN_BLOCK_ITEM = "ModernDecoderBlock"
 
+Mask = Tensor | None
+Cache = dict[str, Tensor] | None
+
 # ---------------------------------------------------------------------------------------------
 # RMSNorm
 # ---------------------------------------------------------------------------------------------
@@ -131,8 +134,7 @@ RMS_NORM_BUGS: list[BugVariant] = [
     BugVariant(
         "rms_norm.gain_before_norm",
         RMS_NORM_ITEM,
-        "the gain `weight` multiplies x before the normalisation, which then divides most of "
-        "it out again",
+        "the gain `weight` multiplies x before the normalisation, which divides most of it out",
         "Normalise first, then scale: x / sqrt(mean(x**2) + eps) * weight.",
         RMSNorm_gain_before_norm,
     ),
@@ -397,9 +399,7 @@ class GroupedQueryAttention_heads_merged_without_transpose(RotaryGQABlock):
 
 
 class GroupedQueryAttention_empty_cache_not_filled(RotaryGQABlock):
-    def forward(
-        self, x: Tensor, mask: Tensor | None = None, cache: dict[str, Tensor] | None = None
-    ) -> Tensor:
+    def forward(self, x: Tensor, mask: Mask = None, cache: Cache = None) -> Tensor:
         # `if cache:` where `if cache is not None:` is meant: an empty dict is false, so a
         # new cache is never filled and every call attends to its own positions only.
         return super().forward(x, mask, cache if cache else None)
@@ -512,35 +512,33 @@ class ModernDecoderBlock_residual_after_norm(PreNormBlock):
 
 
 class ModernDecoderBlock_post_norm(PreNormBlock):
-    def forward(
-        self, x: Tensor, mask: Tensor | None = None, cache: dict[str, Tensor] | None = None
-    ) -> Tensor:
+    def forward(self, x: Tensor, mask: Mask = None, cache: Cache = None) -> Tensor:
         x = self.norm1(x + self.self_attn(x, mask, cache))  # the original Transformer's order
         return self.norm2(x + self.ffn(x))  # (B, L, D)
 
 
 class ModernDecoderBlock_parallel_branches(PreNormBlock):
-    def forward(
-        self, x: Tensor, mask: Tensor | None = None, cache: dict[str, Tensor] | None = None
-    ) -> Tensor:
+    def forward(self, x: Tensor, mask: Mask = None, cache: Cache = None) -> Tensor:
         attended = self.self_attn(self.norm1(x), mask, cache)  # (B, L, D)
         return x + attended + self.ffn(self.norm2(x))  # both branches read the same x
 
 
 class ModernDecoderBlock_cache_not_passed(PreNormBlock):
-    def forward(
-        self, x: Tensor, mask: Tensor | None = None, cache: dict[str, Tensor] | None = None
-    ) -> Tensor:
+    def forward(self, x: Tensor, mask: Mask = None, cache: Cache = None) -> Tensor:
         x = x + self.self_attn(self.norm1(x), mask)  # the cache never reaches the attention
         return x + self.ffn(self.norm2(x))  # (B, L, D)
 
 
 class ModernDecoderBlock_mask_not_passed(PreNormBlock):
-    def forward(
-        self, x: Tensor, mask: Tensor | None = None, cache: dict[str, Tensor] | None = None
-    ) -> Tensor:
+    def forward(self, x: Tensor, mask: Mask = None, cache: Cache = None) -> Tensor:
         x = x + self.self_attn(self.norm1(x), None, cache)  # the mask never reaches it
         return x + self.ffn(self.norm2(x))  # (B, L, D)
+
+
+class ModernDecoderBlock_norms_swapped(PreNormBlock):
+    def forward(self, x: Tensor, mask: Mask = None, cache: Cache = None) -> Tensor:
+        x = x + self.self_attn(self.norm2(x), mask, cache)  # norm2 before the attention
+        return x + self.ffn(self.norm1(x))  # (B, L, D)
 
 
 MODERN_BLOCK_BUGS: list[BugVariant] = [
@@ -588,6 +586,14 @@ MODERN_BLOCK_BUGS: list[BugVariant] = [
         "later and padded ones included",
         "Call self.self_attn(self.norm1(x), mask, cache): the block hands the mask on.",
         ModernDecoderBlock_mask_not_passed,
+    ),
+    BugVariant(
+        "modern_block.norms_swapped",
+        MODERN_BLOCK_ITEM,
+        "norm2 normalises the attention's input and norm1 the feed-forward's: with gains "
+        "other than ones the two sub-layers see the wrong scales",
+        "norm1 goes before self_attn and norm2 before ffn, as the parameter names say.",
+        ModernDecoderBlock_norms_swapped,
     ),
 ]
 
