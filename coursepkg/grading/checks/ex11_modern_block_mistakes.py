@@ -1,11 +1,9 @@
 """The catalogue of ex11_modern_block: the known mistakes of today's decoder block (RMSNorm,
 rotary positions, SwiGLU, grouped-query attention and the pre-norm block). Each is a wrong
 function with the stub's signature (``apply_rope``) or a wrong forward: a subclass of a correct
-module of :mod:`..framework.modern_blocks` (with the reference's parameter names) overriding
-the one step it gets wrong; its class name (``GroupedQueryAttention_<mistake>``) is what a
-parameter table shows. The evidence: the check reruns the variant on the student's inputs (a
-module built with the student's arguments and the reference's weights) and names the mistake
-only when the outputs match.
+module of :mod:`..framework.modern_blocks` overriding the one step it gets wrong, its class
+name (``GroupedQueryAttention_<mistake>``) what a parameter table shows. The check reruns the
+variant on the student's inputs (with the reference's weights) and names it when they match.
 
 Dimension legend: B batch, L length, D d_model, H query heads, Hkv key/value heads, Dh per-head
 width, F hidden width of the feed-forward.
@@ -60,9 +58,7 @@ MODERN_BLOCK_ITEM = "ModernDecoderBlock"
 Mask = Tensor | None
 Cache = dict[str, Tensor] | None
 
-# ---------------------------------------------------------------------------------------------
-# RMSNorm
-# ---------------------------------------------------------------------------------------------
+# --- RMSNorm ---------------------------------------------------------------------------------
 
 
 class RMSNorm_subtracts_mean(RMSNormBlock):
@@ -127,8 +123,7 @@ RMS_NORM_BUGS: list[BugVariant] = [
         RMS_NORM_ITEM,
         "each row is divided by its Euclidean norm (x.norm(dim=-1) or F.normalize), the root "
         "of the sum of the squares, not of their mean: the output is sqrt(D) times too small",
-        "Divide by sqrt(mean(x**2) + eps): the mean over the D features, not the sum "
-        "(x.norm(dim=-1) / sqrt(D) if you start from the norm).",
+        "Divide by sqrt(mean(x**2) + eps): the mean over the D features, not their sum.",
         RMSNorm_l2_norm_not_rms,
     ),
     BugVariant(
@@ -140,9 +135,7 @@ RMS_NORM_BUGS: list[BugVariant] = [
     ),
 ]
 
-# ---------------------------------------------------------------------------------------------
-# apply_rope
-# ---------------------------------------------------------------------------------------------
+# --- apply_rope ------------------------------------------------------------------------------
 
 
 def rope_interleaved_pairs(
@@ -209,8 +202,7 @@ def rope_frequencies_inverted(
 def rope_angles_in_other_layout(
     x: Tensor, positions: Tensor, theta: float = 10000.0, pairs: str = "halves"
 ) -> Tensor:
-    """The columns paired as ``pairs`` asks, but the table of angles per column built for the
-    other layout (f0 f0 f1 f1 ... for the halves, f0 f1 ... f0 f1 ... for adjacent pairs)."""
+    """The columns paired as ``pairs`` asks, the table of angles per column the other's."""
     d = x.size(-1)
     angles = rope_angles(positions, inv_freq(x, theta))  # (L, Dh/2)
     if pairs == "halves":
@@ -297,18 +289,15 @@ ROPE_BUGS: list[BugVariant] = [
     BugVariant(
         "rope.angles_in_other_layout",
         ROPE_ITEM,
-        "the columns are paired as pairs asks, but the cos/sin table per column is built for "
-        "the other layout (repeat_interleave where the halves need cat([f, f]), or the "
-        "reverse), so the two columns of a pair turn by different angles",
+        "the columns are paired as asked, but the cos/sin table per column is the other "
+        "layout's, so the two columns of a pair turn by different angles",
         "Give both columns of a pair the same angle: cat([angles, angles], -1) for the halves "
         "(column i with i + Dh/2), angles.repeat_interleave(2, -1) for adjacent pairs.",
         rope_angles_in_other_layout,
     ),
 ]
 
-# ---------------------------------------------------------------------------------------------
-# SwiGLU
-# ---------------------------------------------------------------------------------------------
+# --- SwiGLU ----------------------------------------------------------------------------------
 
 
 class SwiGLU_gate_on_wrong_branch(SwiGLUBlock):
@@ -340,9 +329,7 @@ SWIGLU_BUGS: list[BugVariant] = [
     ),
 ]
 
-# ---------------------------------------------------------------------------------------------
-# GroupedQueryAttention
-# ---------------------------------------------------------------------------------------------
+# --- GroupedQueryAttention -------------------------------------------------------------------
 
 
 class GroupedQueryAttention_rope_on_values(RotaryGQABlock):
@@ -392,6 +379,14 @@ class GroupedQueryAttention_inverted_mask(RotaryGQABlock):
         return super().attend(q, k, v, None if mask is None else ~mask)  # True read as hidden
 
 
+class GroupedQueryAttention_masked_row_uniform(RotaryGQABlock):
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        if mask is None:
+            return super().attend(q, k, v, mask)
+        scores = q @ k.transpose(-2, -1) / self.d_head**0.5  # (B, H, L, S)
+        return torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1) @ v  # finite fill
+
+
 class GroupedQueryAttention_heads_merged_without_transpose(RotaryGQABlock):
     def merge(self, out: Tensor) -> Tensor:
         b, _, n, _ = out.shape
@@ -400,8 +395,7 @@ class GroupedQueryAttention_heads_merged_without_transpose(RotaryGQABlock):
 
 class GroupedQueryAttention_empty_cache_not_filled(RotaryGQABlock):
     def forward(self, x: Tensor, mask: Mask = None, cache: Cache = None) -> Tensor:
-        # `if cache:` where `if cache is not None:` is meant: an empty dict is false, so a
-        # new cache is never filled and every call attends to its own positions only.
+        # `if cache:` where `if cache is not None:` is meant: {} is false, never filled.
         return super().forward(x, mask, cache if cache else None)
 
 
@@ -478,6 +472,15 @@ GQA_BUGS: list[BugVariant] = [
         GroupedQueryAttention_inverted_mask,
     ),
     BugVariant(
+        "gqa.masked_row_uniform",
+        GQA_ITEM,
+        "hidden keys get a large finite score (-1e9) instead of -inf: a query that may attend "
+        "no key then averages every value uniformly instead of giving zeros",
+        "Fill with float('-inf') and set the weights of hidden keys to 0 after the softmax "
+        "(weights.masked_fill(~mask, 0.0)), so a fully masked row gives zeros, never NaN.",
+        GroupedQueryAttention_masked_row_uniform,
+    ),
+    BugVariant(
         "gqa.heads_merged_without_transpose",
         GQA_ITEM,
         "the heads' outputs (B, H, L, Dh) are reshaped to (B, L, H*Dh) without moving the "
@@ -496,9 +499,7 @@ GQA_BUGS: list[BugVariant] = [
     ),
 ]
 
-# ---------------------------------------------------------------------------------------------
-# The pre-norm block
-# ---------------------------------------------------------------------------------------------
+# --- The pre-norm block ----------------------------------------------------------------------
 
 
 class ModernDecoderBlock_residual_after_norm(PreNormBlock):
@@ -564,9 +565,8 @@ MODERN_BLOCK_BUGS: list[BugVariant] = [
     BugVariant(
         "modern_block.parallel_branches",
         MODERN_BLOCK_ITEM,
-        "the attention and the feed-forward both read the block's input and are added "
-        "together (GPT-J's parallel block): here the feed-forward reads the stream after the "
-        "attention's output has been added",
+        "the attention and the feed-forward both read the block's input (GPT-J's parallel "
+        "block), where the feed-forward reads the stream after the attention's output is added",
         "Run them one after the other: x = x + self_attn(norm1(x), ...), then "
         "x = x + ffn(norm2(x)) on that new x.",
         ModernDecoderBlock_parallel_branches,
