@@ -96,6 +96,7 @@ _MIXED = (
     "banana bandana bananas, Mississippi aaaaaa abababab   \n"
 )
 _TIES = "ab ba ab ba abc cba aab baa xy yx " * 3 + "aaaa bbbb"
+_WORDS = ["the cat sat", "a dog ran", "we sat down", "hi there", "x and y"]
 
 
 def _visible_corpora() -> list[tuple[str, str, int, list[str]]]:
@@ -106,6 +107,16 @@ def _visible_corpora() -> list[tuple[str, str, int, list[str]]]:
         ("tied pairs", _TIES, 266, []),
         ("mixed scripts, code and two special tokens", mixed, 330, [EOT, "<|pad|>"]),
     ]
+
+
+#: Documents that each start with "<s></s>" (an empty turn) and hold "<s>" in the middle, with
+#: both special tokens listed shorter first: the longer must win, or "</s>" is trained on.
+OVERLAP_CORPUS = (
+    "overlapping special tokens <s> and <s></s>",
+    "".join(f"<s></s>{_WORDS[i % 5]} {i}<s>{_WORDS[i * 3 % 5]}\n" for i in range(24)),
+    290,
+    ["<s>", "<s></s>"],
+)
 
 
 def _random_corpus(rng: random.Random) -> tuple[str, str, int, list[str]]:
@@ -258,7 +269,8 @@ def _compare_training(report: CheckReport, student: tuple, corpus: tuple) -> Non
         report.fail(
             f"your merges are right but your vocab differs {where}: id {i} is "
             f"{vocab.get(i)!r}, expected {ref_vocab.get(i)!r}. Ids 0-255 are the bytes, then "
-            "one id per merge in order (the two parts joined), then the special tokens."
+            "one id per merge in order (the two parts joined), then the special tokens.",
+            _diagnose_training(student, text, vocab_size, specials),
         )
 
 
@@ -273,6 +285,9 @@ def check_train_bpe(report: CheckReport, impl: Any, thorough: bool, seed: int | 
         _compare_training(report, student, corpus)
     report.ok("the same merges, in the same order, and the same vocab as the reference on: "
               + "; ".join(c[0] for c in _corpora(thorough, seed)))  # fmt: skip
+    overlap = OVERLAP_CORPUS
+    _compare_training(report, _call_train(impl, *overlap[1:], f"(corpus: {overlap[0]})"), overlap)
+    report.ok("where special tokens overlap (<s> and <s></s>), the longer one is cut out whole")
     if thorough:
         corpus = ("the first 60,000 characters of Tiny Shakespeare", _shakespeare()[:60000],
                   600, [EOT])  # fmt: skip
@@ -405,7 +420,7 @@ def check_tokenizer(report: CheckReport, impl: Any, thorough: bool, seed: int | 
     reference's ids and ``decode`` the reference's text, round trip and cut characters
     included, on vocabularies trained by the reference."""
     corpora = _corpora(thorough, seed)
-    for name, text, vocab_size, specials in corpora:
+    for name, text, vocab_size, specials in [*corpora, OVERLAP_CORPUS]:
         training = _reference_training(text, vocab_size, tuple(specials))
         _check_one_tokenizer(report, impl, name, training, specials)
     report.ok("encode gives the reference's ids (special tokens, whitespace runs, multi-byte "

@@ -121,6 +121,52 @@ class _StaleCounts(PlainBPE):
         return pairs
 
 
+class _ShorterSpecialWins(PlainBPE):
+    def words(self, text: str, specials: list[str]) -> Counter:
+        # Cut at the special tokens in the order given, so "<s>" wins over "<s></s>" when it
+        # comes first: what follows it ("</s>") is trained on as text.
+        cut = regex.compile("(" + "|".join(regex.escape(t) for t in specials) + ")")
+        pieces = cut.split(text)[::2] if specials else [text]
+        return Counter(_bytes_of(chunk) for piece in pieces for chunk in pretokenize(piece))
+
+
+class _TiesByIds(PlainBPE):
+    """A tie goes to the greater pair of token ids (a merged token's id is 256 + its rank),
+    not to the greater pair of byte strings."""
+
+    def __init__(self) -> None:
+        self.learned: list[bytes] = []
+
+    def _id(self, token: bytes) -> int:
+        return token[0] if len(token) == 1 else 256 + self.learned.index(token)
+
+    def best(self, pairs: Counter) -> tuple[bytes, bytes]:
+        pair = max(pairs, key=lambda p: (pairs[p], self._id(p[0]), self._id(p[1])))
+        self.learned.append(pair[0] + pair[1])
+        return pair
+
+
+def _shorter_special_wins(text, vocab_size, special_tokens=None):
+    return _ShorterSpecialWins().train(text, vocab_size, special_tokens)
+
+
+def _ties_by_ids(text, vocab_size, special_tokens=None):
+    return _TiesByIds().train(text, vocab_size, special_tokens)
+
+
+def _specials_not_counted(text, vocab_size, special_tokens=None):
+    # The merges fill vocab_size - 256 places and the special tokens come on top of them.
+    specials = list(special_tokens or [])
+    return PlainBPE().train(text, vocab_size + len(specials), specials)
+
+
+def _specials_before_merges(text, vocab_size, special_tokens=None):
+    # The right merges, but the special tokens take ids 256, 257, ... before the merged tokens.
+    vocab, merges = PlainBPE().train(text, vocab_size, special_tokens)
+    order = [vocab[i] for i in range(256)] + [t.encode("utf-8") for t in special_tokens or []]
+    return dict(enumerate(order + [left + right for left, right in merges])), merges
+
+
 def _across_pretokens(text, vocab_size, special_tokens=None):
     return _AcrossPretokens().train(text, vocab_size, special_tokens)
 
@@ -174,6 +220,42 @@ BPE_BUGS: list[BugVariant] = [
         "lose it, the new pairs with the merged token gain it (or recount the words).",
         impl=_stale_counts,
     ),
+    BugVariant(
+        id="bpe.special_shorter_wins",
+        item=BPE_ITEM,
+        description='where two special tokens overlap ("<s>" and "<s></s>"), the shorter '
+        "one wins when it is listed first, so the rest of the longer one is trained on as text",
+        advice="Sort the special tokens longest first before joining them into the pattern "
+        "(sorted(special_tokens, key=len, reverse=True)): the longer one must win.",
+        impl=_shorter_special_wins,
+    ),
+    BugVariant(
+        id="bpe.ties_by_ids",
+        item=BPE_ITEM,
+        description="ties between equally frequent pairs go to the greater pair of token ids "
+        "(a merged token's id is its rank plus 256), not to the greater pair of byte strings",
+        advice="Break ties on the tokens' bytes: max over (count, (vocab[a], vocab[b])), "
+        "never over the ids themselves.",
+        impl=_ties_by_ids,
+    ),
+    BugVariant(
+        id="bpe.specials_not_counted",
+        item=BPE_ITEM,
+        description="the special tokens are not counted in vocab_size: vocab_size - 256 merges "
+        "are learned and the special tokens come on top, so the vocabulary is too large",
+        advice="Learn vocab_size - 256 - len(special_tokens) merges at most: the bytes, the "
+        "merges and the special tokens together make vocab_size.",
+        impl=_specials_not_counted,
+    ),
+    BugVariant(
+        id="bpe.specials_before_merges",
+        item=BPE_ITEM,
+        description="the special tokens take the ids right after the 256 bytes, before the "
+        "merged tokens",
+        advice="Give the merged tokens ids 256, 257, ... in the order learned, then the "
+        "special tokens the ids after the last merge.",
+        impl=_specials_before_merges,
+    ),
 ]
 
 
@@ -218,6 +300,24 @@ class _DecodePerToken(Tokenizer):
         return "".join(self.vocab[i].decode("utf-8", errors="replace") for i in ids)
 
 
+class _ShorterSpecialWinsTokenizer(Tokenizer):
+    """Cuts the text at the special tokens in the order given, so "<s>" wins over "<s></s>"
+    when it comes first."""
+
+    def __init__(self, vocab, merges, special_tokens=None):
+        super().__init__(vocab, merges, special_tokens)
+        if self.special_tokens:
+            alternatives = "|".join(regex.escape(t) for t in self.special_tokens)
+            self._splitter = regex.compile(f"({alternatives})")
+
+
+class _DecodeDropsBadBytes(Tokenizer):
+    """Decodes the joined bytes with errors="ignore": a cut character vanishes."""
+
+    def decode(self, ids):
+        return b"".join(self.vocab[i] for i in ids).decode("utf-8", errors="ignore")
+
+
 TOKENIZER_BUGS: list[BugVariant] = [
     BugVariant(
         id="tokenizer.frequency_order",
@@ -254,6 +354,25 @@ TOKENIZER_BUGS: list[BugVariant] = [
         advice="Join all the tokens' bytes first, then decode once: "
         'b"".join(...).decode("utf-8", errors="replace").',
         impl=_DecodePerToken,
+    ),
+    BugVariant(
+        id="tokenizer.special_shorter_wins",
+        item=TOKENIZER_ITEM,
+        description='where two special tokens overlap ("<s>" and "<s></s>"), encode lets '
+        "the shorter one win when it is listed first, and encodes the rest of the longer one "
+        "as text",
+        advice="Build the special-token pattern from the tokens sorted longest first "
+        "(sorted(special_tokens, key=len, reverse=True)), so the longer one wins.",
+        impl=_ShorterSpecialWinsTokenizer,
+    ),
+    BugVariant(
+        id="tokenizer.decode_drops_bad_bytes",
+        item=TOKENIZER_ITEM,
+        description='decode drops the bytes that are not valid UTF-8 (errors="ignore"), so a '
+        "character cut in the middle vanishes instead of becoming U+FFFD",
+        advice='Decode with errors="replace": a cut character becomes "\\ufffd", as the '
+        "exercise asks.",
+        impl=_DecodeDropsBadBytes,
     ),
 ]
 

@@ -38,6 +38,7 @@ from ..framework import (
     generator,
     guarded,
     module_runner,
+    norm_gains_stage,
     public_check,
     randn,
     register_configs,
@@ -418,6 +419,7 @@ def _self_attention_spec(
     reference: Callable[[Config], nn.Module],
     bug_args: Callable[[Config], tuple[Any, ...]],
     hint: str,
+    more_stages: tuple[Any, ...] = (),
     **kw: Any,
 ) -> ModuleSpec:
     """The spec of a self-attention block ``(D, H, Hkv[, F], rope_theta=, rope_pairs=)``
@@ -441,7 +443,7 @@ def _self_attention_spec(
         args=_args,
         kwargs=_rope_kwargs,
         bug_args=bug_args,
-        stages=(cache_stage(item, bugs, bug_args),),
+        stages=(cache_stage(item, bugs, bug_args), *more_stages),
         dry=lambda cfg: (torch.zeros(1, 2, cfg["D"]), None, None),  # (1, 2, D)
         gradient_inputs=lambda gen, cfg: (
             randn(gen, cfg["B"], cfg["L"], cfg["D"]),
@@ -517,6 +519,7 @@ _BLOCK_SPEC = _self_attention_spec(
     _block_args,
     "Expected x + self_attn(norm1(x), mask, cache), then that plus ffn(norm2(of it)). If a "
     "piece is wrong, its own check says which.",
+    more_stages=(norm_gains_stage(MODERN_BLOCK_ITEM, MODERN_BLOCK_BUGS, _block_args),),
     dims=lambda cfg: {k: cfg[k] for k in ("D", "H", "Hkv", "F")},
 )
 

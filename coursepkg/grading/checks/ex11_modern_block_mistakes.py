@@ -1,17 +1,9 @@
 """The catalogue of ex11_modern_block: the known mistakes of today's decoder block (RMSNorm,
-rotary positions, the SwiGLU feed-forward, grouped-query attention and the pre-norm block that
-assembles them). Each is either a wrong function with the stub's signature (``apply_rope``) or a
-wrong forward: a subclass of a correct module written here (:class:`_RMSNorm`,
-:class:`_SwiGLU`, :class:`RotaryGQABlock`, :class:`PreNormBlock`, with the reference's
-parameter names) that overrides the one step it gets wrong. The evidence: the check reruns
-the variant on the student's inputs (a module built with the student's arguments and the
-reference's weights) and names the mistake only when the outputs match.
-
-The class names (``GroupedQueryAttention_<mistake>``) are what a parameter table shows for a
-variant. :class:`ReferenceGQA` and :class:`ReferenceBlock` are the reference's
-:class:`~coursepkg.attention.MultiHeadAttention` (``n_kv_heads``, RoPE, no biases) and pre-norm
-:class:`~coursepkg.layers.EncoderLayer`, called as the student's blocks are, for the checks
-to compare with.
+rotary positions, SwiGLU, grouped-query attention and the pre-norm block). Each is a wrong
+function with the stub's signature (``apply_rope``) or a wrong forward: a subclass of a correct
+module of :mod:`..framework.modern_blocks` overriding the one step it gets wrong, its class
+name (``GroupedQueryAttention_<mistake>``) what a parameter table shows. The check reruns the
+variant on the student's inputs (with the reference's weights) and names it when they match.
 
 Dimension legend: B batch, L length, D d_model, H query heads, Hkv key/value heads, Dh per-head
 width, F hidden width of the feed-forward.
@@ -21,12 +13,23 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from ...attention import MultiHeadAttention as _ReferenceMHA
-from ...layers import EncoderLayer as _ReferenceLayer
-from ...positional import RopeAngles, apply_rope, rope_frequencies
-from ..framework import BugVariant, masked_attention
+from ..framework import BugVariant
+from ..framework.modern_blocks import (
+    PreNormBlock,
+    ReferenceBlock,
+    ReferenceGQA,
+    RMSNormBlock,
+    RotaryGQABlock,
+    SwiGLUBlock,
+    inv_freq,
+    pair_index,
+    rope_angles,
+    rotate_halves,
+    rotate_interleaved,
+    rotate_pairs,
+)
 
 __all__ = [
     "BUGS",
@@ -52,35 +55,41 @@ SWIGLU_ITEM = "SwiGLU"
 GQA_ITEM = "GroupedQueryAttention"
 MODERN_BLOCK_ITEM = "ModernDecoderBlock"
 
-# ---------------------------------------------------------------------------------------------
-# RMSNorm
-# ---------------------------------------------------------------------------------------------
+Mask = Tensor | None
+Cache = dict[str, Tensor] | None
+
+# --- RMSNorm ---------------------------------------------------------------------------------
 
 
-class _RMSNorm(nn.Module):
-    """The correct RMSNorm, ``weight`` only; each catalogued mistake overrides its forward."""
-
-    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d_model))
-
-    def forward(self, x: Tensor) -> Tensor:
-        mean_square = x.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
-        return x / torch.sqrt(mean_square + self.eps) * self.weight  # (..., D)
-
-
-class RMSNorm_subtracts_mean(_RMSNorm):
+class RMSNorm_subtracts_mean(RMSNormBlock):
     def forward(self, x: Tensor) -> Tensor:
         centred = x - x.mean(dim=-1, keepdim=True)  # (..., D): LayerNorm's centring
         mean_square = centred.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
         return centred / torch.sqrt(mean_square + self.eps) * self.weight
 
 
-class RMSNorm_eps_outside_root(_RMSNorm):
+class RMSNorm_eps_outside_root(RMSNormBlock):
     def forward(self, x: Tensor) -> Tensor:
         rms = x.pow(2).mean(dim=-1, keepdim=True).sqrt()  # (..., 1)
         return x / (rms + self.eps) * self.weight  # (..., D)
+
+
+class RMSNorm_mean_over_wrong_axis(RMSNormBlock):
+    def forward(self, x: Tensor) -> Tensor:
+        mean_square = x.pow(2).mean(dim=1, keepdim=True)  # (B, 1, D): over the positions
+        return x / torch.sqrt(mean_square + self.eps) * self.weight  # (B, L, D)
+
+
+class RMSNorm_l2_norm_not_rms(RMSNormBlock):
+    def forward(self, x: Tensor) -> Tensor:
+        norm = x.norm(dim=-1, keepdim=True)  # (..., 1): sqrt of the sum, not of the mean
+        return x / (norm + self.eps) * self.weight  # (..., D)
+
+
+class RMSNorm_gain_before_norm(RMSNormBlock):
+    def forward(self, x: Tensor) -> Tensor:
+        x = x * self.weight  # (..., D): scaled first, then normalised
+        return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
 
 
 RMS_NORM_BUGS: list[BugVariant] = [
@@ -101,64 +110,56 @@ RMS_NORM_BUGS: list[BugVariant] = [
         "eps goes inside the root.",
         RMSNorm_eps_outside_root,
     ),
+    BugVariant(
+        "rms_norm.mean_over_wrong_axis",
+        RMS_NORM_ITEM,
+        "the mean of the squares is taken over the positions (dim=1), not over the features "
+        "of each position (the last axis)",
+        "Average over the last axis: x.pow(2).mean(dim=-1, keepdim=True), one number per row.",
+        RMSNorm_mean_over_wrong_axis,
+    ),
+    BugVariant(
+        "rms_norm.l2_norm_not_rms",
+        RMS_NORM_ITEM,
+        "each row is divided by its Euclidean norm (x.norm(dim=-1) or F.normalize), the root "
+        "of the sum of the squares, not of their mean: the output is sqrt(D) times too small",
+        "Divide by sqrt(mean(x**2) + eps): the mean over the D features, not their sum.",
+        RMSNorm_l2_norm_not_rms,
+    ),
+    BugVariant(
+        "rms_norm.gain_before_norm",
+        RMS_NORM_ITEM,
+        "the gain `weight` multiplies x before the normalisation, which divides most of it out",
+        "Normalise first, then scale: x / sqrt(mean(x**2) + eps) * weight.",
+        RMSNorm_gain_before_norm,
+    ),
 ]
 
-# ---------------------------------------------------------------------------------------------
-# apply_rope
-# ---------------------------------------------------------------------------------------------
-
-
-def _angles(positions: Tensor, inv_freq: Tensor) -> Tensor:
-    """pos * w_i for every position and pair, in float64."""
-    return positions.to(torch.float64)[:, None] * inv_freq  # (L, Dh/2)
-
-
-def _pair_index(x: Tensor) -> Tensor:
-    return torch.arange(x.size(-1) // 2, dtype=torch.float64)  # (Dh/2,): pair i
-
-
-def _rotate_halves(x: Tensor, angles: Tensor) -> Tensor:
-    """Pair column i with column i + Dh/2 and turn each pair by its angle."""
-    half = x.size(-1) // 2
-    a, b = x[..., :half].double(), x[..., half:].double()  # (B, H, L, Dh/2) each
-    cos, sin = angles.cos(), angles.sin()
-    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1).to(x.dtype)
-
-
-def _rotate_interleaved(x: Tensor, angles: Tensor) -> Tensor:
-    """Pair columns 2i and 2i+1 and turn each pair by its angle."""
-    a, b = x[..., 0::2].double(), x[..., 1::2].double()  # (B, H, L, Dh/2) each
-    cos, sin = angles.cos(), angles.sin()
-    pairs = torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1)  # (B, H, L, Dh/2, 2)
-    return pairs.flatten(-2).to(x.dtype)  # (B, H, L, Dh)
+# --- apply_rope ------------------------------------------------------------------------------
 
 
 def rope_interleaved_pairs(
     x: Tensor, positions: Tensor, theta: float = 10000.0, pairs: str = "halves"
 ) -> Tensor:
     """Adjacent columns (2i, 2i+1) paired whatever ``pairs`` asks."""
-    inv_freq = theta ** (-2 * _pair_index(x) / x.size(-1))  # (Dh/2,)
-    return _rotate_interleaved(x, _angles(positions, inv_freq))
+    inv_freq = theta ** (-2 * pair_index(x) / x.size(-1))  # (Dh/2,)
+    return rotate_interleaved(x, rope_angles(positions, inv_freq))
 
 
 def rope_halves_pairs(
     x: Tensor, positions: Tensor, theta: float = 10000.0, pairs: str = "halves"
 ) -> Tensor:
     """Column i paired with column i + Dh/2 whatever ``pairs`` asks."""
-    inv_freq = theta ** (-2 * _pair_index(x) / x.size(-1))  # (Dh/2,)
-    return _rotate_halves(x, _angles(positions, inv_freq))
-
-
-def _rotate(x: Tensor, angles: Tensor, pairs: str) -> Tensor:
-    return _rotate_halves(x, angles) if pairs == "halves" else _rotate_interleaved(x, angles)
+    inv_freq = theta ** (-2 * pair_index(x) / x.size(-1))  # (Dh/2,)
+    return rotate_halves(x, rope_angles(positions, inv_freq))
 
 
 def rope_exponent_missing_two(
     x: Tensor, positions: Tensor, theta: float = 10000.0, pairs: str = "halves"
 ) -> Tensor:
     """w_i = theta^(-i/Dh): the factor 2 of the exponent left out."""
-    inv_freq = theta ** (-_pair_index(x) / x.size(-1))  # (Dh/2,)
-    return _rotate(x, _angles(positions, inv_freq), pairs)
+    inv_freq = theta ** (-pair_index(x) / x.size(-1))  # (Dh/2,)
+    return rotate_pairs(x, rope_angles(positions, inv_freq), pairs)
 
 
 def rope_exponent_doubled(
@@ -167,7 +168,51 @@ def rope_exponent_doubled(
     """w_i = theta^(-4i/Dh): arange(0, Dh, 2) already counts 2i, and it is doubled again."""
     two_i = torch.arange(0, x.size(-1), 2, dtype=torch.float64)  # (Dh/2,): 2i
     inv_freq = theta ** (-2 * two_i / x.size(-1))  # (Dh/2,)
-    return _rotate(x, _angles(positions, inv_freq), pairs)
+    return rotate_pairs(x, rope_angles(positions, inv_freq), pairs)
+
+
+def rope_wrong_direction(
+    x: Tensor, positions: Tensor, theta: float = 10000.0, pairs: str = "halves"
+) -> Tensor:
+    """Every pair turned by -pos * w_i: (a cos + b sin, -a sin + b cos)."""
+    return rotate_pairs(x, -rope_angles(positions, inv_freq(x, theta)), pairs)
+
+
+def rope_theta_ignored(
+    x: Tensor, positions: Tensor, theta: float = 10000.0, pairs: str = "halves"
+) -> Tensor:
+    """The base fixed at 10000, whatever theta is given."""
+    return rotate_pairs(x, rope_angles(positions, inv_freq(x, 10000.0)), pairs)
+
+
+def rope_positions_ignored(
+    x: Tensor, positions: Tensor, theta: float = 10000.0, pairs: str = "halves"
+) -> Tensor:
+    """The rows turned as positions 0 .. L-1, whatever positions are given."""
+    return rotate_pairs(x, rope_angles(torch.arange(x.size(-2)), inv_freq(x, theta)), pairs)
+
+
+def rope_frequencies_inverted(
+    x: Tensor, positions: Tensor, theta: float = 10000.0, pairs: str = "halves"
+) -> Tensor:
+    """w_i = theta^(+2i/Dh): the minus sign (or the 1 /) of the exponent left out."""
+    return rotate_pairs(x, rope_angles(positions, 1 / inv_freq(x, theta)), pairs)
+
+
+def rope_angles_in_other_layout(
+    x: Tensor, positions: Tensor, theta: float = 10000.0, pairs: str = "halves"
+) -> Tensor:
+    """The columns paired as ``pairs`` asks, the table of angles per column the other's."""
+    d = x.size(-1)
+    angles = rope_angles(positions, inv_freq(x, theta))  # (L, Dh/2)
+    if pairs == "halves":
+        per_column = angles.repeat_interleave(2, dim=-1)  # (L, Dh): the interleaved table
+        turned = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], dim=-1)  # (B, H, L, Dh)
+    else:
+        per_column = torch.cat([angles, angles], dim=-1)  # (L, Dh): the halves' table
+        turned = torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).flatten(-2)  # (B, H, L, Dh)
+    out = x.double() * per_column.cos() + turned.double() * per_column.sin()
+    return out.to(x.dtype)  # (B, H, L, Dh)
 
 
 ROPE_BUGS: list[BugVariant] = [
@@ -208,30 +253,61 @@ ROPE_BUGS: list[BugVariant] = [
         "i = torch.arange(Dh // 2) it is theta ** (-2 * i / Dh). Not both.",
         rope_exponent_doubled,
     ),
+    BugVariant(
+        "rope.wrong_direction",
+        ROPE_ITEM,
+        "every pair turns the other way (by -pos * w_i): the sign of the sine is swapped, "
+        "as with rotate_half written cat([x2, -x1]) instead of cat([-x2, x1])",
+        "A pair (a, b) turned by t becomes (a cos t - b sin t, a sin t + b cos t): the first "
+        "part loses b sin t, the second gains a sin t.",
+        rope_wrong_direction,
+    ),
+    BugVariant(
+        "rope.theta_ignored",
+        ROPE_ITEM,
+        "the base of the frequencies is fixed at 10000: the theta given (500000 in Llama 3) is "
+        "never used",
+        "Compute w_i = theta ** (-2 * i / Dh) from the theta argument.",
+        rope_theta_ignored,
+    ),
+    BugVariant(
+        "rope.positions_ignored",
+        ROPE_ITEM,
+        "the rows are turned as positions 0 .. L-1 (torch.arange(L)) instead of the positions "
+        "given, which start after the cached ones with a KV cache",
+        "Use the positions argument for the angles: angle = positions[:, None] * w[None, :].",
+        rope_positions_ignored,
+    ),
+    BugVariant(
+        "rope.frequencies_inverted",
+        ROPE_ITEM,
+        "the frequencies are theta^(+2i/Dh), growing with i: the minus sign of the exponent "
+        "(or the 1 / of inv_freq) is missing",
+        "w_i = 1 / theta ** (2 * i / Dh): pair 0 turns fastest (w_0 = 1), the last slowest.",
+        rope_frequencies_inverted,
+    ),
+    BugVariant(
+        "rope.angles_in_other_layout",
+        ROPE_ITEM,
+        "the columns are paired as asked, but the cos/sin table per column is the other "
+        "layout's, so the two columns of a pair turn by different angles",
+        "Give both columns of a pair the same angle: cat([angles, angles], -1) for the halves "
+        "(column i with i + Dh/2), angles.repeat_interleave(2, -1) for adjacent pairs.",
+        rope_angles_in_other_layout,
+    ),
 ]
 
-# ---------------------------------------------------------------------------------------------
-# SwiGLU
-# ---------------------------------------------------------------------------------------------
+# --- SwiGLU ----------------------------------------------------------------------------------
 
 
-class _SwiGLU(nn.Module):
-    """The correct gated feed-forward without biases: ``linear1`` (the gate, through SiLU),
-    ``linear3`` (the linear branch), ``linear2`` (back to D)."""
-
-    def __init__(self, d_model: int, d_ff: int) -> None:
-        super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff, bias=False)
-        self.linear2 = nn.Linear(d_ff, d_model, bias=False)
-        self.linear3 = nn.Linear(d_model, d_ff, bias=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(F.silu(self.linear1(x)) * self.linear3(x))  # (B, L, D)
-
-
-class SwiGLU_gate_on_wrong_branch(_SwiGLU):
+class SwiGLU_gate_on_wrong_branch(SwiGLUBlock):
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.linear1(x) * F.silu(self.linear3(x)))  # SiLU on W3 x
+
+
+class SwiGLU_sigmoid_gate(SwiGLUBlock):
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(torch.sigmoid(self.linear1(x)) * self.linear3(x))  # GLU's gate
 
 
 SWIGLU_BUGS: list[BugVariant] = [
@@ -244,70 +320,16 @@ SWIGLU_BUGS: list[BugVariant] = [
         "through SiLU, linear3 stays linear.",
         SwiGLU_gate_on_wrong_branch,
     ),
+    BugVariant(
+        "swiglu.sigmoid_gate",
+        SWIGLU_ITEM,
+        "the gate goes through a sigmoid (GLU), not through SiLU(z) = z * sigmoid(z)",
+        "Use F.silu(linear1(x)) (z * torch.sigmoid(z)), not torch.sigmoid(linear1(x)).",
+        SwiGLU_sigmoid_gate,
+    ),
 ]
 
-# ---------------------------------------------------------------------------------------------
-# GroupedQueryAttention
-# ---------------------------------------------------------------------------------------------
-
-
-class RotaryGQABlock(nn.Module):
-    """The correct grouped-query self-attention with rotary positions and a dict KV cache,
-    written in steps a catalogued mistake overrides one at a time."""
-
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        n_kv_heads: int,
-        rope_theta: float = 10000.0,
-        rope_pairs: str = "halves",
-    ) -> None:
-        super().__init__()
-        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
-        self.d_head = d_model // n_heads
-        self.theta, self.pairs = rope_theta, rope_pairs
-        self.q_proj = nn.Linear(d_model, n_heads * self.d_head, bias=False)
-        self.k_proj = nn.Linear(d_model, n_kv_heads * self.d_head, bias=False)
-        self.v_proj = nn.Linear(d_model, n_kv_heads * self.d_head, bias=False)
-        self.out_proj = nn.Linear(n_heads * self.d_head, d_model, bias=False)
-
-    def split(self, x: Tensor) -> Tensor:
-        """(B, L, heads * Dh) -> (B, heads, L, Dh)."""
-        b, n, width = x.shape
-        return x.view(b, n, width // self.d_head, self.d_head).transpose(1, 2)
-
-    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
-        """RoPE on one head's queries or keys."""
-        return apply_rope(x, positions, self.theta, self.pairs)  # (B, heads, L, Dh)
-
-    def positions(self, length: int, cache: dict[str, Tensor] | None) -> Tensor:
-        """The absolute positions of this call: after the cached ones."""
-        start = 0 if cache is None or "k" not in cache else cache["k"].size(2)
-        return torch.arange(start, start + length)  # (L,)
-
-    def project(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries and keys rotated, values as they are."""
-        q = self.rotate(self.split(self.q_proj(x)), positions)  # (B, H, L, Dh)
-        k = self.rotate(self.split(self.k_proj(x)), positions)  # (B, Hkv, L, Dh)
-        return q, k, self.split(self.v_proj(x))  # ..., (B, Hkv, L, Dh)
-
-    def repeat_kv(self, x: Tensor) -> Tensor:
-        """Key/value head g serves query heads g*r .. g*r + r - 1 (r = H / Hkv)."""
-        return x.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)  # (B, H, S, Dh)
-
-    def forward(
-        self, x: Tensor, mask: Tensor | None = None, cache: dict[str, Tensor] | None = None
-    ) -> Tensor:
-        b, n, _ = x.shape
-        q, k, v = self.project(x, self.positions(n, cache))
-        if cache is not None:
-            if "k" in cache:
-                k = torch.cat([cache["k"], k], dim=2)  # (B, Hkv, S, Dh)
-                v = torch.cat([cache["v"], v], dim=2)  # (B, Hkv, S, Dh)
-            cache["k"], cache["v"] = k, v
-        out = masked_attention(q, self.repeat_kv(k), self.repeat_kv(v), mask)  # (B, H, L, Dh)
-        return self.out_proj(out.transpose(1, 2).reshape(b, n, -1))  # (B, L, D)
+# --- GroupedQueryAttention -------------------------------------------------------------------
 
 
 class GroupedQueryAttention_rope_on_values(RotaryGQABlock):
@@ -329,8 +351,8 @@ class GroupedQueryAttention_kv_repeat_not_interleave(RotaryGQABlock):
 class GroupedQueryAttention_rope_frequencies_over_model_width(RotaryGQABlock):
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
         d_model = self.n_heads * self.d_head
-        inv_freq = self.theta ** (-2 * _pair_index(x) / d_model)  # (Dh/2,): 2i / D, not / Dh
-        return _rotate(x, _angles(positions, inv_freq), self.pairs)
+        inv_freq = self.theta ** (-2 * pair_index(x) / d_model)  # (Dh/2,): 2i / D, not / Dh
+        return rotate_pairs(x, rope_angles(positions, inv_freq), self.pairs)
 
 
 class GroupedQueryAttention_rope_before_head_split(RotaryGQABlock):
@@ -338,6 +360,43 @@ class GroupedQueryAttention_rope_before_head_split(RotaryGQABlock):
         q = self.rotate(self.q_proj(x)[:, None], positions)[:, 0]  # (B, L, H*Dh) turned whole
         k = self.rotate(self.k_proj(x)[:, None], positions)[:, 0]  # (B, L, Hkv*Dh)
         return self.split(q), self.split(k), self.split(self.v_proj(x))
+
+
+class GroupedQueryAttention_scale_by_model_width(RotaryGQABlock):
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        d_model = self.n_heads * self.d_head
+        scaled = q * (self.d_head / d_model) ** 0.5  # scores end up divided by sqrt(D)
+        return super().attend(scaled, k, v, mask)
+
+
+class GroupedQueryAttention_no_scaling(RotaryGQABlock):
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        return super().attend(q * self.d_head**0.5, k, v, mask)  # scores q.k, never divided
+
+
+class GroupedQueryAttention_inverted_mask(RotaryGQABlock):
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        return super().attend(q, k, v, None if mask is None else ~mask)  # True read as hidden
+
+
+class GroupedQueryAttention_masked_row_uniform(RotaryGQABlock):
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        if mask is None:
+            return super().attend(q, k, v, mask)
+        scores = q @ k.transpose(-2, -1) / self.d_head**0.5  # (B, H, L, S)
+        return torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1) @ v  # finite fill
+
+
+class GroupedQueryAttention_heads_merged_without_transpose(RotaryGQABlock):
+    def merge(self, out: Tensor) -> Tensor:
+        b, _, n, _ = out.shape
+        return out.reshape(b, n, -1)  # (B, H, L, Dh) read as (B, L, H*Dh): rows mixed up
+
+
+class GroupedQueryAttention_empty_cache_not_filled(RotaryGQABlock):
+    def forward(self, x: Tensor, mask: Mask = None, cache: Cache = None) -> Tensor:
+        # `if cache:` where `if cache is not None:` is meant: {} is false, never filled.
+        return super().forward(x, mask, cache if cache else None)
 
 
 GQA_BUGS: list[BugVariant] = [
@@ -389,37 +448,58 @@ GQA_BUGS: list[BugVariant] = [
         "head's Dh columns.",
         GroupedQueryAttention_rope_before_head_split,
     ),
+    BugVariant(
+        "gqa.scale_by_model_width",
+        GQA_ITEM,
+        "the scores are divided by sqrt(D), the model width, instead of sqrt(Dh), the width "
+        "of one head",
+        "Divide q @ k^T by math.sqrt(Dh) with Dh = d_model // n_heads.",
+        GroupedQueryAttention_scale_by_model_width,
+    ),
+    BugVariant(
+        "gqa.no_scaling",
+        GQA_ITEM,
+        "the scores q @ k^T are not divided by sqrt(Dh)",
+        "Divide the scores by math.sqrt(Dh) before the mask and the softmax.",
+        GroupedQueryAttention_no_scaling,
+    ),
+    BugVariant(
+        "gqa.inverted_mask",
+        GQA_ITEM,
+        "the mask is read the other way round (True = hidden, as nn.MultiheadAttention's); "
+        "the course's masks say True = may attend",
+        "Hide the keys where the mask is False: scores.masked_fill(~mask, float('-inf')).",
+        GroupedQueryAttention_inverted_mask,
+    ),
+    BugVariant(
+        "gqa.masked_row_uniform",
+        GQA_ITEM,
+        "hidden keys get a large finite score (-1e9) instead of -inf: a query that may attend "
+        "no key then averages every value uniformly instead of giving zeros",
+        "Fill with float('-inf') and set the weights of hidden keys to 0 after the softmax "
+        "(weights.masked_fill(~mask, 0.0)), so a fully masked row gives zeros, never NaN.",
+        GroupedQueryAttention_masked_row_uniform,
+    ),
+    BugVariant(
+        "gqa.heads_merged_without_transpose",
+        GQA_ITEM,
+        "the heads' outputs (B, H, L, Dh) are reshaped to (B, L, H*Dh) without moving the "
+        "head axis after the positions first, which mixes positions and heads",
+        "Merge with out.transpose(1, 2).reshape(B, L, H * Dh) (or .contiguous().view(...)).",
+        GroupedQueryAttention_heads_merged_without_transpose,
+    ),
+    BugVariant(
+        "gqa.empty_cache_not_filled",
+        GQA_ITEM,
+        "an empty cache dict is never filled: `if cache:` is false for {}, so no call stores "
+        "its keys and values and each new token attends to itself only",
+        "Test `if cache is not None:` to store the keys and values, and `'k' in cache` to "
+        "know whether earlier ones are there.",
+        GroupedQueryAttention_empty_cache_not_filled,
+    ),
 ]
 
-# ---------------------------------------------------------------------------------------------
-# The pre-norm block
-# ---------------------------------------------------------------------------------------------
-
-
-class PreNormBlock(nn.Module):
-    """The correct pre-norm block: x + attention(norm1(x)), then + ffn(norm2(x))."""
-
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        n_kv_heads: int,
-        d_ff: int,
-        eps: float = 1e-5,
-        rope_theta: float = 10000.0,
-        rope_pairs: str = "halves",
-    ) -> None:
-        super().__init__()
-        self.norm1 = _RMSNorm(d_model, eps)
-        self.self_attn = RotaryGQABlock(d_model, n_heads, n_kv_heads, rope_theta, rope_pairs)
-        self.norm2 = _RMSNorm(d_model, eps)
-        self.ffn = _SwiGLU(d_model, d_ff)
-
-    def forward(
-        self, x: Tensor, mask: Tensor | None = None, cache: dict[str, Tensor] | None = None
-    ) -> Tensor:
-        x = x + self.self_attn(self.norm1(x), mask, cache)  # (B, L, D)
-        return x + self.ffn(self.norm2(x))  # (B, L, D)
+# --- The pre-norm block ----------------------------------------------------------------------
 
 
 class ModernDecoderBlock_residual_after_norm(PreNormBlock):
@@ -430,6 +510,36 @@ class ModernDecoderBlock_residual_after_norm(PreNormBlock):
         x = h + self.self_attn(h, mask, cache)  # the residual starts from the normed x
         h = self.norm2(x)
         return h + self.ffn(h)  # (B, L, D)
+
+
+class ModernDecoderBlock_post_norm(PreNormBlock):
+    def forward(self, x: Tensor, mask: Mask = None, cache: Cache = None) -> Tensor:
+        x = self.norm1(x + self.self_attn(x, mask, cache))  # the original Transformer's order
+        return self.norm2(x + self.ffn(x))  # (B, L, D)
+
+
+class ModernDecoderBlock_parallel_branches(PreNormBlock):
+    def forward(self, x: Tensor, mask: Mask = None, cache: Cache = None) -> Tensor:
+        attended = self.self_attn(self.norm1(x), mask, cache)  # (B, L, D)
+        return x + attended + self.ffn(self.norm2(x))  # both branches read the same x
+
+
+class ModernDecoderBlock_cache_not_passed(PreNormBlock):
+    def forward(self, x: Tensor, mask: Mask = None, cache: Cache = None) -> Tensor:
+        x = x + self.self_attn(self.norm1(x), mask)  # the cache never reaches the attention
+        return x + self.ffn(self.norm2(x))  # (B, L, D)
+
+
+class ModernDecoderBlock_mask_not_passed(PreNormBlock):
+    def forward(self, x: Tensor, mask: Mask = None, cache: Cache = None) -> Tensor:
+        x = x + self.self_attn(self.norm1(x), None, cache)  # the mask never reaches it
+        return x + self.ffn(self.norm2(x))  # (B, L, D)
+
+
+class ModernDecoderBlock_norms_swapped(PreNormBlock):
+    def forward(self, x: Tensor, mask: Mask = None, cache: Cache = None) -> Tensor:
+        x = x + self.self_attn(self.norm2(x), mask, cache)  # norm2 before the attention
+        return x + self.ffn(self.norm1(x))  # (B, L, D)
 
 
 MODERN_BLOCK_BUGS: list[BugVariant] = [
@@ -443,47 +553,48 @@ MODERN_BLOCK_BUGS: list[BugVariant] = [
         "then x = x + ffn(norm2(x)).",
         ModernDecoderBlock_residual_after_norm,
     ),
+    BugVariant(
+        "modern_block.post_norm",
+        MODERN_BLOCK_ITEM,
+        "the norms come after the residual additions (x = norm1(x + attn(x))), the original "
+        "Transformer's post-norm order, where this block is pre-norm",
+        "Normalise the branch's input and leave the stream alone: "
+        "x = x + self_attn(norm1(x), mask, cache), then x = x + ffn(norm2(x)).",
+        ModernDecoderBlock_post_norm,
+    ),
+    BugVariant(
+        "modern_block.parallel_branches",
+        MODERN_BLOCK_ITEM,
+        "the attention and the feed-forward both read the block's input (GPT-J's parallel "
+        "block), where the feed-forward reads the stream after the attention's output is added",
+        "Run them one after the other: x = x + self_attn(norm1(x), ...), then "
+        "x = x + ffn(norm2(x)) on that new x.",
+        ModernDecoderBlock_parallel_branches,
+    ),
+    BugVariant(
+        "modern_block.cache_not_passed",
+        MODERN_BLOCK_ITEM,
+        "the cache is not passed on to self_attn, so decoding one token at a time attends "
+        "to nothing before it",
+        "Call self.self_attn(self.norm1(x), mask, cache): the block only hands the cache on.",
+        ModernDecoderBlock_cache_not_passed,
+    ),
+    BugVariant(
+        "modern_block.mask_not_passed",
+        MODERN_BLOCK_ITEM,
+        "the mask is not passed on to self_attn, so every position attends to every other, "
+        "later and padded ones included",
+        "Call self.self_attn(self.norm1(x), mask, cache): the block hands the mask on.",
+        ModernDecoderBlock_mask_not_passed,
+    ),
+    BugVariant(
+        "modern_block.norms_swapped",
+        MODERN_BLOCK_ITEM,
+        "norm2 normalises the attention's input and norm1 the feed-forward's: with gains "
+        "other than ones the two sub-layers see the wrong scales",
+        "norm1 goes before self_attn and norm2 before ffn, as the parameter names say.",
+        ModernDecoderBlock_norms_swapped,
+    ),
 ]
 
-# ---------------------------------------------------------------------------------------------
-# The reference, called as the student's blocks are: what the checks compare with
-# ---------------------------------------------------------------------------------------------
-
-
-def _rope(x: Tensor, head_dim: int, theta: float, pairs: str) -> RopeAngles:
-    """The reference's rotary angles of positions 0 .. L-1 of ``x`` (B, L, D)."""
-    return RopeAngles(torch.arange(x.size(1)), rope_frequencies(head_dim, theta), pairs)
-
-
-class ReferenceGQA(_ReferenceMHA):
-    """The reference's grouped-query attention without biases, called as the student's
-    ``f(x, mask)`` with RoPE at positions 0 .. L-1 (the checks never give it a cache)."""
-
-    def __init__(self, d: int, h: int, hkv: int, theta: float, pairs: str) -> None:
-        super().__init__(d, h, bias=False, n_kv_heads=hkv)
-        self.rope_args = (theta, pairs)
-
-    def forward(self, x: Tensor, mask: Tensor | None = None, cache: None = None) -> Tensor:
-        return super().forward(x, x, x, mask, None, _rope(x, self.d_k, *self.rope_args))
-
-
-class ReferenceBlock(_ReferenceLayer):
-    """The reference's pre-norm layer of a Llama-style model (RMSNorm, grouped-query
-    attention, SwiGLU, no biases), called as the student's ``f(x, mask)``."""
-
-    def __init__(self, d: int, h: int, hkv: int, f: int, eps: float, theta: float, pairs: str):
-        kw = {"activation": "swiglu", "bias": False, "layer_norm_eps": eps, "norm": "rmsnorm"}
-        super().__init__(d, h, f, norm_first=True, n_kv_heads=hkv, **kw)
-        self.rope_args = (theta, pairs)
-
-    def forward(self, x: Tensor, mask: Tensor | None = None, cache: None = None) -> Tensor:
-        return super().forward(x, mask, None, _rope(x, self.self_attn.d_k, *self.rope_args))
-
-
-BUGS: list[BugVariant] = [
-    *RMS_NORM_BUGS,
-    *ROPE_BUGS,
-    *SWIGLU_BUGS,
-    *GQA_BUGS,
-    *MODERN_BLOCK_BUGS,
-]
+BUGS: list[BugVariant] = [*RMS_NORM_BUGS, *ROPE_BUGS, *SWIGLU_BUGS, *GQA_BUGS, *MODERN_BLOCK_BUGS]

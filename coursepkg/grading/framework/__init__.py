@@ -118,6 +118,7 @@ from .self_attention import (
     cache_equals_whole,
     cache_stage,
     decode_with_cache,
+    norm_gains_stage,
     run_self_attention_cases,
 )
 from .variants import FeedForwardBlock, HeadsBlock, masked_attention
@@ -140,6 +141,7 @@ __all__ = [
     "run_self_attention_cases",
     "cache_equals_whole",
     "cache_stage",
+    "norm_gains_stage",
     "decode_with_cache",
     "MaskedBlock",
     "MaskCases",

@@ -32,9 +32,15 @@ from .masks import (
 from .modules import BuiltModule, Stage
 from .pieces import guarded
 from .results import BugVariant, CheckReport
-from .weights import module_runner
+from .weights import copy_weights, module_runner
 
-__all__ = ["cache_equals_whole", "cache_stage", "decode_with_cache", "run_self_attention_cases"]
+__all__ = [
+    "cache_equals_whole",
+    "cache_stage",
+    "decode_with_cache",
+    "norm_gains_stage",
+    "run_self_attention_cases",
+]
 
 Block = Callable[..., Any]
 
@@ -236,3 +242,43 @@ def cache_stage(
             "the cache stores the keys of the Hkv key/value heads, not of the H query heads",
         ),
     )
+
+
+def norm_gains_stage(
+    item: str,
+    bugs: Sequence[BugVariant],
+    bug_args: Callable[[dict[str, Any]], tuple[Any, ...]],
+    norms: tuple[str, ...] = ("norm1", "norm2"),
+) -> Stage:
+    """A :class:`~.modules.Stage` on every configuration of a block with the norms ``norms``:
+    random gains (a new norm's are ones, which hide a norm used in the wrong place) copied
+    into both blocks, then the outputs under a causal mask compared with the reference's, a
+    mismatch named from ``bugs`` (a catalogued variant built with ``bug_args(cfg)``). It
+    changes the built modules' weights, so it comes after every other stage."""
+
+    def run(report: CheckReport, built: BuiltModule) -> None:
+        cfg = built.cfg
+        gen = generator(built.seed, salt=17)
+        reference, student = built.reference.float(), built.student.float()
+        with torch.no_grad():
+            for name in norms:
+                getattr(reference, name).weight.copy_(1 + 0.5 * randn(gen, cfg["D"]))
+        copy_weights(reference, student, item)
+        x = randn(gen, cfg["B"], cfg["L"], cfg["D"])  # (B, L, D)
+        mask = causal_mask(cfg["L"])
+        expected = reference(x, mask)
+        mine = guarded(student, item)
+        expect_close(
+            report,
+            expect_tensor(mine(x, mask), f"your output ({describe(cfg)})", x.shape),
+            expected,
+            f"the output of your {item} with random gains in {' and '.join(norms)} (causal "
+            f"mask; {describe(cfg)})",
+            diagnosis=lambda: diagnose(
+                mine, bugs, (x, mask), run=module_runner(reference, bug_args(cfg)),
+                reference_output=expected,
+            ),
+            hint=f"Each of {', '.join(norms)} normalises the input of its own sub-layer.",
+        )  # fmt: skip
+
+    return Stage(run, ok=(f"the norms' own gains are used where they belong ({', '.join(norms)})",))

@@ -250,4 +250,10 @@ def test_catalogue_lists_every_ex10_mistake_once() -> None:
         "tokenizer.special_tokens_split",
         "tokenizer.lost_whitespace",
         "tokenizer.decode_per_token",
+        "bpe.special_shorter_wins",
+        "bpe.ties_by_ids",
+        "bpe.specials_not_counted",
+        "bpe.specials_before_merges",
+        "tokenizer.special_shorter_wins",
+        "tokenizer.decode_drops_bad_bytes",
     }

@@ -21,7 +21,7 @@ from coursepkg.grading import (
     check_swiglu,
 )
 from coursepkg.grading.checks import ex11_modern_block_mistakes as catalogue
-from coursepkg.grading.framework import configs, decode_with_cache, weights
+from coursepkg.grading.framework import configs, decode_with_cache, modern_blocks, weights
 from coursepkg.layers import PositionwiseFeedForward, RMSNorm
 from coursepkg.masks import causal_mask
 from coursepkg.positional import apply_rope
@@ -55,7 +55,7 @@ def test_every_catalogued_mistake_is_caught_and_named(bug):
 
 def test_the_issue_s_mistakes_are_catalogued_once_each():
     ids = [b.id for b in catalogue.BUGS]
-    assert len(ids) == len(set(ids)) == 13
+    assert len(ids) == len(set(ids)) == 33
     assert {b.item for b in catalogue.BUGS} == set(CHECKS)
 
 
@@ -188,8 +188,9 @@ def test_the_catalogue_s_correct_modules_are_the_reference_pieces():
     so a variant differs from the reference by its own mistake only."""
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(2, 5, 8, generator=gen)
-    torch.testing.assert_close(catalogue._RMSNorm(8)(x), RMSNorm(8)(x))
-    ffn, ref_ffn = catalogue._SwiGLU(8, 12), PositionwiseFeedForward(8, 12, 0.0, "swiglu", False)
+    torch.testing.assert_close(modern_blocks.RMSNormBlock(8)(x), RMSNorm(8)(x))
+    ffn = modern_blocks.SwiGLUBlock(8, 12)
+    ref_ffn = PositionwiseFeedForward(8, 12, 0.0, "swiglu", False)
     ffn.load_state_dict(ref_ffn.state_dict())
     torch.testing.assert_close(ffn(x), ref_ffn(x))
 
