@@ -19,6 +19,7 @@ import datetime
 import json
 import multiprocessing as mp
 import os
+import sys
 import tempfile
 import time
 import traceback
@@ -246,8 +247,11 @@ def _state_numel(optimizer: Any) -> int | None:
 
 def _rank_main(rank: int, port: int, out: str, job: tuple) -> None:
     """One rank: join the group, run ``job``, write its result or its error for the parent."""
-    torch.set_num_threads(1)
     out_dir = Path(out)
+    # A notebook kernel's streams go through its own threads, which a forked rank lacks: a
+    # rank that wrote a warning there could block for ever. Each rank writes to its own file.
+    sys.stdout = sys.stderr = open(out_dir / f"rank{rank}.log", "w", buffering=1)  # noqa: SIM115
+    torch.set_num_threads(1)
     try:
         store = dist.TCPStore("127.0.0.1", port, WORLD, is_master=False)
         limit = datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S)
