@@ -16,6 +16,7 @@ models and batches.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import multiprocessing as mp
 import os
@@ -61,8 +62,10 @@ __all__ = ["BUGS", "check_bucketed_ddp", "check_naive_ddp", "check_sharded_adamw
 Config = dict[str, Any]
 
 WORLD = 2  #: ranks per launch
-TIMEOUT_S = 60.0  #: seconds for a whole launch: a guard against a hang, far above its time
-COLLECTIVE_TIMEOUT_S = 30.0  #: seconds a rank waits in one collective before gloo gives up
+TIMEOUT_S = 40.0  #: seconds for a whole launch: a guard against a hang, far above its time
+#: seconds a rank waits in one collective before gloo gives up: longer than a launch, so that a
+#: hang is reported by the launch, which knows the step each rank was in
+COLLECTIVE_TIMEOUT_S = 120.0
 _COLLECTIVES = (
     "broadcast", "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
     "reduce_scatter_tensor", "reduce", "barrier", "send", "recv",
@@ -306,6 +309,17 @@ def _raise_error(kind: str, message: str, item: str) -> None:
     raise RuntimeError(f"a rank of the checker failed: {message}")
 
 
+@functools.cache
+def _import_optimizers() -> None:
+    """One step of each optimizer here, before the ranks are forked: an optimizer's first step
+    imports hundreds of modules (seconds), which the ranks then inherit instead of each
+    importing them again."""
+    for item in (NAIVE_DDP_ITEM, ZERO_ITEM):
+        weight = nn.Parameter(torch.zeros(1))
+        weight.grad = torch.ones(1)
+        _optimizer(item, [weight]).step()
+
+
 def launch(item: str, impl: Any, cfg: Config, variants: list[BugVariant] | None) -> list[dict]:
     """Fork :data:`WORLD` ranks that train with ``impl`` (or, given ``variants``, with each
     variant) and return each rank's result, in rank order.
@@ -314,6 +328,7 @@ def launch(item: str, impl: Any, cfg: Config, variants: list[BugVariant] | None)
         CheckFailure: the student's code raised on some rank, or the ranks did not finish in
             :data:`TIMEOUT_S` (the message says where each rank was); every rank is ended.
     """
+    _import_optimizers()
     store = dist.TCPStore("127.0.0.1", 0, WORLD + 1, is_master=True, wait_for_workers=False)
     context = mp.get_context("fork")
     with tempfile.TemporaryDirectory(prefix="ex15-ranks-") as tmp:
