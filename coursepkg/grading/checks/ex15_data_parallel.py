@@ -20,6 +20,7 @@ import functools
 import json
 import multiprocessing as mp
 import os
+import socket
 import sys
 import tempfile
 import time
@@ -329,7 +330,14 @@ def launch(item: str, impl: Any, cfg: Config, variants: list[BugVariant] | None)
             :data:`TIMEOUT_S` (the message says where each rank was); every rank is ended.
     """
     _import_optimizers()
-    store = dist.TCPStore("127.0.0.1", 0, WORLD + 1, is_master=True, wait_for_workers=False)
+    try:
+        store = dist.TCPStore("127.0.0.1", 0, WORLD + 1, is_master=True, wait_for_workers=False)
+        socket.create_connection(("127.0.0.1", store.port), timeout=10).close()  # reachable?
+    except Exception as exc:  # noqa: BLE001 - the machine's, never the student's: say so
+        raise RuntimeError(
+            f"no TCP port on 127.0.0.1 for the ranks' rendezvous ({exc}); this check needs the "
+            "loopback network, which a sandbox without a network denies"
+        ) from None
     context = mp.get_context("fork")
     with tempfile.TemporaryDirectory(prefix="ex15-ranks-") as tmp:
         out = Path(tmp)
