@@ -310,6 +310,14 @@ def _raise_error(kind: str, message: str, item: str) -> None:
     raise RuntimeError(f"a rank of the checker failed: {message}")
 
 
+def _probe_loopback() -> None:
+    """Raise ``OSError`` unless a connection to a port on 127.0.0.1 succeeds."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        socket.create_connection(server.getsockname(), timeout=10).close()
+
+
 @functools.cache
 def _import_optimizers() -> None:
     """One step of each optimizer here, before the ranks are forked: an optimizer's first step
@@ -331,8 +339,8 @@ def launch(item: str, impl: Any, cfg: Config, variants: list[BugVariant] | None)
     """
     _import_optimizers()
     try:
+        _probe_loopback()  # without it, TCPStore would retry its own connection for minutes
         store = dist.TCPStore("127.0.0.1", 0, WORLD + 1, is_master=True, wait_for_workers=False)
-        socket.create_connection(("127.0.0.1", store.port), timeout=10).close()  # reachable?
     except Exception as exc:  # noqa: BLE001 - the machine's, never the student's: say so
         raise RuntimeError(
             f"no TCP port on 127.0.0.1 for the ranks' rendezvous ({exc}); this check needs the "
