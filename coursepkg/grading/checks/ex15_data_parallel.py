@@ -156,9 +156,22 @@ class _Watch:
         where = f"torch.distributed.{collective}, called from {self.phase}"
         self.file.write_text(where if collective else phase)
 
-    def install(self) -> None:
+    def install(self, impl: Any) -> None:
+        """Watch every collective of ``torch.distributed``, called as ``dist.all_reduce`` or
+        by a name the student's module imported (``from torch.distributed import ...``); in
+        this rank only (a forked copy of the student's namespace)."""
+        namespaces = {
+            id(fn.__globals__): fn.__globals__
+            for fn in vars(impl).values() if hasattr(fn, "__globals__")
+        } if isinstance(impl, type) else {}  # fmt: skip
         for name in _COLLECTIVES:
-            setattr(dist, name, self._watched(name, getattr(dist, name)))
+            plain = getattr(dist, name)
+            watched = self._watched(name, plain)
+            setattr(dist, name, watched)
+            for namespace in namespaces.values():
+                for key, value in list(namespace.items()):
+                    if value is plain:
+                        namespace[key] = watched
 
     def _watched(self, name: str, collective: Callable) -> Callable:
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -261,8 +274,8 @@ def _rank_main(rank: int, port: int, out: str, job: tuple) -> None:
         limit = datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S)
         dist.init_process_group("gloo", store=store, rank=rank, world_size=WORLD, timeout=limit)
         watch = _Watch(out_dir, rank)
-        watch.install()
         item, impl, cfg, variants = job
+        watch.install(impl)
         if variants is None:
             result = {"student": _train(item, impl, cfg, watch, True)}
             result["unwaited"] = sum(not h.waited for h in watch.handles)
