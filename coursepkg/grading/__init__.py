@@ -43,6 +43,9 @@ check_lora_linear              ``LoRALinear``                              ex14_
 check_dpo_loss                 ``dpo_loss``                                ex14_post_training
 check_group_advantages         ``group_advantages``                        ex14_post_training
 check_grpo_loss                ``grpo_loss``                               ex14_post_training
+check_naive_ddp                ``NaiveDDP`` (broadcast, average)           ex15_data_parallel
+check_bucketed_ddp             ``BucketedDDP`` (hooks, buckets)            ex15_data_parallel
+check_sharded_adamw            ``ShardedAdamW`` (ZeRO-1 step)              ex15_data_parallel
 check_route_top_k              ``route_top_k`` (a router's top-k)          ex16_experts
 check_load_balancing_loss      ``load_balancing_loss``                     ex16_experts
 check_compress_latent          ``compress_latent`` (MLA's cached part)     ex16_experts
@@ -91,6 +94,11 @@ from .checks.ex14_post_training import (
     check_lora_linear,
     check_sft_loss,
 )
+from .checks.ex15_data_parallel import (
+    check_bucketed_ddp,
+    check_naive_ddp,
+    check_sharded_adamw,
+)
 from .checks.ex16_experts import (
     check_compress_latent,
     check_load_balancing_loss,
@@ -117,6 +125,7 @@ __all__ = [
     "check_additive_score",
     "check_apply_rope",
     "check_beam_search",
+    "check_bucketed_ddp",
     "check_causal_mask",
     "check_compress_latent",
     "check_clip_grad_norm",
@@ -134,6 +143,7 @@ __all__ = [
     "check_lora_linear",
     "check_modern_block",
     "check_multi_head_attention",
+    "check_naive_ddp",
     "check_noam_lr",
     "check_param_groups",
     "check_parameter_count",
@@ -141,6 +151,7 @@ __all__ = [
     "check_rms_norm",
     "check_route_top_k",
     "check_scaled_dot_product_attention",
+    "check_sharded_adamw",
     "check_sft_loss",
     "check_swiglu",
     "check_tiled_attention",

@@ -27,4 +27,5 @@ ASSIGNMENTS = (
     "ex12_tiled_attention",
     "ex13_training_pieces",
     "ex14_post_training",
+    "ex15_data_parallel",
 )

@@ -157,6 +157,16 @@ BUGS = {
         ],
         "dpo.sign_flipped",
     ),
+    "ex15_data_parallel": (
+        "NaiveDDP",
+        [
+            (
+                "                p.grad /= world\n",
+                "                pass  # the sum, never divided\n",
+            )
+        ],
+        "naive_ddp.summed",
+    ),
     "ex09_training_run": (
         "sequence_loss",
         [("model(batch.src, batch.tgt_in,", "model(batch.src, batch.tgt_out,")],

@@ -1,0 +1,179 @@
+"""Tests of the ex15 checks (``checks/ex15_data_parallel.py``): every catalogued mistake is
+caught and named by its own id, correct answers in other styles pass in visible and thorough
+mode, the same styles with a mistake get its id, the untouched stubs say "not implemented yet",
+and a student's code that hangs or raises on one rank ends every rank, with a message naming
+the collective and the step. Each check forks 2 gloo ranks (about half a second)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import grading_impls_data_parallel as impls
+import pytest
+import torch
+import torch.distributed as dist
+
+from coursepkg.grading import (
+    CheckFailure,
+    NotImplementedYet,
+    check_bucketed_ddp,
+    check_naive_ddp,
+    check_sharded_adamw,
+    registered_checks,
+)
+from coursepkg.grading.checks import ex15_data_parallel as check_module
+from coursepkg.grading.checks import ex15_data_parallel_mistakes as catalogue
+from coursepkg.grading.framework import configs
+from coursepkg.stubs import ex15_data_parallel as stub
+
+CHECK_OF = {
+    bug.id: entry.check
+    for entry in registered_checks()
+    if entry.assignment == "ex15_data_parallel"
+    for bug in entry.bugs
+}
+
+
+@pytest.fixture(autouse=True)
+def _no_rank_left():
+    yield
+    assert not mp.active_children()  # every forked rank was ended and reaped
+
+
+@pytest.mark.parametrize("bug", catalogue.BUGS, ids=lambda b: b.id)
+def test_every_catalogued_mistake_is_caught_and_named(bug):
+    with pytest.raises(CheckFailure) as info:
+        CHECK_OF[bug.id](bug.impl)
+    assert info.value.diagnosis == bug.id, str(info.value)
+    assert bug.advice in str(info.value)
+
+
+def test_the_issue_s_mistakes_are_catalogued_once_each():
+    ids = [b.id for b in catalogue.BUGS]
+    assert len(ids) == len(set(ids)) == len(CHECK_OF) == 9
+    assert {
+        "naive_ddp.summed",
+        "naive_ddp.broadcast_wrong_rank",
+        "naive_ddp.no_initial_broadcast",
+        "naive_ddp.buffers_not_synced",
+        "bucketed.no_wait",
+        "bucketed.last_bucket_not_flushed",
+        "zero.wrong_slice",
+    } <= set(ids)
+
+
+CORRECT = [
+    (check_naive_ddp, catalogue.NaiveDDPSteps),
+    (check_naive_ddp, impls.FlatNaiveDDP),
+    (check_naive_ddp, impls.StateDictNaiveDDP),
+    (check_bucketed_ddp, catalogue.BucketedDDPSteps),
+    (check_bucketed_ddp, impls.PlannedBuckets),
+    (check_bucketed_ddp, impls.FutureBuckets),
+    (check_sharded_adamw, catalogue.ShardedAdamWSteps),
+    (check_sharded_adamw, impls.ChunkedShardedAdamW),
+    (check_sharded_adamw, impls.OwnedParamsAdamW),
+]
+
+
+@pytest.mark.parametrize(("check", "impl"), CORRECT, ids=lambda x: x.__name__)
+def test_independent_answers_pass(check, impl):
+    result = check(impl)
+    assert result.passed and result.messages
+
+
+@pytest.mark.parametrize(("check", "impl"), CORRECT[1::3], ids=lambda x: x.__name__)
+def test_answers_in_other_styles_pass_the_hidden_tests(check, impl):
+    """One style per check in thorough mode (each run is a launch of 2 ranks)."""
+    result = check(impl, thorough=True, seed=5)
+    assert result.passed and len(configs(catalogue.NAIVE_DDP_ITEM, True, 5)) >= 3
+
+
+WRONG = [
+    (check_naive_ddp, impls.FlatNaiveDDPSummed, "naive_ddp.summed"),
+    (check_naive_ddp, impls.StateDictNaiveDDPFromLast, "naive_ddp.broadcast_wrong_rank"),
+    (check_naive_ddp, impls.ParametersOnlyNaiveDDP, "naive_ddp.buffers_not_synced"),
+    (check_bucketed_ddp, impls.PlannedBucketsNoWait, "bucketed.no_wait"),
+    (check_bucketed_ddp, impls.FutureBucketsUnflushed, "bucketed.last_bucket_not_flushed"),
+    (check_sharded_adamw, impls.ChunkedShardedAdamWFloor, "zero.tail_not_covered"),
+    (check_sharded_adamw, impls.ChunkedShardedAdamWNoGather, "zero.no_all_gather"),
+]
+
+
+@pytest.mark.parametrize(
+    ("check", "impl", "bug_id"), WRONG, ids=lambda x: getattr(x, "__name__", x)
+)
+def test_a_mistake_in_another_style_is_named(check, impl, bug_id):
+    with pytest.raises(CheckFailure) as info:
+        check(impl)
+    assert info.value.diagnosis == bug_id, str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("check", "impl"),
+    [
+        (check_naive_ddp, stub.NaiveDDP),
+        (check_bucketed_ddp, stub.BucketedDDP),
+        (check_sharded_adamw, stub.ShardedAdamW),
+    ],
+    ids=lambda x: x.__name__,
+)
+def test_untouched_stubs_are_not_implemented_yet(check, impl):
+    with pytest.raises(NotImplementedYet) as info:
+        check(impl)
+    assert "not implemented yet" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_all_reduces_that_start_after_backward_are_told():
+    with pytest.raises(CheckFailure, match="started during backward") as info:
+        check_bucketed_ddp(impls.BucketsAfterBackward)
+    assert info.value.diagnosis is None
+
+
+def test_an_unsharded_optimizer_is_told():
+    with pytest.raises(CheckFailure, match="numbers of state on the 2 ranks") as info:
+        check_sharded_adamw(impls.UnshardedAdamW)
+    assert info.value.diagnosis is None
+
+
+class _WaitsForNobody(catalogue.NaiveDDPSteps):
+    def sync_gradients(self):
+        if dist.get_rank() == 1:
+            dist.recv(torch.zeros(1), src=0)  # rank 0 never sends: rank 1 waits for ever
+        super().sync_gradients()
+
+
+class _FailsOnOneRank(catalogue.NaiveDDPSteps):
+    def sync_gradients(self):
+        if dist.get_rank() == 1:
+            raise ValueError("a bad bucket on rank 1")
+        super().sync_gradients()  # rank 0 waits in all_reduce for rank 1, which has left
+
+
+def test_a_collective_that_never_returns_is_stopped_and_named(monkeypatch):
+    monkeypatch.setattr(check_module, "TIMEOUT_S", 3.0)
+    with pytest.raises(CheckFailure) as info:
+        check_naive_ddp(_WaitsForNobody)
+    message = str(info.value)
+    assert "did not finish on 2 ranks within 3 s" in message
+    assert (
+        "rank 1 was in torch.distributed.recv, called from your sync_gradients after the "
+        "backward of step 1 of 3" in message
+    )
+    assert "rank 0 was in torch.distributed.all_reduce" in message
+
+
+def test_an_error_on_one_rank_ends_both_and_is_told():
+    with pytest.raises(CheckFailure) as info:
+        check_naive_ddp(_FailsOnOneRank)
+    assert "NaiveDDP raised ValueError" in str(info.value)
+    assert "a bad bucket on rank 1" in str(info.value)
+
+
+@pytest.mark.parametrize("item", [catalogue.NAIVE_DDP_ITEM, catalogue.ZERO_ITEM])
+def test_the_runs_differ_and_repeat(item):
+    """The visible and extra runs differ (another seed, batch and length), and one process's
+    run is repeatable (the ranks and the reference build the same models and batches)."""
+    first, extra = configs(item, True, 0)[:2]
+    a, b = check_module.train_alone(item, first), check_module.train_alone(item, extra)
+    assert a.shape == (59,) and not torch.allclose(a, b)
+    assert torch.equal(a, check_module.train_alone(item, first))
