@@ -16,6 +16,7 @@ CHECKPOINT_PARTS = {
     "identity": "settings, config and data digest: refuse a different run",
     "model": "every weight (state_dict)",
     "optimizer": "AdamW's m and v per weight, and its step",
+    "optimizer_layout": "the scheme that sharded them: refuse another",
     "data_rng": "where the batch sampler is",
     "rng": "each rank's CPU random state",
     "cuda_rng": "each rank's GPU random state (or None)",
