@@ -81,6 +81,7 @@ def test_each_command_explains_itself(verb):
     assert found[verb].description or verb == "train", verb  # train's is its epilog and help
 
 
+@pytest.mark.slow  # a coursepkg process of its own (torch's import)
 def test_info_prints_the_versions_and_the_device():
     run = coursepkg_run("info")
     assert run.returncode == 0, run.stderr
@@ -89,6 +90,7 @@ def test_info_prints_the_versions_and_the_device():
     assert second.startswith(f"torch {torch.__version__} (device: ")
 
 
+@pytest.mark.slow  # a coursepkg process of its own per case
 @pytest.mark.parametrize(
     ("args", "kind", "config"),
     [
@@ -111,6 +113,7 @@ def test_params_prints_the_closed_form_total(args, kind, config):
     assert ("one layer:" in lines) == (kind == "encoder-decoder")
 
 
+@pytest.mark.slow  # a coursepkg process of its own (torch's import)
 def test_a_bad_value_is_a_clear_error_without_a_traceback():
     run = coursepkg_run("params", "--n-heads", "7")  # 512 is not a multiple of 7
     assert run.returncode == 2
