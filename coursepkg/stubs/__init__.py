@@ -9,9 +9,7 @@ No solution lives here (students can import the package): solutions are only in 
 instructors' ``solutions/`` notebooks.
 """
 
-# The assignments with a notebook in solutions/ and exercises/. ex16_experts (a router's top-k,
-# the load-balancing loss, MLA's cached part) has its stub and checks but no notebook yet: it
-# joins this list with its notebook.
+# The assignments with a notebook in solutions/ and exercises/.
 ASSIGNMENTS = (
     "ex01_attention",
     "ex02_multihead",
@@ -28,4 +26,5 @@ ASSIGNMENTS = (
     "ex13_training_pieces",
     "ex14_post_training",
     "ex15_data_parallel",
+    "ex16_experts",
 )

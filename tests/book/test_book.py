@@ -39,7 +39,7 @@ CHAPTERS = {
     "15_modern_decoder": "ex11",
     "16_training_for_real": "ex13",
     "18_serving": None,
-    "19_experts": None,
+    "19_experts": "ex16",
 }
 PART_ONE = [c for c in CHAPTERS if c < "07"]
 PART_TWO = [c for c in CHAPTERS if c >= "07"]

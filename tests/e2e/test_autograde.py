@@ -167,6 +167,18 @@ BUGS = {
         ],
         "naive_ddp.summed",
     ),
+    "ex16_experts": (
+        "route_top_k",
+        [
+            (
+                "probs = torch.softmax(logits, dim=-1)  # (T, E)\n"
+                "    weights, experts = probs.topk(k, dim=-1)  # (T, k), (T, k)",
+                "top, experts = logits.topk(k, dim=-1)  # (T, k), (T, k)\n"
+                "    weights = torch.softmax(top, dim=-1)  # (T, k)",
+            )
+        ],
+        "router.topk_before_softmax",
+    ),
     "ex09_training_run": (
         "sequence_loss",
         [("model(batch.src, batch.tgt_in,", "model(batch.src, batch.tgt_out,")],
