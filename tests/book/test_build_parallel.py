@@ -26,6 +26,7 @@ def _book(where: Path) -> Path:
     (where / "book" / "_ext").mkdir(parents=True)
     for name in ("parallel_pages.py", "offline_book.py", "execution_watchdog.py"):
         shutil.copy(ROOT / "book" / "_ext" / name, where / "book" / "_ext" / name)
+    shutil.copytree(ROOT / "book" / "_static", where / "book" / "_static")  # offline_book's CSS
     (where / "book" / "index.md").write_text("# A small book\n\nIts pages follow.\n")
     for i in range(1, PAGES + 1):
         (where / "book" / f"page{i}.md").write_text(
