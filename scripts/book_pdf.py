@@ -50,6 +50,23 @@ def find_chromium() -> str | None:
     return None
 
 
+def _with_base(html: Path, folder: Path) -> Path:
+    """A copy of ``html`` in ``folder`` whose relative links resolve where the build put them.
+
+    Jupyter Book's single-page build writes the root page in a subfolder (``book/index.html``)
+    but links its images and styles as if it were at the build's top (``_images/``,
+    ``_static/``); opened where it lies, the page shows no figure. The copy gets a ``<base>``:
+    the nearest folder above the page that holds ``_static`` (the page's own folder if none).
+    """
+    top = next((p for p in (html.parent, *html.parents) if (p / "_static").is_dir()), html.parent)
+    text = html.read_text(encoding="utf-8")
+    base = f'<base href="{top.resolve().as_uri()}/">'
+    text = re.sub(r"<head(\s[^>]*)?>", lambda m: m.group(0) + base, text, count=1)
+    copy = folder / html.name
+    copy.write_text(text, encoding="utf-8")
+    return copy
+
+
 def print_pdf(html: Path, out: Path, chromium: str, timeout: float = 900.0) -> Path:
     """Print ``html`` (a local file) to the PDF ``out`` with headless Chromium.
 
@@ -64,7 +81,11 @@ def print_pdf(html: Path, out: Path, chromium: str, timeout: float = 900.0) -> P
     """
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
-    with tempfile.TemporaryDirectory(prefix="chromium-pdf-") as profile:
+    with (
+        tempfile.TemporaryDirectory(prefix="chromium-pdf-") as profile,
+        tempfile.TemporaryDirectory(prefix="book-page-") as scratch,
+    ):
+        html = _with_base(html, Path(scratch))
         command = [
             chromium,
             "--headless=new",

@@ -86,12 +86,13 @@ def test_the_books_pdf_holds_every_chapter_and_its_diagrams(tmp_path):
             pytest.fail("COURSE_REQUIRE_BOOK is set but _build/singlehtml is missing: `make pdf`")
         pytest.skip("the single-page book is not built (run `make pdf`)")
     data = book_pdf.print_pdf(book_pdf.HTML, tmp_path / "book.pdf", chromium).read_bytes()
-    titles = _plain(" | ".join(book_pdf.outline_titles(data)))
+    # Chromium's outline drops the space where a heading wraps ("RNNs,and"): compare without spaces.
+    titles = "".join(_plain(" | ".join(book_pdf.outline_titles(data))).split())
     alts = {_plain(a) for a in book_pdf.alt_texts(data)}
     chapters = _chapters()
     assert len(chapters) >= 17
     for chapter, title in chapters.items():
-        assert _plain(title) in titles, (
+        assert "".join(_plain(title).split()) in titles, (
             f"{chapter}: its title {title!r} is not in the PDF's outline"
         )
         wanted = _alts(chapter)
