@@ -7,6 +7,7 @@ the collective and the step. Each check forks 2 gloo ranks (about half a second)
 from __future__ import annotations
 
 import multiprocessing as mp
+import time
 
 import grading_impls_data_parallel as impls
 import pytest
@@ -14,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from coursepkg.grading import (
+    CheckerError,
     CheckFailure,
     NotImplementedYet,
     check_bucketed_ddp,
@@ -150,16 +152,31 @@ class _FailsOnOneRank(catalogue.NaiveDDPSteps):
 
 
 def test_a_collective_that_never_returns_is_stopped_and_named(monkeypatch):
-    monkeypatch.setattr(check_module, "TIMEOUT_S", 3.0)
+    # long enough for both ranks to reach their collectives on a loaded machine: a launch that
+    # ends with no rank in a collective is the checker's error, not this verdict
+    monkeypatch.setattr(check_module, "TIMEOUT_S", 30.0)
     with pytest.raises(CheckFailure) as info:
         check_naive_ddp(_WaitsForNobody)
     message = str(info.value)
-    assert "did not finish on 2 ranks within 3 s" in message
+    assert "did not finish on 2 ranks within 30 s" in message
     assert (
         "rank 1 was in torch.distributed.recv, called from your sync_gradients after the "
         "backward of step 1 of 3" in message
     )
     assert "rank 0 was in torch.distributed.all_reduce" in message
+
+
+class _SleepsOutsideCollectives(catalogue.NaiveDDPSteps):
+    def sync_gradients(self):
+        time.sleep(3600)  # slow, but in no collective: no evidence of a hang of the student's
+
+
+def test_a_launch_out_of_time_with_no_rank_in_a_collective_is_the_checkers_error(monkeypatch):
+    monkeypatch.setattr(check_module, "TIMEOUT_S", 3.0)
+    with pytest.raises(CheckerError) as info:
+        check_naive_ddp(_SleepsOutsideCollectives)
+    assert "none was waiting in a collective" in str(info.value)
+    assert "not a verdict on your code" in str(info.value)
 
 
 def test_an_error_on_one_rank_ends_both_and_is_told():
