@@ -11,6 +11,7 @@ parser (:mod:`coursepkg.cli`). The other homes keep the same form: ``coursepkg t
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 __all__ = ["add_parsers"]
@@ -33,14 +34,24 @@ def _add_info(sub: Any) -> None:
     p.set_defaults(func=_info)
 
 
+def _report(lines: list[str]) -> None:
+    """Write a command's report, its result, to standard output (the library never prints)."""
+    sys.stdout.write("".join(f"{line}\n" for line in lines))
+
+
 def _info(_: argparse.Namespace) -> int:
     import torch
 
     from . import __version__
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    print(f"coursepkg {__version__}")
-    print(f"torch {torch.__version__} (device: {device}, threads: {torch.get_num_threads()})")
+    threads = torch.get_num_threads()
+    _report(
+        [
+            f"coursepkg {__version__}",
+            f"torch {torch.__version__} (device: {device}, threads: {threads})",
+        ]
+    )
     return 0
 
 
@@ -78,15 +89,14 @@ def _params(args: argparse.Namespace) -> int:
     kind = "decoder-only" if args.decoder_only else "encoder-decoder"
     parts = parameter_breakdown(config, kind)
     width = max(len(k) for k in [*parts, *layer_breakdown(config)]) + 2
-    print(
+    lines = [
         f"{kind} model: D={config.d_model} H={config.n_heads} F={config.d_ff} "
         f"N={config.n_layers} V={config.vocab_size} tied={config.tie_embeddings}"
-    )
-    for name, n in parts.items():
-        print(f"  {name:<{width}}{n:>14,}")
-    print(f"  {'total':<{width}}{count_parameters(config, kind):>14,}")
+    ]
+    lines += [f"  {name:<{width}}{n:>14,}" for name, n in parts.items()]
+    lines.append(f"  {'total':<{width}}{count_parameters(config, kind):>14,}")
     if not args.decoder_only:
-        print("one layer:")
-        for name, n in layer_breakdown(config).items():
-            print(f"  {name:<{width}}{n:>14,}")
+        lines.append("one layer:")
+        lines += [f"  {name:<{width}}{n:>14,}" for name, n in layer_breakdown(config).items()]
+    _report(lines)
     return 0
