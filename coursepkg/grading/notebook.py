@@ -16,9 +16,11 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import nbformat
-from nbformat import NotebookNode
+if TYPE_CHECKING:  # nbformat is imported where a notebook is read: the kernel that only
+    # runs check_notebook()'s "nothing checked here" skips its ~2 s import (jsonschema's formats)
+    from nbformat import NotebookNode
 
 __all__ = [
     "CellOutcome",
@@ -147,6 +149,8 @@ def load_notebook(path: str | Path) -> NotebookNode:
         ) from None
     if not isinstance(data, dict) or "cells" not in data or data.get("nbformat") != 4:
         raise NotebookError(f"{path}: valid JSON but not a Jupyter notebook (nbformat 4)")
+    import nbformat
+
     return nbformat.reads(text, as_version=4)
 
 
