@@ -19,6 +19,7 @@ from ..framework import (
     call_student,
     check_module,
     configs,
+    each_dtype,
     forbidden_calls,
     generator,
     module_runner,
@@ -101,7 +102,7 @@ _MHA_SPEC = ModuleSpec(
     dims=lambda cfg: {"D": cfg["D"], "H": cfg["H"]},
     dry=lambda cfg: (torch.zeros(1, 2, cfg["D"]),) * 3 + (None,),  # (1, 2, D) each
     gradient_inputs=_mha_gradient_inputs,
-    cases=_mha_cases,
+    stages=(each_dtype(_mha_cases),),
 )
 
 

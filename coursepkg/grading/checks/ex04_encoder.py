@@ -43,6 +43,7 @@ from ..framework import (
     describe,
     diagnose,
     dtype_name,
+    each_dtype,
     expect_close,
     expect_tensor,
     feed_forward_piece,
@@ -198,7 +199,7 @@ _LN_SPEC = ModuleSpec(
     gradient_inputs=lambda gen, cfg: (
         _norm_input(gen, cfg["B"], cfg["L"], cfg["D"], torch.float32),
     ),
-    cases=_ln_cases,
+    stages=(each_dtype(_ln_cases),),
     before_copy=_ln_initial_values,
     forbid=_LN_FORBID,
     extra=(nn.LayerNorm,),
@@ -292,7 +293,7 @@ _FFN_SPEC = ModuleSpec(
     dims=lambda cfg: {"D": cfg["D"], "F": cfg["F"]},
     dry=lambda cfg: (torch.zeros(1, 2, cfg["D"]),),  # (1, 2, D)
     gradient_inputs=lambda gen, cfg: (randn(gen, cfg["B"], cfg["L"], cfg["D"]),),
-    cases=_ffn_cases,
+    stages=(each_dtype(_ffn_cases),),
 )
 
 
@@ -494,7 +495,7 @@ _ENCODER_SPEC = ModuleSpec(
     dims=lambda cfg: {"D": cfg["D"], "H": cfg["H"], "F": cfg["F"]},
     dry=lambda cfg: (torch.zeros(1, 2, cfg["D"]), None),  # (1, 2, D)
     gradient_inputs=lambda gen, cfg: (randn(gen, cfg["B"], cfg["L"], cfg["D"]), None),
-    cases=_encoder_cases,
+    stages=(each_dtype(_encoder_cases),),
     count_mistake=lambda student, reference, cfg: piece_count_mistake(
         student, reference, encoder_pieces(cfg["D"], cfg["H"], cfg["F"])
     ),

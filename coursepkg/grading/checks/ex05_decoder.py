@@ -538,7 +538,6 @@ _DECODER_SPEC = ModuleSpec(
     dims=lambda cfg: {"D": cfg["D"], "F": cfg["F"]},
     dry=lambda cfg: (torch.zeros(1, 2, cfg["D"]), torch.zeros(1, 3, cfg["D"]), None, None),
     gradient_inputs=None,  # the last stage checks gradients, on every configuration
-    cases=None,
     case_seed=lambda index, seed: 1000 * index + (0 if seed is None else seed),
     count_mistake=lambda student, reference, cfg: piece_count_mistake(
         student, reference, _pieces(cfg["D"], cfg["H"], cfg["F"])

@@ -25,6 +25,7 @@ from ..framework import (
     BugVariant,
     CheckReport,
     ModuleSpec,
+    Stage,
     cache_stage,
     call_student,
     check_module,
@@ -32,6 +33,7 @@ from ..framework import (
     describe,
     diagnose,
     dtype_name,
+    each_dtype,
     expect_close,
     expect_tensor,
     forbidden_calls,
@@ -134,17 +136,17 @@ def _rms_gains(
         reference.weight.copy_(1 + 0.5 * randn(gen, cfg["D"]))
 
 
-def _positionwise_cases(
+def _positionwise_stage(
     item: str,
     bugs: list[BugVariant],
     args: Callable[[Config], tuple[Any, ...]],
     inputs: Callable[[torch.Generator, Config, torch.dtype], Tensor],
     hint: str,
     forbid: dict[str, Any] | None = None,
-) -> Callable[..., None]:
-    """The ``cases`` of a module of one input (B, L, D): its output on ``inputs(gen, cfg,
-    dtype)`` against the reference's, a mismatch named from ``bugs`` (built with
-    ``args(cfg)`` and the reference's weights)."""
+) -> Stage:
+    """The numbers of a module of one input (B, L, D), per dtype (:func:`each_dtype`): its
+    output on ``inputs(gen, cfg, dtype)`` against the reference's, a mismatch named from
+    ``bugs`` (built with ``args(cfg)`` and the reference's weights)."""
 
     def cases(report: CheckReport, student: nn.Module, ref: nn.Module, cfg: Config, *rest: Any):
         dtype, gen = rest
@@ -162,7 +164,7 @@ def _positionwise_cases(
             hint=hint,
         )
 
-    return cases
+    return each_dtype(cases)
 
 
 _RMS_SPEC = ModuleSpec(
@@ -175,13 +177,15 @@ _RMS_SPEC = ModuleSpec(
     dims=lambda cfg: {"D": cfg["D"]},
     dry=lambda cfg: None,
     gradient_inputs=lambda gen, cfg: (_rows(gen, cfg["B"], cfg["L"], cfg["D"], torch.float32),),
-    cases=_positionwise_cases(
-        RMS_NORM_ITEM,
-        RMS_NORM_BUGS,
-        lambda cfg: (cfg["D"], cfg.get("eps", 1e-5)),
-        lambda gen, cfg, dtype: _rows(gen, cfg["B"], cfg["L"], cfg["D"], dtype),
-        "Expected x / sqrt(mean(x**2) + eps) * weight over the last axis.",
-        _RMS_FORBID,
+    stages=(
+        _positionwise_stage(
+            RMS_NORM_ITEM,
+            RMS_NORM_BUGS,
+            lambda cfg: (cfg["D"], cfg.get("eps", 1e-5)),
+            lambda gen, cfg, dtype: _rows(gen, cfg["B"], cfg["L"], cfg["D"], dtype),
+            "Expected x / sqrt(mean(x**2) + eps) * weight over the last axis.",
+            _RMS_FORBID,
+        ),
     ),
     before_copy=_rms_gains,
     forbid=_RMS_FORBID,
@@ -332,12 +336,14 @@ _SWIGLU_SPEC = ModuleSpec(
     dims=lambda cfg: {"D": cfg["D"], "F": cfg["F"]},
     dry=lambda cfg: (torch.zeros(1, 2, cfg["D"]),),  # (1, 2, D)
     gradient_inputs=lambda gen, cfg: (randn(gen, cfg["B"], cfg["L"], cfg["D"]),),
-    cases=_positionwise_cases(
-        SWIGLU_ITEM,
-        SWIGLU_BUGS,
-        lambda cfg: (cfg["D"], cfg["F"]),
-        lambda gen, cfg, dtype: randn(gen, cfg["B"], cfg["L"], cfg["D"], dtype=dtype),
-        "Expected linear2(silu(linear1(x)) * linear3(x)), no biases.",
+    stages=(
+        _positionwise_stage(
+            SWIGLU_ITEM,
+            SWIGLU_BUGS,
+            lambda cfg: (cfg["D"], cfg["F"]),
+            lambda gen, cfg, dtype: randn(gen, cfg["B"], cfg["L"], cfg["D"], dtype=dtype),
+            "Expected linear2(silu(linear1(x)) * linear3(x)), no biases.",
+        ),
     ),
 )
 
@@ -436,14 +442,13 @@ def _self_attention_spec(
         )  # fmt: skip
 
     return ModuleSpec(
-        cases=cases,
         item=item,
         bugs=bugs,
         reference=reference,
         args=_args,
         kwargs=_rope_kwargs,
         bug_args=bug_args,
-        stages=(cache_stage(item, bugs, bug_args), *more_stages),
+        stages=(each_dtype(cases), cache_stage(item, bugs, bug_args), *more_stages),
         dry=lambda cfg: (torch.zeros(1, 2, cfg["D"]), None, None),  # (1, 2, D)
         gradient_inputs=lambda gen, cfg: (
             randn(gen, cfg["B"], cfg["L"], cfg["D"]),

@@ -88,6 +88,7 @@ from .modules import (
     Stage,
     check_module,
     dtypes_for,
+    each_dtype,
     gradients_reach,
     prepare_module,
 )
@@ -186,6 +187,7 @@ __all__ = [
     "diagnose_structure",
     "diagnosis_message",
     "dtypes_for",
+    "each_dtype",
     "dtype_name",
     "expect_close",
     "expect_tensor",

@@ -30,6 +30,7 @@ __all__ = [
     "Stage",
     "check_module",
     "dtypes_for",
+    "each_dtype",
     "gradients_reach",
     "prepare_module",
 ]
@@ -47,12 +48,16 @@ class BuiltModule:
             seeds the stage's own inputs.
         student: the student's module, holding the reference's weights, in eval mode.
         reference: the reference module.
+        index: the configuration's place in the check's list (0 is the first).
+        gen: the check's shared generator (its draws follow the configurations' order).
     """
 
     cfg: Config
     seed: int
     student: nn.Module
     reference: nn.Module
+    index: int = 0
+    gen: torch.Generator | None = None
 
 
 @dataclass(frozen=True)
@@ -83,9 +88,8 @@ class ModuleSpec:
         dims: ``(cfg) -> dict``: named sizes for the parameter table (``{"D": 8}``).
         dry: ``(cfg) -> tuple``: inputs of one forward pass that sizes lazy parameters.
         gradient_inputs: ``(gen, cfg) -> tuple``: inputs of the gradient check on the first
-            configuration, or None where a stage checks gradients itself.
-        cases: ``(report, student, reference, cfg, dtype, gen)``: the numbers of one dtype
-            (for each of :func:`dtypes_for`), or None where stages do all the work.
+            configuration (after its ``while_building`` stages), or None where a stage checks
+            gradients itself.
         before_copy: ``(report, student, reference, cfg, gen)``: run after the parameter count
             and before the weights are copied (LayerNorm checks its initial values there).
         forbid: keyword arguments of :func:`forbidden_calls` for every call of the student's
@@ -96,8 +100,8 @@ class ModuleSpec:
             ``args``).
         case_seed: ``(index, seed) -> int``: the seed of the ``index``-th configuration when
             the check runs with ``seed`` (default: the index).
-        stages: passes over every configuration, in order, after ``cases`` (see
-            :class:`Stage`).
+        stages: the checks, in order (see :class:`Stage`; :func:`each_dtype` makes the usual
+            first one, the numbers in each of :func:`dtypes_for`).
         count_mistake: ``(student, reference, cfg) -> BugVariant | None``: the known mistake
             a parameter count that differs shows, when ``bugs`` name none (a layer asks its
             pieces' catalogues: :func:`~.pieces.piece_count_mistake`).
@@ -110,7 +114,6 @@ class ModuleSpec:
     dims: Callable[[Config], dict[str, int]]
     dry: Callable[[Config], tuple[Any, ...] | None]
     gradient_inputs: Callable[[torch.Generator, Config], tuple[Any, ...]] | None
-    cases: Callable[..., None] | None
     before_copy: Callable[..., None] | None = None
     forbid: dict[str, Any] = field(default_factory=dict)
     extra: Sequence[type] = ()
@@ -124,6 +127,27 @@ class ModuleSpec:
 def dtypes_for(index: int) -> tuple[torch.dtype, ...]:
     """The dtypes of a configuration: float32 and float64 for the first, float32 after."""
     return (torch.float32, torch.float64) if index == 0 else (torch.float32,)
+
+
+def each_dtype(cases: Callable[..., None]) -> Stage:
+    """The stage that compares the numbers of each dtype of :func:`dtypes_for`, run on each
+    configuration as it is built.
+
+    Args:
+        cases: ``(report, student, reference, cfg, dtype, gen)``: the comparisons of one dtype;
+            ``student`` is the student's module moved to ``dtype``, ``reference`` a copy of the
+            reference in ``dtype``, ``gen`` the check's shared generator.
+
+    Returns:
+        A :class:`Stage` with ``while_building=True``.
+    """
+
+    def run(report: CheckReport, built: BuiltModule) -> None:
+        for dtype in dtypes_for(built.index):
+            reference = copy.deepcopy(built.reference).to(dtype)
+            cases(report, built.student.to(dtype), reference, built.cfg, dtype, built.gen)
+
+    return Stage(run, while_building=True)
 
 
 def prepare_module(
@@ -215,8 +239,8 @@ def check_module(
     seed: int | None = None,
 ) -> None:
     """The module check over ``cfgs``: for each configuration build, count and copy
-    (:func:`prepare_module`), run ``spec.cases`` per dtype (:func:`dtypes_for`), and on the
-    first configuration check gradients; then each of ``spec.stages`` over every
+    (:func:`prepare_module`) and run the ``while_building`` stages, then on the first
+    configuration check gradients; then each other stage of ``spec.stages`` over every
     configuration.
 
     Args:
@@ -224,17 +248,17 @@ def check_module(
         cls: the student's class.
         spec: what to build and compare.
         cfgs: the configurations (see :func:`configs`).
-        gen: generator of the inputs of ``spec.cases`` and of the gradient check.
+        gen: generator of the stages' shared inputs and of the gradient check.
         seed: the check's seed, passed to ``spec.case_seed``.
     """
     built = []
     during = [stage for stage in spec.stages if stage.while_building]
     for index, cfg in enumerate(cfgs):
         case = _build_case(report, cls, spec, cfg, index, spec.case_seed(index, seed), gen)
-        if index == 0 and spec.gradient_inputs is not None:
-            gradients_reach(case.student, spec.gradient_inputs(gen, cfg), spec.item, spec.forbid)
         for stage in during:
             stage.run(report, case)
+        if index == 0 and spec.gradient_inputs is not None:
+            gradients_reach(case.student, spec.gradient_inputs(gen, cfg), spec.item, spec.forbid)
         built.append(case)
     for stage in spec.stages:
         if not stage.while_building:
@@ -254,8 +278,7 @@ def _build_case(
     gen: torch.Generator | None,
 ) -> BuiltModule:
     """The ``index``-th configuration of :func:`check_module`: the reference (seeded by
-    ``seed``), the student's module (:func:`prepare_module`) and ``spec.cases`` for each
-    dtype."""
+    ``seed``) and the student's module (:func:`prepare_module`)."""
     torch.manual_seed(seed)
     reference = spec.reference(cfg)
     hook = None
@@ -283,9 +306,4 @@ def _build_case(
         if spec.count_mistake is None
         else (lambda student: spec.count_mistake(student, reference, cfg)),
     )
-    if spec.cases is not None:
-        for dtype in dtypes_for(index):
-            spec.cases(
-                report, student.to(dtype), copy.deepcopy(reference).to(dtype), cfg, dtype, gen
-            )
-    return BuiltModule(cfg, seed, student, reference)
+    return BuiltModule(cfg, seed, student, reference, index, gen)

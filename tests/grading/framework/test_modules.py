@@ -13,6 +13,7 @@ from coursepkg.grading.framework import (
     ModuleSpec,
     Stage,
     check_module,
+    each_dtype,
 )
 
 
@@ -43,7 +44,6 @@ def _spec(log: list, **overrides) -> ModuleSpec:
         "dims": lambda cfg: {"D": cfg["D"]},
         "dry": lambda cfg: None,
         "gradient_inputs": None,
-        "cases": None,
         "case_seed": lambda index, seed: 10 * index + (seed or 0),
         "stages": (
             Stage(stage("during"), ok=("first",), while_building=True),
@@ -100,17 +100,24 @@ def test_a_failing_stage_stops_the_check_before_later_ones() -> None:
     assert log == []
 
 
-def test_cases_and_gradients_run_without_stages() -> None:
-    dtypes: list = []
+def test_each_dtype_runs_while_building_and_before_the_gradient_check() -> None:
+    """The order the shared generator is drawn in (messages with numbers depend on it):
+    the first configuration's dtypes, its gradient inputs, then the next configuration."""
+    log: list = []
 
     def cases(report, student, reference, cfg, dtype, gen) -> None:
-        dtypes.append((cfg["D"], dtype))
+        assert next(student.parameters()).dtype == dtype == next(reference.parameters()).dtype
+        log.append((cfg["D"], dtype))
 
-    spec = _spec(
-        [],
-        cases=cases,
-        gradient_inputs=lambda gen, cfg: (torch.randn(3, cfg["D"], generator=gen),),
-        stages=(),
-    )
+    def gradient_inputs(gen, cfg):
+        log.append(("gradients", cfg["D"]))
+        return (torch.randn(3, cfg["D"], generator=gen),)
+
+    spec = _spec([], gradient_inputs=gradient_inputs, stages=(each_dtype(cases),))
     check_module(CheckReport("check_scale"), _Scale, spec, CFGS, torch.Generator().manual_seed(0))
-    assert dtypes == [(2, torch.float32), (2, torch.float64), (3, torch.float32)]
+    assert log == [
+        (2, torch.float32),
+        (2, torch.float64),
+        ("gradients", 2),
+        (3, torch.float32),
+    ]
