@@ -2,7 +2,7 @@
 linear_attention, timed alternately at each length (one head, Dk = Dv = 64, batch 1).
 
 Reports each one's median time and its ratio to the textbook path measured in the same rounds,
-and checks that the three exact kernels agree. Chapter 14 explains the figures: on a CPU the
+and checks that the three exact kernels agree. Chapter 15 explains the figures: on a CPU the
 tiled loop saves memory, not time; on a GPU the fused kernel saves memory traffic, hence time.
 
 Run: ``.venv/bin/python benchmarks/attention_at_length.py [--lengths 1024 4096] [--device cuda]``

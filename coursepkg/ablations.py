@@ -1,6 +1,6 @@
-"""Small character models that differ in one design choice, trained alike (chapter 15).
+"""Small character models that differ in one design choice, trained alike (chapter 16).
 
-Chapter 15 measures each change from the 2017 block to today's decoder (pre-norm, RMSNorm, rotary
+Chapter 16 measures each change from the 2017 block to today's decoder (pre-norm, RMSNorm, rotary
 positions, the gated feed-forward, grouped-query attention) by training two or three tiny
 :class:`~coursepkg.DecoderOnlyLM` on Tiny Shakespeare's characters that are the same in everything
 but that choice: the same steps, windows, learning-rate schedule and seed.
@@ -29,7 +29,7 @@ from coursepkg.train import History, fit, seed_everything
 
 __all__ = ["BASE", "Variant", "position_losses", "train_variant"]
 
-#: The shared small model: pre-LN, GELU, learned positions, tied head (chapter 11's GPT, smaller).
+#: The shared small model: pre-LN, GELU, learned positions, tied head (chapter 12's GPT, smaller).
 BASE: dict[str, Any] = dict(
     d_model=48,
     n_heads=4,

@@ -1,4 +1,4 @@
-"""A character-level GPT trained on Tiny Shakespeare (chapter 11's run, reopened by chapter 12)
+"""A character-level GPT trained on Tiny Shakespeare (chapter 12's run, reopened by chapter 13)
 and the count bigram model it has to beat.
 
 :func:`train_char_gpt` trains a small GPT-2-shaped :class:`~coursepkg.DecoderOnlyLM` with Adam,
@@ -83,7 +83,7 @@ def train_char_gpt(
     eval_every: int = 250,
     cache: str | None = None,
 ) -> CharGPT:
-    """Train a small GPT-2-shaped character model on Tiny Shakespeare (chapter 11's run).
+    """Train a small GPT-2-shaped character model on Tiny Shakespeare (chapter 12's run).
 
     Pre-LN layers with GELU, learned positions, a final LayerNorm and a tied head (GPT-2's
     design, at a small scale). The defaults are nanoGPT's recipe for this corpus on a CPU (4
@@ -111,7 +111,7 @@ def train_char_gpt(
         cache: ``None`` trains and keeps nothing; ``"save"`` trains and saves the result under
             ``~/.cache/coursepkg`` (or ``$COURSEPKG_CACHE_DIR``); ``"reuse"`` loads a run saved
             with the same arguments, coursepkg source, PyTorch version, CPU kernels and thread
-            count, and trains and saves one if there is none. Chapter 11 saves, chapter 12
+            count, and trains and saves one if there is none. Chapter 12 saves, chapter 13
             reuses.
 
     Returns:

@@ -1,6 +1,6 @@
 """Fine-tuning a pre-trained GPT on a small labelled task, against the same model from scratch.
 
-Chapter 11's character GPT learned Shakespeare's spelling by predicting the next character.
+Chapter 12's character GPT learned Shakespeare's spelling by predicting the next character.
 :func:`spelling_task` turns lines of the corpus into a labelled task that needs exactly that
 knowledge: is a line as written, or were the inner letters of its words shuffled?
 :class:`SequenceClassifier` puts a linear head on a :class:`~coursepkg.DecoderOnlyLM`'s hidden

@@ -8,7 +8,7 @@ checkpoints as the final model (Sec. 6.1). The calendar dates of the
 held-out set never occur in training (:func:`~coursepkg.data.dates.date_split`), so its exact-match
 accuracy measures generalisation, not memorisation.
 
-Chapter 11's character GPT and the count bigram model it is compared with are in
+Chapter 12's character GPT and the count bigram model it is compared with are in
 :mod:`coursepkg.char_gpt` (importable from here too); keeping a run on disk is
 :mod:`coursepkg.run_cache`.
 """

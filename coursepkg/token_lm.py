@@ -152,7 +152,7 @@ def compare_tokenizations(
     eval_every: int = 50,
     cache: str | None = None,
 ) -> dict[str, TokenLMRun]:
-    """Train chapter 11's small GPT on characters and on BPE tokens with the same budget.
+    """Train chapter 12's small GPT on characters and on BPE tokens with the same budget.
 
     Both models have the same shape (apart from the embedding table, V x D) and take the same
     ``steps`` of ``batch_size`` windows of ``block_size`` tokens, so each step costs about the same;

@@ -53,7 +53,7 @@ def _add_train(sub: Any) -> None:
     p = sub.add_parser(
         "train",
         help="train a decoder-only language model on a text file or folder",
-        description="Train a GPT (chapter 11's by default) on a text file or folder of .txt "
+        description="Train a GPT (chapter 12's by default) on a text file or folder of .txt "
         "files, with AdamW, warm-up + cosine, clipping and gradient accumulation; evaluate "
         "on a held-out split, log to OUT/log.csv, plot OUT/loss.png, checkpoint to "
         "OUT/checkpoint.pt and sample at the end. Under `torchrun --nproc-per-node N` the "

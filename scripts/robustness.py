@@ -16,15 +16,15 @@ chapter 9 reuses the translator chapter 8 trained under the same setting.
 It exits with status 1 if the date translator's held-out exact match falls below 99%, the
 character GPT's held-out loss rises above 1.95 nats, a ratio of chapter 8's race between the
 attention RNN and the Transformer changes direction, the fine-tuned GPT's lead over training
-from scratch falls short of what chapter 11 says, or a timing order the pages glue as a verdict
-(chapters 3, 8, 9 and 14) turns round, under any setting (the claims the book makes for them). The
+from scratch falls short of what chapter 12 says, or a timing order the pages glue as a verdict
+(chapters 3, 8, 9 and 15) turns round, under any setting (the claims the book makes for them). The
 pages themselves assert no timing order: each glues what it measured with a word for it.
 
 Usage::
 
     python scripts/robustness.py                   # every page that trains (long: ~30 min)
     python scripts/robustness.py 08_training 09_decoding --json figures.json
-    python scripts/robustness.py 11_decoder_only --settings default/2t,avx2/2t
+    python scripts/robustness.py 12_decoder_only --settings default/2t,avx2/2t
 """
 
 from __future__ import annotations
@@ -52,12 +52,12 @@ TRAINING_PAGES = [
     "07_decoder",
     "08_training",
     "09_decoding",
-    "11_decoder_only",
-    "12_inside_the_model",
-    "13_tokens",
-    "14_attention_at_length",
-    "15_modern_decoder",
-    "16_training_for_real",
+    "12_decoder_only",
+    "13_inside_the_model",
+    "14_tokens",
+    "15_attention_at_length",
+    "16_modern_decoder",
+    "17_training_for_real",
 ]
 #: glued figure -> the least value the book claims for it under every setting
 REQUIRED = {
@@ -72,26 +72,26 @@ REQUIRED = {
     "08_training/sweep_slope_gap": 0.0,
     # timing orders the pages glue as a verdict: at L = 1024 attention is the dearer part of a
     # layer (chapter 3); 16 times the pairs cost more than twice the time, and linear attention
-    # is more than 3 times faster than softmax attention at L = 4096 (chapter 14)
+    # is more than 3 times faster than softmax attention at L = 4096 (chapter 15)
     "03_self_attention/cross_ratio_long": 1.0,
     # chapter 9: the KV cache makes 200 new tokens faster, and more so than 25
     "09_decoding/speedup_long": 1.5,
     "09_decoding/speedup_gap": 1.0,
-    "14_attention_at_length/time_ratio": 2.0,
-    "14_attention_at_length/linear_speedup": 3.0,
-    # chapter 11's fine-tuning: pre-training's gain at 16 labels (percentage points), how much
+    "15_attention_at_length/time_ratio": 2.0,
+    "15_attention_at_length/linear_speedup": 3.0,
+    # chapter 12's fine-tuning: pre-training's gain at 16 labels (percentage points), how much
     # it shrinks by 1,024 labels, and the frozen body ahead of full fine-tuning at 16 labels
-    "11_decoder_only/ft_gain_smallest": 15.0,
-    "11_decoder_only/ft_gain_shrink": 10.0,
-    "11_decoder_only/ft_frozen_minus_tuned_16": 2.0,
+    "12_decoder_only/ft_gain_smallest": 15.0,
+    "12_decoder_only/ft_gain_shrink": 10.0,
+    "12_decoder_only/ft_frozen_minus_tuned_16": 2.0,
 }
 #: glued figure -> the largest value the book claims for it under every setting
 REQUIRED_AT_MOST = {
-    "11_decoder_only/gpt_heldout": 1.95,
-    # chapter 3: at L = 32 attention is the cheaper part of a layer; chapter 14: linear
+    "12_decoder_only/gpt_heldout": 1.95,
+    # chapter 3: at L = 32 attention is the cheaper part of a layer; chapter 15: linear
     # attention's time grows more slowly than quadratically
     "03_self_attention/cross_ratio_short": 1.0,
-    "14_attention_at_length/linear_exponent": 1.5,
+    "15_attention_at_length/linear_exponent": 1.5,
 }
 _PIN_THREADS = """\
 import torch

@@ -1,4 +1,4 @@
-"""Assignment ex13_training_pieces: the pieces a real training run is made of (chapter 16):
+"""Assignment ex13_training_pieces: the pieces a real training run is made of (chapter 17):
 AdamW with decoupled weight decay, the parameter groups that keep norms and biases undecayed,
 linear warm-up then cosine decay to a floor, clipping by the global norm, and a training state
 that resumes a run bit for bit.

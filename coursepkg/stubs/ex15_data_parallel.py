@@ -1,4 +1,4 @@
-"""Assignment ex15_data_parallel: data parallelism written by hand (chapter 16): naive DDP's
+"""Assignment ex15_data_parallel: data parallelism written by hand (chapter 17): naive DDP's
 initial broadcast and gradient averaging, the bucketed all-reduces that start during backward,
 and the step of an optimizer whose state is sharded over the ranks (ZeRO stage 1).
 

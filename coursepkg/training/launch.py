@@ -3,7 +3,7 @@
 What a chapter needs to show data parallelism for real, in one call: PyTorch's own launcher
 starts the ranks, they meet at a rendezvous on a free local port, and gloo all-reduces over the
 loopback interface. A run on several machines is started by hand with ``torchrun``
-(``docs`` and chapter 16 give the command); this is for one machine and a page's small runs.
+(``docs`` and chapter 17 give the command); this is for one machine and a page's small runs.
 """
 
 from __future__ import annotations

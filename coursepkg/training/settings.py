@@ -15,7 +15,7 @@ from coursepkg.config import TransformerConfig
 
 __all__ = ["GPT_DEFAULTS", "TrainSettings", "load_settings", "model_config"]
 
-#: Chapter 11's GPT: pre-LN, GELU, learned positions, a final LayerNorm, a tied head.
+#: Chapter 12's GPT: pre-LN, GELU, learned positions, a final LayerNorm, a tied head.
 GPT_DEFAULTS: dict[str, Any] = dict(
     d_model=64,
     n_heads=4,

@@ -32,12 +32,12 @@ CHAPTERS = {
     "09_decoding": "ex08",
     "10_parameters": "ex07",
     "11_encoder_only": None,
-    "11_decoder_only": None,
-    "12_inside_the_model": None,
-    "13_tokens": "ex10",
-    "14_attention_at_length": "ex12",
-    "15_modern_decoder": "ex11",
-    "16_training_for_real": "ex13",
+    "12_decoder_only": None,
+    "13_inside_the_model": None,
+    "14_tokens": "ex10",
+    "15_attention_at_length": "ex12",
+    "16_modern_decoder": "ex11",
+    "17_training_for_real": "ex13",
     "18_serving": None,
     "19_experts": "ex16",
 }
@@ -73,6 +73,32 @@ def test_every_chapter_is_in_the_toc_and_every_toc_entry_exists():
         assert f"book/{chapter}" in files, f"{chapter} missing from _toc.yml"
     for entry in files:
         assert (ROOT / f"{entry}.md").exists() or (ROOT / f"{entry}.ipynb").exists(), entry
+
+
+#: page -> the pages whose cached runs it loads (it must be read after them, by the same process)
+REUSES = {
+    "09_decoding": ["08_training"],
+    "13_inside_the_model": ["12_decoder_only"],
+    "18_serving": ["12_decoder_only", "16_modern_decoder"],
+}
+
+
+def test_a_page_reusing_a_run_is_read_after_it_in_the_same_parallel_chunk():
+    """``make book`` reads the pages in BOOK_JOBS processes (default 2), each given a chunk of
+    consecutive names (book/_ext/parallel_pages.py): the file names decide who trains a run."""
+    from sphinx.util.parallel import make_chunks
+
+    docnames = sorted(_toc_files())  # what Sphinx sorts and splits on a first build
+    where = {
+        name: (i, j)
+        for i, chunk in enumerate(make_chunks(docnames, 2))
+        for j, name in enumerate(chunk)
+    }
+    for page, makers in REUSES.items():
+        reader = where[f"book/{page}"]
+        for maker in makers:
+            chunk, place = where[f"book/{maker}"]
+            assert chunk == reader[0] and place < reader[1], f"{page} is not read after {maker}"
 
 
 @pytest.mark.parametrize("chapter", list(CHAPTERS))

@@ -66,13 +66,13 @@ def test_a_claim_broken_under_one_setting_is_reported():
     fine = {
         "default/1t": {
             "08_training/translator_accuracy": 0.995,
-            "11_decoder_only/gpt_heldout": 1.9,
+            "12_decoder_only/gpt_heldout": 1.9,
         },
-        "avx2/1t": {"08_training/translator_accuracy": 0.992, "11_decoder_only/gpt_heldout": 1.94},
+        "avx2/1t": {"08_training/translator_accuracy": 0.992, "12_decoder_only/gpt_heldout": 1.94},
     }
     assert robustness.failures(fine, columns) == []
     broken = {c: dict(v) for c, v in fine.items()}
-    broken["avx2/1t"]["11_decoder_only/gpt_heldout"] = 1.97
+    broken["avx2/1t"]["12_decoder_only/gpt_heldout"] = 1.97
     broken["default/1t"]["08_training/translator_accuracy"] = 0.98
     lines = robustness.failures(broken, columns)
     assert len(lines) == 2

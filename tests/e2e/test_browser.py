@@ -7,7 +7,8 @@ Two parts:
 * headless Chromium (Debian's ``chromium``) visiting every page served on loopback: math is
   typeset (no raw TeX left), every image loads, nothing is logged as an error, no request leaves
   the machine, no code cell or output needs a horizontal scrollbar in a 1280-pixel window, the
-  sidebar reaches every chapter, and an exploration's slider changes its figure.
+  sidebar reaches every chapter, a renamed chapter's old address opens it at the same anchor, and
+  an exploration's slider changes its figure.
   A screenshot of each page is saved in ``_build/screenshots/``.
 
 Both need the built book (``make book``); they skip without it unless ``COURSE_REQUIRE_BOOK`` is
@@ -20,6 +21,7 @@ import functools
 import http.server
 import os
 import re
+import sys
 import threading
 from pathlib import Path
 from urllib.parse import urlparse
@@ -29,6 +31,11 @@ import yaml
 from browser import Browser, find_chromium
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+try:
+    from redirects import RENAMED  # the renamed chapters' old addresses -> their pages
+finally:
+    sys.path.remove(str(ROOT / "book" / "_ext"))
 HTML = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
 
@@ -174,8 +181,11 @@ def test_every_page_reads_well_offline(site, browser):
     SHOTS.mkdir(parents=True, exist_ok=True)
     failures = []
     outside = []
+    redirects = {f"{old}.html" for old in RENAMED}  # followed in their own test below
     for page in _pages():
         rel = page.relative_to(HTML).as_posix()
+        if rel in redirects:
+            continue
         browser.goto(f"{site}/{rel}")
         assert browser.evaluate(_MATH_DONE, timeout=30), f"{rel}: MathJax did not load"
         raw = browser.evaluate(_RAW_MATH)
@@ -237,6 +247,20 @@ def test_sidebar_reaches_every_chapter(site, browser):
             f"location.pathname.endsWith('/{path}') && "
             "(document.querySelector('article h1')?.textContent || '').trim().length > 0"
         ), f"{stem}: the sidebar's link does not open a page with a title"
+
+
+def test_the_old_address_of_a_renamed_chapter_opens_it_at_the_same_anchor(site, browser):
+    for old, new in RENAMED.items():
+        assert (HTML / f"{old}.html").is_file(), f"no redirect page at {old}.html"
+        # a section below the title, so that the anchor is one a link could point at
+        sections = re.findall(r'<section\b[^>]*\sid="([\w-]+)"', (HTML / f"{new}.html").read_text())
+        anchor = sections[1]
+        browser.goto(f"{site}/{old}.html#{anchor}")
+        assert browser.wait_for(
+            f"location.pathname.endsWith('/{new}.html') && location.hash === '#{anchor}' && "
+            "(document.querySelector('article h1')?.textContent || '').trim().length > 0"
+        ), f"{old}.html#{anchor} does not open {new}.html at the same anchor"
+        assert not browser.errors, f"{old}: {browser.errors[:3]}"
 
 
 def test_an_exploration_slider_changes_its_figure(site, browser):

@@ -1,4 +1,4 @@
-"""The character GPT recipe (chapters 11 and 12) and the count bigram baseline."""
+"""The character GPT recipe (chapters 12 and 13) and the count bigram baseline."""
 
 from __future__ import annotations
 

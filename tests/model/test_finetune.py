@@ -1,4 +1,4 @@
-"""Fine-tuning a pre-trained GPT on a labelled task (chapter 11): the task, the classifier, the
+"""Fine-tuning a pre-trained GPT on a labelled task (chapter 12): the task, the classifier, the
 runs and the cached curve."""
 
 from __future__ import annotations

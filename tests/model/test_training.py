@@ -130,7 +130,7 @@ def test_a_checkpoint_of_another_optimizer_layout_is_refused(corpus, tmp_path):
 
 def test_training_leaves_the_callers_matplotlib_backend_alone(corpus, tmp_path):
     """The loss plot is drawn on a Figure of its own: a notebook that trains and then plots
-    (chapter 16) still shows its figures."""
+    (chapter 17) still shows its figures."""
     import matplotlib
 
     before = matplotlib.get_backend()
