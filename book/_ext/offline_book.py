@@ -13,6 +13,12 @@
   (Binder, Colab, ...) is configured, which an offline book has none of. Each page that was
   executed gets its ``.ipynb`` (with its outputs) copied next to its source in ``_sources/`` and
   offered in that menu, before the theme builds it.
+* Three controls name themselves with words other than the ones they show, which fails WCAG
+  2.5.3 "Label in Name" (axe-core's ``label-content-name-mismatch``, serious, on every page):
+  the theme's search field (labelled "Search", showing "Search Ctrl+K"), its colour-mode switch
+  (labelled "Color mode", its icons titled Light, Dark, System Settings) and MyST-NB's hidden-code
+  toggle (labelled "Toggle hidden content", showing "Show code cell source"). After the build,
+  each page's HTML gets names that contain what is shown (:data:`LABEL_IN_NAME`).
 * ``book/_static/print.css`` hides the "#" link beside each heading when a page is printed, so
   the PDF's bookmarks (``make pdf``) read as the titles alone.
 """
@@ -47,6 +53,39 @@ def citations_as_list_items(body: str) -> str:
 def _fix_citation_roles(app, pagename, templatename, context, doctree) -> None:
     if BIBLIOENTRY in context.get("body", ""):
         context["body"] = citations_as_list_items(context["body"])
+
+
+#: (what the theme or MyST-NB writes, what the page gets instead): each accessible name contains
+#: the text a reader sees (the search field and the toggle are named by their own text; the
+#: colour switch, which shows icons, by its label and its modes' titles).
+LABEL_IN_NAME = (
+    (
+        'search-button-field search-button__button pst-js-only" title="Search" aria-label="Search"',
+        'search-button-field search-button__button pst-js-only" title="Search"',
+    ),
+    (
+        'theme-switch-button pst-js-only" aria-label="Color mode"',
+        'theme-switch-button pst-js-only" aria-label="Color mode: Light, Dark, System Settings"',
+    ),
+    ('<summary aria-label="Toggle hidden content">', "<summary>"),
+)
+
+
+def label_in_name(html: str) -> str:
+    """The page's HTML with the controls of :data:`LABEL_IN_NAME` named by what they show."""
+    for written, fixed in LABEL_IN_NAME:
+        html = html.replace(written, fixed)
+    return html
+
+
+def _label_in_name_pages(app, exception) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    for page in Path(app.outdir).rglob("*.html"):
+        html = page.read_text(encoding="utf-8")
+        fixed = label_in_name(html)
+        if fixed != html:
+            page.write_text(fixed, encoding="utf-8")
 
 
 def executed_notebook(outdir: str | Path, pagename: str) -> Path:
@@ -87,4 +126,5 @@ def setup(app):
     app.connect("html-page-context", _fix_citation_roles)
     # before the theme's header buttons (priority 501) read ipynb_source
     app.connect("html-page-context", _offer_notebook, priority=500)
+    app.connect("build-finished", _label_in_name_pages)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -320,6 +320,38 @@ def test_in_a_notebook_the_progress_bar_is_one_display_updated_in_place(monkeypa
     assert len(final) <= train.NOTEBOOK_COLUMNS
 
 
+def test_every_control_is_named_by_what_it_shows():
+    """WCAG 2.5.3 (axe-core's label-content-name-mismatch): the markup the theme and MyST-NB write
+    today is what the book's extension rewrites (a version that changes it fails here, not
+    silently in the built pages), and each rewritten name contains the text shown."""
+    import re
+
+    import myst_nb
+    import pydata_sphinx_theme
+
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    try:
+        from offline_book import LABEL_IN_NAME, label_in_name
+    finally:
+        sys.path.remove(str(ROOT / "book" / "_ext"))
+    theme = Path(pydata_sphinx_theme.__file__).parent / "theme" / "pydata_sphinx_theme"
+    written = " ".join(
+        (theme / "components" / name).read_text()
+        for name in ("search-button-field.html", "theme-switcher.html")
+    )
+    written = re.sub(r"\{\{ _\('([^']*)'\) \}\}", r"\1", written)  # the English strings
+    written = re.sub(r"\s+", " ", written)
+    written += (Path(myst_nb.__file__).parent / "sphinx_.py").read_text()
+    for before, _after in LABEL_IN_NAME:
+        assert before in written, f"the theme or MyST-NB no longer writes {before!r}"
+    page = " ".join(before for before, _after in LABEL_IN_NAME)
+    fixed = label_in_name(page)
+    assert 'aria-label="Search"' not in fixed  # named by its text, "Search Ctrl+K"
+    assert "Toggle hidden content" not in fixed  # named by "Show code cell source"
+    colour = re.search(r'theme-switch-button[^>]*aria-label="([^"]*)"', fixed).group(1)
+    assert all(mode in colour for mode in ("Light", "Dark", "System Settings")), colour
+
+
 def test_bibliography_entries_are_list_items():
     """docutils writes a bibliography as a role="list" holding role="doc-biblioentry" entries, which
     accessibility checkers do not count as list items (axe-core's aria-required-children); the
