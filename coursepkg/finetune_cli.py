@@ -18,6 +18,13 @@ _HELP = {
     "out": "the run's folder: checkpoint.pt, log.csv and, at the end, model.pt",
     "dpo": "DPO on prompt/chosen/rejected pairs instead of SFT on conversations",
     "beta": "DPO's beta: how strongly the policy is held to the base",
+    "grpo": "GRPO on prompts ({'prompt': ..., 'answer': ...} a line) scored by --reward",
+    "reward": "GRPO's reward: 'exact' or 'number' (against the line's 'answer'), or "
+    "module:function, called as function(completion, record) -> float",
+    "group_size": "GRPO: answers sampled per prompt, compared with one another",
+    "max_new_tokens": "GRPO: the longest answer sampled",
+    "temperature": "GRPO: the sampling temperature",
+    "kl_coef": "GRPO: the weight of the KL penalty towards the base (0: none)",
     "lora_rank": "0 trains every weight; r >= 1 trains rank-r LoRA adapters only",
     "lora_alpha": "LoRA's alpha: the adapters' change is scaled by alpha / r",
     "lora_targets": "the layers LoRA adapts, comma-separated",
@@ -39,12 +46,13 @@ def _add_finetune(sub: Any) -> None:
 
     p = sub.add_parser(
         "finetune",
-        help="supervised fine-tuning (optionally LoRA) or DPO of a trained model",
+        help="supervised fine-tuning (optionally LoRA), DPO or GRPO of a trained model",
         description="Fine-tune BASE (a `coursepkg train --tokenizer bpe` run, an earlier "
         "`coursepkg finetune` run, or a Hugging Face Llama/Qwen3 folder) on DATA, a JSONL "
         'file: {"messages": [...]} a line for SFT, {"prompt", "chosen", "rejected"} a line '
-        "for --dpo. Checkpoints to OUT/checkpoint.pt (--resume continues exactly) and writes "
-        "OUT/model.pt at the end; the base is never written. Runs under torchrun too.",
+        'for --dpo, {"prompt", "answer"} a line for --grpo. Checkpoints to OUT/checkpoint.pt '
+        "(--resume continues exactly) and writes OUT/model.pt at the end; the base is never "
+        "written. Runs under torchrun too.",
     )
     p.add_argument("base", help="the model to start from: a run folder, checkpoint or HF folder")
     p.add_argument("data", help="the JSONL file of conversations (or of preference pairs)")
@@ -79,6 +87,7 @@ def _finetune(args: argparse.Namespace) -> int:
     if result.rows and result.rows[-1]["step"] == settings.steps:
         last = result.rows[-1]
         extra = f", margin {last['margin']:.4f}" if settings.dpo else ""
+        extra = f", reward {last['reward']:.4f}" if settings.grpo else extra
         print(
             f"step {last['step']}: loss {last['loss']:.4f}{extra}; "
             f"the model is {result.out / 'model.pt'}"

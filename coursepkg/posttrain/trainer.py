@@ -48,8 +48,10 @@ from ..training.checkpoint import (
 from ..training.distributed import Dist, setup, teardown
 from .chat import CHAT_TOKENS, END_OF_TURN, ChatExample, chat_records, encode_chat, with_chat_tokens
 from .dpo import dpo_loss, encode_preference, frozen_copy, preference_records, response_logprobs
+from .grpo import group_advantages, grpo_loss, per_token_logprobs, sample_groups
 from .lora import add_lora, lora_modules, merge_lora
-from .packing import pad_batch
+from .packing import Batch, pad_batch
+from .rewards import GRPOPrompt, load_reward, prompt_records, score
 from .sft import token_losses
 
 __all__ = ["FinetuneResult", "FinetuneSettings", "chat_tokenizer", "finetune", "load_base"]
@@ -62,6 +64,7 @@ MODEL = "model.pt"
 CHAT_BPE = "bpe-chat"
 SFT_FIELDS = ("step", "lr", "loss")
 DPO_FIELDS = ("step", "lr", "loss", "margin", "accuracy")
+GRPO_FIELDS = ("step", "lr", "loss", "reward", "kl")
 
 
 @dataclass
@@ -75,6 +78,11 @@ class FinetuneSettings:
         out: the run's folder (not the base's).
         dpo: train with DPO on preference pairs instead of SFT.
         beta: DPO's beta (the pull towards the reference, the frozen base).
+        grpo: train with GRPO on prompts (``{"prompt": ..., ...}`` a line) scored by ``reward``
+            (a name of :data:`~coursepkg.posttrain.rewards.BUILT_IN` or ``module:function``).
+        group_size, max_new_tokens, temperature: answers sampled per prompt, their longest,
+            the sampling temperature.
+        kl_coef: GRPO's weight of the KL penalty towards the frozen base (0: none).
         lora_rank: 0 trains every weight; r >= 1 freezes them and trains LoRA adapters of rank r
             on ``lora_targets`` (comma-separated layer names).
         lora_alpha: LoRA's alpha (the change is scaled by alpha / r).
@@ -93,6 +101,12 @@ class FinetuneSettings:
     out: str = "runs/finetune"
     dpo: bool = False
     beta: float = 0.1
+    grpo: bool = False
+    reward: str = "exact"
+    group_size: int = 4
+    max_new_tokens: int = 16
+    temperature: float = 1.0
+    kl_coef: float = 0.04
     lora_rank: int = 0
     lora_alpha: float = 16.0
     lora_targets: str = "q_proj,v_proj"
@@ -109,7 +123,7 @@ class FinetuneSettings:
     device: str = "auto"
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "checkpoint_every"):
+        for name in ("steps", "batch_size", "checkpoint_every", "max_new_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -117,7 +131,15 @@ class FinetuneSettings:
             raise ValueError(f"lora_rank must be an int >= 0, got {self.lora_rank!r}")
         if self.lora_rank < 0:
             raise ValueError(f"lora_rank must be an int >= 0, got {self.lora_rank!r}")
-        for name in ("beta", "lora_alpha", "lr"):
+        if self.dpo and self.grpo:
+            raise ValueError("dpo and grpo are two ways to train: choose one")
+        if isinstance(self.group_size, bool) or not isinstance(self.group_size, int):
+            raise ValueError(f"group_size must be an int >= 2, got {self.group_size!r}")
+        if self.group_size < 2:
+            raise ValueError(f"group_size must be an int >= 2, got {self.group_size!r}")
+        if not self.kl_coef >= 0:
+            raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef!r}")
+        for name in ("beta", "lora_alpha", "lr", "temperature"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
         if not 0 <= self.warmup_steps < self.steps:
@@ -141,6 +163,8 @@ class FinetuneSettings:
     def identity(self) -> dict[str, Any]:
         """The settings a checkpoint must agree with to be resumed."""
         skip = ("out", "steps", "checkpoint_every", "stop_after", "device", "base", "data")
+        if not self.grpo:  # so that an SFT or DPO run's identity is what it was before GRPO
+            skip += ("grpo", "reward", "group_size", "max_new_tokens", "temperature", "kl_coef")
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
 
 
@@ -264,7 +288,19 @@ def fit_vocabulary(model: DecoderOnlyLM, tokenizer: Tokenizer, where: str) -> De
 def load_examples(
     settings: FinetuneSettings, tokenizer: Tokenizer, max_len: int
 ) -> list[ChatExample] | list[tuple[ChatExample, ChatExample]]:
-    """The data file's examples (SFT) or pairs (DPO), tokenised; an error names the line."""
+    """The data file's examples (SFT), pairs (DPO) or prompts (GRPO), tokenised; an error names
+    the line."""
+    if settings.grpo:
+        longest = max_len - settings.max_new_tokens
+        if longest < 1:
+            raise ValueError(
+                f"max_new_tokens={settings.max_new_tokens} leaves no room for a prompt in the "
+                f"model's context of {max_len}"
+            )
+        prompts = list(prompt_records(settings.data, tokenizer, longest))
+        if not prompts:
+            raise ValueError(f"data {settings.data!r} holds no example")
+        return prompts
     records = preference_records if settings.dpo else chat_records
     examples: list[Any] = []
     for record, where in records(settings.data):
@@ -296,10 +332,12 @@ class _Run:
     batches: torch.Generator
     step: int = 0
     rows: list[dict[str, float]] = field(default_factory=list)
+    reward: Any = None
 
     @property
     def fields(self) -> tuple[str, ...]:
-        return DPO_FIELDS if self.settings.dpo else SFT_FIELDS
+        s = self.settings
+        return DPO_FIELDS if s.dpo else GRPO_FIELDS if s.grpo else SFT_FIELDS
 
 
 def finetune(
@@ -347,9 +385,11 @@ def _start(settings: FinetuneSettings, dist: Dist, resume: bool) -> _Run:
             f"batch_size={settings.batch_size} must be divisible by the {dist.world_size} ranks"
         )
     tokenizer = chat_tokenizer()
+    reward = load_reward(settings.reward) if settings.grpo else None
     net, base_digest = load_base(settings.base, tokenizer)
     examples = load_examples(settings, tokenizer, net.config.max_len)
-    reference = frozen_copy(net).to(dist.device) if settings.dpo else None
+    frozen = settings.dpo or settings.grpo
+    reference = frozen_copy(net).to(dist.device) if frozen else None
     torch.manual_seed(settings.seed)  # the adapters' initialisation, and dropout's masks
     if settings.lora_rank:
         add_lora(net, settings.targets, settings.lora_rank, settings.lora_alpha)
@@ -363,6 +403,7 @@ def _start(settings: FinetuneSettings, dist: Dist, resume: bool) -> _Run:
     pad_id = tokenizer.encode(END_OF_TURN)[0]  # any id: padding is masked out everywhere
     batches = torch.Generator().manual_seed(settings.seed + 1)
     run = _Run(settings, dist, net, net, reference, optimizer, examples, pad_id, identity, batches)
+    run.reward = reward
     path = out / CHECKPOINT
     if path.exists() and not resume:
         raise CheckpointError(
@@ -444,6 +485,8 @@ def _step(run: _Run, lr: float) -> dict[str, float]:
     run.model.train()
     if s.dpo:
         loss, extra = _dpo_loss(run, mine)
+    elif s.grpo:
+        loss, extra = _grpo_loss(run, mine)
     else:
         every = [run.examples[i] for i in drawn.tolist()]
         loss, extra = _sft_loss(run, mine, every)
@@ -486,6 +529,34 @@ def _dpo_loss(
     out = dpo_loss(policy[:b], policy[b:], ref[:b], ref[b:], run.settings.beta)
     accuracy = (out.margins > 0).float().mean()
     return out.loss, {"margin": out.margins.mean(), "accuracy": accuracy}
+
+
+def _grpo_loss(run: _Run, mine: list[GRPOPrompt]) -> tuple[Tensor, dict[str, Tensor]]:
+    """GRPO on this rank's prompts: a group of answers sampled for each (from this rank's random
+    state), scored, and the clipped objective with the KL penalty; one update per sample, so the
+    ratio is 1 and the loss's gradient is the policy gradient."""
+    s, device = run.settings, run.dist.device
+    end = run.pad_id  # the end-of-turn id, which also pads
+    rollouts = sample_groups(
+        run.net, [p.ids for p in mine], s.group_size, s.max_new_tokens, end, end, s.temperature
+    )
+    tokenizer = chat_tokenizer()
+    rewards = [
+        score(
+            run.reward, tokenizer.decode(a[:-1] if a[-1:] == [end] else a), mine[i // s.group_size]
+        )
+        for i, a in enumerate(rollouts.answers)
+    ]
+    rewards = torch.tensor(rewards).view(len(mine), s.group_size)  # (P, G)
+    advantages = group_advantages(rewards).flatten().to(device)  # (B,) with B = P G
+    batch = Batch(*(x.to(device) for x in rollouts.batch))  # (B, L) each
+    with torch.no_grad():
+        ref = per_token_logprobs(run.reference, batch)  # (B, L-1)
+    run.model.train()
+    logprobs = per_token_logprobs(run.model, batch)  # (B, L-1)
+    mask = batch.loss_mask[:, 1:]  # (B, L-1): the answers' tokens as targets
+    out = grpo_loss(logprobs, logprobs.detach(), ref, advantages, mask, kl_coef=s.kl_coef)
+    return out.loss, {"reward": rewards.mean().to(device), "kl": out.kl}
 
 
 def _finish(run: _Run) -> FinetuneResult:

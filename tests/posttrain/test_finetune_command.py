@@ -5,6 +5,7 @@ with its line named and the base's bytes unchanged; Llama and Qwen3 folders as b
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import json
 import math
@@ -71,10 +72,10 @@ def test_the_docs_commands_as_written(base, tmp_path, monkeypatch):
     shutil.copytree(base, tmp_path / "runs" / "base")
     before = _digest(tmp_path / "runs" / "base")
     commands = [c for c in _doc_commands() if c.startswith("coursepkg finetune")]
-    assert len(commands) == 3
+    assert len(commands) == 4
     for command in commands:
         assert main(shlex.split(command)[1:]) == 0, command
-    for run in ("sft", "sft-lora", "dpo"):
+    for run in ("sft", "sft-lora", "dpo", "grpo"):
         assert len(_rows(tmp_path / "runs" / run)) == 20
         saved = load_checkpoint(tmp_path / "runs" / run / "model.pt")
         assert not any("lora_" in name for name in saved["model"])  # adapters merged
@@ -84,6 +85,8 @@ def test_the_docs_commands_as_written(base, tmp_path, monkeypatch):
     dpo = _rows(tmp_path / "runs" / "dpo")
     assert float(dpo[0]["loss"]) == pytest.approx(math.log(2), abs=1e-6)  # policy == reference
     assert float(dpo[0]["margin"]) == 0.0
+    grpo = _rows(tmp_path / "runs" / "grpo")
+    assert all(0.0 <= float(r["reward"]) <= 1.0 and float(r["kl"]) >= 0.0 for r in grpo)
     assert _digest(tmp_path / "runs" / "base") == before
 
 
@@ -102,10 +105,17 @@ def test_lora_trains_only_the_adapters(base, tmp_path):
     }
 
 
-@pytest.mark.parametrize("dpo", [False, True], ids=["sft", "dpo"])
-def test_resume_is_bit_identical(base, tmp_path, dpo):
-    name = "arithmetic_prefs.jsonl" if dpo else "arithmetic_chat.jsonl"
-    common = dict(base=str(base), data=str(EXAMPLES / name), dpo=dpo, lora_rank=2, **FAST)
+DATA = {
+    "sft": ("arithmetic_chat.jsonl", {}),
+    "dpo": ("arithmetic_prefs.jsonl", {"dpo": True}),
+    "grpo": ("arithmetic_prompts.jsonl", {"grpo": True, "group_size": 2, "max_new_tokens": 4}),
+}
+
+
+@pytest.mark.parametrize("mode", list(DATA))
+def test_resume_is_bit_identical(base, tmp_path, mode):
+    name, options = DATA[mode]
+    common = dict(base=str(base), data=str(EXAMPLES / name), lora_rank=2, **options, **FAST)
     whole = tmp_path / "whole"
     finetune(FinetuneSettings(out=str(whole), **common), progress=False)
     parts = tmp_path / "parts"
@@ -220,3 +230,83 @@ def test_a_hugging_face_folder_is_a_base(tmp_path, family):
     grown = result.model.embed.weight[50257:]  # the chat tokens' rows: trained from the mean
     assert torch.isfinite(grown).all() and grown.abs().sum() > 0
     assert _digest(folder) == before
+
+
+GRPO = ["--grpo", "--group-size", "2", "--max-new-tokens", "4", "--steps", "3"]
+GRPO += ["--warmup-steps", "0", "--device", "cpu", "--no-progress"]
+REWARDS = """
+def length(completion, record):
+    return len(completion) / 4
+
+def broken(completion, record):
+    return record["missing"]
+
+def not_a_number(completion, record):
+    return "high"
+"""
+
+
+def test_grpo_samples_scores_and_learns_from_prompts(base, tmp_path, monkeypatch, capsys):
+    (tmp_path / "my_rewards.py").write_text(REWARDS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = _digest(base)
+    data = str(EXAMPLES / "arithmetic_prompts.jsonl")
+    for reward in ("number", "my_rewards:length"):
+        out = tmp_path / reward.replace(":", "-")
+        assert (
+            main(["finetune", str(base), data, "--out", str(out), "--reward", reward] + GRPO) == 0
+        )
+        assert "reward" in capsys.readouterr().out
+        rows = _rows(out)
+        assert [r["step"] for r in rows] == ["1", "2", "3"]
+        assert all(float(r["kl"]) >= 0 and math.isfinite(float(r["loss"])) for r in rows)
+        rewards = [float(r["reward"]) for r in rows]
+        if reward == "number":  # a right sum scores 1, so the mean is a fraction
+            assert all(0.0 <= x <= 1.0 for x in rewards)
+        else:  # the user's reward was called: a random model's answers have characters
+            assert all(x > 0 for x in rewards)
+        saved = load_checkpoint(out / "model.pt")
+        assert saved["identity"]["config"]["vocab_size"] == len(chat_tokenizer())
+    assert _digest(base) == before
+
+
+@pytest.mark.parametrize(
+    ("reward", "message"),
+    [
+        (
+            "my_rewards:broken",
+            r"jsonl, line \d+: the reward function raised on the answer .*KeyError",
+        ),
+        ("my_rewards:not_a_number", r"jsonl, line \d+: the reward of the answer .* got 'high'"),
+        ("my_rewards:absent", "my_rewards has no function 'absent'"),
+        ("nonsense", "reward must be one of \\['exact', 'number'\\] or 'module:function'"),
+    ],
+)
+def test_a_bad_reward_is_named_and_nothing_is_written(
+    base, tmp_path, monkeypatch, capsys, reward, message
+):
+    (tmp_path / "my_rewards.py").write_text(REWARDS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    data = str(EXAMPLES / "arithmetic_prompts.jsonl")
+    out = tmp_path / "out"
+    assert main(["finetune", str(base), data, "--out", str(out), "--reward", reward] + GRPO) == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert not (out / "checkpoint.pt").exists()
+
+
+def test_grpo_settings_are_checked(base, tmp_path):
+    common = dict(base=str(base), data=str(EXAMPLES / "arithmetic_prompts.jsonl"), grpo=True)
+    with pytest.raises(ValueError, match="choose one"):
+        FinetuneSettings(dpo=True, **common)
+    with pytest.raises(ValueError, match="group_size must be an int >= 2, got 1"):
+        FinetuneSettings(group_size=1, **common)
+    with pytest.raises(ValueError, match="kl_coef must be >= 0"):
+        FinetuneSettings(kl_coef=-0.1, **common)
+    settings = FinetuneSettings(out=str(tmp_path / "o"), max_new_tokens=32, **FAST | common)
+    with pytest.raises(ValueError, match="max_new_tokens=32 leaves no room"):
+        finetune(settings, progress=False)
+    long = tmp_path / "long.jsonl"
+    _write(long, [{"prompt": "1+1?", "answer": "2"}, {"prompt": "1 2 3 4 5 6 7 8 " * 4}])
+    settings = FinetuneSettings(out=str(tmp_path / "p"), max_new_tokens=4, **FAST | common)
+    with pytest.raises(ValueError, match=f"{re.escape(str(long))}, line 2: the prompt has"):
+        finetune(dataclasses.replace(settings, data=str(long)), progress=False)
