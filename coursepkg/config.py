@@ -146,6 +146,9 @@ class TransformerConfig:
     # those of its moe_top_groups best groups only (DeepSeek-V3's n_group; sigmoid router)
     moe_top_groups: int = 1  # the groups a token may use (DeepSeek-V3's topk_group)
     moe_scale: float = 1.0  # the routed experts' weights times this (routed_scaling_factor)
+    moe_bias_update_rate: float = 0.0  # gamma: after each training step, each expert's choice
+    # bias moves by gamma towards an even load, bias += gamma * sign(mean load - load)
+    # (DeepSeek-V3's auxiliary-loss-free balancing; sigmoid router); 0: the bias stays put
     # ----- multi-head latent attention (DeepSeek-V2/V3; decoder-only, positional="rope") -------
     kv_rank: int | None = None  # R: keys and values rebuilt from a latent of R numbers per
     # token, all the cache keeps (with the rotated key part); d_k is then each head's unrotated
@@ -255,7 +258,7 @@ class TransformerConfig:
             defaults = dict(
                 moe_top_k=2, moe_d_ff=None, moe_renormalize=True, moe_shared_experts=0,
                 moe_every=1, moe_first_dense=0, moe_router="softmax", moe_groups=1,
-                moe_top_groups=1, moe_scale=1.0,
+                moe_top_groups=1, moe_scale=1.0, moe_bias_update_rate=0.0,
             )  # fmt: skip
             for name, default in defaults.items():
                 if getattr(self, name) != default:
@@ -288,6 +291,14 @@ class TransformerConfig:
         scale = self.moe_scale
         if isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0:
             raise ValueError(f"moe_scale must be a number > 0, got {scale!r}")
+        rate = self.moe_bias_update_rate
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate >= 0:
+            raise ValueError(f"moe_bias_update_rate must be a number >= 0, got {rate!r}")
+        if rate and self.moe_router != "sigmoid":
+            raise ValueError(
+                f"moe_bias_update_rate={rate} moves the sigmoid router's choice bias, which needs "
+                f"moe_router='sigmoid', got {self.moe_router!r}"
+            )
         for name in ("moe_groups", "moe_top_groups"):
             _positive_int(name, getattr(self, name))
         g, top = self.moe_groups, self.moe_top_groups

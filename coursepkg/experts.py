@@ -14,6 +14,7 @@ vocabulary.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -28,7 +29,15 @@ from coursepkg.moe import expert_load
 from coursepkg.run_cache import cache_file, check_cache_mode, reuse_run, save_run
 from coursepkg.train import History, fit, seed_everything
 
-__all__ = ["DENSE", "MOE", "ExpertsRun", "expert_loads", "token_routes", "train_experts_run"]
+__all__ = [
+    "ATTENTION",
+    "DENSE",
+    "MOE",
+    "ExpertsRun",
+    "expert_loads",
+    "token_routes",
+    "train_experts_run",
+]
 
 #: The mixture: today's block (RMSNorm, RoPE, SwiGLU), 2 layers of width 32, 8 experts of
 #: width 32, each character sent to 2 of them.
@@ -55,6 +64,16 @@ DENSE: dict[str, Any] = {
     k: v for k, v in MOE.items() if k not in ("n_experts", "moe_top_k", "moe_d_ff")
 }
 
+#: The attentions the chapter compares on :data:`DENSE`, changes to its config. Multi-head
+#: attention caches 2 x 4 heads x 8 = 64 numbers per token and layer; multi-query attention
+#: 2 x 1 x 8 = 16; latent attention a latent of 12 and a rotated key part of 4, 16 too: the
+#: same cache as multi-query attention, a quarter of multi-head's.
+ATTENTION: dict[str, dict[str, Any]] = {
+    "MHA": {},
+    "MQA": dict(n_kv_heads=1),
+    "MLA": dict(kv_rank=12, d_rope=4),
+}  # the end of ATTENTION
+
 
 @dataclass
 class ExpertsRun:
@@ -80,8 +99,10 @@ class ExpertsRun:
         return sum(p.numel() for p in self.model.parameters())
 
 
+@functools.lru_cache(maxsize=2)
 def _corpus(block_size: int) -> tuple[CharVocab, Tensor, list[tuple[Tensor, Tensor]]]:
-    # The characters, the first 90% encoded for training, 2 fixed batches of the last 10%.
+    # The characters, the first 90% encoded for training, 2 fixed batches of the last 10%;
+    # encoded once per process (the chapter trains a dozen runs on them; none writes to them).
     text = load_tinyshakespeare()
     vocab = CharVocab.from_corpus(text)
     ids = torch.tensor(vocab.encode(text))  # (N,)
@@ -97,9 +118,18 @@ def _lm_loss(model: DecoderOnlyLM, batch: tuple[Tensor, Tensor]) -> Tensor:
     return torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
 
 
+def _check_run_args(attention: str, aux_loss_coef: float, cache: str | None) -> None:
+    check_cache_mode(cache)
+    if attention not in ATTENTION:
+        raise ValueError(f"attention must be one of {sorted(ATTENTION)}, got {attention!r}")
+    if isinstance(aux_loss_coef, bool) or not aux_loss_coef >= 0:
+        raise ValueError(f"aux_loss_coef must be a number >= 0, got {aux_loss_coef!r}")
+
+
 def train_experts_run(
     dense: bool = False,
     *,
+    attention: str = "MHA",
     aux_loss_coef: float = 0.01,
     steps: int = 150,
     block_size: int = 64,
@@ -108,7 +138,8 @@ def train_experts_run(
     seed: int = 0,
     cache: str | None = None,
 ) -> ExpertsRun:
-    """Train :data:`MOE` (or :data:`DENSE`) on Tiny Shakespeare's characters.
+    """Train :data:`MOE` (or :data:`DENSE`) on Tiny Shakespeare's characters, with one of the
+    :data:`ATTENTION` variants.
 
     Adam at ``lr``, a linear warm-up over the first 10% of the steps and a linear decay to 10%
     at the last, gradients clipped at norm 1, random windows of the first 90% of the corpus
@@ -118,6 +149,7 @@ def train_experts_run(
 
     Args:
         dense: train the dense peer instead of the mixture.
+        attention: a key of :data:`ATTENTION` (``"MHA"``: the configs as written).
         aux_loss_coef: the load-balancing loss's weight (0: without it).
         steps: optimisation steps.
         block_size: characters per window (L).
@@ -130,13 +162,13 @@ def train_experts_run(
         An :class:`ExpertsRun` with the model in eval mode.
 
     Raises:
-        ValueError: for a negative ``aux_loss_coef`` or an unknown ``cache`` mode.
+        ValueError: for a negative ``aux_loss_coef``, an unknown ``attention`` or ``cache``
+            mode.
     """
-    check_cache_mode(cache)
-    if isinstance(aux_loss_coef, bool) or not aux_loss_coef >= 0:
-        raise ValueError(f"aux_loss_coef must be a number >= 0, got {aux_loss_coef!r}")
+    _check_run_args(attention, aux_loss_coef, cache)
     vocab, train_ids, heldout = _corpus(block_size)
-    config = TransformerConfig(vocab_size=len(vocab), **(DENSE if dense else MOE))
+    base = DENSE if dense else MOE
+    config = TransformerConfig(vocab_size=len(vocab), **base, **ATTENTION[attention])
     coef = 0.0 if dense else float(aux_loss_coef)
     settings = dict(config=asdict(config), aux=coef, steps=steps, block=block_size)
     settings.update(batch=batch_size, lr=lr, seed=seed)

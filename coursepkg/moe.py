@@ -13,6 +13,7 @@ Two routers: Mixtral's and Qwen3-MoE's softmax over the experts, then the k most
 a sigmoid of its own, chooses the k by those scores plus a per-expert bias that steers the
 choice only (DeepSeek balances the load by moving that bias, without an auxiliary loss), may
 first keep only a token's best groups of experts, and weights the chosen ones by their scores.
+:func:`update_choice_bias` is that balancing, one step of it.
 
 Dimension legend: B batch, L length, D d_model, F an expert's hidden width, E experts, k the
 experts chosen per token, T = B * L tokens.
@@ -35,6 +36,7 @@ __all__ = [
     "load_balancing_loss",
     "route_sigmoid",
     "route_top_k",
+    "update_choice_bias",
 ]
 
 
@@ -130,6 +132,33 @@ def route_sigmoid(
     return Routing(probs, experts, weights.to(logits.dtype))
 
 
+@torch.no_grad()
+def update_choice_bias(choice_bias: Tensor, load: Tensor, rate: float) -> None:
+    """DeepSeek-V3's balancing without an auxiliary loss (report, Sec. 2.1.2): after a training
+    step, every expert that got more than the mean load has its choice bias lowered by
+    ``rate``, every one that got less has it raised, so that the next steps send fewer tokens to
+    the busy experts and more to the idle ones. The bias takes no gradient: it moves only here.
+
+    bias_i += rate * sign(mean(load) - load_i)
+
+    Args:
+        choice_bias: a layer's :attr:`MoEFeedForward.choice_bias`, updated in place.
+        load: the step's :func:`expert_load` of that layer, over every micro-batch and rank (all
+            ranks must pass the same counts, so that their biases stay equal).
+        rate: gamma (DeepSeek-V3: 0.001 for most of training, then 0).
+
+    Shape:
+        choice_bias (E,), load (E,).
+    """
+    if load.shape != choice_bias.shape:
+        raise ValueError(
+            f"load must have the choice bias's shape {tuple(choice_bias.shape)}, "
+            f"got {tuple(load.shape)}"
+        )
+    step = torch.sign(load.mean() - load.float())  # (E,): +1 below the mean, -1 above
+    choice_bias.add_(rate * step.to(choice_bias))
+
+
 class MoEFeedForward(nn.Module):
     """E expert feed-forward networks and a router sending each token to k of them.
 
@@ -213,6 +242,15 @@ class MoEFeedForward(nn.Module):
             config.moe_top_groups,
             config.moe_scale,
         )
+
+    def _apply(self, fn, recurse=True):  # noqa: ANN001, ANN202 - nn.Module's hook
+        # A dtype change (model.to(torch.bfloat16)) leaves the choice bias in float32, as
+        # Hugging Face keeps e_score_correction_bias: steps of gamma = 0.001 on a bias near 1
+        # would round away in bfloat16, whose spacing there is 0.0078.
+        super()._apply(fn, recurse)
+        if self.choice_bias is not None and self.choice_bias.dtype != torch.float32:
+            self.choice_bias = self.choice_bias.float()
+        return self
 
     def route(self, tokens: Tensor) -> Routing:
         """The router's decision for each token, with the weights the outputs are summed by.

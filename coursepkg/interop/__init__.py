@@ -12,10 +12,11 @@
   :class:`~coursepkg.DecoderOnlyLM` with ``n_experts``; :func:`to_hf_mixtral` and
   :func:`to_hf_qwen3_moe` go back.
 - :func:`from_hf_deepseek_v3`: DeepSeek-V3's latent attention and its sigmoid-routed experts
-  -> :class:`~coursepkg.DecoderOnlyLM` with ``kv_rank`` and ``moe_router="sigmoid"``.
+  -> :class:`~coursepkg.DecoderOnlyLM` with ``kv_rank`` and ``moe_router="sigmoid"``;
+  :func:`to_hf_deepseek_v3` goes back.
 """
 
-from .deepseek import deepseek_v3_config, from_hf_deepseek_v3
+from .deepseek import deepseek_v3_config, from_hf_deepseek_v3, to_hf_deepseek_v3
 from .hf import (
     bert_config,
     from_hf_bert,
@@ -56,6 +57,7 @@ __all__ = [
     "llama_config",
     "marian_config",
     "marian_en_de_hf_config",
+    "to_hf_deepseek_v3",
     "to_hf_gpt2",
     "to_hf_llama",
     "to_hf_mixtral",

@@ -14,6 +14,7 @@ columns 2i and 2i+1 turn together) is ``rope_pairs="interleaved"``. The experts:
 (``moe_first_dense``); each expert's stacked ``gate_up_proj``/``down_proj`` as Mixtral's.
 YaRN's RoPE scaling, attention biases and latent norms whose epsilon is not ``rms_norm_eps``
 are refused; the multi-token-prediction layers are not in Hugging Face's model either.
+:func:`to_hf_deepseek_v3` goes back, for a reference model of that shape.
 """
 
 from __future__ import annotations
@@ -23,13 +24,21 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..config import TransformerConfig
+from ..config import HFOptions, TransformerConfig
 from ..decoder_only import DecoderOnlyLM
 from ..moe import MoEFeedForward
-from .hf import _copy, _like, _require, _transformers
-from .llama import _GATED_FROM_HF, _copy_mlp, _rope_theta
+from .common import (
+    GATED_FROM_HF,
+    copy_mlp,
+    copy_mlp_back,
+    copy_tensor,
+    placed_like,
+    require,
+    rope_theta_of,
+    transformers_module,
+)
 
-__all__ = ["deepseek_v3_config", "from_hf_deepseek_v3"]
+__all__ = ["deepseek_v3_config", "from_hf_deepseek_v3", "to_hf_deepseek_v3"]
 
 _LATENT_EPS = 1e-6  # DeepseekV3RMSNorm's default, which q_a_layernorm and kv_a_layernorm keep
 # Our names -> theirs inside the attention (the query's depend on q_lora_rank).
@@ -73,14 +82,14 @@ def deepseek_v3_config(hf_config: Any) -> TransformerConfig:
         ``moe_router="sigmoid"``, ``moe_groups``, ``moe_scale``, ``moe_first_dense``, ...).
     """
     c = hf_config
-    _require(c.hidden_act in _GATED_FROM_HF, f"DeepseekV3: hidden_act {c.hidden_act!r}")
-    _require(not c.attention_bias, "DeepseekV3: attention_bias=True is not supported")
-    _require(
+    require(c.hidden_act in GATED_FROM_HF, f"DeepseekV3: hidden_act {c.hidden_act!r}")
+    require(not c.attention_bias, "DeepseekV3: attention_bias=True is not supported")
+    require(
         c.num_key_value_heads == c.num_attention_heads,
         f"DeepseekV3: num_key_value_heads={c.num_key_value_heads} must equal "
         f"num_attention_heads={c.num_attention_heads} (latent attention has no groups)",
     )
-    _require(
+    require(
         c.rms_norm_eps == _LATENT_EPS,
         f"DeepseekV3: rms_norm_eps={c.rms_norm_eps} differs from the latents' norms' "
         f"{_LATENT_EPS}; the reference has one epsilon",
@@ -105,9 +114,9 @@ def deepseek_v3_config(hf_config: Any) -> TransformerConfig:
         norm="rmsnorm",
         layer_norm_eps=c.rms_norm_eps,
         positional="rope",
-        rope_theta=_rope_theta(c, "DeepseekV3"),
+        rope_theta=rope_theta_of(c, "DeepseekV3"),
         rope_pairs="interleaved" if c.rope_interleave else "halves",
-        activation=_GATED_FROM_HF[c.hidden_act],
+        activation=GATED_FROM_HF[c.hidden_act],
         bias=False,
         scale_embeddings=False,
         tie_embeddings=c.tie_word_embeddings,
@@ -117,12 +126,14 @@ def deepseek_v3_config(hf_config: Any) -> TransformerConfig:
 def _copy_deepseek_mlp(ffn: nn.Module, mlp: nn.Module, name: str) -> None:
     # A dense layer, or the router and experts as Mixtral's, then the choice bias and the
     # shared experts, which Mixtral has not.
-    _copy_mlp(ffn, mlp, name)
+    copy_mlp(ffn, mlp, name)
     if not isinstance(ffn, MoEFeedForward):
         return
-    _copy(ffn.choice_bias, mlp.gate.e_score_correction_bias, f"{name}.mlp.gate.e_score_corr..")
+    copy_tensor(
+        ffn.choice_bias, mlp.gate.e_score_correction_bias, f"{name}.mlp.gate.e_score_corr.."
+    )
     if ffn.shared is not None:
-        _copy_mlp(ffn.shared, mlp.shared_experts, f"{name}.shared_experts")
+        copy_mlp(ffn.shared, mlp.shared_experts, f"{name}.shared_experts")
 
 
 @torch.no_grad()
@@ -131,24 +142,132 @@ def from_hf_deepseek_v3(model: nn.Module) -> DecoderOnlyLM:
     experts from a ``DeepseekV3ForCausalLM``; as :func:`~coursepkg.interop.from_hf_llama` (the
     logits agree at the real tokens with and without padding, and greedy generation gives
     ``generate``'s)."""
-    tf = _transformers()
+    tf = transformers_module()
     if not isinstance(model, tf.DeepseekV3ForCausalLM):
         raise TypeError(f"model must be a DeepseekV3ForCausalLM, got {type(model).__name__}")
     body = model.model
     tied = model.lm_head.weight is body.embed_tokens.weight
     config = deepseek_v3_config(model.config).replace(tie_embeddings=tied)
     lm = DecoderOnlyLM(config)
-    _copy(lm.embed.weight, body.embed_tokens.weight, "embed_tokens")
+    copy_tensor(lm.embed.weight, body.embed_tokens.weight, "embed_tokens")
     query = _QUERY_LATENT if config.q_rank is not None else (("q_proj", "q_proj"),)
     for i, (dst, src) in enumerate(zip(lm.layers, body.layers, strict=True)):
         name = f"layers.{i}"
         for mine, hf in (*query, *_LATENT):
             theirs = getattr(src.self_attn, hf)
-            _copy(getattr(dst.self_attn, mine).weight, theirs.weight, f"{name}.self_attn.{hf}")
+            copy_tensor(
+                getattr(dst.self_attn, mine).weight, theirs.weight, f"{name}.self_attn.{hf}"
+            )
         _copy_deepseek_mlp(dst.ffn, src.mlp, name)
-        _copy(dst.norm1.weight, src.input_layernorm.weight, f"{name}.input_layernorm")
-        _copy(dst.norm2.weight, src.post_attention_layernorm.weight, f"{name}.post_attention_ln")
-    _copy(lm.norm.weight, body.norm.weight, "norm")
+        copy_tensor(dst.norm1.weight, src.input_layernorm.weight, f"{name}.input_layernorm")
+        copy_tensor(
+            dst.norm2.weight, src.post_attention_layernorm.weight, f"{name}.post_attention_ln"
+        )
+    copy_tensor(lm.norm.weight, body.norm.weight, "norm")
     if not tied:
-        _copy(lm.lm_head.weight, model.lm_head.weight, "lm_head")
-    return _like(lm, model)
+        copy_tensor(lm.lm_head.weight, model.lm_head.weight, "lm_head")
+    return placed_like(lm, model)
+
+
+# What the way back needs of the reference's config: DeepSeek-V3's block, whatever its sizes.
+_SHAPE = dict(
+    norm_first=True, use_final_norm=True, norm="rmsnorm", positional="rope",
+    scale_embeddings=False, bias=False, qk_norm=False, sliding_window=None,
+    layer_norm_eps=_LATENT_EPS, hf=HFOptions(),
+)  # fmt: skip
+_SHAPE_OF_EXPERTS = dict(moe_router="sigmoid", moe_every=1)
+_ACTIVATION_TO_HF = {ours: theirs for theirs, ours in GATED_FROM_HF.items() if theirs != "swish"}
+
+
+def _check_deepseek_shape(lm: Any) -> TransformerConfig:
+    # The config of ``lm`` when DeepseekV3Config can describe it; otherwise a ValueError that
+    # names every field that differs.
+    if not isinstance(lm, DecoderOnlyLM):
+        raise TypeError(f"lm must be a DecoderOnlyLM, got {type(lm).__name__}")
+    c = lm.config
+    needs = {**_SHAPE, **(_SHAPE_OF_EXPERTS if c.n_experts else {})}
+    wrong = {k: getattr(c, k) for k, v in needs.items() if getattr(c, k) != v}
+    require(not wrong, f"lm is not DeepseekV3 shaped: needs {needs}, differs in {wrong}")
+    require(
+        c.kv_rank is not None,
+        "lm is not DeepseekV3 shaped: kv_rank=None (DeepSeek-V3's attention is latent; "
+        "use to_hf_llama for grouped-query attention)",
+    )
+    require(
+        c.activation in _ACTIVATION_TO_HF,
+        f"lm is not DeepseekV3 shaped: activation must be one of "
+        f"{sorted(_ACTIVATION_TO_HF)}, got {c.activation!r}",
+    )
+    require(
+        not c.n_experts or c.moe_shared_experts >= 1,
+        "lm is not DeepseekV3 shaped: moe_shared_experts=0 (DeepSeek-V3's mixture always "
+        "has shared experts)",
+    )
+    return c
+
+
+def _deepseek_fields(c: TransformerConfig) -> dict[str, Any]:
+    # The DeepseekV3Config fields of the reference's config (_moe_fields and
+    # deepseek_v3_config read backwards).
+    fields = dict(
+        vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.d_ff,
+        num_hidden_layers=c.n_layers, num_attention_heads=c.n_heads,
+        num_key_value_heads=c.n_heads, kv_lora_rank=c.kv_rank, q_lora_rank=c.q_rank,
+        qk_rope_head_dim=c.d_rope, qk_nope_head_dim=c.head_dim_k, v_head_dim=c.head_dim_v,
+        hidden_act=_ACTIVATION_TO_HF[c.activation], max_position_embeddings=c.max_len,
+        rms_norm_eps=c.layer_norm_eps, tie_word_embeddings=c.tie_embeddings,
+        rope_parameters=dict(rope_type="default", rope_theta=c.rope_theta),
+        rope_interleave=c.rope_pairs == "interleaved", attention_bias=False,
+        attention_dropout=c.attention_dropout, first_k_dense_replace=c.n_layers,
+    )  # fmt: skip
+    if c.n_experts:
+        fields.update(
+            first_k_dense_replace=c.moe_first_dense, n_routed_experts=c.n_experts,
+            num_experts_per_tok=c.moe_top_k, moe_intermediate_size=c.expert_d_ff,
+            n_shared_experts=c.moe_shared_experts, n_group=c.moe_groups,
+            topk_group=c.moe_top_groups, routed_scaling_factor=c.moe_scale,
+            norm_topk_prob=c.moe_renormalize,
+        )  # fmt: skip
+    return fields
+
+
+def to_hf_deepseek_v3(lm: DecoderOnlyLM, **hf_overrides: Any) -> nn.Module:
+    """The way back: a ``transformers.DeepseekV3ForCausalLM`` with the weights of ``lm``.
+
+    Args:
+        lm: a DeepSeek-V3-shaped model: pre-norm with a final norm, RMSNorm with epsilon 1e-6
+            (Hugging Face's latent norms keep that one), RoPE in either layout, SwiGLU or
+            GeGLU, latent attention (``kv_rank``; ``q_rank`` optional), no biases, QK-norm or
+            sliding window, unscaled embeddings; and, if it has experts, the sigmoid router on
+            every layer after the ``moe_first_dense`` first, with shared experts. Anything
+            else raises ``ValueError`` naming the fields that differ.
+        hf_overrides: more ``DeepseekV3Config`` fields (token ids, ``attn_implementation``).
+
+    Returns:
+        The Hugging Face model, on ``lm``'s device and dtype, in its train/eval mode; its
+        logits equal ``lm``'s, and :func:`from_hf_deepseek_v3` of it gives ``lm`` back.
+    """
+    c = _check_deepseek_shape(lm)
+    tf = transformers_module()
+    config = tf.DeepseekV3Config(**{**_deepseek_fields(c), **hf_overrides})
+    model = tf.DeepseekV3ForCausalLM(config)
+    query = _QUERY_LATENT if c.q_rank is not None else (("q_proj", "q_proj"),)
+    with torch.no_grad():
+        body = model.model
+        copy_tensor(body.embed_tokens.weight, lm.embed.weight, "embed")
+        for i, (src, dst) in enumerate(zip(lm.layers, body.layers, strict=True)):
+            name = f"layers.{i}"
+            for mine, hf in (*query, *_LATENT):
+                ours = getattr(src.self_attn, mine).weight
+                copy_tensor(getattr(dst.self_attn, hf).weight, ours, f"{name}.self_attn.{mine}")
+            copy_mlp_back(dst.mlp, src.ffn, name)
+            if isinstance(src.ffn, MoEFeedForward):
+                bias = dst.mlp.gate.e_score_correction_bias
+                copy_tensor(bias, src.ffn.choice_bias, f"{name}.ffn.choice_bias")
+                copy_mlp_back(dst.mlp.shared_experts, src.ffn.shared, f"{name}.ffn.shared")
+            copy_tensor(dst.input_layernorm.weight, src.norm1.weight, f"{name}.norm1")
+            copy_tensor(dst.post_attention_layernorm.weight, src.norm2.weight, f"{name}.norm2")
+        copy_tensor(body.norm.weight, lm.norm.weight, "norm")
+        if not c.tie_embeddings:
+            copy_tensor(model.lm_head.weight, lm.lm_head.weight, "lm_head")
+    return placed_like(model, lm)

@@ -21,6 +21,7 @@ from ..config import HFOptions, TransformerConfig
 from ..encoder_only import EncoderOnlyLM
 from ..layers import LayerNorm
 from ..model import DecoderOnlyLM, Transformer
+from .common import copy_linear, copy_tensor, placed_like, require, transformers_module
 
 __all__ = [
     "bert_config",
@@ -45,16 +46,6 @@ _ACTIVATION_FROM_HF = {
 _ACTIVATION_TO_HF = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "silu": "silu"}
 
 
-def _transformers() -> Any:
-    try:
-        import transformers
-    except ImportError as err:  # pragma: no cover - the course environment has it
-        raise ImportError(
-            "coursepkg.interop needs Hugging Face transformers: pip install 'coursepkg[interop]'"
-        ) from err
-    return transformers
-
-
 def _activation(name: str, model: str) -> str:
     if name not in _ACTIVATION_FROM_HF:
         raise ValueError(
@@ -62,26 +53,6 @@ def _activation(name: str, model: str) -> str:
             f"supported: {sorted(_ACTIVATION_FROM_HF)}"
         )
     return _ACTIVATION_FROM_HF[name]
-
-
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise ValueError(message)
-
-
-def _copy(dst: Tensor, src: Tensor, name: str) -> None:
-    if dst.shape != src.shape:
-        raise ValueError(f"{name}: expected shape {tuple(dst.shape)}, got {tuple(src.shape)}")
-    dst.copy_(src)
-
-
-def _copy_linear(dst: nn.Module, weight: Tensor, bias: Tensor | None, name: str) -> None:
-    """Copy a weight and its bias into ``dst`` (an ``nn.Linear``, (out, in), or a LayerNorm)."""
-    _copy(dst.weight, weight, f"{name}.weight")
-    if (dst.bias is None) != (bias is None):
-        raise ValueError(f"{name}: one side has a bias and the other has not")
-    if bias is not None:
-        _copy(dst.bias, bias, f"{name}.bias")
 
 
 def _copy_conv1d(dst: nn.Linear, weight: Tensor, bias: Tensor, name: str) -> None:
@@ -92,16 +63,11 @@ def _copy_conv1d(dst: nn.Linear, weight: Tensor, bias: Tensor, name: str) -> Non
     does (measured in ``benchmarks/decode_hf.py``)."""
     stored = torch.empty_like(dst.weight.t(), memory_format=torch.contiguous_format)  # (in, out)
     dst.weight = nn.Parameter(stored.t(), requires_grad=dst.weight.requires_grad)  # (out, in)
-    _copy_linear(dst, weight.t(), bias, name)  # checks the shapes, as for any Linear
+    copy_linear(dst, weight.t(), bias, name)  # checks the shapes, as for any Linear
 
 
 def _copy_norm(dst: LayerNorm, src: nn.LayerNorm, name: str) -> None:
-    _copy_linear(dst, src.weight, src.bias, name)  # gain and shift are weight and bias too
-
-
-def _like(module: nn.Module, hf_model: nn.Module) -> nn.Module:
-    p = next(hf_model.parameters())
-    return module.to(device=p.device, dtype=p.dtype).train(hf_model.training)
+    copy_linear(dst, src.weight, src.bias, name)  # gain and shift are weight and bias too
 
 
 # ----------------------------------------------------------------------------------- GPT-2
@@ -118,7 +84,7 @@ def gpt2_config(hf_config: Any) -> TransformerConfig:
         ("scale_attn_by_inverse_layer_idx", not c.scale_attn_by_inverse_layer_idx),
         ("add_cross_attention", not c.add_cross_attention),
     ):
-        _require(supported, f"GPT-2: {name}={getattr(c, name)} is not supported")
+        require(supported, f"GPT-2: {name}={getattr(c, name)} is not supported")
     return TransformerConfig(
         vocab_size=c.vocab_size,
         d_model=c.n_embd,
@@ -154,7 +120,7 @@ def from_hf_gpt2(model: nn.Module) -> DecoderOnlyLM:
         The reference model on ``model``'s device and dtype, in its train/eval mode;
         ``lm(tokens, token_mask)`` equals ``model(tokens, attention_mask=...).logits``.
     """
-    tf = _transformers()
+    tf = transformers_module()
     if isinstance(model, tf.GPT2LMHeadModel):
         body, head = model.transformer, model.lm_head
     elif isinstance(model, tf.GPT2Model):
@@ -166,8 +132,8 @@ def from_hf_gpt2(model: nn.Module) -> DecoderOnlyLM:
         config = config.replace(tie_embeddings=True)
     lm = DecoderOnlyLM(config)
     d = config.d_model
-    _copy(lm.embed.weight, body.wte.weight, "wte")
-    _copy(lm.positions.weight, body.wpe.weight, "wpe")
+    copy_tensor(lm.embed.weight, body.wte.weight, "wte")
+    copy_tensor(lm.positions.weight, body.wpe.weight, "wpe")
     for i, (dst, src) in enumerate(zip(lm.layers, body.h, strict=True)):
         name = f"h.{i}"
         attn = dst.self_attn
@@ -185,8 +151,8 @@ def from_hf_gpt2(model: nn.Module) -> DecoderOnlyLM:
         _copy_norm(dst.norm2, src.ln_2, f"{name}.ln_2")
     _copy_norm(lm.norm, body.ln_f, "ln_f")
     if head is not None and not config.tie_embeddings:
-        _copy(lm.lm_head.weight, head.weight, "lm_head")
-    return _like(lm, model)
+        copy_tensor(lm.lm_head.weight, head.weight, "lm_head")
+    return placed_like(lm, model)
 
 
 @torch.no_grad()
@@ -196,7 +162,7 @@ def to_hf_gpt2(lm: DecoderOnlyLM) -> nn.Module:
     ``lm`` must have GPT-2's architecture (pre-LN, final norm, learned positions, no embedding
     scale, biases, d_k = d_v = D / H, no logits bias); anything else raises ``ValueError``.
     """
-    tf = _transformers()
+    tf = transformers_module()
     if not isinstance(lm, DecoderOnlyLM):
         raise TypeError(f"lm must be a DecoderOnlyLM, got {type(lm).__name__}")
     c = lm.config
@@ -211,8 +177,8 @@ def to_hf_gpt2(lm: DecoderOnlyLM) -> nn.Module:
         head_dim_v=c.d_model // c.n_heads,
     )
     wrong = {k: getattr(c, k) for k, v in needs.items() if getattr(c, k) != v}
-    _require(not wrong, f"lm is not GPT-2 shaped: needs {needs}, differs in {wrong}")
-    _require(c.activation in _ACTIVATION_TO_HF, f"activation {c.activation!r} has no GPT-2 name")
+    require(not wrong, f"lm is not GPT-2 shaped: needs {needs}, differs in {wrong}")
+    require(c.activation in _ACTIVATION_TO_HF, f"activation {c.activation!r} has no GPT-2 name")
     hf_config = tf.GPT2Config(
         vocab_size=c.vocab_size,
         n_positions=c.max_len,
@@ -229,28 +195,28 @@ def to_hf_gpt2(lm: DecoderOnlyLM) -> nn.Module:
     )
     model = tf.GPT2LMHeadModel(hf_config)
     body = model.transformer
-    _copy(body.wte.weight, lm.embed.weight, "embed")
-    _copy(body.wpe.weight, lm.positions.weight, "positions")
+    copy_tensor(body.wte.weight, lm.embed.weight, "embed")
+    copy_tensor(body.wpe.weight, lm.positions.weight, "positions")
     for src, dst in zip(lm.layers, body.h, strict=True):
         a = src.self_attn
         qkv = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])  # (3D, D)
-        _copy(dst.attn.c_attn.weight, qkv.t(), "c_attn.weight")
+        copy_tensor(dst.attn.c_attn.weight, qkv.t(), "c_attn.weight")
         qkv_bias = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias])  # (3D,)
-        _copy(dst.attn.c_attn.bias, qkv_bias, "c_attn.bias")
-        _copy(dst.attn.c_proj.weight, a.out_proj.weight.t(), "attn.c_proj.weight")
-        _copy(dst.attn.c_proj.bias, a.out_proj.bias, "attn.c_proj.bias")
-        _copy(dst.mlp.c_fc.weight, src.ffn.linear1.weight.t(), "mlp.c_fc.weight")
-        _copy(dst.mlp.c_fc.bias, src.ffn.linear1.bias, "mlp.c_fc.bias")
-        _copy(dst.mlp.c_proj.weight, src.ffn.linear2.weight.t(), "mlp.c_proj.weight")
-        _copy(dst.mlp.c_proj.bias, src.ffn.linear2.bias, "mlp.c_proj.bias")
+        copy_tensor(dst.attn.c_attn.bias, qkv_bias, "c_attn.bias")
+        copy_tensor(dst.attn.c_proj.weight, a.out_proj.weight.t(), "attn.c_proj.weight")
+        copy_tensor(dst.attn.c_proj.bias, a.out_proj.bias, "attn.c_proj.bias")
+        copy_tensor(dst.mlp.c_fc.weight, src.ffn.linear1.weight.t(), "mlp.c_fc.weight")
+        copy_tensor(dst.mlp.c_fc.bias, src.ffn.linear1.bias, "mlp.c_fc.bias")
+        copy_tensor(dst.mlp.c_proj.weight, src.ffn.linear2.weight.t(), "mlp.c_proj.weight")
+        copy_tensor(dst.mlp.c_proj.bias, src.ffn.linear2.bias, "mlp.c_proj.bias")
         for ours, theirs in ((src.norm1, dst.ln_1), (src.norm2, dst.ln_2)):
-            _copy(theirs.weight, ours.weight, "ln.weight")
-            _copy(theirs.bias, ours.bias, "ln.bias")
-    _copy(body.ln_f.weight, lm.norm.weight, "ln_f.weight")
-    _copy(body.ln_f.bias, lm.norm.bias, "ln_f.bias")
+            copy_tensor(theirs.weight, ours.weight, "ln.weight")
+            copy_tensor(theirs.bias, ours.bias, "ln.bias")
+    copy_tensor(body.ln_f.weight, lm.norm.weight, "ln_f.weight")
+    copy_tensor(body.ln_f.bias, lm.norm.bias, "ln_f.bias")
     if not c.tie_embeddings:
-        _copy(model.lm_head.weight, lm.lm_head.weight, "lm_head")
-    return _like(model, lm)
+        copy_tensor(model.lm_head.weight, lm.lm_head.weight, "lm_head")
+    return placed_like(model, lm)
 
 
 # ------------------------------------------------------------------------------------ BERT
@@ -266,9 +232,9 @@ def bert_config(hf_config: Any, mlm_head: bool = True, pooler: bool = False) -> 
         pooler: include the pooler (``BertModel`` with its default pooling layer).
     """
     c = hf_config
-    _require(not c.is_decoder, "BERT: is_decoder=True (a causal BERT) is not supported")
+    require(not c.is_decoder, "BERT: is_decoder=True (a causal BERT) is not supported")
     position_type = getattr(c, "position_embedding_type", "absolute")
-    _require(position_type == "absolute", f"BERT: position_embedding_type {position_type!r}")
+    require(position_type == "absolute", f"BERT: position_embedding_type {position_type!r}")
     return TransformerConfig(
         vocab_size=c.vocab_size,
         d_model=c.hidden_size,
@@ -304,7 +270,7 @@ def from_hf_bert(model: nn.Module) -> EncoderOnlyLM:
     Returns:
         The reference model on ``model``'s device and dtype, in its train/eval mode.
     """
-    tf = _transformers()
+    tf = transformers_module()
     if isinstance(model, tf.BertForMaskedLM):
         body, head = model.bert, model.cls.predictions
     elif isinstance(model, tf.BertModel):
@@ -314,40 +280,40 @@ def from_hf_bert(model: nn.Module) -> EncoderOnlyLM:
     config = bert_config(model.config, mlm_head=head is not None, pooler=body.pooler is not None)
     ours = EncoderOnlyLM(config)
     emb = body.embeddings
-    _copy(ours.embed.weight, emb.word_embeddings.weight, "word_embeddings")
-    _copy(ours.positions.weight, emb.position_embeddings.weight, "position_embeddings")
-    _copy(ours.token_types.weight, emb.token_type_embeddings.weight, "token_type_embeddings")
+    copy_tensor(ours.embed.weight, emb.word_embeddings.weight, "word_embeddings")
+    copy_tensor(ours.positions.weight, emb.position_embeddings.weight, "position_embeddings")
+    copy_tensor(ours.token_types.weight, emb.token_type_embeddings.weight, "token_type_embeddings")
     _copy_norm(ours.embed_norm, emb.LayerNorm, "embeddings.LayerNorm")
     for i, (dst, src) in enumerate(zip(ours.encoder.layers, body.encoder.layer, strict=True)):
         name = f"encoder.layer.{i}"
         s, o = src.attention.self, src.attention.output
         for ours_proj, theirs in (("q_proj", s.query), ("k_proj", s.key), ("v_proj", s.value)):
             proj = getattr(dst.self_attn, ours_proj)
-            _copy_linear(proj, theirs.weight, theirs.bias, f"{name}.attention.self")
-        _copy_linear(dst.self_attn.out_proj, o.dense.weight, o.dense.bias, f"{name}.output")
+            copy_linear(proj, theirs.weight, theirs.bias, f"{name}.attention.self")
+        copy_linear(dst.self_attn.out_proj, o.dense.weight, o.dense.bias, f"{name}.output")
         _copy_norm(dst.norm1, o.LayerNorm, f"{name}.attention.output.LayerNorm")
         inter, out = src.intermediate.dense, src.output.dense
-        _copy_linear(dst.ffn.linear1, inter.weight, inter.bias, f"{name}.intermediate.dense")
-        _copy_linear(dst.ffn.linear2, out.weight, out.bias, f"{name}.output.dense")
+        copy_linear(dst.ffn.linear1, inter.weight, inter.bias, f"{name}.intermediate.dense")
+        copy_linear(dst.ffn.linear2, out.weight, out.bias, f"{name}.output.dense")
         _copy_norm(dst.norm2, src.output.LayerNorm, f"{name}.output.LayerNorm")
     if body.pooler is not None:
         pool = body.pooler.dense
-        _copy_linear(ours.pooler, pool.weight, pool.bias, "pooler.dense")
+        copy_linear(ours.pooler, pool.weight, pool.bias, "pooler.dense")
     if head is not None:
         t = head.transform
-        _copy_linear(ours.head.dense, t.dense.weight, t.dense.bias, "predictions.transform.dense")
+        copy_linear(ours.head.dense, t.dense.weight, t.dense.bias, "predictions.transform.dense")
         _copy_norm(ours.head.norm, t.LayerNorm, "predictions.transform.LayerNorm")
         if not config.tie_embeddings:
-            _copy(ours.head.output.weight, head.decoder.weight, "predictions.decoder.weight")
-        _copy(ours.head.output.bias, head.decoder.bias, "predictions.decoder.bias")
-    return _like(ours, model)
+            copy_tensor(ours.head.output.weight, head.decoder.weight, "predictions.decoder.weight")
+        copy_tensor(ours.head.output.bias, head.decoder.bias, "predictions.decoder.bias")
+    return placed_like(ours, model)
 
 
 # ---------------------------------------------------------------------------------- Marian
 def marian_en_de_hf_config() -> Any:
     """The ``transformers.MarianConfig`` of the OPUS-MT English-German model
     (Helsinki-NLP/opus-mt-en-de), built offline from the numbers of its ``config.json``."""
-    tf = _transformers()
+    tf = transformers_module()
     return tf.MarianConfig(
         vocab_size=58101,
         d_model=512,
@@ -387,18 +353,18 @@ def marian_config(
     tie = c.tie_word_embeddings if tie is None else tie
     if share is None:
         share = c.share_encoder_decoder_embeddings and c.tie_word_embeddings
-    _require(
+    require(
         c.encoder_attention_heads == c.decoder_attention_heads,
         "Marian: encoder and decoder must have the same number of heads",
     )
-    _require(
+    require(
         c.encoder_ffn_dim == c.decoder_ffn_dim,
         "Marian: encoder and decoder must have the same feed-forward width",
     )
     # With one vocabulary (share_encoder_decoder_embeddings) the target vocabulary is vocab_size.
     one_vocab = c.share_encoder_decoder_embeddings
     tgt_vocab = c.vocab_size if one_vocab else (c.decoder_vocab_size or c.vocab_size)
-    _require(
+    require(
         not share or tgt_vocab == c.vocab_size,
         f"Marian: shared embeddings need one vocabulary, got vocab_size={c.vocab_size} and "
         f"decoder_vocab_size={tgt_vocab}",
@@ -441,7 +407,7 @@ def from_hf_marian(model: nn.Module) -> Transformer:
         and :func:`~coursepkg.greedy_decode` with ``bos_id=decoder_start_token_id`` gives the
         tokens of ``model.generate(..., num_beams=1, do_sample=False)``.
     """
-    tf = _transformers()
+    tf = transformers_module()
     if not isinstance(model, tf.MarianMTModel):
         raise TypeError(f"model must be a MarianMTModel, got {type(model).__name__}")
     enc, dec = model.model.encoder, model.model.decoder
@@ -449,17 +415,17 @@ def from_hf_marian(model: nn.Module) -> Transformer:
     tie = model.lm_head.weight is dec.embed_tokens.weight
     config = marian_config(model.config, share=share, tie=tie)
     ours = Transformer(config)
-    _copy(ours.src_embed.weight, enc.embed_tokens.weight, "encoder.embed_tokens")
+    copy_tensor(ours.src_embed.weight, enc.embed_tokens.weight, "encoder.embed_tokens")
     if not config.share_embeddings:
-        _copy(ours.tgt_embed.weight, dec.embed_tokens.weight, "decoder.embed_tokens")
+        copy_tensor(ours.tgt_embed.weight, dec.embed_tokens.weight, "decoder.embed_tokens")
     # The same numbers in both stacks; copied so that the table is Hugging Face's exactly.
-    _copy(ours.positions.table, enc.embed_positions.weight, "encoder.embed_positions")
+    copy_tensor(ours.positions.table, enc.embed_positions.weight, "encoder.embed_positions")
     for i, (dst, src) in enumerate(zip(ours.encoder.layers, enc.layers, strict=True)):
         name = f"encoder.layers.{i}"
         _copy_attention(dst.self_attn, src.self_attn, f"{name}.self_attn")
         _copy_norm(dst.norm1, src.self_attn_layer_norm, f"{name}.self_attn_layer_norm")
-        _copy_linear(dst.ffn.linear1, src.fc1.weight, src.fc1.bias, f"{name}.fc1")
-        _copy_linear(dst.ffn.linear2, src.fc2.weight, src.fc2.bias, f"{name}.fc2")
+        copy_linear(dst.ffn.linear1, src.fc1.weight, src.fc1.bias, f"{name}.fc1")
+        copy_linear(dst.ffn.linear2, src.fc2.weight, src.fc2.bias, f"{name}.fc2")
         _copy_norm(dst.norm2, src.final_layer_norm, f"{name}.final_layer_norm")
     for i, (dst, src) in enumerate(zip(ours.decoder.layers, dec.layers, strict=True)):
         name = f"decoder.layers.{i}"
@@ -467,17 +433,17 @@ def from_hf_marian(model: nn.Module) -> Transformer:
         _copy_norm(dst.norm1, src.self_attn_layer_norm, f"{name}.self_attn_layer_norm")
         _copy_attention(dst.cross_attn, src.encoder_attn, f"{name}.encoder_attn")
         _copy_norm(dst.norm2, src.encoder_attn_layer_norm, f"{name}.encoder_attn_layer_norm")
-        _copy_linear(dst.ffn.linear1, src.fc1.weight, src.fc1.bias, f"{name}.fc1")
-        _copy_linear(dst.ffn.linear2, src.fc2.weight, src.fc2.bias, f"{name}.fc2")
+        copy_linear(dst.ffn.linear1, src.fc1.weight, src.fc1.bias, f"{name}.fc1")
+        copy_linear(dst.ffn.linear2, src.fc2.weight, src.fc2.bias, f"{name}.fc2")
         _copy_norm(dst.norm3, src.final_layer_norm, f"{name}.final_layer_norm")
     if not config.tie_embeddings:
-        _copy(ours.lm_head.weight, model.lm_head.weight, "lm_head")
-    _copy(ours.logits_bias, model.final_logits_bias[0], "final_logits_bias")
-    return _like(ours, model)
+        copy_tensor(ours.lm_head.weight, model.lm_head.weight, "lm_head")
+    copy_tensor(ours.logits_bias, model.final_logits_bias[0], "final_logits_bias")
+    return placed_like(ours, model)
 
 
 def _copy_attention(dst: nn.Module, src: nn.Module, name: str) -> None:
     # Marian (like BART) already names its projections q_proj, k_proj, v_proj, out_proj.
     for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
         theirs = getattr(src, proj)
-        _copy_linear(getattr(dst, proj), theirs.weight, theirs.bias, f"{name}.{proj}")
+        copy_linear(getattr(dst, proj), theirs.weight, theirs.bias, f"{name}.{proj}")

@@ -24,8 +24,17 @@ from torch import nn
 
 from ..config import HFOptions, TransformerConfig
 from ..decoder_only import DecoderOnlyLM
-from ..moe import MoEFeedForward
-from .hf import _copy, _copy_linear, _like, _require, _transformers
+from .common import (
+    GATED_FROM_HF,
+    copy_linear,
+    copy_mlp,
+    copy_mlp_back,
+    copy_tensor,
+    placed_like,
+    require,
+    rope_theta_of,
+    transformers_module,
+)
 
 __all__ = [
     "from_hf_llama",
@@ -39,8 +48,6 @@ __all__ = [
     "to_hf_qwen3_moe",
 ]
 
-# The gated feed-forward each Hugging Face activation makes: down(act(gate x) * up x).
-_GATED_FROM_HF = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu"}
 _FAMILIES = ("Llama", "Qwen3", "Mistral", "Mixtral", "Qwen3MoE")
 # Our names -> theirs, inside self-attention and the feed-forward network.
 _ATTENTION = (
@@ -49,19 +56,6 @@ _ATTENTION = (
     ("v_proj", "v_proj"),
     ("out_proj", "o_proj"),
 )
-_MLP = (("linear1", "gate_proj"), ("linear3", "up_proj"), ("linear2", "down_proj"))
-
-
-def _rope_theta(c: Any, family: str) -> float:
-    # transformers 5 keeps RoPE's settings in rope_parameters (rope_scaling is its alias);
-    # 4.x had rope_theta and rope_scaling (None when plain).
-    params = getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {}
-    kind = params.get("rope_type", params.get("type", "default"))
-    _require(
-        kind == "default",
-        f"{family}: rope_type {kind!r} is not supported (the reference implements plain RoPE)",
-    )
-    return float(params.get("rope_theta", getattr(c, "rope_theta", 10000.0)))
 
 
 def _sliding_window(c: Any, family: str) -> int | None:
@@ -72,7 +66,7 @@ def _sliding_window(c: Any, family: str) -> int | None:
         return c.sliding_window
     if family == "Qwen3":
         layer_types = getattr(c, "layer_types", None) or ["full_attention"]
-        _require(
+        require(
             not c.use_sliding_window and set(layer_types) == {"full_attention"},
             f"Qwen3: sliding-window layers (layer_types={layer_types}) are not supported",
         )
@@ -92,12 +86,12 @@ def llama_config(hf_config: Any, family: str = "Llama") -> TransformerConfig:
     Returns:
         A pre-norm, RMSNorm, RoPE ("halves"), gated feed-forward, grouped-query config.
     """
-    _require(family in _FAMILIES, f"family must be one of {_FAMILIES}, got {family!r}")
+    require(family in _FAMILIES, f"family must be one of {_FAMILIES}, got {family!r}")
     c = hf_config
-    _require(c.hidden_act in _GATED_FROM_HF, f"{family}: hidden_act {c.hidden_act!r}")
+    require(c.hidden_act in GATED_FROM_HF, f"{family}: hidden_act {c.hidden_act!r}")
     attention_bias = getattr(c, "attention_bias", False)
     mlp_bias = getattr(c, "mlp_bias", False)  # Qwen3 and Mistral have none
-    _require(
+    require(
         attention_bias == mlp_bias,
         f"{family}: attention_bias={attention_bias} and mlp_bias={mlp_bias} differ; the "
         "reference has one bias switch",
@@ -121,9 +115,9 @@ def llama_config(hf_config: Any, family: str = "Llama") -> TransformerConfig:
         norm="rmsnorm",
         layer_norm_eps=c.rms_norm_eps,
         positional="rope",
-        rope_theta=_rope_theta(c, family),
+        rope_theta=rope_theta_of(c, family),
         rope_pairs="halves",
-        activation=_GATED_FROM_HF[c.hidden_act],
+        activation=GATED_FROM_HF[c.hidden_act],
         bias=attention_bias,
         scale_embeddings=False,
         tie_embeddings=c.tie_word_embeddings,
@@ -141,7 +135,7 @@ def _moe_fields(c: Any, family: str) -> dict[str, Any]:
     if family != "Qwen3MoE" or c.num_experts == 0:
         return {}
     dense = list(c.mlp_only_layers or [])
-    _require(
+    require(
         dense == list(range(len(dense))),
         f"Qwen3MoE: mlp_only_layers={c.mlp_only_layers} is not supported (the reference keeps "
         "dense only the first layers, moe_first_dense, and those off every moe_every-th)",
@@ -156,23 +150,6 @@ def _moe_fields(c: Any, family: str) -> dict[str, Any]:
     )
 
 
-def _copy_mlp(ffn: nn.Module, mlp: nn.Module, name: str) -> None:
-    # A dense SwiGLU feed-forward, or a mixture of experts: the router, then each expert's
-    # gate (the first half of gate_up_proj's rows), up (the second half) and down matrices.
-    if not isinstance(ffn, MoEFeedForward):
-        for mine, hf in _MLP:
-            proj = getattr(mlp, hf)
-            _copy_linear(getattr(ffn, mine), proj.weight, proj.bias, f"{name}.mlp.{hf}")
-        return
-    _copy(ffn.router.weight, mlp.gate.weight, f"{name}.mlp.gate")
-    gate_up, down = mlp.experts.gate_up_proj, mlp.experts.down_proj  # (E, 2F, D), (E, D, F)
-    for e, expert in enumerate(ffn.experts):
-        gate, up = gate_up[e].chunk(2, dim=0)  # (F, D), (F, D)
-        _copy(expert.linear1.weight, gate, f"{name}.mlp.experts.gate_up_proj[{e}] (gate)")
-        _copy(expert.linear3.weight, up, f"{name}.mlp.experts.gate_up_proj[{e}] (up)")
-        _copy(expert.linear2.weight, down[e], f"{name}.mlp.experts.down_proj[{e}]")
-
-
 @torch.no_grad()
 def _from_hf(model: nn.Module, family: str) -> DecoderOnlyLM:
     # Build the reference model from the config and copy every weight, layer by layer.
@@ -180,23 +157,25 @@ def _from_hf(model: nn.Module, family: str) -> DecoderOnlyLM:
     tied = model.lm_head.weight is body.embed_tokens.weight
     config = llama_config(model.config, family).replace(tie_embeddings=tied)
     lm = DecoderOnlyLM(config)
-    _copy(lm.embed.weight, body.embed_tokens.weight, "embed_tokens")
+    copy_tensor(lm.embed.weight, body.embed_tokens.weight, "embed_tokens")
     for i, (dst, src) in enumerate(zip(lm.layers, body.layers, strict=True)):
         name = f"layers.{i}"
         ours, theirs = dst.self_attn, src.self_attn
         for mine, hf in _ATTENTION:
             proj = getattr(theirs, hf)
-            _copy_linear(getattr(ours, mine), proj.weight, proj.bias, f"{name}.self_attn.{hf}")
+            copy_linear(getattr(ours, mine), proj.weight, proj.bias, f"{name}.self_attn.{hf}")
         if config.qk_norm:
-            _copy(ours.q_norm.weight, theirs.q_norm.weight, f"{name}.self_attn.q_norm")
-            _copy(ours.k_norm.weight, theirs.k_norm.weight, f"{name}.self_attn.k_norm")
-        _copy_mlp(dst.ffn, src.mlp, name)
-        _copy(dst.norm1.weight, src.input_layernorm.weight, f"{name}.input_layernorm")
-        _copy(dst.norm2.weight, src.post_attention_layernorm.weight, f"{name}.post_attention_ln")
-    _copy(lm.norm.weight, body.norm.weight, "norm")
+            copy_tensor(ours.q_norm.weight, theirs.q_norm.weight, f"{name}.self_attn.q_norm")
+            copy_tensor(ours.k_norm.weight, theirs.k_norm.weight, f"{name}.self_attn.k_norm")
+        copy_mlp(dst.ffn, src.mlp, name)
+        copy_tensor(dst.norm1.weight, src.input_layernorm.weight, f"{name}.input_layernorm")
+        copy_tensor(
+            dst.norm2.weight, src.post_attention_layernorm.weight, f"{name}.post_attention_ln"
+        )
+    copy_tensor(lm.norm.weight, body.norm.weight, "norm")
     if not tied:
-        _copy(lm.lm_head.weight, model.lm_head.weight, "lm_head")
-    return _like(lm, model)
+        copy_tensor(lm.lm_head.weight, model.lm_head.weight, "lm_head")
+    return placed_like(lm, model)
 
 
 def from_hf_llama(model: nn.Module) -> DecoderOnlyLM:
@@ -211,7 +190,7 @@ def from_hf_llama(model: nn.Module) -> DecoderOnlyLM:
         position_ids=positions_from_mask(mask)).logits`` at the real tokens, and
         ``lm.generate`` gives ``model.generate``'s greedy tokens.
     """
-    tf = _transformers()
+    tf = transformers_module()
     if not isinstance(model, tf.LlamaForCausalLM):
         raise TypeError(f"model must be a LlamaForCausalLM, got {type(model).__name__}")
     return _from_hf(model, "Llama")
@@ -220,7 +199,7 @@ def from_hf_llama(model: nn.Module) -> DecoderOnlyLM:
 def from_hf_qwen3(model: nn.Module) -> DecoderOnlyLM:
     """A :class:`~coursepkg.DecoderOnlyLM` (with ``qk_norm``) from a ``Qwen3ForCausalLM``; as
     :func:`from_hf_llama`."""
-    tf = _transformers()
+    tf = transformers_module()
     if not isinstance(model, tf.Qwen3ForCausalLM):
         raise TypeError(f"model must be a Qwen3ForCausalLM, got {type(model).__name__}")
     return _from_hf(model, "Qwen3")
@@ -229,7 +208,7 @@ def from_hf_qwen3(model: nn.Module) -> DecoderOnlyLM:
 def from_hf_mistral(model: nn.Module) -> DecoderOnlyLM:
     """A :class:`~coursepkg.DecoderOnlyLM` (with its ``sliding_window``) from a
     ``MistralForCausalLM``; as :func:`from_hf_llama`."""
-    tf = _transformers()
+    tf = transformers_module()
     if not isinstance(model, tf.MistralForCausalLM):
         raise TypeError(f"model must be a MistralForCausalLM, got {type(model).__name__}")
     return _from_hf(model, "Mistral")
@@ -239,7 +218,7 @@ def from_hf_mixtral(model: nn.Module) -> DecoderOnlyLM:
     """A :class:`~coursepkg.DecoderOnlyLM` with a mixture of experts on every layer from a
     ``MixtralForCausalLM``; as :func:`from_hf_llama` (in eval mode: the router's jitter noise,
     used in training only, is not carried over)."""
-    tf = _transformers()
+    tf = transformers_module()
     if not isinstance(model, tf.MixtralForCausalLM):
         raise TypeError(f"model must be a MixtralForCausalLM, got {type(model).__name__}")
     return _from_hf(model, "Mixtral")
@@ -248,7 +227,7 @@ def from_hf_mixtral(model: nn.Module) -> DecoderOnlyLM:
 def from_hf_qwen3_moe(model: nn.Module) -> DecoderOnlyLM:
     """A :class:`~coursepkg.DecoderOnlyLM` (with ``qk_norm`` and a mixture of experts on every
     ``decoder_sparse_step``-th layer) from a ``Qwen3MoeForCausalLM``; as :func:`from_hf_llama`."""
-    tf = _transformers()
+    tf = transformers_module()
     if not isinstance(model, tf.Qwen3MoeForCausalLM):
         raise TypeError(f"model must be a Qwen3MoeForCausalLM, got {type(model).__name__}")
     return _from_hf(model, "Qwen3MoE")
@@ -271,7 +250,7 @@ def _check_shape(lm: Any, family: str, needs: dict[str, Any]) -> Any:
     c = lm.config
     needs = {**_BLOCK, "head_dim_v": c.head_dim_k, **needs}
     wrong = {k: getattr(c, k) for k, v in needs.items() if getattr(c, k) != v}
-    _require(not wrong, f"lm is not {family} shaped: needs {needs}, differs in {wrong}")
+    require(not wrong, f"lm is not {family} shaped: needs {needs}, differs in {wrong}")
     return c
 
 
@@ -295,11 +274,11 @@ def _hf_block(c: TransformerConfig) -> dict[str, Any]:
 
 def _build_back(lm: DecoderOnlyLM, family: str, config: Any) -> nn.Module:
     # The Hugging Face model ``config`` describes, with every weight of ``lm``.
-    tf = _transformers()
+    tf = transformers_module()
     model = getattr(tf, f"{family}ForCausalLM")(config)
     with torch.no_grad():
         _copy_back(model, lm)
-    return _like(model, lm)
+    return placed_like(model, lm)
 
 
 def to_hf_llama(lm: DecoderOnlyLM, **hf_overrides: Any) -> nn.Module:
@@ -317,7 +296,7 @@ def to_hf_llama(lm: DecoderOnlyLM, **hf_overrides: Any) -> nn.Module:
     needs = dict(qk_norm=False, sliding_window=None, n_experts=0)
     c = _check_shape(lm, "Llama", needs)
     fields = dict(intermediate_size=c.d_ff, attention_bias=c.bias, mlp_bias=c.bias)
-    config = _transformers().LlamaConfig(**_hf_block(c), **fields, **hf_overrides)
+    config = transformers_module().LlamaConfig(**_hf_block(c), **fields, **hf_overrides)
     return _build_back(lm, "Llama", config)
 
 
@@ -330,14 +309,14 @@ def to_hf_mixtral(lm: DecoderOnlyLM, **hf_overrides: Any) -> nn.Module:
         **_SOFTMAX_ROUTER,
     )  # fmt: skip
     c = _check_shape(lm, "Mixtral", needs)
-    _require(c.n_experts > 0, "lm is not Mixtral shaped: n_experts=0; use to_hf_llama")
+    require(c.n_experts > 0, "lm is not Mixtral shaped: n_experts=0; use to_hf_llama")
     fields = dict(
         intermediate_size=c.expert_d_ff,
         num_local_experts=c.n_experts,
         num_experts_per_tok=c.moe_top_k,
         sliding_window=c.sliding_window,
     )
-    config = _transformers().MixtralConfig(**_hf_block(c), **fields, **hf_overrides)
+    config = transformers_module().MixtralConfig(**_hf_block(c), **fields, **hf_overrides)
     return _build_back(lm, "Mixtral", config)
 
 
@@ -347,7 +326,7 @@ def to_hf_qwen3_moe(lm: DecoderOnlyLM, **hf_overrides: Any) -> nn.Module:
     after the ``moe_first_dense`` first (no shared experts, biases or sliding window)."""
     needs = dict(qk_norm=True, bias=False, sliding_window=None, **_SOFTMAX_ROUTER)
     c = _check_shape(lm, "Qwen3MoE", needs)
-    _require(c.n_experts > 0, "lm is not Qwen3MoE shaped: n_experts=0 (no experts)")
+    require(c.n_experts > 0, "lm is not Qwen3MoE shaped: n_experts=0 (no experts)")
     fields = dict(
         intermediate_size=c.d_ff,
         moe_intermediate_size=c.expert_d_ff,
@@ -359,38 +338,28 @@ def to_hf_qwen3_moe(lm: DecoderOnlyLM, **hf_overrides: Any) -> nn.Module:
         attention_bias=False,
         use_sliding_window=False,
     )
-    config = _transformers().Qwen3MoeConfig(**_hf_block(c), **fields, **hf_overrides)
+    config = transformers_module().Qwen3MoeConfig(**_hf_block(c), **fields, **hf_overrides)
     return _build_back(lm, "Qwen3Moe", config)
-
-
-def _copy_mlp_back(mlp: nn.Module, ffn: nn.Module, name: str) -> None:
-    # _copy_mlp's inverse: each expert's gate and up matrices stacked again in gate_up_proj.
-    if not isinstance(ffn, MoEFeedForward):
-        for mine, hf in _MLP:
-            ours = getattr(ffn, mine)
-            _copy_linear(getattr(mlp, hf), ours.weight, ours.bias, f"{name}.ffn.{mine}")
-        return
-    _copy(mlp.gate.weight, ffn.router.weight, f"{name}.ffn.router")
-    for e, expert in enumerate(ffn.experts):
-        gate_up = torch.cat([expert.linear1.weight, expert.linear3.weight])  # (2F, D)
-        _copy(mlp.experts.gate_up_proj[e], gate_up, f"{name}.ffn.experts.{e} (gate, up)")
-        _copy(mlp.experts.down_proj[e], expert.linear2.weight, f"{name}.ffn.experts.{e}.linear2")
 
 
 def _copy_back(model: nn.Module, lm: DecoderOnlyLM) -> None:
     # Every weight of ``lm`` into the Hugging Face ``model`` (the names mirror _from_hf's).
     body = model.model
-    _copy(body.embed_tokens.weight, lm.embed.weight, "embed")
+    copy_tensor(body.embed_tokens.weight, lm.embed.weight, "embed")
     for i, (src, dst) in enumerate(zip(lm.layers, body.layers, strict=True)):
         pairs = [(getattr(dst.self_attn, hf), getattr(src.self_attn, m)) for m, hf in _ATTENTION]
         for theirs, ours in pairs:
-            _copy_linear(theirs, ours.weight, ours.bias, type(theirs).__name__)
+            copy_linear(theirs, ours.weight, ours.bias, type(theirs).__name__)
         if lm.config.qk_norm:
-            _copy(dst.self_attn.q_norm.weight, src.self_attn.q_norm.weight, f"layers.{i}.q_norm")
-            _copy(dst.self_attn.k_norm.weight, src.self_attn.k_norm.weight, f"layers.{i}.k_norm")
-        _copy_mlp_back(dst.mlp, src.ffn, f"layers.{i}")
-        _copy(dst.input_layernorm.weight, src.norm1.weight, "norm1")
-        _copy(dst.post_attention_layernorm.weight, src.norm2.weight, "norm2")
-    _copy(body.norm.weight, lm.norm.weight, "norm")
+            copy_tensor(
+                dst.self_attn.q_norm.weight, src.self_attn.q_norm.weight, f"layers.{i}.q_norm"
+            )
+            copy_tensor(
+                dst.self_attn.k_norm.weight, src.self_attn.k_norm.weight, f"layers.{i}.k_norm"
+            )
+        copy_mlp_back(dst.mlp, src.ffn, f"layers.{i}")
+        copy_tensor(dst.input_layernorm.weight, src.norm1.weight, "norm1")
+        copy_tensor(dst.post_attention_layernorm.weight, src.norm2.weight, "norm2")
+    copy_tensor(body.norm.weight, lm.norm.weight, "norm")
     if not lm.config.tie_embeddings:
-        _copy(model.lm_head.weight, lm.lm_head.weight, "lm_head")
+        copy_tensor(model.lm_head.weight, lm.lm_head.weight, "lm_head")

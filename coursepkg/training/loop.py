@@ -27,7 +27,7 @@ from torch import nn
 from coursepkg.config import TransformerConfig
 from coursepkg.functional import cross_entropy
 from coursepkg.model import DecoderOnlyLM, sample_next
-from coursepkg.moe import expert_load
+from coursepkg.moe import MoEFeedForward, expert_load, update_choice_bias
 from coursepkg.optim import warmup_cosine_lr
 from coursepkg.parallel.checkpointing import checkpoint_blocks
 from coursepkg.training.checkpoint import (
@@ -299,7 +299,20 @@ def _train_step(run: _Run, lr: float) -> tuple[float, float | None, torch.Tensor
     run.optimizer.zero_grad(set_to_none=True)
     if not moe:
         return dist.mean(total), None, None
-    return dist.mean(total), dist.mean(aux_total), dist.total(load)
+    load = dist.total(load)  # (l, E): the same counts on every rank
+    _balance_choice_biases(run.net, load)
+    return dist.mean(total), dist.mean(aux_total), load
+
+
+def _balance_choice_biases(net: torch.nn.Module, load: torch.Tensor) -> None:
+    """With ``moe_bias_update_rate`` set, move each MoE layer's choice bias against its load
+    of this step (:func:`~coursepkg.moe.update_choice_bias`); every rank does the same."""
+    rate = net.config.moe_bias_update_rate
+    if not rate:
+        return
+    layers = [layer.ffn for layer in net.layers if isinstance(layer.ffn, MoEFeedForward)]
+    for ffn, counts in zip(layers, load, strict=True):
+        update_choice_bias(ffn.choice_bias, counts.to(ffn.choice_bias.device), rate)
 
 
 def _autocast(device: torch.device):

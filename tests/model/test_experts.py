@@ -7,8 +7,15 @@ import pytest
 import torch
 
 from coursepkg import TransformerConfig, count_parameters
-from coursepkg.experts import DENSE, MOE, expert_loads, token_routes, train_experts_run
-from coursepkg.params import active_parameters
+from coursepkg.experts import (
+    ATTENTION,
+    DENSE,
+    MOE,
+    expert_loads,
+    token_routes,
+    train_experts_run,
+)
+from coursepkg.params import active_parameters, kv_cache_bytes_per_token
 
 TINY_RUN = dict(steps=3, block_size=16, batch_size=2)
 
@@ -55,7 +62,34 @@ def test_loads_are_shares_of_the_assignments_and_routes_are_the_routers_choice()
     assert (experts[:, 0] != experts[:, 1]).all()
 
 
+def test_latent_and_multi_query_attention_cache_a_quarter_of_multi_head_attentions():
+    cache = {
+        kind: kv_cache_bytes_per_token(TransformerConfig(vocab_size=67, **DENSE, **change))
+        for kind, change in ATTENTION.items()
+    }
+    assert cache["MLA"] == cache["MQA"] == cache["MHA"] // 4
+
+
+@pytest.mark.parametrize("kind", sorted(ATTENTION))
+def test_each_attention_trains_with_its_own_cache(kind):
+    run = train_experts_run(dense=True, attention=kind, **TINY_RUN)
+    config = run.model.config
+    assert (config.kv_rank is not None) == (kind == "MLA")
+    assert config.kv_heads == (1 if kind == "MQA" else DENSE["n_heads"])
+    cache = run.model.new_cache()
+    with torch.no_grad():
+        run.model(torch.zeros(1, 5, dtype=torch.long), cache=cache)
+    held = 0
+    for layer in cache.self_attn:
+        parts = (layer.latent, layer.k_rope) if kind == "MLA" else (layer.k, layer.v)
+        held += sum(t.numel() * t.element_size() for t in parts)
+    assert held == 5 * kv_cache_bytes_per_token(config)
+    assert len(run.history.loss) == 3 and all(torch.isfinite(torch.tensor(run.history.loss)))
+
+
 def test_bad_arguments_name_themselves():
+    with pytest.raises(ValueError, match="attention must be one of .*, got 'GQA'"):
+        train_experts_run(attention="GQA", **TINY_RUN)
     with pytest.raises(ValueError, match="aux_loss_coef must be a number >= 0, got -1"):
         train_experts_run(aux_loss_coef=-1, **TINY_RUN)
     with pytest.raises(ValueError, match="cache must be None, 'save' or 'reuse'"):

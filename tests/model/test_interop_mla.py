@@ -2,8 +2,10 @@
 configs (nothing is downloaded), dense or with DeepSeek's experts after the first dense layers
 (sigmoid router with a random choice bias, groups, scaling, shared experts), with and without a
 query latent, in both RoPE layouts; logits (fp32, atol 1e-5) without and with padding, greedy
-tokens against ``model.generate``, the closed-form counts (total and active) against
-DeepSeek-V3-shaped models on the meta device, and what is refused."""
+tokens against ``model.generate``, the way back (HF -> ours -> HF gives the same logits bit
+for bit and every weight in place; a model built here goes to HF and back), the closed-form
+counts (total and active) against DeepSeek-V3-shaped models on the meta device, and what is
+refused."""
 
 from __future__ import annotations
 
@@ -17,8 +19,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 tf = pytest.importorskip("transformers")
 tf.logging.set_verbosity_error()
 
-from coursepkg import count_parameters  # noqa: E402
-from coursepkg.interop import deepseek_v3_config, from_hf_deepseek_v3  # noqa: E402
+from coursepkg import DecoderOnlyLM, TransformerConfig, count_parameters  # noqa: E402
+from coursepkg.interop import (  # noqa: E402
+    deepseek_v3_config,
+    from_hf_deepseek_v3,
+    to_hf_deepseek_v3,
+)
 from coursepkg.moe import MoEFeedForward, route_sigmoid  # noqa: E402
 from coursepkg.params import active_parameters, kv_cache_bytes_per_token  # noqa: E402
 from coursepkg.positional import positions_from_mask  # noqa: E402
@@ -172,3 +178,68 @@ def test_what_the_reference_cannot_do_is_refused() -> None:
         deepseek_v3_config(tf.DeepseekV3Config(**SMALL, rms_norm_eps=1e-5))
     with pytest.raises(TypeError, match="must be a DeepseekV3ForCausalLM"):
         from_hf_deepseek_v3(torch.nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_the_way_back_gives_hugging_faces_logits_exactly(name) -> None:
+    hf, lm = _build(CASES[name])
+    back = to_hf_deepseek_v3(lm, attn_implementation="eager").eval()
+    assert type(back) is type(hf)
+    tokens = _tokens(3, 12)
+    mask = torch.arange(12) < torch.tensor([12, 9, 4])[:, None]  # (B, L)
+    with torch.no_grad():
+        for hf_mask in (None, mask.long()):
+            assert torch.equal(back(tokens, attention_mask=hf_mask).logits,
+                               hf(tokens, attention_mask=hf_mask).logits)  # fmt: skip
+    mine, theirs = back.state_dict(), hf.state_dict()
+    assert mine.keys() == theirs.keys()
+    assert all(torch.equal(mine[k], theirs[k]) for k in theirs)
+
+
+REFERENCE = dict(
+    vocab_size=V, d_model=32, n_heads=4, d_k=6, d_v=8, d_ff=40, n_layers=3, dropout=0.0,
+    max_len=64, norm_first=True, final_norm=True, norm="rmsnorm", layer_norm_eps=1e-6,
+    positional="rope", rope_pairs="interleaved", activation="swiglu", bias=False,
+    scale_embeddings=False, tie_embeddings=False, kv_rank=12, q_rank=16, d_rope=4,
+    n_experts=4, moe_top_k=2, moe_d_ff=8, moe_shared_experts=1, moe_first_dense=1,
+    moe_router="sigmoid", moe_groups=2, moe_top_groups=1, moe_scale=2.0,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{}, dict(q_rank=None, rope_pairs="halves", moe_renormalize=False, moe_groups=1)],
+    ids=["grouped", "plain"],
+)
+def test_a_reference_model_goes_to_deepseek_v3_and_back(fields) -> None:
+    torch.manual_seed(0)
+    lm = DecoderOnlyLM(TransformerConfig(**{**REFERENCE, **fields})).eval()
+    with torch.no_grad():
+        for layer in lm.layers[1:]:
+            layer.ffn.choice_bias.normal_(0.0, 0.3)
+    back = to_hf_deepseek_v3(lm, attn_implementation="eager").eval()
+    assert back.config.first_k_dense_replace == 1 and back.config.n_shared_experts == 1
+    again = from_hf_deepseek_v3(back).eval()
+    assert again.config == lm.config
+    tokens = _tokens(2, 10)
+    with torch.no_grad():
+        assert_close(back(tokens).logits, lm(tokens), atol=1e-5, rtol=1e-5)
+        assert torch.equal(again(tokens), lm(tokens))
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(kv_rank=None, q_rank=None, d_rope=0), "kv_rank=None"),
+        (dict(layer_norm_eps=1e-5), "not DeepseekV3 shaped.*layer_norm_eps"),
+        (dict(moe_router="softmax", moe_groups=1, moe_top_groups=1), "moe_router"),
+        (dict(moe_shared_experts=0), "moe_shared_experts=0"),
+        (dict(activation="gelu"), "activation must be one of"),
+    ],
+)
+def test_what_the_way_back_cannot_write_is_refused(fields, message) -> None:
+    lm = DecoderOnlyLM(TransformerConfig(**{**REFERENCE, **fields}))
+    with pytest.raises(ValueError, match=message):
+        to_hf_deepseek_v3(lm)
+    with pytest.raises(TypeError, match="lm must be a DecoderOnlyLM"):
+        to_hf_deepseek_v3(torch.nn.Linear(2, 2))

@@ -1,7 +1,8 @@
 """The mixture-of-experts feed-forward (issue 51): the routed sum against a token-by-token loop,
 the router's two weightings, the load-balancing loss's properties, the expert load, the closed
 form parameter counts (total and active) against the built model, generation with and without
-the cache, and the configurations that are refused."""
+the cache, DeepSeek-V3's choice bias moved against the load (toward even; float32 under
+bfloat16), and the configurations that are refused."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from coursepkg.moe import (
     load_balancing_loss,
     route_sigmoid,
     route_top_k,
+    update_choice_bias,
 )
 from coursepkg.params import active_parameters, forward_multiply_adds, parameter_breakdown
 
@@ -258,6 +260,11 @@ def test_training_the_aux_loss_moves_the_router() -> None:
          "moe_top_groups must be at most moe_groups=4, got 5"),
         (dict(n_experts=8, moe_top_k=5, moe_router="sigmoid", moe_groups=4, moe_top_groups=2),
          "moe_top_k=5 experts cannot be chosen from moe_top_groups=2 groups of 2"),
+        (dict(n_experts=4, moe_bias_update_rate=0.01), "moe_bias_update_rate=0.01 moves the "
+         "sigmoid router's choice bias, which needs moe_router='sigmoid', got 'softmax'"),
+        (dict(n_experts=4, moe_router="sigmoid", moe_bias_update_rate=-1),
+         "moe_bias_update_rate must be a number >= 0, got -1"),
+        (dict(moe_bias_update_rate=0.01), "moe_bias_update_rate=0.01 needs experts"),
     ],
 )  # fmt: skip
 def test_impossible_configurations_are_refused(fields, message) -> None:
@@ -296,3 +303,47 @@ def test_multiply_adds_count_the_router_and_the_chosen_experts_only(fields) -> N
 
 
 _DENSE = dict(n_experts=0, moe_top_k=2, moe_d_ff=None, moe_shared_experts=0, moe_every=1)
+
+
+def test_the_choice_bias_moves_against_the_load_by_its_sign() -> None:
+    bias = torch.tensor([0.0, 0.5, -0.5, 0.0])
+    update_choice_bias(bias, torch.tensor([6.0, 2.0, 4.0, 4.0]), 0.25)  # mean 4
+    assert torch.equal(bias, torch.tensor([-0.25, 0.75, -0.5, 0.0]))
+    with pytest.raises(ValueError, match=r"load must have the choice bias's shape \(4,\)"):
+        update_choice_bias(bias, torch.ones(3), 0.25)
+
+
+def test_moving_the_bias_evens_out_a_router_that_favours_one_expert() -> None:
+    # no gradient at all: only the bias moves, and the load follows it toward even
+    torch.manual_seed(0)
+    moe = MoEFeedForward(8, 12, 4, top_k=1, router="sigmoid").eval()
+    with torch.no_grad():
+        moe.router.weight[0] += 1.0  # expert 0 scores higher for most tokens
+    tokens = torch.randn(1, 400, 8).abs()  # (B, L, D): positive, so expert 0 wins
+
+    def busiest() -> float:  # the busiest expert's load over an even share
+        moe(tokens)
+        load = expert_load(moe.routing, 4)  # (E,)
+        return (load.max() / load.mean()).item()
+
+    before = busiest()
+    history = []
+    for _ in range(80):
+        moe(tokens)
+        load = expert_load(moe.routing, 4)  # (E,)
+        history.append((load.max() / load.mean()).item())
+        update_choice_bias(moe.choice_bias, load, 0.01)
+    # every token went to expert 0 (4x an even share); the last steps stay near even (the
+    # sign steps make the load oscillate around it rather than settle exactly)
+    assert before == 4.0 and max(history[-10:]) < 1.5 and busiest() < 1.5
+    assert moe.choice_bias[0] < 0 < moe.choice_bias[1:].max()
+
+
+def test_the_choice_bias_stays_float32_when_the_model_goes_to_bfloat16() -> None:
+    lm = _lm(moe_router="sigmoid", moe_bias_update_rate=0.001).to(torch.bfloat16)
+    moe = lm.layers[0].ffn
+    assert moe.choice_bias.dtype == torch.float32 and moe.router.weight.dtype == torch.bfloat16
+    logits = lm(torch.randint(0, 23, (2, 5)))  # (B, L, V)
+    assert logits.dtype == torch.bfloat16 and torch.isfinite(logits.float()).all()
+    update_choice_bias(moe.choice_bias, expert_load(moe.routing, 4), 0.001)
+    assert moe.choice_bias.abs().max().item() == pytest.approx(0.001)  # not rounded away

@@ -319,3 +319,24 @@ def test_the_aux_loss_coefficient_changes_the_training(corpus, tmp_path):
     ]  # fmt: skip
     assert [r["loss"] for r in runs[0].rows][0] == [r["loss"] for r in runs[1].rows][0]
     assert [r["loss"] for r in runs[0].rows][1:] != [r["loss"] for r in runs[1].rows][1:]
+
+
+def test_the_choice_bias_moves_with_the_load_and_resumes_with_the_checkpoint(corpus, tmp_path):
+    # DeepSeek-V3's balancing without the auxiliary loss: only the bias moves the load
+    model = {**TINY, "n_experts": 4, "moe_top_k": 1, "moe_d_ff": 16, "moe_router": "sigmoid",
+             "moe_bias_update_rate": 0.125}  # fmt: skip
+    still = {**model, "moe_bias_update_rate": 0.0}
+    changes = dict(sample_tokens=0, steps=8, aux_loss_coef=0.0)
+    whole = train(tiny(corpus, tmp_path / "whole", model=model, **changes), progress=False)
+    bias = whole.model.layers[0].ffn.choice_bias
+    steps = bias / 0.125  # each step moved each expert's bias by -1, 0 or +1 rates
+    assert bias.abs().sum() > 0 and torch.equal(steps, steps.round()) and steps.abs().max() <= 8
+    fixed = train(tiny(corpus, tmp_path / "still", model=still, **changes), progress=False)
+    assert torch.equal(fixed.model.layers[0].ffn.choice_bias, torch.zeros(4))
+    # the bias is in the checkpoint: stopping and resuming gives the same run
+    part = tiny(corpus, tmp_path / "part", model=model, stop_after=4, **changes)
+    train(part, progress=False)
+    part.stop_after = 0
+    resumed = train(part, resume=True, progress=False)
+    assert (tmp_path / "part" / "log.csv").read_bytes() == (tmp_path / "whole/log.csv").read_bytes()
+    assert torch.equal(resumed.model.layers[0].ffn.choice_bias, bias)
