@@ -16,14 +16,19 @@ The readers share jupyter-cache's database of executed pages. On a first build i
 yet, and two readers creating it at once collide ("table settings already exists"), so it is
 created here, in the main process, before they start.
 
-Pages are handed to the readers in Sphinx's own chunks of consecutive names, so a page that reuses
-a run another page saved (chapter 9 reuses chapter 8's models, chapter 13 chapter 12's GPT) is
-read after it in the same process; were it not, it would train the run itself
-(``coursepkg.run_cache`` writes a run whole or not at all).
+Sphinx hands its readers chunks of consecutive names (``make_chunks``), which put chapters 11-20,
+the GPT's training among them, in one process and the cheap first chapters in the other: the
+book took as long as that one reader. :func:`book_chunks` replaces it for this book (the one
+place Sphinx's chunking is changed): the pages linked by a saved run (:data:`REUSES`: chapter 9
+loads chapter 8's models, chapters 13 and 18 the GPT of chapter 12, chapter 18 the modern decoder
+of chapter 16) form one chunk, the run's maker first, so a reader never trains a run another is
+training; every other page is a chunk of its own. The groups go first, the longest first, and
+each reader takes the next chunk as soon as it is free, so the two finish close together.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 UNDECLARED_BUT_SAFE = (
@@ -31,6 +36,44 @@ UNDECLARED_BUT_SAFE = (
     "sphinx-mathjax-offline",
     "sphinx_jupyterbook_latex",
 )
+
+
+#: page -> the pages whose saved runs (``coursepkg.run_cache``) it loads
+REUSES = {
+    "book/09_decoding": ("book/08_training",),
+    "book/13_inside_the_model": ("book/12_decoder_only",),
+    "book/18_serving": ("book/12_decoder_only", "book/16_modern_decoder"),
+}
+
+
+def book_chunks(docnames: Sequence[str], nproc: int, maxbatch: int = 10) -> list[list[str]]:
+    """The book's chunks for Sphinx's parallel reading, in place of ``make_chunks``.
+
+    Args:
+        docnames: the pages to read.
+        nproc: the number of reader processes (unused: readers take chunks as they free up).
+        maxbatch: unused; ``make_chunks``'s signature.
+
+    Returns:
+        One chunk per group of pages linked by :data:`REUSES` (makers before the pages that
+        load their runs, the largest group first), then one chunk per other page, in name
+        order; every page exactly once.
+    """
+    names = sorted(docnames)
+    group = {name: {name} for name in names}
+    for reader, makers in REUSES.items():
+        for maker in makers:
+            if reader in group and maker in group and group[reader] is not group[maker]:
+                merged = group[reader] | group[maker]
+                for name in merged:
+                    group[name] = merged
+    makers = {maker for found in REUSES.values() for maker in found}
+    groups = {id(members): members for members in group.values() if len(members) > 1}
+    linked = [
+        sorted(members, key=lambda name: (name not in makers, name))
+        for members in sorted(groups.values(), key=lambda members: (-len(members), min(members)))
+    ]
+    return linked + [[name] for name in names if len(group[name]) == 1]
 
 
 def _declare_safe(app, config) -> None:
@@ -52,6 +95,9 @@ def _create_the_cache(app, env, docnames) -> None:
 
 
 def setup(app):
+    import sphinx.builders
+
+    sphinx.builders.make_chunks = book_chunks  # read by Builder._read_parallel
     # config-inited: after every extension of conf has been set up, before any reading.
     app.connect("config-inited", _declare_safe)
     # env-before-read-docs: in the main process, after myst-nb has set the cache's path.

@@ -76,30 +76,29 @@ def test_every_chapter_is_in_the_toc_and_every_toc_entry_exists():
         assert (ROOT / f"{entry}.md").exists() or (ROOT / f"{entry}.ipynb").exists(), entry
 
 
-#: page -> the pages whose cached runs it loads (it must be read after them, by the same process)
-REUSES = {
-    "09_decoding": ["08_training"],
-    "13_inside_the_model": ["12_decoder_only"],
-    "18_serving": ["12_decoder_only", "16_modern_decoder"],
-}
-
-
 def test_a_page_reusing_a_run_is_read_after_it_in_the_same_parallel_chunk():
-    """``make book`` reads the pages in BOOK_JOBS processes (default 2), each given a chunk of
-    consecutive names (book/_ext/parallel_pages.py): the file names decide who trains a run."""
-    from sphinx.util.parallel import make_chunks
-
-    docnames = sorted(_toc_files())  # what Sphinx sorts and splits on a first build
-    where = {
-        name: (i, j)
-        for i, chunk in enumerate(make_chunks(docnames, 2))
-        for j, name in enumerate(chunk)
-    }
+    """``make book`` reads the pages in BOOK_JOBS processes (default 2), each taking the next
+    chunk of ``book/_ext/parallel_pages.py``'s ``book_chunks`` when it is free: a page that loads
+    another page's saved run is read after it by the same process (else it trains the run
+    itself), every page is read once, and the readers have more than one chunk to share."""
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    try:
+        from parallel_pages import REUSES, book_chunks
+    finally:
+        sys.path.remove(str(ROOT / "book" / "_ext"))
+    docnames = sorted(_toc_files())
+    chunks = book_chunks(docnames, 2)
+    assert sorted(name for chunk in chunks for name in chunk) == docnames
+    where = {name: (i, j) for i, chunk in enumerate(chunks) for j, name in enumerate(chunk)}
     for page, makers in REUSES.items():
-        reader = where[f"book/{page}"]
+        reader = where[page]
         for maker in makers:
-            chunk, place = where[f"book/{maker}"]
+            chunk, place = where[maker]
             assert chunk == reader[0] and place < reader[1], f"{page} is not read after {maker}"
+    the_book = set(docnames)
+    loads = [page for page in REUSES if page not in the_book]
+    assert not loads, f"REUSES names pages the book no longer has: {loads}"
+    assert len(chunks) > len(docnames) // 2  # pages, not halves of the book
 
 
 @pytest.mark.parametrize("chapter", list(CHAPTERS))
