@@ -82,7 +82,11 @@ def step_timeline(rank: int, world_size: int, run: Run, scheme: str) -> dict:
     if scheme not in ("ddp", "bucketed"):
         raise ValueError(f"scheme must be 'ddp' or 'bucketed', got {scheme!r}")
     model, comm = run.make_model(), TimedCollectives()
-    ddp = BucketedDDP(model, run.bucket_bytes, comm) if scheme == "bucketed" else NaiveDDP(model, comm)
+    ddp = (
+        BucketedDDP(model, run.bucket_bytes, comm)
+        if scheme == "bucketed"
+        else NaiveDDP(model, comm)
+    )
     tokens = split_batch(run.batches()[0], rank, world_size)
     for _ in range(2):
         model.zero_grad()
@@ -140,4 +144,3 @@ def chapter_ranks(
     if path is not None:
         save_run(path, dict(ranks=ranks), "the chapter's ranks")
     return ranks
-

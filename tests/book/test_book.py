@@ -40,6 +40,7 @@ CHAPTERS = {
     "16_training_for_real": "ex13",
     "18_serving": None,
     "19_experts": "ex16",
+    "21_training_across_machines": "ex15",
 }
 PART_ONE = [c for c in CHAPTERS if c < "07"]
 PART_TWO = [c for c in CHAPTERS if c >= "07"]
