@@ -14,6 +14,10 @@ label is plain ASCII text, so the drawing looks the same on any machine.
   tables (18).
 * :mod:`~coursepkg.diagrams.experts`: a token routed through a mixture of experts, latent
   attention's cache (the chapter on experts).
+* :mod:`~coursepkg.diagrams.posttraining`: the loss mask over a conversation (the chapter on
+  post-training).
+* :mod:`~coursepkg.diagrams.parallel`: who holds what under DDP, ZeRO-1 and FSDP; tensor and
+  pipeline parallelism (the chapter on training across machines).
 """
 
 from coursepkg.diagrams.architecture import encoder_decoder_diagram, multi_head_diagram
@@ -25,6 +29,8 @@ from coursepkg.diagrams.generation import (
     kv_cache_diagram,
     residual_stream_diagram,
 )
+from coursepkg.diagrams.parallel import model_parallel_diagram, sharding_diagram
+from coursepkg.diagrams.posttraining import loss_mask_diagram
 from coursepkg.diagrams.scaling import (
     norm_placement_diagram,
     parameter_map_diagram,
@@ -44,6 +50,9 @@ from coursepkg.diagrams.serving import block_table_diagram, speculative_diagram
 from coursepkg.diagrams.training import checkpoint_diagram, ddp_diagram, weight_tying_diagram
 
 __all__ = [
+    "loss_mask_diagram",
+    "model_parallel_diagram",
+    "sharding_diagram",
     "block_table_diagram",
     "latent_attention_diagram",
     "moe_routing_diagram",

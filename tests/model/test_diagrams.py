@@ -80,7 +80,9 @@ CONCEPTUAL = [
     "kv_cache_diagram",
     "label_smoothing_diagram",
     "latent_attention_diagram",
+    "loss_mask_diagram",
     "masks_diagram",
+    "model_parallel_diagram",
     "moe_routing_diagram",
     "norm_placement_diagram",
     "parameter_map_diagram",
@@ -88,6 +90,7 @@ CONCEPTUAL = [
     "qkv_lookup_diagram",
     "residual_stream_diagram",
     "rope_rotation_diagram",
+    "sharding_diagram",
     "sliding_window_diagram",
     "speculative_diagram",
     "teacher_forcing_diagram",
@@ -358,7 +361,7 @@ def test_every_diagram_cell_in_the_book_has_alt_text_and_every_chapter_a_diagram
     """The accessibility check needs an alt text saying what each picture shows (myst-nb puts
     ``mystnb: image: alt:`` on the <img>); the issue asks for a diagram in every chapter."""
     chapters, missing = {}, []
-    for page in sorted(BOOK.glob("[01][0-9]_*.md")):
+    for page in sorted(BOOK.glob("[0-9][0-9]_*.md")):
         for cell in CELL.finditer(page.read_text(encoding="utf-8")):
             drawn = re.findall(r"^from coursepkg\.diagrams import (\w+)", cell["code"], re.M)
             if not drawn:
@@ -368,7 +371,7 @@ def test_every_diagram_cell_in_the_book_has_alt_text_and_every_chapter_a_diagram
             if not (alt and len(alt[1]) > 60):
                 missing.append((page.stem, drawn))
     assert not missing, f"diagram cells without a describing alt text: {missing}"
-    pages = sorted(p.stem for p in BOOK.glob("[01][0-9]_*.md"))
+    pages = sorted(p.stem for p in BOOK.glob("[0-9][0-9]_*.md"))
     assert sorted(chapters) == pages, sorted(set(pages) - set(chapters))
     used = {name for names in chapters.values() for name in names}
     assert used == set(diagrams.__all__), set(diagrams.__all__) - used
@@ -403,3 +406,74 @@ def test_block_tables_hold_each_sequence_and_share_one_pool(
     assert len(squares) == len(held) + n_blocks  # table entries, then the pool
     labels = _texts(fig)
     assert labels.count("free") == n_blocks - len(held)
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 4])
+def test_sharding_draws_a_bar_per_rank_and_kind_a_shard_one_nth_long(ranks, close_figures):
+    fig = diagrams.sharding_diagram(ranks)
+    bars = _patches(fig, Rectangle)
+    assert len(bars) == 3 * ranks * 3
+    whole = max(b.get_width() for b in bars)
+    shards = [b for b in bars if b.get_width() < whole]
+    expected = sum(sum(kinds) for kinds in diagrams.parallel.SHARDED.values()) * ranks
+    assert len(shards) == expected
+    assert all(math.isclose(b.get_width(), whole / ranks) for b in shards)
+    # the shards of one kind tile the whole bar: every rank at its own place
+    lefts = {round(b.get_x(), 6) for b in shards}
+    columns = sum(any(kinds) for kinds in diagrams.parallel.SHARDED.values())
+    assert len(lefts) == columns * ranks
+    with pytest.raises(ValueError, match="ranks must be"):
+        diagrams.sharding_diagram(5)
+
+
+@pytest.mark.parametrize(("stages", "micro"), [(1, 1), (3, 4), (4, 2)])
+def test_pipeline_runs_each_micro_batch_once_per_stage_in_order(stages, micro, close_figures):
+    table = diagrams.parallel.pipeline_schedule(stages, micro)
+    assert all(len(row) == 2 * (micro + stages - 1) for row in table)
+    for row in table:
+        jobs = [j for j in row if j]
+        assert jobs == [f"F{m}" for m in range(1, micro + 1)] + [
+            f"B{m}" for m in range(1, micro + 1)
+        ]
+        idle = row.count("")
+        assert idle == 2 * (stages - 1)  # the bubble
+    for m in range(1, micro + 1):  # a stage's forward waits for the stage before
+        slots = [row.index(f"F{m}") for row in table]
+        assert slots == sorted(slots) and len(set(slots)) == stages
+        back = [row.index(f"B{m}") for row in table]
+        assert back == sorted(back, reverse=True)
+    fig = diagrams.model_parallel_diagram(stages, micro)
+    cells = [t for t in _texts(fig) if re.fullmatch(r"[FB]\d+", t)]
+    assert len(cells) == 2 * stages * micro
+
+
+def test_the_loss_mask_colours_exactly_the_learned_tokens(close_figures):
+    """One square per token (and two in the key); the learned colour on exactly the tokens the
+    response mask keeps, in their places; mismatched lengths are refused."""
+    from coursepkg.diagrams.posttraining import LOSS_MASK_FILLS
+
+    tokens = [
+        "<|user|>",
+        "r",
+        "e",
+        "v",
+        " ",
+        "a",
+        "b",
+        "<|end|>",
+        "<|assistant|>",
+        "b",
+        "a",
+        "<|end|>",
+    ]
+    learned = [False] * 9 + [True] * 3
+    fig = diagrams.loss_mask_diagram(tokens, learned)
+    squares = [p for p in _patches(fig, Rectangle) if p.get_y() >= 0]  # the row, not the key
+    assert len(squares) == len(tokens)
+    kept = sorted(
+        p.get_x() for p in squares if to_hex(p.get_facecolor()) == to_hex(LOSS_MASK_FILLS[True])
+    )
+    assert kept == [float(i) for i, keep in enumerate(learned) if keep]
+    assert "<|assistant|>" in _texts(fig)
+    with pytest.raises(ValueError, match="same non-zero length"):
+        diagrams.loss_mask_diagram(tokens, learned[:-1])

@@ -15,6 +15,7 @@ models and batches.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import json
@@ -25,7 +26,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import wait as wait_for
 from pathlib import Path
 from typing import Any
@@ -344,6 +345,33 @@ def _import_optimizers() -> None:
         _optimizer(item, [weight]).step()
 
 
+#: What PyTorch's TCPStore writes to the process' stderr (file descriptor 2, beneath Python's
+#: ``sys.stderr``) when it cannot name a peer's address, as in the grader's network namespace,
+#: which has no DNS to ask. nbgrader scores a test cell with any stderr output 0, so this line
+#: must not reach the cell.
+_HOSTNAME_WARNING = b"The hostname of the client socket cannot be retrieved"
+
+
+@contextlib.contextmanager
+def _stderr_without_hostname_warning() -> Iterator[None]:
+    """Hold file descriptor 2 in a temporary file while the ranks run (they inherit it), then
+    pass on every line written there but :data:`_HOSTNAME_WARNING`'s."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            lines = held.read().splitlines(keepends=True)
+            kept = b"".join(line for line in lines if _HOSTNAME_WARNING not in line)
+            if kept:
+                os.write(2, kept)
+
+
 def launch(item: str, impl: Any, cfg: Config, variants: list[BugVariant] | None) -> list[dict]:
     """Fork :data:`WORLD` ranks that train with ``impl`` (or, given ``variants``, with each
     variant) and return each rank's result, in rank order.
@@ -352,6 +380,11 @@ def launch(item: str, impl: Any, cfg: Config, variants: list[BugVariant] | None)
         CheckFailure: the student's code raised on some rank, or the ranks did not finish in
             :data:`TIMEOUT_S` (the message says where each rank was); every rank is ended.
     """
+    with _stderr_without_hostname_warning():
+        return _launch_ranks(item, impl, cfg, variants)
+
+
+def _launch_ranks(item: str, impl: Any, cfg: Config, variants: list[BugVariant] | None):
     _import_optimizers()
     try:
         _probe_loopback()  # without it, TCPStore would retry its own connection for minutes

@@ -384,7 +384,7 @@ def sandbox_summary(statuses: list[SandboxStatus]) -> str:
         )
     networks = {s.network for s in statuses}
     if networks == {"namespace"}:
-        parts.append("no network (a namespace of their own)")
+        parts.append("no network beyond a loopback of their own (a namespace each)")
     elif "" not in networks:
         parts.append("no TCP connections (Landlock; a network namespace was not possible)")
     else:

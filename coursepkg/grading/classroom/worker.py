@@ -231,7 +231,7 @@ class _PrivateCourse:
         # Deleted test cells are put back (nbgrader's own option), so deleting them gains nothing.
         config.OverwriteCells.add_missing_cells = True
         # Kernels forked from a process that has imported torch (or started anew), over Unix
-        # sockets: the sandbox kernel has no network.
+        # sockets: the sandbox kernel has no network beyond a loopback of its own.
         from ..kernel.forkserver import ForkExecute
 
         config.Autograde.autograde_preprocessors = [

@@ -9,8 +9,10 @@ what was missing):
 * :func:`restrict_files` -- Landlock: read only the listed trees, write only the listed ones,
   optionally no TCP at all (ABI >= 4), no signals out of the sandbox (ABI >= 6).
 * :func:`deny_network` -- a network namespace of the kernel's own (``unshare(CLONE_NEWNET)``,
-  as root, or inside a new user namespace otherwise): no interface but a loopback that is down,
-  so every connection, to the gradebook's PostgreSQL or anywhere, fails.
+  as root, or inside a new user namespace otherwise): no interface but a loopback of its own,
+  brought up (:func:`loopback_up`), so 127.0.0.1 reaches only the kernel and its children (the
+  two ranks an exercise on data parallelism starts, say) while every other connection, to the
+  grader's PostgreSQL on the host's 127.0.0.1 or anywhere, fails.
 * :func:`limit_processes` -- a fork bomb is contained: a ``pids`` cgroup with a ceiling (as root,
   where ``RLIMIT_NPROC`` does not apply) and ``RLIMIT_NPROC`` (as any other user);
   :func:`remove_stale_cgroups` removes the groups of kernels that died with their worker.
@@ -25,10 +27,13 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import fcntl
 import os
 import re
 import resource
 import signal
+import socket
+import struct
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -45,6 +50,7 @@ __all__ = [
     "libc",
     "limit_memory",
     "limit_processes",
+    "loopback_up",
     "map_own_ids",
     "NOT_UNDER_GRADER",
     "readable_roots",
@@ -218,8 +224,34 @@ def map_own_ids(uid: int, gid: int) -> None:
         pass  # unmapped ids only change how owners are shown, not what may be opened
 
 
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
+_IFREQ = "16sH22x"  # struct ifreq: the interface's name, then its flags (40 bytes in all)
+
+
+def loopback_up() -> str:
+    """Bring up the loopback interface ``lo`` of this process' network namespace.
+
+    A new namespace's loopback is down, so even 127.0.0.1 is unreachable. Up, it joins only the
+    processes of the same namespace: the host's 127.0.0.1 is another interface. Setting the
+    flag needs ``CAP_NET_ADMIN`` over the namespace, which the process has just after
+    :func:`deny_network` made it (as root, or as the owner of the new user namespace).
+
+    Returns:
+        ``""`` when ``lo`` is up, else why it could not be brought up.
+    """
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            asked = struct.pack(_IFREQ, b"lo", 0)
+            flags = struct.unpack(_IFREQ, fcntl.ioctl(s, _SIOCGIFFLAGS, asked))[1]
+            fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack(_IFREQ, b"lo", flags | _IFF_UP))
+    except OSError as err:
+        return f"could not bring the loopback interface up: {err}"
+    return ""
+
+
 def deny_network() -> str:
-    """Move this process (and its future children) into a new, empty network namespace.
+    """Move this process (and its future children) into a new network namespace, whose only
+    interface is a loopback of its own, down until :func:`loopback_up`.
 
     Must be called while the process has a single thread (a user namespace demands it). The
     kernel then talks to its manager over Unix sockets (``KernelManager.transport = "ipc"``),

@@ -56,6 +56,7 @@ PRELOAD = (
     "torch",
     "torch.nn",
     "torch.nn.functional",
+    "torch._dynamo",  # see sandbox._in_kernel_setup: imported here, a forked kernel pays nothing
     "coursepkg",
     "coursepkg.grading",
     "coursepkg.grading.kernel.sandbox",
@@ -400,7 +401,7 @@ class ForkKernelManager(AsyncKernelManager):
     """jupyter_client's kernel manager, with :class:`ForkProvisioner` as its provisioner.
 
     It talks to its kernel over Unix sockets (transport ``ipc``) in a private folder, not TCP:
-    the sandbox kernel has no network at all (a network namespace of its own).
+    the sandbox kernel has no network beyond the loopback of a network namespace of its own.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

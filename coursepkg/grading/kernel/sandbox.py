@@ -64,6 +64,7 @@ from .confine import (
     landlock_abi,
     limit_memory,
     limit_processes,
+    loopback_up,
     readable_roots,
     restrict_files,
 )
@@ -331,6 +332,11 @@ def _in_kernel_setup() -> None:
     """Run by the kernel (IPKernelApp.exec_lines) before the notebook's first cell."""
     sys.stdout = _CappedStream(sys.stdout, OUTPUT_LIMIT)
     sys.stderr = _CappedStream(sys.stderr, OUTPUT_LIMIT)
+    # Imported for the first time, torch._dynamo replaces torch.manual_seed by a wrapper of its
+    # own, and an optimizer's first step imports it (ex15's checks step one before forking their
+    # ranks): imported before the guard's snapshot, it is no student's change to the checks.
+    import torch._dynamo  # noqa: F401
+
     install_guard()
     from IPython import get_ipython
 
@@ -438,6 +444,10 @@ def _set_limits(options: dict[str, str], status: dict[str, Any], problems: list[
         status["network"] = "" if why else "namespace"
         if why:
             problems.append(f"network: {why}")
+        else:  # 127.0.0.1 for the kernel's own processes (ranks on gloo), nothing beyond
+            why = loopback_up()
+            if why:
+                problems.append(f"loopback: {why}")
 
 
 def _limit_storage(options: dict[str, str], status: dict[str, Any], problems: list[str]) -> None:
@@ -522,7 +532,9 @@ def launch(argv: list[str]) -> None:
             pass
     if os.environ.get(LANDLOCK_ENV, "1") != "0":
         try:
-            status["landlock"] = restrict_files(readable, writable, deny_tcp=True)
+            # TCP only within a namespace of the kernel's own: its loopback reaches nothing else.
+            deny_tcp = status["network"] != "namespace"
+            status["landlock"] = restrict_files(readable, writable, deny_tcp=deny_tcp)
         except OSError as err:
             problems.append(f"Landlock: {err}")
     if not status["network"] and status["landlock"] >= 4:

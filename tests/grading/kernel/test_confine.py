@@ -1,9 +1,11 @@
 """The kernels' confinement leaves nothing behind: the ``pids`` cgroup of a kernel that died
-without its cleanup (with its worker) is removed, and a running kernel's is kept."""
+without its cleanup (with its worker) is removed, and a running kernel's is kept; and a kernel's
+network namespace gives it a loopback of its own and nothing beyond."""
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 
@@ -72,3 +74,48 @@ def test_on_cgroup_v2_kernels_go_beside_the_grader_in_the_nearest_delegated_grou
     assert confine._v2_parent(root, own) == (own.parent.parent, "")
     (own.parent / "cgroup.subtree_control").write_text("cpu memory pids\n")
     assert confine._v2_parent(root, own) == (own.parent, "")
+
+
+# A "kernel" in a network namespace of its own, its loopback up: it serves and reaches itself on
+# 127.0.0.1, and neither the host's 127.0.0.1 (the port argv[1], where the test listens) nor any
+# other address.
+NAMESPACED = """import socket, sys
+from coursepkg.grading.kernel.confine import deny_network, loopback_up
+why = deny_network()
+if why:
+    print("no namespace:", why, flush=True)
+    sys.exit(0)
+print("loopback", loopback_up() or "up", flush=True)
+with socket.socket() as server:
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    socket.create_connection(server.getsockname(), timeout=10).close()
+    print("own loopback: reached", flush=True)
+for host, port in (("127.0.0.1", int(sys.argv[1])), ("192.0.2.1", 80)):
+    try:
+        socket.create_connection((host, port), timeout=10).close()
+        print(host, "reached")
+    except OSError as err:
+        print(host, type(err).__name__)
+"""
+
+
+@pytest.mark.slow  # a confined process of its own
+def test_a_namespaced_kernel_has_its_own_loopback_and_nothing_beyond():
+    with socket.socket() as host:
+        host.bind(("127.0.0.1", 0))  # the grader's side, as PostgreSQL would listen
+        host.listen(1)
+        done = subprocess.run(
+            [sys.executable, "-c", NAMESPACED, str(host.getsockname()[1])],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, done.stderr
+    if lines[0].startswith("no namespace"):
+        pytest.skip(lines[0])
+    assert lines == [
+        "loopback up",
+        "own loopback: reached",
+        "127.0.0.1 ConnectionRefusedError",  # the host's listener is in another namespace
+        "192.0.2.1 OSError",  # no route: the namespace has no other interface
+    ]

@@ -127,6 +127,43 @@ def test_a_forked_kernel_is_confined_like_a_fresh_one(setup):
     assert out == ["PermissionError", "2048", "300.0"]
 
 
+def test_a_forked_kernel_talks_to_itself_on_127_0_0_1_and_to_nothing_else(setup):
+    """Its network namespace has a loopback of its own, up: ranks of a data-parallel exercise
+    meet there (Landlock then allows TCP), while the grader's 127.0.0.1 stays out of reach."""
+    with socket.socket() as host:
+        host.bind(("127.0.0.1", 0))  # the grader's side, as its PostgreSQL would listen
+        host.listen(1)
+        code = [
+            "import socket\nwith socket.socket() as s:\n    s.bind(('127.0.0.1', 0))\n"
+            "    s.listen(1)\n    socket.create_connection(s.getsockname(), timeout=10).close()\n"
+            "print('own loopback: reached')",
+            f"try:\n    socket.create_connection(('127.0.0.1', {host.getsockname()[1]}), 10)\n"
+            "    print('host reached')\nexcept OSError as e:\n    print(type(e).__name__)",
+        ]
+        info, out = asyncio.run(_session(setup["work"], code))
+    assert info["forked"]
+    assert out == ["own loopback: reached", "ConnectionRefusedError"]
+
+
+def test_an_optimizers_first_step_is_not_taken_for_a_change_to_the_checks(setup):
+    """The step imports torch._dynamo, which wraps torch.manual_seed: the guard's snapshot must
+    already hold the wrapper (ex15's checks take such a step before forking their ranks), while
+    a notebook that replaces the function itself is still caught."""
+    step = (
+        "import torch\nfrom coursepkg.grading import check_causal_mask\n"
+        "p = torch.nn.Parameter(torch.zeros(1))\np.grad = torch.ones(1)\n"
+        "torch.optim.AdamW([p]).step()\nprint('stepped')"
+    )
+    check = (
+        "try:\n    check_causal_mask(lambda length: torch.ones(length, length, dtype=torch.bool))\n"
+        "except Exception as e:\n    print('changed' if 'was changed' in str(e) else 'judged')"
+    )
+    _, out = asyncio.run(_session(setup["work"], [step, check]))
+    assert out == ["stepped", "judged"]
+    _, out = asyncio.run(_session(setup["work"], [f"{step}\ntorch.manual_seed = print", check]))
+    assert out == ["stepped", "changed"]
+
+
 def test_the_launcher_keeps_paths_as_they_are():
     """Option names read ``-`` as ``_``; values (course paths with dashes) stay untouched."""
     options, kernel = _parse(["--protect=/srv/my-course", "--memory-mb=512", "--", "-f", "c.json"])

@@ -180,6 +180,7 @@ def test_the_summary_says_what_a_host_without_the_mechanisms_does_not_enforce():
     assert "WARNING" not in summary, summary
     assert "memory limited to 4096 MiB per kernel (cgroup v2 memory cgroup" in summary
     assert "a private /dev/shm of 256 MiB" in summary and "bounded to 1024 MiB" in summary
+    assert "no network beyond a loopback of their own" in summary
     bare = SandboxStatus(**common, file_size=1024)
     summary = sandbox_summary([full, bare])
     assert "files in a tmpfs and the page cache are NOT counted" in summary
