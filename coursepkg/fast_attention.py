@@ -57,8 +57,11 @@ class FastMultiHeadAttention(MultiHeadAttention):
     plain ``nn.Linear`` layers: a wrapped one (a LoRA adapter) is called as it is.
 
     :meth:`_attend` uses the fused kernel without re-checking its arguments, skips the head
-    repeat without grouping, and decodes one grouped-query token by reading each K/V head in
-    place (as transformers' ``pack_gqa``) instead of copying it H/Hkv times. With
+    repeat without grouping, and with grouped queries reads each K/V head in place (as
+    transformers' ``pack_gqa``: the group's query heads become rows of one K/V head) instead of
+    copying it H/Hkv times: for one decoded token without a mask, and when generating (no
+    gradients, no dropout) whenever every head shares the mask (a causal (L, S) one, a token
+    mask (B, 1, 1, S): speculative decoding's verify pass, batched decoding). With
     ``record_weights`` it runs the plain (textbook) kernel, which keeps the weights.
     """
 
@@ -129,14 +132,28 @@ class FastMultiHeadAttention(MultiHeadAttention):
         p = self.dropout if self.training else 0.0
         group = self.n_heads // self.n_kv_heads
         b, h, n_q, dk = q.shape
-        if group > 1 and n_q == 1 and mask is None:
-            # One decoded token: the group's query heads become the rows of its K/V head.
-            q = q.reshape(b, self.n_kv_heads, group, dk)  # (B, Hkv, group, Dk)
-            return fused_attention(q, k, v, None, p).reshape(b, h, 1, -1)  # (B, H, 1, Dv)
+        if group > 1 and self._packs(mask, n_q, p):
+            # The group's query heads become rows of its K/V head: (B, H, L) queries are
+            # (B, Hkv, group * L), and a mask the heads share repeats its L rows per head.
+            q = q.reshape(b, self.n_kv_heads, group * n_q, dk)  # (B, Hkv, group*L, Dk)
+            if mask is not None and mask.dim() >= 2 and mask.size(-2) > 1:
+                mask = mask.repeat(*(1,) * (mask.dim() - 2), group, 1)  # (..., group*L, S)
+            return fused_attention(q, k, v, mask, p).reshape(b, h, n_q, -1)  # (B, H, L, Dv)
         if group > 1:
             k = k.repeat_interleave(group, dim=1)  # (B, H, S, Dk)
             v = v.repeat_interleave(group, dim=1)  # (B, H, S, Dv)
         return fused_attention(q, k, v, mask, p)  # (B, H, L, Dv)
+
+    @staticmethod
+    def _packs(mask: Tensor | None, n_q: int, dropout: float) -> bool:
+        # Whether grouped query heads may be read as rows of their K/V head: one decoded token
+        # without a mask (always), or, when generating (no gradients, no dropout), any query
+        # block whose mask every head shares (no head dimension, or a head dimension of 1).
+        if mask is None and n_q == 1:
+            return True
+        if torch.is_grad_enabled() or dropout > 0:
+            return False
+        return mask is None or mask.dim() < 3 or mask.size(-3) == 1
 
 
 def stacked_qkv(cache: object) -> tuple[Tensor, Tensor | None] | None:
