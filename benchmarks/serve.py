@@ -30,8 +30,12 @@ stay fp32) as int8 per output channel and int4 in groups of 16 (688 = 43 x 16): 
 prompts of 32 tokens, the share of 64 greedy tokens equal to fp32's, and the time of those 64
 tokens (no int8 kernels on this CPU: the weights are dequantised at each call, so expect it
 slower, not faster).
-``torchao``'s int8 weight-only is not compared: it is not among the course's dependencies
-(not in ``requirements/lock.txt``, not importable from the course's environment).
+Where ``torchao`` is installed (``requirements/lock.txt`` pins 0.18.0; the interop extra),
+its int8 weight-only quantization (``quantize_(model, Int8WeightOnlyConfig())``, the same
+linear layers) is measured beside ours: bytes (its int8 ``qdata`` and float scales), logit
+error, greedy agreement and time. Its scale is max|w| / 127.5 with codes in [-128, 127], ours
+max|w| / 127 in [-127, 127]: the two dequantised weights differ by less than one of our steps
+(``tests/serving/test_quant.py``). Without ``torchao`` that row is skipped and says so.
 
 Targets (issue 50): speculative >= 1.5x the target alone's tokens/s and <= 1.0x transformers'
 assisted time; continuous >= 2x static batching's throughput. Only ratios mean anything.
@@ -69,6 +73,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -78,6 +83,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import alternate, median, setup_threads  # noqa: E402
 
 PROMPT = 16
+# wall: elapsed time; cpu: this thread's CPU time, which leaves out waiting for a core on a
+# loaded machine (one intra-op thread computes on the calling thread): use it with --threads 1.
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 SHAPE = dict(
     vocab_size=1000, hidden_size=256, intermediate_size=688, num_attention_heads=8,
     num_key_value_heads=2, tie_word_embeddings=False, max_position_embeddings=512,
@@ -133,7 +141,9 @@ def bench_speculative(args) -> dict:
         "target alone (transformers)": lambda: out.update(hf=hf()),
         "assisted (transformers)": lambda: out.update(assisted=hf(hf_d)),
     }
-    times = {name: median(ts) for name, ts in alternate(fns, args.rounds, warmup=1).items()}
+    times = {
+        name: median(ts) for name, ts in alternate(fns, args.rounds, 1, CLOCKS[args.clock]).items()
+    }
     same = all(
         torch.equal(out["alone"], x) for x in (out["spec"].tokens, out["hf"], out["assisted"])
     )
@@ -178,7 +188,10 @@ def bench_batching(args) -> dict:
         "static batches of 8": lambda: out.update(static=serve_static_batches(lm, requests, 8)),
         "one at a time": lambda: out.update(one=serve_one_at_a_time(lm, requests)),
     }
-    times = {name: median(ts) for name, ts in alternate(fns, args.batch_rounds, warmup=0).items()}
+    times = {
+        name: median(ts)
+        for name, ts in alternate(fns, args.batch_rounds, 0, CLOCKS[args.clock]).items()
+    }
     same = all(
         torch.equal(a, b)
         for a, b, c in zip(out["cont"], out["static"], out["one"], strict=True)
@@ -209,6 +222,9 @@ def bench_quantization(args) -> dict:
     models = {"fp32": from_hf_llama(hf).eval()}
     for bits in (8, 4):
         models[f"int{bits}"] = quantize_linears(from_hf_llama(hf).eval(), bits, 16)
+    torchao = _torchao_int8(from_hf_llama(hf).eval())
+    if torchao is not None:
+        models["torchao int8"] = torchao
     tokens = torch.randint(1, 1000, (8, 32), generator=torch.Generator().manual_seed(2))
     prompt = tokens[:1, :PROMPT]
     with torch.no_grad():
@@ -220,16 +236,18 @@ def bench_quantization(args) -> dict:
     }
     fp32 = models["fp32"]
     fns["int8 KV cache"] = lambda: out.update(kv=generate(fp32, prompt, 64, int8_cache=True))
-    times = {name: median(ts) for name, ts in alternate(fns, args.rounds, warmup=1).items()}
+    times = {
+        name: median(ts) for name, ts in alternate(fns, args.rounds, 1, CLOCKS[args.clock]).items()
+    }
     print("Weight-only quantization, Llama-shaped 4 layers (linear weights inside the layers):")
     results = {}
     for name, m in models.items():
         with torch.no_grad():
             err = float((m(tokens) - ref).abs().max() / ref.std())
         agree = float((out[name][0, PROMPT:] == out["fp32"][0, PROMPT:]).float().mean())
-        size = weight_bytes(m)
+        size = weight_bytes(m) if name != "torchao int8" else _torchao_bytes(m)
         print(
-            f"  {name:5s}: {size / 2**20:.2f} MiB ({weight_bytes(models['fp32']) / size:.2f}x "
+            f"  {name:12s}: {size / 2**20:.2f} MiB ({weight_bytes(models['fp32']) / size:.2f}x "
             f"smaller), max logit error / logit std {err:.4f}, greedy agreement {agree:.2f}, "
             f"64 tokens in {times[name]:.3f} s ({times[name] / times['fp32']:.2f}x fp32's time)"
         )
@@ -248,6 +266,32 @@ def bench_quantization(args) -> dict:
     return results
 
 
+def _torchao_int8(model):
+    """``model`` with torchao's int8 weight-only linears inside its layers (as ours: embeddings
+    and head stay fp32), or None, said, when torchao is not installed."""
+    try:
+        from torchao.quantization import Int8WeightOnlyConfig, quantize_
+    except ImportError:
+        print("  (torchao is not installed: its int8 weight-only row is skipped)")
+        return None
+
+    def inside_layers(module, name):
+        return isinstance(module, torch.nn.Linear) and name.startswith("layers.")
+
+    quantize_(model, Int8WeightOnlyConfig(), filter_fn=inside_layers)
+    return model
+
+
+def _torchao_bytes(model) -> int:
+    """Bytes of torchao's quantized linear weights inside the layers: int8 codes and scales."""
+    total = 0
+    for module in model.layers.modules():
+        if isinstance(module, torch.nn.Linear):
+            w = module.weight
+            total += sum(t.numel() * t.element_size() for t in (w.qdata, w.scale))
+    return total
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=1)
@@ -257,9 +301,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--scale", type=float, default=0.02)
     parser.add_argument("--only", choices=["speculative", "batching", "quantization"], default=None)
+    parser.add_argument("--clock", choices=list(CLOCKS), default="wall")
     args = parser.parse_args(argv)
     setup_threads(args.threads)
-    print(f"threads={torch.get_num_threads()}, median of alternated rounds")
+    print(f"threads={torch.get_num_threads()}, median of alternated rounds, {args.clock} clock")
     parts = {
         "speculative": bench_speculative,
         "batching": bench_batching,

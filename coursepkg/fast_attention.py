@@ -54,7 +54,9 @@ class FastMultiHeadAttention(MultiHeadAttention):
        costs more than the small matmuls it saves, nor for three distinct inputs.
 
     Routes 2 and 3 read the projections' weights, so they are taken only when the three are
-    plain ``nn.Linear`` layers: a wrapped one (a LoRA adapter) is called as it is.
+    plain ``nn.Linear`` layers holding plain weights: a wrapped one (a LoRA adapter), or one
+    whose weight is a tensor subclass (``torchao``'s quantized weights, which cannot be
+    concatenated), is called as it is.
 
     :meth:`_attend` uses the fused kernel without re-checking its arguments, skips the head
     repeat without grouping, and with grouped queries reads each K/V head in place (as
@@ -77,7 +79,7 @@ class FastMultiHeadAttention(MultiHeadAttention):
         if cache is not None and cache.static and cache.k is not None:  # 1.
             return self._split(self.q_proj(query), self.d_k), cache.k, cache.v
         projs = (self.q_proj, self.k_proj, self.v_proj)
-        if not all(type(p) is nn.Linear for p in projs):  # wrapped (LoRA): each its own way
+        if not all(_plain_linear(p) for p in projs):  # wrapped (LoRA), quantized: as they are
             return super()._project(query, key, value, cache)
         self_attention = query is key and key is value
         if self_attention and cache is not None and not torch.is_grad_enabled():  # 2.
@@ -154,6 +156,11 @@ class FastMultiHeadAttention(MultiHeadAttention):
         if torch.is_grad_enabled() or dropout > 0:
             return False
         return mask is None or mask.dim() < 3 or mask.size(-3) == 1
+
+
+def _plain_linear(module: nn.Module) -> bool:
+    # An nn.Linear whose weight is an ordinary tensor: routes 2 and 3 may concatenate it.
+    return type(module) is nn.Linear and type(module.weight) in (nn.Parameter, Tensor)
 
 
 def stacked_qkv(cache: object) -> tuple[Tensor, Tensor | None] | None:
