@@ -76,8 +76,14 @@ the 300 MB L3, so it is not bound by memory as a large model's is), and a draft 
 layers costs 0.29-0.30 of the target (embedding, head, per-pass Python), not 0.25. The
 estimate 128 / (34 x 1.36 + 135 x 0.30) = 1.48x is then the ceiling of this pair at k=4 on
 this CPU, before the loop's own 3-5%. Measured with ``--only speculative --rounds 3 --clock
-cpu`` at a load of 7-9, the code before these changes and after, alternately in one session:
-1.32x -> 1.42x the target alone, 0.82x -> 0.74x transformers' assisted time, tokens identical.
+cpu``, the code before these changes and after as separate runs: 1.32x -> 1.42x the target
+alone (0.82x -> 0.74x transformers' assisted time) at a load of 7-9, but 1.40x (before) and
+1.28x (after) in a second pair at a load of 4-5: across processes the machine moves the ratio
+more than the change does, even in CPU time (the two cores' other threads share their caches).
+Alternated in one process instead (the old mask check and attention put back by patching,
+``generate`` then ``speculative_generate`` per round, thread CPU time, load 3-4), the median
+per-round ratio went from 1.15x to 1.24x (8 rounds) and from 1.30x to 1.38x (16 rounds), tokens
+identical. On a quiet machine the ratio is lower than under load (1.13x to 1.27x before).
 
 Continuous batching: the paged cache wrote and gathered keys and values with four
 advanced-index operations per layer (11% of a run); the pool now holds keys and values side by
