@@ -91,7 +91,10 @@ side in flat slots, one ``index_copy_`` and one ``index_select`` per layer (7%).
 mask-check changes above speed every masked step, static batches' too, and static batches take
 more steps. With ``--only batching --batch-rounds 3 --clock cpu`` at a load of 9-11, before ->
 after: continuous 2.18 s -> 1.40 s, static 4.07 s -> 2.30 s, one at a time 6.36 s -> 4.16 s;
-continuous / static 1.86x -> 1.65x, / one at a time 2.91x -> 2.98x, outputs identical. The 2x
+continuous / static 1.86x -> 1.65x, / one at a time 2.91x -> 2.98x, outputs identical. A
+second pair, after first, at a load of 3-4: continuous 1.64 s -> 1.21 s, static 2.27 s ->
+2.18 s; continuous / static 1.38x -> 1.80x. The two pairs disagree on the ratio (the machine,
+again), and agree that continuous batching itself got faster (1.36x-1.56x less time). The 2x
 target is out of reach on this workload whatever the per-step cost: static batches run
 4 x 128 = 512 decode steps (every batch of 8 holds a request of 128 tokens), continuous
 batching 269 (first come, first served: the last long request is admitted late and runs 128
