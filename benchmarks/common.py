@@ -14,15 +14,24 @@ def setup_threads(n: int = 2) -> None:
     torch.set_num_threads(n)
 
 
-def time_once(fn: Callable[[], object]) -> float:
-    """Wall time of one call, in seconds."""
-    start = time.perf_counter()
+def time_once(fn: Callable[[], object], clock: Callable[[], float] = time.perf_counter) -> float:
+    """Time of one call by ``clock``, in seconds (wall time by default)."""
+    start = clock()
     fn()
-    return time.perf_counter() - start
+    return clock() - start
 
 
-def alternate(fns: dict[str, Callable[[], object]], rounds: int, warmup: int = 2) -> dict:
+def alternate(
+    fns: dict[str, Callable[[], object]],
+    rounds: int,
+    warmup: int = 2,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict:
     """Time several functions alternately (A B A B ...) so machine noise hits them alike.
+
+    ``clock`` is wall time by default; ``time.thread_time`` counts only the CPU time of the
+    calling thread, which on a shared machine leaves out the time spent waiting for a core
+    (meaningful with one intra-op thread, where torch computes on the calling thread).
 
     Returns, per name, the list of per-call seconds (after ``warmup`` untimed rounds).
     """
@@ -32,7 +41,7 @@ def alternate(fns: dict[str, Callable[[], object]], rounds: int, warmup: int = 2
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
-            times[name].append(time_once(fn))
+            times[name].append(time_once(fn, clock))
     return times
 
 

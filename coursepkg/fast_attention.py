@@ -54,11 +54,16 @@ class FastMultiHeadAttention(MultiHeadAttention):
        costs more than the small matmuls it saves, nor for three distinct inputs.
 
     Routes 2 and 3 read the projections' weights, so they are taken only when the three are
-    plain ``nn.Linear`` layers: a wrapped one (a LoRA adapter) is called as it is.
+    plain ``nn.Linear`` layers holding plain weights: a wrapped one (a LoRA adapter), or one
+    whose weight is a tensor subclass (``torchao``'s quantized weights, which cannot be
+    concatenated), is called as it is.
 
     :meth:`_attend` uses the fused kernel without re-checking its arguments, skips the head
-    repeat without grouping, and decodes one grouped-query token by reading each K/V head in
-    place (as transformers' ``pack_gqa``) instead of copying it H/Hkv times. With
+    repeat without grouping, and with grouped queries reads each K/V head in place (as
+    transformers' ``pack_gqa``: the group's query heads become rows of one K/V head) instead of
+    copying it H/Hkv times: for one decoded token without a mask, and when generating (no
+    gradients, no dropout) whenever every head shares the mask (a causal (L, S) one, a token
+    mask (B, 1, 1, S): speculative decoding's verify pass, batched decoding). With
     ``record_weights`` it runs the plain (textbook) kernel, which keeps the weights.
     """
 
@@ -74,7 +79,7 @@ class FastMultiHeadAttention(MultiHeadAttention):
         if cache is not None and cache.static and cache.k is not None:  # 1.
             return self._split(self.q_proj(query), self.d_k), cache.k, cache.v
         projs = (self.q_proj, self.k_proj, self.v_proj)
-        if not all(type(p) is nn.Linear for p in projs):  # wrapped (LoRA): each its own way
+        if not all(_plain_linear(p) for p in projs):  # wrapped (LoRA), quantized: as they are
             return super()._project(query, key, value, cache)
         self_attention = query is key and key is value
         if self_attention and cache is not None and not torch.is_grad_enabled():  # 2.
@@ -129,14 +134,33 @@ class FastMultiHeadAttention(MultiHeadAttention):
         p = self.dropout if self.training else 0.0
         group = self.n_heads // self.n_kv_heads
         b, h, n_q, dk = q.shape
-        if group > 1 and n_q == 1 and mask is None:
-            # One decoded token: the group's query heads become the rows of its K/V head.
-            q = q.reshape(b, self.n_kv_heads, group, dk)  # (B, Hkv, group, Dk)
-            return fused_attention(q, k, v, None, p).reshape(b, h, 1, -1)  # (B, H, 1, Dv)
+        if group > 1 and self._packs(mask, n_q, p):
+            # The group's query heads become rows of its K/V head: (B, H, L) queries are
+            # (B, Hkv, group * L), and a mask the heads share repeats its L rows per head.
+            q = q.reshape(b, self.n_kv_heads, group * n_q, dk)  # (B, Hkv, group*L, Dk)
+            if mask is not None and mask.dim() >= 2 and mask.size(-2) > 1:
+                mask = torch.cat([mask] * group, dim=-2)  # (..., group*L, S); 5x .repeat speed
+            return fused_attention(q, k, v, mask, p).reshape(b, h, n_q, -1)  # (B, H, L, Dv)
         if group > 1:
             k = k.repeat_interleave(group, dim=1)  # (B, H, S, Dk)
             v = v.repeat_interleave(group, dim=1)  # (B, H, S, Dv)
         return fused_attention(q, k, v, mask, p)  # (B, H, L, Dv)
+
+    @staticmethod
+    def _packs(mask: Tensor | None, n_q: int, dropout: float) -> bool:
+        # Whether grouped query heads may be read as rows of their K/V head: one decoded token
+        # without a mask (always), or, when generating (no gradients, no dropout), any query
+        # block whose mask every head shares (no head dimension, or a head dimension of 1).
+        if mask is None and n_q == 1:
+            return True
+        if torch.is_grad_enabled() or dropout > 0:
+            return False
+        return mask is None or mask.dim() < 3 or mask.size(-3) == 1
+
+
+def _plain_linear(module: nn.Module) -> bool:
+    # An nn.Linear whose weight is an ordinary tensor: routes 2 and 3 may concatenate it.
+    return type(module) is nn.Linear and type(module.weight) in (nn.Parameter, Tensor)
 
 
 def stacked_qkv(cache: object) -> tuple[Tensor, Tensor | None] | None:

@@ -66,8 +66,10 @@ class PagedKVCache:
         block_size: positions per block.
 
     Attributes:
-        storage: per layer, (keys (N, H, Bs, Dk), values (N, H, Bs, Dv)), allocated once on
-            the first write and never reallocated.
+        storage: per layer, keys and values side by side, (N * Bs, H, Dk + Dv): position p of
+            block b is row b * Bs + p (a "slot"), so a step writes its new rows with one
+            ``index_copy_`` and reads every row's past with one ``index_select``; allocated
+            once on the first write and never reallocated.
         free: ids of the blocks no sequence holds.
     """
 
@@ -76,7 +78,7 @@ class PagedKVCache:
             if isinstance(x, bool) or not isinstance(x, int) or x < 1:
                 raise ValueError(f"{name} must be a positive integer, got {x!r}")
         self.n_blocks, self.block_size = n_blocks, block_size
-        self.storage: list[tuple[Tensor, Tensor] | None] = [None] * n_layers
+        self.storage: list[Tensor | None] = [None] * n_layers
         self.free = list(range(n_blocks - 1, -1, -1))  # pop() hands out block 0 first
         self.self_attn = [_PagedLayer(self, i) for i in range(n_layers)]
         self.cross_attn = None
@@ -115,8 +117,8 @@ class PagedKVCache:
         self._step = _Step(
             tables,
             n_new,
-            *self._locate(table, new_pos),
-            *self._locate(table, read_pos),
+            self._slots(table, new_pos).flatten(),  # (B*n,)
+            self._slots(table, read_pos).flatten(),  # (B*W,)
             torch.arange(width) >= width - lengths,  # (B, W)
         )
 
@@ -135,37 +137,36 @@ class PagedKVCache:
         Shape:
             k (B, H, n, Dk), v (B, H, n, Dv) -> (B, H, W, Dk), (B, H, W, Dv).
         """
-        step = self._step
+        step, dk = self._step, k.size(3)
         if self.storage[layer] is None:
-            shape = (self.n_blocks, k.size(1), self.block_size)  # (N, H, Bs)
-            self.storage[layer] = (k.new_zeros(*shape, k.size(3)), v.new_zeros(*shape, v.size(3)))
-        keys, values = self.storage[layer]
-        blk, off = step.write_block.flatten(), step.write_offset.flatten()  # (B*n,) each
-        keys[blk, :, off] = k.transpose(1, 2).flatten(0, 1)  # (B*n, H, Dk) into the blocks
-        values[blk, :, off] = v.transpose(1, 2).flatten(0, 1)  # (B*n, H, Dv)
-        blk, off = step.read_block, step.read_offset  # (B, W) each
-        out = keys[blk, :, off].transpose(1, 2), values[blk, :, off].transpose(1, 2)
+            slots, h = self.n_blocks * self.block_size, k.size(1)
+            self.storage[layer] = k.new_zeros(slots, h, dk + v.size(3))  # (N*Bs, H, Dk+Dv)
+        pool = self.storage[layer]
+        new = torch.cat([k, v], dim=-1).transpose(1, 2).flatten(0, 1)  # (B*n, H, Dk+Dv)
+        pool.index_copy_(0, step.write_slot, new)  # into the blocks
+        b, width = step.mask.shape
+        rows = pool.index_select(0, step.read_slot).view(b, width, -1, pool.size(-1))
+        rows = rows.transpose(1, 2)  # (B, H, W, Dk+Dv): every row's past, left padded
         if layer == len(self.storage) - 1:  # every layer has written: the step is done
             for table in step.tables:
                 table.length += step.n_new
-        return out  # (B, H, W, Dk), (B, H, W, Dv)
+        return rows[..., :dk], rows[..., dk:]  # (B, H, W, Dk), (B, H, W, Dv)
 
     def keys_after(self, n_new: int) -> int:
         """How many keys self-attention sees in this step (the padded width)."""
         return self.length + n_new
 
-    def _locate(self, table: Tensor, pos: Tensor) -> tuple[Tensor, Tensor]:
-        # positions (B, *) -> the block id and the offset in it of each, via the block tables
-        return table.gather(1, pos // self.block_size), pos % self.block_size  # (B, *) each
+    def _slots(self, table: Tensor, pos: Tensor) -> Tensor:
+        # positions (B, *) -> their pool rows, block id * Bs + offset, via the block tables
+        block = table.gather(1, pos // self.block_size)  # (B, *)
+        return block * self.block_size + pos % self.block_size  # (B, *)
 
 
 @dataclass
 class _Step:
-    # One step's batch: who takes part, and the (B, n) write and (B, W) read locations.
+    # One step's batch: who takes part, the pool rows it writes (B*n,) and reads (B*W,).
     tables: list[BlockTable]
     n_new: int
-    write_block: Tensor
-    write_offset: Tensor
-    read_block: Tensor
-    read_offset: Tensor
+    write_slot: Tensor
+    read_slot: Tensor
     mask: Tensor

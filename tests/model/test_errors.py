@@ -3,6 +3,7 @@ actual value): one parametrized case per kind of mistake."""
 
 from __future__ import annotations
 
+import itertools
 from types import SimpleNamespace
 
 import pytest
@@ -27,6 +28,7 @@ from coursepkg import (
     parameter_breakdown,
     scaled_dot_product_attention,
 )
+from coursepkg._validation import broadcasts_to
 
 V = 11
 
@@ -361,3 +363,18 @@ def test_fast_path_validates_masks_like_the_textbook_path(m, mask, exc) -> None:
         scaled_dot_product_attention(m.q, m.k, m.v, mask)
     with pytest.raises(exc, match="mask"):
         attention_fast(m.q, m.k, m.v, mask)
+
+
+def test_the_mask_broadcast_rule_is_torchs() -> None:
+    """``broadcasts_to`` (the attention-mask check, in plain Python) answers as
+    ``torch.broadcast_shapes(shape, target) == target`` over every shape up to rank 4 built
+    from the sizes 0, 1, 2, 3 against a few targets."""
+    targets = [(2, 3, 1, 5), (1, 3, 4), (3,), (2, 0, 3), ()]
+    for target in targets:
+        for rank in range(5):
+            for shape in itertools.product((0, 1, 2, 3, 5), repeat=rank):
+                try:
+                    want = torch.broadcast_shapes(shape, target) == target
+                except RuntimeError:
+                    want = False
+                assert broadcasts_to(shape, target) == want, (shape, target)

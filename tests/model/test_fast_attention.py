@@ -126,6 +126,37 @@ def test_cached_decoding_is_equal(n_kv, rope, qk_norm, cache_kind) -> None:
         start += n
 
 
+@pytest.mark.parametrize("n_kv", [2, 1])
+@pytest.mark.parametrize("mask_kind", ["causal", "keys", "rows", "heads", "cached"])
+@pytest.mark.parametrize("n", [1, 4])
+@torch.no_grad()
+def test_grouped_heads_read_in_place_under_a_shared_mask_are_equal(n_kv, mask_kind, n) -> None:
+    """Without gradients, grouped query heads become rows of their K/V head under any mask the
+    heads share (causal (L, S), a token mask (B, 1, 1, S), per-row (B, 1, L, S)); a mask per
+    head (B, H, L, S) takes the copying route. Every kind gives the plain class's output."""
+    plain, fast = _pair(n_kv, False)
+    torch.manual_seed(4)
+    past = 3 if mask_kind == "cached" else 0
+    x, s = torch.randn(2, past + n, D), past + n
+    keep = torch.rand(2, H, n, s) > 0.3
+    keep[..., -1] = True  # every query row sees at least one key
+    mask = {
+        "causal": causal_mask(n, s),
+        "keys": keep[:, :1, :1],  # (B, 1, 1, S)
+        "rows": keep[:, :1],  # (B, 1, L, S)
+        "heads": keep,  # (B, H, L, S)
+        "cached": causal_mask(n, s),
+    }[mask_kind]
+    outs = []
+    for module in (plain, fast):
+        cache = AttentionCache()
+        if past:
+            module(x[:, :past], x[:, :past], x[:, :past], causal_mask(past), cache)
+        part = x[:, past:]
+        outs.append(module(part, part, part, mask, cache))
+    assert_close(outs[1], outs[0], atol=1e-5, rtol=1e-4)
+
+
 @torch.no_grad()
 def test_cross_attention_with_a_static_cache_is_equal() -> None:
     """Decoding against an encoder's memory: the fast class projects only Q after the first

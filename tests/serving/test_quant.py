@@ -107,3 +107,29 @@ def test_the_int8_cache_is_smaller_and_close():
     assert (got - ref).abs().max() / ref.std() < 0.05
     out = generate(lm, tokens, 6, int8_cache=True)
     assert out.shape == (1, 21)
+
+
+def test_int8_weights_agree_with_torchao_within_one_step():
+    """Ours against ``torchao``'s int8 weight-only (skipped where torchao is not installed).
+
+    Both are symmetric with one scale per output channel, but torchao 0.18 uses codes in
+    [-128, 127] and the scale max|w| / 127.5, ours [-127, 127] and max|w| / 127: the codes
+    differ where the two roundings part. Each dequantised weight lies within half its own
+    scale of w, so the two lie within (s + s') / 2 < s of each other, s our scale."""
+    tq = pytest.importorskip("torchao.quantization")
+    torch.manual_seed(0)
+    lin = nn.Linear(64, 24)
+    ours = QuantLinear(lin, 8)
+    theirs = nn.Sequential(nn.Linear(64, 24))
+    theirs[0].load_state_dict(lin.state_dict())
+    tq.quantize_(theirs, tq.Int8WeightOnlyConfig())
+    weight = theirs[0].weight
+    assert weight.qdata.dtype == torch.int8 and weight.scale.shape == (24, 1)
+    torch.testing.assert_close(weight.scale, ours.scales * 127 / 127.5)
+    gap = (weight.dequantize() - ours.dequantized()).abs()  # (O, I)
+    assert (gap <= ours.scales).all()
+    assert 0 < float((weight.qdata != ours.codes).float().mean()) < 0.5  # they part, rarely
+    x = torch.randn(5, 64)
+    with torch.no_grad():
+        bound = x.abs() @ ours.scales.expand(24, 64).t()  # (5, 24): |x| times one step per input
+        assert ((theirs(x) - ours(x)).abs() <= bound + 1e-5).all()

@@ -93,9 +93,9 @@ def test_the_storage_is_allocated_once():
     _, lm = llama_pair()
     batcher = ContinuousBatcher(lm, n_blocks=30, block_size=4, max_batch=3)
     batcher.run(_workload(n=2))
-    pointers = [t.data_ptr() for pair in batcher.cache.storage for t in pair]
+    pointers = [t.data_ptr() for t in batcher.cache.storage]
     batcher.run(_workload(seed=5))
-    assert pointers == [t.data_ptr() for pair in batcher.cache.storage for t in pair]
+    assert pointers == [t.data_ptr() for t in batcher.cache.storage]
 
 
 def test_bad_input_is_named():
