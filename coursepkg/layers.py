@@ -227,8 +227,10 @@ class EncoderLayer(nn.Module):
     Args:
         config: every size and option, resolved (:meth:`TransformerConfig.block()
             <coursepkg.config.TransformerConfig.block>` in a model, :meth:`BlockConfig.of
-            <coursepkg.config.BlockConfig.of>` alone). As the exercises write it, the
-            paper's layer is also ``EncoderLayer(d_model, n_heads, d_ff, dropout)``.
+            <coursepkg.config.BlockConfig.of>` alone); or d_model D, the exercises' form.
+        n_heads, d_ff, dropout: with an integer ``config`` only: H, F and the dropout of the
+            paper's layer ``EncoderLayer(d_model, n_heads, d_ff, dropout)``, every other
+            option at its default (ex09 lets students use this class as a stand-in so).
 
     Submodules ``self_attn``, ``ffn``, ``norm1``, ``norm2``. A decoder-only LM stacks these
     layers with a causal mask.
