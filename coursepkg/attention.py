@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._validation import check_attention_mask, check_float
+from .config import head_sizes
 from .kv_cache import AttentionCache, SlidingWindowCache
 from .positional import RopeAngles
 
@@ -170,23 +171,15 @@ class MultiHeadAttention(nn.Module):
         qk_norm: Callable[[int], nn.Module] | None = None,
     ) -> None:
         super().__init__()
-        if (d_k is None or d_v is None) and d_model % n_heads != 0:
-            raise ValueError(
-                f"d_model={d_model} must be divisible by n_heads={n_heads} "
-                "unless d_k and d_v are given"
-            )
-        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        if n_kv_heads < 1 or n_heads % n_kv_heads != 0:
-            raise ValueError(f"n_kv_heads must divide n_heads={n_heads}, got {n_kv_heads}")
         self.d_model = d_model
         self.n_heads = n_heads
-        self.n_kv_heads = n_kv_heads
-        self.d_k = d_k if d_k is not None else d_model // n_heads
-        self.d_v = d_v if d_v is not None else d_model // n_heads
+        # A block passes the numbers its config resolved; built alone (chapter 4), None means
+        # the defaults, which config.head_sizes, the one place that defines them, fills in.
+        self.d_k, self.d_v, self.n_kv_heads = head_sizes(d_model, n_heads, d_k, d_v, n_kv_heads)
         self.dropout = dropout
         self.q_proj = nn.Linear(d_model, n_heads * self.d_k, bias=bias)
-        self.k_proj = nn.Linear(d_model, n_kv_heads * self.d_k, bias=bias)
-        self.v_proj = nn.Linear(d_model, n_kv_heads * self.d_v, bias=bias)
+        self.k_proj = nn.Linear(d_model, self.n_kv_heads * self.d_k, bias=bias)
+        self.v_proj = nn.Linear(d_model, self.n_kv_heads * self.d_v, bias=bias)
         self.out_proj = nn.Linear(n_heads * self.d_v, d_model, bias=bias)
         self.q_norm = None if qk_norm is None else qk_norm(self.d_k)
         self.k_norm = None if qk_norm is None else qk_norm(self.d_k)

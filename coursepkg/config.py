@@ -71,6 +71,85 @@ class HFOptions:
                 )
 
 
+# The options of one block besides its sizes D, H, F and dropout (BlockConfig.of takes these).
+_BLOCK_OPTIONS = (
+    "norm_first", "d_k", "d_v", "attention_dropout", "activation", "bias", "layer_norm_eps",
+    "norm", "n_kv_heads", "qk_norm",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlockConfig:
+    """What one layer (block) is built from, every default resolved: no field is None.
+
+    A model makes one with :meth:`TransformerConfig.block`; a block on its own with
+    :meth:`of`. The fields mean what :class:`TransformerConfig`'s fields of the same names
+    mean (``d_k``, ``d_v`` and ``n_kv_heads`` are its ``head_dim_k``, ``head_dim_v`` and
+    ``kv_heads``).
+
+    Raises:
+        ValueError: for an impossible value, naming the field, the expected and the actual.
+    """
+
+    d_model: int  # D
+    n_heads: int  # H: query heads
+    d_ff: int  # F: the feed-forward's inner width
+    n_kv_heads: int  # Hkv: key/value heads (H without grouping)
+    d_k: int  # Dk: per-head query/key width
+    d_v: int  # Dv: per-head value width
+    dropout: float  # on each sub-layer's output and inside the feed-forward
+    attention_dropout: float  # on the attention weights
+    norm_first: bool  # pre-LN when True, post-LN (the paper) when False
+    norm: str  # "layernorm" or "rmsnorm"
+    layer_norm_eps: float  # epsilon of every norm (and of QK-norm)
+    activation: str  # the feed-forward's activation (gated: "swiglu", "geglu")
+    bias: bool  # biases in the linears and LayerNorms
+    qk_norm: bool  # an RMSNorm over each head's queries and keys
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "n_heads", "d_ff", "n_kv_heads", "d_k", "d_v"):
+            _positive_int(name, getattr(self, name))
+        head_sizes(self.d_model, self.n_heads, self.d_k, self.d_v, self.n_kv_heads)
+        for name in ("dropout", "attention_dropout"):
+            p = getattr(self, name)
+            if not (0.0 <= p < 1.0):
+                raise ValueError(f"{name} must be in [0, 1), got {p}")
+        if self.activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {_ACTIVATIONS}, got {self.activation!r}")
+        if self.norm not in _NORMS:
+            raise ValueError(f"norm must be one of {_NORMS}, got {self.norm!r}")
+        if self.layer_norm_eps <= 0:
+            raise ValueError(f"layer_norm_eps must be > 0, got {self.layer_norm_eps}")
+
+    @classmethod
+    def of(
+        cls, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.0, **options
+    ) -> BlockConfig:
+        """A block on its own, e.g. ``BlockConfig.of(512, 8, 2048, norm_first=True)``: every
+        option not given at :class:`TransformerConfig`'s default, which resolves it.
+
+        Args:
+            d_model: width D.
+            n_heads: heads H.
+            d_ff: the feed-forward's inner width F.
+            dropout: residual and feed-forward dropout (0 here: a block alone is for study).
+            **options: any of ``norm_first``, ``d_k``, ``d_v``, ``attention_dropout``,
+                ``activation``, ``bias``, ``layer_norm_eps``, ``norm``, ``n_kv_heads``,
+                ``qk_norm``.
+
+        Returns:
+            The resolved config.
+        """
+        unknown = sorted(set(options) - set(_BLOCK_OPTIONS))
+        if unknown:
+            raise ValueError(
+                f"BlockConfig.of has no options {unknown}; "
+                f"expected some of {sorted(_BLOCK_OPTIONS)}"
+            )
+        sizes = dict(d_model=d_model, n_heads=n_heads, d_ff=d_ff, dropout=dropout)
+        return TransformerConfig(vocab_size=1, **sizes, **options).block()  # no vocabulary used
+
+
 @dataclass(frozen=True)
 class TransformerConfig:
     """Hyper-parameters of the Transformer (Vaswani et al., 2017, Table 3 names).
@@ -164,32 +243,12 @@ class TransformerConfig:
         for name in (*optional, "n_kv_heads"):
             if getattr(self, name) is not None:
                 _positive_int(name, getattr(self, name))
-        if self.d_k is None or self.d_v is None:
-            if self.d_model % self.n_heads != 0:
-                raise ValueError(
-                    f"d_model must be divisible by n_heads when d_k/d_v are not given: "
-                    f"got d_model={self.d_model}, n_heads={self.n_heads} "
-                    f"(remainder {self.d_model % self.n_heads}); set d_k and d_v explicitly "
-                    f"or pick n_heads dividing {self.d_model}"
-                )
-        if self.n_heads % self.kv_heads != 0:
-            raise ValueError(
-                f"n_kv_heads must divide n_heads (each key/value head serves a whole group of "
-                f"query heads): got n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}"
-            )
-        for name in ("dropout", "attention_dropout"):
-            p = getattr(self, name)
-            if not (0.0 <= p < 1.0):
-                raise ValueError(f"{name} must be in [0, 1), got {p}")
+        self.block()  # the block's fields: head sizes, dropouts, norm, activation, eps
         if self.positional not in _POSITIONAL:
             raise ValueError(f"positional must be one of {_POSITIONAL}, got {self.positional!r}")
         self._check_rope()
         self._check_moe()
         self._check_mla()
-        if self.activation not in _ACTIVATIONS:
-            raise ValueError(f"activation must be one of {_ACTIVATIONS}, got {self.activation!r}")
-        if self.norm not in _NORMS:
-            raise ValueError(f"norm must be one of {_NORMS}, got {self.norm!r}")
         if self.sinusoidal_layout not in _SINUSOIDAL_LAYOUTS:
             raise ValueError(
                 f"sinusoidal_layout must be one of {_SINUSOIDAL_LAYOUTS}, "
@@ -199,8 +258,6 @@ class TransformerConfig:
             object.__setattr__(self, "hf", HFOptions.from_mapping(self.hf))
         if not isinstance(self.hf, HFOptions):
             raise ValueError(f"hf must be an HFOptions, got {type(self.hf).__name__}")
-        if self.layer_norm_eps <= 0:
-            raise ValueError(f"layer_norm_eps must be > 0, got {self.layer_norm_eps}")
         if self.pad_id is not None and not (0 <= self.pad_id < self.vocab_size):
             raise ValueError(
                 f"pad_id must be a token id in [0, vocab_size={self.vocab_size}), got {self.pad_id}"
@@ -402,17 +459,40 @@ class TransformerConfig:
     @property
     def head_dim_k(self) -> int:
         """Dk, the per-head query/key width."""
-        return self.d_k if self.d_k is not None else self.d_model // self.n_heads
+        return head_sizes(self.d_model, self.n_heads, self.d_k, self.d_v, self.n_kv_heads)[0]
 
     @property
     def head_dim_v(self) -> int:
         """Dv, the per-head value width."""
-        return self.d_v if self.d_v is not None else self.d_model // self.n_heads
+        return head_sizes(self.d_model, self.n_heads, self.d_k, self.d_v, self.n_kv_heads)[1]
 
     @property
     def kv_heads(self) -> int:
         """The number of key/value heads (``n_kv_heads``, or H without grouping)."""
-        return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
+        return head_sizes(self.d_model, self.n_heads, self.d_k, self.d_v, self.n_kv_heads)[2]
+
+    def block(self) -> BlockConfig:
+        """What each layer of this model is built from: the block's fields, every default
+        resolved (Dk, Dv, Hkv are numbers, never None)."""
+        d_k, d_v, n_kv_heads = head_sizes(
+            self.d_model, self.n_heads, self.d_k, self.d_v, self.n_kv_heads
+        )
+        return BlockConfig(
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            d_ff=self.d_ff,
+            n_kv_heads=n_kv_heads,
+            d_k=d_k,
+            d_v=d_v,
+            dropout=self.dropout,
+            attention_dropout=self.attention_dropout,
+            norm_first=self.norm_first,
+            norm=self.norm,
+            layer_norm_eps=self.layer_norm_eps,
+            activation=self.activation,
+            bias=self.bias,
+            qk_norm=self.qk_norm,
+        )
 
     @property
     def expert_d_ff(self) -> int:
@@ -468,3 +548,39 @@ class TransformerConfig:
 def _positive_int(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def head_sizes(
+    d_model: int, n_heads: int, d_k: int | None, d_v: int | None, n_kv_heads: int | None
+) -> tuple[int, int, int]:
+    """The attention's head sizes with their defaults resolved: the one place that says what
+    None means for ``d_k``, ``d_v`` (D // H) and ``n_kv_heads`` (H, no grouping).
+
+    Args:
+        d_model: width D.
+        n_heads: query heads H.
+        d_k, d_v: per-head query/key and value sizes, or None for D // H.
+        n_kv_heads: key/value heads Hkv, or None for H.
+
+    Returns:
+        ``(d_k, d_v, n_kv_heads)``, all numbers.
+
+    Raises:
+        ValueError: if D // H is needed and H does not divide D, or Hkv does not divide H.
+    """
+    if (d_k is None or d_v is None) and d_model % n_heads != 0:
+        raise ValueError(
+            f"d_model must be divisible by n_heads when d_k/d_v are not given: "
+            f"got d_model={d_model}, n_heads={n_heads} "
+            f"(remainder {d_model % n_heads}); set d_k and d_v explicitly "
+            f"or pick n_heads dividing {d_model}"
+        )
+    n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+    if n_kv_heads < 1 or n_heads % n_kv_heads != 0:
+        raise ValueError(
+            f"n_kv_heads must divide n_heads={n_heads} (each key/value head serves a whole "
+            f"group of query heads), got n_kv_heads={n_kv_heads}"
+        )
+    d_k = d_model // n_heads if d_k is None else d_k
+    d_v = d_model // n_heads if d_v is None else d_v
+    return d_k, d_v, n_kv_heads

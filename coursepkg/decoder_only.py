@@ -20,7 +20,6 @@ from .model_parts import (
     add_logits_bias,
     final_norm,
     init_linear_weights,
-    layer_kwargs,
     make_positions,
     token_embedding,
 )
@@ -62,9 +61,7 @@ class DecoderOnlyLM(nn.Module):
         freqs = rope_frequencies(config.rope_dim, config.rope_theta) if rope else None
         self.register_buffer("rope_freqs", freqs, persistent=False)
         self.dropout = FastDropout(config.dropout)
-        self.layers = nn.ModuleList(
-            EncoderLayer(**layer_kwargs(config)) for _ in range(config.n_layers)
-        )
+        self.layers = nn.ModuleList(EncoderLayer(config.block()) for _ in range(config.n_layers))
         for i, layer in enumerate(self.layers):
             if config.is_moe_layer(i):  # a mixture of experts replaces this layer's FFN
                 layer.ffn = MoEFeedForward.from_config(config)

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .config import BlockConfig
 from .fast_attention import FastDropout, FastMultiHeadAttention
 from .kv_cache import AttentionCache
 from .positional import RopeAngles
@@ -169,6 +170,54 @@ class PositionwiseFeedForward(nn.Module):
         return self.linear2(self.dropout(h))  # (B, L, D)
 
 
+def block_attention(config: BlockConfig) -> FastMultiHeadAttention:
+    """A block's multi-head attention, each size and option taken by name from its config.
+
+    Args:
+        config: the block's resolved config (QK-norm is an RMSNorm over each head's Dk).
+
+    Returns:
+        A fresh attention mapping (B, L, D) queries to (B, L, D).
+    """
+    c = config
+    qk_norm = partial(RMSNorm, eps=c.layer_norm_eps) if c.qk_norm else None
+    return FastMultiHeadAttention(
+        c.d_model,
+        c.n_heads,
+        d_k=c.d_k,
+        d_v=c.d_v,
+        dropout=c.attention_dropout,
+        bias=c.bias,
+        n_kv_heads=c.n_kv_heads,
+        qk_norm=qk_norm,
+    )
+
+
+def block_norm(config: BlockConfig) -> LayerNorm | RMSNorm:
+    """A block's normalisation: ``config.norm`` over D with its eps (and bias for LayerNorm)."""
+    return make_norm(config.norm, config.d_model, config.layer_norm_eps, config.bias)
+
+
+def _block_config(
+    config: BlockConfig | int, n_heads: int | None, d_ff: int | None, dropout: float
+) -> BlockConfig:
+    # A layer's config, or the exercises' (d_model, n_heads, d_ff, dropout): ex09 lets a
+    # student build this class in place of their own with those arguments.
+    if isinstance(config, BlockConfig):
+        if n_heads is not None or d_ff is not None or dropout != 0.0:
+            raise ValueError(
+                "a layer takes either a BlockConfig or d_model, n_heads, d_ff and dropout, "
+                f"got a BlockConfig and n_heads={n_heads}, d_ff={d_ff}, dropout={dropout}"
+            )
+        return config
+    if n_heads is None or d_ff is None:
+        raise ValueError(
+            f"a layer built from d_model={config!r} needs n_heads and d_ff too, got "
+            f"n_heads={n_heads}, d_ff={d_ff} (or pass a BlockConfig)"
+        )
+    return BlockConfig.of(config, n_heads, d_ff, dropout)
+
+
 class EncoderLayer(nn.Module):
     """Self-attention then FFN, each wrapped in a residual connection and LayerNorm (Sec. 3.1).
 
@@ -176,15 +225,12 @@ class EncoderLayer(nn.Module):
     Pre-LN (``norm_first=True``): x = x + drop(sublayer(norm(x))).
 
     Args:
-        d_model: width D.
-        n_heads: heads H.
-        d_ff: FFN inner width F.
-        dropout: residual dropout (and FFN dropout).
-        norm_first: pre-LN when True.
-        d_k, d_v: per-head sizes (default D // H).
-        attention_dropout: dropout on the attention weights (the paper uses none).
-        activation, bias, layer_norm_eps, norm, n_kv_heads, qk_norm: as in
-            :class:`~coursepkg.TransformerConfig` (QK-norm is an RMSNorm over each head's Dk).
+        config: every size and option, resolved (:meth:`TransformerConfig.block()
+            <coursepkg.config.TransformerConfig.block>` in a model, :meth:`BlockConfig.of
+            <coursepkg.config.BlockConfig.of>` alone); or d_model D, the exercises' form.
+        n_heads, d_ff, dropout: with an integer ``config`` only: H, F and the dropout of the
+            paper's layer ``EncoderLayer(d_model, n_heads, d_ff, dropout)``, every other
+            option at its default (ex09 lets students use this class as a stand-in so).
 
     Submodules ``self_attn``, ``ffn``, ``norm1``, ``norm2``. A decoder-only LM stacks these
     layers with a causal mask.
@@ -192,32 +238,20 @@ class EncoderLayer(nn.Module):
 
     def __init__(
         self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
+        config: BlockConfig | int,
+        n_heads: int | None = None,
+        d_ff: int | None = None,
         dropout: float = 0.0,
-        norm_first: bool = False,
-        d_k: int | None = None,
-        d_v: int | None = None,
-        attention_dropout: float = 0.0,
-        activation: str = "relu",
-        bias: bool = True,
-        layer_norm_eps: float = 1e-5,
-        norm: str = "layernorm",
-        n_kv_heads: int | None = None,
-        qk_norm: bool = False,
     ) -> None:
         super().__init__()
-        self.norm_first = norm_first
-        qk_norm_of = partial(RMSNorm, eps=layer_norm_eps) if qk_norm else None
-        heads = dict(d_k=d_k, d_v=d_v, dropout=attention_dropout, bias=bias)
-        heads.update(n_kv_heads=n_kv_heads, qk_norm=qk_norm_of)
-        self.self_attn = FastMultiHeadAttention(d_model, n_heads, **heads)
-        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
-        self.norm1 = make_norm(norm, d_model, layer_norm_eps, bias)
-        self.norm2 = make_norm(norm, d_model, layer_norm_eps, bias)
-        self.dropout1 = FastDropout(dropout)
-        self.dropout2 = FastDropout(dropout)
+        c = _block_config(config, n_heads, d_ff, dropout)
+        self.norm_first = c.norm_first
+        self.self_attn = block_attention(c)
+        self.ffn = PositionwiseFeedForward(c.d_model, c.d_ff, c.dropout, c.activation, c.bias)
+        self.norm1 = block_norm(c)
+        self.norm2 = block_norm(c)
+        self.dropout1 = FastDropout(c.dropout)
+        self.dropout2 = FastDropout(c.dropout)
 
     def forward(
         self,
@@ -274,35 +308,23 @@ class DecoderLayer(nn.Module):
 
     def __init__(
         self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
+        config: BlockConfig | int,
+        n_heads: int | None = None,
+        d_ff: int | None = None,
         dropout: float = 0.0,
-        norm_first: bool = False,
-        d_k: int | None = None,
-        d_v: int | None = None,
-        attention_dropout: float = 0.0,
-        activation: str = "relu",
-        bias: bool = True,
-        layer_norm_eps: float = 1e-5,
-        norm: str = "layernorm",
-        n_kv_heads: int | None = None,
-        qk_norm: bool = False,
     ) -> None:
         super().__init__()
-        self.norm_first = norm_first
-        qk_norm_of = partial(RMSNorm, eps=layer_norm_eps) if qk_norm else None
-        heads = dict(d_k=d_k, d_v=d_v, dropout=attention_dropout, bias=bias)
-        heads.update(n_kv_heads=n_kv_heads, qk_norm=qk_norm_of)
-        self.self_attn = FastMultiHeadAttention(d_model, n_heads, **heads)
-        self.cross_attn = FastMultiHeadAttention(d_model, n_heads, **heads)
-        self.ffn = PositionwiseFeedForward(d_model, d_ff, dropout, activation, bias)
-        self.norm1 = make_norm(norm, d_model, layer_norm_eps, bias)
-        self.norm2 = make_norm(norm, d_model, layer_norm_eps, bias)
-        self.norm3 = make_norm(norm, d_model, layer_norm_eps, bias)
-        self.dropout1 = FastDropout(dropout)
-        self.dropout2 = FastDropout(dropout)
-        self.dropout3 = FastDropout(dropout)
+        c = _block_config(config, n_heads, d_ff, dropout)
+        self.norm_first = c.norm_first
+        self.self_attn = block_attention(c)
+        self.cross_attn = block_attention(c)
+        self.ffn = PositionwiseFeedForward(c.d_model, c.d_ff, c.dropout, c.activation, c.bias)
+        self.norm1 = block_norm(c)
+        self.norm2 = block_norm(c)
+        self.norm3 = block_norm(c)
+        self.dropout1 = FastDropout(c.dropout)
+        self.dropout2 = FastDropout(c.dropout)
+        self.dropout3 = FastDropout(c.dropout)
 
     def forward(
         self,

@@ -26,7 +26,6 @@ from .model_parts import (
     add_logits_bias,
     final_norm,
     init_linear_weights,
-    layer_kwargs,
     make_positions,
     token_embedding,
 )
@@ -53,9 +52,7 @@ class Encoder(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(
-            EncoderLayer(**layer_kwargs(config)) for _ in range(config.n_layers)
-        )
+        self.layers = nn.ModuleList(EncoderLayer(config.block()) for _ in range(config.n_layers))
         self.norm = final_norm(config)
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
@@ -90,7 +87,7 @@ class Decoder(nn.Module):
         super().__init__()
         config.reject_decoder_only_options("an encoder-decoder model")
         self.layers = nn.ModuleList(
-            DecoderLayer(**layer_kwargs(config)) for _ in range(config.decoder_layers)
+            DecoderLayer(config.block()) for _ in range(config.decoder_layers)
         )
         self.norm = final_norm(config)
 

@@ -1,5 +1,5 @@
 """What every model builds from a :class:`~coursepkg.TransformerConfig`: the token embedding,
-the position module, the layers' arguments, the final norm, the logits bias and the initialisation.
+the position module, the final norm, the logits bias and the initialisation.
 
 The encoder-decoder (:mod:`coursepkg.model`), the decoder-only LM (:mod:`coursepkg.decoder_only`)
 and the encoder-only LM (:mod:`coursepkg.encoder_only`) share these, so each lives here once.
@@ -18,25 +18,6 @@ from torch import Tensor, nn
 from .config import TransformerConfig
 from .layers import LayerNorm, RMSNorm, make_norm
 from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
-
-
-def layer_kwargs(config: TransformerConfig) -> dict:
-    return dict(
-        d_model=config.d_model,
-        n_heads=config.n_heads,
-        d_ff=config.d_ff,
-        dropout=config.dropout,
-        norm_first=config.norm_first,
-        d_k=config.head_dim_k,
-        d_v=config.head_dim_v,
-        attention_dropout=config.attention_dropout,
-        activation=config.activation,
-        bias=config.bias,
-        layer_norm_eps=config.layer_norm_eps,
-        norm=config.norm,
-        n_kv_heads=config.kv_heads,  # the config resolves None (= H), once
-        qk_norm=config.qk_norm,
-    )
 
 
 def final_norm(config: TransformerConfig) -> LayerNorm | RMSNorm | None:

@@ -3,13 +3,23 @@ and pre-LN form: the formulas by hand, masking invariances, and dropout behaviou
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.testing import assert_close
 
-from coursepkg import DecoderLayer, EncoderLayer, LayerNorm, PositionwiseFeedForward, causal_mask
+from coursepkg import (
+    DecoderLayer,
+    EncoderLayer,
+    LayerNorm,
+    PositionwiseFeedForward,
+    TransformerConfig,
+    causal_mask,
+)
+from coursepkg.config import BlockConfig
 from coursepkg.layers import layer_norm_reference
 
 D, H, FF = 16, 2, 32
@@ -105,7 +115,7 @@ def _key_mask(lengths: list[int], n: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_layer_formula(norm_first) -> None:
-    layer = EncoderLayer(D, H, FF, norm_first=norm_first).eval()
+    layer = EncoderLayer(BlockConfig.of(D, H, FF, norm_first=norm_first)).eval()
     _randomise_norms(layer)
     x, mask = torch.randn(2, 5, D), _key_mask([5, 3], 5)
     out = layer(x, mask)
@@ -115,7 +125,7 @@ def test_encoder_layer_formula(norm_first) -> None:
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_layer_formula(norm_first) -> None:
-    layer = DecoderLayer(D, H, FF, norm_first=norm_first).eval()
+    layer = DecoderLayer(BlockConfig.of(D, H, FF, norm_first=norm_first)).eval()
     _randomise_norms(layer)
     y, mem = torch.randn(2, 4, D), torch.randn(2, 6, D)
     self_mask, cross_mask = causal_mask(4), _key_mask([6, 2], 6)
@@ -126,8 +136,8 @@ def test_decoder_layer_formula(norm_first) -> None:
 
 @pytest.mark.parametrize("cls", [EncoderLayer, DecoderLayer])
 def test_post_ln_and_pre_ln_differ(cls) -> None:
-    post = cls(D, H, FF, norm_first=False).eval()
-    pre = cls(D, H, FF, norm_first=True).eval()
+    post = cls(BlockConfig.of(D, H, FF, norm_first=False)).eval()
+    pre = cls(BlockConfig.of(D, H, FF, norm_first=True)).eval()
     pre.load_state_dict(post.state_dict())  # the same weights, only the placement differs
     x, mem = torch.randn(2, 4, D), torch.randn(2, 3, D)
     args = (x,) if cls is EncoderLayer else (x, mem)
@@ -140,7 +150,7 @@ def test_post_ln_and_pre_ln_differ(cls) -> None:
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_layer_ignores_padded_positions(norm_first) -> None:
-    layer = EncoderLayer(D, H, FF, norm_first=norm_first).eval()
+    layer = EncoderLayer(BlockConfig.of(D, H, FF, norm_first=norm_first)).eval()
     lengths = [5, 2, 4]
     x, mask = torch.randn(3, 5, D), _key_mask(lengths, 5)
     real = mask[:, 0, 0, :]  # (B, S)
@@ -150,7 +160,7 @@ def test_encoder_layer_ignores_padded_positions(norm_first) -> None:
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_layer_masks(norm_first) -> None:
-    layer = DecoderLayer(D, H, FF, norm_first=norm_first).eval()
+    layer = DecoderLayer(BlockConfig.of(D, H, FF, norm_first=norm_first)).eval()
     y, mem = torch.randn(2, 5, D), torch.randn(2, 6, D)
     cross = _key_mask([6, 3], 6)
     out = layer(y, mem, causal_mask(5), cross)
@@ -185,7 +195,7 @@ def test_layers_dropout_only_in_training(cls) -> None:
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_layer_gradients_reach_every_parameter(norm_first) -> None:
-    layer = DecoderLayer(D, H, FF, norm_first=norm_first)
+    layer = DecoderLayer(BlockConfig.of(D, H, FF, norm_first=norm_first))
     y, mem = torch.randn(2, 4, D), torch.randn(2, 3, D)
     (layer(y, mem, causal_mask(4)) * torch.randn(2, 4, D)).sum().backward()
     names = {n for n, _ in layer.named_parameters()}
@@ -193,3 +203,69 @@ def test_decoder_layer_gradients_reach_every_parameter(norm_first) -> None:
     assert {"norm1.weight", "norm2.weight", "norm3.bias"} <= names
     for name, p in layer.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+@pytest.mark.parametrize("cls", [EncoderLayer, DecoderLayer])
+@pytest.mark.parametrize("seed", range(3))
+def test_the_exercise_form_builds_the_paper_layer_of_a_block_config(cls, seed) -> None:
+    # EncoderLayer(D, H, F, dropout) (the exercises', ex09's stand-in) == the config form.
+    torch.manual_seed(seed)
+    a = cls(D, H, FF, 0.1)
+    torch.manual_seed(seed)
+    b = cls(BlockConfig.of(D, H, FF, 0.1))
+    assert {k: v.shape for k, v in a.state_dict().items()} == {
+        k: v.shape for k, v in b.state_dict().items()
+    }
+    for (name, p), q in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+        assert torch.equal(p, q), name
+    assert a.dropout1.p == b.dropout1.p == 0.1
+
+
+@pytest.mark.parametrize("n_kv_heads, d_k", [(None, None), (1, 6), (2, None)])
+def test_a_model_config_resolves_its_block_once(n_kv_heads, d_k) -> None:
+    config = TransformerConfig(
+        vocab_size=7, d_model=D, n_heads=H, d_ff=FF, n_kv_heads=n_kv_heads, d_k=d_k, d_v=d_k
+    )
+    block = config.block()
+    assert (block.n_kv_heads, block.d_k, block.d_v) == (
+        config.kv_heads,
+        config.head_dim_k,
+        config.head_dim_v,
+    )
+    assert block.n_kv_heads == (H if n_kv_heads is None else n_kv_heads)
+    attn = EncoderLayer(block).self_attn
+    assert (attn.n_kv_heads, attn.d_k, attn.k_proj.out_features) == (
+        block.n_kv_heads,
+        block.d_k,
+        block.n_kv_heads * block.d_k,
+    )
+
+
+@pytest.mark.parametrize(
+    "make, field",
+    [
+        (lambda: BlockConfig.of(10, 3, 16), "d_model must be divisible by n_heads"),
+        (lambda: BlockConfig.of(D, H, FF, n_kv_heads=3), "n_kv_heads must divide n_heads=2"),
+        (lambda: BlockConfig.of(D, H, FF, activation="tanh"), "activation must be one of"),
+        (lambda: BlockConfig.of(D, H, FF, dropout=1.0), "dropout must be in"),
+        (lambda: BlockConfig.of(D, H, FF, positional="rope"), r"no options \['positional'\]"),
+        (
+            lambda: dataclasses.replace(BlockConfig.of(D, H, FF), n_kv_heads=0),
+            "n_kv_heads must be a positive integer",
+        ),
+        (lambda: dataclasses.replace(BlockConfig.of(D, H, FF), norm="batch"), "norm must be"),
+        (lambda: EncoderLayer(D), "needs n_heads and d_ff"),
+        (lambda: DecoderLayer(BlockConfig.of(D, H, FF), H), "either a BlockConfig or d_model"),
+    ],
+)
+def test_impossible_blocks_are_named(make, field) -> None:
+    with pytest.raises(ValueError, match=field):
+        make()
+
+
+def test_a_block_config_is_frozen_and_named() -> None:
+    block = BlockConfig.of(D, H, FF)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        block.n_kv_heads = 1  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        BlockConfig(D, H, FF)  # type: ignore[misc]  # keyword only: every field by name

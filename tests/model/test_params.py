@@ -112,9 +112,7 @@ def test_closed_form_equals_instantiated_decoder_only(seed) -> None:
 @pytest.mark.parametrize("seed", range(6))
 def test_layer_breakdown_matches_the_layers(seed) -> None:
     c = _random_config(seed)
-    kw = dict(d_k=c.d_k, d_v=c.d_v, bias=c.bias, norm_first=c.norm_first)
-    enc = EncoderLayer(c.d_model, c.n_heads, c.d_ff, **kw)
-    dec = DecoderLayer(c.d_model, c.n_heads, c.d_ff, **kw)
+    enc, dec = EncoderLayer(c.block()), DecoderLayer(c.block())
     parts = layer_breakdown(c)
     assert parts["encoder.self_attn"] == _numel(enc.self_attn)
     assert parts["encoder.ffn"] == _numel(enc.ffn)

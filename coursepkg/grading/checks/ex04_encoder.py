@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ...config import BlockConfig
 from ...layers import EncoderLayer as _ReferenceEncoderLayer
 from ...layers import LayerNorm as _ReferenceLayerNorm
 from ...layers import PositionwiseFeedForward as _ReferenceFFN
@@ -490,7 +491,9 @@ def _encoder_masked_sequence(x: Tensor) -> tuple[Tensor, Tensor]:
 _ENCODER_SPEC = ModuleSpec(
     item=ENC_ITEM,
     bugs=ENC_BUGS,
-    reference=lambda cfg: _ReferenceEncoderLayer(cfg["D"], cfg["H"], cfg["F"]).eval(),
+    reference=lambda cfg: _ReferenceEncoderLayer(
+        BlockConfig.of(cfg["D"], cfg["H"], cfg["F"])
+    ).eval(),
     args=lambda cfg: (cfg["D"], cfg["H"], cfg["F"]),
     dims=lambda cfg: {"D": cfg["D"], "H": cfg["H"], "F": cfg["F"]},
     dry=lambda cfg: (torch.zeros(1, 2, cfg["D"]), None),  # (1, 2, D)

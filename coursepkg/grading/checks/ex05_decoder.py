@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ...config import BlockConfig
 from ...layers import DecoderLayer as _ReferenceDecoderLayer
 from ...masks import causal_mask as _reference_causal_mask
 from ..framework import (
@@ -243,7 +244,7 @@ def _reference_layer(config: dict[str, int]) -> nn.Module:
     """The reference layer of a configuration (under the configuration's seed, which
     :func:`check_module` sets), with LayerNorm gains and shifts moved away from 1 and 0 (so
     that a swapped or missing norm shows in the numbers)."""
-    layer = _ReferenceDecoderLayer(config["D"], config["H"], config["F"], dropout=0.0).eval()
+    layer = _ReferenceDecoderLayer(BlockConfig.of(config["D"], config["H"], config["F"])).eval()
     with torch.no_grad():
         for name in ("norm1", "norm2", "norm3"):
             norm = getattr(layer, name)

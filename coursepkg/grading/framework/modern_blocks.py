@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...attention import MultiHeadAttention as _ReferenceMHA
+from ...config import BlockConfig
 from ...layers import EncoderLayer as _ReferenceLayer
 from ...positional import RopeAngles, apply_rope, rope_frequencies
 from .variants import masked_attention
@@ -215,7 +216,7 @@ class ReferenceBlock(_ReferenceLayer):
 
     def __init__(self, d: int, h: int, hkv: int, f: int, eps: float, theta: float, pairs: str):
         kw = {"activation": "swiglu", "bias": False, "layer_norm_eps": eps, "norm": "rmsnorm"}
-        super().__init__(d, h, f, norm_first=True, n_kv_heads=hkv, **kw)
+        super().__init__(BlockConfig.of(d, h, f, norm_first=True, n_kv_heads=hkv, **kw))
         self.rope_args = (theta, pairs)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, cache: None = None) -> Tensor:
