@@ -15,7 +15,6 @@ from torch import Tensor, nn
 
 from .calling import call_student, reject_reference_class
 from .inputs import describe, shape_text
-from .registry import catalogue
 from .results import BugVariant, CheckFailure, CheckReport
 
 # ---------------------------------------------------------------------------------------------
@@ -305,18 +304,6 @@ def parameter_table(
     return ok, text
 
 
-def is_catalogued(cls: Any) -> bool:
-    """Whether ``cls`` is one of the catalogues' own mistake classes, which the tests hand a
-    check as if a student had written them.
-
-    A known mistake is the reference with one step overridden, so it subclasses the reference
-    on purpose; :func:`build_module` lets exactly those class objects through its rejection of
-    reference classes. The test is identity, not a name or an attribute: a student's class is
-    a new class object and is never exempt.
-    """
-    return any(bug.impl is cls for bug in catalogue())
-
-
 def build_module(
     cls: Any,
     args: Sequence[Any],
@@ -327,8 +314,7 @@ def build_module(
     kwargs: dict[str, Any] | None = None,
     probe: Sequence[Any] | None = None,
 ) -> nn.Module:
-    """Construct the student's module safely, reject reference classes (except the catalogues'
-    own mistakes, :func:`is_catalogued`), switch to eval mode.
+    """Construct the student's module safely, reject reference classes, switch to eval mode.
 
     Args:
         cls: the student's class.
@@ -340,15 +326,12 @@ def build_module(
         probe: inputs of one forward pass that initialises lazy parameters
             (``nn.LazyLinear``), run only when the module has some.
     """
-    catalogued = is_catalogued(cls)
-    if not catalogued:
-        reject_reference_class(cls, item, extra=extra)
+    reject_reference_class(cls, item, extra=extra)
     torch.manual_seed(seed)
     module = call_student(cls, *args, item=item, **(kwargs or {}))
     if not isinstance(module, nn.Module):
         raise CheckFailure(f"{item}(...) should build an nn.Module, got {type(module).__name__}.")
-    if not catalogued:
-        reject_reference_class(cls, item, instance=module, extra=extra)
+    reject_reference_class(cls, item, instance=module, extra=extra)
     if probe is not None:
         materialise_lazy(module, lambda m: call_student(m, *probe, item=item), item)
     return module.eval()
