@@ -1,8 +1,10 @@
 """The catalogue of ex11_modern_block: the known mistakes of today's decoder block (RMSNorm,
 rotary positions, SwiGLU, grouped-query attention and the pre-norm block). Each is a wrong
-function with the stub's signature (``apply_rope``) or a wrong forward: a subclass of a correct
-module of :mod:`..framework.modern_blocks` overriding the one step it gets wrong, its class
-name (``GroupedQueryAttention_<mistake>``) what a parameter table shows. The check reruns the
+function with the stub's signature (``apply_rope``) or a wrong forward: a subclass overriding
+the one step it gets wrong, of the reference (:class:`~coursepkg.layers.RMSNorm`, the gated
+:class:`~coursepkg.layers.PositionwiseFeedForward`) or, for the attention and the block, of a
+correct module of :mod:`..framework.modern_blocks`; its class name
+(``GroupedQueryAttention_<mistake>``) is what a parameter table shows. The check reruns the
 variant on the student's inputs (with the reference's weights) and names it when they match.
 
 Dimension legend: B batch, L length, D d_model, H query heads, Hkv key/value heads, Dh per-head
@@ -15,14 +17,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ...layers import PositionwiseFeedForward, RMSNorm
 from ..framework import BugVariant
 from ..framework.modern_blocks import (
     PreNormBlock,
     ReferenceBlock,
     ReferenceGQA,
-    RMSNormBlock,
     RotaryGQABlock,
-    SwiGLUBlock,
     inv_freq,
     pair_index,
     rope_angles,
@@ -61,32 +62,32 @@ Cache = dict[str, Tensor] | None
 # --- RMSNorm ---------------------------------------------------------------------------------
 
 
-class RMSNorm_subtracts_mean(RMSNormBlock):
+class RMSNorm_subtracts_mean(RMSNorm):
     def forward(self, x: Tensor) -> Tensor:
         centred = x - x.mean(dim=-1, keepdim=True)  # (..., D): LayerNorm's centring
         mean_square = centred.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
         return centred / torch.sqrt(mean_square + self.eps) * self.weight
 
 
-class RMSNorm_eps_outside_root(RMSNormBlock):
+class RMSNorm_eps_outside_root(RMSNorm):
     def forward(self, x: Tensor) -> Tensor:
         rms = x.pow(2).mean(dim=-1, keepdim=True).sqrt()  # (..., 1)
         return x / (rms + self.eps) * self.weight  # (..., D)
 
 
-class RMSNorm_mean_over_wrong_axis(RMSNormBlock):
+class RMSNorm_mean_over_wrong_axis(RMSNorm):
     def forward(self, x: Tensor) -> Tensor:
         mean_square = x.pow(2).mean(dim=1, keepdim=True)  # (B, 1, D): over the positions
         return x / torch.sqrt(mean_square + self.eps) * self.weight  # (B, L, D)
 
 
-class RMSNorm_l2_norm_not_rms(RMSNormBlock):
+class RMSNorm_l2_norm_not_rms(RMSNorm):
     def forward(self, x: Tensor) -> Tensor:
         norm = x.norm(dim=-1, keepdim=True)  # (..., 1): sqrt of the sum, not of the mean
         return x / (norm + self.eps) * self.weight  # (..., D)
 
 
-class RMSNorm_gain_before_norm(RMSNormBlock):
+class RMSNorm_gain_before_norm(RMSNorm):
     def forward(self, x: Tensor) -> Tensor:
         x = x * self.weight  # (..., D): scaled first, then normalised
         return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
@@ -300,12 +301,19 @@ ROPE_BUGS: list[BugVariant] = [
 # --- SwiGLU ----------------------------------------------------------------------------------
 
 
-class SwiGLU_gate_on_wrong_branch(SwiGLUBlock):
+class _SwiGLU(PositionwiseFeedForward):
+    def __init__(self, d_model: int, d_ff: int) -> None:
+        """The reference feed-forward as the exercise's ``SwiGLU(d_model, d_ff)``: gated by
+        SiLU, no biases (``linear1`` the gate, ``linear3`` the linear branch)."""
+        super().__init__(d_model, d_ff, activation="swiglu", bias=False)
+
+
+class SwiGLU_gate_on_wrong_branch(_SwiGLU):
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.linear1(x) * F.silu(self.linear3(x)))  # SiLU on W3 x
 
 
-class SwiGLU_sigmoid_gate(SwiGLUBlock):
+class SwiGLU_sigmoid_gate(_SwiGLU):
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(torch.sigmoid(self.linear1(x)) * self.linear3(x))  # GLU's gate
 

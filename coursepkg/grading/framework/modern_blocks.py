@@ -1,11 +1,12 @@
-"""The correct blocks of today's decoder that ex11's catalogue builds its mistakes from, and
-the reference called as the student's blocks are: :class:`RMSNormBlock`, the rotary helpers,
-:class:`SwiGLUBlock`, :class:`RotaryGQABlock` (grouped-query self-attention with RoPE and a
-dict KV cache) and :class:`PreNormBlock`, each written in steps a catalogued mistake overrides
-one at a time; :class:`ReferenceGQA` and :class:`ReferenceBlock` are the reference's
-:class:`~coursepkg.attention.MultiHeadAttention` (``n_kv_heads``, RoPE, no biases) and pre-norm
-:class:`~coursepkg.layers.EncoderLayer`, called as ``f(x, mask)``, for the checks to compare
-with.
+"""The correct blocks of today's decoder that ex11's catalogue builds its attention and block
+mistakes on, and the reference called as the student's blocks are: the rotary helpers,
+:class:`RotaryGQABlock` (grouped-query self-attention with RoPE and a dict KV cache) and
+:class:`PreNormBlock` (the reference's RMSNorm and gated feed-forward around it), each written
+in steps a catalogued mistake overrides one at a time; :class:`ReferenceGQA` and
+:class:`ReferenceBlock` are the reference's :class:`~coursepkg.attention.MultiHeadAttention`
+(``n_kv_heads``, RoPE, no biases) and pre-norm :class:`~coursepkg.layers.EncoderLayer`, called
+as ``f(x, mask)``, for the checks to compare with. (The RMSNorm and SwiGLU mistakes subclass
+the reference directly.)
 
 Dimension legend: B batch, L length, D d_model, H query heads, Hkv key/value heads, Dh per-head
 width, F hidden width of the feed-forward.
@@ -14,22 +15,20 @@ width, F hidden width of the feed-forward.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...attention import MultiHeadAttention as _ReferenceMHA
 from ...config import BlockConfig
 from ...layers import EncoderLayer as _ReferenceLayer
+from ...layers import PositionwiseFeedForward, RMSNorm
 from ...positional import RopeAngles, apply_rope, rope_frequencies
 from .variants import masked_attention
 
 __all__ = [
     "PreNormBlock",
-    "RMSNormBlock",
     "ReferenceBlock",
     "ReferenceGQA",
     "RotaryGQABlock",
-    "SwiGLUBlock",
     "pair_index",
     "rope_angles",
     "inv_freq",
@@ -37,19 +36,6 @@ __all__ = [
     "rotate_interleaved",
     "rotate_pairs",
 ]
-
-
-class RMSNormBlock(nn.Module):
-    """The correct RMSNorm, ``weight`` only; each catalogued mistake overrides its forward."""
-
-    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d_model))
-
-    def forward(self, x: Tensor) -> Tensor:
-        mean_square = x.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
-        return x / torch.sqrt(mean_square + self.eps) * self.weight  # (..., D)
 
 
 def rope_angles(positions: Tensor, inv_freq: Tensor) -> Tensor:
@@ -84,20 +70,6 @@ def rotate_interleaved(x: Tensor, angles: Tensor) -> Tensor:
 
 def rotate_pairs(x: Tensor, angles: Tensor, pairs: str) -> Tensor:
     return rotate_halves(x, angles) if pairs == "halves" else rotate_interleaved(x, angles)
-
-
-class SwiGLUBlock(nn.Module):
-    """The correct gated feed-forward without biases: ``linear1`` (the gate, through SiLU),
-    ``linear3`` (the linear branch), ``linear2`` (back to D)."""
-
-    def __init__(self, d_model: int, d_ff: int) -> None:
-        super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff, bias=False)
-        self.linear2 = nn.Linear(d_ff, d_model, bias=False)
-        self.linear3 = nn.Linear(d_model, d_ff, bias=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(F.silu(self.linear1(x)) * self.linear3(x))  # (B, L, D)
 
 
 class RotaryGQABlock(nn.Module):
@@ -168,7 +140,8 @@ class RotaryGQABlock(nn.Module):
 
 
 class PreNormBlock(nn.Module):
-    """The correct pre-norm block: x + attention(norm1(x)), then + ffn(norm2(x))."""
+    """The correct pre-norm block: x + attention(norm1(x)), then + ffn(norm2(x)), with the
+    reference's RMSNorm and gated feed-forward around the attention below."""
 
     def __init__(
         self,
@@ -181,10 +154,10 @@ class PreNormBlock(nn.Module):
         rope_pairs: str = "halves",
     ) -> None:
         super().__init__()
-        self.norm1 = RMSNormBlock(d_model, eps)
+        self.norm1 = RMSNorm(d_model, eps)
         self.self_attn = RotaryGQABlock(d_model, n_heads, n_kv_heads, rope_theta, rope_pairs)
-        self.norm2 = RMSNormBlock(d_model, eps)
-        self.ffn = SwiGLUBlock(d_model, d_ff)
+        self.norm2 = RMSNorm(d_model, eps)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, activation="swiglu", bias=False)
 
     def forward(
         self, x: Tensor, mask: Tensor | None = None, cache: dict[str, Tensor] | None = None
