@@ -1,11 +1,9 @@
 """The catalogue of ex11_modern_block: the known mistakes of today's decoder block (RMSNorm,
 rotary positions, SwiGLU, grouped-query attention and the pre-norm block). Each is a wrong
-function with the stub's signature (``apply_rope``) or a wrong forward: a subclass overriding
-the one step it gets wrong, of the reference (:class:`~coursepkg.layers.RMSNorm`, the gated
-:class:`~coursepkg.layers.PositionwiseFeedForward`) or, for the attention and the block, of a
-correct module of :mod:`..framework.modern_blocks`; its class name
-(``GroupedQueryAttention_<mistake>``) is what a parameter table shows. The check reruns the
-variant on the student's inputs (with the reference's weights) and names it when they match.
+function with the stub's signature (``apply_rope``) or a wrong forward: a subclass of the
+reference (``RMSNorm``, ``ReferenceSwiGLU``) or of a block of :mod:`..framework.modern_blocks`
+overriding the one step it gets wrong, named ``<Class>_<mistake>`` for the parameter table. The
+check reruns it on the student's inputs (with the reference's weights), names it on a match.
 
 Dimension legend: B batch, L length, D d_model, H query heads, Hkv key/value heads, Dh per-head
 width, F hidden width of the feed-forward.
@@ -17,12 +15,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ...layers import PositionwiseFeedForward, RMSNorm
+from ...layers import RMSNorm
 from ..framework import BugVariant
 from ..framework.modern_blocks import (
     PreNormBlock,
     ReferenceBlock,
     ReferenceGQA,
+    ReferenceSwiGLU,
     RotaryGQABlock,
     inv_freq,
     pair_index,
@@ -301,19 +300,12 @@ ROPE_BUGS: list[BugVariant] = [
 # --- SwiGLU ----------------------------------------------------------------------------------
 
 
-class _SwiGLU(PositionwiseFeedForward):
-    def __init__(self, d_model: int, d_ff: int) -> None:
-        """The reference feed-forward as the exercise's ``SwiGLU(d_model, d_ff)``: gated by
-        SiLU, no biases (``linear1`` the gate, ``linear3`` the linear branch)."""
-        super().__init__(d_model, d_ff, activation="swiglu", bias=False)
-
-
-class SwiGLU_gate_on_wrong_branch(_SwiGLU):
+class SwiGLU_gate_on_wrong_branch(ReferenceSwiGLU):
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.linear1(x) * F.silu(self.linear3(x)))  # SiLU on W3 x
 
 
-class SwiGLU_sigmoid_gate(_SwiGLU):
+class SwiGLU_sigmoid_gate(ReferenceSwiGLU):
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(torch.sigmoid(self.linear1(x)) * self.linear3(x))  # GLU's gate
 

@@ -5,8 +5,8 @@ mistakes on, and the reference called as the student's blocks are: the rotary he
 in steps a catalogued mistake overrides one at a time; :class:`ReferenceGQA` and
 :class:`ReferenceBlock` are the reference's :class:`~coursepkg.attention.MultiHeadAttention`
 (``n_kv_heads``, RoPE, no biases) and pre-norm :class:`~coursepkg.layers.EncoderLayer`, called
-as ``f(x, mask)``, for the checks to compare with. (The RMSNorm and SwiGLU mistakes subclass
-the reference directly.)
+as ``f(x, mask)``, for the checks to compare with, and :class:`ReferenceSwiGLU`, the
+reference's gated feed-forward as the exercise builds it, which the SwiGLU mistakes subclass.
 
 Dimension legend: B batch, L length, D d_model, H query heads, Hkv key/value heads, Dh per-head
 width, F hidden width of the feed-forward.
@@ -28,6 +28,7 @@ __all__ = [
     "PreNormBlock",
     "ReferenceBlock",
     "ReferenceGQA",
+    "ReferenceSwiGLU",
     "RotaryGQABlock",
     "pair_index",
     "rope_angles",
@@ -70,6 +71,14 @@ def rotate_interleaved(x: Tensor, angles: Tensor) -> Tensor:
 
 def rotate_pairs(x: Tensor, angles: Tensor, pairs: str) -> Tensor:
     return rotate_halves(x, angles) if pairs == "halves" else rotate_interleaved(x, angles)
+
+
+class ReferenceSwiGLU(PositionwiseFeedForward):
+    """The reference feed-forward as the exercise's ``SwiGLU(d_model, d_ff)``: gated by SiLU,
+    no biases (``linear1`` the gate, ``linear3`` the linear branch)."""
+
+    def __init__(self, d_model: int, d_ff: int) -> None:
+        super().__init__(d_model, d_ff, activation="swiglu", bias=False)
 
 
 class RotaryGQABlock(nn.Module):
@@ -157,7 +166,7 @@ class PreNormBlock(nn.Module):
         self.norm1 = RMSNorm(d_model, eps)
         self.self_attn = RotaryGQABlock(d_model, n_heads, n_kv_heads, rope_theta, rope_pairs)
         self.norm2 = RMSNorm(d_model, eps)
-        self.ffn = PositionwiseFeedForward(d_model, d_ff, activation="swiglu", bias=False)
+        self.ffn = ReferenceSwiGLU(d_model, d_ff)
 
     def forward(
         self, x: Tensor, mask: Tensor | None = None, cache: dict[str, Tensor] | None = None
