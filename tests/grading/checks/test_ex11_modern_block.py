@@ -21,7 +21,7 @@ from coursepkg.grading import (
     check_swiglu,
 )
 from coursepkg.grading.checks import ex11_modern_block_mistakes as catalogue
-from coursepkg.grading.framework import configs, decode_with_cache, weights
+from coursepkg.grading.framework import configs, decode_with_cache, modern_blocks, weights
 from coursepkg.layers import PositionwiseFeedForward, RMSNorm
 from coursepkg.masks import causal_mask
 from coursepkg.positional import apply_rope
@@ -204,10 +204,10 @@ def test_the_catalogue_s_attention_and_block_are_the_reference_s(cfg):
     args = (cfg["D"], cfg["H"], cfg["Hkv"])
     rope = (cfg["theta"], cfg["pairs"])
     pairs = [
-        (catalogue.RotaryGQABlock(*args, *rope), catalogue.ReferenceGQA(*args, *rope)),
+        (modern_blocks.RotaryGQABlock(*args, *rope), modern_blocks.ReferenceGQA(*args, *rope)),
         (
-            catalogue.PreNormBlock(*args, cfg["F"], 1e-5, *rope),
-            catalogue.ReferenceBlock(*args, cfg["F"], 1e-5, *rope),
+            modern_blocks.PreNormBlock(*args, cfg["F"], 1e-5, *rope),
+            modern_blocks.ReferenceBlock(*args, cfg["F"], 1e-5, *rope),
         ),
     ]
     x = torch.randn(cfg["B"], cfg["L"], cfg["D"], generator=torch.Generator().manual_seed(1))
