@@ -35,9 +35,9 @@
 
 Modules import each other downwards only: results <- inputs <- calling <- compare <- weights
 <- masks, locate, modules, norms; self_attention sits on masks and modules; registry needs
-results only; pieces sits on locate, norms and registry; variants and watch need nothing of
-the framework. A check module imports the framework and its own catalogue, never another
-check module.
+results and calling (it records each catalogue's classes there, for the honesty rule); pieces
+sits on locate, norms and registry; variants and watch need nothing of the framework. A check
+module imports the framework and its own catalogue, never another check module.
 """
 
 from __future__ import annotations
