@@ -221,9 +221,7 @@ class MultiHeadAttention(nn.Module):
             q, k = rope.rotate(q), rope.rotate(k)  # (B, H, L, Dk), (B, Hkv, S, Dk)
         if cache is not None:  # the cache keeps the Hkv heads: H / Hkv times less memory
             k, v = cache.update(k, v)  # (B, Hkv, S_total, Dk), (B, Hkv, S_total, Dv)
-        out = self._attend(q, k, v, mask)  # (B, H, L, Dv)
-        b, _, n_q, _ = out.shape
-        out = out.transpose(1, 2).reshape(b, n_q, self.n_heads * self.d_v)  # (B, L, H*Dv)
+        out = self._merge_heads(self._attend(q, k, v, mask))  # (B, L, H*Dv)
         return self.out_proj(out)  # (B, L, D)
 
     def _project(
@@ -255,6 +253,15 @@ class MultiHeadAttention(nn.Module):
             self.last_weights = weights.detach()  # (B, H, L, S)
             return out  # (B, H, L, Dv)
         return fused_attention(q, k, v, mask, p)  # (B, H, L, Dv)
+
+    def _merge_heads(self, out: Tensor) -> Tensor:
+        """Concat(head_1..head_H): the heads side by side again at each position.
+
+        Shape:
+            out (B, H, L, Dv) -> (B, L, H*Dv).
+        """
+        b, _, n_q, _ = out.shape
+        return out.transpose(1, 2).reshape(b, n_q, self.n_heads * self.d_v)  # (B, L, H*Dv)
 
     def _split(self, x: Tensor, size: int, heads: int | None = None) -> Tensor:
         # (B, n, heads*size) -> (B, heads, n, size): one slice of the width per head

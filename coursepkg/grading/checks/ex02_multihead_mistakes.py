@@ -1,9 +1,11 @@
 """The catalogue of ex02_multihead: the known mistakes of ``MultiHeadAttention``. Each is a
-wrong forward: a subclass of the framework's correct :class:`HeadsBlock` that overrides the one
-step it gets wrong (the evidence: the check builds it with the student's arguments, gives it the
-reference's weights, reruns it on the student's inputs and compares outputs; a missing
-projection also shows in the parameter table), with its id and the story and advice a student
-reads when their output matches it.
+wrong forward: a subclass of the reference :class:`~coursepkg.attention.MultiHeadAttention`
+that overrides the one step it gets wrong (split, attend, merge, the projections; the
+evidence: the check builds it with the student's arguments, gives it the reference's weights,
+reruns it on the student's inputs and compares outputs; a missing projection also shows in the
+parameter table), with its id and the story and advice a student reads when their output
+matches it. The mistakes named by a built-in call are not built on the reference: the tests run
+them as a student's code, and a student's class may not contain the reference.
 
 Dimension legend: B batch, H heads, L queries, S keys, D d_model, Dk per-head size.
 """
@@ -16,65 +18,74 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..framework import BugVariant, HeadsBlock, call_student, masked_attention
+from ...attention import MultiHeadAttention
+from ...kv_cache import AttentionCache
+from ...positional import RopeAngles
+from ..framework import BugVariant, HeadsBlock, call_student
 
 __all__ = ["BUGS", "MHA_BUGS", "MHA_ITEM"]
 
 MHA_ITEM = "MultiHeadAttention"
 
 # The class names (MultiHeadAttention_<mistake>) are what a parameter table shows for a variant.
+# The reference's attention step runs the fused kernel; the catalogue's verdicts compare
+# outputs at DIAGNOSE_TOLERANCE (1e-3, 1e-4), far above its float difference to the textbook
+# kernel (~1e-7), so the mistakes that keep the reference's step need no textbook copy.
 
 
-class MultiHeadAttention_split_without_transpose(HeadsBlock):
-    def split(self, x: Tensor) -> Tensor:
-        """(B, n, D) viewed as (B, H, n, Dk) directly: positions and features mixed."""
-        b, n, d = x.shape
-        return x.reshape(b, self.n_heads, n, d // self.n_heads)  # (B, H, n, Dk)
+class MultiHeadAttention_split_without_transpose(MultiHeadAttention):
+    def _split(self, x: Tensor, size: int, heads: int | None = None) -> Tensor:
+        """(B, n, heads*size) viewed as (B, heads, n, size) directly: positions and features
+        mixed."""
+        b, n, _ = x.shape
+        heads = self.n_heads if heads is None else heads
+        return x.reshape(b, heads, n, size)  # (B, heads, n, size)
 
 
-class MultiHeadAttention_merge_wrong_order(HeadsBlock):
-    def merge(self, out: Tensor) -> Tensor:
-        """(B, H, L, Dk) viewed as (B, L, D) without moving the head axis back."""
-        b, h, n, d_k = out.shape
-        return out.reshape(b, n, h * d_k)  # (B, L, D)
+class MultiHeadAttention_merge_wrong_order(MultiHeadAttention):
+    def _merge_heads(self, out: Tensor) -> Tensor:
+        """(B, H, L, Dv) viewed as (B, L, H*Dv) without moving the head axis back."""
+        b, h, n, d_v = out.shape
+        return out.reshape(b, n, h * d_v)  # (B, L, H*Dv)
 
 
-class MultiHeadAttention_no_output_projection(HeadsBlock):
+class MultiHeadAttention_no_output_projection(MultiHeadAttention):
     def __init__(self, d_model: int, n_heads: int) -> None:
-        """The three input projections only: W^O is never built."""
-        nn.Module.__init__(self)
-        self.n_heads = n_heads
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
-
-    def project_out(self, out: Tensor) -> Tensor:
-        return out  # (B, L, D)
+        """The three input projections only: W^O is never built, the merged heads are the
+        output."""
+        super().__init__(d_model, n_heads)
+        self.out_proj = nn.Identity()  # no weight, no bias: (B, L, D) as it is
 
 
-class MultiHeadAttention_scale_by_d_model(HeadsBlock):
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+class MultiHeadAttention_scale_by_d_model(MultiHeadAttention):
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         """Scores divided by sqrt(D): the kernel divides by sqrt(Dk), this makes it sqrt(D)."""
-        d_model = q.size(-1) * self.n_heads
-        return masked_attention(q * math.sqrt(q.size(-1) / d_model), k, v, mask)
+        scale = math.sqrt(q.size(-1) / self.d_model)
+        return super()._attend(q * scale, k, v, mask)  # (B, H, L, Dk)
 
 
-class MultiHeadAttention_inverted_mask(HeadsBlock):
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+class MultiHeadAttention_inverted_mask(MultiHeadAttention):
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         """True read as blocked."""
-        return masked_attention(q, k, v, None if mask is None else ~mask)  # (B, H, L, Dk)
+        return super()._attend(q, k, v, None if mask is None else ~mask)  # (B, H, L, Dk)
 
 
-class MultiHeadAttention_ignores_key_value(HeadsBlock):
+class MultiHeadAttention_ignores_key_value(MultiHeadAttention):
     def forward(
-        self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: Tensor | None = None,
+        cache: AttentionCache | None = None,
+        rope: RopeAngles | None = None,
     ) -> Tensor:
         """Keys and values projected from the query: self-attention only."""
-        return super().forward(query, query, query, mask)  # (B, L, D)
+        return super().forward(query, query, query, mask, cache, rope)  # (B, L, D)
 
 
-class MultiHeadAttention_masked_row_uniform(HeadsBlock):
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+class MultiHeadAttention_masked_row_uniform(MultiHeadAttention):
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         """A finite fill (-1e9) and no zeroing: a fully masked query averages the values."""
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, L, S)
         if mask is not None:
@@ -82,15 +93,10 @@ class MultiHeadAttention_masked_row_uniform(HeadsBlock):
         return torch.softmax(scores, dim=-1) @ v  # (B, H, L, Dk)
 
 
-class MultiHeadAttention_no_bias(HeadsBlock):
+class MultiHeadAttention_no_bias(MultiHeadAttention):
     def __init__(self, d_model: int, n_heads: int) -> None:
         """The four projections without biases (D2L's default, nanoGPT's bias=False)."""
-        nn.Module.__init__(self)
-        self.n_heads = n_heads
-        self.q_proj = nn.Linear(d_model, d_model, bias=False)
-        self.k_proj = nn.Linear(d_model, d_model, bias=False)
-        self.v_proj = nn.Linear(d_model, d_model, bias=False)
-        self.out_proj = nn.Linear(d_model, d_model, bias=False)
+        super().__init__(d_model, n_heads, bias=False)
 
 
 class MultiHeadAttention_no_qkv_bias(MultiHeadAttention_no_bias):

@@ -1,12 +1,14 @@
 """The catalogue of ex04_encoder: the known mistakes of LayerNorm, the feed-forward network and
-the encoder layer's wiring. Each is a wrong forward: a subclass of a correct module (written here,
-:class:`_Norm` and :class:`_Encoder`, or shared, the framework's :class:`FeedForwardBlock`, all
-with the reference's parameter names) that overrides ``forward`` (the evidence: the check builds
-it with the student's arguments, gives it the reference's weights, reruns it on the student's
-inputs and compares outputs), with its id and the story and advice a student reads when their
-output matches it. A mistake that leaves out parameters or fixes a width is named by the
-parameter count and the student's module's own behaviour (``shows``), one that calls a built-in
-by that call (``calls``).
+the encoder layer's wiring. Each is a wrong forward: a subclass of the reference
+(:class:`~coursepkg.layers.LayerNorm`, :class:`~coursepkg.layers.PositionwiseFeedForward`,
+:class:`~coursepkg.layers.EncoderLayer`) that overrides the one step it gets wrong, its forward
+or its widths (the evidence: the check builds it with the student's arguments, gives it the
+reference's weights, reruns it on the student's inputs and compares outputs), with its id and
+the story and advice a student reads when their output matches it. A mistake that leaves out
+parameters or fixes a width is named by the parameter count and the student's module's own
+behaviour (``shows``), one that calls a built-in by that call (``calls``); those are not built
+on the reference, since the tests run them as a student's code and a student's class may not
+contain the reference.
 :func:`coursepkg.grading.framework.analyse_norm` also reads a LayerNorm's mistake from the
 student's module itself.
 
@@ -21,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ...layers import EncoderLayer, LayerNorm, PositionwiseFeedForward
 from ..framework import BugVariant, FeedForwardBlock, HeadsBlock, call_student, materialise_lazy
 
 __all__ = ["BUGS", "ENC_BUGS", "ENC_ITEM", "FFN_BUGS", "FFN_ITEM", "LN_BUGS", "LN_ITEM"]
@@ -34,83 +37,68 @@ ENC_ITEM = "EncoderLayer"
 # ---------------------------------------------------------------------------------------------
 
 
-class _Norm(nn.Module):
-    """The correct LayerNorm, with the reference's parameter names; each catalogued LayerNorm
-    mistake overrides its forward (or its default eps)."""
-
-    default_eps = 1e-5
-
-    def __init__(self, d_model: int, eps: float | None = None) -> None:
-        super().__init__()
-        self.eps = self.default_eps if eps is None else eps
-        self.weight = nn.Parameter(torch.ones(d_model))
-        self.bias = nn.Parameter(torch.zeros(d_model))
-
-    def forward(self, x: Tensor) -> Tensor:
-        centred = x - x.mean(dim=-1, keepdim=True)  # (..., D)
-        var = x.var(dim=-1, unbiased=False, keepdim=True)  # (..., 1)
-        return centred / (var + self.eps).sqrt() * self.weight + self.bias  # (..., D)
-
-
-class LayerNorm_unbiased_variance(_Norm):
+class LayerNorm_unbiased_variance(LayerNorm):
     def forward(self, x: Tensor) -> Tensor:
         centred = x - x.mean(dim=-1, keepdim=True)  # (..., D)
         var = x.var(dim=-1, unbiased=True, keepdim=True)  # (..., 1): divided by D - 1
         return centred / (var + self.eps).sqrt() * self.weight + self.bias
 
 
-class LayerNorm_eps_outside_sqrt(_Norm):
+class LayerNorm_eps_outside_sqrt(LayerNorm):
     def forward(self, x: Tensor) -> Tensor:
         centred = x - x.mean(dim=-1, keepdim=True)  # (..., D)
         var = x.var(dim=-1, unbiased=False, keepdim=True)  # (..., 1)
         return centred / (var.sqrt() + self.eps) * self.weight + self.bias
 
 
-class LayerNorm_wrong_axis(_Norm):
+class LayerNorm_wrong_axis(LayerNorm):
     def forward(self, x: Tensor) -> Tensor:
         centred = x - x.mean(dim=-2, keepdim=True)  # (..., L, D): over the positions
         var = x.var(dim=-2, unbiased=False, keepdim=True)  # (..., 1, D)
         return centred / (var + self.eps).sqrt() * self.weight + self.bias
 
 
-class LayerNorm_no_affine(_Norm):
+class LayerNorm_no_affine(LayerNorm):
     def forward(self, x: Tensor) -> Tensor:
         centred = x - x.mean(dim=-1, keepdim=True)  # (..., D)
         var = x.var(dim=-1, unbiased=False, keepdim=True)  # (..., 1)
         return centred / (var + self.eps).sqrt()  # weight and bias never applied
 
 
-class LayerNorm_divides_by_variance(_Norm):
+class LayerNorm_divides_by_variance(LayerNorm):
     def forward(self, x: Tensor) -> Tensor:
         centred = x - x.mean(dim=-1, keepdim=True)  # (..., D)
         var = x.var(dim=-1, unbiased=False, keepdim=True)  # (..., 1)
         return centred / (var + self.eps) * self.weight + self.bias
 
 
-class LayerNorm_eps_ignored(_Norm):
+class LayerNorm_eps_ignored(LayerNorm):
     def forward(self, x: Tensor) -> Tensor:
         centred = x - x.mean(dim=-1, keepdim=True)  # (..., D)
         var = x.var(dim=-1, unbiased=False, keepdim=True)  # (..., 1)
         return centred / var.sqrt() * self.weight + self.bias
 
 
-class LayerNorm_default_eps(_Norm):
-    default_eps = 1e-12  # BERT's
+class LayerNorm_default_eps(LayerNorm):
+    def __init__(self, d_model: int, eps: float = 1e-12) -> None:
+        """BERT's default eps in the signature, where the exercise's is 1e-5."""
+        super().__init__(d_model, eps)
 
 
-class PositionwiseFeedForward_no_activation(FeedForwardBlock):
+class PositionwiseFeedForward_no_activation(PositionwiseFeedForward):
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.linear1(x))  # (B, L, D)
 
 
-class PositionwiseFeedForward_activation_after_output(FeedForwardBlock):
+class PositionwiseFeedForward_activation_after_output(PositionwiseFeedForward):
     def forward(self, x: Tensor) -> Tensor:
         return F.relu(self.linear2(self.linear1(x)))  # (B, L, D)
 
 
-class PositionwiseFeedForward_gelu_instead_of_relu(FeedForwardBlock):
-    def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(F.gelu(self.linear1(x)))  # (B, L, D)
+class PositionwiseFeedForward_gelu_instead_of_relu(PositionwiseFeedForward):
+    def __init__(self, d_model: int, d_ff: int) -> None:
+        """GELU between the layers (BERT's, GPT's) where the paper's network uses ReLU."""
+        super().__init__(d_model, d_ff, activation="gelu")
 
 
 class LayerNorm_builtin_module(nn.Module):
@@ -123,25 +111,28 @@ class LayerNorm_builtin_module(nn.Module):
         return self.norm(x)  # (..., D)
 
 
-class LayerNorm_builtin_function(_Norm):
+class LayerNorm_builtin_function(nn.Module):
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        """The parameters written out, the normalisation left to PyTorch's function."""
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
     def forward(self, x: Tensor) -> Tensor:
         return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)  # (..., D)
 
 
-class PositionwiseFeedForward_no_bias(FeedForwardBlock):
+class PositionwiseFeedForward_no_bias(PositionwiseFeedForward):
     def __init__(self, d_model: int, d_ff: int) -> None:
         """Both linear layers without biases (bias=False)."""
-        nn.Module.__init__(self)
-        self.linear1 = nn.Linear(d_model, d_ff, bias=False)
-        self.linear2 = nn.Linear(d_ff, d_model, bias=False)
+        super().__init__(d_model, d_ff, bias=False)
 
 
-class PositionwiseFeedForward_fixed_width_4d(FeedForwardBlock):
+class PositionwiseFeedForward_fixed_width_4d(PositionwiseFeedForward):
     def __init__(self, d_model: int, d_ff: int) -> None:
         """A hidden layer of 4 * d_model whatever d_ff says (GPT-2's MLP)."""
-        nn.Module.__init__(self)
-        self.linear1 = nn.Linear(d_model, 4 * d_model)
-        self.linear2 = nn.Linear(4 * d_model, d_model)
+        super().__init__(d_model, 4 * d_model)
 
 
 def feed_forward_without_bias(module: nn.Module, args: tuple[int, ...]) -> bool:
@@ -306,42 +297,26 @@ FFN_BUGS += [
 # ---------------------------------------------------------------------------------------------
 
 
-class _Encoder(nn.Module):
-    """The paper's post-LN encoder layer built from the correct pieces; each catalogued wiring
-    mistake overrides its forward."""
-
-    def __init__(self, d_model: int, n_heads: int, d_ff: int) -> None:
-        super().__init__()
-        self.self_attn = HeadsBlock(d_model, n_heads)
-        self.ffn = FeedForwardBlock(d_model, d_ff)
-        self.norm1 = _Norm(d_model)
-        self.norm2 = _Norm(d_model)
-
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        y = self.norm1(x + self.self_attn(x, x, x, mask))  # (B, L, D)
-        return self.norm2(y + self.ffn(y))  # (B, L, D)
-
-
-class EncoderLayer_pre_ln(_Encoder):
+class EncoderLayer_pre_ln(EncoderLayer):
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         h = self.norm1(x)
         x = x + self.self_attn(h, h, h, mask)  # (B, L, D)
         return x + self.ffn(self.norm2(x))  # (B, L, D)
 
 
-class EncoderLayer_no_residual_attention(_Encoder):
+class EncoderLayer_no_residual_attention(EncoderLayer):
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         y = self.norm1(self.self_attn(x, x, x, mask))  # (B, L, D)
         return self.norm2(y + self.ffn(y))
 
 
-class EncoderLayer_no_residual_ffn(_Encoder):
+class EncoderLayer_no_residual_ffn(EncoderLayer):
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         y = self.norm1(x + self.self_attn(x, x, x, mask))  # (B, L, D)
         return self.norm2(self.ffn(y))
 
 
-class EncoderLayer_ffn_reads_input(_Encoder):
+class EncoderLayer_ffn_reads_input(EncoderLayer):
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         y = self.norm1(x + self.self_attn(x, x, x, mask))  # (B, L, D)
         return self.norm2(y + self.ffn(x))
@@ -358,7 +333,24 @@ class EncoderLayer_builtin_encoder_layer(nn.Module):
         return self.layer(x, src_mask=blocked)  # (B, L, D)
 
 
-class EncoderLayer_builtin_multihead_attention(_Encoder):
+class _OwnPiecesEncoder(nn.Module):
+    """The paper's post-LN layer from pieces written without the reference, the base of the
+    mistakes named by a built-in call: the tests run those as a student's code, and a
+    student's layer may not contain the reference. Their numbers are never compared."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int) -> None:
+        super().__init__()
+        self.self_attn = HeadsBlock(d_model, n_heads)
+        self.ffn = FeedForwardBlock(d_model, d_ff)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        y = self.norm1(x + self.self_attn(x, x, x, mask))  # (B, L, D)
+        return self.norm2(y + self.ffn(y))  # (B, L, D)
+
+
+class EncoderLayer_builtin_multihead_attention(_OwnPiecesEncoder):
     def __init__(self, d_model: int, n_heads: int, d_ff: int) -> None:
         """PyTorch's nn.MultiheadAttention as self-attention."""
         super().__init__(d_model, n_heads, d_ff)
@@ -377,7 +369,7 @@ class _FusedHeads(HeadsBlock):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, L, Dk)
 
 
-class EncoderLayer_builtin_sdpa(_Encoder):
+class EncoderLayer_builtin_sdpa(_OwnPiecesEncoder):
     def __init__(self, d_model: int, n_heads: int, d_ff: int) -> None:
         """Self-attention whose attention step is PyTorch's fused kernel."""
         super().__init__(d_model, n_heads, d_ff)

@@ -46,6 +46,7 @@ from ..framework import (
     register_configs,
     run_self_attention_cases,
 )
+from ..framework.modern_blocks import ReferenceBlock, ReferenceGQA
 from .ex11_modern_block_mistakes import (
     BUGS,
     GQA_BUGS,
@@ -58,8 +59,6 @@ from .ex11_modern_block_mistakes import (
     ROPE_ITEM,
     SWIGLU_BUGS,
     SWIGLU_ITEM,
-    ReferenceBlock,
-    ReferenceGQA,
 )
 
 __all__ = [

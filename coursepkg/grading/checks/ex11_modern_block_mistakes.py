@@ -1,9 +1,8 @@
 """The catalogue of ex11_modern_block: the known mistakes of today's decoder block (RMSNorm,
 rotary positions, SwiGLU, grouped-query attention and the pre-norm block). Each is a wrong
-function with the stub's signature (``apply_rope``) or a wrong forward: a subclass of a correct
-module of :mod:`..framework.modern_blocks` overriding the one step it gets wrong, its class
-name (``GroupedQueryAttention_<mistake>``) what a parameter table shows. The check reruns the
-variant on the student's inputs (with the reference's weights) and names it when they match.
+function with the stub's signature (``apply_rope``) or a wrong forward: a subclass of the
+reference (or of it as :mod:`..framework.modern_blocks` calls it) overriding the one step it
+gets wrong, named ``<Class>_<mistake>`` for the parameter table, rerun on the student's inputs.
 
 Dimension legend: B batch, L length, D d_model, H query heads, Hkv key/value heads, Dh per-head
 width, F hidden width of the feed-forward.
@@ -15,14 +14,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ...attention import fused_attention
+from ...layers import RMSNorm
+from ...positional import RopeAngles, apply_rope
 from ..framework import BugVariant
 from ..framework.modern_blocks import (
+    DictCache,
     PreNormBlock,
-    ReferenceBlock,
-    ReferenceGQA,
-    RMSNormBlock,
+    ReferenceSwiGLU,
     RotaryGQABlock,
-    SwiGLUBlock,
     inv_freq,
     pair_index,
     rope_angles,
@@ -37,14 +37,10 @@ __all__ = [
     "GQA_ITEM",
     "MODERN_BLOCK_BUGS",
     "MODERN_BLOCK_ITEM",
-    "PreNormBlock",
-    "ReferenceBlock",
-    "ReferenceGQA",
     "RMS_NORM_BUGS",
     "RMS_NORM_ITEM",
     "ROPE_BUGS",
     "ROPE_ITEM",
-    "RotaryGQABlock",
     "SWIGLU_BUGS",
     "SWIGLU_ITEM",
 ]
@@ -57,36 +53,38 @@ MODERN_BLOCK_ITEM = "ModernDecoderBlock"
 
 Mask = Tensor | None
 Cache = dict[str, Tensor] | None
+Projected = tuple[Tensor, Tensor, Tensor]
+Cached = DictCache | None
 
 # --- RMSNorm ---------------------------------------------------------------------------------
 
 
-class RMSNorm_subtracts_mean(RMSNormBlock):
+class RMSNorm_subtracts_mean(RMSNorm):
     def forward(self, x: Tensor) -> Tensor:
         centred = x - x.mean(dim=-1, keepdim=True)  # (..., D): LayerNorm's centring
         mean_square = centred.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
         return centred / torch.sqrt(mean_square + self.eps) * self.weight
 
 
-class RMSNorm_eps_outside_root(RMSNormBlock):
+class RMSNorm_eps_outside_root(RMSNorm):
     def forward(self, x: Tensor) -> Tensor:
         rms = x.pow(2).mean(dim=-1, keepdim=True).sqrt()  # (..., 1)
         return x / (rms + self.eps) * self.weight  # (..., D)
 
 
-class RMSNorm_mean_over_wrong_axis(RMSNormBlock):
+class RMSNorm_mean_over_wrong_axis(RMSNorm):
     def forward(self, x: Tensor) -> Tensor:
         mean_square = x.pow(2).mean(dim=1, keepdim=True)  # (B, 1, D): over the positions
         return x / torch.sqrt(mean_square + self.eps) * self.weight  # (B, L, D)
 
 
-class RMSNorm_l2_norm_not_rms(RMSNormBlock):
+class RMSNorm_l2_norm_not_rms(RMSNorm):
     def forward(self, x: Tensor) -> Tensor:
         norm = x.norm(dim=-1, keepdim=True)  # (..., 1): sqrt of the sum, not of the mean
         return x / (norm + self.eps) * self.weight  # (..., D)
 
 
-class RMSNorm_gain_before_norm(RMSNormBlock):
+class RMSNorm_gain_before_norm(RMSNorm):
     def forward(self, x: Tensor) -> Tensor:
         x = x * self.weight  # (..., D): scaled first, then normalised
         return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
@@ -300,12 +298,12 @@ ROPE_BUGS: list[BugVariant] = [
 # --- SwiGLU ----------------------------------------------------------------------------------
 
 
-class SwiGLU_gate_on_wrong_branch(SwiGLUBlock):
+class SwiGLU_gate_on_wrong_branch(ReferenceSwiGLU):
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.linear1(x) * F.silu(self.linear3(x)))  # SiLU on W3 x
 
 
-class SwiGLU_sigmoid_gate(SwiGLUBlock):
+class SwiGLU_sigmoid_gate(ReferenceSwiGLU):
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(torch.sigmoid(self.linear1(x)) * self.linear3(x))  # GLU's gate
 
@@ -333,9 +331,10 @@ SWIGLU_BUGS: list[BugVariant] = [
 
 
 class GroupedQueryAttention_rope_on_values(RotaryGQABlock):
-    def project(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        q, k, v = super().project(x, positions)
-        return q, k, self.rotate(v, positions)  # the values turned as well
+    def _project(self, query: Tensor, key: Tensor, value: Tensor, cache: Cached) -> Projected:
+        q, k, v = super()._project(query, key, value, cache)
+        at = self.positions(v.size(2), None if cache is None else cache.store)  # (S,)
+        return q, k, self.rope(at).rotate(v)  # the values turned as well (q and k later)
 
 
 class GroupedQueryAttention_positions_not_offset(RotaryGQABlock):
@@ -344,59 +343,62 @@ class GroupedQueryAttention_positions_not_offset(RotaryGQABlock):
 
 
 class GroupedQueryAttention_kv_repeat_not_interleave(RotaryGQABlock):
-    def repeat_kv(self, x: Tensor) -> Tensor:
-        return x.repeat(1, self.n_heads // self.n_kv_heads, 1, 1)  # heads 0, 1, 0, 1, ...
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
+        k, v = (t.repeat(1, self.n_heads // self.n_kv_heads, 1, 1) for t in (k, v))  # 0, 1, 0, 1
+        return fused_attention(q, k, v, mask, 0.0)  # (B, H, L, Dh)
 
 
 class GroupedQueryAttention_rope_frequencies_over_model_width(RotaryGQABlock):
-    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
-        d_model = self.n_heads * self.d_head
-        inv_freq = self.theta ** (-2 * pair_index(x) / d_model)  # (Dh/2,): 2i / D, not / Dh
-        return rotate_pairs(x, rope_angles(positions, inv_freq), self.pairs)
+    def rope(self, positions: Tensor) -> RopeAngles:
+        freqs = self.theta ** (-torch.arange(0, self.d_k, 2.0) / (self.n_heads * self.d_k))
+        return RopeAngles(positions, freqs, self.pairs)  # w_i = theta^(-2i/D), not -2i/Dh
 
 
 class GroupedQueryAttention_rope_before_head_split(RotaryGQABlock):
-    def project(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        q = self.rotate(self.q_proj(x)[:, None], positions)[:, 0]  # (B, L, H*Dh) turned whole
-        k = self.rotate(self.k_proj(x)[:, None], positions)[:, 0]  # (B, L, Hkv*Dh)
-        return self.split(q), self.split(k), self.split(self.v_proj(x))
+    def rope(self, positions: Tensor) -> None:
+        return None  # nothing turned per head: _project turned the whole width
+
+    def _project(self, query: Tensor, key: Tensor, value: Tensor, cache: Cached) -> Projected:
+        at = self.positions(query.size(1), None if cache is None else cache.store)  # (L,)
+        q = apply_rope(self.q_proj(query)[:, None], at, self.theta, self.pairs)[:, 0]
+        k = apply_rope(self.k_proj(key)[:, None], at, self.theta, self.pairs)[:, 0]
+        q = self._split(q, self.d_k)  # (B, H, L, Dh), turned as one (B, L, H*Dh) row
+        k = self._split(k, self.d_k, self.n_kv_heads)  # (B, Hkv, L, Dh)
+        return q, k, self._split(self.v_proj(value), self.d_v, self.n_kv_heads)
 
 
 class GroupedQueryAttention_scale_by_model_width(RotaryGQABlock):
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        d_model = self.n_heads * self.d_head
-        scaled = q * (self.d_head / d_model) ** 0.5  # scores end up divided by sqrt(D)
-        return super().attend(scaled, k, v, mask)
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
+        return super()._attend(q / self.n_heads**0.5, k, v, mask)  # scores / sqrt(D = H * Dh)
 
 
 class GroupedQueryAttention_no_scaling(RotaryGQABlock):
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        return super().attend(q * self.d_head**0.5, k, v, mask)  # scores q.k, never divided
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
+        return super()._attend(q * self.d_k**0.5, k, v, mask)  # scores q.k, never divided
 
 
 class GroupedQueryAttention_inverted_mask(RotaryGQABlock):
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        return super().attend(q, k, v, None if mask is None else ~mask)  # True read as hidden
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
+        return super()._attend(q, k, v, None if mask is None else ~mask)  # True read as hidden
 
 
 class GroupedQueryAttention_masked_row_uniform(RotaryGQABlock):
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        if mask is None:
-            return super().attend(q, k, v, mask)
-        scores = q @ k.transpose(-2, -1) / self.d_head**0.5  # (B, H, L, S)
-        return torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1) @ v  # finite fill
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
+        k, v = (t.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1) for t in (k, v))
+        scores = q @ k.transpose(-2, -1) / self.d_k**0.5  # (B, H, L, S)
+        scores = scores if mask is None else scores.masked_fill(~mask, -1e9)  # finite fill
+        return torch.softmax(scores, dim=-1) @ v  # (B, H, L, Dh)
 
 
 class GroupedQueryAttention_heads_merged_without_transpose(RotaryGQABlock):
-    def merge(self, out: Tensor) -> Tensor:
+    def _merge_heads(self, out: Tensor) -> Tensor:
         b, _, n, _ = out.shape
         return out.reshape(b, n, -1)  # (B, H, L, Dh) read as (B, L, H*Dh): rows mixed up
 
 
 class GroupedQueryAttention_empty_cache_not_filled(RotaryGQABlock):
     def forward(self, x: Tensor, mask: Mask = None, cache: Cache = None) -> Tensor:
-        # `if cache:` where `if cache is not None:` is meant: {} is false, never filled.
-        return super().forward(x, mask, cache if cache else None)
+        return super().forward(x, mask, cache if cache else None)  # `if cache:`: {} never filled
 
 
 GQA_BUGS: list[BugVariant] = [
@@ -503,9 +505,7 @@ GQA_BUGS: list[BugVariant] = [
 
 
 class ModernDecoderBlock_residual_after_norm(PreNormBlock):
-    def forward(
-        self, x: Tensor, mask: Tensor | None = None, cache: dict[str, Tensor] | None = None
-    ) -> Tensor:
+    def forward(self, x: Tensor, mask: Mask = None, cache: Cache = None) -> Tensor:
         h = self.norm1(x)  # (B, L, D)
         x = h + self.self_attn(h, mask, cache)  # the residual starts from the normed x
         h = self.norm2(x)

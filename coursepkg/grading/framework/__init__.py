@@ -25,17 +25,19 @@
 - :mod:`.pieces`: the pieces of a layer check (:func:`guarded`, :func:`attention_piece`,
   :func:`feed_forward_piece`, :func:`layer_norm_piece`), each naming its mistake with the
   catalogue of the check that grades it (:func:`mistakes_of`).
-- :mod:`.variants`: the correct blocks several catalogues build their mistakes from
-  (:func:`masked_attention`, :class:`HeadsBlock`, written in steps a mistake overrides).
+- :mod:`.variants`: blocks written without the reference for the mistakes named by a built-in
+  call, which the tests run as a student's code (:class:`HeadsBlock`,
+  :class:`FeedForwardBlock`), and the textbook :func:`masked_attention`; the other mistakes
+  subclass the reference, let through the honesty rule by :func:`.calling.is_catalogued`.
 - :mod:`.watch`: the watch over a kernel that trains a model (optimiser steps, files read,
   processes, connections), for the checks of a training run (ex09); imported as
   ``framework.watch``, since it installs hooks a check needs only there.
 
 Modules import each other downwards only: results <- inputs <- calling <- compare <- weights
 <- masks, locate, modules, norms; self_attention sits on masks and modules; registry needs
-results only; pieces sits on locate, norms and registry; variants and watch need nothing of
-the framework. A check module imports the framework and its own catalogue, never another
-check module.
+results and calling (it records each catalogue's classes there, for the honesty rule); pieces
+sits on locate, norms and registry; variants and watch need nothing of the framework. A check
+module imports the framework and its own catalogue, never another check module.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
-"""The correct blocks of today's decoder that ex11's catalogue builds its mistakes from, and
-the reference called as the student's blocks are: :class:`RMSNormBlock`, the rotary helpers,
-:class:`SwiGLUBlock`, :class:`RotaryGQABlock` (grouped-query self-attention with RoPE and a
-dict KV cache) and :class:`PreNormBlock`, each written in steps a catalogued mistake overrides
-one at a time; :class:`ReferenceGQA` and :class:`ReferenceBlock` are the reference's
-:class:`~coursepkg.attention.MultiHeadAttention` (``n_kv_heads``, RoPE, no biases) and pre-norm
-:class:`~coursepkg.layers.EncoderLayer`, called as ``f(x, mask)``, for the checks to compare
-with.
+"""What ex11's catalogue builds its attention and block mistakes on, and the reference called as
+the student's blocks are: the rotary helpers; :class:`RotaryGQABlock`, the reference's
+grouped-query attention called with the exercise's dict KV cache; :class:`PreNormBlock`, the
+pre-norm wiring of reference parts (RMSNorm, that attention, :class:`ReferenceSwiGLU`) whose
+forward the block's mistakes override; :class:`ReferenceGQA` and :class:`ReferenceBlock`, the
+reference's :class:`~coursepkg.attention.MultiHeadAttention` (``n_kv_heads``, RoPE, no
+biases) and pre-norm :class:`~coursepkg.layers.EncoderLayer`, called as ``f(x, mask)``, for the
+checks to compare with; and :class:`ReferenceSwiGLU`, the reference's gated feed-forward as
+the exercise builds it, which the SwiGLU mistakes subclass.
 
 Dimension legend: B batch, L length, D d_model, H query heads, Hkv key/value heads, Dh per-head
 width, F hidden width of the feed-forward.
@@ -14,22 +15,21 @@ width, F hidden width of the feed-forward.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...attention import MultiHeadAttention as _ReferenceMHA
 from ...config import BlockConfig
 from ...layers import EncoderLayer as _ReferenceLayer
-from ...positional import RopeAngles, apply_rope, rope_frequencies
-from .variants import masked_attention
+from ...layers import PositionwiseFeedForward, RMSNorm
+from ...positional import RopeAngles, rope_frequencies
 
 __all__ = [
+    "DictCache",
     "PreNormBlock",
-    "RMSNormBlock",
     "ReferenceBlock",
     "ReferenceGQA",
+    "ReferenceSwiGLU",
     "RotaryGQABlock",
-    "SwiGLUBlock",
     "pair_index",
     "rope_angles",
     "inv_freq",
@@ -37,19 +37,6 @@ __all__ = [
     "rotate_interleaved",
     "rotate_pairs",
 ]
-
-
-class RMSNormBlock(nn.Module):
-    """The correct RMSNorm, ``weight`` only; each catalogued mistake overrides its forward."""
-
-    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d_model))
-
-    def forward(self, x: Tensor) -> Tensor:
-        mean_square = x.pow(2).mean(dim=-1, keepdim=True)  # (..., 1)
-        return x / torch.sqrt(mean_square + self.eps) * self.weight  # (..., D)
 
 
 def rope_angles(positions: Tensor, inv_freq: Tensor) -> Tensor:
@@ -86,23 +73,48 @@ def rotate_pairs(x: Tensor, angles: Tensor, pairs: str) -> Tensor:
     return rotate_halves(x, angles) if pairs == "halves" else rotate_interleaved(x, angles)
 
 
-class SwiGLUBlock(nn.Module):
-    """The correct gated feed-forward without biases: ``linear1`` (the gate, through SiLU),
-    ``linear3`` (the linear branch), ``linear2`` (back to D)."""
+class ReferenceSwiGLU(PositionwiseFeedForward):
+    """The reference feed-forward as the exercise's ``SwiGLU(d_model, d_ff)``: gated by SiLU,
+    no biases (``linear1`` the gate, ``linear3`` the linear branch)."""
 
     def __init__(self, d_model: int, d_ff: int) -> None:
-        super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff, bias=False)
-        self.linear2 = nn.Linear(d_ff, d_model, bias=False)
-        self.linear3 = nn.Linear(d_model, d_ff, bias=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(F.silu(self.linear1(x)) * self.linear3(x))  # (B, L, D)
+        super().__init__(d_model, d_ff, activation="swiglu", bias=False)
 
 
-class RotaryGQABlock(nn.Module):
-    """The correct grouped-query self-attention with rotary positions and a dict KV cache,
-    written in steps a catalogued mistake overrides one at a time."""
+class DictCache:
+    """The checks' dict cache (``{"k": (B, Hkv, S, Dh), "v": ...}``, filled in place) as the
+    reference's growing key/value cache: what the exercise's blocks take, given to the
+    reference's attention."""
+
+    static = False
+
+    def __init__(self, store: dict[str, Tensor]) -> None:
+        self.store = store
+
+    @property
+    def length(self) -> int:
+        """How many keys are cached."""
+        return self.store["k"].size(2) if "k" in self.store else 0
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append this call's keys and values; all of them, cached first, come back.
+
+        Shape:
+            k (B, Hkv, L, Dh), v (B, Hkv, L, Dh) -> (B, Hkv, S, Dh) each.
+        """
+        if "k" in self.store:
+            k = torch.cat([self.store["k"], k], dim=2)  # (B, Hkv, S, Dh)
+            v = torch.cat([self.store["v"], v], dim=2)  # (B, Hkv, S, Dh)
+        self.store["k"], self.store["v"] = k, v
+        return k, v
+
+
+class RotaryGQABlock(_ReferenceMHA):
+    """The reference's grouped-query self-attention without biases, called as the exercise's
+    ``GroupedQueryAttention(d_model, n_heads, n_kv_heads, rope_theta, rope_pairs)``:
+    ``f(x, mask, cache)`` with a dict cache and RoPE at the positions after the cached ones. A
+    catalogued mistake overrides one step of the reference (``_project``, ``_attend``,
+    ``_merge_heads``) or of this call (:meth:`positions`, :meth:`rope`)."""
 
     def __init__(
         self,
@@ -112,63 +124,30 @@ class RotaryGQABlock(nn.Module):
         rope_theta: float = 10000.0,
         rope_pairs: str = "halves",
     ) -> None:
-        super().__init__()
-        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
-        self.d_head = d_model // n_heads
+        super().__init__(d_model, n_heads, bias=False, n_kv_heads=n_kv_heads)
         self.theta, self.pairs = rope_theta, rope_pairs
-        self.q_proj = nn.Linear(d_model, n_heads * self.d_head, bias=False)
-        self.k_proj = nn.Linear(d_model, n_kv_heads * self.d_head, bias=False)
-        self.v_proj = nn.Linear(d_model, n_kv_heads * self.d_head, bias=False)
-        self.out_proj = nn.Linear(n_heads * self.d_head, d_model, bias=False)
-
-    def split(self, x: Tensor) -> Tensor:
-        """(B, L, heads * Dh) -> (B, heads, L, Dh)."""
-        b, n, width = x.shape
-        return x.view(b, n, width // self.d_head, self.d_head).transpose(1, 2)
-
-    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
-        """RoPE on one head's queries or keys."""
-        return apply_rope(x, positions, self.theta, self.pairs)  # (B, heads, L, Dh)
 
     def positions(self, length: int, cache: dict[str, Tensor] | None) -> Tensor:
         """The absolute positions of this call: after the cached ones."""
         start = 0 if cache is None or "k" not in cache else cache["k"].size(2)
         return torch.arange(start, start + length)  # (L,)
 
-    def project(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries and keys rotated, values as they are."""
-        q = self.rotate(self.split(self.q_proj(x)), positions)  # (B, H, L, Dh)
-        k = self.rotate(self.split(self.k_proj(x)), positions)  # (B, Hkv, L, Dh)
-        return q, k, self.split(self.v_proj(x))  # ..., (B, Hkv, L, Dh)
-
-    def repeat_kv(self, x: Tensor) -> Tensor:
-        """Key/value head g serves query heads g*r .. g*r + r - 1 (r = H / Hkv)."""
-        return x.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)  # (B, H, S, Dh)
+    def rope(self, positions: Tensor) -> RopeAngles | None:
+        """The rotary angles of ``positions`` for each head's Dh columns."""
+        return RopeAngles(positions, rope_frequencies(self.d_k, self.theta), self.pairs)
 
     def forward(
         self, x: Tensor, mask: Tensor | None = None, cache: dict[str, Tensor] | None = None
     ) -> Tensor:
-        q, k, v = self.project(x, self.positions(x.size(1), cache))
-        if cache is not None:
-            if "k" in cache:
-                k = torch.cat([cache["k"], k], dim=2)  # (B, Hkv, S, Dh)
-                v = torch.cat([cache["v"], v], dim=2)  # (B, Hkv, S, Dh)
-            cache["k"], cache["v"] = k, v
-        out = self.attend(q, self.repeat_kv(k), self.repeat_kv(v), mask)  # (B, H, L, Dh)
-        return self.out_proj(self.merge(out))  # (B, L, D)
-
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        """softmax(q k^T / sqrt(Dh)) v with the course's mask, every query head at once."""
-        return masked_attention(q, k, v, mask)  # (B, H, L, Dh)
-
-    def merge(self, out: Tensor) -> Tensor:
-        """(B, H, L, Dh) -> (B, L, H * Dh): the heads side by side at each position."""
-        b, _, n, _ = out.shape
-        return out.transpose(1, 2).reshape(b, n, -1)  # (B, L, H*Dh)
+        """Shape: x (B, L, D) -> (B, L, D)."""
+        rope = self.rope(self.positions(x.size(1), cache))
+        store = None if cache is None else DictCache(cache)
+        return super().forward(x, x, x, mask, store, rope)  # (B, L, D)
 
 
 class PreNormBlock(nn.Module):
-    """The correct pre-norm block: x + attention(norm1(x)), then + ffn(norm2(x))."""
+    """The pre-norm block wired from reference parts: x + attention(norm1(x)), then
+    + ffn(norm2(x)); each of the block's mistakes overrides this forward."""
 
     def __init__(
         self,
@@ -181,10 +160,10 @@ class PreNormBlock(nn.Module):
         rope_pairs: str = "halves",
     ) -> None:
         super().__init__()
-        self.norm1 = RMSNormBlock(d_model, eps)
+        self.norm1 = RMSNorm(d_model, eps)
         self.self_attn = RotaryGQABlock(d_model, n_heads, n_kv_heads, rope_theta, rope_pairs)
-        self.norm2 = RMSNormBlock(d_model, eps)
-        self.ffn = SwiGLUBlock(d_model, d_ff)
+        self.norm2 = RMSNorm(d_model, eps)
+        self.ffn = ReferenceSwiGLU(d_model, d_ff)
 
     def forward(
         self, x: Tensor, mask: Tensor | None = None, cache: dict[str, Tensor] | None = None

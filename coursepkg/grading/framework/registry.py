@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .calling import name_forbidden_call
+from .calling import mark_catalogued, name_forbidden_call
 from .results import BugVariant, CheckReport, CheckResult, ForbiddenCall, run_check
 
 __all__ = ["CheckEntry", "catalogue", "mistakes_of", "public_check", "registered_checks"]
@@ -115,6 +115,7 @@ def public_check(
         check.__doc__ = (body.__doc__ or "").rstrip() + "\n" + _COMMON_DOC.format(kind=kind)
         check.__signature__ = _signature()  # type: ignore[attr-defined]
         _REGISTRY[name] = CheckEntry(name, check, implements, assignment, tuple(bugs))
+        mark_catalogued(bug.impl for bug in bugs)
         return check
 
     return register

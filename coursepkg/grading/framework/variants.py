@@ -1,8 +1,8 @@
-"""The correct blocks that catalogues build their known mistakes from, shared by several
-assignments: the masked attention kernel, a multi-head attention block written in steps
-(project, split the heads, attend, merge the heads, project out) and the feed-forward network.
-A catalogued mistake is a subclass that overrides the one step it gets wrong (ex02's and
-ex04's catalogues); the layers' wiring mistakes use the blocks as they are.
+"""Blocks written without the reference, for the mistakes that call a built-in (ex02's, ex04's
+and ex05's ``builtin_sdpa``, ex04's ``builtin_multihead_attention``): the tests run those as a
+student's code, and a student's class may not contain the reference, so they cannot be built on
+it as the other known mistakes are. Their numbers are never compared (a built-in call is named
+by the call). Also the textbook masked attention kernel, which ex11's blocks use.
 
 Dimension legend: B batch, H heads, L queries, S keys, D d_model, Dk per-head size.
 """
@@ -30,8 +30,9 @@ def masked_attention(
 
 
 class HeadsBlock(nn.Module):
-    """Multi-head attention ``(d_model, n_heads)`` with the reference's parameter names, in
-    steps a catalogued mistake can override one at a time."""
+    """Multi-head attention ``(d_model, n_heads)`` with the reference's parameter names, not
+    built on the reference; a built-in mistake overrides :meth:`attend` in its own module, so
+    that the built-in is called from the code the tests run as a student's."""
 
     def __init__(self, d_model: int, n_heads: int) -> None:
         super().__init__()
@@ -41,37 +42,26 @@ class HeadsBlock(nn.Module):
         self.v_proj = nn.Linear(d_model, d_model)
         self.out_proj = nn.Linear(d_model, d_model)
 
-    def split(self, x: Tensor) -> Tensor:
-        """(B, n, D) -> (B, H, n, Dk)."""
-        b, n, d = x.shape
-        return x.reshape(b, n, self.n_heads, d // self.n_heads).transpose(1, 2)  # (B, H, n, Dk)
-
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         """Every head's attention: (B, H, L, Dk) from queries, keys and values per head."""
         return masked_attention(q, k, v, mask)  # (B, H, L, Dk)
 
-    def merge(self, out: Tensor) -> Tensor:
-        """(B, H, L, Dk) -> (B, L, D)."""
-        b, h, n, d_k = out.shape
-        return out.transpose(1, 2).reshape(b, n, h * d_k)  # (B, L, D)
-
-    def project_out(self, out: Tensor) -> Tensor:
-        """W^O applied to the merged heads."""
-        return self.out_proj(out)  # (B, L, D)
-
     def forward(
         self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
     ) -> Tensor:
-        q = self.split(self.q_proj(query))  # (B, H, L, Dk)
-        k = self.split(self.k_proj(key))  # (B, H, S, Dk)
-        v = self.split(self.v_proj(value))  # (B, H, S, Dk)
-        return self.project_out(self.merge(self.attend(q, k, v, mask)))  # (B, L, D)
+        b, n, d = query.shape
+        q, k, v = (
+            x.reshape(b, x.size(1), self.n_heads, d // self.n_heads).transpose(1, 2)
+            for x in (self.q_proj(query), self.k_proj(key), self.v_proj(value))
+        )  # (B, H, L, Dk), (B, H, S, Dk), (B, H, S, Dk)
+        out = self.attend(q, k, v, mask).transpose(1, 2).reshape(b, n, d)  # (B, L, D)
+        return self.out_proj(out)  # (B, L, D)
 
 
 class FeedForwardBlock(nn.Module):
     """The position-wise feed-forward network ``(d_model, d_ff)`` with the reference's
-    parameter names (``linear1``, ReLU, ``linear2``); ex04's catalogued mistakes override its
-    forward or its widths, and ex05's layer variants are built on it."""
+    parameter names (``linear1``, ReLU, ``linear2``), not built on the reference: the
+    feed-forward of ex04's and ex05's built-in layer mistakes."""
 
     def __init__(self, d_model: int, d_ff: int) -> None:
         super().__init__()
