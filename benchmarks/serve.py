@@ -131,27 +131,37 @@ SHAPE = dict(
     num_key_value_heads=2, tie_word_embeddings=False, max_position_embeddings=512,
     bos_token_id=0, eos_token_id=None, pad_token_id=0,
 )  # fmt: skip
+# --size large: 16 layers of D=1024 (16 query heads sharing 4 key/value heads, SwiGLU 2816),
+# 730 MB of fp32 weights, well over the 300 MiB L3: a decode step reads them from memory.
+LARGE_SHAPE = dict(
+    SHAPE, hidden_size=1024, intermediate_size=2816, num_attention_heads=16,
+    num_key_value_heads=4,
+)  # fmt: skip
+# the speculative pairs: (shape, target layers, draft layers = the target's first ones)
+SIZES = {"small": (SHAPE, 8, 2), "large": (LARGE_SHAPE, 16, 2)}
 
 
-def _hf_llama(layers: int, seed: int = 0):
+def _hf_llama(layers: int, seed: int = 0, shape: dict = SHAPE):
     import transformers
 
     transformers.logging.set_verbosity_error()
     torch.manual_seed(seed)
-    config = transformers.LlamaConfig(**SHAPE, num_hidden_layers=layers)
+    config = transformers.LlamaConfig(**shape, num_hidden_layers=layers)
     return transformers.LlamaForCausalLM(config).eval()
 
 
-def speculative_models(scale: float, target_layers: int = 8, draft_layers: int = 2):
+def speculative_models(
+    scale: float, target_layers: int = 8, draft_layers: int = 2, shape: dict = SHAPE
+):
     """(hf target, hf draft, our target, our draft): the draft is the target's first layers."""
     from coursepkg.interop import from_hf_llama
 
-    target = _hf_llama(target_layers)
+    target = _hf_llama(target_layers, shape=shape)
     with torch.no_grad():
         for layer in target.model.layers[draft_layers:]:
             layer.self_attn.o_proj.weight.mul_(scale)
             layer.mlp.down_proj.weight.mul_(scale)
-    draft = _hf_llama(draft_layers, seed=1)
+    draft = _hf_llama(draft_layers, seed=1, shape=shape)
     draft.load_state_dict(target.state_dict(), strict=False)  # shared names: first layers
     draft.generation_config.num_assistant_tokens_schedule = "constant"
     draft.generation_config.assistant_confidence_threshold = 0.0
@@ -161,7 +171,8 @@ def speculative_models(scale: float, target_layers: int = 8, draft_layers: int =
 def bench_speculative(args) -> dict:
     from coursepkg.serving import generate, speculative_generate
 
-    hf_t, hf_d, t, d = speculative_models(args.scale)
+    shape, layers, draft_layers = SIZES[args.size]
+    hf_t, hf_d, t, d = speculative_models(args.scale, layers, draft_layers, shape)
     hf_d.generation_config.num_assistant_tokens = args.k
     prompt = torch.randint(1, 1000, (1, PROMPT), generator=torch.Generator().manual_seed(1))
     new, out = args.new_tokens, {}
@@ -189,9 +200,14 @@ def bench_speculative(args) -> dict:
     )
     rate = out["spec"].acceptance_rate
     print(
-        f"Speculative, greedy, {new} tokens: target 8 layers, draft its first 2 (later layers "
-        f"scaled by {args.scale}), k={args.k}; acceptance rate {rate:.2f}, "
-        f"{new / out['spec'].target_forwards:.2f} tokens per target forward"
+        f"Speculative ({args.size}), greedy, {new} tokens: target {layers} layers of "
+        f"D={shape['hidden_size']}, draft its first {draft_layers} (the target's later layers' "
+        f"o_proj and down_proj scaled by {args.scale}), k={args.k}; acceptance rate "
+        f"{rate:.2f}, {new / out['spec'].target_forwards:.2f} tokens per target forward"
+    )
+    print(
+        f"  fp32 weights: target {_mb(t)} MB, draft {_mb(d)} MB (the same again in transformers' "
+        f"copies); peak resident memory {_peak_rss_gib():.2f} GiB"
     )
     for name, s in times.items():
         print(f"  {name:28s}: {s:.3f} s ({new / s:.0f} tok/s)")
@@ -205,6 +221,18 @@ def bench_speculative(args) -> dict:
     if not same:
         raise SystemExit("speculative decoding changed the target's greedy tokens")
     return dict(acceptance=rate, speedup=speedup, vs_assisted=vs_hf, draft=cheaper, times=times)
+
+
+def _mb(model) -> str:
+    """The model's parameter bytes, in MB (10^6 bytes)."""
+    return f"{sum(p.numel() * p.element_size() for p in model.parameters()) / 1e6:.0f}"
+
+
+def _peak_rss_gib() -> float:
+    """This process's peak resident memory so far, in GiB (Linux reports KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
 def workload(n: int = 32, seed: int = 0):
@@ -340,6 +368,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--scale", type=float, default=0.02)
+    parser.add_argument("--size", choices=list(SIZES), default="small")
     parser.add_argument("--only", choices=["speculative", "batching", "quantization"], default=None)
     parser.add_argument("--clock", choices=list(CLOCKS), default="wall")
     args = parser.parse_args(argv)
