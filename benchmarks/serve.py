@@ -138,7 +138,7 @@ LARGE_SHAPE = dict(
     num_key_value_heads=4,
 )  # fmt: skip
 # the speculative pairs: (shape, target layers, draft layers = the target's first ones)
-SIZES = {"small": (SHAPE, 8, 2), "large": (LARGE_SHAPE, 16, 2)}
+SIZES = {"small": (SHAPE, 8, 2), "large": (LARGE_SHAPE, 16, 3)}
 
 
 def _hf_llama(layers: int, seed: int = 0, shape: dict = SHAPE):
@@ -172,6 +172,7 @@ def bench_speculative(args) -> dict:
     from coursepkg.serving import generate, speculative_generate
 
     shape, layers, draft_layers = SIZES[args.size]
+    draft_layers = args.draft_layers or draft_layers
     hf_t, hf_d, t, d = speculative_models(args.scale, layers, draft_layers, shape)
     hf_d.generation_config.num_assistant_tokens = args.k
     prompt = torch.randint(1, 1000, (1, PROMPT), generator=torch.Generator().manual_seed(1))
@@ -211,6 +212,11 @@ def bench_speculative(args) -> dict:
     )
     for name, s in times.items():
         print(f"  {name:28s}: {s:.3f} s ({new / s:.0f} tok/s)")
+    verify, step = _pass_costs(t, d, prompt, args.k, CLOCKS[args.clock])
+    print(
+        f"  one pass, after the {PROMPT}-token prompt (median of 20): a verify pass over k+1 = "
+        f"{args.k + 1} tokens costs {verify:.2f} one-token target steps, a draft step {step:.2f}"
+    )
     speedup = times["target alone (coursepkg)"] / times["speculative (coursepkg)"]
     vs_hf = times["speculative (coursepkg)"] / times["assisted (transformers)"]
     cheaper = times["target alone (coursepkg)"] / times["draft alone (coursepkg)"]
@@ -220,7 +226,38 @@ def bench_speculative(args) -> dict:
     print(f"  identical tokens (all four): {same}")
     if not same:
         raise SystemExit("speculative decoding changed the target's greedy tokens")
-    return dict(acceptance=rate, speedup=speedup, vs_assisted=vs_hf, draft=cheaper, times=times)
+    return dict(
+        acceptance=rate, speedup=speedup, vs_assisted=vs_hf, draft=cheaper, times=times,
+        verify_steps=verify, draft_steps=step,
+    )  # fmt: skip
+
+
+def _pass_costs(target, draft, prompt, k: int, clock, rounds: int = 20) -> tuple[float, float]:
+    """The cost of the target's verify pass over k + 1 tokens and of one draft step, each in
+    one-token target steps: single forward passes on a cache holding the prompt, alternated."""
+    from coursepkg.serving import CroppableCache
+
+    caches = {}
+    with torch.inference_mode():
+        for name, model in (("target", target), ("draft", draft)):
+            caches[name] = CroppableCache(model.config.n_layers, PROMPT + k + 1)
+            model(prompt, cache=caches[name])  # the prompt stays; each pass is cropped away
+
+    def one_pass(name, model, n):
+        def run():
+            with torch.inference_mode():
+                model(prompt[:, :n], cache=caches[name])
+            caches[name].crop(PROMPT)
+
+        return run
+
+    fns = {
+        "step": one_pass("target", target, 1),
+        "verify": one_pass("target", target, k + 1),
+        "draft": one_pass("draft", draft, 1),
+    }
+    times = {name: median(ts) for name, ts in alternate(fns, rounds, 2, clock).items()}
+    return times["verify"] / times["step"], times["draft"] / times["step"]
 
 
 def _mb(model) -> str:
@@ -369,6 +406,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--scale", type=float, default=0.02)
     parser.add_argument("--size", choices=list(SIZES), default="small")
+    parser.add_argument("--draft-layers", type=int, default=None, help="default: the size's")
     parser.add_argument("--only", choices=["speculative", "batching", "quantization"], default=None)
     parser.add_argument("--clock", choices=list(CLOCKS), default="wall")
     args = parser.parse_args(argv)
