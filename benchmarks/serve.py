@@ -120,7 +120,7 @@ speculative 1.65x and 1.61x the target alone (target 1.5x met) and 1.00x and 1.0
 transformers' assisted time (target <= 1.0x: equal at best), tokens identical; 175 s and 196 s
 wall, peak memory 2.1 GiB. With 128 tokens (load 3.5-5): acceptance 0.84, 1.53x, 1.03x, 318 s.
 With ``--draft-layers 2`` (draft 7.5x faster, acceptance 0.91): 1.81x and 1.08x. A verify pass
-over 5 tokens still costs 1.81-1.88 one-token steps (the small pair: 1.36), a draft step
+over 5 tokens still costs 1.81-1.88 one-token steps (the small pair: 1.29-1.36), a draft step
 0.20 (3 layers) or 0.14 (2): reading the weights from memory did not make 5 rows cost what 1
 row does, because one thread's matrix products for a few rows are slow here: ``F.linear`` over
 64 weights of 2816 x 1024 (738 MB, out of cache), one thread, thread time, took 54 ms for 1
@@ -129,8 +129,9 @@ reach neither the memory's speed nor the arithmetic's). The estimate 64 / 4.57 =
 passes x 1.84 + 55 draft steps x 0.20 = 37 steps for 64 tokens, 1.7x, is what the run gets
 before the loop's own costs. Against transformers: both make the same 14 target and 55 draft
 passes, and cProfile (thread time) gives both about 3.27 s; ours spends 0.20 s of it (6%)
-stacking the 19 layers' W^Q, W^K, W^V into one matrix, which ``fast_attention`` does once per
-generation call (the copy is kept per KV cache) and transformers does not do at all.
+stacking the layers' W^Q, W^K, W^V into one matrix, which ``fast_attention`` does once per
+generation call (the copy is kept per KV cache) and transformers does not do at all (profiled
+with the 2-layer draft: 18 layers).
 
 One thread by default: measured on a shared 2-core machine at a load of 10 to 16, two threads
 made every variant several times slower (threads waiting on each other), which says nothing
