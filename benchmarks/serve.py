@@ -114,11 +114,12 @@ steps after), plus a prefill of its own for each of the 32 requests (12% of its 
 equal cost per step that is 512 / 269 = 1.90x before the prefills.
 
 The large pair (``--only speculative --size large --rounds 3 --clock cpu``, defaults: draft of
-3 layers, 64 tokens; shared 2-core machine, load 5-5.5, a CI run beside it; two runs): acceptance
-0.93 (4.57 tokens per target forward), the draft alone 4.8x and 5.1x faster than the target,
-speculative 1.65x and 1.61x the target alone (target 1.5x met) and 1.00x and 1.08x
-transformers' assisted time (target <= 1.0x: equal at best), tokens identical; 175 s and 196 s
-wall, peak memory 2.1 GiB. With 128 tokens (load 3.5-5): acceptance 0.84, 1.53x, 1.03x, 318 s.
+3 layers, 64 tokens; shared 2-core machine, a CI run beside it; three runs, at a load of 5-5.5,
+5.3-5.5 and 3-4.7): acceptance 0.93 (4.57 tokens per target forward), the draft alone 4.8x,
+5.1x and 6.4x faster than the target, speculative 1.65x, 1.61x and 1.90x the target alone
+(target 1.5x met) and 1.00x, 1.08x and 1.09x transformers' assisted time (target <= 1.0x:
+equal at best, missed in two of three), tokens identical; 175 s, 196 s and 84 s wall, peak
+memory 2.1 GiB. With 128 tokens (load 3.5-5): acceptance 0.84, 1.53x, 1.03x, 318 s.
 With ``--draft-layers 2`` (draft 7.5x faster, acceptance 0.91): 1.81x and 1.08x. A verify pass
 over 5 tokens still costs 1.81-1.88 one-token steps (the small pair: 1.29-1.36), a draft step
 0.20 (3 layers) or 0.14 (2): reading the weights from memory did not make 5 rows cost what 1
