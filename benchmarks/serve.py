@@ -15,7 +15,19 @@ alone (``serving.generate``), coursepkg's ``speculative_generate`` with k draft 
 transformers' ``generate`` alone, and transformers' assisted generation
 (``assistant_model=``, ``num_assistant_tokens=k``, schedule ``constant``,
 ``assistant_confidence_threshold=0`` so that it too drafts k every round). All four must
-give the same tokens (greedy speculative decoding is exact).
+give the same tokens (greedy speculative decoding is exact). Beside them, single passes on a
+cache holding the prompt (alternated, median of 20): a verify pass over k + 1 tokens and one
+draft step, each in one-token target steps.
+
+That target's 23 MB of fp32 weights sit in this CPU's 300 MiB L3 cache: a step is bound by
+arithmetic, not by reading the weights as a served model's step is (the premise of speculative
+decoding: verifying k + 1 tokens then costs about one step). ``--size large`` is a pair whose
+target does not fit: D=1024, 16 layers, 16 query heads sharing 4 key/value heads, SwiGLU of
+width 2816, V=1000 as above, 730 MB of fp32 weights (a step reads them all from memory); its
+draft is its first 3 layers (143 MB; ``--draft-layers`` to change it), made the same way: the
+13 later layers' ``o_proj`` and ``down_proj`` scaled by ``--scale``. 64 new tokens by default
+(3 rounds in under 5 minutes on this machine); peak memory about 2.1 GiB (printed: both
+models in coursepkg and in transformers). ``--size small`` (the default) is the pair above.
 
 Continuous batching. A Llama-shaped model (4 layers, otherwise as above) serves 32 requests:
 prompts of 4 to 32 tokens, outputs of 8 to 128 tokens (most short, a few long, drawn with a
@@ -101,11 +113,33 @@ batching 269 (first come, first served: the last long request is admitted late a
 steps after), plus a prefill of its own for each of the 32 requests (12% of its time). At
 equal cost per step that is 512 / 269 = 1.90x before the prefills.
 
+The large pair (``--only speculative --size large --rounds 3 --clock cpu``, defaults: draft of
+3 layers, 64 tokens; shared 2-core machine, a CI run beside it; three runs, at a load of 5-5.5,
+5.3-5.5 and 3-4.7): acceptance 0.93 (4.57 tokens per target forward), the draft alone 4.8x,
+5.1x and 6.4x faster than the target, speculative 1.65x, 1.61x and 1.90x the target alone
+(target 1.5x met) and 1.00x, 1.08x and 1.09x transformers' assisted time (target <= 1.0x:
+equal at best, missed in two of three), tokens identical; 175 s, 196 s and 84 s wall, peak
+memory 2.1 GiB. With 128 tokens (load 3.5-5): acceptance 0.84, 1.53x, 1.03x, 318 s.
+With ``--draft-layers 2`` (draft 7.5x faster, acceptance 0.91): 1.81x and 1.08x. A verify pass
+over 5 tokens still costs 1.81-1.88 one-token steps (the small pair: 1.29-1.36), a draft step
+0.20 (3 layers) or 0.14 (2): reading the weights from memory did not make 5 rows cost what 1
+row does, because one thread's matrix products for a few rows are slow here: ``F.linear`` over
+64 weights of 2816 x 1024 (738 MB, out of cache), one thread, thread time, took 54 ms for 1
+row, 59 ms for 2, 112 ms for 5, 145 ms for 8 and 119 ms for 16 (MKL's kernels for 2 to 8 rows
+reach neither the memory's speed nor the arithmetic's). The estimate 64 / 4.57 = 14 verify
+passes x 1.84 + 55 draft steps x 0.20 = 37 steps for 64 tokens, 1.7x, is what the run gets
+before the loop's own costs. Against transformers: both make the same 14 target and 55 draft
+passes, and cProfile (thread time) gives both about 3.27 s; ours spends 0.20 s of it (6%)
+stacking the layers' W^Q, W^K, W^V into one matrix, which ``fast_attention`` does once per
+generation call (the copy is kept per KV cache) and transformers does not do at all (profiled
+with the 2-layer draft: 18 layers).
+
 One thread by default: measured on a shared 2-core machine at a load of 10 to 16, two threads
 made every variant several times slower (threads waiting on each other), which says nothing
 about serving.
 
-Run: ``.venv/bin/python benchmarks/serve.py [--rounds N] [--threads T] [--only PART]``
+Run: ``.venv/bin/python benchmarks/serve.py [--rounds N] [--threads T] [--only PART]
+[--size small|large]``
 """
 
 from __future__ import annotations
@@ -131,27 +165,38 @@ SHAPE = dict(
     num_key_value_heads=2, tie_word_embeddings=False, max_position_embeddings=512,
     bos_token_id=0, eos_token_id=None, pad_token_id=0,
 )  # fmt: skip
+# --size large: 16 layers of D=1024 (16 query heads sharing 4 key/value heads, SwiGLU 2816),
+# 730 MB of fp32 weights, well over the 300 MiB L3: a decode step reads them from memory.
+LARGE_SHAPE = dict(
+    SHAPE, hidden_size=1024, intermediate_size=2816, num_attention_heads=16,
+    num_key_value_heads=4,
+)  # fmt: skip
+# the speculative pairs: (shape, target layers, draft layers = the target's first ones, new
+# tokens: 64 for the large pair, whose 3 rounds then take under 5 minutes)
+SIZES = {"small": (SHAPE, 8, 2, 128), "large": (LARGE_SHAPE, 16, 3, 64)}
 
 
-def _hf_llama(layers: int, seed: int = 0):
+def _hf_llama(layers: int, seed: int = 0, shape: dict = SHAPE):
     import transformers
 
     transformers.logging.set_verbosity_error()
     torch.manual_seed(seed)
-    config = transformers.LlamaConfig(**SHAPE, num_hidden_layers=layers)
+    config = transformers.LlamaConfig(**shape, num_hidden_layers=layers)
     return transformers.LlamaForCausalLM(config).eval()
 
 
-def speculative_models(scale: float, target_layers: int = 8, draft_layers: int = 2):
+def speculative_models(
+    scale: float, target_layers: int = 8, draft_layers: int = 2, shape: dict = SHAPE
+):
     """(hf target, hf draft, our target, our draft): the draft is the target's first layers."""
     from coursepkg.interop import from_hf_llama
 
-    target = _hf_llama(target_layers)
+    target = _hf_llama(target_layers, shape=shape)
     with torch.no_grad():
         for layer in target.model.layers[draft_layers:]:
             layer.self_attn.o_proj.weight.mul_(scale)
             layer.mlp.down_proj.weight.mul_(scale)
-    draft = _hf_llama(draft_layers, seed=1)
+    draft = _hf_llama(draft_layers, seed=1, shape=shape)
     draft.load_state_dict(target.state_dict(), strict=False)  # shared names: first layers
     draft.generation_config.num_assistant_tokens_schedule = "constant"
     draft.generation_config.assistant_confidence_threshold = 0.0
@@ -161,10 +206,12 @@ def speculative_models(scale: float, target_layers: int = 8, draft_layers: int =
 def bench_speculative(args) -> dict:
     from coursepkg.serving import generate, speculative_generate
 
-    hf_t, hf_d, t, d = speculative_models(args.scale)
+    shape, layers, draft_layers, new = SIZES[args.size]
+    draft_layers, new = args.draft_layers or draft_layers, args.new_tokens or new
+    hf_t, hf_d, t, d = speculative_models(args.scale, layers, draft_layers, shape)
     hf_d.generation_config.num_assistant_tokens = args.k
     prompt = torch.randint(1, 1000, (1, PROMPT), generator=torch.Generator().manual_seed(1))
-    new, out = args.new_tokens, {}
+    out = {}
 
     def hf(assistant=None):
         kwargs = dict(max_new_tokens=new, do_sample=False, attention_mask=torch.ones_like(prompt))
@@ -189,12 +236,22 @@ def bench_speculative(args) -> dict:
     )
     rate = out["spec"].acceptance_rate
     print(
-        f"Speculative, greedy, {new} tokens: target 8 layers, draft its first 2 (later layers "
-        f"scaled by {args.scale}), k={args.k}; acceptance rate {rate:.2f}, "
-        f"{new / out['spec'].target_forwards:.2f} tokens per target forward"
+        f"Speculative ({args.size}), greedy, {new} tokens: target {layers} layers of "
+        f"D={shape['hidden_size']}, draft its first {draft_layers} (the target's later layers' "
+        f"o_proj and down_proj scaled by {args.scale}), k={args.k}; acceptance rate "
+        f"{rate:.2f}, {new / out['spec'].target_forwards:.2f} tokens per target forward"
+    )
+    print(
+        f"  fp32 weights: target {_mb(t)} MB, draft {_mb(d)} MB (the same again in transformers' "
+        f"copies); peak resident memory {_peak_rss_gib():.2f} GiB"
     )
     for name, s in times.items():
         print(f"  {name:28s}: {s:.3f} s ({new / s:.0f} tok/s)")
+    verify, step = _pass_costs(t, d, prompt, args.k, CLOCKS[args.clock])
+    print(
+        f"  one pass, after the {PROMPT}-token prompt (median of 20): a verify pass over k+1 = "
+        f"{args.k + 1} tokens costs {verify:.2f} one-token target steps, a draft step {step:.2f}"
+    )
     speedup = times["target alone (coursepkg)"] / times["speculative (coursepkg)"]
     vs_hf = times["speculative (coursepkg)"] / times["assisted (transformers)"]
     cheaper = times["target alone (coursepkg)"] / times["draft alone (coursepkg)"]
@@ -204,7 +261,50 @@ def bench_speculative(args) -> dict:
     print(f"  identical tokens (all four): {same}")
     if not same:
         raise SystemExit("speculative decoding changed the target's greedy tokens")
-    return dict(acceptance=rate, speedup=speedup, vs_assisted=vs_hf, draft=cheaper, times=times)
+    return dict(
+        acceptance=rate, speedup=speedup, vs_assisted=vs_hf, draft=cheaper, times=times,
+        verify_steps=verify, draft_steps=step,
+    )  # fmt: skip
+
+
+def _pass_costs(target, draft, prompt, k: int, clock, rounds: int = 20) -> tuple[float, float]:
+    """The cost of the target's verify pass over k + 1 tokens and of one draft step, each in
+    one-token target steps: single forward passes on a cache holding the prompt, alternated."""
+    from coursepkg.serving import CroppableCache
+
+    caches = {}
+    with torch.inference_mode():
+        for name, model in (("target", target), ("draft", draft)):
+            caches[name] = CroppableCache(model.config.n_layers, PROMPT + k + 1)
+            model(prompt, cache=caches[name])  # the prompt stays; each pass is cropped away
+
+    def one_pass(name, model, n):
+        def run():
+            with torch.inference_mode():
+                model(prompt[:, :n], cache=caches[name])
+            caches[name].crop(PROMPT)
+
+        return run
+
+    fns = {
+        "step": one_pass("target", target, 1),
+        "verify": one_pass("target", target, k + 1),
+        "draft": one_pass("draft", draft, 1),
+    }
+    times = {name: median(ts) for name, ts in alternate(fns, rounds, 2, clock).items()}
+    return times["verify"] / times["step"], times["draft"] / times["step"]
+
+
+def _mb(model) -> str:
+    """The model's parameter bytes, in MB (10^6 bytes)."""
+    return f"{sum(p.numel() * p.element_size() for p in model.parameters()) / 1e6:.0f}"
+
+
+def _peak_rss_gib() -> float:
+    """This process's peak resident memory so far, in GiB (Linux reports KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
 def workload(n: int = 32, seed: int = 0):
@@ -337,9 +437,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--batch-rounds", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--new-tokens", type=int, default=None, help="default: the size's")
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--scale", type=float, default=0.02)
+    parser.add_argument("--size", choices=list(SIZES), default="small")
+    parser.add_argument("--draft-layers", type=int, default=None, help="default: the size's")
     parser.add_argument("--only", choices=["speculative", "batching", "quantization"], default=None)
     parser.add_argument("--clock", choices=list(CLOCKS), default="wall")
     args = parser.parse_args(argv)
