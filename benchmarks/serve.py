@@ -42,7 +42,8 @@ stay fp32) as int8 per output channel and int4 in groups of 16 (688 = 43 x 16): 
 prompts of 32 tokens, the share of 64 greedy tokens equal to fp32's, and the time of those 64
 tokens (no int8 kernels on this CPU: the weights are dequantised at each call, so expect it
 slower, not faster).
-Where ``torchao`` is installed (``requirements/lock.txt`` pins 0.18.0; the interop extra),
+Where ``torchao`` is installed (the ``compare`` extra, not in the course lock: see pyproject.toml;
+``.venv/bin/pip install torchao==0.18.0``),
 its int8 weight-only quantization (``quantize_(model, Int8WeightOnlyConfig())``, the same
 linear layers) is measured beside ours: bytes (its int8 ``qdata`` and float scales), logit
 error, greedy agreement and time. Its scale is max|w| / 127.5 with codes in [-128, 127], ours
