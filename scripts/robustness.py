@@ -58,6 +58,9 @@ TRAINING_PAGES = [
     "15_attention_at_length",
     "16_modern_decoder",
     "17_training_for_real",
+    "19_experts",
+    "20_post_training",
+    "21_training_across_machines",
 ]
 #: glued figure -> the least value the book claims for it under every setting
 REQUIRED = {
