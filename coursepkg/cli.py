@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ValueError as err:
-        print(f"coursepkg: error: {err}", file=sys.stderr)
+        sys.stderr.write(f"coursepkg: error: {err}\n")
         return 2
     finally:
         if argv is None:  # the console script: the process ends next

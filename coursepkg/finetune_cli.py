@@ -82,16 +82,16 @@ def _finetune(args: argparse.Namespace) -> int:
     try:
         result = finetune(settings, resume=args.resume, progress=not args.no_progress)
     except CheckpointError as err:
-        print(f"coursepkg finetune: error: {err}", file=sys.stderr)
+        sys.stderr.write(f"coursepkg finetune: error: {err}\n")
         return 2
     if result.rows and result.rows[-1]["step"] == settings.steps:
         last = result.rows[-1]
         extra = f", margin {last['margin']:.4f}" if settings.dpo else ""
         extra = f", reward {last['reward']:.4f}" if settings.grpo else extra
-        print(
+        sys.stdout.write(
             f"step {last['step']}: loss {last['loss']:.4f}{extra}; "
-            f"the model is {result.out / 'model.pt'}"
+            f"the model is {result.out / 'model.pt'}\n"
         )
     elif result.rows:
-        print(f"stopped after step {result.rows[-1]['step']}; continue with --resume")
+        sys.stdout.write(f"stopped after step {result.rows[-1]['step']}; continue with --resume\n")
     return 0

@@ -98,17 +98,15 @@ def _train(args: argparse.Namespace) -> int:
     try:
         result = train(settings, resume=args.resume, progress=not args.no_progress)
     except CheckpointError as err:
-        print(f"coursepkg train: error: {err}", file=sys.stderr)
+        sys.stderr.write(f"coursepkg train: error: {err}\n")
         return 2
     if result.rows and result.rows[-1]["step"] == settings.steps:
         last = [r for r in result.rows if r["val_loss"] is not None][-1]
-        print(
+        sys.stdout.write(
             f"step {last['step']}: held-out loss {last['val_loss']:.4f}, perplexity "
-            f"{last['val_perplexity']:.2f}; log, loss.png and samples.txt in {result.out}"
+            f"{last['val_perplexity']:.2f}; log, loss.png and samples.txt in {result.out}\n"
         )
-        for sample in result.samples:
-            print("-----")
-            print(sample)
+        sys.stdout.write("".join(f"-----\n{sample}\n" for sample in result.samples))
     elif result.rows:
-        print(f"stopped after step {result.rows[-1]['step']}; continue with --resume")
+        sys.stdout.write(f"stopped after step {result.rows[-1]['step']}; continue with --resume\n")
     return 0
