@@ -55,7 +55,9 @@ GB = 2**30
 DISK = "bytes in the grading workers' folders (where kernels write), the graded course aside"
 MEMORY = "available memory, the cluster's growth aside (printed, not asserted)"
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+# serial: the batch measures the machine's shared memory and the graders' folders in /tmp, which
+# another test running beside it (`make test` runs two at a time) would move.
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.timeout(1200)]
 
 # Set by .ci/run where the host offers the limits (as in grading/kernel/test_kernel_resources.py).
 LIMITS_REQUIRED = os.environ.get("COURSE_REQUIRE_KERNEL_LIMITS") == "1"
