@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from coursepkg.chapters.char_gpt import _next_char_loss, _shakespeare
+from coursepkg.chapters.char_gpt import next_char_loss, shakespeare_split
 from coursepkg.chapters.run_cache import cache_file, check_cache_mode, reuse_run, save_run
 from coursepkg.chapters.train import History, fit, seed_everything
 from coursepkg.config import TransformerConfig
@@ -105,7 +105,7 @@ def train_variant(
         ValueError: for a change the configuration rejects or an unknown ``cache`` mode.
     """
     check_cache_mode(cache)
-    vocab, train_ids, heldout_ids, windows = _shakespeare(block_size)
+    vocab, train_ids, heldout_ids, windows = shakespeare_split(block_size)
     config = TransformerConfig(vocab_size=len(vocab), **{**BASE, **(changes or {})})
     settings = dict(
         config=asdict(config),
@@ -130,11 +130,11 @@ def train_variant(
     result.history = fit(
         result.model,
         char_lm_batches(train_ids, vocab, block_size, batch_size, generator=generator),
-        _next_char_loss,
+        next_char_loss,
         steps=steps,
         optimizer=optimizer,
         scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, schedule),
-        eval_fn=lambda m: {"held-out": sum(_next_char_loss(m, b).item() for b in heldout) / 2},
+        eval_fn=lambda m: {"held-out": sum(next_char_loss(m, b).item() for b in heldout) / 2},
         eval_every=50,
         progress=progress,
         desc="variant",

@@ -4,7 +4,7 @@ and the count bigram model it has to beat.
 :func:`train_char_gpt` trains a small GPT-2-shaped :class:`~coursepkg.DecoderOnlyLM` with Adam,
 a linear warm-up and decay, and clipped gradients, keeping the run on disk when asked
 (:mod:`coursepkg.chapters.run_cache`); :func:`count_bigram` is the table of next-character counts
-the book compares it with. Both are also importable from :mod:`coursepkg.chapters.recipes`.
+the book compares it with.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from coursepkg.data.text import char_lm_batches, load_tinyshakespeare
 from coursepkg.data.vocab import CharVocab
 from coursepkg.model import DecoderOnlyLM
 
-__all__ = ["CharGPT", "count_bigram", "train_char_gpt"]
+__all__ = ["CharGPT", "count_bigram", "next_char_loss", "shakespeare_split", "train_char_gpt"]
 
 
 @dataclass
@@ -53,7 +53,19 @@ class CharGPT:
     seconds: float = 0.0
 
 
-def _next_char_loss(model: DecoderOnlyLM, batch: tuple[Tensor, Tensor]) -> Tensor:
+def next_char_loss(model: DecoderOnlyLM, batch: tuple[Tensor, Tensor]) -> Tensor:
+    """The mean cross-entropy of the next character over a batch of windows (the runs' loss).
+
+    Args:
+        model: the decoder-only model being trained.
+        batch: ``(x, y)``, the windows and the same windows shifted by one character.
+
+    Shape:
+        x, y: (B, L).
+
+    Returns:
+        A scalar tensor, in nats.
+    """
     x, y = batch  # (B, L), (B, L)
     logits = model(x)  # (B, L, V)
     return torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
@@ -121,7 +133,7 @@ def train_char_gpt(
     _check_sizes(settings)
     check_cache_mode(cache)
     path = cache_file(settings, "char_gpt") if cache is not None else None
-    vocab, train_ids, heldout_ids, windows = _shakespeare(block_size)
+    vocab, train_ids, heldout_ids, windows = shakespeare_split(block_size)
     config = TransformerConfig(
         vocab_size=len(vocab),
         d_model=d_model,
@@ -147,11 +159,19 @@ def train_char_gpt(
     return result
 
 
-def _shakespeare(
+def shakespeare_split(
     block_size: int,
 ) -> tuple[CharVocab, Tensor, Tensor, dict[str, list[tuple[Tensor, Tensor]]]]:
     """Tiny Shakespeare's vocabulary, its first 90% and last 10% encoded, and 4 fixed batches
-    of 64 windows of each part for the evaluations."""
+    of 64 windows of each part for the evaluations (the split every character run shares).
+
+    Args:
+        block_size: characters per window (L).
+
+    Returns:
+        ``(vocab, train_ids, heldout_ids, windows)``: ``windows["train"]`` and
+        ``windows["held-out"]`` are lists of 4 ``(x, y)`` pairs of shape (64, L).
+    """
     text = load_tinyshakespeare()
     vocab = CharVocab.from_corpus(text)
     ids = torch.tensor(vocab.encode(text))  # (N,)
@@ -185,7 +205,7 @@ def _train_char_gpt(
 
     def evaluate(trained: DecoderOnlyLM) -> dict[str, float]:
         return {
-            name: sum(_next_char_loss(trained, b).item() for b in batches) / len(batches)
+            name: sum(next_char_loss(trained, b).item() for b in batches) / len(batches)
             for name, batches in windows.items()
         }
 
@@ -197,7 +217,7 @@ def _train_char_gpt(
     result.history = fit(
         model,
         train_batches,
-        _next_char_loss,
+        next_char_loss,
         steps=run.steps,
         optimizer=optimizer,
         scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_then_decay),

@@ -9,8 +9,7 @@ held-out set never occur in training (:func:`~coursepkg.data.dates.date_split`),
 accuracy measures generalisation, not memorisation.
 
 Chapter 12's character GPT and the count bigram model it is compared with are in
-:mod:`coursepkg.chapters.char_gpt` (importable from here too); keeping a run on disk is
-:mod:`coursepkg.chapters.run_cache`.
+:mod:`coursepkg.chapters.char_gpt`; keeping a run on disk is :mod:`coursepkg.chapters.run_cache`.
 """
 
 from __future__ import annotations
@@ -26,9 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from coursepkg.chapters.char_gpt import CharGPT, count_bigram, train_char_gpt
 from coursepkg.chapters.run_cache import (
-    CACHE_ENV,
     cache_file,
     check_cache_mode,
     reuse_run,
@@ -44,12 +41,9 @@ from coursepkg.model import Transformer
 from coursepkg.schedule import label_smoothed_cross_entropy, noam_scheduler
 
 __all__ = [
-    "CACHE_ENV",
-    "CharGPT",
     "DateTranslator",
     "ISO_LENGTH",
-    "count_bigram",
-    "train_char_gpt",
+    "date_batches",
     "train_date_translator",
     "translator_config",
 ]
@@ -159,7 +153,7 @@ class DateTranslator:
         return correct / len(pairs)
 
 
-def _batches(
+def date_batches(
     pairs: list[tuple[str, str]],
     batch_size: int,
     src_vocab: CharVocab,
@@ -173,6 +167,17 @@ def _batches(
     window of ``bucket`` batches by source length before cutting it into batches (then shuffling
     those batches) puts dates of similar length together, which removes most of the padding and
     so most of the wasted computation.
+
+    Args:
+        pairs: ``(human, iso)`` date pairs, in the order they are used.
+        batch_size: pairs per batch (B).
+        src_vocab: characters of the human-written dates.
+        tgt_vocab: characters of the ISO dates.
+        seed: seeds the order of the batches within each window.
+        bucket: batches per length-sorted window.
+
+    Returns:
+        An iterator of encoded batches (:func:`~coursepkg.data.dates.encode_batch`).
     """
     rng = random.Random(seed)
     window = batch_size * bucket
@@ -395,7 +400,7 @@ def _train_translator(
     src_vocab, tgt_vocab = translator.src_vocab, translator.tgt_vocab
     history = fit(
         model,
-        _batches(train_pairs, run.batch_size, src_vocab, tgt_vocab, run.seed),
+        date_batches(train_pairs, run.batch_size, src_vocab, tgt_vocab, run.seed),
         _loss(run.smoothing, set(run.checkpoints) | set(averaged), kept),
         steps=run.steps,
         optimizer=optimizer,

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from coursepkg.chapters.recipes import ISO_LENGTH, _batches, translator_config
+from coursepkg.chapters.recipes import ISO_LENGTH, date_batches, translator_config
 from coursepkg.chapters.run_cache import cache_file, check_cache_mode, reuse_run, save_run
 from coursepkg.chapters.train import seed_everything
 from coursepkg.data.batching import Seq2SeqBatch, make_seq2seq_batch
@@ -238,7 +238,7 @@ def _race_one(
     src_vocab, tgt_vocab = date_vocabs()
     train_pairs, test_pairs = date_split(max_steps * batch_size, n_test, seed=seed)
     record: dict = {"steps": 0, "eval_step": [], "exact_match": [], "tokens": 0, "seconds": 0.0}
-    batches = _batches(train_pairs, batch_size, src_vocab, tgt_vocab, seed)
+    batches = date_batches(train_pairs, batch_size, src_vocab, tgt_vocab, seed)
     for step, batch in enumerate(islice(batches, max_steps), start=1):
         started = time.perf_counter()
         _train_step(c, batch)
@@ -287,7 +287,7 @@ def step_seconds(
     contenders = {name: build(seed) for name, build in CONTENDERS.items()}
     times: dict[str, list[float]] = {name: [] for name in contenders}
     tokens = 0
-    batches = _batches(train_pairs, batch_size, src_vocab, tgt_vocab, seed)
+    batches = date_batches(train_pairs, batch_size, src_vocab, tgt_vocab, seed)
     for r, batch in enumerate(islice(batches, rounds + warmup)):
         for name, c in contenders.items():
             started = time.perf_counter()

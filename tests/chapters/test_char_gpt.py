@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from coursepkg import DecoderOnlyLM
-from coursepkg.chapters.recipes import CACHE_ENV, count_bigram, train_char_gpt
+from coursepkg.chapters.char_gpt import count_bigram, train_char_gpt
+from coursepkg.chapters.run_cache import CACHE_ENV
 
 TINY = dict(steps=6, d_model=16, n_heads=2, d_ff=32, n_layers=1, block_size=16, batch_size=4)
 

@@ -6,8 +6,13 @@ import pytest
 import torch
 
 import coursepkg.chapters.recipes as recipes
-from coursepkg.chapters.recipes import ISO_LENGTH, DateTranslator, _batches, train_date_translator
-from coursepkg.chapters.run_cache import cache_file
+from coursepkg.chapters.recipes import (
+    ISO_LENGTH,
+    DateTranslator,
+    date_batches,
+    train_date_translator,
+)
+from coursepkg.chapters.run_cache import CACHE_ENV, cache_file
 from coursepkg.data.dates import date_vocabs, encode_batch, make_date_pairs
 
 TINY = dict(
@@ -18,7 +23,7 @@ TINY = dict(
 def test_length_buckets_use_every_pair_once_with_less_padding():
     src_vocab, tgt_vocab = date_vocabs()
     pairs = make_date_pairs(16 * 20, seed=3)
-    batches = list(_batches(pairs, 16, src_vocab, tgt_vocab, seed=0, bucket=8))
+    batches = list(date_batches(pairs, 16, src_vocab, tgt_vocab, seed=0, bucket=8))
     assert len(batches) == 20
     seen = sorted(
         (src_vocab.decode(row), tgt_vocab.decode(out))
@@ -155,7 +160,7 @@ def _same_run(a: DateTranslator, b: DateTranslator) -> bool:
 def test_a_saved_run_is_reused_only_with_the_same_settings(tmp_path, monkeypatch):
     """Chapter 8 saves its translator and chapter 9 reuses it: the reused run is the saved one,
     and any other setting trains anew."""
-    monkeypatch.setenv(recipes.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     args = dict(steps=8, progress=False, eval_every=4, checkpoints=(2,), **TINY)
     saved = train_date_translator(cache="save", **args)
     assert len(list(tmp_path.glob("*.pt"))) == 1
@@ -174,7 +179,7 @@ def test_a_saved_run_is_reused_only_with_the_same_settings(tmp_path, monkeypatch
 
 
 def test_a_broken_or_unwritable_cache_only_costs_a_warning(tmp_path, monkeypatch):
-    monkeypatch.setenv(recipes.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     args = dict(steps=4, progress=False, eval_every=4, **TINY)
     good = train_date_translator(cache="save", **args)
     (file,) = tmp_path.glob("*.pt")
@@ -184,7 +189,7 @@ def test_a_broken_or_unwritable_cache_only_costs_a_warning(tmp_path, monkeypatch
     assert _same_run(good, again)
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where the cache folder should be")
-    monkeypatch.setenv(recipes.CACHE_ENV, str(blocked))
+    monkeypatch.setenv(CACHE_ENV, str(blocked))
     with pytest.warns(UserWarning, match="could not save"):
         assert _same_run(good, train_date_translator(cache="save", **args))
 
@@ -192,7 +197,7 @@ def test_a_broken_or_unwritable_cache_only_costs_a_warning(tmp_path, monkeypatch
 def test_the_cache_key_names_threads_and_cpu_kernels(tmp_path, monkeypatch):
     """Other thread counts or other vectorised kernels (ATEN_CPU_CAPABILITY) round differently,
     so a run saved under one of them is never reused under another."""
-    monkeypatch.setenv(recipes.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     settings = {"steps": 8, "seed": 0}
     here = cache_file(settings, "date_translator")
     assert here == cache_file(dict(settings), "date_translator")  # the key is stable
@@ -200,7 +205,7 @@ def test_the_cache_key_names_threads_and_cpu_kernels(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "OTHER")
     assert cache_file(settings, "date_translator") != here
     monkeypatch.undo()
-    monkeypatch.setenv(recipes.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(threads + 1)

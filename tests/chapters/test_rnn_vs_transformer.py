@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import coursepkg.chapters.rnn_vs_transformer as race
-from coursepkg.chapters.recipes import _batches, _untrained_translator
+from coursepkg.chapters.recipes import _untrained_translator, date_batches
 from coursepkg.data.dates import date_split, date_vocabs, encode_batch
 from coursepkg.data.vocab import PAD_ID
 from coursepkg.rnn import Seq2SeqRNN
@@ -60,7 +60,7 @@ def test_a_training_step_lowers_the_loss_on_its_batch(name):
     contender = race.CONTENDERS[name](seed=0)
     src_vocab, tgt_vocab = date_vocabs()
     train, _ = date_split(32, 2, seed=0)
-    batch = next(_batches(train, 32, src_vocab, tgt_vocab, seed=0))
+    batch = next(date_batches(train, 32, src_vocab, tgt_vocab, seed=0))
     before = contender.loss_fn(contender.model, batch).item()
     for _ in range(15):
         race._train_step(contender, batch)
@@ -81,7 +81,7 @@ def test_both_contenders_see_the_same_batches():
     results = race.race_to_quality(1.0, **TINY_RACE)
     src_vocab, tgt_vocab = date_vocabs()
     train, _ = date_split(4 * 4, 6, seed=0)
-    tokens = sum(race.tokens_in(b) for b in _batches(train, 4, src_vocab, tgt_vocab, seed=0))
+    tokens = sum(race.tokens_in(b) for b in date_batches(train, 4, src_vocab, tgt_vocab, seed=0))
     assert [r["tokens"] for r in results.values()] == [tokens, tokens]
 
 
