@@ -196,6 +196,18 @@ def test_the_package_root_holds_the_model_only():
     folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
     assert modules == ROOT_MODULES, (sorted(modules - ROOT_MODULES), sorted(ROOT_MODULES - modules))
     assert folders == ROOT_FOLDERS, (sorted(folders - ROOT_FOLDERS), sorted(ROOT_FOLDERS - folders))
+    # and the model never reaches up into the book's helpers or the command line
+    graph, _ = _import_graph()
+    root = {f"coursepkg.{name.removesuffix('.py')}" for name in ROOT_MODULES} - {
+        "coursepkg.__init__"
+    }
+    upward = sorted(
+        (name, target)
+        for name in root | {"coursepkg"}
+        for target in graph.get(name, ())
+        if target.startswith(("coursepkg.chapters", "coursepkg.cli"))
+    )
+    assert not upward, upward
 
 
 def private_imports(path: Path, package: Path = PACKAGE) -> list[tuple[int, str, str]]:
