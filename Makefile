@@ -103,12 +103,12 @@ test: lint
 	if [ "$$serial" -ne 0 ] && [ "$$serial" -ne 5 ]; then status=$$serial; fi; \
 	exit $$status
 
-# The quick loop while editing the package or the checks: tests/model/, tests/grading/,
-# tests/parallel/ and the layout rules, without the tests marked slow (real kernels, Dask,
+# The quick loop while editing the package or the checks: tests/reference/, tests/chapters/,
+# tests/cli/, tests/grading/, tests/parallel/ and the layout rules, without the tests marked slow (real kernels, Dask,
 # nbgrader batches, ranks started in processes of their own) and without
 # the folders that build or drive the book, the notebooks, a browser or a cluster (tests/book/,
 # tests/exercises/, tests/e2e/). DEVELOPING.md says which folder holds what.
-FAST_TESTS := tests/test_layout.py tests/model tests/posttrain tests/grading tests/parallel
+FAST_TESTS := tests/test_layout.py tests/reference tests/chapters tests/cli tests/posttrain tests/grading tests/parallel
 test-fast: lint
 	$(VENV_PATH) $(BIN)/python -m pytest -q $(XDIST) -m "not slow and not serial" $(FAST_TESTS)
 

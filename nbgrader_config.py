@@ -53,10 +53,10 @@ c.GenerateFeedback.force = True
 
 # release_feedback skips, with a warning, students who did not submit through the exchange
 # (zip_collect) instead of stopping at the first of them.
-c.ExchangeFactory.release_feedback = "coursepkg.release.ReleaseFeedback"
+c.ExchangeFactory.release_feedback = "coursepkg.grading.release.ReleaseFeedback"
 
 # Feedback typesets its math without a network (MathJax inlined instead of nbconvert's CDN).
-c.GenerateFeedback.exporter_class = "coursepkg.release.FeedbackExporter"
+c.GenerateFeedback.exporter_class = "coursepkg.grading.release.FeedbackExporter"
 
 # `coursepkg grade`: each student's kernel's limits (its options --memory-mb ... win over these).
 # Memory counts files in /dev/shm and the page cache too where the grading host has a memory

@@ -63,7 +63,7 @@ def test_every_path_in_the_guides_map_exists():
 
 
 def _map_names() -> set[str]:
-    """Every path the map names (``attention.py``, ``grading/term/``, ``model/test_rnn.py``)."""
+    """Every path the map names (``attention.py``, ``grading/term/``, ``reference/test_rnn.py``)."""
     return {
         name
         for row in _map_rows()
@@ -108,7 +108,7 @@ def _import_graph() -> tuple[dict[str, set[str]], Any]:
 def test_no_import_cycle_even_through_imports_inside_functions():
     graph, cycles = _import_graph()
     # an import inside a function counts (Course.notebooks imports the release when it runs)
-    assert "coursepkg.release" in graph["coursepkg.grading.classroom.gradebook"]
+    assert "coursepkg.grading.release" in graph["coursepkg.grading.classroom.gradebook"]
     assert cycles(graph) == []
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
@@ -121,6 +121,7 @@ _FLOORS = {
     "notebook": 3,
     "kernel": 3,
     "formgrader_offline": 3,
+    "release": 3,  # nbgrader release and feedback: imports nothing of coursepkg
     "policy": 4,
     "classroom": 5,
     "term": 6,
@@ -146,3 +147,109 @@ def test_the_grading_folders_import_one_way():
     )
     assert not upward, upward
     assert _floor("coursepkg.grading.term.regrade") > _floor("coursepkg.grading.classroom.record")
+
+
+# The package root holds the reference model only: the book's helpers are in chapters/, the
+# command line in cli/ (DEVELOPING.md, "Where things live"). A new root module is added here on
+# purpose, or goes to the folder it belongs to.
+ROOT_MODULES = {
+    "__init__.py",
+    "_validation.py",
+    "attention.py",
+    "config.py",
+    "decoder_only.py",
+    "decoding.py",
+    "efficient_attention.py",
+    "encoder_only.py",
+    "fast_attention.py",
+    "functional.py",
+    "kv_cache.py",
+    "layers.py",
+    "masks.py",
+    "mla.py",
+    "model.py",
+    "model_parts.py",
+    "moe.py",
+    "optim.py",
+    "params.py",
+    "positional.py",
+    "rnn.py",
+    "schedule.py",
+    "tokenizer.py",
+}
+ROOT_FOLDERS = {
+    "chapters",
+    "cli",
+    "data",
+    "grading",
+    "interop",
+    "parallel",
+    "posttrain",
+    "serving",
+    "stubs",
+    "training",
+}
+
+
+def test_the_package_root_holds_the_model_only():
+    modules = {p.name for p in PACKAGE.glob("*.py")}
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert modules == ROOT_MODULES, (sorted(modules - ROOT_MODULES), sorted(ROOT_MODULES - modules))
+    assert folders == ROOT_FOLDERS, (sorted(folders - ROOT_FOLDERS), sorted(ROOT_FOLDERS - folders))
+    # and the model never reaches up into the book's helpers or the command line
+    graph, _ = _import_graph()
+    root = {f"coursepkg.{name.removesuffix('.py')}" for name in ROOT_MODULES} - {
+        "coursepkg.__init__"
+    }
+    upward = sorted(
+        (name, target)
+        for name in root | {"coursepkg"}
+        for target in graph.get(name, ())
+        if target.startswith(("coursepkg.chapters", "coursepkg.cli"))
+    )
+    assert not upward, upward
+
+
+def private_imports(path: Path, package: Path = PACKAGE) -> list[tuple[int, str, str]]:
+    """``(line, module, name)`` for each ``from <a coursepkg module> import _name`` in ``path``,
+    relative or absolute, where ``_name`` is not a module itself (a private module such as
+    ``_validation`` is the package's own and may be imported; a private function may not)."""
+    folder = list(path.relative_to(package.parent).parts[:-1])  # the package it is in
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = folder[: len(folder) - node.level + 1] + (node.module or "").split(".")
+        else:
+            base = (node.module or "").split(".")
+        base = [part for part in base if part]
+        if not base or base[0] != package.name:
+            continue
+        where = package.parent.joinpath(*base)
+        for alias in node.names:
+            name = alias.name
+            is_module = (where / f"{name}.py").is_file() or (where / name).is_dir()
+            if name.startswith("_") and not name.startswith("__") and not is_module:
+                found.append((node.lineno, ".".join(base), name))
+    return found
+
+
+def test_no_private_name_is_imported_across_modules(tmp_path):
+    found = {p.relative_to(PACKAGE).as_posix(): hits for p in FILES if (hits := private_imports(p))}
+    assert not found, found
+    # The scan sees both spellings and lets a private module through.
+    fake = tmp_path / "coursepkg"
+    (fake / "chapters").mkdir(parents=True)
+    (fake / "_validation.py").write_text("", encoding="utf-8")
+    probe = fake / "chapters" / "probe.py"
+    probe.write_text(
+        "from .char_gpt import _hidden, shown\n"
+        "from coursepkg.model import _x\n"
+        "from .. import _validation\n",
+        encoding="utf-8",
+    )
+    assert private_imports(probe, fake) == [
+        (1, "coursepkg.chapters.char_gpt", "_hidden"),
+        (2, "coursepkg.model", "_x"),
+    ]

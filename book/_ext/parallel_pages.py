@@ -38,7 +38,7 @@ UNDECLARED_BUT_SAFE = (
 )
 
 
-#: page -> the pages whose saved runs (``coursepkg.run_cache``) it loads
+#: page -> the pages whose saved runs (``coursepkg.chapters.run_cache``) it loads
 REUSES = {
     "book/09_decoding": ("book/08_training",),
     "book/13_inside_the_model": ("book/12_decoder_only",),

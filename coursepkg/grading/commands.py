@@ -6,7 +6,7 @@ autogrades a whole class with nbgrader). The end of term's commands (``export``,
 
 Each command is a pair, ``_add_<verb>(sub)`` that declares its arguments and ``_<verb>(args)``
 that runs it (its exit status), as in every home of ``coursepkg``'s commands
-(:mod:`coursepkg.commands`); :func:`add_parsers` registers them. What a command runs is imported
+(:mod:`coursepkg.cli.model`); :func:`add_parsers` registers them. What a command runs is imported
 when it runs, so ``coursepkg --help`` stays quick.
 """
 
@@ -77,7 +77,7 @@ def _add_release(sub: Any) -> None:
 
 
 def _release(args: argparse.Namespace) -> int:
-    from ..release import find_leaks, generate_release
+    from .release import find_leaks, generate_release
 
     db_url = (
         None if args.no_db else args.db or f"sqlite:///{Path(args.root).resolve()}/gradebook.db"

@@ -1,7 +1,7 @@
 """What the chapter on training across machines measures on its ranks: one step's events on a
 clock (when backward ends, when each all-reduce starts and when its wait returns), beside the
 weights and bytes of :func:`~coursepkg.parallel.compare.train_ranks`, kept on disk by
-:mod:`coursepkg.run_cache` so that the page starts its processes once.
+:mod:`coursepkg.chapters.run_cache` so that the page starts its processes once.
 
 The clock is each rank's ``time.perf_counter()``, read by the collectives as they are called
 (:class:`TimedCollectives`); no profiler is needed, and the events are the ones the schemes
@@ -15,7 +15,7 @@ import time
 
 import torch.nn.functional as F
 
-from ..run_cache import cache_file, reuse_run, save_run
+from ..chapters.run_cache import cache_file, reuse_run, save_run
 from .comm import Collectives
 from .compare import Run, split_batch, train_ranks
 from .ddp import BucketedDDP, NaiveDDP

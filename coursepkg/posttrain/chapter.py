@@ -33,9 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..chapters.run_cache import cache_file, check_cache_mode, reuse_run, save_run
 from ..config import TransformerConfig
 from ..decoder_only import DecoderOnlyLM
-from ..run_cache import cache_file, check_cache_mode, reuse_run, save_run
 from ..tokenizer import Tokenizer
 from .chat import END_OF_TURN, ChatExample, encode_chat, render_chat, with_chat_tokens
 from .dpo import PreferencePair, dpo_step, encode_preference, frozen_copy, sequence_logprobs

@@ -289,7 +289,7 @@ def test_in_a_notebook_the_progress_bar_is_one_display_updated_in_place(monkeypa
     import IPython.display
     import torch
 
-    import coursepkg.train as train
+    import coursepkg.chapters.train as train
 
     shown: list[tuple[str, str]] = []
 

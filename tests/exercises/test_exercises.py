@@ -25,7 +25,7 @@ from coursepkg.grading.notebook import (
     load_notebook,
     run_notebook,
 )
-from coursepkg.release import find_leaks, generate_release, secret_lines
+from coursepkg.grading.release import find_leaks, generate_release, secret_lines
 from coursepkg.stubs import ASSIGNMENTS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -142,7 +142,7 @@ class Course:
                 return sorted(nb.name for nb in gb.find_assignment(assignment).notebooks)
         except MissingEntry:
             pass
-        from ...release import generate_release
+        from ..release import generate_release
 
         if not (self.root / self.source / assignment).is_dir():
             raise ValueError(

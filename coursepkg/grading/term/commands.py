@@ -3,7 +3,7 @@ regrade`` and ``coursepkg similarity``.
 
 Each command is a pair, ``_add_<verb>(sub)`` that declares its arguments and ``_<verb>(args)``
 that runs it (its exit status), as in every home of ``coursepkg``'s commands
-(:mod:`coursepkg.commands`); :func:`add_parsers` registers them."""
+(:mod:`coursepkg.cli.model`); :func:`add_parsers` registers them."""
 
 from __future__ import annotations
 

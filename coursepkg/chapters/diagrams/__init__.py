@@ -1,0 +1,86 @@
+"""Conceptual and architecture diagrams for the book, drawn with matplotlib (no files, no
+network). Every function returns a new figure made of labelled boxes, arrows and grids; every
+label is plain ASCII text, so the drawing looks the same on any machine.
+
+* :mod:`~coursepkg.chapters.diagrams.architecture`: the paper's Figure 1, multi-head attention.
+* :mod:`~coursepkg.chapters.diagrams.sequences`: the RNN bottleneck, the soft lookup, positional
+  clocks, the three masks, teacher forcing, label smoothing (chapters 1-8).
+* :mod:`~coursepkg.chapters.diagrams.generation`: the beam, the KV cache, BERT's and GPT's attention
+  patterns, the residual stream, BPE merges (chapters 9-13).
+* :mod:`~coursepkg.chapters.diagrams.scaling`: where the parameters are, tiled attention, the
+  sliding window, pre- and post-norm, RoPE (chapters 6, 10, 14, 15).
+* :mod:`~coursepkg.chapters.diagrams.training`: weight tying, data parallelism, the checkpoint
+  (11, 16).
+* :mod:`~coursepkg.chapters.diagrams.serving`: speculative decoding's rounds, the paged cache's
+  block tables (18).
+* :mod:`~coursepkg.chapters.diagrams.experts`: a token routed through a mixture of experts, latent
+  attention's cache (the chapter on experts).
+* :mod:`~coursepkg.chapters.diagrams.posttraining`: the loss mask over a conversation (the chapter
+  on post-training).
+* :mod:`~coursepkg.chapters.diagrams.parallel`: who holds what under DDP, ZeRO-1 and FSDP; tensor
+  and pipeline parallelism (the chapter on training across machines).
+"""
+
+from coursepkg.chapters.diagrams.architecture import encoder_decoder_diagram, multi_head_diagram
+from coursepkg.chapters.diagrams.experts import latent_attention_diagram, moe_routing_diagram
+from coursepkg.chapters.diagrams.generation import (
+    attention_patterns_diagram,
+    beam_diagram,
+    bpe_merge_tree_diagram,
+    kv_cache_diagram,
+    residual_stream_diagram,
+)
+from coursepkg.chapters.diagrams.parallel import model_parallel_diagram, sharding_diagram
+from coursepkg.chapters.diagrams.posttraining import loss_mask_diagram
+from coursepkg.chapters.diagrams.scaling import (
+    norm_placement_diagram,
+    parameter_map_diagram,
+    rope_rotation_diagram,
+    sliding_window_diagram,
+    tiled_attention_diagram,
+)
+from coursepkg.chapters.diagrams.sequences import (
+    bottleneck_diagram,
+    label_smoothing_diagram,
+    masks_diagram,
+    positional_clocks_diagram,
+    qkv_lookup_diagram,
+    teacher_forcing_diagram,
+)
+from coursepkg.chapters.diagrams.serving import block_table_diagram, speculative_diagram
+from coursepkg.chapters.diagrams.training import (
+    checkpoint_diagram,
+    ddp_diagram,
+    weight_tying_diagram,
+)
+
+__all__ = [
+    "loss_mask_diagram",
+    "model_parallel_diagram",
+    "sharding_diagram",
+    "block_table_diagram",
+    "latent_attention_diagram",
+    "moe_routing_diagram",
+    "speculative_diagram",
+    "checkpoint_diagram",
+    "ddp_diagram",
+    "weight_tying_diagram",
+    "norm_placement_diagram",
+    "parameter_map_diagram",
+    "rope_rotation_diagram",
+    "sliding_window_diagram",
+    "tiled_attention_diagram",
+    "attention_patterns_diagram",
+    "beam_diagram",
+    "bpe_merge_tree_diagram",
+    "kv_cache_diagram",
+    "label_smoothing_diagram",
+    "residual_stream_diagram",
+    "bottleneck_diagram",
+    "encoder_decoder_diagram",
+    "masks_diagram",
+    "multi_head_diagram",
+    "positional_clocks_diagram",
+    "qkv_lookup_diagram",
+    "teacher_forcing_diagram",
+]

@@ -1,0 +1,170 @@
+"""Diagrams of the chapter on training across machines: who holds what under DDP, sharded
+optimizer state (ZeRO-1) and FSDP, and what tensor and pipeline parallelism split instead.
+"""
+
+from __future__ import annotations
+
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from coursepkg.chapters.diagrams.primitives import COLOURS, PALETTE, arrow, box, canvas
+
+__all__ = ["SHARDED", "model_parallel_diagram", "pipeline_schedule", "sharding_diagram"]
+
+#: What each scheme keeps only a 1/N shard of, of (parameters, gradients, optimizer state).
+SHARDED = {
+    "DDP": (False, False, False),
+    "ZeRO-1": (False, False, True),
+    "FSDP": (True, True, True),
+}
+
+_KINDS = (("P", "attention"), ("G", "ffn"), ("O", "state"))
+
+_COLLECTIVES = {
+    "DDP": "after backward:\nall-reduce G",
+    "ZeRO-1": "all-reduce G, step own O,\nall-gather P",
+    "FSDP": "per layer: all-gather P\n(fwd, bwd), reduce-scatter G",
+}
+
+
+def sharding_diagram(ranks: int = 2) -> Figure:
+    """Who holds what: for each scheme and each rank, a bar per kind of tensor, as long as the
+    share of it the rank keeps (the whole, or its 1/N shard, at the rank's place in the flat
+    vector), and the collectives each step calls.
+
+    Args:
+        ranks: N, the ranks drawn (2 to 4).
+
+    Returns:
+        The figure: 3 schemes x N ranks x 3 bars (P parameters, G gradients, O optimizer
+        state), a shard's bar 1/N as long as a whole one.
+    """
+    if not 2 <= ranks <= 4:
+        raise ValueError(f"ranks must be 2, 3 or 4 (what fits the column), got {ranks!r}")
+    length, row = 4.6, 0.55
+    bottom = 9.0 - ranks * (3 * row + 0.7)  # below the last rank's bars
+    fig, ax = canvas(
+        (7.0, 0.31 * (13.4 - bottom) + 0.4),
+        (-1.6, 21.2),
+        (bottom - 2.4, 11.0),
+        "Who holds what on each rank (a short bar: a 1/N shard)",
+    )
+    for column, (scheme, sharded) in enumerate(SHARDED.items()):
+        x0 = 1.0 + 6.9 * column
+        box(ax, x0 + length / 2, 10.1, length + 0.6, 0.7, scheme, "stack", size=10)
+        for r in range(ranks):
+            y_top = 9.0 - r * (3 * row + 0.7)
+            if column == 0:
+                ax.text(-0.3, y_top - 1.5 * row, f"rank {r}", ha="right", va="center", fontsize=9)
+            for k, ((name, role), shard) in enumerate(zip(_KINDS, sharded, strict=True)):
+                width = length / ranks if shard else length
+                left = x0 + (r * width if shard else 0.0)
+                y = y_top - (k + 1) * row
+                ax.add_patch(
+                    Rectangle((left, y), width, row * 0.9, facecolor=COLOURS[role],
+                              edgecolor="#444444", linewidth=0.8, zorder=2)
+                )  # fmt: skip
+                label = f"{name}/{ranks}" if shard else name
+                ax.text(left + width / 2, y + row * 0.45, label, ha="center", va="center",
+                        fontsize=9, zorder=3)  # fmt: skip
+        ax.text(
+            x0 + length / 2,
+            bottom - 0.6,
+            _COLLECTIVES[scheme],
+            ha="center",
+            va="center",
+            fontsize=9,
+        )
+    ax.text(
+        9.8,
+        bottom - 1.9,
+        "P parameters, G gradients, O optimizer state (Adam's m and v)",
+        ha="center",
+        fontsize=9,
+        style="italic",
+    )
+    return fig
+
+
+def pipeline_schedule(stages: int, micro: int) -> list[list[str]]:
+    """GPipe's schedule: stage s runs micro-batch m's forward at slot s + m and, once the last
+    stage has run every forward, the backwards in the mirror order.
+
+    Args:
+        stages: S, the pipeline's stages (one per device).
+        micro: M, the micro-batches of one step.
+
+    Returns:
+        S rows of 2 (M + S - 1) slots, each ``"F<m>"``, ``"B<m>"`` (1-based) or ``""`` (idle).
+    """
+    if stages < 1 or micro < 1:
+        raise ValueError(f"stages and micro must be >= 1, got {stages!r} and {micro!r}")
+    slots = 2 * (micro + stages - 1)
+    table = [[""] * slots for _ in range(stages)]
+    for s in range(stages):
+        for m in range(micro):
+            table[s][s + m] = f"F{m + 1}"
+            table[s][micro + stages - 1 + (stages - 1 - s) + m] = f"B{m + 1}"
+    return table
+
+
+def model_parallel_diagram(stages: int = 3, micro: int = 4) -> Figure:
+    """Splitting the model instead of the batch. Left, tensor parallelism: the first matrix of
+    the feed-forward network cut by columns, the second by rows, one all-reduce adds the two
+    halves. Right, pipeline parallelism: a schedule of micro-batches over the stages, the
+    idle slots (the bubble) blank.
+
+    Args:
+        stages: S, the pipeline's stages.
+        micro: M, the micro-batches.
+
+    Returns:
+        The figure: 2 ranks' matrix halves and one all-reduce box; an S x 2(M + S - 1) grid of
+        slots, 2 S M of them filled.
+    """
+    table = pipeline_schedule(stages, micro)
+    fig, ax = canvas(
+        (7.0, 3.8),
+        (-0.4, 22.0),
+        (-1.6, 9.4),
+        "Splitting the model: tensor and pipeline parallelism",
+    )
+    ax.text(3.9, 8.6, "tensor parallel (one FFN, 2 ranks)", ha="center", fontsize=9)
+    box(ax, 3.9, 7.6, 3.2, 0.7, "x  (B, L, D)", "tensor")
+    for r, x in enumerate((1.9, 5.9)):
+        ax.text(x, 6.75, f"rank {r}", ha="center", va="center", fontsize=9)
+        box(ax, x, 5.8, 3.2, 0.9, f"x W1[:, {'ab'[r]}]\n(D, F/2)", "ffn")
+        box(ax, x, 4.0, 3.2, 0.9, f"h{r} W2[{'ab'[r]}, :]\n(F/2, D)", "ffn")
+        arrow(ax, (3.9, 7.25), (x, 6.25))
+        arrow(ax, (x, 5.45), (x, 4.45))
+        arrow(ax, (x, 3.55), (3.9, 2.45), colour=PALETTE["blue"])
+    box(ax, 3.9, 2.0, 6.6, 0.8, "all-reduce: y = y0 + y1", PALETTE["sky"])
+    ax.text(3.9, 0.6, "each rank: half of W1, W2\nand of the hidden layer", ha="center",
+            va="center", fontsize=9)  # fmt: skip
+    ax.text(15.6, 8.6, f"pipeline ({stages} stages, {micro} micro-batches)", ha="center",
+            fontsize=9)  # fmt: skip
+    cell, x0, y0 = 0.8, 10.0 - 0.3, 7.9
+    for s, slots in enumerate(table):
+        ax.text(x0 - 0.2, y0 - (s + 0.5) * cell * 1.4, f"stage {s}", ha="right", va="center",
+                fontsize=9)  # fmt: skip
+        for t, job in enumerate(slots):
+            fill = COLOURS["attention"] if job.startswith("F") else COLOURS["ffn"]
+            y = y0 - (s + 1) * cell * 1.4
+            ax.add_patch(
+                Rectangle((x0 + t * cell, y), cell, cell * 1.3, facecolor=fill if job else "white",
+                          edgecolor="#555555", linewidth=0.6, zorder=2)
+            )  # fmt: skip
+            if job:
+                ax.text(x0 + (t + 0.5) * cell, y + cell * 0.65, job, ha="center", va="center",
+                        fontsize=9, zorder=3)  # fmt: skip
+    bubble = (stages - 1) / (micro + stages - 1)
+    ax.text(
+        15.6,
+        y0 - stages * cell * 1.4 - 1.2,
+        f"F forward, B backward, blank: idle\n"
+        f"the bubble: (S-1)/(M+S-1) = {bubble:.0%} of each stage",
+        ha="center",
+        va="center",
+        fontsize=9,
+    )
+    return fig

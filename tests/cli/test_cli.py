@@ -1,0 +1,120 @@
+"""The ``coursepkg`` command line: every command has one home and one form, and ``coursepkg
+info`` and ``coursepkg params`` run as a user runs them (the console script, in a fresh
+process).
+
+The other commands are run the same way where their work is tested: ``check`` in
+``exercises/test_exercises.py``, ``release`` in ``grading/term/test_course_folder.py``,
+``grade`` in ``grading/classroom/test_classroom.py``, ``export`` in
+``grading/term/test_export.py``, ``regrade`` in ``grading/term/test_course.py``,
+``similarity`` in ``grading/term/test_similarity.py``, ``train`` in ``reference/test_training.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import coursepkg
+from coursepkg import cli
+from coursepkg.config import TransformerConfig
+from coursepkg.params import count_parameters
+
+BIN = Path(sys.executable).parent
+VERBS = [
+    "info",
+    "params",
+    "check",
+    "release",
+    "grade",
+    "export",
+    "regrade",
+    "similarity",
+    "train",
+    "finetune",
+]
+
+
+def coursepkg_run(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run([str(BIN / "coursepkg"), *args], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)  # fmt: skip
+
+
+def _subcommands(parser, dest: str = "command") -> dict:
+    (action,) = [a for a in parser._actions if a.dest == dest]  # noqa: SLF001 - argparse's
+    return dict(action.choices)
+
+
+def _runs(sub) -> set:
+    """What a subcommand runs: its own default, or its actions' (``regrade request``, ...)."""
+    if sub.get_default("func") is not None:
+        return {sub.get_default("func")}
+    return {a.get_default("func") for a in _subcommands(sub, "action").values()}
+
+
+def test_every_command_is_one_pair_in_one_home():
+    """``_add_<verb>`` declares it and ``_<verb>`` runs it, both in the same home module, which
+    registers them with its ``add_parsers``; ``cli.py`` itself only builds and dispatches."""
+    found = _subcommands(cli.build_parser())
+    assert list(found) == VERBS
+    homes = {home.__name__: home for home in cli.HOMES}
+    for verb, sub in found.items():
+        (run,) = _runs(sub)
+        assert run.__name__ == f"_{verb}" and run.__module__ in homes, (verb, run)
+        assert hasattr(homes[run.__module__], f"_add_{verb}"), verb
+    tree = ast.parse(inspect.getsource(cli))
+    defined = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+    assert defined == ["build_parser", "main"]
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_each_command_explains_itself(verb):
+    found = _subcommands(cli.build_parser())
+    assert found[verb].format_help().startswith(f"usage: coursepkg {verb}")
+    assert found[verb].description or verb == "train", verb  # train's is its epilog and help
+
+
+@pytest.mark.slow  # a coursepkg process of its own (torch's import)
+def test_info_prints_the_versions_and_the_device():
+    run = coursepkg_run("info")
+    assert run.returncode == 0, run.stderr
+    first, second = run.stdout.splitlines()
+    assert first == f"coursepkg {coursepkg.__version__}"
+    assert second.startswith(f"torch {torch.__version__} (device: ")
+
+
+@pytest.mark.slow  # a coursepkg process of its own per case
+@pytest.mark.parametrize(
+    ("args", "kind", "config"),
+    [
+        ([], "encoder-decoder", TransformerConfig.base(vocab_size=37000)),
+        (["--preset", "big", "--untied"], "encoder-decoder",
+         TransformerConfig.big(vocab_size=37000, tie_embeddings=False)),
+        (["--decoder-only", "--vocab-size", "50257", "--d-model", "768", "--n-heads", "12",
+          "--d-ff", "3072", "--n-layers", "12"], "decoder-only",
+         TransformerConfig.base(vocab_size=50257, d_model=768, n_heads=12, d_ff=3072,
+                                n_layers=12)),
+    ],
+)  # fmt: skip
+def test_params_prints_the_closed_form_total(args, kind, config):
+    run = coursepkg_run("params", *args)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith(f"{kind} model: D={config.d_model} H={config.n_heads}")
+    (total,) = [ln for ln in lines if ln.split()[:1] == ["total"]]
+    assert int(total.split()[1].replace(",", "")) == count_parameters(config, kind)
+    assert ("one layer:" in lines) == (kind == "encoder-decoder")
+
+
+@pytest.mark.slow  # a coursepkg process of its own (torch's import)
+def test_a_bad_value_is_a_clear_error_without_a_traceback():
+    run = coursepkg_run("params", "--n-heads", "7")  # 512 is not a multiple of 7
+    assert run.returncode == 2
+    assert run.stderr.startswith("coursepkg: error: ") and "Traceback" not in run.stderr
