@@ -67,6 +67,7 @@ from coursepkg.serving import (
     process_logits,
     quantize_linears,
     serve_one_at_a_time,
+    serve_static_batches,
     speculative_generate,
 )
 from coursepkg.serving import generate as serve_generate
@@ -483,9 +484,18 @@ def test_continuous_batching_over_the_paged_cache_equals_one_at_a_time():
     requests = [Request(p.to(DEV), n) for p, n in zip(prompts, news, strict=True)]
     batched = ContinuousBatcher(dev, n_blocks=16, block_size=4, max_batch=3).run(requests)
     alone = serve_one_at_a_time(dev, requests)
-    for got, single, expected in zip(batched, alone, want, strict=True):
+    static = serve_static_batches(dev, requests, 2)
+    for got, single, together, expected in zip(batched, alone, static, want, strict=True):
         assert got.device.type == DEV.type
         assert torch.equal(got.cpu(), expected) and torch.equal(single.cpu(), expected)
+        assert torch.equal(together.cpu(), expected)
+    # The repetition penalty reads each row's history; CPU prompts are served on the device.
+    penalty = SamplingParams(repetition_penalty=1.3)
+    on_cpu = ContinuousBatcher(cpu, n_blocks=16, block_size=4, max_batch=3, params=penalty)
+    on_dev = ContinuousBatcher(dev, n_blocks=16, block_size=4, max_batch=3, params=penalty)
+    cpu_requests = [Request(p, n) for p, n in zip(prompts, news, strict=True)]
+    for got, expected in zip(on_dev.run(cpu_requests), on_cpu.run(cpu_requests), strict=True):
+        assert got.device.type == "cpu" and torch.equal(got, expected)
 
 
 @pytest.mark.parametrize("bits", [8, 4])
