@@ -48,6 +48,7 @@ from coursepkg.layers import RMSNorm
 from coursepkg.mla import MultiHeadLatentAttention
 from coursepkg.moe import MoEFeedForward
 from coursepkg.parallel import FSDP, BucketedDDP, NaiveDDP, ShardedOptimizer
+from coursepkg.parallel.checkpointing import checkpoint_blocks
 from coursepkg.parallel.compare import Run
 from coursepkg.positional import RopeAngles, rope_frequencies
 from coursepkg.posttrain import (
@@ -441,6 +442,27 @@ def test_the_course_schemes_on_one_rank_equal_plain_training(one_rank, scheme):
     got = weights() if weights is not None else model.state_dict()
     for name, want in alone.state_dict().items():
         _same(got[name].detach(), want.detach().cpu(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_activation_checkpointing_replays_the_devices_dropout(autocast):
+    """The recomputed blocks draw the same dropout masks (the device's RNG is replayed), so the
+    gradients equal those of the plain model; under the trainer's bf16 autocast (CUDA only)
+    the two runs do the same bf16 arithmetic, compared to absolute 1e-3."""
+    if autocast and not CUDA:
+        pytest.skip("bf16 autocast is the trainer's CUDA path")
+    plain = _on_device(_lm(0, **dict(MODERN, dropout=0.2, attention_dropout=0.1))).train()
+    recomputed = checkpoint_blocks(copy.deepcopy(plain))
+    tokens = _tokens(3, 12).to(DEV)
+    grads = []
+    for model in (plain, recomputed):
+        torch.manual_seed(7)
+        with torch.autocast(DEV.type, dtype=torch.bfloat16, enabled=autocast):
+            _lm_loss(model, tokens).backward()
+        grads.append({n: p.grad for n, p in model.named_parameters()})
+    tol = dict(rtol=1e-2, atol=1e-3) if autocast else FP32
+    for name, grad in grads[0].items():
+        assert_close(grads[1][name], grad, **tol, msg=lambda m, n=name: f"{n}: {m}")
 
 
 # ---------------------------------------------------------------- serving
