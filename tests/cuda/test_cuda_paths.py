@@ -620,7 +620,7 @@ def base(corpus, tmp_path_factory):
 @pytest.mark.parametrize("mode", list(FINETUNE))
 def test_finetuning_on_the_device_follows_cpu(base, tmp_path, mode):
     """SFT (LoRA) and DPO run in fp32 on both devices: their first losses agree to relative
-    1e-4, the next two to 1e-3 (AdamW's normalised steps amplify rounding in near-zero
+    1e-4, the next two to 5e-3 (AdamW's normalised steps amplify rounding in near-zero
     gradients). GRPO samples its answers from the device's own random stream, so on CUDA its
     losses are only checked finite, with rewards in [0, 1] and a KL >= 0."""
     name, options = FINETUNE[mode]
@@ -640,4 +640,4 @@ def test_finetuning_on_the_device_follows_cpu(base, tmp_path, mode):
         if CUDA:
             return
     assert_close(got[:1], want[:1], rtol=1e-4, atol=0)
-    assert_close(got[1:], want[1:], rtol=1e-3, atol=0)
+    assert_close(got[1:], want[1:], rtol=5e-3, atol=0)
