@@ -19,6 +19,13 @@ from torch import Tensor
 
 __all__ = ["Collectives", "flat_size", "flatten", "ring_bytes_sent", "shard_bounds"]
 
+# PyTorch renamed the one-tensor collectives ``all_gather_single`` and ``reduce_scatter_single``
+# in 2026 (pytorch/pytorch#186123) and deprecated the old names; releases before that (the
+# package allows torch>=2.2) have them only as ``all_gather_into_tensor`` and
+# ``reduce_scatter_tensor``.
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
 
 def ring_bytes_sent(kind: str, payload: int, world_size: int) -> float:
     """The bytes one rank sends for a collective on ``payload`` bytes, ring algorithm.
@@ -87,7 +94,7 @@ class Collectives:
             shard (n,) -> output (N * n,).
         """
         self._count("all_gather", output)
-        return dist.all_gather_single(output, shard, async_op=async_op)
+        return _all_gather(output, shard, async_op=async_op)
 
     def reduce_scatter(self, output: Tensor, tensor: Tensor, async_op: bool = False):
         """Sum ``tensor`` over the ranks and keep this rank's slice of the sum in ``output``.
@@ -96,7 +103,7 @@ class Collectives:
             tensor (N * n,) -> output (n,), the slice ``rank * n : (rank + 1) * n``.
         """
         self._count("reduce_scatter", tensor)
-        return dist.reduce_scatter_single(output, tensor, async_op=async_op)
+        return _reduce_scatter(output, tensor, async_op=async_op)
 
     def sent(self) -> float:
         """The bytes this rank sent since the last :meth:`reset` (:func:`ring_bytes_sent`)."""

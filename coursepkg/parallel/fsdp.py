@@ -212,11 +212,12 @@ class FSDP:
 
     @torch.no_grad()
     def full_state(self) -> dict[str, Tensor]:
-        """Every parameter whole, float32, under its name in the unsharded model (a tied
-        weight under each of its names); a collective: every rank must call it."""
+        """Every parameter whole, float32, on the shards' device (nccl gathers only into CUDA
+        tensors), under its name in the unsharded model (a tied weight under each of its
+        names); a collective: every rank must call it."""
         state = {}
         for unit, names in zip(self.units, self.names, strict=True):
-            full = torch.empty(unit.length, dtype=torch.float32)
+            full = torch.empty(unit.length, dtype=torch.float32, device=unit.shard.device)
             self.comm.all_gather(full, unit.shard.detach())  # (length,)
             offset = 0
             for p, aliases in zip(unit.params, names, strict=True):

@@ -101,25 +101,35 @@ class PagedKVCache:
         self.free.extend(reversed(table.blocks))
         table.blocks, table.length = [], 0
 
-    def begin(self, tables: list[BlockTable], n_new: int) -> None:
+    def begin(
+        self, tables: list[BlockTable], n_new: int, device: torch.device | str | None = None
+    ) -> None:
         """Prepare a step in which each sequence of ``tables`` takes ``n_new`` more positions:
         take the blocks they need and work out, once for every layer, where the new positions
-        are written and where each row's positions are read from."""
+        are written and where each row's positions are read from.
+
+        Args:
+            tables: the step's sequences.
+            n_new: positions each one takes in this step.
+            device: where the step's slots and token mask live: the model's device (default
+                CPU).
+        """
         for table in tables:
             self.grow(table, table.length + n_new)
         self.length = max(t.length for t in tables)
         width = self.length + n_new
-        lengths = torch.tensor([t.length + n_new for t in tables])[:, None]  # (B, 1)
-        new_pos = lengths - n_new + torch.arange(n_new)  # (B, n)
-        read_pos = (torch.arange(width) - (width - lengths)).clamp(min=0)  # (B, W): padding -> 0
+        lengths = torch.tensor([t.length + n_new for t in tables], device=device)[:, None]
+        new_pos = lengths - n_new + torch.arange(n_new, device=device)  # (B, n)
+        read_pos = (torch.arange(width, device=device) - (width - lengths)).clamp(min=0)  # (B, W)
         blocks = max(len(t.blocks) for t in tables)
-        table = torch.tensor([t.blocks + [0] * (blocks - len(t.blocks)) for t in tables])
+        rows = [t.blocks + [0] * (blocks - len(t.blocks)) for t in tables]
+        table = torch.tensor(rows, device=device)  # (B, blocks)
         self._step = _Step(
             tables,
             n_new,
             self._slots(table, new_pos).flatten(),  # (B*n,)
-            self._slots(table, read_pos).flatten(),  # (B*W,)
-            torch.arange(width) >= width - lengths,  # (B, W)
+            self._slots(table, read_pos).flatten(),  # (B*W,) padding reads slot 0
+            torch.arange(width, device=device) >= width - lengths,  # (B, W)
         )
 
     def token_mask(self) -> Tensor:

@@ -83,6 +83,8 @@ class ContinuousBatcher:
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be a positive integer, got {max_batch!r}")
         self.model = model
+        # the prompts and the cache's indices go to the model's device
+        self.device = next(model.parameters()).device
         self.cache = PagedKVCache(model.config.n_layers, n_blocks, block_size)
         self.max_batch = max_batch
         self.params = SamplingParams() if params is None else params
@@ -142,15 +144,15 @@ class ContinuousBatcher:
 
     def _prefill(self, index: int, request: Request) -> _Running:
         seq = _Running(index, request, BlockTable())
-        prompt = request.prompt[None]  # (1, L)
-        self.cache.begin([seq.table], prompt.size(1))
+        prompt = request.prompt[None].to(self.device)  # (1, L)
+        self.cache.begin([seq.table], prompt.size(1), self.device)
         logits = self.model(prompt, token_mask=self.cache.token_mask(), cache=self.cache)
         seq.tokens.append(int(self._pick(logits[:, -1], [seq])[0]))
         return seq
 
     def _decode(self, running: list[_Running]) -> None:
-        last = torch.tensor([[s.tokens[-1]] for s in running])  # (B, 1)
-        self.cache.begin([s.table for s in running], 1)
+        last = torch.tensor([[s.tokens[-1]] for s in running], device=self.device)  # (B, 1)
+        self.cache.begin([s.table for s in running], 1, self.device)
         logits = self.model(last, token_mask=self.cache.token_mask(), cache=self.cache)
         for seq, token in zip(running, self._pick(logits[:, -1], running).tolist(), strict=True):
             seq.tokens.append(token)
@@ -162,7 +164,8 @@ class ContinuousBatcher:
             return sample_token(logits, None, self.params, self.generator)
         picks = []
         for row, s in zip(logits, seqs, strict=True):
-            seen = torch.cat([s.request.prompt, torch.tensor(s.tokens, dtype=torch.long)])
+            done = torch.tensor(s.tokens, dtype=torch.long)  # (T,)
+            seen = torch.cat([s.request.prompt, done.to(s.request.prompt.device)]).to(row.device)
             picks.append(sample_token(row[None], seen[None], self.params, self.generator))
         return torch.cat(picks)  # (B,)
 
@@ -175,7 +178,8 @@ class ContinuousBatcher:
         return sum(self._blocks(s.request) - len(s.table.blocks) for s in running)
 
     def _finish(self, seq: _Running, outputs: list) -> None:
-        outputs[seq.index] = torch.cat([seq.request.prompt, torch.tensor(seq.tokens)])
+        prompt = seq.request.prompt  # the output lives where its prompt does
+        outputs[seq.index] = torch.cat([prompt, torch.tensor(seq.tokens, device=prompt.device)])
         self.cache.release(seq.table)
 
 
@@ -192,8 +196,9 @@ def serve_static_batches(
     for start in range(0, len(requests), batch_size):
         group = requests[start : start + batch_size]
         width = max(r.prompt.numel() for r in group)
-        tokens = torch.zeros(len(group), width, dtype=torch.long)  # (B, L) padding id 0
-        mask = torch.zeros(len(group), width, dtype=torch.bool)  # (B, L)
+        device = group[0].prompt.device
+        tokens = torch.zeros(len(group), width, dtype=torch.long, device=device)  # (B, L) pad 0
+        mask = torch.zeros(len(group), width, dtype=torch.bool, device=device)  # (B, L)
         for row, r in enumerate(group):
             tokens[row, width - r.prompt.numel() :] = r.prompt
             mask[row, width - r.prompt.numel() :] = True
