@@ -159,7 +159,8 @@ start, and later a finished request lets in about one at a time. Alternated in o
 1.31 s against 1.41 s, 7% less, outputs identical; static batches 1.93 s, so 1.47x static
 batching's throughput with the shared prefills and 1.37x without.
 ``--only batching --batch-rounds 3 --clock cpu`` at a load of 7.1-7.2: 1.40x static batching,
-2.90x one at a time. The 2x target stays missed, and no honest admission order reaches it on
+2.90x one at a time; ``--batch-rounds 5`` at a load of 5.3-5.7: 1.64x and 3.01x (outputs
+identical in both). The 2x target stays missed, and no honest admission order reaches it on
 this workload. Counting decode steps with these 32 requests' output lengths (9 of them 128
 tokens), batch size 8: first come, first served, continuous 269 steps and static 512
 (1.90x); longest output first (if the server knows each max_new_tokens) 254 and 297 (1.17x);
