@@ -102,7 +102,7 @@ def module_free(lm, prompt, new: int):
     assert cfg.norm_first and cfg.activation == "gelu_tanh" and lm.logits_bias is None
     assert lm.lm_head.weight is lm.embed.weight and lm.norm is not None
     d, h, eps = cfg.d_model, cfg.n_heads, cfg.layer_norm_eps
-    layers = [  # W^Q W^K W^V come from the cache, stacked by the prompt's pass as generate does
+    layers = [  # W^Q W^K W^V: the stack the attention keeps for generate's steps
         (
             (layer.norm1.weight, layer.norm1.bias),
             (layer.self_attn.out_proj.weight, layer.self_attn.out_proj.bias),
@@ -122,7 +122,10 @@ def module_free(lm, prompt, new: int):
             cache = lm.new_cache(capacity=t + new)
             logits = lm(prompt, cache=cache)  # (B, t, V)
             # Per layer: the stacked W^Q W^K W^V and the (B, H, capacity, Dk) key/value storage.
-            caches = [(stacked_qkv(c), *c._storage) for c in cache.self_attn]
+            caches = [
+                (stacked_qkv(layer.self_attn), *c._storage)
+                for layer, c in zip(lm.layers, cache.self_attn, strict=True)
+            ]
             nxt = logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
             out = [prompt, nxt]
             for pos in range(t, t + new - 1):

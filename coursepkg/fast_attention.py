@@ -13,8 +13,6 @@ per-head sizes.
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -26,10 +24,6 @@ __all__ = ["FUSE_MIN_ROWS", "FastDropout", "FastMultiHeadAttention", "stacked_qk
 
 # Below this many query rows (B * L), the projections stay three separate matmuls.
 FUSE_MIN_ROWS = 32
-
-# The stacked W^Q, W^K, W^V of route 2, one entry per growing cache: it lives as long as the
-# generation that made it, and the cache itself holds no weights.
-_STACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class FastMultiHeadAttention(MultiHeadAttention):
@@ -44,9 +38,17 @@ class FastMultiHeadAttention(MultiHeadAttention):
     1. Cross-attention while decoding (a static cache, filled on the first step): the memory's
        keys and values are the same at every step, so only Q is projected.
     2. Self-attention while generating (a growing cache, no gradients): W^Q, W^K, W^V are
-       stacked once per generation, kept for that cache's lifetime, and each step runs one
-       matmul instead of three (benchmarks/decode_hf.py). Not taken with gradients, which must
-       reach the three weights, nor for cross-attention.
+       stacked into one matrix kept on the module, and each step runs one matmul instead of
+       three (benchmarks/decode_hf.py). The stack is made again only when a source weight has
+       changed since (its ``_version``, bumped by every in-place write: an optimizer step,
+       ``load_state_dict``; its storage, dtype and device: ``.to()``), so it is made once
+       per model, not once per ``generate`` call (that was 6% of the large speculative pair's
+       run, benchmarks/serve.py). Its cost is memory: one more copy of the Q/K/V weights per
+       layer while the model generates (for a Llama-shaped D=1024 layer with 4 key/value
+       heads of 64, 1.5 M floats, 6 MB: 60% of the attention's weights, 13% of the
+       layer's). Training drops it: a forward pass with gradients frees the stack, so a
+       model being trained holds no stale copy, and only inference pays for it. Not
+       taken with gradients, which must reach the three weights, nor for cross-attention.
     3. Many query rows (at least :data:`FUSE_MIN_ROWS`: training, a whole prompt):
        self-attention runs its three projections as one matmul and cross-attention its W^K,
        W^V as one, on weights concatenated for this call: fewer, larger GEMMs
@@ -82,8 +84,10 @@ class FastMultiHeadAttention(MultiHeadAttention):
         if not all(_plain_linear(p) for p in projs):  # wrapped (LoRA), quantized: as they are
             return super()._project(query, key, value, cache)
         self_attention = query is key and key is value
-        if self_attention and cache is not None and not torch.is_grad_enabled():  # 2.
-            return self._stacked_qkv(query, cache)  # (a growing cache: a static one is 1.)
+        if torch.is_grad_enabled():
+            self.__dict__.pop("_qkv_stack", None)  # training holds no stale copy (route 2)
+        elif self_attention and cache is not None:  # 2.
+            return self._stacked_qkv(query)  # (a growing cache: a static one is 1.)
         if query.numel() // self.d_model < FUSE_MIN_ROWS or not (self_attention or key is value):
             return super()._project(query, key, value, cache)
         if self_attention:  # 3.
@@ -101,22 +105,14 @@ class FastMultiHeadAttention(MultiHeadAttention):
         g = self.n_kv_heads
         return self._split(q, self.d_k), self._split(k, self.d_k, g), self._split(v, self.d_v, g)
 
-    def _stacked_qkv(self, x: Tensor, cache: object) -> tuple[Tensor, Tensor, Tensor]:
-        """Route 2: W^Q, W^K, W^V as one matmul per step. Their stacked copy is made on the
-        first step and kept while ``cache`` lives, since the weights do not change while the
-        model generates.
+    def _stacked_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Route 2: W^Q, W^K, W^V as one matmul per step, on the stack :func:`stacked_qkv`
+        keeps on the module (made again when a source weight changed).
 
         Shape:
             x (B, L, D) -> (B, H, L, Dk), (B, Hkv, L, Dk), (B, Hkv, L, Dv).
         """
-        stacked = _STACKED.get(cache)
-        if stacked is None:
-            projs = (self.q_proj, self.k_proj, self.v_proj)
-            # Stored (D, (H + Hkv)*Dk + Hkv*Dv) and used transposed: one input row times this
-            # layout is the faster matrix-vector product (benchmarks/decode_hf.py).
-            weight = torch.cat([p.weight.t() for p in projs], dim=1).t()  # (widths, D)
-            bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projs])
-            stacked = _STACKED[cache] = (weight, bias)
+        stacked = stacked_qkv(self)
         qkv = F.linear(x, *stacked)  # (B, L, (H + Hkv)*Dk + Hkv*Dv)
         h, g, b, n = self.n_heads, self.n_kv_heads, x.size(0), x.size(1)
         if self.d_k == self.d_v:  # one view splits all three into heads
@@ -163,12 +159,31 @@ def _plain_linear(module: nn.Module) -> bool:
     return type(module) is nn.Linear and type(module.weight) in (nn.Parameter, Tensor)
 
 
-def stacked_qkv(cache: object) -> tuple[Tensor, Tensor | None] | None:
-    """The stacked (W^Q; W^K; W^V) weight and bias route 2 made for ``cache``, or None.
+def stacked_qkv(attention: FastMultiHeadAttention) -> tuple[Tensor, Tensor | None]:
+    """The stacked (W^Q; W^K; W^V) weight and bias of route 2, kept on ``attention`` and made
+    again when one of the six source tensors changed since (a new ``_version``: any in-place
+    write; a new storage, dtype or device). A write through ``.data`` escapes the version
+    counter (what sets ``.data`` apart from ``.detach()``): coursepkg writes none; after one,
+    ``del attention.__dict__["_qkv_stack"]``.
 
-    For benchmarks that replay the same generation steps by hand.
+    For route 2, and for benchmarks that replay the same generation steps by hand.
+
+    Shape:
+        -> ((H + Hkv)*Dk + Hkv*Dv, D), ((H + Hkv)*Dk + Hkv*Dv,) or None.
     """
-    return _STACKED.get(cache)
+    projs = (attention.q_proj, attention.k_proj, attention.v_proj)
+    sources = [t for p in projs for t in (p.weight, p.bias) if t is not None]
+    stamp = tuple((t._version, t.data_ptr(), t.dtype, t.device) for t in sources)
+    kept = attention.__dict__.get("_qkv_stack")
+    if kept is not None and kept[0] == stamp:
+        return kept[1]
+    with torch.inference_mode(False), torch.no_grad():  # a plain tensor, usable outside too
+        # Stored (D, widths) and used transposed: one input row times this layout is the
+        # faster matrix-vector product (benchmarks/decode_hf.py).
+        weight = torch.cat([p.weight.t() for p in projs], dim=1).t()  # (widths, D)
+        bias = None if projs[0].bias is None else torch.cat([p.bias for p in projs])  # (widths,)
+    attention.__dict__["_qkv_stack"] = (stamp, (weight, bias))
+    return weight, bias
 
 
 class FastDropout(nn.Dropout):

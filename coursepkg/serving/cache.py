@@ -36,7 +36,6 @@ class CroppableLayerCache:
         self.k: Tensor | None = None
         self.v: Tensor | None = None
         self.storage: tuple[Tensor, Tensor] | None = None
-        self.stacked_qkv: tuple[Tensor, Tensor | None] | None = None  # set by attention
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Append this call's keys/values; return all held so far.

@@ -47,7 +47,6 @@ class _PagedLayer:
 
     def __init__(self, pool: PagedKVCache, index: int) -> None:
         self.pool, self.index = pool, index
-        self.stacked_qkv: tuple[Tensor, Tensor | None] | None = None  # kept across steps
 
     @property
     def length(self) -> int:
@@ -66,10 +65,11 @@ class PagedKVCache:
         block_size: positions per block.
 
     Attributes:
-        storage: per layer, keys and values side by side, (N * Bs, H, Dk + Dv): position p of
-            block b is row b * Bs + p (a "slot"), so a step writes its new rows with one
-            ``index_copy_`` and reads every row's past with one ``index_select``; allocated
-            once on the first write and never reallocated.
+        storage: per layer, keys and values side by side, (N * Bs + 1, H, Dk + Dv): position p
+            of block b is row b * Bs + p (a "slot"), so a step writes its new rows with one
+            ``index_copy_`` and reads every row's past with one ``index_select``; the last row
+            is a spare slot where the padding of a batched prefill is written and never read;
+            allocated once on the first write and never reallocated.
         free: ids of the blocks no sequence holds.
     """
 
@@ -102,33 +102,53 @@ class PagedKVCache:
         table.blocks, table.length = [], 0
 
     def begin(
-        self, tables: list[BlockTable], n_new: int, device: torch.device | str | None = None
+        self,
+        tables: list[BlockTable],
+        n_new: int | list[int],
+        device: torch.device | str | None = None,
     ) -> None:
-        """Prepare a step in which each sequence of ``tables`` takes ``n_new`` more positions:
-        take the blocks they need and work out, once for every layer, where the new positions
-        are written and where each row's positions are read from.
+        """Prepare a step in which each sequence of ``tables`` takes ``n_new`` more positions
+        (one count for all, or one per sequence: prompts of different lengths prefilled in one
+        pass, each left padded to the longest): take the blocks they need and work out, once
+        for every layer, where the new positions are written (padding: to the spare slot) and
+        where each row's positions are read from.
 
         Args:
             tables: the step's sequences.
-            n_new: positions each one takes in this step.
+            n_new: positions each one takes in this step (one count, or one per sequence).
             device: where the step's slots and token mask live: the model's device (default
                 CPU).
         """
-        for table in tables:
-            self.grow(table, table.length + n_new)
+        counts = [n_new] * len(tables) if isinstance(n_new, int) else list(n_new)
+        if len(counts) != len(tables) or min(counts) < 1:
+            raise ValueError(
+                f"n_new must be one positive count per sequence ({len(tables)}), got {n_new!r}"
+            )
+        for table, n in zip(tables, counts, strict=True):
+            self.grow(table, table.length + n)
+        n = max(counts)
         self.length = max(t.length for t in tables)
-        width = self.length + n_new
-        lengths = torch.tensor([t.length + n_new for t in tables], device=device)[:, None]
-        new_pos = lengths - n_new + torch.arange(n_new, device=device)  # (B, n)
-        read_pos = (torch.arange(width, device=device) - (width - lengths)).clamp(min=0)  # (B, W)
+        width = self.length + n
+        new = torch.tensor(counts, device=device)[:, None]  # (B, 1)
+        lengths = torch.tensor([t.length for t in tables], device=device)[:, None] + new  # (B, 1)
+        new_pos = (
+            lengths - n + torch.arange(n, device=device)
+        )  # (B, n): left padding < lengths - new
+        read_pos = (torch.arange(width, device=device) - (width - lengths)).clamp(
+            min=0
+        )  # (B, W): padding -> 0
         blocks = max(len(t.blocks) for t in tables)
-        rows = [t.blocks + [0] * (blocks - len(t.blocks)) for t in tables]
-        table = torch.tensor(rows, device=device)  # (B, blocks)
+        table = torch.tensor(
+            [t.blocks + [0] * (blocks - len(t.blocks)) for t in tables], device=device
+        )  # (B, blocks)
+        write = self._slots(table, new_pos.clamp(min=0))  # (B, n)
+        spare = self.n_blocks * self.block_size  # the pool's one extra row, never read
+        write = write.masked_fill(new_pos < lengths - new, spare)  # (B, n)
         self._step = _Step(
             tables,
-            n_new,
-            self._slots(table, new_pos).flatten(),  # (B*n,)
-            self._slots(table, read_pos).flatten(),  # (B*W,) padding reads slot 0
+            counts,
+            write.flatten(),  # (B*n,)
+            self._slots(table, read_pos).flatten(),  # (B*W,)
             torch.arange(width, device=device) >= width - lengths,  # (B, W)
         )
 
@@ -149,8 +169,8 @@ class PagedKVCache:
         """
         step, dk = self._step, k.size(3)
         if self.storage[layer] is None:
-            slots, h = self.n_blocks * self.block_size, k.size(1)
-            self.storage[layer] = k.new_zeros(slots, h, dk + v.size(3))  # (N*Bs, H, Dk+Dv)
+            slots, h = self.n_blocks * self.block_size + 1, k.size(1)  # + the spare row
+            self.storage[layer] = k.new_zeros(slots, h, dk + v.size(3))  # (N*Bs+1, H, Dk+Dv)
         pool = self.storage[layer]
         new = torch.cat([k, v], dim=-1).transpose(1, 2).flatten(0, 1)  # (B*n, H, Dk+Dv)
         pool.index_copy_(0, step.write_slot, new)  # into the blocks
@@ -158,8 +178,8 @@ class PagedKVCache:
         rows = pool.index_select(0, step.read_slot).view(b, width, -1, pool.size(-1))
         rows = rows.transpose(1, 2)  # (B, H, W, Dk+Dv): every row's past, left padded
         if layer == len(self.storage) - 1:  # every layer has written: the step is done
-            for table in step.tables:
-                table.length += step.n_new
+            for table, n in zip(step.tables, step.n_new, strict=True):
+                table.length += n
         return rows[..., :dk], rows[..., dk:]  # (B, H, W, Dk), (B, H, W, Dv)
 
     def keys_after(self, n_new: int) -> int:
@@ -176,7 +196,7 @@ class PagedKVCache:
 class _Step:
     # One step's batch: who takes part, the pool rows it writes (B*n,) and reads (B*W,).
     tables: list[BlockTable]
-    n_new: int
+    n_new: list[int]
     write_slot: Tensor
     read_slot: Tensor
     mask: Tensor

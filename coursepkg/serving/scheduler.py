@@ -7,7 +7,9 @@ a request that finishes early holds its row idle, and a waiting request cannot s
 scheduler instead decides at every step: a finished request leaves the batch and returns its
 blocks, and the next waiting request (first come, first served: never reordered) is admitted as
 soon as a row and enough blocks for its whole length are free, so it can never run out of cache
-halfway. Each request's tokens equal what it gets served alone
+halfway. The requests admitted in one step are prefilled in one pass, their prompts left padded
+together (:meth:`~.paged.PagedKVCache.begin` with a count per row: the padding is written to the
+pool's spare slot), instead of one pass each. Each request's tokens equal what it gets served alone
 (``tests/serving/test_scheduler.py``).
 
 Dimension legend: B running requests, L prompt length, V vocabulary.
@@ -63,6 +65,8 @@ class ContinuousBatcher:
 
     Attributes:
         steps: decode steps of the last :meth:`run` (prefills not counted).
+        prefills: prefill passes of the last :meth:`run`: the requests admitted in one step
+            share one (their prompts left padded together).
         peak_running: most requests running together in the last :meth:`run`.
     """
 
@@ -89,7 +93,7 @@ class ContinuousBatcher:
         self.max_batch = max_batch
         self.params = SamplingParams() if params is None else params
         self.generator = generator
-        self.steps = self.peak_running = 0
+        self.steps = self.peak_running = self.prefills = 0
 
     def _check(self, requests: list[Request]) -> None:
         for i, r in enumerate(requests):
@@ -122,14 +126,19 @@ class ContinuousBatcher:
         waiting = deque(enumerate(requests))
         running: list[_Running] = []
         outputs: list[Tensor | None] = [None] * len(requests)
-        self.steps = self.peak_running = 0
+        self.steps = self.peak_running = self.prefills = 0
         while waiting or running:
-            while waiting and len(running) < self.max_batch:  # admit, first come first served
+            admitted: list[_Running] = []
+            while waiting and len(running) + len(admitted) < self.max_batch:  # in arrival order
                 index, request = waiting[0]
-                if self._blocks(request) > len(self.cache.free) - self._promised(running):
+                free = len(self.cache.free) - self._promised(running + admitted)
+                if self._blocks(request) > free:
                     break
                 waiting.popleft()
-                running.append(self._prefill(index, request))
+                admitted.append(_Running(index, request, BlockTable()))
+            if admitted:
+                self._prefill(admitted)
+                running += admitted
             self.peak_running = max(self.peak_running, len(running))
             still = []
             for seq in running:  # a request whose last token came from the prefill leaves now
@@ -142,13 +151,20 @@ class ContinuousBatcher:
                 self._decode(running)
         return outputs
 
-    def _prefill(self, index: int, request: Request) -> _Running:
-        seq = _Running(index, request, BlockTable())
-        prompt = request.prompt[None].to(self.device)  # (1, L)
-        self.cache.begin([seq.table], prompt.size(1), self.device)
-        logits = self.model(prompt, token_mask=self.cache.token_mask(), cache=self.cache)
-        seq.tokens.append(int(self._pick(logits[:, -1], [seq])[0]))
-        return seq
+    def _prefill(self, seqs: list[_Running]) -> None:
+        # The prompts admitted in one step, left padded into one pass; each row's padding is
+        # masked and written to the pool's spare slot, so its cache holds its prompt only.
+        lengths = [s.request.prompt.numel() for s in seqs]
+        prompts = torch.zeros(
+            len(seqs), max(lengths), dtype=torch.long, device=self.device
+        )  # (B, L) padding id 0
+        for row, (s, n) in enumerate(zip(seqs, lengths, strict=True)):
+            prompts[row, prompts.size(1) - n :] = s.request.prompt
+        self.cache.begin([s.table for s in seqs], lengths, self.device)
+        logits = self.model(prompts, token_mask=self.cache.token_mask(), cache=self.cache)
+        for seq, token in zip(seqs, self._pick(logits[:, -1], seqs).tolist(), strict=True):
+            seq.tokens.append(token)
+        self.prefills += 1
 
     def _decode(self, running: list[_Running]) -> None:
         last = torch.tensor([[s.tokens[-1]] for s in running], device=self.device)  # (B, 1)

@@ -191,3 +191,102 @@ def test_fast_dropout_is_nn_dropout_when_on_and_the_identity_when_off() -> None:
     assert_close(drop(x), want)
     assert drop.eval()(x) is x
     assert FastDropout(0.0).train()(x) is x
+
+
+# Route 2's stacked W^Q, W^K, W^V is kept on the module across generations: it must follow
+# every change of the three weights, and training must still reach them.
+
+
+def _decode(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A prompt of 4 then one row at a time through a growing cache, without gradients.
+
+    Shape: x (B, L, D) -> (B, L, D)."""
+    cache, outs = AttentionCache(), []
+    with torch.no_grad():
+        for chunk in (x[:, :4], *x[:, 4:].split(1, dim=1)):
+            outs.append(module(chunk, chunk, chunk, cache=cache))  # (B, n, D)
+    return torch.cat(outs, dim=1)  # (B, L, D)
+
+
+def _assert_decodes_equal(plain: nn.Module, fast: nn.Module, seed: int) -> None:
+    torch.manual_seed(seed)
+    x = torch.randn(2, 7, D)
+    assert_close(_decode(fast, x), _decode(plain, x), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("n_kv", [H, 2, 1])
+def test_the_kept_stack_follows_an_optimizer_step(n_kv) -> None:
+    """Generate, train both classes one step (same loss, same optimizer), generate again: the
+    stack kept from the first generation is made again, and the gradients of the separate
+    q/k/v weights are the plain class's."""
+    plain, fast = _pair(n_kv, False)
+    _assert_decodes_equal(plain, fast, 0)
+    kept = fast.__dict__["_qkv_stack"][1][0]
+    opts = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (plain, fast)]
+    x = torch.randn(2, 5, D)
+    for m, opt in zip((plain, fast), opts, strict=True):
+        m(x, x, x, mask=causal_mask(5)).square().sum().backward()
+        opt.step()
+    for name in ("q_proj", "k_proj", "v_proj"):
+        got, want = getattr(fast, name).weight.grad, getattr(plain, name).weight.grad
+        assert got is not None and got.abs().sum() > 0
+        assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert "_qkv_stack" not in fast.__dict__  # the training pass dropped it
+    _assert_decodes_equal(plain, fast, 1)
+    assert not torch.equal(fast.__dict__["_qkv_stack"][1][0], kept)
+    for m, opt in zip((plain, fast), opts, strict=True):  # a step with no forward before it
+        torch.manual_seed(2)
+        for p in m.parameters():
+            p.grad = torch.randn_like(p)
+        opt.step()
+    _assert_decodes_equal(plain, fast, 3)
+
+
+def test_the_kept_stack_follows_load_state_dict_and_in_place_writes() -> None:
+    plain, fast = _pair(2, False)
+    _assert_decodes_equal(plain, fast, 0)
+    torch.manual_seed(5)
+    with torch.no_grad():
+        for p in plain.parameters():
+            p.copy_(torch.randn_like(p))
+    fast.load_state_dict(plain.state_dict())
+    _assert_decodes_equal(plain, fast, 1)
+    with torch.no_grad():  # one of the three alone, in place
+        plain.v_proj.weight.mul_(-2.0)
+        fast.v_proj.weight.mul_(-2.0)
+    _assert_decodes_equal(plain, fast, 2)
+
+
+def test_the_kept_stack_is_made_once_while_the_weights_stay() -> None:
+    """The point of keeping it: a second generation reuses the first one's stack."""
+    _, fast = _pair(2, False)
+    x = torch.randn(2, 7, D)
+    first = _decode(fast, x)
+    kept = fast.__dict__["_qkv_stack"][1][0]
+    assert torch.equal(_decode(fast, x), first)
+    assert fast.__dict__["_qkv_stack"][1][0] is kept
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_the_kept_stack_follows_to_dtype(dtype) -> None:
+    plain, fast = _pair(1, True)
+    _assert_decodes_equal(plain, fast, 0)
+    plain, fast = plain.to(dtype), fast.to(dtype)
+    torch.manual_seed(1)
+    x = torch.randn(2, 7, D, dtype=dtype)
+    got, want = _decode(fast, x), _decode(plain, x)
+    assert got.dtype == dtype and fast.__dict__["_qkv_stack"][1][0].dtype == dtype
+    tol = 1e-10 if dtype == torch.float64 else 2e-2
+    assert_close(got, want, atol=tol, rtol=tol)
+
+
+def test_the_kept_stack_made_under_inference_mode_serves_no_grad_and_stays_out_of_state() -> None:
+    plain, fast = _pair(2, False)
+    torch.manual_seed(0)
+    x = torch.randn(2, 7, D)
+    with torch.inference_mode():
+        in_inference = _decode(fast, x)
+    assert not fast.__dict__["_qkv_stack"][1][0].is_inference()
+    assert_close(_decode(fast, x), in_inference.clone())
+    assert_close(in_inference.clone(), _decode(plain, x), atol=1e-5, rtol=1e-5)
+    assert list(fast.state_dict()) == list(plain.state_dict())

@@ -114,3 +114,33 @@ def test_bad_input_is_named():
     )
     with pytest.raises(ValueError, match="positional='rope'"):
         ContinuousBatcher(table, n_blocks=4)
+
+
+def test_requests_admitted_together_share_one_prefill():
+    """Prompts of different lengths admitted in one step are prefilled in one padded pass, and
+    their tokens are still what each gets alone."""
+    _, lm = llama_pair()
+    requests = _workload(seed=4, n=6)
+    assert len({r.prompt.numel() for r in requests}) > 1
+    batcher = ContinuousBatcher(lm, n_blocks=60, block_size=4, max_batch=8)
+    got = batcher.run(requests)
+    assert batcher.prefills == 1  # all six fit: one step admits them all
+    for ours, ref in zip(got, serve_one_at_a_time(lm, requests), strict=True):
+        assert torch.equal(ours, ref)
+
+
+def test_a_padded_prefill_writes_each_prompt_only_and_its_padding_to_the_spare_slot():
+    pool = PagedKVCache(n_layers=1, n_blocks=4, block_size=4)
+    a, b = BlockTable(), BlockTable()
+    pool.begin([a, b], [5, 2])
+    k = torch.arange(2 * 5, dtype=torch.float).view(2, 1, 5, 1)  # (B, H, n, Dk): row*5 + col
+    keys, _ = pool.write_and_gather(0, k, -k)
+    assert (a.length, b.length) == (5, 2) and len(a.blocks) == 2 and len(b.blocks) == 1
+    assert pool.token_mask().tolist() == [[True] * 5, [False] * 3 + [True] * 2]
+    assert keys[0, 0, :, 0].tolist() == [0, 1, 2, 3, 4]
+    assert keys[1, 0, 3:, 0].tolist() == [8, 9]  # row 1's real tokens are its last two
+    slot = b.blocks[0] * 4
+    assert pool.storage[0][slot : slot + 2, 0, 0].tolist() == [8, 9]
+    assert pool.storage[0].size(0) == 4 * 4 + 1  # the spare row
+    with pytest.raises(ValueError, match="n_new must be one positive count per sequence"):
+        pool.begin([a, b], [1])
