@@ -6,7 +6,7 @@ The tokenizer is byte-level (one id per character) plus the chat template's four
 so a word's letters are its tokens.
 
 :func:`post_training_run` runs the whole chapter once and keeps its numbers with
-:mod:`coursepkg.run_cache`:
+:mod:`coursepkg.chapters.run_cache`:
 
 1. **pre-training**: the base model learns the plain text ``reverse abc: cba`` (no chat tokens);
 2. **SFT**, from the base: the same task as a conversation, every weight trained, and again with
@@ -250,22 +250,26 @@ def _stage_sft(settings: dict, tokenizer: Tokenizer, train: list[str], test: lis
     chats = [encode_chat(tokenizer, conversation(w)) for w in train]
     models = {}
     for kind in ("full", "lora"):
-        model = copy.deepcopy(base)
-        if kind == "lora":
-            add_lora(model, LORA_TARGETS, r=settings["lora_r"], alpha=2.0 * settings["lora_r"])
-        lr = 1e-3 if kind == "full" else 1e-2
-        start = time.perf_counter()
-        losses = _train(model, chats, settings["sft_steps"], lr, pad, generator)
-        out[f"{kind}_seconds"] = time.perf_counter() - start
-        out[f"{kind}_loss"] = losses
-        out[f"{kind}_accuracy"] = accuracy(model, tokenizer, test)
+        out[f"{kind}_accuracies"], out[f"{kind}_seconds"] = [], 0.0
+        for seed in settings["sft_seeds"]:  # each seed: its own batches (and LoRA's own A)
+            torch.manual_seed(seed)
+            model = copy.deepcopy(base)
+            if kind == "lora":
+                add_lora(model, LORA_TARGETS, r=settings["lora_r"], alpha=2.0 * settings["lora_r"])
+            start = time.perf_counter()
+            losses = _train(model, chats, settings["sft_steps"], settings[f"{kind}_lr"], pad,
+                            torch.Generator().manual_seed(seed + 100))  # fmt: skip
+            out[f"{kind}_seconds"] += time.perf_counter() - start
+            out[f"{kind}_accuracies"].append(accuracy(model, tokenizer, test))
+            if seed == settings["sft_seeds"][0]:  # the first seed's curve and model are shown
+                out[f"{kind}_loss"], models[kind] = losses, model
+        out[f"{kind}_accuracy"] = sum(out[f"{kind}_accuracies"]) / len(settings["sft_seeds"])
         out[f"{kind}_trainable"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        models[kind] = model
     out["full_answers"] = answers_of(models["full"], tokenizer, test[:6])
     out["lora_closed_form"] = lora_parameter_count(base.config, LORA_TARGETS, settings["lora_r"])
     out["parameters"] = sum(p.numel() for p in base.parameters())
     weak = copy.deepcopy(base)  # the start of DPO and GRPO: a short SFT leaves room to improve
-    _train(weak, chats, settings["weak_sft_steps"], 1e-3, pad, generator)
+    _train(weak, chats, settings["weak_sft_steps"], settings["full_lr"], pad, generator)
     out["weak_accuracy"] = accuracy(weak, tokenizer, test)
     return {"numbers": out, "weak": weak}
 
@@ -326,34 +330,48 @@ def _stage_dpo(settings, tokenizer, start, train, test) -> dict:
     return out
 
 
-def _stage_grpo(settings, tokenizer, start, train, test) -> dict:
-    """GRPO from ``start``: one run per (prompts, group size, KL weight) of ``settings``."""
+def _grpo_run(settings, tokenizer, start, train, run, seed) -> tuple[nn.Module, nn.Module, dict]:
+    """One GRPO run from ``start`` with ``run`` = (prompts a step, group size, KL weight)."""
+    prompts_per_step, group, kl_coef = run
     end = tokenizer.encode(END_OF_TURN)[0]
     reward = reversal_reward(tokenizer)
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed + 2)
+    policy, reference = copy.deepcopy(start), frozen_copy(start)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=settings["grpo_lr"])
+    rewards, kls = [], []
+    for _ in range(settings["grpo_steps"]):
+        rows = torch.randint(len(train), (prompts_per_step,), generator=generator).tolist()
+        prompts = [chat_prompt(tokenizer, train[i]) for i in rows]
+        step = grpo_step(
+            policy, reference, optimizer, prompts, reward, group_size=group,
+            max_new_tokens=max(LENGTHS) + 1, end_id=end, pad_id=end, kl_coef=kl_coef,
+            generator=generator,
+        )  # fmt: skip
+        rewards.append(step["reward"])
+        kls.append(step["kl"])
+    return policy, reference, {"rewards": rewards, "kl": kls}
+
+
+def _stage_grpo(settings, tokenizer, start, train, test) -> dict:
+    """GRPO from ``start``: one run per (prompts, group size, KL weight) of ``settings``; the
+    first run once per seed of ``settings["grpo_seeds"]``, the others with the first seed."""
+    end = tokenizer.encode(END_OF_TURN)[0]
     heldout = pad_batch([encode_chat(tokenizer, conversation(w)) for w in test], end)
     out: dict[str, Any] = {}
-    for prompts_per_step, group, kl_coef in settings["grpo_runs"]:
-        torch.manual_seed(settings["seed"])
-        generator = torch.Generator().manual_seed(settings["seed"] + 2)
-        policy, reference = copy.deepcopy(start), frozen_copy(start)
-        optimizer = torch.optim.Adam(policy.parameters(), lr=settings["grpo_lr"])
-        rewards, kls = [], []
-        for _ in range(settings["grpo_steps"]):
-            rows = torch.randint(len(train), (prompts_per_step,), generator=generator).tolist()
-            prompts = [chat_prompt(tokenizer, train[i]) for i in rows]
-            step = grpo_step(
-                policy, reference, optimizer, prompts, reward, group_size=group,
-                max_new_tokens=max(LENGTHS) + 1, end_id=end, pad_id=end, kl_coef=kl_coef,
-                generator=generator,
-            )  # fmt: skip
-            rewards.append(step["reward"])
-            kls.append(step["kl"])
-        out[f"P={prompts_per_step},G={group},kl={kl_coef}"] = {
-            "rewards": rewards,
-            "kl": kls,
-            "heldout_kl": response_kl(policy, reference, heldout),
-            "accuracy": accuracy(policy, tokenizer, test),
-        }
+    for index, run in enumerate(settings["grpo_runs"]):
+        seeds = settings["grpo_seeds"] if index == 0 else settings["grpo_seeds"][:1]
+        found: dict[str, Any] = {"accuracies": [], "heldout_kls": []}
+        for seed in seeds:
+            policy, reference, curves = _grpo_run(settings, tokenizer, start, train, run, seed)
+            found["accuracies"].append(accuracy(policy, tokenizer, test))
+            found["heldout_kls"].append(response_kl(policy, reference, heldout))
+            if seed == seeds[0]:  # the first seed's curves are drawn
+                found.update(curves)
+        found["accuracy"] = sum(found["accuracies"]) / len(seeds)
+        found["heldout_kl"] = sum(found["heldout_kls"]) / len(seeds)
+        prompts_per_step, group, kl_coef = run
+        out[f"P={prompts_per_step},G={group},kl={kl_coef}"] = found
     return out
 
 
@@ -361,8 +379,11 @@ def _stage_grpo(settings, tokenizer, start, train, test) -> dict:
 SETTINGS: dict[str, Any] = dict(
     seed=0,
     n_test=200,
-    pretrain_steps=400,
-    sft_steps=150,
+    pretrain_steps=600,
+    sft_steps=300,
+    sft_seeds=[0, 1],
+    full_lr=1e-3,
+    lora_lr=1e-2,
     weak_sft_steps=40,
     lora_r=4,
     betas=[0.1, 0.5, 2.0],
@@ -371,6 +392,7 @@ SETTINGS: dict[str, Any] = dict(
     dpo_pairs=1000,
     grpo_steps=40,
     grpo_lr=1e-3,
+    grpo_seeds=[0, 1, 2],
     grpo_runs=[[16, 4, 0.04], [4, 16, 0.04], [16, 4, 0.0]],
 )
 
@@ -379,7 +401,7 @@ def post_training_run(cache: str | None = None, **overrides: Any) -> dict[str, A
     """Run the chapter's four stages (see the module's docstring) and return what they measured.
 
     Args:
-        cache: ``None``, ``"save"`` or ``"reuse"`` (:mod:`coursepkg.run_cache`).
+        cache: ``None``, ``"save"`` or ``"reuse"`` (:mod:`coursepkg.chapters.run_cache`).
         **overrides: settings to change from :data:`SETTINGS` (tests make the runs short).
 
     Returns:

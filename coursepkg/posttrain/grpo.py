@@ -108,18 +108,28 @@ def sample_groups(
         raise ValueError(f"temperature must be > 0 to sample a group, got {temperature!r}")
     context = model.config.max_len
     device = next(model.parameters()).device
-    examples, answers = [], []
+    prompts = [list(prompt) for prompt in prompts]
     for index, prompt in enumerate(prompts):
-        prompt = list(prompt)
         if len(prompt) + max_new_tokens > context:
             raise ValueError(
                 f"prompts[{index}] has {len(prompt)} tokens: with max_new_tokens={max_new_tokens} "
                 f"it is longer than the context max_len={context}"
             )
-        model.eval()
-        rows = torch.tensor([prompt] * group_size, device=device)  # (G, P_len)
+    by_length: dict[int, list[int]] = {}  # prompts of one length share one call of generate
+    for index, prompt in enumerate(prompts):
+        by_length.setdefault(len(prompt), []).append(index)
+    model.eval()
+    groups: dict[int, list[list[int]]] = {}
+    for length, indices in by_length.items():
+        rows = [prompts[i] for i in indices for _ in range(group_size)]
+        rows = torch.tensor(rows, device=device)  # (k G, P_len)
         out = model.generate(rows, max_new_tokens, temperature=temperature, generator=generator)
-        for row in out[:, len(prompt) :].tolist():  # (G, N) -> G lists
+        out = out[:, length:].tolist()  # (k G, N) -> k G lists
+        for j, index in enumerate(indices):
+            groups[index] = out[j * group_size : (j + 1) * group_size]
+    examples, answers = [], []
+    for index, prompt in enumerate(prompts):
+        for row in groups[index]:
             answer = row[: row.index(end_id) + 1] if end_id in row else row
             answers.append(answer)
             examples.append(

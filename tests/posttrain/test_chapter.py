@@ -31,12 +31,14 @@ TINY = dict(
     n_test=8,
     pretrain_steps=2,
     sft_steps=2,
+    sft_seeds=[0, 1],
     weak_sft_steps=1,
     betas=[0.5],
     dpo_steps=2,
     dpo_pairs=8,
     grpo_steps=2,
-    grpo_runs=[[2, 2, 0.04]],
+    grpo_seeds=[0, 1],
+    grpo_runs=[[2, 2, 0.04], [2, 2, 0.0]],
 )
 
 
@@ -113,10 +115,16 @@ def test_the_run_measures_every_stage_and_reuses_its_cache(tmp_path, monkeypatch
     assert len(sft["pretrain_loss"]) == 2 and len(sft["full_loss"]) == 2
     for key in ("base_plain_accuracy", "base_chat_accuracy", "full_accuracy", "lora_accuracy"):
         assert 0.0 <= sft[key] <= 1.0
+    for kind in ("full", "lora"):  # one accuracy per seed, and their mean
+        assert len(sft[f"{kind}_accuracies"]) == 2
+        assert sft[f"{kind}_accuracy"] == pytest.approx(sum(sft[f"{kind}_accuracies"]) / 2)
     dpo = run["dpo"]["beta=0.5"]
     assert len(dpo["train_margins"]) == 2 and dpo["kl"] >= 0.0
     grpo = run["grpo"]["P=2,G=2,kl=0.04"]
     assert len(grpo["rewards"]) == 2 and all(0.0 <= r <= 1.0 for r in grpo["rewards"])
+    assert len(grpo["accuracies"]) == 2  # the first run once per seed, the others once
+    assert grpo["accuracy"] == pytest.approx(sum(grpo["accuracies"]) / 2)
+    assert len(run["grpo"]["P=2,G=2,kl=0.0"]["accuracies"]) == 1
     assert post_training_run(cache="reuse", **TINY) == run
     assert len(list(tmp_path.glob("posttrain-*.pt"))) == 1
 
