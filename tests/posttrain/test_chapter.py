@@ -36,6 +36,8 @@ TINY = dict(
     betas=[0.5],
     dpo_steps=2,
     dpo_pairs=8,
+    grpo_sft_chunk=2,
+    grpo_sft_max=2,
     grpo_steps=2,
     grpo_seeds=[0, 1],
     grpo_runs=[[2, 2, 0.04], [2, 2, 0.0]],
@@ -120,6 +122,9 @@ def test_the_run_measures_every_stage_and_reuses_its_cache(tmp_path, monkeypatch
         assert sft[f"{kind}_accuracy"] == pytest.approx(sum(sft[f"{kind}_accuracies"]) / 2)
     dpo = run["dpo"]["beta=0.5"]
     assert len(dpo["train_margins"]) == 2 and dpo["kl"] >= 0.0
+    # GRPO starts after at most grpo_sft_max more SFT steps, whole chunks of them
+    assert run["sft"]["grpo_start_steps"] in (TINY["weak_sft_steps"], TINY["weak_sft_steps"] + 2)
+    assert 0.0 <= run["sft"]["grpo_start_accuracy"] <= 1.0
     grpo = run["grpo"]["P=2,G=2,kl=0.04"]
     assert len(grpo["rewards"]) == 2 and all(0.0 <= r <= 1.0 for r in grpo["rewards"])
     assert len(grpo["accuracies"]) == 2  # the first run once per seed, the others once
