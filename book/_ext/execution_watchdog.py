@@ -13,6 +13,16 @@ workers, spends CPU all the time). A cell with neither for ``COURSEPKG_BOOK_STAL
 a new kernel. A second stall fails the page with the page, the cell's number and its code.
 The per-cell ``timeout`` in ``_config.yml`` still bounds a cell that keeps working forever.
 
+Kernels talk to the client over Unix sockets (``transport = "ipc"``), not TCP ports on
+127.0.0.1. With TCP, jupyter_client picks each kernel's five ports by binding port 0 and
+closing the socket, and the kernel binds them a moment later; two pages executed at once (the
+build's two readers) or any other process taking an ephemeral port in that moment can get the
+same port, and the kernel dies with ``ZMQError: Address already in use`` before it answers. A
+fresh-clone CI run failed so (2026-11-27, chapter 12: "Kernel died before replying to
+kernel_info"). An IPC socket is a file named after the kernel's own connection file, so no two
+kernels can share one. Should a kernel still die before it answers (nothing of the page has run
+then), the page is started once more in a new kernel.
+
 It wraps the one call myst-nb's ``cache`` execution mode makes to execute a page
 (``single_nb_execution``, from jupyter-cache), and is a no-op for pages taken from the cache.
 """
@@ -26,12 +36,15 @@ import signal
 import sys
 import time
 import traceback
+import uuid
 
 import psutil
 from jupyter_cache.executors.utils import ExecutionResult
+from jupyter_core.paths import jupyter_runtime_dir
 from myst_nb.core.execute import cache as myst_cache
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+from traitlets.config import Config
 
 #: Seconds without a message or CPU time before a cell counts as stalled.
 STALL_SECONDS = float(os.environ.get("COURSEPKG_BOOK_STALL_S", "150"))
@@ -40,8 +53,16 @@ CPU_PROGRESS = 0.2
 _page: contextvars.ContextVar[str] = contextvars.ContextVar("page", default="?")
 
 
+#: The kernels' transport: Unix sockets named after each kernel's connection file (see above).
+KERNEL_CONFIG = Config({"KernelManager": {"transport": "ipc"}})
+
+
 class PageStalled(CellTimeoutError):
     """A cell made no progress (no message, no CPU) for ``STALL_SECONDS``."""
+
+
+class KernelNeverAnswered(RuntimeError):
+    """The page's kernel died before it answered its first request: no cell has run."""
 
 
 def _tree_cpu_seconds(pid: int) -> float:
@@ -63,6 +84,16 @@ def _tree_cpu_seconds(pid: int) -> float:
 
 class WatchedClient(NotebookClient):
     """nbclient's client, with a watcher beside each cell that stops a stalled one."""
+
+    def create_kernel_manager(self):
+        km = super().create_kernel_manager()
+        # The sockets' names: an absolute prefix of this kernel's own (the kernel starts in the
+        # page's folder, so a relative name would point elsewhere for it than for the client).
+        folder = jupyter_runtime_dir()
+        os.makedirs(folder, exist_ok=True)
+        km.connection_file = os.path.join(folder, f"kernel-book-{uuid.uuid4().hex}.json")
+        km.ip = os.path.splitext(km.connection_file)[0] + "-ipc"
+        return km
 
     def process_message(self, msg, cell, cell_index):
         self._last_progress = time.monotonic()
@@ -97,6 +128,7 @@ class WatchedClient(NotebookClient):
                 return
 
     async def async_execute_cell(self, cell, cell_index, *args, **kwargs):
+        self._cells_started = True
         self._stalled = None
         watcher = asyncio.ensure_future(self._watch(cell, cell_index))
         try:
@@ -112,20 +144,35 @@ class WatchedClient(NotebookClient):
 def _execute_once(nb, cwd, timeout, allow_errors) -> ExecutionResult:
     started = time.monotonic()
     error = exc_string = None
+    resources = {"metadata": {"path": cwd}} if cwd is not None else {}
+    client = WatchedClient(
+        nb, resources=resources, timeout=timeout, allow_errors=allow_errors, config=KERNEL_CONFIG
+    )
+    client._cells_started = False
     try:
-        resources = {"metadata": {"path": cwd}} if cwd is not None else {}
-        WatchedClient(nb, resources=resources, timeout=timeout, allow_errors=allow_errors).execute()
+        client.execute()
     except (CellExecutionError, CellTimeoutError) as err:  # PageStalled among them
         error, exc_string = err, traceback.format_exc()
+    except RuntimeError as err:
+        if client._cells_started or "before replying to kernel_info" not in str(err):
+            raise
+        error = KernelNeverAnswered(f"{_page.get()}: the kernel died before it answered ({err})")
+        exc_string = traceback.format_exc()
     return ExecutionResult(nb, cwd, time.monotonic() - started, error, exc_string)
 
 
 def watched_execution(nb, cwd, timeout, allow_errors, meta_override=True, record_timing=False):
-    """``single_nb_execution``'s contract, with the stall watch and one retry after a stall."""
+    """``single_nb_execution``'s contract, with the stall watch, one retry after a stall and one
+    after a kernel that died before it answered."""
     if meta_override and "execution" in nb.metadata:
         timeout = nb.metadata.execution.get("timeout", timeout)
         allow_errors = nb.metadata.execution.get("allow_errors", allow_errors)
     result = _execute_once(nb, cwd, timeout, allow_errors)
+    if isinstance(result.err, KernelNeverAnswered):
+        sys.stderr.write(f"book: {result.err}; starting the page again in a new kernel\n")
+        result = _execute_once(nb, cwd, timeout, allow_errors)
+        if isinstance(result.err, KernelNeverAnswered):
+            raise result.err  # twice: not a race; Sphinx reports it as before
     if isinstance(result.err, PageStalled):
         # A line in the build log (not a Sphinx warning: the build treats those as errors).
         sys.stderr.write(f"book: {result.err}; executing the page again in a new kernel\n")

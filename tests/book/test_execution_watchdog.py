@@ -5,6 +5,7 @@ silently for longer than the window is left alone."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -80,3 +81,60 @@ def test_a_cell_error_is_the_pages_own_and_not_retried(tmp_path, capfd):
     assert type(result.err).__name__ == "CellExecutionError"
     assert "a real error in the page" in str(result.err)
     assert "again in a new kernel" not in capfd.readouterr().err
+
+
+def test_kernels_talk_over_unix_sockets_not_tcp_ports(tmp_path):
+    # Two readers start kernels at once: with TCP, two can be handed the same free port.
+    nb = _notebook(
+        "import json, ipykernel.connect as c\n"
+        "print(json.loads(c.get_connection_info())['transport'])"
+    )
+    result = watchdog.watched_execution(nb, str(tmp_path), timeout=900, allow_errors=False)
+    assert result.err is None, result.exc_string
+    assert nb.cells[0].outputs[0]["text"] == "ipc\n"
+
+
+def _kernel_dying_first(tmp_path, monkeypatch, times: int) -> nbformat.NotebookNode:
+    """A kernelspec whose process exits at once its first ``times`` starts, then is ipykernel."""
+    count = tmp_path / "starts"
+    script = tmp_path / "dying_kernel.py"
+    script.write_text(
+        "import os, runpy, sys\n"
+        f"path = {str(count)!r}\n"
+        "n = int(open(path).read()) if os.path.exists(path) else 0\n"
+        "open(path, 'w').write(str(n + 1))\n"
+        f"if n < {times}:\n    sys.exit(1)  # as a kernel that could not bind its sockets\n"
+        "sys.argv = ['ipykernel_launcher', '-f', sys.argv[1]]\n"
+        "runpy.run_module('ipykernel_launcher', run_name='__main__')\n"
+    )
+    spec = tmp_path / "share" / "kernels" / "dying"
+    spec.mkdir(parents=True)
+    argv = [sys.executable, str(script), "{connection_file}"]
+    kernel = {"argv": argv, "display_name": "dying", "language": "python"}
+    (spec / "kernel.json").write_text(json.dumps(kernel))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "share"))
+    nb = _notebook("print('ran')")
+    nb.metadata["kernelspec"] = {"name": "dying", "display_name": "dying", "language": "python"}
+    return nb
+
+
+def test_a_kernel_that_dies_before_answering_is_started_once_more(tmp_path, monkeypatch, capfd):
+    nb = _kernel_dying_first(tmp_path, monkeypatch, times=1)
+    token = watchdog._page.set("book/demo.md")
+    try:
+        result = watchdog.watched_execution(nb, str(tmp_path), timeout=900, allow_errors=False)
+    finally:
+        watchdog._page.reset(token)
+    assert result.err is None, result.exc_string
+    assert nb.cells[0].outputs[0]["text"] == "ran\n"
+    assert (tmp_path / "starts").read_text() == "2"
+    err = capfd.readouterr().err
+    assert "book/demo.md: the kernel died before it answered" in err
+    assert "starting the page again in a new kernel" in err
+
+
+def test_a_kernel_that_never_answers_fails_the_page(tmp_path, monkeypatch):
+    nb = _kernel_dying_first(tmp_path, monkeypatch, times=5)
+    with pytest.raises(watchdog.KernelNeverAnswered, match="died before it answered"):
+        watchdog.watched_execution(nb, str(tmp_path), timeout=900, allow_errors=False)
+    assert (tmp_path / "starts").read_text() == "2"  # one retry, no more
