@@ -27,10 +27,13 @@ TINY = dict(vocab_size=11, d_model=16, n_heads=2, d_ff=32, n_layers=2, dropout=0
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run the files that hold a slow test first, each file's tests in their written order.
 
-    `make test` runs two files at a time (pytest-xdist, ``--dist loadfile``) and hands out the
-    files in this order: a long file handed out last would keep one worker busy while the other
-    has nothing left to do. The sort is stable, so a file's tests keep their order.
+    ``PYTEST_WORKERS=2 make test`` runs two files at a time (pytest-xdist, ``--dist loadfile``),
+    handing out the files in this order: a long file handed out last would keep one worker
+    busy while the other has nothing left to do. The sort is stable: a file's tests keep
+    their order.
     """
+    if not hasattr(config, "workerinput"):
+        return  # one process (the default): the files keep pytest's own order
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)
 
