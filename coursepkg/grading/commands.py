@@ -55,7 +55,7 @@ def _check(args: argparse.Namespace) -> int:
     from .notebook import run_notebook
 
     report = run_notebook(args.notebook, timeout=args.timeout)
-    print(report.format())
+    sys.stdout.write(report.format() + "\n")
     return 0 if report.passed else 1
 
 
@@ -88,9 +88,11 @@ def _release(args: argparse.Namespace) -> int:
         source = Path(args.root) / "solutions" / notebook.parent.name / notebook.name
         found = find_leaks(source, notebook)
         leaks += len(found)
-        print(f"{notebook}" + (f": {len(found)} secret line(s) leaked!" if found else ""))
+        sys.stdout.write(
+            f"{notebook}" + (f": {len(found)} secret line(s) leaked!" if found else "") + "\n"
+        )
         for line in found:
-            print(f"    {line}")
+            sys.stdout.write(f"    {line}\n")
     folders = sorted({str(n.parent.parent) for n in released})
     sqlite = db_url and db_url.startswith("sqlite")  # never print a URL: it may hold a password
     where = f", recorded in {db_url.split('///')[-1] if sqlite else 'the --db gradebook'}"
