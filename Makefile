@@ -82,17 +82,16 @@ format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# PYTEST_WORKERS=2: two pytest workers (pytest-xdist), one file each at a time (`--dist loadfile`: a module's
-# expensive fixture, such as a graded class or a started JupyterLab, is built once, by the worker
-# that runs the whole file). Most of the slow tests wait on processes they started (kernels,
-# nbgrader, Chromium, PostgreSQL, Dask, torchrun), so two at a time on 2 cores is what the
-# machine can take; every test has to hold under that load anyway (DEVELOPING.md). The tests
-# marked `serial` measure the whole machine (its shared memory, the graders' folders in /tmp),
-# which the other worker would move: they run alone afterwards. The default, 0, runs all in one
-# process: with two workers a fresh-clone run lost ex09's hostile scenarios (killed, -9) while
-# test_cluster's worker-killer test ran beside them, which is not yet understood. pytest exits 5 when it collects no test: tolerated for the serial part (it may select
-# none), and for the rest only while tests/ holds no test file at all.
-PYTEST_WORKERS ?= 0
+# PYTEST_WORKERS (default 2): two pytest workers (pytest-xdist), one file each at a time (`--dist
+# loadfile`: a module's expensive fixture, such as a graded class or a started JupyterLab, is built
+# once, by the worker that runs the whole file). Most of the slow tests wait on processes they
+# started (kernels, nbgrader, Chromium, PostgreSQL, Dask, torchrun), so two at a time on 2 cores
+# is what the machine can take; every test has to hold under that load anyway (DEVELOPING.md).
+# The tests marked `serial` measure the whole machine (its shared memory, the graders' folders in
+# /tmp), which the other worker would move: they run alone afterwards. PYTEST_WORKERS=0 runs all
+# in one process. pytest exits 5 when it collects no test: tolerated for the serial part (it may
+# select none), and for the rest only while tests/ holds no test file at all.
+PYTEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 test: lint
 	@status=0; $(VENV_PATH) $(BIN)/python -m pytest -q $(XDIST) -m "not serial" || status=$$?; \

@@ -280,7 +280,19 @@ def _stage_sft(settings: dict, tokenizer: Tokenizer, train: list[str], test: lis
 def _grpo_start(settings, tokenizer, weak, chats, train) -> dict[str, Any]:
     """GRPO's start: ``weak`` fine-tuned on, ``grpo_sft_chunk`` steps at a time, until it reverses
     ``grpo_start_accuracy`` of 200 training words (a group of 4 then often holds a right and a
-    wrong answer, the only groups that teach); how fast SFT gets there differs between CPUs."""
+    wrong answer, the only groups that teach); how fast SFT gets there differs between CPUs.
+
+    Args:
+        settings: the run's settings (``seed``, ``grpo_sft_chunk``, ``grpo_sft_max``,
+            ``grpo_start_accuracy``, ``full_lr``).
+        tokenizer: the task's tokenizer.
+        weak: the briefly fine-tuned model DPO starts from; copied, never changed.
+        chats: the SFT training conversations.
+        train: the training words (the first 200 are the probe).
+
+    Returns:
+        ``{"model": the start, "steps": SFT steps taken beyond weak's}``.
+    """
     pad = tokenizer.encode(END_OF_TURN)[0]
     generator = torch.Generator().manual_seed(settings["seed"] + 7)
     model, steps, probe = copy.deepcopy(weak), 0, train[:200]

@@ -66,6 +66,7 @@ def _doc_commands() -> list[str]:
     return [line for line in block.splitlines() if line and not line.startswith("#")]
 
 
+@pytest.mark.slow  # five real commands one after another (about 20 s): not for make test-fast
 def test_the_docs_commands_as_written(base, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     shutil.copytree(EXAMPLES, tmp_path / "docs" / "examples")
