@@ -35,8 +35,8 @@ fixed seed); throughput (generated tokens per second) of the scheduler over a pa
 positions per block, at most 8 running) against static batches of 8 (padded, each batch runs
 until its longest request is done) and one request at a time; every output equal across the
 three. ``--requests N`` serves a longer stream drawn the same way: continuous batching gains
-most in the steady state, while a short queue ends with a drain (the last long requests run
-with few others) that static batches do not pay for twice. Measured on a quiet machine
+most in the steady state: a queue ends with a drain (its last long requests run with few
+others beside them), a larger share of a short run than of a long one. Measured on a quiet machine
 (``--only batching --batch-rounds 3``): 32 requests 1.50x static, 128 requests 2.07x.
 
 Quantization. The same 4-layer model's linear weights (inside the layers; embeddings and head
