@@ -295,6 +295,7 @@ def _fetch_feedback(j: Journey, folder: Path) -> list[Path]:
     return written()
 
 
+@pytest.mark.slow  # about 3 minutes: make test hands its file out first
 @pytest.mark.timeout(1200)
 def test_student_and_instructor_journey(tmp_path):
     chromium = find_chromium()
