@@ -67,6 +67,12 @@ WORLD = 2  #: ranks per launch
 #: seconds for a whole launch: a guard against a hang, far above a launch's time even on a
 #: loaded machine (one took over 40 s with CI's two cores shared), below nbgrader's 120 s a cell
 TIMEOUT_S = 100.0
+#: seconds for every rank to join the group (forked, connected to the store, through gloo's
+#: rendezvous): a few even on a busy machine. A launch whose ranks have not all joined by then has
+#: run none of the student's code, so it is started once more, within the same TIMEOUT_S: a
+#: forked rank can stall before it joins (a CI run lost a solution's points so, under load, with
+#: no rank reporting anything)
+JOIN_S = 30.0
 #: seconds a rank waits in one collective before gloo gives up: longer than a launch, so that a
 #: hang is reported by the launch, which knows the step each rank was in
 COLLECTIVE_TIMEOUT_S = 120.0
@@ -276,6 +282,7 @@ def _rank_main(rank: int, port: int, out: str, job: tuple) -> None:
         store = dist.TCPStore("127.0.0.1", port, WORLD, is_master=False)
         limit = datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S)
         dist.init_process_group("gloo", store=store, rank=rank, world_size=WORLD, timeout=limit)
+        (out_dir / f"rank{rank}.joined").touch()  # the parent's evidence that this rank started
         watch = _Watch(out_dir, rank)
         item, impl, cfg, variants = job
         watch.install(impl)
@@ -315,6 +322,8 @@ def _where(out: Path) -> str:
             notes.append(f"rank {rank} had finished")
         elif note.exists():
             notes.append(f"rank {rank} was in {note.read_text()}")
+        elif not (out / f"rank{rank}.joined").exists():
+            notes.append(f"rank {rank} had not joined the group")
     return "; ".join(notes)
 
 
@@ -376,6 +385,9 @@ def launch(item: str, impl: Any, cfg: Config, variants: list[BugVariant] | None)
     """Fork :data:`WORLD` ranks that train with ``impl`` (or, given ``variants``, with each
     variant) and return each rank's result, in rank order.
 
+    Ranks that have not all joined their group after :data:`JOIN_S` seconds (none of the
+    student's code has run) are ended and started once more, within the same :data:`TIMEOUT_S`.
+
     Raises:
         CheckFailure: the student's code raised on some rank, or the ranks did not finish in
             :data:`TIMEOUT_S` (the message says where each rank was); every rank is ended.
@@ -384,8 +396,29 @@ def launch(item: str, impl: Any, cfg: Config, variants: list[BugVariant] | None)
         return _launch_ranks(item, impl, cfg, variants)
 
 
+class _NotJoined(Exception):
+    """The ranks of a launch had not all joined their group after :data:`JOIN_S` seconds."""
+
+
 def _launch_ranks(item: str, impl: Any, cfg: Config, variants: list[BugVariant] | None):
     _import_optimizers()
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        return _launch_once(item, impl, cfg, variants, deadline, JOIN_S)
+    except _NotJoined:  # none of the student's code ran: start the ranks once more
+        return _launch_once(item, impl, cfg, variants, deadline, None)
+
+
+def _launch_once(
+    item: str,
+    impl: Any,
+    cfg: Config,
+    variants: list[BugVariant] | None,
+    deadline: float,
+    join_s: float | None,
+):
+    """One launch of the ranks, until ``deadline`` (``time.monotonic``); with ``join_s``, raise
+    :class:`_NotJoined` if the ranks have not all joined the group that many seconds in."""
     try:
         _probe_loopback()  # without it, TCPStore would retry its own connection for minutes
         store = dist.TCPStore("127.0.0.1", 0, WORLD + 1, is_master=True, wait_for_workers=False)
@@ -405,10 +438,14 @@ def _launch_ranks(item: str, impl: Any, cfg: Config, variants: list[BugVariant] 
         ]
         for process in ranks:
             process.start()
-        deadline = time.monotonic() + TIMEOUT_S
+        join_by = None if join_s is None else time.monotonic() + join_s
         try:
             running = [p.sentinel for p in ranks]
             while running and not _errors(out):
+                if join_by is not None and time.monotonic() >= join_by:
+                    if not all((out / f"rank{r}.joined").exists() for r in range(WORLD)):
+                        raise _NotJoined
+                    join_by = None
                 left = deadline - time.monotonic()
                 if left <= 0:
                     where = _where(out)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
+from pathlib import Path
 
 import grading_impls_data_parallel as impls
 import pytest
@@ -205,3 +206,39 @@ def test_the_ranks_stderr_passes_on_all_but_pytorchs_hostname_warning(capfd):
         os.write(2, b"[W socket.cpp:207] [c10d] The hostname of the client socket cannot be ")
         os.write(2, b"retrieved. err=-3\nrank 1 says this\n")
     assert capfd.readouterr().err == "rank 1 says this\n"
+
+
+def _stalls_before_joining(flag: Path | None):
+    """``dist.init_process_group`` that stalls for ever (as a forked rank stuck on a lock), the
+    first time only when given ``flag``, every time without."""
+    real = dist.init_process_group
+
+    def init(*args, **kwargs):
+        if flag is None or not flag.exists():
+            if flag is not None:
+                flag.touch()
+            time.sleep(3600)
+        return real(*args, **kwargs)
+
+    return init
+
+
+def test_ranks_that_stall_before_joining_are_started_once_more(monkeypatch, tmp_path):
+    """None of the student's code ran before the ranks joined their group: the launch is started
+    again, and a correct answer passes."""
+    flag = tmp_path / "stalled once"
+    monkeypatch.setattr(dist, "init_process_group", _stalls_before_joining(flag))
+    monkeypatch.setattr(check_module, "JOIN_S", 3.0)
+    check_naive_ddp(catalogue.NaiveDDPSteps)
+    assert flag.exists()  # the first launch did stall
+
+
+def test_ranks_that_never_join_are_the_checkers_error(monkeypatch):
+    monkeypatch.setattr(dist, "init_process_group", _stalls_before_joining(None))
+    monkeypatch.setattr(check_module, "JOIN_S", 2.0)
+    monkeypatch.setattr(check_module, "TIMEOUT_S", 6.0)
+    with pytest.raises(CheckerError) as info:
+        check_naive_ddp(catalogue.NaiveDDPSteps)
+    message = str(info.value)
+    assert "rank 0 had not joined the group; rank 1 had not joined the group" in message
+    assert "not a verdict on your code" in message
