@@ -37,10 +37,12 @@ until its longest request is done) and one request at a time; every output equal
 three. ``--requests N`` serves a longer stream drawn the same way: the drain at a queue's end (its
 last long requests running with few others beside them) is a smaller share of a longer run, so the
 bound in decode steps (static batches pay each batch's longest output) grows: 1.90x for 32
-requests, 2.30x for 128, 2.41x for 256. Measured (``--only batching --batch-rounds 3``): quiet, 32
-requests 1.50x and 128 requests 2.07x; at load 5, 128 requests 1.92x and 256 requests 1.71x. A
-continuous step costs more than a static one (the paged cache's bookkeeping, a prefill pass per
-admitted group), which is what keeps the ratios under their bounds.
+requests, 2.30x for 128, 2.41x for 256. Measured (``--only batching --batch-rounds 3``, every run
+of one day): 32 requests 1.50x quiet; 128 requests 2.07x, 1.11x, 1.65x (wall clock) and 1.78x
+(``--clock cpu``) quiet, 1.92x at load 5; 256 requests 2.26x quiet, 1.71x at load 5. The runs
+spread more widely than the target's margin, and a continuous step costs more than a static one (the
+paged cache's bookkeeping, a prefill pass per admitted group), which keeps the ratios under their
+bounds.
 
 Quantization. The same 4-layer model's linear weights (inside the layers; embeddings and head
 stay fp32) as int8 per output channel and int4 in groups of 16 (688 = 43 x 16): bytes held
