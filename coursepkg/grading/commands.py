@@ -96,10 +96,11 @@ def _release(args: argparse.Namespace) -> int:
     folders = sorted({str(n.parent.parent) for n in released})
     sqlite = db_url and db_url.startswith("sqlite")  # never print a URL: it may hold a password
     where = f", recorded in {db_url.split('///')[-1] if sqlite else 'the --db gradebook'}"
-    print(
+    sys.stdout.write(
         f"{len(released)} notebook(s) generated into {', '.join(folders) or 'nothing'}"
         + (where if db_url else " (no gradebook)")
         + ("; no leaked solution or hidden test" if not leaks else f"; {leaks} leaked line(s)!")
+        + "\n"
     )
     return 1 if leaks else 0
 
@@ -213,15 +214,16 @@ def _grade(args: argparse.Namespace) -> int:
             result = grade_class(**options, console=console)
     except KeyboardInterrupt as stop:
         signum = getattr(stop, "signum", signal.SIGINT)
-        print(
+        sys.stderr.write(
             f"coursepkg grade: interrupted ({signal.Signals(signum).name}); the students "
             "recorded so far are complete, the others keep their earlier grades (run it again "
-            "to finish)",
-            file=sys.stderr,
+            "to finish)\n"
         )
         return 128 + signum
-    print(result.summary())
-    print(f"reports: {result.reports}  dashboard: {result.dashboard}")
+    sys.stdout.write(f"{result.summary()}\n")
+    sys.stdout.write(f"reports: {result.reports}  dashboard: {result.dashboard}\n")
     if log is not None:
-        print(f"the grader's log (nbgrader, Dask and kernel messages; -v shows them): {log}")
+        sys.stdout.write(
+            f"the grader's log (nbgrader, Dask and kernel messages; -v shows them): {log}\n"
+        )
     return 1 if any(s.error for s in result.students) else 0
