@@ -69,9 +69,9 @@ WORLD = 2  #: ranks per launch
 TIMEOUT_S = 100.0
 #: seconds for every rank to join the group (forked, connected to the store, through gloo's
 #: rendezvous): a few even on a busy machine. A launch whose ranks have not all joined by then has
-#: run none of the student's code, so it is started once more, within the same TIMEOUT_S: a
-#: forked rank can stall before it joins (a CI run lost a solution's points so, under load, with
-#: no rank reporting anything)
+#: run none of the student's code, so it is started once more, within the same TIMEOUT_S (a CI
+#: run under load lost a solution's points to a launch where no rank reported anything; whether
+#: its ranks had joined was not recorded then)
 JOIN_S = 30.0
 #: seconds a rank waits in one collective before gloo gives up: longer than a launch, so that a
 #: hang is reported by the launch, which knows the step each rank was in
