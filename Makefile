@@ -86,7 +86,8 @@ format: install
 
 # PYTEST_WORKERS (default 2): two pytest workers (pytest-xdist), one file each at a time (`--dist
 # loadfile`: a module's expensive fixture, such as a graded class or a started JupyterLab, is built
-# once, by the worker that runs the whole file). Most of the slow tests wait on processes they
+# once, by the worker that runs the whole file; --no-loadscope-reorder keeps tests/conftest.py's
+# order, longest files first, where xdist would hand out the files with the most tests first). Most of the slow tests wait on processes they
 # started (kernels, nbgrader, Chromium, PostgreSQL, Dask, torchrun), so two at a time on 2 cores
 # is what the machine can take; every test has to hold under that load anyway (DEVELOPING.md).
 # The tests marked `serial` measure the whole machine (its shared memory, the graders' folders in
@@ -94,7 +95,7 @@ format: install
 # in one process. pytest exits 5 when it collects no test: tolerated for the serial part (it may
 # select none), and for the rest only while tests/ holds no test file at all.
 PYTEST_WORKERS ?= 2
-XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
+XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 test: lint
 	@status=0; $(VENV_PATH) $(BIN)/python -m pytest -q $(XDIST) -m "not serial" || status=$$?; \
 	if [ "$$status" -eq 5 ] && [ -z "$$(find tests -name 'test_*.py' -o -name '*_test.py' 2>/dev/null | head -n 1)" ]; then \

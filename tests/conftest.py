@@ -24,18 +24,44 @@ torch.set_num_threads(1)
 TINY = dict(vocab_size=11, d_model=16, n_heads=2, d_ff=32, n_layers=2, dropout=0.0, max_len=32)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the files that hold a slow test first, each file's tests in their written order.
+#: Seconds the longest test files took in a quiet fresh-clone `.ci/run` (run L of 2026-11-27, two
+#: workers: its `--durations=30`, summed by file; each file's shorter tests left out). Only their
+#: order matters: `make test` hands these out first, longest first, so that the last file a worker
+#: starts is a short one and the two workers end close together.
+LONGEST_FILES = {
+    "tests/e2e/test_autograde.py": 542,
+    "tests/e2e/test_cluster.py": 476,
+    "tests/grading/classroom/test_classroom.py": 406,
+    "tests/grading/term/test_course.py": 402,
+    "tests/e2e/test_training_ddp.py": 275,
+    "tests/e2e/test_student_journey.py": 210,
+    "tests/e2e/test_browser.py": 147,
+    "tests/grading/term/test_course_folder.py": 100,
+    "tests/grading/checks/test_ex09_hostile.py": 56,
+    "tests/grading/term/test_similarity.py": 56,
+}
 
-    ``PYTEST_WORKERS=2 make test`` runs two files at a time (pytest-xdist, ``--dist loadfile``),
-    handing out the files in this order: a long file handed out last would keep one worker
-    busy while the other has nothing left to do. The sort is stable: a file's tests keep
-    their order.
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the longest files first (:data:`LONGEST_FILES`), then the other files holding a slow
+    test, then the rest, each file's tests in their written order.
+
+    ``make test`` runs two files at a time (pytest-xdist, ``--dist loadfile
+    --no-loadscope-reorder``: without that flag xdist hands out the files with the most tests
+    first, whatever this order says), handing out the files in this order: a long file handed out
+    last would keep one worker busy while the other has nothing left to do. The sort is stable:
+    a file's tests keep their order.
     """
     if not hasattr(config, "workerinput"):
         return  # one process (the default): the files keep pytest's own order
+    root = config.rootpath
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)
+
+    def key(item: pytest.Item) -> tuple[int, bool]:
+        seconds = LONGEST_FILES.get(item.path.relative_to(root).as_posix(), 0)
+        return -seconds, item.path not in slow_files
+
+    items.sort(key=key)
 
 
 @pytest.fixture(autouse=True)
