@@ -8,10 +8,16 @@ that runs it (its exit status), as in every home of ``coursepkg``'s commands
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 __all__ = ["add_parsers", "open_course"]
+
+
+def _say(line: str) -> None:
+    # a command's result, one line on standard output (what the user asked the command for)
+    sys.stdout.write(line + "\n")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -46,7 +52,7 @@ def _export(args: argparse.Namespace) -> int:
                      args.format, out, mapping=mapping, parts=args.parts,
                      include_empty=args.include_empty,
                      skip_unmapped=args.skip_unmapped)  # fmt: skip
-    print("\n".join(written.lines()))
+    _say("\n".join(written.lines()))
     return 0
 
 
@@ -105,7 +111,7 @@ def _regrade(args: argparse.Namespace) -> int:
         data = request_file(args.assignment, student, args.part, args.reason)
         out = Path(args.output or f"regrade-{args.assignment}-{args.part}.json")
         out.write_text(json.dumps(data, indent=1), encoding="utf-8")
-        print(f"wrote {out}: send this file to your instructor")
+        _say(f"wrote {out}: send this file to your instructor")
         return 0
     course = open_course(args)
     if args.action == "add":
@@ -113,22 +119,22 @@ def _regrade(args: argparse.Namespace) -> int:
         known = {r.id: r for r in requests(course.url)}
         for i in ids:
             r = known[i]
-            print(f"request {i}: {r.student}, {r.assignment} {r.part} ({r.status})")
-        print(f"dashboard: {course.root / 'reports' / 'dashboard.html'}")
+            _say(f"request {i}: {r.student}, {r.assignment} {r.part} ({r.status})")
+        _say(f"dashboard: {course.root / 'reports' / 'dashboard.html'}")
     elif args.action == "answer":
         who = args.by or os.environ.get("USER") or getpass.getuser()
         answer(course, args.id, why=args.why, who=who, score=args.score)
-        print(f"answered request {args.id}; the feedback of its student was made again")
+        _say(f"answered request {args.id}; the feedback of its student was made again")
     else:
         found = requests(course.url, args.assignment)
         if not args.all and not any(r.status == "open" for r in found):
-            print(f"no open requests ({len(found)} answered; --all lists them with their trail)")
+            _say(f"no open requests ({len(found)} answered; --all lists them with their trail)")
         for r in found:
             if r.status == "open" or args.all:
-                print(f"{r.id:>4}  {r.status:<8} {r.student:<16} {r.assignment} {r.part}: "
+                _say(f"{r.id:>4}  {r.status:<8} {r.student:<16} {r.assignment} {r.part}: "
                       f"{r.reason}")  # fmt: skip
                 for e in r.log:
-                    print(f"      {e['at']} {e['who']}: {change(e)}. {e['why']}")
+                    _say(f"      {e['at']} {e['who']}: {change(e)}. {e['why']}")
     return 0
 
 
@@ -176,12 +182,12 @@ def _similarity(args: argparse.Namespace) -> int:
     above = [p for p in found.pairs if p.similarity >= args.threshold]
     for p in above[:10]:
         same = "  (identical answers)" if (p.left, p.right) in found.identical else ""
-        print(f"{p.similarity:.3f}  {p.left}  {p.right}{same}")
+        _say(f"{p.similarity:.3f}  {p.left}  {p.right}{same}")
     for sid, why in found.unreadable.items():
-        print(f"not compared: {sid}: {why}")
+        _say(f"not compared: {sid}: {why}")
     for group in found.clusters[:10]:
-        print(f"similar group of {len(group)}: {' ~ '.join(group)}")
-    print(f"{len(above)} pair(s) at or above {args.threshold:g} of {len(found.pairs)} sharing "
+        _say(f"similar group of {len(group)}: {' ~ '.join(group)}")
+    _say(f"{len(above)} pair(s) at or above {args.threshold:g} of {len(found.pairs)} sharing "
           f"code; {found.table}  {found.page}")  # fmt: skip
     return 0
 
