@@ -87,9 +87,10 @@ format: install
 # PYTEST_WORKERS (default 2): two pytest workers (pytest-xdist), one file each at a time (`--dist
 # loadfile`: a module's expensive fixture, such as a graded class or a started JupyterLab, is built
 # once, by the worker that runs the whole file; --no-loadscope-reorder keeps tests/conftest.py's
-# order, longest files first, where xdist would hand out the files with the most tests first). Most of the slow tests wait on processes they
-# started (kernels, nbgrader, Chromium, PostgreSQL, Dask, torchrun), so two at a time on 2 cores
-# is what the machine can take; every test has to hold under that load anyway (DEVELOPING.md).
+# order, longest files first, where xdist would hand out the files with the most tests first).
+# Most of the slow tests wait on processes they started (kernels, nbgrader, Chromium,
+# PostgreSQL, Dask, torchrun), so two at a time on 2 cores is what the machine can take; every
+# test has to hold under that load anyway (DEVELOPING.md).
 # The tests marked `serial` measure the whole machine (its shared memory, the graders' folders in
 # /tmp), which the other worker would move: they run alone afterwards. PYTEST_WORKERS=0 runs all
 # in one process. pytest exits 5 when it collects no test: tolerated for the serial part (it may
