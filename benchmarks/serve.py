@@ -372,10 +372,13 @@ def bench_batching(args) -> dict:
         "static batches of 8": lambda: out.update(static=serve_static_batches(lm, requests, 8)),
         "one at a time": lambda: out.update(one=serve_one_at_a_time(lm, requests)),
     }
-    times = {
-        name: median(ts)
-        for name, ts in alternate(fns, args.batch_rounds, 0, CLOCKS[args.clock]).items()
-    }
+    # Untimed, each way once on the first 8 requests: the pool's storage, the allocator's first
+    # blocks and torch's first calls are paid here, not by whichever way is timed first.
+    warm = requests[:8]
+    batcher.run(warm), serve_static_batches(lm, warm, 8), serve_one_at_a_time(lm, warm)
+    rounds = alternate(fns, args.batch_rounds, 0, CLOCKS[args.clock])
+    times = {name: median(ts) for name, ts in rounds.items()}
+    best = {name: min(ts) for name, ts in rounds.items()}
     same = all(
         torch.equal(a, b)
         for a, b, c in zip(out["cont"], out["static"], out["one"], strict=True)
@@ -387,15 +390,22 @@ def bench_batching(args) -> dict:
         f"passes, at most {batcher.peak_running} running"
     )
     for name, s in times.items():
-        print(f"  {name:28s}: {s:.3f} s ({generated / s:.0f} generated tok/s)")
+        print(
+            f"  {name:28s}: {s:.3f} s ({generated / s:.0f} generated tok/s); rounds "
+            + ", ".join(f"{t:.3f}" for t in rounds[name])
+        )
     ratio = times["static batches of 8"] / times["continuous (paged, <= 8)"]
     alone = times["one at a time"] / times["continuous (paged, <= 8)"]
-    print(f"  continuous / static throughput: {ratio:.2f}x (target >= 2x)")
+    best_ratio = best["static batches of 8"] / best["continuous (paged, <= 8)"]
+    print(
+        f"  continuous / static throughput: {ratio:.2f}x of the medians, {best_ratio:.2f}x of "
+        "the best rounds (target >= 2x)"
+    )
     print(f"  continuous / one-at-a-time throughput: {alone:.2f}x")
     print(f"  identical outputs (all three): {same}")
     if not same:
         raise SystemExit("continuous batching changed a request's tokens")
-    return dict(vs_static=ratio, vs_one=alone, times=times)
+    return dict(vs_static=ratio, vs_static_best=best_ratio, vs_one=alone, times=times)
 
 
 def bench_quantization(args) -> dict:
