@@ -415,10 +415,15 @@ def _guarded_step(run: _Run, lr: float) -> tuple[float, float | None, torch.Tens
     except RuntimeError as err:
         if not run.dist.distributed:
             raise
-        raise RuntimeError(
+        message = (
             f"rank {run.dist.rank} lost the other ranks at step {run.step + 1} ({err}); "
             + _intact(run)
-        ) from err
+        )
+        # Said now, while the SIGTERM handler still stands: torchrun's SIGTERM to the ranks
+        # left comes within milliseconds, and once the loop has unwound (the default handler
+        # back) it would end this process before the traceback below is printed.
+        log.error("%s", message)
+        raise RuntimeError(message) from err
     if not math.isfinite(loss):
         raise FloatingPointError(f"the loss became {loss} at step {run.step + 1}")
     return loss, aux, load
