@@ -125,10 +125,14 @@ class DecoderOnlyLM(nn.Module):
                 length.
             attn_mask: bool, True = may attend: the attention mask itself, in place of the
                 causal one built from ``token_mask`` (e.g. the document mask of packed
-                examples, :func:`coursepkg.posttrain.packing.document_mask`); no cache.
+                examples, :func:`coursepkg.posttrain.packing.document_mask`). With a cache its
+                last axis counts every key the step sees, cached ones first (e.g. the packed
+                step of :class:`coursepkg.serving.packed.PackedBatcher`); give the
+                ``positions`` too, since the default counts from the cache's length.
 
         Shape:
-            tokens (B, L), positions (B, L) or (L,), attn_mask (B, 1, L, L) -> logits (B, L, V).
+            tokens (B, L), positions (B, L) or (L,), attn_mask (B, 1, L, L) or (L, L), with a
+            cache (B, 1, L, K) or (L, K) for its K keys after the step -> logits (B, L, V).
         """
         self._check_forward(tokens, token_mask, cache, positions)
         self._check_attn_mask(tokens, token_mask, cache, attn_mask)
@@ -197,13 +201,18 @@ class DecoderOnlyLM(nn.Module):
         if attn_mask is None:
             return
         b, n = tokens.shape
-        if cache is not None or token_mask is not None:
-            raise ValueError("attn_mask replaces the mask built from token_mask and a cache: "
-                             "give attn_mask alone, without token_mask or cache")  # fmt: skip
-        if attn_mask.dtype != torch.bool or tuple(attn_mask.shape) not in ((b, 1, n, n), (n, n)):
+        if token_mask is not None:
+            raise ValueError("attn_mask replaces the mask built from token_mask: "
+                             "give attn_mask without token_mask")  # fmt: skip
+        keys = n if cache is None else cache.keys_after(n)  # with a cache: cached + new
+        if attn_mask.dtype != torch.bool or tuple(attn_mask.shape) not in (
+            (b, 1, n, keys),
+            (n, keys),
+        ):
             raise ValueError(
-                f"attn_mask must be bool of shape (B, 1, L, L)={(b, 1, n, n)} or (L, L)={(n, n)}"
-                f", got {attn_mask.dtype} of shape {tuple(attn_mask.shape)}"
+                f"attn_mask must be bool of shape (B, 1, L, K)={(b, 1, n, keys)} or (L, K)="
+                f"{(n, keys)} (K: the keys after this step), got {attn_mask.dtype} of shape "
+                f"{tuple(attn_mask.shape)}"
             )
 
     @torch.no_grad()  # as documented; the loop itself runs in inference mode, cheaper still

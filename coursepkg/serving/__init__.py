@@ -7,7 +7,8 @@ continuous batching over a paged key/value cache.
 - :mod:`.cache`: a cache that can be cut back (speculative decoding's rejected tokens).
 - :mod:`.speculative`: :func:`speculative_generate` (Leviathan et al. 2023, Chen et al. 2023).
 - :mod:`.paged`, :mod:`.scheduler`: a block pool with a block table per sequence, and a
-  scheduler that admits requests as others finish.
+  scheduler that admits requests as others finish; :mod:`.packed`: the same scheduler with one
+  pass per step (an admitted prompt packed beside the decoding rows), faster on a small model.
 - :mod:`.quant`: int8 (per output channel) and int4 (group-wise) weight-only quantization,
   and an int8 key/value cache.
 - :mod:`.measure`: what the serving chapter measures, one call each (timings, throughput,

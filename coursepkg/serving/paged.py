@@ -83,7 +83,7 @@ class PagedKVCache:
         self.self_attn = [_PagedLayer(self, i) for i in range(n_layers)]
         self.cross_attn = None
         self.length = 0  # the step's padded past: widest sequence before the step
-        self._step: _Step | None = None
+        self._step: PagedStep | None = None
 
     def blocks_for(self, positions: int) -> int:
         """Blocks needed to hold ``positions`` positions."""
@@ -144,7 +144,7 @@ class PagedKVCache:
         write = self._slots(table, new_pos.clamp(min=0))  # (B, n)
         spare = self.n_blocks * self.block_size  # the pool's one extra row, never read
         write = write.masked_fill(new_pos < lengths - new, spare)  # (B, n)
-        self._step = _Step(
+        self._step = PagedStep(
             tables,
             counts,
             write.flatten(),  # (B*n,)
@@ -193,8 +193,10 @@ class PagedKVCache:
 
 
 @dataclass
-class _Step:
-    # One step's batch: who takes part, the pool rows it writes (B*n,) and reads (B*W,).
+class PagedStep:
+    """One step's batch: who takes part, the pool rows it writes (B*n,) and reads (B*W,),
+    and its token mask (B, W)."""
+
     tables: list[BlockTable]
     n_new: list[int]
     write_slot: Tensor

@@ -44,7 +44,9 @@ class Request:
 
 
 @dataclass
-class _Running:
+class Running:
+    """A request being served: its place in the input, its block table, its tokens so far."""
+
     index: int
     request: Request
     table: BlockTable
@@ -124,34 +126,45 @@ class ContinuousBatcher:
 
     def _serve(self, requests: list[Request]) -> list[Tensor]:
         waiting = deque(enumerate(requests))
-        running: list[_Running] = []
+        running: list[Running] = []
         outputs: list[Tensor | None] = [None] * len(requests)
         self.steps = self.peak_running = self.prefills = 0
         while waiting or running:
-            admitted: list[_Running] = []
-            while waiting and len(running) + len(admitted) < self.max_batch:  # in arrival order
-                index, request = waiting[0]
-                free = len(self.cache.free) - self._promised(running + admitted)
-                if self._blocks(request) > free:
-                    break
-                waiting.popleft()
-                admitted.append(_Running(index, request, BlockTable()))
+            admitted = self._admit(waiting, running)
             if admitted:
                 self._prefill(admitted)
                 running += admitted
             self.peak_running = max(self.peak_running, len(running))
-            still = []
-            for seq in running:  # a request whose last token came from the prefill leaves now
-                if len(seq.tokens) < seq.request.max_new_tokens:
-                    still.append(seq)
-                else:
-                    self._finish(seq, outputs)
-            running = still
+            running = self._leave(running, outputs)  # a last token from the prefill: done now
             if running:
                 self._decode(running)
+                running = self._leave(running, outputs)  # a freed row is offered at once
         return outputs
 
-    def _prefill(self, seqs: list[_Running]) -> None:
+    def _admit(self, waiting: deque, running: list[Running]) -> list[Running]:
+        # The waiting requests that take a free row now: in arrival order (never reordered),
+        # each only when the pool can still give it blocks for its whole length.
+        admitted: list[Running] = []
+        while waiting and len(running) + len(admitted) < self.max_batch:
+            index, request = waiting[0]
+            free = len(self.cache.free) - self._promised(running + admitted)
+            if self._blocks(request) > free:
+                break
+            waiting.popleft()
+            admitted.append(Running(index, request, BlockTable()))
+        return admitted
+
+    def _leave(self, running: list[Running], outputs: list) -> list[Running]:
+        # The requests with all their tokens leave (their blocks back to the pool); the rest.
+        still = []
+        for seq in running:
+            if len(seq.tokens) < seq.request.max_new_tokens:
+                still.append(seq)
+            else:
+                self._finish(seq, outputs)
+        return still
+
+    def _prefill(self, seqs: list[Running]) -> None:
         # The prompts admitted in one step, left padded into one pass; each row's padding is
         # masked and written to the pool's spare slot, so its cache holds its prompt only.
         lengths = [s.request.prompt.numel() for s in seqs]
@@ -166,7 +179,7 @@ class ContinuousBatcher:
             seq.tokens.append(token)
         self.prefills += 1
 
-    def _decode(self, running: list[_Running]) -> None:
+    def _decode(self, running: list[Running]) -> None:
         last = torch.tensor([[s.tokens[-1]] for s in running], device=self.device)  # (B, 1)
         self.cache.begin([s.table for s in running], 1, self.device)
         logits = self.model(last, token_mask=self.cache.token_mask(), cache=self.cache)
@@ -174,7 +187,7 @@ class ContinuousBatcher:
             seq.tokens.append(token)
         self.steps += 1
 
-    def _pick(self, logits: Tensor, seqs: list[_Running]) -> Tensor:
+    def _pick(self, logits: Tensor, seqs: list[Running]) -> Tensor:
         # (B, V) -> (B,); the repetition penalty needs each row's own history
         if self.params.repetition_penalty is None:
             return sample_token(logits, None, self.params, self.generator)
@@ -189,11 +202,11 @@ class ContinuousBatcher:
         # blocks a request needs for its whole length, reserved when it is admitted
         return self.cache.blocks_for(request.prompt.numel() + request.max_new_tokens)
 
-    def _promised(self, running: list[_Running]) -> int:
+    def _promised(self, running: list[Running]) -> int:
         # blocks reserved by running requests and not yet taken from the free list
         return sum(self._blocks(s.request) - len(s.table.blocks) for s in running)
 
-    def _finish(self, seq: _Running, outputs: list) -> None:
+    def _finish(self, seq: Running, outputs: list) -> None:
         prompt = seq.request.prompt  # the output lives where its prompt does
         outputs[seq.index] = torch.cat([prompt, torch.tensor(seq.tokens, device=prompt.device)])
         self.cache.release(seq.table)

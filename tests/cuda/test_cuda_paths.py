@@ -76,6 +76,7 @@ from coursepkg.serving import (
     speculative_generate,
 )
 from coursepkg.serving import generate as serve_generate
+from coursepkg.serving.packed import PackedBatcher
 from coursepkg.training import TrainSettings, train
 from coursepkg.training.checkpoint import load_checkpoint
 from coursepkg.training.loop import CHECKPOINT
@@ -509,12 +510,12 @@ def test_continuous_batching_over_the_paged_cache_equals_one_at_a_time():
     want = serve_one_at_a_time(cpu, [Request(p, n) for p, n in zip(prompts, news, strict=True)])
     requests = [Request(p.to(DEV), n) for p, n in zip(prompts, news, strict=True)]
     batched = ContinuousBatcher(dev, n_blocks=16, block_size=4, max_batch=3).run(requests)
+    packed = PackedBatcher(dev, n_blocks=16, block_size=4, max_batch=3).run(requests)
     alone = serve_one_at_a_time(dev, requests)
     static = serve_static_batches(dev, requests, 2)
-    for got, single, together, expected in zip(batched, alone, static, want, strict=True):
+    for got, *others, expected in zip(batched, packed, alone, static, want, strict=True):
         assert got.device.type == DEV.type
-        assert torch.equal(got.cpu(), expected) and torch.equal(single.cpu(), expected)
-        assert torch.equal(together.cpu(), expected)
+        assert all(torch.equal(x.cpu(), expected) for x in (got, *others))
     # The repetition penalty reads each row's history; CPU prompts are served on the device.
     penalty = SamplingParams(repetition_penalty=1.3)
     on_cpu = ContinuousBatcher(cpu, n_blocks=16, block_size=4, max_batch=3, params=penalty)

@@ -350,6 +350,23 @@ def test_decoder_only_attn_mask_takes_the_place_of_the_causal_mask(
     assert not torch.allclose(out[:, :4], other[:, :4])
 
 
+def test_decoder_only_attn_mask_with_a_cache_counts_the_cached_keys(make_model, make_tokens):
+    """With a cache, attn_mask's last axis is every key the step sees: the causal mask given
+    explicitly (with the positions) is the default step; a mask of the new keys only is named."""
+    from coursepkg.masks import causal_mask
+
+    model = make_model(kind="decoder-only", positional="rope")
+    tokens = make_tokens(2, 9, model.config.vocab_size, low=1)  # (B, L)
+    given, default = model.new_cache(), model.new_cache()
+    for cache in (given, default):
+        model(tokens[:, :5], cache=cache)  # the same 5 positions cached in both
+    new = tokens[:, 5:]  # (B, 4)
+    out = model(new, cache=given, positions=torch.arange(5, 9), attn_mask=causal_mask(4, 9))
+    torch.testing.assert_close(out, model(new, cache=default), rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"\(L, K\)=\(4, 13\)"):
+        model(new, cache=given, attn_mask=causal_mask(4, 4))
+
+
 def test_decoder_only_attn_mask_bad_input_is_named(make_model, make_tokens):
     model = make_model(kind="decoder-only")
     tokens = make_tokens(2, 5, model.config.vocab_size, low=1)  # (B, L)
@@ -357,5 +374,5 @@ def test_decoder_only_attn_mask_bad_input_is_named(make_model, make_tokens):
         model(tokens, attn_mask=torch.ones(2, 1, 5, 5))
     with pytest.raises(ValueError, match="attn_mask must be bool"):
         model(tokens, attn_mask=torch.ones(2, 1, 5, 4, dtype=torch.bool))
-    with pytest.raises(ValueError, match="give attn_mask alone"):
+    with pytest.raises(ValueError, match="give attn_mask without token_mask"):
         model(tokens, token_mask=tokens > 0, attn_mask=torch.ones(5, 5, dtype=torch.bool))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from serving_models import V, llama_pair
+from serving_models import V, llama_pair, mixed_requests
 
 from coursepkg import DecoderOnlyLM, TransformerConfig
 from coursepkg.serving import SamplingParams, generate
@@ -20,20 +20,10 @@ from coursepkg.serving.scheduler import (
 )
 
 
-def _workload(seed: int = 0, n: int = 7) -> list[Request]:
-    g = torch.Generator().manual_seed(seed)
-    requests = []
-    for _ in range(n):
-        length = int(torch.randint(1, 13, (), generator=g))
-        new = int(torch.randint(1, 21, (), generator=g))
-        requests.append(Request(torch.randint(1, V, (length,), generator=g), new))
-    return requests
-
-
 @pytest.mark.parametrize("max_batch, n_blocks", [(1, 8), (3, 30), (8, 80), (8, 12)])
 def test_each_request_gets_what_it_gets_alone(max_batch, n_blocks):
     _, lm = llama_pair()
-    requests = _workload()
+    requests = mixed_requests()
     batcher = ContinuousBatcher(lm, n_blocks=n_blocks, block_size=4, max_batch=max_batch)
     got = batcher.run(requests)
     alone = serve_one_at_a_time(lm, requests)
@@ -48,7 +38,7 @@ def test_each_request_gets_what_it_gets_alone(max_batch, n_blocks):
 
 def test_a_tight_pool_makes_requests_wait_but_changes_nothing():
     _, lm = llama_pair()
-    requests = _workload(seed=1)
+    requests = mixed_requests(seed=1)
     batcher = ContinuousBatcher(lm, n_blocks=9, block_size=4, max_batch=8)
     got = batcher.run(requests)
     assert batcher.peak_running < 8
@@ -58,7 +48,7 @@ def test_a_tight_pool_makes_requests_wait_but_changes_nothing():
 
 def test_the_repetition_penalty_sees_each_requests_own_tokens():
     _, lm = llama_pair(seed=2)
-    requests = _workload(seed=2, n=4)
+    requests = mixed_requests(seed=2, n=4)
     params = SamplingParams(repetition_penalty=1.5)
     got = ContinuousBatcher(lm, n_blocks=40, block_size=4, max_batch=3, params=params).run(requests)
     for ours, r in zip(got, requests, strict=True):
@@ -67,7 +57,7 @@ def test_the_repetition_penalty_sees_each_requests_own_tokens():
 
 def test_static_batches_give_the_same_tokens():
     _, lm = llama_pair()
-    requests = _workload(seed=3)
+    requests = mixed_requests(seed=3)
     for ours, ref in zip(
         serve_static_batches(lm, requests, 3), serve_one_at_a_time(lm, requests), strict=True
     ):
@@ -92,9 +82,9 @@ def test_a_growing_sequence_appends_blocks_and_nothing_moves():
 def test_the_storage_is_allocated_once():
     _, lm = llama_pair()
     batcher = ContinuousBatcher(lm, n_blocks=30, block_size=4, max_batch=3)
-    batcher.run(_workload(n=2))
+    batcher.run(mixed_requests(n=2))
     pointers = [t.data_ptr() for t in batcher.cache.storage]
-    batcher.run(_workload(seed=5))
+    batcher.run(mixed_requests(seed=5))
     assert pointers == [t.data_ptr() for t in batcher.cache.storage]
 
 
@@ -120,7 +110,7 @@ def test_requests_admitted_together_share_one_prefill():
     """Prompts of different lengths admitted in one step are prefilled in one padded pass, and
     their tokens are still what each gets alone."""
     _, lm = llama_pair()
-    requests = _workload(seed=4, n=6)
+    requests = mixed_requests(seed=4, n=6)
     assert len({r.prompt.numel() for r in requests}) > 1
     batcher = ContinuousBatcher(lm, n_blocks=60, block_size=4, max_batch=8)
     got = batcher.run(requests)

@@ -1,0 +1,163 @@
+"""Continuous batching with one forward pass per step: the requests admitted in a step are
+prefilled inside the decode step, their tokens packed beside the running requests' (Orca's
+selective batching, Yu et al. 2022; vLLM and Sarathi-Serve's mixed prefill/decode batches).
+
+:class:`~.scheduler.ContinuousBatcher` is the plain scheduler the book shows: a step that
+admits requests runs one extra pass, their prefill, before the decode step. On a small model a
+pass costs about the same whatever it holds (its time goes on calling the layers, not on
+arithmetic), so on a mixed workload, where a finished request lets in about one new one at a
+time, those extra passes are a large part of the work (``benchmarks/serve.py``). Here a step is
+one pass over every running request's new tokens laid end to end, (1, T): one token for each
+request already decoding, the whole prompt for each admitted one. No row is padded; the
+projections and the MLP see T tokens; attention gathers each request's keys from the pool, end
+to end too, (1, H, K, Dk), and a block-diagonal causal mask (T, K) keeps every token within its
+own request. Each request's tokens still equal what it gets served alone
+(``tests/serving/test_packed.py``).
+
+Dimension legend: B running requests, T new tokens in the step (all of them, end to end),
+K keys the step sees (every request's past and new positions, end to end), V vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import torch
+from torch import Tensor
+
+from .paged import BlockTable, PagedKVCache, PagedStep
+from .scheduler import ContinuousBatcher, Request, Running
+
+__all__ = ["PackedBatcher", "PackedPagedKVCache"]
+
+
+class PackedPagedKVCache(PagedKVCache):
+    """The paged cache, with steps whose rows are packed end to end instead of left padded.
+
+    :meth:`begin_packed` sets a step of one row of T new tokens; each layer's ``update`` then
+    writes them into their requests' blocks and returns every request's keys/values end to end
+    as one row of K; :meth:`attn_mask` and :meth:`positions` are what the model needs for it.
+    """
+
+    def begin_packed(
+        self,
+        tables: list[BlockTable],
+        n_new: list[int],
+        device: torch.device | str | None = None,
+    ) -> None:
+        """Prepare a packed step in which sequence i of ``tables`` takes ``n_new[i]`` more
+        positions: take the blocks they need, and work out once for every layer where each new
+        token is written, where each key is read from, who may attend to what and at which
+        position each new token sits.
+
+        Args:
+            tables: the step's sequences.
+            n_new: positions each one takes (1 for a decoding request, its prompt's length
+                for one being prefilled).
+            device: where the step's indices and mask live (default CPU).
+        """
+        if len(n_new) != len(tables) or min(n_new, default=0) < 1:
+            raise ValueError(
+                f"n_new must be one positive count per sequence ({len(tables)}), got {n_new!r}"
+            )
+        for table, n in zip(tables, n_new, strict=True):
+            self.grow(table, table.length + n)
+        rows = torch.arange(len(tables), device=device)  # (B,)
+        new = torch.tensor(n_new, device=device)  # (B,)
+        past = torch.tensor([t.length for t in tables], device=device)  # (B,)
+        seq_t, pos_t = _end_to_end(rows, new, start=past)  # (T,), (T,): the new tokens
+        seq_k, pos_k = _end_to_end(rows, past + new)  # (K,), (K,): every key after the step
+        blocks = max(len(t.blocks) for t in tables)
+        table = torch.tensor(
+            [t.blocks + [0] * (blocks - len(t.blocks)) for t in tables], device=device
+        )  # (B, blocks)
+        k = seq_k.numel()
+        self.length = k - seq_t.numel()  # so that keys_after(T) = K
+        self._packed = (
+            (seq_t[:, None] == seq_k) & (pos_k <= pos_t[:, None]),  # (T, K): own past, causal
+            pos_t,  # (T,)
+        )
+        self._step = PagedStep(
+            tables,
+            list(n_new),
+            self._packed_slots(table, seq_t, pos_t),  # (T,)
+            self._packed_slots(table, seq_k, pos_k),  # (K,)
+            torch.ones(1, k, dtype=torch.bool, device=device),  # (1, K): one row, no padding
+        )
+
+    def attn_mask(self) -> Tensor:
+        """The packed step's mask, True = may attend: a new token sees its own request's keys
+        up to its own position.
+
+        Shape:
+            (T, K).
+        """
+        return self._packed[0]
+
+    def positions(self) -> Tensor:
+        """Each new token's position within its own request (what rotary positions turn by).
+
+        Shape:
+            (T,).
+        """
+        return self._packed[1]
+
+    def _packed_slots(self, table: Tensor, seq: Tensor, pos: Tensor) -> Tensor:
+        # (sequence, position) pairs (N,) -> their pool rows, block id * Bs + offset
+        return table[seq, pos // self.block_size] * self.block_size + pos % self.block_size
+
+
+def _end_to_end(rows: Tensor, counts: Tensor, start: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    # rows (B,), counts (B,) -> which row each of sum(counts) items belongs to, and its
+    # position within its row (counted from ``start``, default 0): both (N,)
+    seq = torch.repeat_interleave(rows, counts)  # (N,)
+    first = torch.cumsum(counts, 0) - counts  # (B,): where each row's items begin
+    pos = torch.arange(seq.numel(), device=seq.device) - first[seq]  # (N,)
+    return seq, pos if start is None else pos + start[seq]
+
+
+class PackedBatcher(ContinuousBatcher):
+    """:class:`~.scheduler.ContinuousBatcher` with one forward pass per step: the prompts of
+    the requests admitted in a step go into the decode step, packed with the running requests'
+    last tokens (see the module's docstring for why this is faster on a small model).
+
+    Same arguments and attributes; :attr:`prefills` stays 0 (no pass is a prefill alone).
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        pool = self.cache
+        self.cache = PackedPagedKVCache(len(pool.storage), pool.n_blocks, pool.block_size)
+
+    def _serve(self, requests: list[Request]) -> list[Tensor]:
+        waiting = deque(enumerate(requests))
+        running: list[Running] = []
+        outputs: list[Tensor | None] = [None] * len(requests)
+        self.steps = self.peak_running = self.prefills = 0
+        while waiting or running:
+            running += self._admit(waiting, running)  # their prompts join this step
+            self.peak_running = max(self.peak_running, len(running))
+            if any(not s.tokens for s in running):  # a prompt to prefill: pack the step
+                self._packed_step(running)
+            else:  # decoding only: the plain step, one token per row
+                self._decode(running)
+            running = self._leave(running, outputs)
+        return outputs
+
+    def _packed_step(self, running: list[Running]) -> None:
+        # One pass: a prompt for each request not yet prefilled, the last token for the others.
+        news = [s.request.prompt if not s.tokens else torch.tensor(s.tokens[-1:]) for s in running]
+        counts = [x.numel() for x in news]
+        tokens = torch.cat([x.to(self.device) for x in news])[None]  # (1, T)
+        self.cache.begin_packed([s.table for s in running], counts, self.device)
+        logits = self.model(
+            tokens,
+            cache=self.cache,
+            positions=self.cache.positions()[None],  # (1, T)
+            attn_mask=self.cache.attn_mask(),  # (T, K)
+        )  # (1, T, V)
+        last = torch.cumsum(torch.tensor(counts, device=self.device), 0) - 1  # (B,)
+        picks = self._pick(logits[0, last], running).tolist()  # (B, V) -> B ids
+        for seq, token in zip(running, picks, strict=True):
+            seq.tokens.append(token)
+        self.steps += 1
