@@ -527,7 +527,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--batch-rounds", type=int, default=1)
     parser.add_argument(
-        "--requests", type=int, default=32, help="requests in the batching workload (default 32)"
+        "--requests", type=int, default=256, help="requests in the batching workload (default 256)"
     )
     parser.add_argument(
         "--max-batch", type=int, default=8, help="most requests decoded together (default 8)"

@@ -132,7 +132,7 @@ class DecoderOnlyLM(nn.Module):
 
         Shape:
             tokens (B, L), positions (B, L) or (L,), attn_mask (B, 1, L, L) or (L, L), with a
-            cache (B, 1, L, K) or (L, K) for its K keys after the step -> logits (B, L, V).
+            cache (B, 1, L, S) or (L, S) for its S keys after the step -> logits (B, L, V).
         """
         self._check_forward(tokens, token_mask, cache, positions)
         self._check_attn_mask(tokens, token_mask, cache, attn_mask)
@@ -210,8 +210,8 @@ class DecoderOnlyLM(nn.Module):
             (n, keys),
         ):
             raise ValueError(
-                f"attn_mask must be bool of shape (B, 1, L, K)={(b, 1, n, keys)} or (L, K)="
-                f"{(n, keys)} (K: the keys after this step), got {attn_mask.dtype} of shape "
+                f"attn_mask must be bool of shape (B, 1, L, S)={(b, 1, n, keys)} or (L, S)="
+                f"{(n, keys)} (S: the keys after this step), got {attn_mask.dtype} of shape "
                 f"{tuple(attn_mask.shape)}"
             )
 

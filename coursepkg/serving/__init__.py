@@ -25,6 +25,7 @@ from .measure import (
     throughput_by_concurrency,
     time_speculative,
 )
+from .packed import PackedBatcher, PackedPagedKVCache
 from .paged import BlockTable, PagedKVCache
 from .quant import Int8Cache, QuantLinear, quantize_linears, quantized_weight_bytes, weight_bytes
 from .sampling import (
@@ -45,6 +46,8 @@ __all__ = [
     "ContinuousBatcher",
     "CroppableCache",
     "Int8Cache",
+    "PackedBatcher",
+    "PackedPagedKVCache",
     "PagedKVCache",
     "QuantLinear",
     "QuantRow",

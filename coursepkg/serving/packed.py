@@ -10,12 +10,12 @@ time, those extra passes are a large part of the work (``benchmarks/serve.py``).
 one pass over every running request's new tokens laid end to end, (1, T): one token for each
 request already decoding, the whole prompt for each admitted one. No row is padded; the
 projections and the MLP see T tokens; attention gathers each request's keys from the pool, end
-to end too, (1, H, K, Dk), and a block-diagonal causal mask (T, K) keeps every token within its
+to end too, (1, H, S, Dk), and a block-diagonal causal mask (T, S) keeps every token within its
 own request. Each request's tokens still equal what it gets served alone
 (``tests/serving/test_packed.py``).
 
 Dimension legend: B running requests, T new tokens in the step (all of them, end to end),
-K keys the step sees (every request's past and new positions, end to end), V vocabulary.
+S keys the step sees (every request's past and new positions, end to end), V vocabulary.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class PackedPagedKVCache(PagedKVCache):
 
     :meth:`begin_packed` sets a step of one row of T new tokens; each layer's ``update`` then
     writes them into their requests' blocks and returns every request's keys/values end to end
-    as one row of K; :meth:`attn_mask` and :meth:`positions` are what the model needs for it.
+    as one row of S; :meth:`attn_mask` and :meth:`positions` are what the model needs for it.
     """
 
     def begin_packed(
@@ -66,23 +66,23 @@ class PackedPagedKVCache(PagedKVCache):
         new = torch.tensor(n_new, device=device)  # (B,)
         past = torch.tensor([t.length for t in tables], device=device)  # (B,)
         seq_t, pos_t = _end_to_end(rows, new, start=past)  # (T,), (T,): the new tokens
-        seq_k, pos_k = _end_to_end(rows, past + new)  # (K,), (K,): every key after the step
+        seq_k, pos_k = _end_to_end(rows, past + new)  # (S,), (S,): every key after the step
         blocks = max(len(t.blocks) for t in tables)
         table = torch.tensor(
             [t.blocks + [0] * (blocks - len(t.blocks)) for t in tables], device=device
         )  # (B, blocks)
         k = seq_k.numel()
-        self.length = k - seq_t.numel()  # so that keys_after(T) = K
+        self.length = k - seq_t.numel()  # so that keys_after(T) = S
         self._packed = (
-            (seq_t[:, None] == seq_k) & (pos_k <= pos_t[:, None]),  # (T, K): own past, causal
+            (seq_t[:, None] == seq_k) & (pos_k <= pos_t[:, None]),  # (T, S): own past, causal
             pos_t,  # (T,)
         )
         self._step = PagedStep(
             tables,
             list(n_new),
             self._packed_slots(table, seq_t, pos_t),  # (T,)
-            self._packed_slots(table, seq_k, pos_k),  # (K,)
-            torch.ones(1, k, dtype=torch.bool, device=device),  # (1, K): one row, no padding
+            self._packed_slots(table, seq_k, pos_k),  # (S,)
+            torch.ones(1, k, dtype=torch.bool, device=device),  # (1, S): one row, no padding
         )
 
     def attn_mask(self) -> Tensor:
@@ -90,7 +90,7 @@ class PackedPagedKVCache(PagedKVCache):
         up to its own position.
 
         Shape:
-            (T, K).
+            (T, S).
         """
         return self._packed[0]
 
@@ -154,7 +154,7 @@ class PackedBatcher(ContinuousBatcher):
             tokens,
             cache=self.cache,
             positions=self.cache.positions()[None],  # (1, T)
-            attn_mask=self.cache.attn_mask(),  # (T, K)
+            attn_mask=self.cache.attn_mask(),  # (T, S)
         )  # (1, T, V)
         last = torch.cumsum(torch.tensor(counts, device=self.device), 0) - 1  # (B,)
         picks = self._pick(logits[0, last], running).tolist()  # (B, V) -> B ids

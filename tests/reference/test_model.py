@@ -363,7 +363,7 @@ def test_decoder_only_attn_mask_with_a_cache_counts_the_cached_keys(make_model, 
     new = tokens[:, 5:]  # (B, 4)
     out = model(new, cache=given, positions=torch.arange(5, 9), attn_mask=causal_mask(4, 9))
     torch.testing.assert_close(out, model(new, cache=default), rtol=0, atol=0)
-    with pytest.raises(ValueError, match=r"\(L, K\)=\(4, 13\)"):
+    with pytest.raises(ValueError, match=r"\(L, S\)=\(4, 13\)"):
         model(new, cache=given, attn_mask=causal_mask(4, 4))
 
 
