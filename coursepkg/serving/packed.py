@@ -71,8 +71,8 @@ class PackedPagedKVCache(PagedKVCache):
         table = torch.tensor(
             [t.blocks + [0] * (blocks - len(t.blocks)) for t in tables], device=device
         )  # (B, blocks)
-        k = seq_k.numel()
-        self.length = k - seq_t.numel()  # so that keys_after(T) = S
+        n_keys = seq_k.numel()
+        self.length = n_keys - seq_t.numel()  # so that keys_after(T) = S
         self._packed = (
             (seq_t[:, None] == seq_k) & (pos_k <= pos_t[:, None]),  # (T, S): own past, causal
             pos_t,  # (T,)
@@ -82,7 +82,7 @@ class PackedPagedKVCache(PagedKVCache):
             list(n_new),
             self._packed_slots(table, seq_t, pos_t),  # (T,)
             self._packed_slots(table, seq_k, pos_k),  # (S,)
-            torch.ones(1, k, dtype=torch.bool, device=device),  # (1, S): one row, no padding
+            torch.ones(1, n_keys, dtype=torch.bool, device=device),  # (1, S): one row, no padding
         )
 
     def attn_mask(self) -> Tensor:
@@ -145,8 +145,10 @@ class PackedBatcher(ContinuousBatcher):
         return outputs
 
     def _packed_step(self, running: list[Running]) -> None:
-        # One pass: a prompt for each request not yet prefilled, the last token for the others.
-        news = [s.request.prompt if not s.tokens else torch.tensor(s.tokens[-1:]) for s in running]
+        # One pass: the prompt of each request not yet prefilled, the others' last token.
+        news = [
+            torch.tensor(s.tokens[-1:]) if s.tokens else s.request.prompt for s in running
+        ]  # (n_i,) each: L_i or 1
         counts = [x.numel() for x in news]
         tokens = torch.cat([x.to(self.device) for x in news])[None]  # (1, T)
         self.cache.begin_packed([s.table for s in running], counts, self.device)
