@@ -73,8 +73,11 @@ saves about 4.6 ms per admission, not the whole prefill. Quiet machine, 256 requ
 ``--only batching --batch-rounds 3`` (wall clock; today this machine ran every way about twice
 as slowly as in the runs above, the ratios as before): packed 13.68 s against static 30.87 s,
 **2.26x** of the medians (2.00x of the best rounds), the plain scheduler 2.01x; again: 15.70 s
-against 33.23 s, **2.12x** (2.06x of the best), plain 2.00x. Outputs identical across the four
-ways in both runs.
+against 33.23 s, **2.12x** (2.06x of the best), plain 2.00x; a third time: 16.87 s against
+32.42 s, **1.92x** (2.00x of the best), plain 1.83x. Outputs identical across the four ways in
+every run. Packing gains 5-13% over the plain scheduler; the 2x target sits inside the spread
+of the runs, not clear of it. Attention split by request (the scores of a token against its own
+request's keys only, as a varlen kernel computes them) is what would take the rest.
 
 Quantization. The same 4-layer model's linear weights (inside the layers; embeddings and head
 stay fp32) as int8 per output channel and int4 in groups of 16 (688 = 43 x 16): bytes held
