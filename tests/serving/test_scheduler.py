@@ -134,3 +134,32 @@ def test_a_padded_prefill_writes_each_prompt_only_and_its_padding_to_the_spare_s
     assert pool.storage[0].size(0) == 4 * 4 + 1  # the spare row
     with pytest.raises(ValueError, match="n_new must be one positive count per sequence"):
         pool.begin([a, b], [1])
+
+
+def test_padded_paged_steps_give_each_requests_own_logits():
+    """Greedy tokens of a small random model can hide a leak between rows; the logits cannot:
+    a left-padded prefill of three prompts and two decode steps over the paged cache give each
+    request the logits of its own tokens run alone."""
+    _, lm = llama_pair(seed=3)
+    g = torch.Generator().manual_seed(0)
+    full = [torch.randint(1, V, (n,), generator=g) for n in (7, 4, 8)]  # (L_i,)
+    pool = PagedKVCache(lm.config.n_layers, n_blocks=12, block_size=4)
+    tables = [BlockTable() for _ in full]
+    prompt = [5, 2, 6]  # then one token each, twice
+    with torch.inference_mode():
+        width = max(prompt)
+        tokens = torch.zeros(3, width, dtype=torch.long)  # (B, L) left padded
+        for row, (x, n) in enumerate(zip(full, prompt, strict=True)):
+            tokens[row, width - n :] = x[:n]
+        pool.begin(tables, prompt)
+        logits = lm(tokens, token_mask=pool.token_mask(), cache=pool)  # (B, L, V)
+        for row, (x, n) in enumerate(zip(full, prompt, strict=True)):
+            alone = lm(x[None, :n])[0]  # (n, V)
+            torch.testing.assert_close(logits[row, width - n :], alone, rtol=1e-5, atol=1e-5)
+        for step in range(2):
+            new = torch.stack([x[n + step] for x, n in zip(full, prompt, strict=True)])[:, None]
+            pool.begin(tables, 1)
+            logits = lm(new, token_mask=pool.token_mask(), cache=pool)[:, -1]  # (B, V)
+            for row, (x, n) in enumerate(zip(full, prompt, strict=True)):
+                alone = lm(x[None, : n + step + 1])[0, -1]  # (V,)
+                torch.testing.assert_close(logits[row], alone, rtol=1e-5, atol=1e-5)
