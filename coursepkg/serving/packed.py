@@ -25,6 +25,7 @@ from collections import deque
 import torch
 from torch import Tensor
 
+from ..posttrain.packing import segment_positions
 from .paged import BlockTable, PagedKVCache, PagedStep
 from .scheduler import ContinuousBatcher, Request, Running
 
@@ -65,8 +66,12 @@ class PackedPagedKVCache(PagedKVCache):
         rows = torch.arange(len(tables), device=device)  # (B,)
         new = torch.tensor(n_new, device=device)  # (B,)
         past = torch.tensor([t.length for t in tables], device=device)  # (B,)
-        seq_t, pos_t = _end_to_end(rows, new, start=past)  # (T,), (T,): the new tokens
-        seq_k, pos_k = _end_to_end(rows, past + new)  # (S,), (S,): every key after the step
+        # Which request each new token and each key belongs to, and its position in it: the
+        # rows end to end are segments, as in packed training windows.
+        seq_t = torch.repeat_interleave(rows, new)  # (T,)
+        pos_t = past[seq_t] + segment_positions(seq_t[None])[0]  # (T,): after the past
+        seq_k = torch.repeat_interleave(rows, past + new)  # (S,)
+        pos_k = segment_positions(seq_k[None])[0]  # (S,)
         blocks = max(len(t.blocks) for t in tables)
         table = torch.tensor(
             [t.blocks + [0] * (blocks - len(t.blocks)) for t in tables], device=device
@@ -80,8 +85,8 @@ class PackedPagedKVCache(PagedKVCache):
         self._step = PagedStep(
             tables,
             list(n_new),
-            self._packed_slots(table, seq_t, pos_t),  # (T,)
-            self._packed_slots(table, seq_k, pos_k),  # (S,)
+            self._slots(table[seq_t], pos_t[:, None])[:, 0],  # (T,)
+            self._slots(table[seq_k], pos_k[:, None])[:, 0],  # (S,)
             torch.ones(1, n_keys, dtype=torch.bool, device=device),  # (1, S): one row, no padding
         )
 
@@ -102,19 +107,6 @@ class PackedPagedKVCache(PagedKVCache):
         """
         return self._packed[1]
 
-    def _packed_slots(self, table: Tensor, seq: Tensor, pos: Tensor) -> Tensor:
-        # (sequence, position) pairs (N,) -> their pool rows, block id * Bs + offset
-        return table[seq, pos // self.block_size] * self.block_size + pos % self.block_size
-
-
-def _end_to_end(rows: Tensor, counts: Tensor, start: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    # rows (B,), counts (B,) -> which row each of sum(counts) items belongs to, and its
-    # position within its row (counted from ``start``, default 0): both (N,)
-    seq = torch.repeat_interleave(rows, counts)  # (N,)
-    first = torch.cumsum(counts, 0) - counts  # (B,): where each row's items begin
-    pos = torch.arange(seq.numel(), device=seq.device) - first[seq]  # (N,)
-    return seq, pos if start is None else pos + start[seq]
-
 
 class PackedBatcher(ContinuousBatcher):
     """:class:`~.scheduler.ContinuousBatcher` with one forward pass per step: the prompts of
@@ -124,10 +116,7 @@ class PackedBatcher(ContinuousBatcher):
     Same arguments and attributes; :attr:`prefills` stays 0 (no pass is a prefill alone).
     """
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        pool = self.cache
-        self.cache = PackedPagedKVCache(len(pool.storage), pool.n_blocks, pool.block_size)
+    pool_class = PackedPagedKVCache
 
     def _serve(self, requests: list[Request]) -> list[Tensor]:
         waiting = deque(enumerate(requests))

@@ -72,6 +72,8 @@ class ContinuousBatcher:
         peak_running: most requests running together in the last :meth:`run`.
     """
 
+    pool_class = PagedKVCache  # the cache it builds (a subclass may serve another)
+
     def __init__(
         self,
         model: nn.Module,
@@ -91,7 +93,7 @@ class ContinuousBatcher:
         self.model = model
         # the prompts and the cache's indices go to the model's device
         self.device = next(model.parameters()).device
-        self.cache = PagedKVCache(model.config.n_layers, n_blocks, block_size)
+        self.cache = self.pool_class(model.config.n_layers, n_blocks, block_size)
         self.max_batch = max_batch
         self.params = SamplingParams() if params is None else params
         self.generator = generator
