@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from .attention import MultiHeadAttention, fused_attention
 from .kv_cache import AttentionCache
+from .masks import PackedMask, causal_mask
 
 __all__ = ["FUSE_MIN_ROWS", "FastDropout", "FastMultiHeadAttention", "stacked_qkv"]
 
@@ -130,6 +131,8 @@ class FastMultiHeadAttention(MultiHeadAttention):
         p = self.dropout if self.training else 0.0
         group = self.n_heads // self.n_kv_heads
         b, h, n_q, dk = q.shape
+        if isinstance(mask, PackedMask) and b == 1 and self._packs(mask, n_q, p):
+            return self._attend_by_request(q, k, v, mask)  # (1, H, T, Dv)
         if group > 1 and self._packs(mask, n_q, p):
             # The group's query heads become rows of its K/V head: (B, H, L) queries are
             # (B, Hkv, group * L), and a mask the heads share repeats its L rows per head.
@@ -141,6 +144,36 @@ class FastMultiHeadAttention(MultiHeadAttention):
             k = k.repeat_interleave(group, dim=1)  # (B, H, S, Dk)
             v = v.repeat_interleave(group, dim=1)  # (B, H, S, Dv)
         return fused_attention(q, k, v, mask, p)  # (B, H, L, Dv)
+
+    def _attend_by_request(self, q: Tensor, k: Tensor, v: Tensor, mask: PackedMask) -> Tensor:
+        """Requests packed end to end (a :class:`~coursepkg.masks.PackedMask`), each scored
+        against its own keys only: the requests with one new token as one left-padded batch (a
+        decode step), each longer run as a causal prefill of its own. The dense mask's values
+        without its scores between requests, which are most of them (benchmarks/serve.py).
+
+        Shape:
+            q (1, H, T, Dk), k (1, Hkv, S, Dk), v (1, Hkv, S, Dv) -> (1, H, T, Dv).
+        """
+        group, hkv = self.n_heads // self.n_kv_heads, self.n_kv_heads
+        out = q.new_empty(*q.shape[:-1], v.size(-1))  # (1, H, T, Dv)
+        rows, keys, real = mask.one_token_rows()  # (Bd,), (Bd, W), (Bd, 1, 1, W)
+        if rows.numel():
+            dk, n = q.size(-1), rows.numel()
+            # the group's query heads as rows of their K/V head: (Bd, Hkv, group, Dk)
+            q_d = q[0][:, rows].view(hkv, group, n, dk).permute(2, 0, 1, 3)
+            k_d = k[0][:, keys].transpose(0, 1)  # (Bd, Hkv, W, Dk)
+            v_d = v[0][:, keys].transpose(0, 1)  # (Bd, Hkv, W, Dv)
+            o_d = fused_attention(q_d, k_d, v_d, real, 0.0)  # (Bd, Hkv, group, Dv)
+            out[0][:, rows] = o_d.permute(1, 2, 0, 3).reshape(self.n_heads, n, -1)  # (H, Bd, Dv)
+        for q0, q1, k0, k1 in mask.runs():
+            if q1 - q0 == 1:
+                continue
+            k_p, v_p = k[:, :, k0:k1], v[:, :, k0:k1]  # (1, Hkv, n_keys, Dk/Dv)
+            if group > 1:
+                k_p, v_p = k_p.repeat_interleave(group, 1), v_p.repeat_interleave(group, 1)
+            causal = causal_mask(q1 - q0, k1 - k0, device=q.device)  # (n, n_keys)
+            out[:, :, q0:q1] = fused_attention(q[:, :, q0:q1], k_p, v_p, causal, 0.0)
+        return out
 
     @staticmethod
     def _packs(mask: Tensor | None, n_q: int, dropout: float) -> bool:

@@ -98,3 +98,103 @@ def key_mask(token_mask: Tensor) -> Tensor:
     Every query may attend every real key; padded keys are hidden from all queries.
     """
     return token_mask[:, None, None, :]  # (B, 1, 1, S)
+
+
+class PackedMask(Tensor):
+    """The mask of requests packed end to end in one row, as a serving step that prefills some
+    requests while it decodes others lays them out: a bool (T, S) tensor, True = may attend,
+    in which each request's new tokens see its own keys up to their own position and nothing
+    of the other requests'. As a tensor it is that dense mask and nothing more (any attention
+    may read it as a mask, and operations on it give plain tensors); it also knows where each
+    request's tokens and keys lie, so that an attention may score each request against its own
+    keys only (:class:`~coursepkg.fast_attention.FastMultiHeadAttention` does: the dense mask
+    spends most of its scores between tokens and keys of two different requests).
+
+    Args:
+        n_new: each request's new tokens, in order (its run of T: 1 for a request being
+            decoded, a prompt's length for one being prefilled).
+        n_keys: each request's keys, past and new, in order (its run of S); at least its
+            ``n_new``.
+        device: where the mask and its indices live.
+
+    Shape:
+        (T, S) with T = sum(n_new), S = sum(n_keys). Attributes ``query_request``,
+        ``query_position`` (T,): which request each new token belongs to and its position in
+        it; ``key_request``, ``key_position`` (S,): the same for each key.
+    """
+
+    __torch_function__ = torch._C._disabled_torch_function_impl  # ops give plain tensors
+
+    n_new: list[int]
+    n_keys: list[int]
+    query_request: Tensor
+    query_position: Tensor
+    key_request: Tensor
+    key_position: Tensor
+
+    def __new__(
+        cls,
+        n_new: list[int],
+        n_keys: list[int],
+        device: torch.device | str | None = None,
+    ) -> PackedMask:
+        n_new, n_keys = list(n_new), list(n_keys)
+        if len(n_new) != len(n_keys) or not n_new or min(n_new) < 1:
+            raise ValueError(
+                f"n_new must be one positive count per request, as many as n_keys "
+                f"({len(n_keys)}), got {n_new!r}"
+            )
+        if any(k < n for n, k in zip(n_new, n_keys, strict=True)):
+            raise ValueError(f"each of n_keys must be at least its n_new, got {n_keys!r}")
+        new = torch.tensor(n_new, device=device)  # (B,)
+        keys = torch.tensor(n_keys, device=device)  # (B,)
+        rows = torch.arange(len(n_new), device=device)  # (B,)
+        q_req = torch.repeat_interleave(rows, new)  # (T,)
+        k_req = torch.repeat_interleave(rows, keys)  # (S,)
+        q_first = torch.cumsum(new, 0) - new  # (B,): where each request's run starts in T
+        k_first = torch.cumsum(keys, 0) - keys  # (B,): and in S
+        past = keys - new  # (B,)
+        q_pos = past[q_req] + torch.arange(q_req.numel(), device=device) - q_first[q_req]  # (T,)
+        k_pos = torch.arange(k_req.numel(), device=device) - k_first[k_req]  # (S,)
+        dense = (q_req[:, None] == k_req) & (k_pos <= q_pos[:, None])  # (T, S)
+        mask = Tensor._make_subclass(cls, dense)
+        mask.n_new, mask.n_keys = n_new, n_keys
+        mask.query_request, mask.query_position = q_req, q_pos
+        mask.key_request, mask.key_position = k_req, k_pos
+        return mask
+
+    def runs(self) -> list[tuple[int, int, int, int]]:
+        """Each request's run of new tokens and of keys: ``(q_start, q_end, k_start, k_end)``,
+        so that its tokens are ``[q_start, q_end)`` of T and see ``[k_start, k_end)`` of S, the
+        last ``q_end - q_start`` of them being their own keys (a causal mask aligned
+        bottom-right, :func:`causal_mask`)."""
+        q = k = 0
+        spans = []
+        for n, s in zip(self.n_new, self.n_keys, strict=True):
+            spans.append((q, q + n, k, k + s))
+            q, k = q + n, k + s
+        return spans
+
+    def one_token_rows(self) -> tuple[Tensor, Tensor, Tensor]:
+        """The requests with one new token (those being decoded) as a left-padded batch, what a
+        decode step attends over: where each one's token lies in T, where its keys lie in S
+        (left padded with its first key) and which of them are real. Worked out once per mask.
+
+        Shape:
+            -> (Bd,), (Bd, W), (Bd, 1, 1, W), with Bd such requests and W the most keys one
+            of them has.
+        """
+        if getattr(self, "_one_token", None) is None:
+            device = self.query_request.device
+            spans = [r for r in self.runs() if r[1] - r[0] == 1]
+            width = max((k1 - k0 for _, _, k0, k1 in spans), default=0)
+            start = torch.tensor([k1 - width for *_, k1 in spans], device=device, dtype=torch.long)
+            first = torch.tensor([k0 for _, _, k0, _ in spans], device=device, dtype=torch.long)
+            keys = start[:, None] + torch.arange(width, device=device)  # (Bd, W)
+            real = keys >= first[:, None]  # (Bd, W): left padding is False
+            self._one_token = (
+                torch.tensor([q0 for q0, _, _, _ in spans], device=device, dtype=torch.long),
+                torch.where(real, keys, first[:, None]),  # (Bd, W): padding reads its first key
+                real[:, None, None, :],  # (Bd, 1, 1, W)
+            )
+        return self._one_token

@@ -25,7 +25,7 @@ from collections import deque
 import torch
 from torch import Tensor
 
-from ..posttrain.packing import segment_positions
+from ..masks import PackedMask
 from .paged import BlockTable, PagedKVCache, PagedStep
 from .scheduler import ContinuousBatcher, Request, Running
 
@@ -63,25 +63,17 @@ class PackedPagedKVCache(PagedKVCache):
             )
         for table, n in zip(tables, n_new, strict=True):
             self.grow(table, table.length + n)
-        rows = torch.arange(len(tables), device=device)  # (B,)
-        new = torch.tensor(n_new, device=device)  # (B,)
-        past = torch.tensor([t.length for t in tables], device=device)  # (B,)
-        # Which request each new token and each key belongs to, and its position in it: the
-        # rows end to end are segments, as in packed training windows.
-        seq_t = torch.repeat_interleave(rows, new)  # (T,)
-        pos_t = past[seq_t] + segment_positions(seq_t[None])[0]  # (T,): after the past
-        seq_k = torch.repeat_interleave(rows, past + new)  # (S,)
-        pos_k = segment_positions(seq_k[None])[0]  # (S,)
+        past = [t.length for t in tables]
+        mask = PackedMask(n_new, [p + n for p, n in zip(past, n_new, strict=True)], device)
+        seq_t, pos_t = mask.query_request, mask.query_position  # (T,): request, position
+        seq_k, pos_k = mask.key_request, mask.key_position  # (S,)
         blocks = max(len(t.blocks) for t in tables)
         table = torch.tensor(
             [t.blocks + [0] * (blocks - len(t.blocks)) for t in tables], device=device
         )  # (B, blocks)
         n_keys = seq_k.numel()
         self.length = n_keys - seq_t.numel()  # so that keys_after(T) = S
-        self._packed = (
-            (seq_t[:, None] == seq_k) & (pos_k <= pos_t[:, None]),  # (T, S): own past, causal
-            pos_t,  # (T,)
-        )
+        self._packed = mask
         self._step = PagedStep(
             tables,
             list(n_new),
@@ -90,14 +82,15 @@ class PackedPagedKVCache(PagedKVCache):
             torch.ones(1, n_keys, dtype=torch.bool, device=device),  # (1, S): one row, no padding
         )
 
-    def attn_mask(self) -> Tensor:
+    def attn_mask(self) -> PackedMask:
         """The packed step's mask, True = may attend: a new token sees its own request's keys
-        up to its own position.
+        up to its own position. It knows each request's run, so the models' fast attention
+        scores each request against its own keys only.
 
         Shape:
             (T, S).
         """
-        return self._packed[0]
+        return self._packed
 
     def positions(self) -> Tensor:
         """Each new token's position within its own request (what rotary positions turn by).
@@ -105,7 +98,7 @@ class PackedPagedKVCache(PagedKVCache):
         Shape:
             (T,).
         """
-        return self._packed[1]
+        return self._packed.query_position
 
 
 class PackedBatcher(ContinuousBatcher):

@@ -16,7 +16,7 @@ from coursepkg.attention import MultiHeadAttention
 from coursepkg.fast_attention import FUSE_MIN_ROWS, FastDropout, FastMultiHeadAttention
 from coursepkg.kv_cache import AttentionCache, SlidingWindowCache
 from coursepkg.layers import RMSNorm
-from coursepkg.masks import causal_mask
+from coursepkg.masks import PackedMask, causal_mask
 from coursepkg.positional import RopeAngles, rope_frequencies
 
 D, H, DK = 16, 4, 4
@@ -304,3 +304,44 @@ def test_the_kept_stack_made_under_inference_mode_serves_no_grad_and_stays_out_o
     assert_close(_decode(fast, x), in_inference.clone())
     _close(in_inference.clone(), _decode(plain, x))
     assert list(fast.state_dict()) == list(plain.state_dict())
+
+
+PACKED_LAYOUTS = [
+    ([1, 1, 1], [4, 1, 7]),  # decoding only
+    ([5, 3], [5, 3]),  # prompts only
+    ([1, 4, 1, 1, 3], [6, 4, 1, 9, 5]),  # decoding beside prompts, one of them continued
+]
+
+
+@pytest.mark.parametrize("n_kv", [H, 2, 1])
+@pytest.mark.parametrize("n_new, n_keys", PACKED_LAYOUTS)
+@torch.no_grad()
+def test_packed_requests_attend_by_request_to_the_dense_masks_values(n_kv, n_new, n_keys) -> None:
+    """A PackedMask sends the fast class's attention by request (the one-token requests as a
+    padded batch, each longer run as its own causal prefill): the plain class's values under the
+    same mask read densely; and no score between two requests is computed, so a NaN in one
+    request's values, which the dense route multiplies by a weight of zero, reaches no other."""
+    plain, fast = _pair(n_kv, False)
+    mask = PackedMask(n_new, n_keys)
+    t, s = mask.shape
+    torch.manual_seed(1)
+    q, k, v = torch.randn(1, H, t, DK), torch.randn(1, n_kv, s, DK), torch.randn(1, n_kv, s, DK)
+    want = plain._attend(q, k, v, mask)  # (1, H, T, Dk)
+    _close(fast._attend(q, k, v, mask), want)
+    (q0, q1, k0, k1), *others = mask.runs()
+    v[:, :, k0:k1] = float("nan")  # the first request's values
+    got = fast._attend(q, k, v, mask)
+    assert got[:, :, q0:q1].isnan().all()
+    _close(got[:, :, q1:], want[:, :, q1:])
+    assert plain._attend(q, k, v, mask)[:, :, q1:].isnan().all()  # the dense route: NaN * 0
+
+
+def test_packed_requests_with_gradients_take_the_dense_route() -> None:
+    """Training-style calls (gradients on) keep the plain kernel's route: same values."""
+    plain, fast = _pair(2, False)
+    mask = PackedMask([1, 3], [5, 3])
+    q = torch.randn(1, H, 4, DK, requires_grad=True)
+    k, v = torch.randn(1, 2, 8, DK), torch.randn(1, 2, 8, DK)
+    _close(fast._attend(q, k, v, mask), plain._attend(q, k, v, mask))
+    v[:, :, :5] = float("nan")
+    assert fast._attend(q, k, v, mask)[:, :, 1:].isnan().all()  # dense: NaN * 0 everywhere
