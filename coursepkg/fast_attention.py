@@ -66,8 +66,11 @@ class FastMultiHeadAttention(MultiHeadAttention):
     transformers' ``pack_gqa``: the group's query heads become rows of one K/V head) instead of
     copying it H/Hkv times: for one decoded token without a mask, and when generating (no
     gradients, no dropout) whenever every head shares the mask (a causal (L, S) one, a token
-    mask (B, 1, 1, S): speculative decoding's verify pass, batched decoding). With
-    ``record_weights`` it runs the plain (textbook) kernel, which keeps the weights.
+    mask (B, 1, 1, S): speculative decoding's verify pass, batched decoding). Given a
+    :class:`~coursepkg.masks.PackedMask` (requests laid end to end in one row: the packed
+    serving step) when generating, it attends by request, never scoring a token against another
+    request's keys (:meth:`_attend_by_request`). With ``record_weights`` it runs the plain
+    (textbook) kernel, which keeps the weights.
     """
 
     def _project(
@@ -160,9 +163,10 @@ class FastMultiHeadAttention(MultiHeadAttention):
         if rows.numel():
             dk, n = q.size(-1), rows.numel()
             # the group's query heads as rows of their K/V head: (Bd, Hkv, group, Dk)
-            q_d = q[0][:, rows].view(hkv, group, n, dk).permute(2, 0, 1, 3)
-            k_d = k[0][:, keys].transpose(0, 1)  # (Bd, Hkv, W, Dk)
-            v_d = v[0][:, keys].transpose(0, 1)  # (Bd, Hkv, W, Dv)
+            q_d = q[0].index_select(1, rows).view(hkv, group, n, dk).permute(2, 0, 1, 3)
+            k_d = k[0].index_select(1, keys.flatten()).view(hkv, n, -1, dk).transpose(0, 1)
+            v_d = v[0].index_select(1, keys.flatten()).view(hkv, n, -1, v.size(-1))
+            v_d = v_d.transpose(0, 1)  # (Bd, Hkv, W, Dv); k_d (Bd, Hkv, W, Dk)
             o_d = fused_attention(q_d, k_d, v_d, real, 0.0)  # (Bd, Hkv, group, Dv)
             out[0][:, rows] = o_d.permute(1, 2, 0, 3).reshape(self.n_heads, n, -1)  # (H, Bd, Dv)
         for q0, q1, k0, k1 in mask.runs():

@@ -11,8 +11,10 @@ one pass over every running request's new tokens laid end to end, (1, T): one to
 request already decoding, the whole prompt for each admitted one. No row is padded; the
 projections and the MLP see T tokens; attention gathers each request's keys from the pool, end
 to end too, (1, H, S, Dk), and a block-diagonal causal mask (T, S) keeps every token within its
-own request. Each request's tokens still equal what it gets served alone
-(``tests/serving/test_packed.py``).
+own request. That mask is a :class:`~coursepkg.masks.PackedMask`, which also knows each
+request's run, so the models' fast attention scores each request against its own keys only
+(read densely, most of the T x S scores would be between two requests and thrown away). Each
+request's tokens still equal what it gets served alone (``tests/serving/test_packed.py``).
 
 Dimension legend: B running requests, T new tokens in the step (all of them, end to end),
 S keys the step sees (every request's past and new positions, end to end), V vocabulary.
