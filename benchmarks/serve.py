@@ -67,17 +67,36 @@ went (thread time, 256 requests): 2.0-2.5 s of about 14 s in its 231 prefill pas
 once a finished request leaves right after the pass that completes it. A step that admits now
 runs one pass over every request's new tokens end to end: 1535 passes against 1504 decode
 steps and 231 prefills. A packed step costs about 12 ms (7 decoding rows of 100 positions and
-an 18-token prompt: its attention computes scores between every new token and every key, 25
-x 718 of which a quarter is used, 0.5-0.8 ms a layer against 0.1 ms for a decode step), so it
-saves about 4.6 ms per admission, not the whole prefill. Quiet machine, 256 requests,
+an 18-token prompt: its attention computed scores between every new token and every key, 25
+x 718, of which about 5% are used, 0.5-0.8 ms a layer against 0.1 ms for a decode step), so it
+saved about 4.6 ms per admission, not the whole prefill. Quiet machine, 256 requests,
 ``--only batching --batch-rounds 3`` (wall clock; today this machine ran every way about twice
 as slowly as in the runs above, the ratios as before): packed 13.68 s against static 30.87 s,
 **2.26x** of the medians (2.00x of the best rounds), the plain scheduler 2.01x; again: 15.70 s
 against 33.23 s, **2.12x** (2.06x of the best), plain 2.00x; a third time: 16.87 s against
 32.42 s, **1.92x** (2.00x of the best), plain 1.83x. Outputs identical across the four ways in
 every run. Packing gains 5-13% over the plain scheduler; the 2x target sits inside the spread
-of the runs, not clear of it. Attention split by request (the scores of a token against its own
-request's keys only, as a varlen kernel computes them) is what would take the rest.
+of the runs, not clear of it.
+
+Attention by request (the next day). The packed step's mask is a ``coursepkg.masks.PackedMask``,
+and ``FastMultiHeadAttention`` scores each request against its own keys only: the decoding rows
+as one padded decode batch, each prompt as its own causal prefill (what a varlen kernel does).
+Alone, on the packed step above (7 rows of 100 cached positions and an 18-token prompt, medians
+of 5 x 100 steps, this machine at its slower speed): 14.5-15.1 ms against 15.6-16.4 ms with the
+dense mask, a decode step of the 7 rows 9.8-10.2 ms; what remains of the difference is mostly
+the prompt's 18 rows through the projections and the MLP, work any schedule does. The first
+version gathered the decoding rows' keys by advanced indexing on the head axis, 1.6 ms a step;
+``index_select`` took that to under 0.5 ms. One at a time is now timed ``--alone-rounds`` times
+(default 1) after the alternated rounds of the three others, so that 5 rounds fit in about 9
+minutes. Quiet machine, ``--only batching --requests 256 --batch-rounds 5``, three runs in a
+row: packed 15.63 s against static 31.78 s, **2.03x** of the medians (2.03x of the best
+rounds), the plain scheduler 1.91x; 13.66 s against 29.94 s, **2.19x** (2.25x), plain 2.00x;
+15.14 s against 33.19 s, **2.19x** (2.18x), plain 2.08x; one at a time 4.05x, 4.19x, 4.18x
+slower than packed. Outputs identical across the four ways in every run. Where the rest goes,
+against the bound of 2.44x in passes: a packed step costs about 1.5 decode steps (its prompt's
+rows), ``begin`` builds each step's slots and masks in about 0.2 ms (3-4% of a run), and the
+machine's speed drifts by 10-20% from one minute to the next, which the alternated rounds share
+out but do not remove (single runs of 128 requests, one after the other: 2.17x and 2.41x).
 
 Quantization. The same 4-layer model's linear weights (inside the layers; embeddings and head
 stay fp32) as int8 per output channel and int4 in groups of 16 (688 = 43 x 16): bytes held
