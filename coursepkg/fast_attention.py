@@ -157,26 +157,23 @@ class FastMultiHeadAttention(MultiHeadAttention):
         Shape:
             q (1, H, T, Dk), k (1, Hkv, S, Dk), v (1, Hkv, S, Dv) -> (1, H, T, Dv).
         """
-        group, hkv = self.n_heads // self.n_kv_heads, self.n_kv_heads
         out = q.new_empty(*q.shape[:-1], v.size(-1))  # (1, H, T, Dv)
         rows, keys, real = mask.one_token_rows()  # (Bd,), (Bd, W), (Bd, 1, 1, W)
-        if rows.numel():
-            dk, n = q.size(-1), rows.numel()
-            # the group's query heads as rows of their K/V head: (Bd, Hkv, group, Dk)
-            q_d = q[0].index_select(1, rows).view(hkv, group, n, dk).permute(2, 0, 1, 3)
-            k_d = k[0].index_select(1, keys.flatten()).view(hkv, n, -1, dk).transpose(0, 1)
-            v_d = v[0].index_select(1, keys.flatten()).view(hkv, n, -1, v.size(-1))
-            v_d = v_d.transpose(0, 1)  # (Bd, Hkv, W, Dv); k_d (Bd, Hkv, W, Dk)
-            o_d = fused_attention(q_d, k_d, v_d, real, 0.0)  # (Bd, Hkv, group, Dv)
-            out[0][:, rows] = o_d.permute(1, 2, 0, 3).reshape(self.n_heads, n, -1)  # (H, Bd, Dv)
+        if rows.numel():  # a decode step's batch, attended as any batched decoding is
+            n, index = rows.numel(), keys.flatten()  # index: (Bd*W,)
+            q_d = q[0].index_select(1, rows).transpose(0, 1)[:, :, None]  # (Bd, H, 1, Dk)
+            k_d = k[0].index_select(1, index).view(k.size(1), n, -1, k.size(-1))  # (Hkv, Bd, W, Dk)
+            v_d = v[0].index_select(1, index).view(v.size(1), n, -1, v.size(-1))  # (Hkv, Bd, W, Dv)
+            o_d = self._attend(
+                q_d, k_d.transpose(0, 1), v_d.transpose(0, 1), real
+            )  # (Bd, H, 1, Dv)
+            out[0][:, rows] = o_d[:, :, 0].transpose(0, 1)  # (H, Bd, Dv)
         for q0, q1, k0, k1 in mask.runs():
-            if q1 - q0 == 1:
-                continue
-            k_p, v_p = k[:, :, k0:k1], v[:, :, k0:k1]  # (1, Hkv, n_keys, Dk/Dv)
-            if group > 1:
-                k_p, v_p = k_p.repeat_interleave(group, 1), v_p.repeat_interleave(group, 1)
-            causal = causal_mask(q1 - q0, k1 - k0, device=q.device)  # (n, n_keys)
-            out[:, :, q0:q1] = fused_attention(q[:, :, q0:q1], k_p, v_p, causal, 0.0)
+            if q1 - q0 > 1:  # a prompt: a causal prefill over its own keys
+                causal = causal_mask(q1 - q0, k1 - k0, device=q.device)  # (n, n_keys)
+                out[:, :, q0:q1] = self._attend(
+                    q[:, :, q0:q1], k[:, :, k0:k1], v[:, :, k0:k1], causal
+                )  # (1, H, n, Dv)
         return out
 
     @staticmethod
