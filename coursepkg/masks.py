@@ -100,6 +100,19 @@ def key_mask(token_mask: Tensor) -> Tensor:
     return token_mask[:, None, None, :]  # (B, 1, 1, S)
 
 
+def segment_positions(segments: Tensor) -> Tensor:
+    """Each token's position within its segment (0 at every segment's first token).
+
+    Shape:
+        segments (B, W) -> (B, W) long.
+    """
+    index = torch.arange(segments.size(1), device=segments.device).expand_as(segments)  # (B, W)
+    changed = torch.ones_like(segments, dtype=torch.bool)  # (B, W)
+    changed[:, 1:] = segments[:, 1:] != segments[:, :-1]
+    starts = torch.where(changed, index, torch.zeros_like(index)).cummax(dim=1).values  # (B, W)
+    return index - starts  # (B, W)
+
+
 class PackedMask(Tensor):
     """The mask of requests packed end to end in one row, as a serving step that prefills some
     requests while it decodes others lays them out: a bool (T, S) tensor, True = may attend,
@@ -149,13 +162,12 @@ class PackedMask(Tensor):
         new = torch.tensor(n_new, device=device)  # (B,)
         keys = torch.tensor(n_keys, device=device)  # (B,)
         rows = torch.arange(len(n_new), device=device)  # (B,)
+        # which request each new token and each key belongs to, and its position in it: the
+        # requests end to end are segments, as in packed training windows
         q_req = torch.repeat_interleave(rows, new)  # (T,)
         k_req = torch.repeat_interleave(rows, keys)  # (S,)
-        q_first = torch.cumsum(new, 0) - new  # (B,): where each request's run starts in T
-        k_first = torch.cumsum(keys, 0) - keys  # (B,): and in S
-        past = keys - new  # (B,)
-        q_pos = past[q_req] + torch.arange(q_req.numel(), device=device) - q_first[q_req]  # (T,)
-        k_pos = torch.arange(k_req.numel(), device=device) - k_first[k_req]  # (S,)
+        q_pos = (keys - new)[q_req] + segment_positions(q_req[None])[0]  # (T,): after the past
+        k_pos = segment_positions(k_req[None])[0]  # (S,)
         dense = (q_req[:, None] == k_req) & (k_pos <= q_pos[:, None])  # (T, S)
         mask = Tensor._make_subclass(cls, dense)
         mask.n_new, mask.n_keys = n_new, n_keys

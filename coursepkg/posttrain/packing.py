@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from ..decoder_only import DecoderOnlyLM
-from ..masks import causal_mask
+from ..masks import causal_mask, segment_positions  # the packed rows' positions live there
 from .chat import ChatExample
 
 __all__ = [
@@ -161,19 +161,6 @@ def document_mask(segments: Tensor) -> Tensor:
     real = (segments >= 0)[:, :, None]  # (B, W, 1)
     causal = causal_mask(segments.size(1), device=segments.device)  # (W, W)
     return (same & real & causal)[:, None]  # (B, 1, W, W)
-
-
-def segment_positions(segments: Tensor) -> Tensor:
-    """Each token's position within its segment (0 at every segment's first token).
-
-    Shape:
-        segments (B, W) -> (B, W) long.
-    """
-    index = torch.arange(segments.size(1), device=segments.device).expand_as(segments)  # (B, W)
-    changed = torch.ones_like(segments, dtype=torch.bool)  # (B, W)
-    changed[:, 1:] = segments[:, 1:] != segments[:, :-1]
-    starts = torch.where(changed, index, torch.zeros_like(index)).cummax(dim=1).values  # (B, W)
-    return index - starts  # (B, W)
 
 
 def packed_logits(model: DecoderOnlyLM, tokens: Tensor, segments: Tensor) -> Tensor:
