@@ -323,7 +323,7 @@ def test_moe_routing_draws_every_expert_and_two_arrows_per_chosen_one(
 def test_latent_attention_caches_the_latent_and_the_rotated_key_only(close_figures):
     fig = diagrams.latent_attention_diagram()
     texts = _texts(fig)
-    assert "latent c (R,)" in texts and "RoPE(k_r) (Dr,)" in texts
+    assert "latent c (Dc,)" in texts and "RoPE(k_r) (Dr,)" in texts
     frames = [p for p in _patches(fig, Rectangle) if p.get_linestyle() == "--"]
     assert len(frames) == 1  # one frame: the cache, around the two cached boxes
     x, y = frames[0].get_x(), frames[0].get_y()
@@ -333,7 +333,7 @@ def test_latent_attention_caches_the_latent_and_the_rotated_key_only(close_figur
         for t in fig.axes[0].texts
         if x <= t.get_position()[0] <= x + w and y <= t.get_position()[1] <= y + h
     ]
-    assert sorted(inside) == ["RoPE(k_r) (Dr,)", "latent c (R,)"]
+    assert sorted(inside) == ["RoPE(k_r) (Dr,)", "latent c (Dc,)"]
 
 
 @pytest.mark.parametrize(("vocab", "eps"), [(8, 0.1), (5, 0.3)])

@@ -162,7 +162,7 @@ def model_parallel_diagram(stages: int = 3, micro: int = 4) -> Figure:
         15.6,
         y0 - stages * cell * 1.4 - 1.2,
         f"F forward, B backward, blank: idle\n"
-        f"the bubble: (S-1)/(M+S-1) = {bubble:.0%} of each stage",
+        f"the bubble: (Spp-1)/(m+Spp-1) = {bubble:.0%} of each stage",
         ha="center",
         va="center",
         fontsize=9,
