@@ -72,23 +72,28 @@ def test_diagram_labels_and_rendering(draw, expected):
 CONCEPTUAL = [
     "attention_patterns_diagram",
     "beam_diagram",
+    "bert_embeddings_diagram",
     "block_table_diagram",
     "bottleneck_diagram",
     "bpe_merge_tree_diagram",
     "checkpoint_diagram",
     "ddp_diagram",
+    "gqa_grouping_diagram",
     "kv_cache_diagram",
     "label_smoothing_diagram",
     "latent_attention_diagram",
+    "lora_diagram",
     "loss_mask_diagram",
     "masks_diagram",
     "model_parallel_diagram",
     "moe_routing_diagram",
     "norm_placement_diagram",
+    "packed_mask_diagram",
     "parameter_map_diagram",
     "positional_clocks_diagram",
     "qkv_lookup_diagram",
     "residual_stream_diagram",
+    "ring_allreduce_diagram",
     "rope_rotation_diagram",
     "sharding_diagram",
     "sliding_window_diagram",
@@ -323,7 +328,7 @@ def test_moe_routing_draws_every_expert_and_two_arrows_per_chosen_one(
 def test_latent_attention_caches_the_latent_and_the_rotated_key_only(close_figures):
     fig = diagrams.latent_attention_diagram()
     texts = _texts(fig)
-    assert "latent c (R,)" in texts and "RoPE(k_r) (Dr,)" in texts
+    assert "latent c (Dc,)" in texts and "RoPE(k_r) (Dr,)" in texts
     frames = [p for p in _patches(fig, Rectangle) if p.get_linestyle() == "--"]
     assert len(frames) == 1  # one frame: the cache, around the two cached boxes
     x, y = frames[0].get_x(), frames[0].get_y()
@@ -333,7 +338,7 @@ def test_latent_attention_caches_the_latent_and_the_rotated_key_only(close_figur
         for t in fig.axes[0].texts
         if x <= t.get_position()[0] <= x + w and y <= t.get_position()[1] <= y + h
     ]
-    assert sorted(inside) == ["RoPE(k_r) (Dr,)", "latent c (R,)"]
+    assert sorted(inside) == ["RoPE(k_r) (Dr,)", "latent c (Dc,)"]
 
 
 @pytest.mark.parametrize(("vocab", "eps"), [(8, 0.1), (5, 0.3)])
@@ -479,3 +484,74 @@ def test_the_loss_mask_colours_exactly_the_learned_tokens(close_figures):
     assert "<|assistant|>" in _texts(fig)
     with pytest.raises(ValueError, match="same non-zero length"):
         diagrams.loss_mask_diagram(tokens, learned[:-1])
+
+
+@pytest.mark.parametrize(("n_heads", "n_kv_heads"), [(8, 2), (6, 3), (4, 1), (4, 4)])
+def test_gqa_grouping_draws_one_arrow_per_query_head_to_its_own_group(
+    n_heads, n_kv_heads, close_figures
+):
+    fig = diagrams.gqa_grouping_diagram(n_heads, n_kv_heads)
+    texts = _texts(fig)
+    assert sum(re.fullmatch(r"q\d+", t) is not None for t in texts) == n_heads
+    assert sum(t.startswith("k") and ", v" in t for t in texts) == n_kv_heads
+    assert len(_patches(fig, FancyArrowPatch)) == n_heads
+    # each query head is coloured as the key/value head it reads: the model's repeat_interleave
+    fills = [to_hex(p.get_facecolor()) for p in _patches(fig, FancyBboxPatch)]
+    group = n_heads // n_kv_heads
+    assert fills[:n_heads] == [fills[n_heads + h // group] for h in range(n_heads)]
+    with pytest.raises(ValueError, match="multiple of n_kv_heads"):
+        diagrams.gqa_grouping_diagram(6, 4)
+
+
+def test_lora_diagram_reads_its_shapes_from_a_real_adapter(close_figures):
+    fig = diagrams.lora_diagram(d_in=48, d_out=32, r=4, alpha=16.0)
+    texts = _texts(fig)
+    assert "A  trained\n4 x 48" in texts and "B  trained\n32 x 4, zeros" in texts
+    assert "x 4\n(alpha / r)" in texts
+    note = next(t for t in texts if t.startswith("trained:"))
+    assert f"trained: {4 * (48 + 32)} numbers" in note and f"frozen: {48 * 32 + 32}" in note
+
+
+@pytest.mark.parametrize(
+    ("n_new", "n_keys"), [((1, 1, 3), (5, 3, 3)), ((2,), (4,)), ((1, 4), (7, 4))]
+)
+def test_packed_mask_diagram_colours_exactly_the_packed_masks_true_entries(
+    n_new, n_keys, close_figures
+):
+    from coursepkg.masks import PackedMask
+
+    fig = diagrams.packed_mask_diagram(n_new, n_keys)
+    squares = _patches(fig, Rectangle)
+    assert len(squares) == sum(n_new) * sum(n_keys)
+    coloured = sum(to_hex(s.get_facecolor()) != "#ffffff" for s in squares)
+    kept = int(torch.as_tensor(PackedMask(list(n_new), list(n_keys))).sum())
+    assert coloured == kept
+    assert any(t.startswith(f"{kept} of {sum(n_new) * sum(n_keys)} scores") for t in _texts(fig))
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 4, 5])
+def test_ring_schedule_sends_each_chunk_once_per_phase_and_leaves_the_sum(ranks):
+    sends = diagrams.parallel.ring_schedule(ranks)  # raises unless every rank ends with the sum
+    assert all(len(row) == 2 * (ranks - 1) for row in sends)
+    for t in range(2 * (ranks - 1)):  # at each step the N ranks send N different chunks
+        assert sorted(row[t] for row in sends) == list(range(ranks))
+    with pytest.raises(ValueError, match="at least 2"):
+        diagrams.parallel.ring_schedule(1)
+
+
+def test_ring_allreduce_diagram_draws_the_ring_and_the_schedule(close_figures):
+    fig = diagrams.ring_allreduce_diagram(4)
+    texts = _texts(fig)
+    assert sum(t.startswith("rank ") for t in texts) == 2 * 4  # the ring's boxes, the grid's rows
+    assert sum(re.fullmatch(r"c\d", t) is not None for t in texts) == 4 * 6
+    assert len(_patches(fig, FancyArrowPatch)) == 4
+
+
+def test_bert_embeddings_diagram_splits_segments_at_the_first_sep(close_figures):
+    fig = diagrams.bert_embeddings_diagram(("[CLS]", "a", "[SEP]", "b", "c", "[SEP]"))
+    texts = _texts(fig)
+    assert [t for t in texts if t.startswith("seg ")] == ["seg A"] * 3 + ["seg B"] * 3
+    assert [t for t in texts if t.startswith("pos ")] == [f"pos {i}" for i in range(6)]
+    assert {"embed", "token_types", "positions"} <= set(texts)
+    with pytest.raises(ValueError, match="must start with \\[CLS\\]"):
+        diagrams.bert_embeddings_diagram(("a", "[SEP]"))

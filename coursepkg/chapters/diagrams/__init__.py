@@ -21,17 +21,26 @@ label is plain ASCII text, so the drawing looks the same on any machine.
   and pipeline parallelism (the chapter on training across machines).
 """
 
-from coursepkg.chapters.diagrams.architecture import encoder_decoder_diagram, multi_head_diagram
+from coursepkg.chapters.diagrams.architecture import (
+    encoder_decoder_diagram,
+    gqa_grouping_diagram,
+    multi_head_diagram,
+)
 from coursepkg.chapters.diagrams.experts import latent_attention_diagram, moe_routing_diagram
 from coursepkg.chapters.diagrams.generation import (
     attention_patterns_diagram,
     beam_diagram,
+    bert_embeddings_diagram,
     bpe_merge_tree_diagram,
     kv_cache_diagram,
     residual_stream_diagram,
 )
-from coursepkg.chapters.diagrams.parallel import model_parallel_diagram, sharding_diagram
-from coursepkg.chapters.diagrams.posttraining import loss_mask_diagram
+from coursepkg.chapters.diagrams.parallel import (
+    model_parallel_diagram,
+    ring_allreduce_diagram,
+    sharding_diagram,
+)
+from coursepkg.chapters.diagrams.posttraining import lora_diagram, loss_mask_diagram
 from coursepkg.chapters.diagrams.scaling import (
     norm_placement_diagram,
     parameter_map_diagram,
@@ -47,7 +56,11 @@ from coursepkg.chapters.diagrams.sequences import (
     qkv_lookup_diagram,
     teacher_forcing_diagram,
 )
-from coursepkg.chapters.diagrams.serving import block_table_diagram, speculative_diagram
+from coursepkg.chapters.diagrams.serving import (
+    block_table_diagram,
+    packed_mask_diagram,
+    speculative_diagram,
+)
 from coursepkg.chapters.diagrams.training import (
     checkpoint_diagram,
     ddp_diagram,
@@ -55,6 +68,11 @@ from coursepkg.chapters.diagrams.training import (
 )
 
 __all__ = [
+    "bert_embeddings_diagram",
+    "gqa_grouping_diagram",
+    "lora_diagram",
+    "packed_mask_diagram",
+    "ring_allreduce_diagram",
     "loss_mask_diagram",
     "model_parallel_diagram",
     "sharding_diagram",

@@ -2,6 +2,8 @@
 
 * :func:`encoder_decoder_diagram`: the paper's Figure 1 redrawn with the book's shape letters.
 * :func:`multi_head_diagram`: the Q/K/V projections, the split into heads and the concatenation.
+* :func:`gqa_grouping_diagram`: which key/value head each query head reads under grouped-query
+  attention.
 
 Each returns a new figure made of labelled boxes and arrows; every label is plain text (no glyph
 outside the DejaVu fonts that matplotlib ships), so the drawing looks the same on any machine.
@@ -10,13 +12,14 @@ outside the DejaVu fonts that matplotlib ships), so the drawing looks the same o
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 
-from coursepkg.chapters.diagrams.primitives import COLOURS, arrow, box, shape
+from coursepkg.chapters.diagrams.primitives import COLOURS, PALETTE, arrow, box, canvas, shape
 
-__all__ = ["encoder_decoder_diagram", "multi_head_diagram"]
+__all__ = ["encoder_decoder_diagram", "gqa_grouping_diagram", "multi_head_diagram"]
 
 
 def _box(ax: Axes, x: float, y: float, w: float, h: float, text: str, role: str, size=8.5):
@@ -270,4 +273,65 @@ def multi_head_diagram() -> Figure:
     ax.set_aspect("equal")
     ax.axis("off")
     ax.set_title("Multi-head attention: projections, head split and concatenation", fontsize=11)
+    return fig
+
+
+def gqa_grouping_diagram(n_heads: int = 8, n_kv_heads: int = 2) -> Figure:
+    """Grouped-query attention's head grouping: which key/value head each query head reads.
+
+    The grouping is computed with the model's own rule (:class:`~coursepkg.MultiHeadAttention`
+    repeats each key/value head ``n_heads // n_kv_heads`` times along the head axis with
+    ``repeat_interleave``), so the picture is the layout the code uses.
+
+    Args:
+        n_heads: H, the query heads (2 to 16).
+        n_kv_heads: Hkv, the key/value heads; it must divide ``n_heads``.
+
+    Returns:
+        The figure: H query-head boxes on top, Hkv key/value boxes below, one arrow from each
+        query head to the key/value head it reads, the boxes of a group in one colour.
+    """
+    if not 2 <= n_heads <= 16 or n_kv_heads < 1 or n_heads % n_kv_heads:
+        raise ValueError(
+            f"n_heads must be in [2, 16] and a multiple of n_kv_heads, got n_heads={n_heads}, "
+            f"n_kv_heads={n_kv_heads}"
+        )
+    group = n_heads // n_kv_heads
+    reads = torch.arange(n_kv_heads).repeat_interleave(group)  # (H,): the model's own rule
+    fills = [PALETTE[c] for c in ("sky", "orange", "green", "purple", "yellow", "vermillion")]
+    width = max(n_heads, 8) * 1.0
+    fig, ax = canvas(
+        (7.0, 3.0),
+        (-0.6, width + 0.6),
+        (-0.9, 3.6),
+        f"Grouped-query attention: H = {n_heads} query heads share Hkv = {n_kv_heads} "
+        "key/value heads",
+    )
+    step = width / n_heads
+    kv_step = width / n_kv_heads
+    for h in range(n_heads):
+        x = step * (h + 0.5)
+        box(ax, x, 2.8, step * 0.8, 0.6, f"q{h}", fills[int(reads[h]) % len(fills)], size=9)
+        target = kv_step * (int(reads[h]) + 0.5)
+        arrow(ax, (x, 2.45), (target, 0.75))
+    for j in range(n_kv_heads):
+        box(
+            ax,
+            kv_step * (j + 0.5),
+            0.4,
+            min(kv_step * 0.7, 3.0),
+            0.6,
+            f"k{j}, v{j}",
+            fills[j % len(fills)],
+            size=9,
+        )
+    ax.text(
+        width / 2,
+        -0.6,
+        f"the cache keeps Hkv = {n_kv_heads} heads of keys and values: "
+        f"{group} times smaller than with H",
+        ha="center",
+        fontsize=9,
+        style="italic",
+    )
     return fig

@@ -62,7 +62,7 @@ def moe_routing_diagram(n_experts: int = 6, chosen: tuple[int, ...] = (1, 4)) ->
 
 
 def latent_attention_diagram() -> Figure:
-    """Multi-head latent attention's cache: each token is compressed to a latent c (R numbers)
+    """Multi-head latent attention's cache: each token is compressed to a latent c (Dc numbers)
     and one rotated key part (Dr), which is all that is kept; every head's key and value are
     rebuilt from c when attention needs them.
 
@@ -77,9 +77,9 @@ def latent_attention_diagram() -> Figure:
         "Latent attention: cache a small latent, rebuild the keys and values",
     )
     box(ax, 1.3, 3.0, 2.4, 0.8, "token x\n(D,)", "tensor")
-    box(ax, 4.4, 3.0, 2.4, 0.9, "W_dkv\nD -> R + Dr", "attention")
+    box(ax, 4.4, 3.0, 2.4, 0.9, "W_dkv\nD -> Dc + Dr", "attention")
     arrow(ax, (2.5, 3.0), (3.2, 3.0))
-    box(ax, 7.6, 4.0, 2.2, 0.8, "latent c (R,)", "state")
+    box(ax, 7.6, 4.0, 2.2, 0.8, "latent c (Dc,)", "state")
     box(ax, 7.6, 2.0, 2.2, 0.8, "RoPE(k_r) (Dr,)", "state")
     arrow(ax, (5.6, 3.2), (6.5, 4.0))
     arrow(ax, (5.6, 2.8), (6.5, 2.0))
@@ -98,7 +98,7 @@ def latent_attention_diagram() -> Figure:
     ax.text(
         7.3,
         -0.45,
-        "cached per token and layer: R + Dr numbers, against 2 H Dk for multi-head attention",
+        "cached per token and layer: Dc + Dr numbers, against 2 H Dk for multi-head attention",
         ha="center",
         fontsize=9,
         style="italic",

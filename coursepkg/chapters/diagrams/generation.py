@@ -1,5 +1,6 @@
 """Diagrams of generation and of what a trained model is made of: the beam, the KV cache,
-BERT's and GPT's attention patterns, the residual stream, BPE merges as a tree (chapters 9-13).
+BERT's input embeddings, BERT's and GPT's attention patterns, the residual stream, BPE merges as a
+tree (chapters 9-13).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from coursepkg.chapters.diagrams.primitives import PALETTE, arrow, box, canvas, 
 from coursepkg.masks import causal_mask
 
 __all__ = [
+    "BERT_INPUT",
     "attention_patterns_diagram",
+    "bert_embeddings_diagram",
     "beam_diagram",
     "bpe_merge_tree_diagram",
     "kv_cache_diagram",
@@ -281,3 +284,61 @@ def _merges_applied(word: str, merges: list[tuple[str, str]]) -> set[int]:
                 made.add(rank)
             i += 1
     return made
+
+
+#: a two-segment input as BERT reads it (the default drawing)
+BERT_INPUT = ("[CLS]", "a", "king", "sleeps", "[SEP]", "guards", "wake", "[SEP]")
+
+
+def bert_embeddings_diagram(tokens: tuple[str, ...] = BERT_INPUT) -> Figure:
+    """BERT's input: for each token, its token embedding, the embedding of its segment (A up to
+    and including the first [SEP], B after it) and of its position, summed, then LayerNorm.
+    The names are :class:`~coursepkg.EncoderOnlyLM`'s submodules.
+
+    Args:
+        tokens: the input's tokens, starting with [CLS] and holding at least one [SEP] (2 to
+            10 tokens).
+
+    Returns:
+        The figure: one column per token with its three embeddings and a plus, and the norm
+        the sums go through.
+    """
+    if not 2 <= len(tokens) <= 10 or tokens[0] != "[CLS]" or "[SEP]" not in tokens:
+        raise ValueError(
+            f"tokens must start with [CLS], hold a [SEP] and number 2 to 10, got {tokens!r}"
+        )
+    first_sep = tokens.index("[SEP]")
+    segments = ["A" if i <= first_sep else "B" for i in range(len(tokens))]
+    n = len(tokens)
+    step = 1.3
+    fig, ax = canvas(
+        (7.0, 3.6),
+        (-2.6, n * step + 0.2),
+        (-1.4, 4.6),
+        "BERT's input: token + segment + position, summed, then normalised",
+    )
+    rows = (
+        (3.1, "embed", lambda i: f"E[{tokens[i]}]", "embed"),
+        (2.2, "token_types", lambda i: f"seg {segments[i]}", "state"),
+        (1.3, "positions", lambda i: f"pos {i}", "norm"),
+    )
+    for y, name, label, role in rows:
+        ax.text(-0.2, y, name, ha="right", va="center", fontsize=9, family="monospace")
+        for i in range(n):
+            box(ax, i * step + 0.65, y, step * 0.85, 0.6, label(i), role, size=9)
+    for i in range(n):
+        x = i * step + 0.65
+        ax.text(x, 4.05, tokens[i], ha="center", va="center", fontsize=9)
+        ax.text(x, 0.6, "+", ha="center", va="center", fontsize=12)
+        arrow(ax, (x, 0.35), (x, -0.45))
+    box(
+        ax,
+        n * step / 2,
+        -0.85,
+        n * step - 0.2,
+        0.55,
+        "embed_norm (LayerNorm), then the encoder",
+        "stack",
+        size=9,
+    )
+    return fig

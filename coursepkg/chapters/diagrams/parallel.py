@@ -1,15 +1,26 @@
 """Diagrams of the chapter on training across machines: who holds what under DDP, sharded
-optimizer state (ZeRO-1) and FSDP, and what tensor and pipeline parallelism split instead.
+optimizer state (ZeRO-1) and FSDP, what tensor and pipeline parallelism split instead, and the
+ring all-reduce under all of them.
 """
 
 from __future__ import annotations
 
+import math
+
+import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from coursepkg.chapters.diagrams.primitives import COLOURS, PALETTE, arrow, box, canvas
 
-__all__ = ["SHARDED", "model_parallel_diagram", "pipeline_schedule", "sharding_diagram"]
+__all__ = [
+    "SHARDED",
+    "model_parallel_diagram",
+    "pipeline_schedule",
+    "ring_allreduce_diagram",
+    "ring_schedule",
+    "sharding_diagram",
+]
 
 #: What each scheme keeps only a 1/N shard of, of (parameters, gradients, optimizer state).
 SHARDED = {
@@ -162,9 +173,113 @@ def model_parallel_diagram(stages: int = 3, micro: int = 4) -> Figure:
         15.6,
         y0 - stages * cell * 1.4 - 1.2,
         f"F forward, B backward, blank: idle\n"
-        f"the bubble: (S-1)/(M+S-1) = {bubble:.0%} of each stage",
+        f"the bubble: (Spp-1)/(m+Spp-1) = {bubble:.0%} of each stage",
         ha="center",
         va="center",
         fontsize=9,
+    )
+    return fig
+
+
+def ring_schedule(ranks: int) -> list[list[int]]:
+    """Which chunk each rank sends at each step of a ring all-reduce, checked by running it.
+
+    The tensor is cut into ``ranks`` chunks. In the reduce-scatter's ``ranks - 1`` steps rank r
+    sends chunk (r - t) mod N to rank r + 1, which adds it to its own; rank r then holds the
+    full sum of chunk (r + 1) mod N. In the all-gather's ``ranks - 1`` steps it passes the summed
+    chunks on around the ring. The schedule is run on random numbers here, and the function
+    raises if any rank ends without the sum of every chunk.
+
+    Args:
+        ranks: N, at least 2.
+
+    Returns:
+        ``sends[r][t]``: the chunk rank r sends at step t, for t in 0 .. 2 (N - 1) - 1.
+    """
+    if ranks < 2:
+        raise ValueError(f"ranks must be at least 2, got {ranks}")
+    data = torch.randn(ranks, ranks, dtype=torch.float64)  # (rank, chunk)
+    held = data.clone()
+    sends = [[] for _ in range(ranks)]
+    for phase in ("reduce-scatter", "all-gather"):
+        for t in range(ranks - 1):
+            offset = t if phase == "reduce-scatter" else t - 1
+            outgoing = []
+            for r in range(ranks):
+                chunk = (r - offset) % ranks
+                sends[r].append(chunk)
+                outgoing.append((chunk, held[r, chunk].clone()))
+            for r, (chunk, value) in enumerate(outgoing):
+                dest = (r + 1) % ranks
+                if phase == "reduce-scatter":
+                    held[dest, chunk] += value
+                else:
+                    held[dest, chunk] = value
+    if not torch.allclose(held, data.sum(0).expand(ranks, ranks)):
+        raise AssertionError("the ring schedule did not leave the sum on every rank")
+    return sends
+
+
+def ring_allreduce_diagram(ranks: int = 4) -> Figure:
+    """A ring all-reduce: the ranks in a ring, each sending to the next, and which chunk each
+    rank sends at each step (:func:`ring_schedule`, which runs the schedule and checks the sum).
+
+    Args:
+        ranks: N, the ranks drawn (2 to 6).
+
+    Returns:
+        The figure: the ring on the left; on the right a grid of N rows (ranks) by 2 (N - 1)
+        columns (steps), each square naming the chunk sent, reduce-scatter then all-gather.
+    """
+    if not 2 <= ranks <= 6:
+        raise ValueError(f"ranks must be in [2, 6], got {ranks}")
+    sends = ring_schedule(ranks)
+    steps = 2 * (ranks - 1)
+    fig, ax = canvas(
+        (7.0, 3.2),
+        (-2.2, 3.4 + steps * 0.75),
+        (-2.0, 2.2),
+        f"Ring all-reduce on {ranks} ranks: every rank sends 2 (N - 1) / N of the tensor",
+    )
+    for r in range(ranks):
+        angle = math.pi / 2 - 2 * math.pi * r / ranks
+        nxt = math.pi / 2 - 2 * math.pi * (r + 1) / ranks
+        x, y = 1.3 * math.cos(angle), 1.3 * math.sin(angle)
+        box(ax, x, y, 0.8, 0.5, f"rank {r}", COLOURS["stack"], size=9)
+        start = (1.3 * math.cos(angle - 0.35), 1.3 * math.sin(angle - 0.35))
+        end = (1.3 * math.cos(nxt + 0.35), 1.3 * math.sin(nxt + 0.35))
+        arrow(ax, start, end, colour=PALETTE["blue"], rad=-0.3)
+    fills = [PALETTE[c] for c in ("sky", "orange", "green", "purple", "yellow", "vermillion")]
+    x0 = 2.6
+    for r in range(ranks):
+        ax.text(x0 - 0.1, 1.3 - r * 0.6, f"rank {r}", ha="right", va="center", fontsize=9)
+        for t in range(steps):
+            chunk = sends[r][t]
+            ax.add_patch(
+                Rectangle(
+                    (x0 + t * 0.75, 1.05 - r * 0.6),
+                    0.7,
+                    0.5,
+                    facecolor=fills[chunk % len(fills)],
+                    edgecolor="#555555",
+                    linewidth=0.6,
+                )
+            )
+            ax.text(
+                x0 + t * 0.75 + 0.35,
+                1.3 - r * 0.6,
+                f"c{chunk}",
+                ha="center",
+                va="center",
+                fontsize=9,
+            )
+    base = 1.05 - (ranks - 1) * 0.6 - 0.3
+    half = (ranks - 1) * 0.75
+    ax.plot([x0 + half - 0.025] * 2, [1.65, base + 0.1], ls="--", color="#333333", lw=1.0)
+    ax.text(
+        x0 + half / 2, base, "reduce-scatter:\nadd what arrives", ha="center", va="top", fontsize=9
+    )
+    ax.text(
+        x0 + half * 1.5, base, "all-gather:\npass the sums on", ha="center", va="top", fontsize=9
     )
     return fig

@@ -1,5 +1,6 @@
 """Diagrams of serving (chapter 18): speculative decoding's rounds of proposals, acceptances and
-rejections, and the paged cache's block tables over one shared pool of blocks.
+rejections, the paged cache's block tables over one shared pool of blocks, and the mask of a packed
+step.
 
 Both draw a real structure: the rounds of a :class:`~coursepkg.serving.SpeculativeResult`'s
 ``trace``, and the blocks :class:`~coursepkg.serving.PagedKVCache` hands out when sequences
@@ -11,11 +12,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from matplotlib.figure import Figure
+from torch import Tensor
 
 from coursepkg.chapters.diagrams.primitives import COLOURS, canvas, grid
+from coursepkg.masks import PackedMask
 from coursepkg.serving.paged import BlockTable, PagedKVCache
 
-__all__ = ["SPECULATIVE_FILLS", "block_table_diagram", "paged_tables", "speculative_diagram"]
+__all__ = [
+    "SPECULATIVE_FILLS",
+    "block_table_diagram",
+    "packed_mask_diagram",
+    "paged_tables",
+    "speculative_diagram",
+]
 
 # a square's fill by what happened to its token (each square also carries a letter)
 SPECULATIVE_FILLS = {
@@ -144,4 +153,51 @@ def block_table_diagram(
         ax.text((b + 0.5) * cell, top - cell - 0.25, str(b), ha="center", va="center")
     ax.text(-0.3, top - cell / 2, "owner, held", ha="right", va="center")
     ax.text(-0.3, top - cell - 0.25, "block id", ha="right", va="center")
+    return fig
+
+
+def packed_mask_diagram(
+    n_new: Sequence[int] = (1, 1, 3), n_keys: Sequence[int] = (5, 3, 3)
+) -> Figure:
+    """The mask of one packed serving step, read off the :class:`~coursepkg.masks.PackedMask`
+    the packed cache builds: requests laid end to end, each one's new tokens seeing only its
+    own keys (causally), the block-diagonal pattern that attending by request computes alone.
+
+    Args:
+        n_new: each request's new tokens (1 while it is decoded, its prompt's length when it is
+            admitted).
+        n_keys: each request's keys, past and new (at least its ``n_new``).
+
+    Returns:
+        The figure: an L x S grid, True squares coloured by request, with the count of scores
+        kept against the dense mask's.
+    """
+    mask = PackedMask(list(n_new), list(n_keys))
+    dense = mask.as_subclass(Tensor)  # (L, S) bool: the dense mask itself
+    request = mask.key_request  # (S,): which request each key belongs to
+    rows, cols = dense.shape
+    cell = min(0.45, 6.0 / cols)
+    fig, ax = canvas(
+        (7.0, 1.2 + 0.45 * rows),
+        (-2.0, cols * cell + 0.3),
+        (-(rows * cell) - 0.8, 0.8),
+        "One packed step: each request's new tokens see only its own keys",
+    )
+    fills = {-1: "#ffffff", 0: COLOURS["attention"], 1: COLOURS["ffn"], 2: COLOURS["state"]}
+    fills.update({i: COLOURS["embed"] for i in range(3, 16)})
+    cells = [
+        [int(request[j]) if bool(dense[i, j]) else -1 for j in range(cols)] for i in range(rows)
+    ]
+    grid(ax, cells, 0.0, 0.0, fills, cell=cell)
+    ax.text(-0.2, -rows * cell / 2, "new\ntokens\n(L)", ha="right", va="center", fontsize=9)
+    ax.text(cols * cell / 2, 0.35, "keys (S), request after request", ha="center", fontsize=9)
+    kept = int(dense.sum())
+    ax.text(
+        cols * cell / 2,
+        -rows * cell - 0.45,
+        f"{kept} of {rows * cols} scores are kept; attending by request computes little more",
+        ha="center",
+        fontsize=9,
+        style="italic",
+    )
     return fig
