@@ -6,8 +6,8 @@
 - :mod:`.registry`: :func:`public_check`, the decorator that makes a body a public check and
   records it; :func:`catalogue` reads the known mistakes from it.
 - :mod:`.calling`: calling student code (:func:`call_student`), the one tensor guard
-  (:func:`expect_tensor`) and the honesty rules (:func:`forbidden_calls`,
-  :func:`reject_reference_class`).
+  (:func:`expect_tensor`), the number guard (:func:`expect_number`) and the honesty rules
+  (:func:`forbidden_calls`, :func:`reject_reference_class`).
 - :mod:`.compare`: the tolerances and comparisons (:func:`assert_close`, :func:`expect_close`),
   recognising a mistake by its outputs (:func:`diagnose`) and gradients.
 - :mod:`.weights`: building a student's module, copying weights by name, parameter tables.
@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from .calling import (
     call_student,
+    expect_number,
     expect_tensor,
     forbidden_calls,
     is_reference_module,
@@ -192,6 +193,7 @@ __all__ = [
     "each_dtype",
     "dtype_name",
     "expect_close",
+    "expect_number",
     "expect_tensor",
     "feed_forward_piece",
     "forbidden_calls",
