@@ -29,6 +29,9 @@
   call, which the tests run as a student's code (:class:`HeadsBlock`,
   :class:`FeedForwardBlock`), and the textbook :func:`masked_attention`; the other mistakes
   subclass the reference, let through the honesty rule by :func:`.calling.is_catalogued`.
+- :mod:`.ranks`: what a check that forks ranks over gloo needs from the machine (the
+  loopback network, a stderr without PyTorch's hostname warning); imported as
+  ``framework.ranks`` by ex15 only.
 - :mod:`.watch`: the watch over a kernel that trains a model (optimiser steps, files read,
   processes, connections), for the checks of a training run (ex09); imported as
   ``framework.watch``, since it installs hooks a check needs only there.
@@ -36,8 +39,8 @@
 Modules import each other downwards only: results <- inputs <- calling <- compare <- weights
 <- masks, locate, modules, norms; self_attention sits on masks and modules; registry needs
 results and calling (it records each catalogue's classes there, for the honesty rule); pieces
-sits on locate, norms and registry; variants and watch need nothing of the framework. A check
-module imports the framework and its own catalogue, never another check module.
+sits on locate, norms and registry; variants, ranks and watch need nothing of the framework.
+A check module imports the framework and its own catalogue, never another check module.
 """
 
 from __future__ import annotations
