@@ -13,6 +13,7 @@ import math
 import numbers
 import random
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -30,6 +31,7 @@ from ..framework import (
     diagnose,
     dtype_name,
     expect_close,
+    expect_number,
     forbidden_calls,
     generator,
     public_check,
@@ -125,17 +127,6 @@ register_configs(
     extra=[{"g": 1.0, "max_norm": 4.0}],
     sample=lambda rng: {"g": rng.choice([0.1, 1.0, 5.0]), "max_norm": rng.choice([0.5, 1.0, 8.0])},
 )
-
-
-def _as_float(value: Any, what: str) -> float:
-    """A student's number (a Python number or a one-element tensor) as a float."""
-    if isinstance(value, Tensor) and value.numel() == 1:
-        return float(value.detach().reshape(()).item())
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        return float(value)
-    kind = f"a tensor of shape {tuple(value.shape)}" if isinstance(value, Tensor) else (
-        type(value).__name__)  # fmt: skip
-    raise CheckFailure(f"{what} should be one number, but your code returned {kind}.")
 
 
 def _builtin_failure(item: str, bugs: list[BugVariant], what: str) -> CheckFailure:
@@ -243,9 +234,7 @@ def check_adamw(report: CheckReport, impl: Any, thorough: bool, seed: int | None
                 inputs = (cfg, *_adamw_gradients(cfg, seed, dtype))
                 expected = _adamw_trajectory(_torch_adamw, inputs)
                 expect_close(
-                    report,
-                    student(*inputs),
-                    expected,
+                    report, student(*inputs), expected,
                     f"the trajectory of your parameters (row t: after step t + 1 of {cfg['T']}; "
                     f"{describe(cfg)}, {dtype_name(dtype)})",
                     diagnosis=lambda inputs=inputs, expected=expected: _adamw_mistake(
@@ -292,7 +281,7 @@ def _decay_table(groups: Any, model: nn.Module) -> Tensor:
     for i, group in enumerate(groups):
         if "params" not in group or "weight_decay" not in group:
             raise CheckFailure(f"group {i} needs the keys 'params' and 'weight_decay'.")
-        wd = _as_float(group["weight_decay"], f"group {i}'s weight_decay")
+        wd = expect_number(group["weight_decay"], f"group {i}'s weight_decay")
         for p in list(group["params"]):
             name = names.get(id(p), "a tensor that is not the model's")
             if id(p) in found:
@@ -303,11 +292,9 @@ def _decay_table(groups: Any, model: nn.Module) -> Tensor:
 
 
 @public_check(
-    assignment="ex13_training_pieces",
-    implements="param_groups",
-    bugs=PARAM_GROUPS_BUGS,
+    assignment="ex13_training_pieces", implements="param_groups", bugs=PARAM_GROUPS_BUGS,
     kind="function",
-)
+)  # fmt: skip
 def check_param_groups(report: CheckReport, impl: Any, thorough: bool, seed: int | None) -> None:
     """Check the student's ``param_groups(model, weight_decay)``: on a model with an embedding
     tied to its output layer, biases, a LayerNorm, a gain named ``gain``, a 3-D kernel and a
@@ -353,7 +340,7 @@ def _curve(fn: Callable, cfg: Config, call: Callable | None = None) -> Tensor:
     call = call or (lambda f, *a: f(*a))
     args = (cfg["max_lr"], cfg["warmup"], cfg["total"], cfg["min_lr"])
     values = [
-        _as_float(call(fn, s, *args), f"warmup_cosine_lr({s}, ...)")
+        expect_number(call(fn, s, *args), f"warmup_cosine_lr({s}, ...)")
         for s in range(cfg["total"] + 6)
     ]
     return torch.tensor(values, dtype=torch.float64) / cfg["max_lr"]  # (total + 6,)
@@ -403,25 +390,42 @@ def check_warmup_cosine_lr(
 
 
 _ONE_PASS = "The parameters come as a one-pass iterator: make a list before walking them twice."
+#: The task allows adding 1e-6 to the norm in max_norm / norm (as PyTorch does) or not: clipping
+#: (norm >= max_norm), the two differ relatively by at most this / max_norm, added to the rtol.
+_ALLOWED_EPS = 1e-6
+_CLIP_OUTPUTS = ("the vector of your clipped gradients", "the norm you return")
 
 
-def _clipped(fn: Callable, inputs: tuple, call: Callable | None = None) -> tuple[Tensor, Tensor]:
-    """(every gradient after clipping, flattened; the norm returned) for one set of grads."""
+def _clipped(fn: Callable, inputs: tuple, call: Callable | None = None, one_pass=True) -> tuple:
+    """(every gradient after clipping, flattened; the norm returned) for one set of grads,
+    the parameters given as a one-pass iterator (or, not ``one_pass``, those with a gradient
+    as a list)."""
     grads, max_norm = inputs
     call = call or (lambda f, *a: f(*a))
     params = [nn.Parameter(torch.zeros_like(g)) for g in grads]
     for p, g in zip(params, grads, strict=True):
         p.grad = g.clone()
     params.insert(2, nn.Parameter(torch.zeros(3, dtype=grads[0].dtype)))  # its grad is None
-    norm = _as_float(call(fn, iter(params), max_norm), "the norm clip_grad_norm_ returns")
+    given = iter(params) if one_pass else [p for p in params if p.grad is not None]
+    norm = expect_number(call(fn, given, max_norm), "the norm clip_grad_norm_ returns")
     flat = torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None])  # (P,)
     return flat, torch.tensor(norm, dtype=torch.float64)
 
 
-@public_check(
-    assignment="ex13_training_pieces", implements="clip_grad_norm_", bugs=CLIP_BUGS,
-    kind="function",
-)  # fmt: skip
+def _clip_explain(student: Callable, inputs: tuple, expected: tuple, tol: dict) -> tuple:
+    """The known mistake; else the one-pass hint if the same gradients in a list pass."""
+    bug = diagnose(student, CLIP_BUGS, inputs, run=_clipped, reference_output=expected)
+    if bug is not None:
+        return "", bug
+    try:
+        right = torch.allclose(student(*inputs, one_pass=False)[0], expected[0], **tol)
+    except (CheckFailure, RuntimeError):  # the code fails on a list too: not that
+        return "", None
+    return (_ONE_PASS if right else ""), None
+
+
+@public_check(assignment="ex13_training_pieces", implements="clip_grad_norm_", bugs=CLIP_BUGS,
+              kind="function")  # fmt: skip
 def check_clip_grad_norm(report: CheckReport, impl: Any, thorough: bool, seed: int | None) -> None:
     """Check the student's ``clip_grad_norm_(parameters, max_norm)`` against
     :func:`coursepkg.optim.clip_grad_norm_` (equal to PyTorch's): the gradients after clipping
@@ -430,27 +434,24 @@ def check_clip_grad_norm(report: CheckReport, impl: Any, thorough: bool, seed: i
     if impl in (torch.nn.utils.clip_grad_norm_, reference.clip_grad_norm_):
         raise _builtin_failure(CLIP_ITEM, CLIP_BUGS, "PyTorch's (or the course's) clip_grad_norm_")
 
-    def student(*inputs: Any) -> tuple[Tensor, Tensor]:
-        return _clipped(impl, inputs, lambda f, *a: call_student(f, *a, item=CLIP_ITEM))
+    def student(*inputs: Any, one_pass: bool = True) -> tuple[Tensor, Tensor]:
+        return _clipped(impl, inputs, partial(call_student, item=CLIP_ITEM), one_pass=one_pass)
 
-    cfgs = configs(CLIP_ITEM, thorough, seed)
     gen = generator(seed, salt=133)
     with forbidden_calls(CLIP_ITEM, **_FORBID):
-        for cfg in cfgs:
+        for cfg in configs(CLIP_ITEM, thorough, seed):
             for dtype in (torch.float32, torch.float64):
-                grads = [cfg["g"] * randn(gen, *s, dtype=dtype) for s in SHAPES]
-                inputs = (grads, cfg["max_norm"])
+                inputs = ([cfg["g"] * randn(gen, *s, dtype=dtype) for s in SHAPES], cfg["max_norm"])
                 expected = _clipped(reference.clip_grad_norm_, inputs)
                 got = student(*inputs)
-                where = f"{describe(cfg)}, {dtype_name(dtype)}"
-                whats = ("the vector of your clipped gradients", "the norm you return")
-                for k, what in enumerate(whats):
+                rtol = (1e-5 if dtype == torch.float32 else 1e-9) + _ALLOWED_EPS / cfg["max_norm"]
+                tol = {"rtol": rtol, "atol": 1e-7}
+                for k, what in enumerate(_CLIP_OUTPUTS):
                     expect_close(
-                        report, got[k], expected[k], f"{what} ({where})",
-                        diagnosis=lambda inputs=inputs, expected=expected: diagnose(
-                            student, CLIP_BUGS, inputs, run=_clipped, reference_output=expected),
-                        rtol=1e-5 if dtype == torch.float32 else 1e-9, atol=1e-7,
-                        hint=_ONE_PASS if k == 0 else "",
+                        report, got[k], expected[k],
+                        f"{what} ({describe(cfg)}, {dtype_name(dtype)})",
+                        explain=lambda i=inputs, e=expected, t=tol: _clip_explain(student, i, e, t),
+                        **tol,
                     )  # fmt: skip
     report.ok("one global norm, every gradient scaled by min(1, max_norm / norm)")
     report.ok("returns the norm before clipping; parameters without a gradient skipped")

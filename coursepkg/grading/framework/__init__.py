@@ -6,8 +6,8 @@
 - :mod:`.registry`: :func:`public_check`, the decorator that makes a body a public check and
   records it; :func:`catalogue` reads the known mistakes from it.
 - :mod:`.calling`: calling student code (:func:`call_student`), the one tensor guard
-  (:func:`expect_tensor`) and the honesty rules (:func:`forbidden_calls`,
-  :func:`reject_reference_class`).
+  (:func:`expect_tensor`), the number guard (:func:`expect_number`) and the honesty rules
+  (:func:`forbidden_calls`, :func:`reject_reference_class`).
 - :mod:`.compare`: the tolerances and comparisons (:func:`assert_close`, :func:`expect_close`),
   recognising a mistake by its outputs (:func:`diagnose`) and gradients.
 - :mod:`.weights`: building a student's module, copying weights by name, parameter tables.
@@ -29,6 +29,9 @@
   call, which the tests run as a student's code (:class:`HeadsBlock`,
   :class:`FeedForwardBlock`), and the textbook :func:`masked_attention`; the other mistakes
   subclass the reference, let through the honesty rule by :func:`.calling.is_catalogued`.
+- :mod:`.ranks`: what a check that forks ranks over gloo needs from the machine (the
+  loopback network, a stderr without PyTorch's hostname warning); imported as
+  ``framework.ranks`` by ex15 only.
 - :mod:`.watch`: the watch over a kernel that trains a model (optimiser steps, files read,
   processes, connections), for the checks of a training run (ex09); imported as
   ``framework.watch``, since it installs hooks a check needs only there.
@@ -36,14 +39,15 @@
 Modules import each other downwards only: results <- inputs <- calling <- compare <- weights
 <- masks, locate, modules, norms; self_attention sits on masks and modules; registry needs
 results and calling (it records each catalogue's classes there, for the honesty rule); pieces
-sits on locate, norms and registry; variants and watch need nothing of the framework. A check
-module imports the framework and its own catalogue, never another check module.
+sits on locate, norms and registry; variants, ranks and watch need nothing of the framework.
+A check module imports the framework and its own catalogue, never another check module.
 """
 
 from __future__ import annotations
 
 from .calling import (
     call_student,
+    expect_number,
     expect_tensor,
     forbidden_calls,
     is_reference_module,
@@ -192,6 +196,7 @@ __all__ = [
     "each_dtype",
     "dtype_name",
     "expect_close",
+    "expect_number",
     "expect_tensor",
     "feed_forward_piece",
     "forbidden_calls",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import linecache
+import numbers
 import os
 import sys
 import sysconfig
@@ -145,6 +146,28 @@ def expect_tensor(value: Any, what: str, shape: Sequence[int] | None = None) -> 
             "axes you transpose, reshape and reduce."
         )
     return value
+
+
+def expect_number(value: Any, what: str) -> float:
+    """The one number guard: a Python number or a one-element tensor, as a float.
+
+    Args:
+        value: what the student's code returned.
+        what: the quantity, named in the message.
+
+    Returns:
+        ``value`` as a float.
+
+    Raises:
+        CheckFailure: naming what came back instead (a bool, a larger tensor, another type).
+    """
+    if isinstance(value, Tensor) and value.numel() == 1:
+        return float(value.detach().reshape(()).item())
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    kind = f"a tensor of shape {tuple(value.shape)}" if isinstance(value, Tensor) else (
+        type(value).__name__)  # fmt: skip
+    raise CheckFailure(f"{what} should be one number, but your code returned {kind}.")
 
 
 # ---------------------------------------------------------------------------------------------

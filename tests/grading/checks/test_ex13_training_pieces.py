@@ -78,6 +78,7 @@ CORRECT = [
     (check_clip_grad_norm, impls.clip_by_squares),
     (check_clip_grad_norm, impls.clip_by_stacked_norms),
     (check_clip_grad_norm, impls.clip_by_concatenation),
+    (check_clip_grad_norm, impls.clip_without_eps),
     (check_training_state, impls.FlatState),
     (check_training_state, impls.NestedState),
 ]
@@ -210,3 +211,17 @@ def test_a_clip_that_walks_the_parameters_twice_is_told():
     with pytest.raises(CheckFailure, match="one-pass iterator") as info:
         check_clip_grad_norm(walks_twice)
     assert info.value.diagnosis is None
+
+
+def test_a_wrong_clip_that_walks_once_is_not_told_about_iterators():
+    def squared_factor(parameters, max_norm):
+        grads = [p.grad for p in parameters if p.grad is not None]
+        total = torch.cat([g.flatten() for g in grads]).norm()
+        for g in grads:
+            g.mul_(min(1.0, (max_norm / float(total)) ** 2))  # the factor squared
+        return total
+
+    with pytest.raises(CheckFailure) as info:
+        check_clip_grad_norm(squared_factor)
+    assert "clipped gradients" in str(info.value)
+    assert "one-pass iterator" not in str(info.value)

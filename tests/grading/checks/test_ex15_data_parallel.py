@@ -28,6 +28,7 @@ from coursepkg.grading import (
 from coursepkg.grading.checks import ex15_data_parallel as check_module
 from coursepkg.grading.checks import ex15_data_parallel_mistakes as catalogue
 from coursepkg.grading.framework import configs
+from coursepkg.grading.framework.ranks import stderr_without_hostname_warning
 from coursepkg.stubs import ex15_data_parallel as stub
 
 CHECK_OF = {
@@ -127,6 +128,28 @@ def test_untouched_stubs_are_not_implemented_yet(check, impl):
     assert "not implemented yet" in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    "impl", [impls.ChunkedShardedAdamWEveryGrad, impls.ChunkedShardedAdamWSkipsNone],
+    ids=lambda x: x.__name__,
+)  # fmt: skip
+def test_a_parameter_without_a_gradient_steps_with_zeros(impl):
+    """The check leaves one parameter without a gradient at one step (the task: zeros for it);
+    code that reads its .grad crashes and is told why, code that leaves it out is rejected."""
+    with pytest.raises(CheckFailure) as info:
+        check_sharded_adamw(impl)
+    assert not isinstance(info.value, CheckerError), str(info.value)
+    crashed = "p.grad is None" in str(info.value)
+    assert crashed == (impl is impls.ChunkedShardedAdamWEveryGrad), str(info.value)
+
+
+def test_a_zero_gradient_and_none_differ_so_the_check_sees_it():
+    """Skipping the parameter (torch's AdamW on a whole parameter) and stepping it with zeros
+    move its weights apart: the rule is checked, not hidden by the tolerance."""
+    cfg = configs(catalogue.ZERO_ITEM, False, None)[0]
+    zeros, skipped = (check_module.train_alone(catalogue.ZERO_ITEM, cfg, z) for z in (True, False))
+    assert not check_module._same(zeros, skipped)
+
+
 def test_all_reduces_that_start_after_backward_are_told():
     with pytest.raises(CheckFailure, match="started during backward") as info:
         check_bucketed_ddp(impls.BucketsAfterBackward)
@@ -202,7 +225,7 @@ def test_the_runs_differ_and_repeat(item):
 def test_the_ranks_stderr_passes_on_all_but_pytorchs_hostname_warning(capfd):
     """In the grader's network namespace TCPStore cannot name a peer (no DNS) and says so on
     file descriptor 2; nbgrader would score the test cell 0 for it. Every other line passes."""
-    with check_module._stderr_without_hostname_warning():
+    with stderr_without_hostname_warning():
         os.write(2, b"[W socket.cpp:207] [c10d] The hostname of the client socket cannot be ")
         os.write(2, b"retrieved. err=-3\nrank 1 says this\n")
     assert capfd.readouterr().err == "rank 1 says this\n"
