@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import heapq
 import json
+import math
 import operator
 import os
 from collections import Counter
@@ -57,14 +58,8 @@ def bytes_to_unicode() -> dict[int, str]:
     """
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
     printable += range(ord("®"), ord("ÿ") + 1)
-    table, extra = {}, 0
-    for byte in range(256):
-        if byte in printable:
-            table[byte] = chr(byte)
-        else:
-            table[byte] = chr(256 + extra)
-            extra += 1
-    return table
+    others = [byte for byte in range(256) if byte not in printable]  # numbered in order
+    return {b: chr(b) if b in printable else chr(256 + others.index(b)) for b in range(256)}
 
 
 def _check_special_tokens(special_tokens: Iterable[str] | None) -> list[str]:
@@ -302,6 +297,8 @@ class Tokenizer:
         merges: the merged pairs in rank order; both parts and their join must be in ``vocab``.
         special_tokens: strings encoded as one id each; those missing from ``vocab`` get new ids.
         cache_size: how many pre-tokens the encode cache keeps.
+        heap_above: pre-tokens of more characters than this merge by :meth:`_encode_long`
+            (time n log n) rather than by the plain loop (n^2, quicker when short); None: never.
     """
 
     def __init__(
@@ -311,6 +308,7 @@ class Tokenizer:
         special_tokens: Iterable[str] | None = None,
         *,
         cache_size: int = 1 << 16,
+        heap_above: int | None = 64,
     ) -> None:
         self.vocab = dict(vocab)
         self.merges = list(merges)
@@ -328,6 +326,9 @@ class Tokenizer:
         self._ranks = self._rank_merges()
         self._cache: dict[str, list[int]] = {}
         self._cache_size = cache_size
+        if heap_above is not None and (not isinstance(heap_above, int) or heap_above < 0):
+            raise ValueError(f"heap_above must be None or an int >= 0, got {heap_above!r}")
+        self._heap_above = math.inf if heap_above is None else heap_above
 
     def _invert_vocab(self) -> dict[bytes, int]:
         id_of: dict[bytes, int] = {}
@@ -440,6 +441,8 @@ class Tokenizer:
 
     def _encode_pretoken(self, pretoken: str) -> list[int]:
         """The ids of one pre-token: its bytes, merged by rank until no merge applies."""
+        if len(pretoken) > self._heap_above:  # each pass below reads the whole pre-token: n^2
+            return self._encode_long(pretoken)
         ids = [self._byte_ids[b] for b in pretoken.encode("utf-8")]
         ranks = self._ranks
         while len(ids) > 1:
@@ -453,6 +456,46 @@ class Tokenizer:
         if len(self._cache) < self._cache_size:
             self._cache[pretoken] = ids
         return ids
+
+    def _encode_long(self, pretoken: str) -> list[int]:
+        """:meth:`_encode_pretoken`'s ids in O(n log n) time, for long pre-tokens.
+
+        Why it exists: the plain loop rereads the pre-token for each merge, so a chunk without
+        spaces (a URL, base64, DNA) of n bytes costs ~n^2 steps. Here the symbols form a linked
+        list, the candidate pairs a heap by (rank, position); a merge touches its neighbours
+        only, stale entries are skipped when popped. One rank merges left to right as in
+        :func:`merge_pair`; a lower rank made meanwhile (merges out of order) waits for it.
+        """
+        ids = [self._byte_ids[b] for b in pretoken.encode("utf-8")] + [-1]  # ids[n], ids[-1]: -1
+        ranks, n = self._ranks, len(ids) - 1
+        after, before = list(range(1, n + 1)), list(range(-1, n))  # the linked list
+        none = (len(self.merges), 0, None)  # a pair that is no merge ranks after them all
+        heap = [ranks[p][0] * n + i for i, p in enumerate(pairwise(ids)) if p in ranks]
+        heapq.heapify(heap)  # each entry is rank * n + position: one int, quick to compare
+        waiting, current = [], -1  # lower-rank pairs made while `current` merges
+        while heap or waiting:
+            if waiting and (not heap or heap[0] // n != current):  # `current` is done
+                for entry in waiting:
+                    heapq.heappush(heap, entry)
+                waiting.clear()
+            rank, left = divmod(heapq.heappop(heap), n)
+            right = after[left]
+            pair = (ids[left], ids[right])
+            if ranks.get(pair, none)[0] != rank:
+                continue  # stale: a neighbour merged since it was pushed
+            current, merged = rank, ranks[pair][1]
+            ids[left], ids[right], after[left] = merged, -1, after[right]
+            before[after[right]] = left  # before[n] is a spare slot
+            for i, pair in (
+                (before[left], (ids[before[left]], merged)),
+                (left, (merged, ids[after[left]])),
+            ):
+                new = ranks.get(pair, none)[0]
+                if new < current:
+                    waiting.append(new * n + i)
+                elif new < none[0]:
+                    heapq.heappush(heap, new * n + i)
+        return [token for token in ids if token >= 0]
 
     def _encode_ordinary(self, text: str, out: list[int]) -> None:
         """Append the ids of ``text`` (no special tokens in it) to ``out``."""
