@@ -11,6 +11,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
@@ -70,7 +71,10 @@ def test_diagram_labels_and_rendering(draw, expected):
 
 
 CONCEPTUAL = [
+    "additive_score_diagram",
+    "attention_decoder_step_diagram",
     "attention_patterns_diagram",
+    "attention_products_diagram",
     "beam_diagram",
     "bert_embeddings_diagram",
     "block_table_diagram",
@@ -78,7 +82,11 @@ CONCEPTUAL = [
     "bpe_merge_tree_diagram",
     "checkpoint_diagram",
     "ddp_diagram",
+    "encoder_layer_diagram",
+    "feed_forward_diagram",
     "gqa_grouping_diagram",
+    "gradient_path_diagram",
+    "head_parameters_diagram",
     "kv_cache_diagram",
     "label_smoothing_diagram",
     "latent_attention_diagram",
@@ -91,13 +99,18 @@ CONCEPTUAL = [
     "packed_mask_diagram",
     "parameter_map_diagram",
     "positional_clocks_diagram",
+    "positions_enter_diagram",
     "qkv_lookup_diagram",
+    "qkv_projection_diagram",
+    "recurrence_diagram",
     "residual_stream_diagram",
     "ring_allreduce_diagram",
     "rope_rotation_diagram",
     "sharding_diagram",
+    "shift_rotation_diagram",
     "sliding_window_diagram",
     "speculative_diagram",
+    "split_heads_diagram",
     "teacher_forcing_diagram",
     "tiled_attention_diagram",
     "weight_tying_diagram",
@@ -555,3 +568,55 @@ def test_bert_embeddings_diagram_splits_segments_at_the_first_sep(close_figures)
     assert {"embed", "token_types", "positions"} <= set(texts)
     with pytest.raises(ValueError, match="must start with \\[CLS\\]"):
         diagrams.bert_embeddings_diagram(("a", "[SEP]"))
+
+
+def test_recurrence_chains_its_states_and_attention_takes_one_step(close_figures):
+    fig = diagrams.recurrence_diagram(5)
+    red = [
+        a
+        for a in _patches(fig, FancyArrowPatch)
+        if to_hex(a.get_edgecolor()) == PALETTE["vermillion"].lower()
+    ]
+    assert len(red) == 4  # h1 -> h2 -> ... -> h5
+    assert sum(t.startswith("z") for t in _texts(fig)) == 5
+
+
+def test_gradient_path_names_one_jacobian_per_step(close_figures):
+    texts = _texts(diagrams.gradient_path_diagram(6))
+    assert [t for t in texts if re.fullmatch(r"J\d", t)] == [f"J{t}" for t in range(2, 7)]
+
+
+def test_head_parameters_are_read_off_a_real_module(close_figures):
+    from coursepkg import MultiHeadAttention
+
+    fig = diagrams.head_parameters_diagram(64, 4)
+    total = sum(p.numel() for p in MultiHeadAttention(64, 4).parameters())
+    assert any(t.startswith(f"total {total:,} ") for t in _texts(fig))
+    assert total == 4 * 64 * 64 + 4 * 64
+
+
+def test_shift_rotation_draws_the_tables_own_pair_on_the_unit_circle(close_figures):
+    from coursepkg.positional import sinusoidal_table
+
+    fig = diagrams.shift_rotation_diagram(d_model=8, pair=1, positions=5, k=2)
+    points = [line.get_xydata()[0] for line in fig.axes[0].lines if line.get_marker() == "o"]
+    table = sinusoidal_table(5, 8)
+    expected = torch.stack([table[:, 3], table[:, 2]], dim=1)  # (cos, sin) of pair 1
+    assert torch.allclose(torch.tensor(np.array(points), dtype=expected.dtype), expected, atol=1e-6)
+    with pytest.raises(ValueError, match="pair must be in"):
+        diagrams.shift_rotation_diagram(d_model=8, pair=4)
+
+
+@pytest.mark.parametrize(("d_model", "n_heads"), [(8, 2), (12, 3), (4, 4)])
+def test_split_heads_colours_each_heads_columns(d_model, n_heads, close_figures):
+    fig = diagrams.split_heads_diagram(d_model, n_heads)
+    squares = _patches(fig, Rectangle)
+    assert len(squares) == 2 * 4 * d_model  # the projection, then the heads' blocks
+    assert sum(t.startswith("head ") for t in _texts(fig)) == n_heads
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_layer_draws_two_sublayers_with_their_norms(norm_first, close_figures):
+    texts = _texts(diagrams.encoder_layer_diagram(norm_first))
+    assert {"self_attn", "ffn", "norm1 (LayerNorm)", "norm2 (LayerNorm)"} <= set(texts)
+    assert texts.count("+") == 2

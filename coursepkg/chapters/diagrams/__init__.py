@@ -3,6 +3,9 @@ network). Every function returns a new figure made of labelled boxes, arrows and
 label is plain ASCII text, so the drawing looks the same on any machine.
 
 * :mod:`~coursepkg.chapters.diagrams.architecture`: the paper's Figure 1, multi-head attention.
+* :mod:`~coursepkg.chapters.diagrams.blocks`: the recurrence and its gradient path, additive
+  attention, attention's projections and products, heads, where positions enter, the FFN and the
+  encoder layer (chapters 1-6).
 * :mod:`~coursepkg.chapters.diagrams.sequences`: the RNN bottleneck, the soft lookup, positional
   clocks, the three masks, teacher forcing, label smoothing (chapters 1-8).
 * :mod:`~coursepkg.chapters.diagrams.generation`: the beam, the KV cache, BERT's and GPT's attention
@@ -25,6 +28,20 @@ from coursepkg.chapters.diagrams.architecture import (
     encoder_decoder_diagram,
     gqa_grouping_diagram,
     multi_head_diagram,
+)
+from coursepkg.chapters.diagrams.blocks import (
+    additive_score_diagram,
+    attention_decoder_step_diagram,
+    attention_products_diagram,
+    encoder_layer_diagram,
+    feed_forward_diagram,
+    gradient_path_diagram,
+    head_parameters_diagram,
+    positions_enter_diagram,
+    qkv_projection_diagram,
+    recurrence_diagram,
+    shift_rotation_diagram,
+    split_heads_diagram,
 )
 from coursepkg.chapters.diagrams.experts import latent_attention_diagram, moe_routing_diagram
 from coursepkg.chapters.diagrams.generation import (
@@ -68,6 +85,18 @@ from coursepkg.chapters.diagrams.training import (
 )
 
 __all__ = [
+    "additive_score_diagram",
+    "attention_decoder_step_diagram",
+    "attention_products_diagram",
+    "encoder_layer_diagram",
+    "feed_forward_diagram",
+    "gradient_path_diagram",
+    "head_parameters_diagram",
+    "positions_enter_diagram",
+    "qkv_projection_diagram",
+    "recurrence_diagram",
+    "shift_rotation_diagram",
+    "split_heads_diagram",
     "bert_embeddings_diagram",
     "gqa_grouping_diagram",
     "lora_diagram",
