@@ -80,26 +80,40 @@ CONCEPTUAL = [
     "block_table_diagram",
     "bottleneck_diagram",
     "bpe_merge_tree_diagram",
+    "bytes_diagram",
     "checkpoint_diagram",
     "ddp_diagram",
+    "dense_vs_routed_diagram",
+    "dpo_pair_diagram",
     "encoder_layer_diagram",
     "feed_forward_diagram",
+    "ffn_memory_diagram",
+    "flops_per_weight_diagram",
+    "gpt_stack_diagram",
     "gqa_grouping_diagram",
+    "grad_accumulation_diagram",
     "gradient_path_diagram",
+    "greedy_trap_diagram",
     "head_parameters_diagram",
     "kv_cache_diagram",
     "label_smoothing_diagram",
     "latent_attention_diagram",
+    "linear_attention_state_diagram",
+    "logit_lens_diagram",
     "lora_diagram",
     "loss_mask_diagram",
     "masks_diagram",
+    "memory_per_parameter_diagram",
+    "mlm_corruption_diagram",
     "model_parallel_diagram",
     "moe_routing_diagram",
+    "next_token_diagram",
     "norm_placement_diagram",
     "packed_mask_diagram",
     "parameter_map_diagram",
     "positional_clocks_diagram",
     "positions_enter_diagram",
+    "pretokens_diagram",
     "qkv_lookup_diagram",
     "qkv_projection_diagram",
     "recurrence_diagram",
@@ -108,11 +122,13 @@ CONCEPTUAL = [
     "rope_rotation_diagram",
     "sharding_diagram",
     "shift_rotation_diagram",
+    "shifted_targets_diagram",
     "sliding_window_diagram",
     "speculative_diagram",
     "split_heads_diagram",
     "teacher_forcing_diagram",
     "tiled_attention_diagram",
+    "training_step_diagram",
     "weight_tying_diagram",
 ]
 
@@ -620,3 +636,44 @@ def test_encoder_layer_draws_two_sublayers_with_their_norms(norm_first, close_fi
     texts = _texts(diagrams.encoder_layer_diagram(norm_first))
     assert {"self_attn", "ffn", "norm1 (LayerNorm)", "norm2 (LayerNorm)"} <= set(texts)
     assert texts.count("+") == 2
+
+
+def test_greedy_trap_marks_greedy_and_the_best_sequence(close_figures):
+    texts = _texts(diagrams.greedy_trap_diagram((0.6, 0.4), ((0.4, 0.3), (0.9, 0.1))))
+    note = next(t for t in texts if t.startswith("red: greedy"))
+    assert "(0.24)" in note and "(0.36)" in note
+
+
+def test_pretokens_and_bytes_are_the_tokenizers_own(close_figures):
+    from coursepkg.tokenizer import pretokenize
+
+    text = "It's 42 here"
+    texts = _texts(diagrams.pretokens_diagram(text))
+    assert [t for t in texts if t in {c.replace(" ", "_") for c in pretokenize(text)}] == [
+        c.replace(" ", "_") for c in pretokenize(text)
+    ]
+    texts = _texts(diagrams.bytes_diagram("ab\u00e9"))
+    assert "195\nU+00C3" in texts and "169\nU+00A9" in texts and "97\na" in texts
+    assert any(t.startswith("3 characters, 4 bytes") for t in texts)
+
+
+def test_mlm_corruption_shares_add_up(close_figures):
+    texts = _texts(diagrams.mlm_corruption_diagram(0.2, 0.5, 0.25))
+    assert any(t.startswith("[MASK]: 50% of those\n= 10.0% of all") for t in texts)
+    assert any(t.startswith("kept: 25% of those\n= 5.0% of all") for t in texts)
+    with pytest.raises(ValueError, match="mask \\+ random <= 1"):
+        diagrams.mlm_corruption_diagram(0.15, 0.8, 0.3)
+
+
+def test_memory_per_parameter_totals(close_figures):
+    texts = _texts(diagrams.memory_per_parameter_diagram(10**9))
+    assert {"2 B: 2.00 GB", "4 B: 4.00 GB", "16 B: 16.00 GB"} <= set(texts)
+
+
+@pytest.mark.parametrize(("n_experts", "top_k"), [(8, 2), (4, 1)])
+def test_dense_vs_routed_lights_k_experts(n_experts, top_k, close_figures):
+    fig = diagrams.dense_vs_routed_diagram(n_experts, top_k)
+    lit = [p for p in _patches(fig, FancyBboxPatch)][1:]  # the dense box first
+    colours = [to_hex(p.get_facecolor()) for p in lit]
+    assert len(colours) == n_experts
+    assert colours.count(colours[0]) == top_k

@@ -14,6 +14,10 @@ label is plain ASCII text, so the drawing looks the same on any machine.
   sliding window, pre- and post-norm, RoPE (chapters 6, 10, 14, 15).
 * :mod:`~coursepkg.chapters.diagrams.training`: weight tying, data parallelism, the checkpoint
   (11, 16).
+* :mod:`~coursepkg.chapters.diagrams.models`: how the trained models are fed, stacked, read and
+  trained: a training step, shifted targets, greedy's trap, BERT's corruption, the GPT stack, the
+  logit lens, the FFN as a memory, FLOPs and bytes per parameter, pre-tokens and bytes, linear
+  attention's state, gradient accumulation, routed compute, DPO's pair (chapters 8-20).
 * :mod:`~coursepkg.chapters.diagrams.serving`: speculative decoding's rounds, the paged cache's
   block tables (18).
 * :mod:`~coursepkg.chapters.diagrams.experts`: a token routed through a mixture of experts, latent
@@ -52,6 +56,24 @@ from coursepkg.chapters.diagrams.generation import (
     kv_cache_diagram,
     residual_stream_diagram,
 )
+from coursepkg.chapters.diagrams.models import (
+    bytes_diagram,
+    dense_vs_routed_diagram,
+    dpo_pair_diagram,
+    ffn_memory_diagram,
+    flops_per_weight_diagram,
+    gpt_stack_diagram,
+    grad_accumulation_diagram,
+    greedy_trap_diagram,
+    linear_attention_state_diagram,
+    logit_lens_diagram,
+    memory_per_parameter_diagram,
+    mlm_corruption_diagram,
+    next_token_diagram,
+    pretokens_diagram,
+    shifted_targets_diagram,
+    training_step_diagram,
+)
 from coursepkg.chapters.diagrams.parallel import (
     model_parallel_diagram,
     ring_allreduce_diagram,
@@ -85,6 +107,22 @@ from coursepkg.chapters.diagrams.training import (
 )
 
 __all__ = [
+    "bytes_diagram",
+    "dense_vs_routed_diagram",
+    "dpo_pair_diagram",
+    "ffn_memory_diagram",
+    "flops_per_weight_diagram",
+    "gpt_stack_diagram",
+    "grad_accumulation_diagram",
+    "greedy_trap_diagram",
+    "linear_attention_state_diagram",
+    "logit_lens_diagram",
+    "memory_per_parameter_diagram",
+    "mlm_corruption_diagram",
+    "next_token_diagram",
+    "pretokens_diagram",
+    "shifted_targets_diagram",
+    "training_step_diagram",
     "additive_score_diagram",
     "attention_decoder_step_diagram",
     "attention_products_diagram",
