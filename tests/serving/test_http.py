@@ -141,6 +141,8 @@ HELLO = [{"role": "user", "content": "hello"}]
         ),
         ({"model": "$", "messages": HELLO, "max_tokens": 0}, 400, "max_tokens", "greater than"),
         ({"messages": HELLO}, 400, "model", "Field required"),
+        ({"model": "$", "messages": HELLO, "n": 2}, 400, "n", "less than or equal to 1"),
+        ({"model": "$", "messages": HELLO, "stop": ["\n"]}, 400, "stop", "not supported"),
     ],
 )
 def test_bad_input_gets_openai_error_naming_it(server, body, status, param, words):

@@ -141,6 +141,13 @@ def _ticket(
             "model",
             "model_not_found",
         )
+    if body.stop:
+        raise ApiError(
+            400,
+            f"stop sequences are not supported (got stop={body.stop!r}); an answer ends at the "
+            "model's end-of-turn token or at max_tokens",
+            "stop",
+        )
     n, context = len(prompt), served.context
     if n >= context:
         raise ApiError(

@@ -55,6 +55,8 @@ class _Body(BaseModel):
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     stream: bool = False
     seed: int | None = None
+    n: int = Field(default=1, ge=1, le=1)  # one answer per request
+    stop: str | list[str] | None = None  # rejected when given (see app._ticket)
 
     def token_limit(self) -> int | None:
         """``max_completion_tokens`` (the newer name) or ``max_tokens``."""
