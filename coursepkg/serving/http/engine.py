@@ -81,6 +81,11 @@ def load_served_model(path: str | Path, name: str | None = None) -> ServedModel:
         ValueError: a missing file, a character-level model (its vocabulary is not saved) or a
             model without rotary positions (continuous batching counts positions per request).
     """
+    if not Path(path).exists():
+        raise ValueError(
+            f"checkpoint {str(path)!r} not found: expected a coursepkg train or finetune run "
+            "folder, or its model.pt or checkpoint.pt"
+        )
     file = base_file(path)
     if file.is_dir():
         raise ValueError(f"{str(path)!r} is a Hugging Face folder; serve a coursepkg checkpoint")
