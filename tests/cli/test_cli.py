@@ -36,8 +36,10 @@ VERBS = [
     "export",
     "regrade",
     "similarity",
+    "data",
     "train",
     "finetune",
+    "serve",
 ]
 
 
