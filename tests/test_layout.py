@@ -157,6 +157,7 @@ ROOT_MODULES = {
     "_validation.py",
     "attention.py",
     "config.py",
+    "config_groups.py",
     "decoder_only.py",
     "decoding.py",
     "efficient_attention.py",
