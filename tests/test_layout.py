@@ -113,6 +113,24 @@ def test_no_import_cycle_even_through_imports_inside_functions():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+# The libraries: what a user imports to train, serve, fine-tune or load models; the book's
+# runs and measurements (coursepkg.chapters) are built on them, never the reverse.
+LIBRARIES = ("data", "interop", "parallel", "posttrain", "serving", "training")
+
+
+def test_libraries_never_import_the_chapters_runs():
+    graph, _ = _import_graph()
+    libraries = [name for name in graph if name.split(".")[1:2] and name.split(".")[1] in LIBRARIES]
+    assert {name.split(".")[1] for name in libraries} == set(LIBRARIES)
+    upward = sorted(
+        (name, target)
+        for name in libraries
+        for target in graph[name]
+        if target.startswith("coursepkg.chapters")
+    )
+    assert not upward, upward
+
+
 # The grading folders from the bottom up; a module imports its own floor or those below.
 _FLOORS = {
     "framework": 0,
