@@ -5,6 +5,7 @@ over 600 lines, no function over 80 lines (counted from ``def`` to the end of it
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import re
 from pathlib import Path
@@ -96,6 +97,7 @@ def test_the_map_lists_every_module_and_every_test_file():
     assert not unlisted, f"not in DEVELOPING.md's map: {sorted(unlisted)}"
 
 
+@functools.cache  # built once per session: four tests read it, none changes it
 def _import_graph() -> tuple[dict[str, set[str]], Any]:
     """``scripts/import_cycles.py``'s graph of ``coursepkg``: every import, wherever written."""
     path = ROOT / "scripts" / "import_cycles.py"
