@@ -407,7 +407,7 @@ def _peak_rss_gib() -> float:
 
 def workload(n: int = 32, seed: int = 0):
     """Mixed requests: prompts of 4-32 tokens; outputs mostly 8-32 tokens, one in four 128."""
-    from coursepkg.serving import mixed_workload
+    from coursepkg.chapters.serving_measure import mixed_workload
 
     return mixed_workload(n, 1000, (4, 32), (8, 32), 128, 0.25, seed)
 

@@ -28,6 +28,7 @@ from .attention import (
     scaled_dot_product_attention,
 )
 from .config import HFOptions, TransformerConfig
+from .config_groups import LatentConfig, MoEConfig
 from .decoding import beam_search, greedy_decode
 from .encoder_only import EncoderOnlyLM
 from .kv_cache import KVCache
@@ -54,9 +55,11 @@ __all__ = [
     "HFOptions",
     "KVCache",
     "LabelSmoothingLoss",
+    "LatentConfig",
     "LayerNorm",
     "RMSNorm",
     "LearnedPositionalEmbedding",
+    "MoEConfig",
     "MultiHeadAttention",
     "PositionwiseFeedForward",
     "SinusoidalPositionalEncoding",

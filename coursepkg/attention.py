@@ -16,7 +16,8 @@ from torch import Tensor, nn
 
 from ._validation import check_attention_mask, check_float
 from .config import head_sizes
-from .kv_cache import AttentionCache, SlidingWindowCache
+from .kv_cache import LayerCache
+from .masks import PackedMask, as_mask
 from .positional import RopeAngles
 
 __all__ = [
@@ -113,13 +114,14 @@ def attention_fast(
 
 
 def fused_attention(
-    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, dropout_p: float
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | PackedMask | None, dropout_p: float
 ) -> Tensor:
     """:func:`attention_fast` without its argument checks, for callers that checked already.
 
     Shape:
         query (..., L, Dk), key (..., S, Dk), value (..., S, Dv) -> (..., L, Dv).
     """
+    mask = as_mask(mask)  # a PackedMask's dense (T, S) tensor
     out = F.scaled_dot_product_attention(
         query, key, value, attn_mask=mask, dropout_p=dropout_p
     )  # (..., L, Dv)
@@ -192,7 +194,7 @@ class MultiHeadAttention(nn.Module):
         key: Tensor,
         value: Tensor,
         mask: Tensor | None = None,
-        cache: AttentionCache | None = None,
+        cache: LayerCache | None = None,
         rope: RopeAngles | None = None,
     ) -> Tensor:
         """Attend from ``query`` to ``key``/``value``.
@@ -225,7 +227,7 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(out)  # (B, L, D)
 
     def _project(
-        self, query: Tensor, key: Tensor, value: Tensor, cache: AttentionCache | None
+        self, query: Tensor, key: Tensor, value: Tensor, cache: LayerCache | None
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Project, then split the width into heads (``cache`` is for subclasses' shortcuts).
 
@@ -277,7 +279,7 @@ def _check_inputs(
     key: Tensor,
     value: Tensor,
     mask: Tensor | None,
-    cache: AttentionCache | None,
+    cache: LayerCache | None,
 ) -> None:
     # MultiHeadAttention.forward's argument checks.
     self_attention = query is key and key is value  # one tensor: check it once
@@ -295,20 +297,15 @@ def _check_inputs(
             "query, key and value must share the batch size and key/value their length: "
             f"got {tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
         )
-    if mask is not None:
+    if mask is not None:  # a tensor, or a PackedMask (its dense tensor is checked)
         n_keys = _keys_after(cache, key.size(1))
-        check_attention_mask("mask", mask, (query.size(0), mha.n_heads, query.size(1), n_keys))
+        shape = (query.size(0), mha.n_heads, query.size(1), n_keys)
+        check_attention_mask("mask", as_mask(mask), shape)
 
 
-def _keys_after(cache: AttentionCache | None, n_new: int) -> int:
+def _keys_after(cache: LayerCache | None, n_new: int) -> int:
     """How many keys attention sees once the cache has taken ``n_new`` more."""
-    if cache is None:
-        return n_new
-    if isinstance(cache, SlidingWindowCache):
-        return cache.keys_after(n_new)
-    if cache.static:
-        return n_new if cache.k is None else cache.length
-    return cache.length + n_new
+    return n_new if cache is None else cache.keys_after(n_new)
 
 
 class AdditiveAttention(nn.Module):

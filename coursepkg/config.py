@@ -1,5 +1,8 @@
-"""Model configuration: one frozen dataclass shared by every model in the package, and the
-options only Hugging Face's models need, grouped apart in :class:`HFOptions`."""
+"""Model configuration: one frozen dataclass shared by every model in the package, and its
+optional groups, each a small frozen dataclass that checks itself: :class:`MoEConfig` (a
+mixture of experts), :class:`LatentConfig` (multi-head latent attention) and
+:class:`HFOptions` (what only Hugging Face's models need). Configs saved before the groups
+load through :meth:`TransformerConfig.from_dict`."""
 
 from __future__ import annotations
 
@@ -7,12 +10,13 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from .config_groups import LatentConfig, MoEConfig, positive_int
+
 _POSITIONAL = ("sinusoidal", "learned", "rope")
 _ROPE_PAIRS = ("halves", "interleaved")
 _ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 _SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
 _NORMS = ("layernorm", "rmsnorm")
-_ROUTERS = ("softmax", "sigmoid")
 
 
 # The models that build each HFOptions field; any other model given it off its default raises.
@@ -71,6 +75,76 @@ class HFOptions:
                 )
 
 
+# The groups of TransformerConfig, and the flat names a config saved before them used
+# (old name -> group, field); read by :func:`upgrade_options`.
+_GROUPS = {"hf": HFOptions, "moe": MoEConfig, "latent": LatentConfig}
+_FLAT_NAMES = {
+    **{f"moe_{f.name}": ("moe", f.name) for f in dataclasses.fields(MoEConfig)},
+    "n_experts": ("moe", "n_experts"),
+    "moe_shared_experts": ("moe", "shared_experts"),
+    **{f.name: ("latent", f.name) for f in dataclasses.fields(LatentConfig)},
+    **{f.name: ("hf", f.name) for f in dataclasses.fields(HFOptions)},
+}
+_FLAT_NAMES.pop("moe_n_experts")
+# The flat values that meant "no such group" (the first one of each names it).
+_ABSENT = {"moe": {"n_experts": 0}, "latent": {"kv_rank": None, "d_rope": 0}}
+
+
+def upgrade_options(options: Mapping) -> dict:
+    """``TransformerConfig`` options in today's form, from any form a run or a checkpoint
+    wrote: the flat names of configs saved before the groups (``n_experts``, ``moe_top_k``,
+    ``kv_rank``, ``pooler``), dotted names (``moe.top_k``, as ``--model`` takes them), or a
+    group's mapping (``moe: {n_experts: 4}``). A group whose flat options are all at their
+    "absent" values (``n_experts=0``, ``kv_rank=None``) is no group (None).
+
+    Args:
+        options: field names to values.
+
+    Returns:
+        The same options with each group's options gathered in one mapping (or None).
+
+    Raises:
+        ValueError: for an option given both flat and inside its group.
+    """
+    out: dict = {}
+    gathered: dict[str, dict] = {}
+    for key, value in options.items():
+        group, _, name = key.partition(".")
+        if name:  # moe.top_k
+            gathered.setdefault(group, {})[name] = value
+        elif key in _FLAT_NAMES:  # moe_top_k, kv_rank, pooler
+            group, name = _FLAT_NAMES[key]
+            gathered.setdefault(group, {})[name] = value
+        else:
+            out[key] = value
+    for group, flat in gathered.items():
+        nested = out.get(group)
+        if dataclasses.is_dataclass(nested):
+            nested = dataclasses.asdict(nested)
+        both = sorted(set(flat) & set(nested or {}))
+        if both:
+            raise ValueError(f"{group} options {both} are given twice: flat and in {group!r}")
+        key = next(iter(_ABSENT.get(group, {})), None)  # n_experts, kv_rank
+        absent = None if key is None else _ABSENT[group][key]
+        if key is not None and nested is None and flat.get(key, absent) == absent:
+            _check_absent(group, key, flat)  # no experts, no latent
+            out[group] = nested
+        else:
+            out[group] = {**(nested or {}), **flat}
+    return out
+
+
+def _check_absent(group: str, key: str, flat: dict) -> None:
+    # The options of a group that ``key`` leaves out must be at their defaults.
+    defaults = {f.name: f.default for f in dataclasses.fields(_GROUPS[group])} | _ABSENT[group]
+    for name, value in flat.items():
+        if value != defaults[name]:
+            raise ValueError(
+                f"{group}.{name}={value!r} needs the {group} group, which "
+                f"{key}={_ABSENT[group][key]!r} leaves out"
+            )
+
+
 # The options of one block besides its sizes D, H, F and dropout (BlockConfig.of takes these).
 _BLOCK_OPTIONS = (
     "norm_first", "d_k", "d_v", "attention_dropout", "activation", "bias", "layer_norm_eps",
@@ -80,7 +154,8 @@ _BLOCK_OPTIONS = (
 
 @dataclass(frozen=True, kw_only=True)
 class BlockConfig:
-    """What one layer (block) is built from, every default resolved: no field is None.
+    """What one layer (block) is built from, every default resolved: no size is None (a
+    group, ``latent`` or ``moe``, is None where the layer does not have it).
 
     A model makes one with :meth:`TransformerConfig.block`; a block on its own with
     :meth:`of`. The fields mean what :class:`TransformerConfig`'s fields of the same names
@@ -105,10 +180,12 @@ class BlockConfig:
     activation: str  # the feed-forward's activation (gated: "swiglu", "geglu")
     bias: bool  # biases in the linears and LayerNorms
     qk_norm: bool  # an RMSNorm over each head's queries and keys
+    latent: LatentConfig | None = None  # multi-head latent attention in place of self-attention
+    moe: MoEConfig | None = None  # experts in place of the feed-forward (its d_ff resolved)
 
     def __post_init__(self) -> None:
         for name in ("d_model", "n_heads", "d_ff", "n_kv_heads", "d_k", "d_v"):
-            _positive_int(name, getattr(self, name))
+            positive_int(name, getattr(self, name))
         head_sizes(self.d_model, self.n_heads, self.d_k, self.d_v, self.n_kv_heads)
         for name in ("dropout", "attention_dropout"):
             p = getattr(self, name)
@@ -207,57 +284,32 @@ class TransformerConfig:
     # keys, before RoPE (gain only, eps = layer_norm_eps)
     sliding_window: int | None = None  # W: decoder-only models attend to the last W positions
     # only, themselves included (Mistral; its KV cache is a ring of W); None: the whole past
-    # ----- mixture of experts (Mixtral, Qwen3-MoE; decoder-only models) ------------------------
-    n_experts: int = 0  # E: feed-forward experts in each MoE layer; 0: every layer is dense
-    moe_top_k: int = 2  # k: experts each token is sent to (the router's top k of E)
-    moe_d_ff: int | None = None  # hidden width of each expert; None means d_ff
-    moe_renormalize: bool = True  # rescale the k chosen probabilities to sum to 1 (Mixtral,
-    # Qwen3-MoE's norm_topk_prob); False keeps the softmax's values (Switch, OLMoE)
-    moe_shared_experts: int = 0  # experts every token goes through as well (DeepSeek-MoE)
-    moe_every: int = 1  # layer i (from 0) is MoE when (i + 1) % moe_every == 0, the others
-    # dense with width d_ff (Qwen3-MoE's decoder_sparse_step)
-    moe_first_dense: int = 0  # the first layers stay dense whatever moe_every says
-    # (DeepSeek-V3's first_k_dense_replace: 3 of 61)
-    moe_router: str = "softmax"  # "softmax": probabilities over the experts, then top-k
-    # (Mixtral, Qwen3-MoE); "sigmoid": each expert's score on its own, top-k chosen after adding
-    # a per-expert bias that steers the choice but not the weights (DeepSeek-V3)
-    moe_groups: int = 1  # G: the experts split into G equal groups, and a token chooses among
-    # those of its moe_top_groups best groups only (DeepSeek-V3's n_group; sigmoid router)
-    moe_top_groups: int = 1  # the groups a token may use (DeepSeek-V3's topk_group)
-    moe_scale: float = 1.0  # the routed experts' weights times this (routed_scaling_factor)
-    moe_bias_update_rate: float = 0.0  # gamma: after each training step, each expert's choice
-    # bias moves by gamma towards an even load, bias += gamma * sign(mean load - load)
-    # (DeepSeek-V3's auxiliary-loss-free balancing; sigmoid router); 0: the bias stays put
-    # ----- multi-head latent attention (DeepSeek-V2/V3; decoder-only, positional="rope") -------
-    kv_rank: int | None = None  # R: keys and values rebuilt from a latent of R numbers per
-    # token, all the cache keeps (with the rotated key part); d_k is then each head's unrotated
-    # query/key part Dn; None: ordinary attention
-    q_rank: int | None = None  # Rq: the queries' own latent (DeepSeek's q_lora_rank); None: one
-    # projection
-    d_rope: int = 0  # Dr: the rotated part of each head's query and of the key shared by heads
+    # ----- the groups: each None (absent) or its own frozen config -----------------------------
+    moe: MoEConfig | None = None  # a mixture of experts in place of the dense feed-forward
+    # (Mixtral, Qwen3-MoE, DeepSeek; decoder-only models)
+    latent: LatentConfig | None = None  # multi-head latent attention (DeepSeek-V2/V3;
+    # decoder-only, positional="rope"); d_k is then each head's unrotated query/key part Dn
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
-            _positive_int(name, getattr(self, name))
+            positive_int(name, getattr(self, name))
         optional = ("n_decoder_layers", "d_k", "d_v", "src_vocab_size", "sliding_window")
         for name in (*optional, "n_kv_heads"):
             if getattr(self, name) is not None:
-                _positive_int(name, getattr(self, name))
+                positive_int(name, getattr(self, name))
+        self._coerce_groups()
         self.block()  # the block's fields: head sizes, dropouts, norm, activation, eps
         if self.positional not in _POSITIONAL:
             raise ValueError(f"positional must be one of {_POSITIONAL}, got {self.positional!r}")
         self._check_rope()
-        self._check_moe()
-        self._check_mla()
+        if self.moe is not None:
+            self.moe.check_layers(self.n_layers)
+        self._check_latent()
         if self.sinusoidal_layout not in _SINUSOIDAL_LAYOUTS:
             raise ValueError(
                 f"sinusoidal_layout must be one of {_SINUSOIDAL_LAYOUTS}, "
                 f"got {self.sinusoidal_layout!r}"
             )
-        if isinstance(self.hf, Mapping):  # as dataclasses.asdict writes it (checkpoints, YAML)
-            object.__setattr__(self, "hf", HFOptions.from_mapping(self.hf))
-        if not isinstance(self.hf, HFOptions):
-            raise ValueError(f"hf must be an HFOptions, got {type(self.hf).__name__}")
         if self.pad_id is not None and not (0 <= self.pad_id < self.vocab_size):
             raise ValueError(
                 f"pad_id must be a token id in [0, vocab_size={self.vocab_size}), got {self.pad_id}"
@@ -283,7 +335,7 @@ class TransformerConfig:
                         f"got positional={self.positional!r}"
                     )
             return
-        if self.kv_rank is None and self.head_dim_k % 2 != 0:
+        if self.latent is None and self.head_dim_k % 2 != 0:
             raise ValueError(
                 f"positional='rope' turns pairs of query/key columns: the per-head width Dk "
                 f"must be even, got Dk={self.head_dim_k}"
@@ -294,118 +346,37 @@ class TransformerConfig:
                 "which positional='rope' does not have; use rope_pairs to choose the pairing"
             )
 
-    def _check_moe(self) -> None:
-        # The MoE fields mean something only with experts; k chooses among them.
-        n = self.n_experts
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ValueError(f"n_experts must be an integer >= 0 (0: dense), got {n!r}")
-        for name in ("moe_top_k", "moe_every"):
-            _positive_int(name, getattr(self, name))
-        if self.moe_d_ff is not None:
-            _positive_int("moe_d_ff", self.moe_d_ff)
-        shared = self.moe_shared_experts
-        if isinstance(shared, bool) or not isinstance(shared, int) or shared < 0:
-            raise ValueError(f"moe_shared_experts must be an integer >= 0, got {shared!r}")
-        if not isinstance(self.moe_renormalize, bool):
-            raise ValueError(f"moe_renormalize must be True or False, got {self.moe_renormalize!r}")
-        first = self.moe_first_dense
-        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
-            raise ValueError(f"moe_first_dense must be an integer >= 0, got {first!r}")
-        if n == 0:
-            defaults = dict(
-                moe_top_k=2, moe_d_ff=None, moe_renormalize=True, moe_shared_experts=0,
-                moe_every=1, moe_first_dense=0, moe_router="softmax", moe_groups=1,
-                moe_top_groups=1, moe_scale=1.0, moe_bias_update_rate=0.0,
-            )  # fmt: skip
-            for name, default in defaults.items():
-                if getattr(self, name) != default:
+    def _coerce_groups(self) -> None:
+        # A group given as a mapping (as dataclasses.asdict writes it: checkpoints, YAML).
+        for name, group in _GROUPS.items():
+            value = getattr(self, name)
+            if isinstance(value, Mapping):
+                known = {f.name for f in dataclasses.fields(group)}
+                unknown = sorted(set(value) - known)
+                if unknown:
                     raise ValueError(
-                        f"{name}={getattr(self, name)!r} needs experts: set n_experts > 0 "
-                        "(got n_experts=0, a dense model)"
+                        f"{name} has no options {unknown}; expected some of {sorted(known)}"
                     )
-            return
-        if self.moe_top_k > n:
-            raise ValueError(
-                f"moe_top_k must be at most n_experts (a token picks k of the E experts): "
-                f"got moe_top_k={self.moe_top_k}, n_experts={n}"
-            )
-        if self.moe_every > self.n_layers:
-            raise ValueError(
-                f"moe_every must be at most n_layers={self.n_layers} (or no layer is MoE), "
-                f"got moe_every={self.moe_every}"
-            )
-        if not any(self.is_moe_layer(i) for i in range(self.n_layers)):
-            raise ValueError(
-                f"moe_first_dense={self.moe_first_dense} leaves no MoE layer among "
-                f"n_layers={self.n_layers} (with moe_every={self.moe_every}); use fewer"
-            )
-        self._check_router()
+                object.__setattr__(self, name, value := group(**value))
+            if not isinstance(value, group) and not (value is None and name != "hf"):
+                expected = "an HFOptions" if name == "hf" else f"a {group.__name__} or None"
+                raise ValueError(f"{name} must be {expected}, got {type(value).__name__}")
 
-    def _check_router(self) -> None:
-        # DeepSeek-V3's router: sigmoid scores, groups of experts, a scale on the weights.
-        if self.moe_router not in _ROUTERS:
-            raise ValueError(f"moe_router must be one of {_ROUTERS}, got {self.moe_router!r}")
-        scale = self.moe_scale
-        if isinstance(scale, bool) or not isinstance(scale, int | float) or not scale > 0:
-            raise ValueError(f"moe_scale must be a number > 0, got {scale!r}")
-        rate = self.moe_bias_update_rate
-        if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate >= 0:
-            raise ValueError(f"moe_bias_update_rate must be a number >= 0, got {rate!r}")
-        if rate and self.moe_router != "sigmoid":
-            raise ValueError(
-                f"moe_bias_update_rate={rate} moves the sigmoid router's choice bias, which needs "
-                f"moe_router='sigmoid', got {self.moe_router!r}"
-            )
-        for name in ("moe_groups", "moe_top_groups"):
-            _positive_int(name, getattr(self, name))
-        g, top = self.moe_groups, self.moe_top_groups
-        if g == 1 and top == 1:
-            return
-        if self.moe_router != "sigmoid":
-            raise ValueError(
-                f"moe_groups={g} and moe_top_groups={top} are DeepSeek-V3's group-limited "
-                f"routing, which needs moe_router='sigmoid', got {self.moe_router!r}"
-            )
-        if self.n_experts % g or self.n_experts // g < 2:
-            raise ValueError(
-                f"moe_groups must split n_experts={self.n_experts} into equal groups of at "
-                f"least 2 (a group's score is its best two experts'), got moe_groups={g}"
-            )
-        if top > g:
-            raise ValueError(f"moe_top_groups must be at most moe_groups={g}, got {top}")
-        if self.moe_top_k > top * (self.n_experts // g):
-            raise ValueError(
-                f"moe_top_k={self.moe_top_k} experts cannot be chosen from moe_top_groups={top} "
-                f"groups of {self.n_experts // g}: raise moe_top_groups or lower moe_top_k"
-            )
-
-    def _check_mla(self) -> None:
+    def _check_latent(self) -> None:
         # MLA's latents compress the width; its rotated part needs RoPE and is what RoPE turns.
-        for name in ("kv_rank", "q_rank"):
-            if getattr(self, name) is not None:
-                _positive_int(name, getattr(self, name))
-        r = self.d_rope
-        if isinstance(r, bool) or not isinstance(r, int) or r < 0:
-            raise ValueError(f"d_rope must be an integer >= 0, got {r!r}")
-        if self.kv_rank is None:
-            for name, default in (("q_rank", None), ("d_rope", 0)):
-                if getattr(self, name) != default:
-                    raise ValueError(
-                        f"{name}={getattr(self, name)!r} is multi-head latent attention's: "
-                        "set kv_rank too (got kv_rank=None)"
-                    )
+        if self.latent is None:
             return
         for name in ("kv_rank", "q_rank"):
-            rank = getattr(self, name)
+            rank = getattr(self.latent, name)
             if rank is not None and rank > self.d_model:
                 raise ValueError(
-                    f"{name} must be at most d_model={self.d_model} (a compression of the "
-                    f"width), got {name}={rank}"
+                    f"latent.{name} must be at most d_model={self.d_model} (a compression of "
+                    f"the width), got {rank}"
                 )
-        if self.positional != "rope" or r == 0 or r % 2:
+        if self.positional != "rope":
             raise ValueError(
-                "kv_rank (multi-head latent attention) needs positional='rope' and an even "
-                f"d_rope > 0 (the rotated part), got positional={self.positional!r}, d_rope={r}"
+                "latent (multi-head latent attention) needs positional='rope' (its d_rope part "
+                f"is rotated), got positional={self.positional!r}"
             )
         unsupported = dict(
             n_kv_heads=self.n_kv_heads not in (None, self.n_heads),  # the heads share the latent
@@ -415,23 +386,23 @@ class TransformerConfig:
         for name, present in unsupported.items():
             if present:
                 raise ValueError(
-                    f"kv_rank (multi-head latent attention) does not support "
+                    f"latent (multi-head latent attention) does not support "
                     f"{name}={getattr(self, name)!r}"
                 )
 
     @property
     def rope_dim(self) -> int:
         """The width RoPE turns in each head: Dr with latent attention, else Dk."""
-        return self.d_rope if self.kv_rank is not None else self.head_dim_k
+        return self.latent.d_rope if self.latent is not None else self.head_dim_k
 
     def reject_decoder_only_options(self, model: str) -> None:
         """Fail for an option only :class:`~coursepkg.DecoderOnlyLM` implements: a
         ``sliding_window``, rotary positions (which need the positions of one sequence),
         QK-norm (a cross-attention cache would hold keys normalised once already), latent
-        attention (``kv_rank``) or experts (``n_experts``)."""
-        if self.kv_rank is not None:
+        attention (``latent``) or experts (``moe``)."""
+        if self.latent is not None:
             raise ValueError(
-                f"{model} does not support kv_rank={self.kv_rank} (only DecoderOnlyLM has "
+                f"{model} does not support latent={self.latent} (only DecoderOnlyLM has "
                 "multi-head latent attention)"
             )
         if self.sliding_window is not None:
@@ -449,10 +420,10 @@ class TransformerConfig:
                 f"{model} does not support qk_norm=True (only DecoderOnlyLM normalises its "
                 "queries and keys)"
             )
-        if self.n_experts:
+        if self.moe is not None:
             raise ValueError(
-                f"{model} does not support n_experts={self.n_experts} (only DecoderOnlyLM has "
-                "mixture-of-experts layers); use n_experts=0"
+                f"{model} does not support moe={self.moe} (only DecoderOnlyLM has "
+                "mixture-of-experts layers); use moe=None"
             )
 
     # ----- derived sizes -------------------------------------------------------------------
@@ -471,9 +442,14 @@ class TransformerConfig:
         """The number of key/value heads (``n_kv_heads``, or H without grouping)."""
         return head_sizes(self.d_model, self.n_heads, self.d_k, self.d_v, self.n_kv_heads)[2]
 
-    def block(self) -> BlockConfig:
-        """What each layer of this model is built from: the block's fields, every default
-        resolved (Dk, Dv, Hkv are numbers, never None)."""
+    def block(self, layer: int | None = None) -> BlockConfig:
+        """What a layer of this model is built from: the block's fields, every default
+        resolved (Dk, Dv, Hkv are numbers, never None), with its groups.
+
+        Args:
+            layer: the layer's index (from 0): its block carries the ``moe`` group when that
+                layer is a MoE layer (with the experts' width resolved); None: a dense block.
+        """
         d_k, d_v, n_kv_heads = head_sizes(
             self.d_model, self.n_heads, self.d_k, self.d_v, self.n_kv_heads
         )
@@ -492,18 +468,23 @@ class TransformerConfig:
             activation=self.activation,
             bias=self.bias,
             qk_norm=self.qk_norm,
+            latent=self.latent,
+            moe=self._layer_moe(layer),
         )
+
+    def _layer_moe(self, layer: int | None) -> MoEConfig | None:
+        if layer is None or not self.is_moe_layer(layer):
+            return None
+        return dataclasses.replace(self.moe, d_ff=self.expert_d_ff)
 
     @property
     def expert_d_ff(self) -> int:
-        """The hidden width of each expert (``moe_d_ff``, or ``d_ff``)."""
-        return self.moe_d_ff if self.moe_d_ff is not None else self.d_ff
+        """The hidden width of each expert (``moe.d_ff``, or ``d_ff``)."""
+        return self.moe.d_ff if self.moe is not None and self.moe.d_ff is not None else self.d_ff
 
     def is_moe_layer(self, i: int) -> bool:
         """Whether layer ``i`` (counted from 0) has a mixture of experts as its feed-forward."""
-        if self.n_experts == 0 or i < self.moe_first_dense:
-            return False
-        return (i + 1) % self.moe_every == 0
+        return self.moe is not None and self.moe.is_moe_layer(i)
 
     @property
     def decoder_layers(self) -> int:
@@ -529,6 +510,26 @@ class TransformerConfig:
         """Return a copy with some fields changed (the config itself is frozen)."""
         return dataclasses.replace(self, **changes)
 
+    @classmethod
+    def from_dict(cls, options: Mapping) -> TransformerConfig:
+        """The config a mapping describes, in any form a run or checkpoint wrote: today's
+        (``dataclasses.asdict``), a config saved before the groups (flat ``n_experts``,
+        ``moe_top_k``, ``kv_rank``, ``pooler``), or dotted names (``moe.top_k``); see
+        :func:`upgrade_options`.
+
+        Raises:
+            ValueError: naming the options that are no field of the config.
+        """
+        options = upgrade_options(options)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(
+                f"options {unknown} are not TransformerConfig fields; expected some of "
+                f"{sorted(known)}"
+            )
+        return cls(**options)
+
     # ----- presets ---------------------------------------------------------------------------
     @classmethod
     def base(cls, vocab_size: int = 37000, **overrides) -> TransformerConfig:
@@ -545,9 +546,14 @@ class TransformerConfig:
         return cls(vocab_size=vocab_size, **fields)
 
 
-def _positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+def config_value(config: TransformerConfig, name: str) -> object:
+    """A field or property of ``config`` by name; ``"moe.top_k"`` reads a group's field (None
+    when the group is absent)."""
+    group, _, field_name = name.partition(".")
+    if not field_name:
+        return getattr(config, name)
+    value = getattr(config, group)
+    return None if value is None else getattr(value, field_name)
 
 
 def head_sizes(

@@ -10,11 +10,11 @@ import torch
 from torch import Tensor, nn
 
 from ._validation import check_token_mask, check_tokens
-from .config import TransformerConfig
+from .config import BlockConfig, TransformerConfig
 from .fast_attention import FastDropout
 from .kv_cache import KVCache
 from .layers import EncoderLayer
-from .masks import causal_mask, key_mask
+from .masks import PackedMask, as_mask, causal_mask, key_mask
 from .mla import LatentCache, MultiHeadLatentAttention
 from .model_parts import (
     add_logits_bias,
@@ -26,7 +26,33 @@ from .model_parts import (
 from .moe import MoEFeedForward, Routing, load_balancing_loss
 from .positional import RopeAngles, positions_from_mask, rope_frequencies
 
-__all__ = ["DecoderOnlyLM", "sample_next"]
+__all__ = ["DecoderOnlyLM", "DecoderOnlyLayer", "sample_next"]
+
+
+class DecoderOnlyLayer(EncoderLayer):
+    """A decoder-only model's layer: an :class:`~coursepkg.layers.EncoderLayer` whose
+    sub-layers follow its block's groups, built here directly (Hugging Face's Mixtral builds
+    its ``mlp`` so): multi-head latent attention with a ``latent`` group, a mixture of experts
+    with a ``moe`` group, else the dense ones.
+
+    Args:
+        config: the layer's block, ``TransformerConfig.block(i)`` for layer ``i``.
+    """
+
+    def __init__(self, config: BlockConfig) -> None:
+        super().__init__(config)
+
+    def build_self_attention(self, config: BlockConfig) -> nn.Module:
+        """Latent attention with ``config.latent``, else the block's multi-head attention."""
+        if config.latent is not None:
+            return MultiHeadLatentAttention.from_block(config)
+        return super().build_self_attention(config)
+
+    def build_ffn(self, config: BlockConfig) -> nn.Module:
+        """A mixture of experts with ``config.moe``, else the block's feed-forward."""
+        if config.moe is not None:
+            return MoEFeedForward.from_block(config)
+        return super().build_ffn(config)
 
 
 class DecoderOnlyLM(nn.Module):
@@ -43,9 +69,9 @@ class DecoderOnlyLM(nn.Module):
         config: the hyper-parameters (``n_layers`` layers; GPT-2 uses ``norm_first=True``).
 
     Submodules ``embed``, ``positions`` (the table added to the embeddings; None with RoPE),
-    ``layers`` (with ``n_experts``, the ``ffn`` of every ``moe_every``-th one is a
-    :class:`~coursepkg.moe.MoEFeedForward`; with ``kv_rank``, every ``self_attn`` is a
-    :class:`~coursepkg.mla.MultiHeadLatentAttention`), ``norm`` (None without a final norm),
+    ``layers`` (:class:`DecoderOnlyLayer`: with a ``moe`` group, the ``ffn`` of each MoE layer
+    is a :class:`~coursepkg.moe.MoEFeedForward`; with a ``latent`` group, every ``self_attn`` is
+    a :class:`~coursepkg.mla.MultiHeadLatentAttention`), ``norm`` (None without a final norm),
     ``lm_head`` (D -> V, no bias, weight tied
     to ``embed.weight`` when ``tie_embeddings``); buffer ``rope_freqs`` (Dk/2,), RoPE's
     frequencies (None without RoPE).
@@ -61,12 +87,9 @@ class DecoderOnlyLM(nn.Module):
         freqs = rope_frequencies(config.rope_dim, config.rope_theta) if rope else None
         self.register_buffer("rope_freqs", freqs, persistent=False)
         self.dropout = FastDropout(config.dropout)
-        self.layers = nn.ModuleList(EncoderLayer(config.block()) for _ in range(config.n_layers))
-        for i, layer in enumerate(self.layers):
-            if config.is_moe_layer(i):  # a mixture of experts replaces this layer's FFN
-                layer.ffn = MoEFeedForward.from_config(config)
-            if config.kv_rank is not None:  # latent attention replaces its self-attention
-                layer.self_attn = MultiHeadLatentAttention.from_config(config)
+        self.layers = nn.ModuleList(
+            DecoderOnlyLayer(config.block(i)) for i in range(config.n_layers)
+        )
         self.norm = final_norm(config)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         add_logits_bias(self, config)
@@ -77,7 +100,7 @@ class DecoderOnlyLM(nn.Module):
     def new_cache(self, capacity: int | None = None) -> KVCache:
         """An empty key/value cache for :meth:`forward`, holding up to ``capacity`` positions."""
         cache = KVCache(self.config.n_layers, False, capacity, self.config.sliding_window)
-        if self.config.kv_rank is not None:  # only the latents and the rotated key parts
+        if self.config.latent is not None:  # only the latents and the rotated key parts
             cache.self_attn = [LatentCache() for _ in self.layers]
         return cache
 
@@ -98,9 +121,9 @@ class DecoderOnlyLM(nn.Module):
         Returns:
             A scalar tensor that carries gradients to the routers.
         """
-        if self.config.n_experts == 0:
-            raise ValueError("load_balancing_loss needs a mixture of experts: n_experts is 0")
-        return load_balancing_loss(self.routings(), self.config.n_experts, token_mask)
+        if self.config.moe is None:
+            raise ValueError("load_balancing_loss needs a mixture of experts: config.moe is None")
+        return load_balancing_loss(self.routings(), self.config.moe.n_experts, token_mask)
 
     def forward(
         self,
@@ -108,7 +131,7 @@ class DecoderOnlyLM(nn.Module):
         token_mask: Tensor | None = None,
         cache: KVCache | None = None,
         positions: Tensor | None = None,
-        attn_mask: Tensor | None = None,
+        attn_mask: Tensor | PackedMask | None = None,
     ) -> Tensor:
         """Next-token logits at every position.
 
@@ -127,8 +150,10 @@ class DecoderOnlyLM(nn.Module):
                 causal one built from ``token_mask`` (e.g. the document mask of packed
                 examples, :func:`coursepkg.posttrain.packing.document_mask`). With a cache its
                 last axis counts every key the step sees, cached ones first (e.g. the packed
-                step of :class:`coursepkg.serving.packed.PackedBatcher`); give the
-                ``positions`` too, since the default counts from the cache's length.
+                step of :class:`coursepkg.serving.packed.PackedBatcher`, whose
+                :class:`~coursepkg.masks.PackedMask` the attention reads to score each request
+                against its own keys); give the ``positions`` too, since the default counts
+                from the cache's length.
 
         Shape:
             tokens (B, L), positions (B, L) or (L,), attn_mask (B, 1, L, L) or (L, L), with a
@@ -196,10 +221,11 @@ class DecoderOnlyLM(nn.Module):
         tokens: Tensor,
         token_mask: Tensor | None,
         cache: KVCache | None,
-        attn_mask: Tensor | None,
+        attn_mask: Tensor | PackedMask | None,
     ) -> None:
         if attn_mask is None:
             return
+        attn_mask = as_mask(attn_mask)  # a PackedMask is checked as its dense (T, S) mask
         b, n = tokens.shape
         if token_mask is not None:
             raise ValueError("attn_mask replaces the mask built from token_mask: "

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention, fused_attention
-from .kv_cache import AttentionCache
+from .kv_cache import LayerCache
 from .masks import PackedMask, causal_mask
 
 __all__ = ["FUSE_MIN_ROWS", "FastDropout", "FastMultiHeadAttention", "stacked_qkv"]
@@ -74,7 +74,7 @@ class FastMultiHeadAttention(MultiHeadAttention):
     """
 
     def _project(
-        self, query: Tensor, key: Tensor, value: Tensor, cache: AttentionCache | None
+        self, query: Tensor, key: Tensor, value: Tensor, cache: LayerCache | None
     ) -> tuple[Tensor, Tensor, Tensor]:
         """The plain projections' values by routes 1-3 (see the class docstring).
 
@@ -82,8 +82,9 @@ class FastMultiHeadAttention(MultiHeadAttention):
             query (B, L, D), key (B, S, D), value (B, S, D) -> (B, H, L, Dk), (B, Hkv, S, Dk),
             (B, Hkv, S, Dv); K and V do not include what the cache held before this call.
         """
-        if cache is not None and cache.static and cache.k is not None:  # 1.
-            return self._split(self.q_proj(query), self.d_k), cache.k, cache.v
+        fixed = None if cache is None else cache.fixed_kv()
+        if fixed is not None:  # 1.
+            return self._split(self.q_proj(query), self.d_k), *fixed
         projs = (self.q_proj, self.k_proj, self.v_proj)
         if not all(_plain_linear(p) for p in projs):  # wrapped (LoRA), quantized: as they are
             return super()._project(query, key, value, cache)
@@ -91,7 +92,7 @@ class FastMultiHeadAttention(MultiHeadAttention):
         if torch.is_grad_enabled():
             self.__dict__.pop("_qkv_stack", None)  # training holds no stale copy (route 2)
         elif self_attention and cache is not None:  # 2.
-            return self._stacked_qkv(query)  # (a growing cache: a static one is 1.)
+            return self._stacked_qkv(query)  # (a growing cache: a filled fixed one is 1.)
         if query.numel() // self.d_model < FUSE_MIN_ROWS or not (self_attention or key is value):
             return super()._project(query, key, value, cache)
         if self_attention:  # 3.
@@ -129,13 +130,15 @@ class FastMultiHeadAttention(MultiHeadAttention):
         Shape:
             q (B, H, L, Dk), k (B, Hkv, S, Dk), v (B, Hkv, S, Dv) -> (B, H, L, Dv).
         """
+        p = self.dropout if self.training else 0.0
+        b, h, n_q, dk = q.shape
+        if isinstance(mask, PackedMask):  # requests end to end: each against its own keys
+            if b == 1 and not self.record_weights and self._packs(mask.dense, n_q, p):
+                return self._attend_by_request(q, k, v, mask)  # (1, H, T, Dv)
+            mask = mask.dense  # (T, S): the same numbers by the dense mask
         if self.record_weights:
             return super()._attend(q, k, v, mask)
-        p = self.dropout if self.training else 0.0
         group = self.n_heads // self.n_kv_heads
-        b, h, n_q, dk = q.shape
-        if isinstance(mask, PackedMask) and b == 1 and self._packs(mask, n_q, p):
-            return self._attend_by_request(q, k, v, mask)  # (1, H, T, Dv)
         if group > 1 and self._packs(mask, n_q, p):
             # The group's query heads become rows of its K/V head: (B, H, L) queries are
             # (B, Hkv, group * L), and a mask the heads share repeats its L rows per head.

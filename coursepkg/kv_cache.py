@@ -10,13 +10,54 @@ cache holds only those), S cached positions, Dk/Dv per-head sizes.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import torch
 from torch import Tensor
 
-__all__ = ["AttentionCache", "KVCache", "SlidingWindowCache"]
+__all__ = ["AttentionCache", "KVCache", "LayerCache", "SlidingWindowCache"]
 
 
-class AttentionCache:
+class LayerCache(ABC):
+    """The protocol of the cache of one attention block: all attention reads or writes of a
+    cache, whatever its storage (every cache in :mod:`coursepkg` implements it: this module's,
+    :class:`~coursepkg.mla.LatentCache`, :mod:`coursepkg.serving`'s cropped, quantized and
+    paged ones). Attention never asks a cache's type.
+
+    A new cache implements :meth:`update` and keeps ``length``; the defaults of
+    :meth:`keys_after` and :meth:`fixed_kv` are a growing cache's.
+
+    Attributes:
+        length: positions already held (what a model counts new positions from).
+    """
+
+    length: int
+
+    @abstractmethod
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Take this call's keys and values; return the keys and values its queries attend
+        over (for a growing cache: every one held, the new ones last).
+
+        Shape:
+            k (B, H, n, Dk), v (B, H, n, Dv) -> (B, H, S, Dk), (B, H, S, Dv).
+        """
+
+    def keys_after(self, n_new: int) -> int:
+        """S, the keys :meth:`update` returns for ``n_new`` new positions (masks are S wide)."""
+        return self.length + n_new
+
+    def fixed_kv(self) -> tuple[Tensor, Tensor] | None:
+        """The keys and values held when a call cannot change them (cross-attention's, once
+        filled), so attention need not project this call's key and value inputs; None for a
+        cache that takes each call's keys."""
+        return None
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` (beam search reshuffles its hypotheses each step)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot reorder its batch rows")
+
+
+class AttentionCache(LayerCache):
     """Keys and values one attention block has already computed.
 
     A growing cache (self-attention) appends each step's keys/values; a static cache
@@ -56,6 +97,16 @@ class AttentionCache:
             self._write(k, v)
         self.length = self.k.size(2)
         return self.k, self.v
+
+    def keys_after(self, n_new: int) -> int:
+        """S after a call with ``n_new`` keys: a static cache's once filled, else all held."""
+        if self.static:
+            return n_new if self.k is None else self.length
+        return self.length + n_new
+
+    def fixed_kv(self) -> tuple[Tensor, Tensor] | None:
+        """A static cache's keys and values once filled (see :class:`LayerCache`)."""
+        return (self.k, self.v) if self.static and self.k is not None else None
 
     def _write(self, k: Tensor, v: Tensor) -> None:
         # Copy the new positions into the preallocated storage; k and v become views of it.
@@ -118,10 +169,7 @@ class KVCache:
     def keys_after(self, n_new: int) -> int:
         """How many keys self-attention sees once the caches take ``n_new`` more positions
         (a sliding window's ring returns only the newest ones)."""
-        first = self.self_attn[0] if self.self_attn else None
-        if isinstance(first, SlidingWindowCache):
-            return first.keys_after(n_new)
-        return self.length + n_new
+        return self.self_attn[0].keys_after(n_new) if self.self_attn else n_new
 
     @property
     def length(self) -> int:
@@ -134,7 +182,7 @@ class KVCache:
             cache.reorder(index)
 
 
-class SlidingWindowCache:
+class SlidingWindowCache(LayerCache):
     """The self-attention cache of a sliding window of W positions (Mistral's rolling buffer):
     a ring of W slots, position p stored in slot p mod W, so memory stays bounded by W however
     long the generation runs.
@@ -160,7 +208,6 @@ class SlidingWindowCache:
         self.length = 0
         self.k: Tensor | None = None
         self.v: Tensor | None = None
-        self.static = False  # read by attention like an AttentionCache's
 
     def keys_after(self, n_new: int) -> int:
         """How many keys :meth:`update` returns for ``n_new`` new positions."""

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from .config import BlockConfig
 from .fast_attention import FastDropout, FastMultiHeadAttention
-from .kv_cache import AttentionCache
+from .kv_cache import LayerCache
 from .positional import RopeAngles
 
 
@@ -246,18 +246,28 @@ class EncoderLayer(nn.Module):
         super().__init__()
         c = _block_config(config, n_heads, d_ff, dropout)
         self.norm_first = c.norm_first
-        self.self_attn = block_attention(c)
-        self.ffn = PositionwiseFeedForward(c.d_model, c.d_ff, c.dropout, c.activation, c.bias)
+        self.self_attn = self.build_self_attention(c)
+        self.ffn = self.build_ffn(c)
         self.norm1 = block_norm(c)
         self.norm2 = block_norm(c)
         self.dropout1 = FastDropout(c.dropout)
         self.dropout2 = FastDropout(c.dropout)
 
+    def build_self_attention(self, config: BlockConfig) -> nn.Module:
+        """The self-attention sub-layer ``config`` describes (a subclass builds a variant of
+        it here, e.g. :class:`~coursepkg.decoder_only.DecoderOnlyLayer`)."""
+        return block_attention(config)
+
+    def build_ffn(self, config: BlockConfig) -> nn.Module:
+        """The feed-forward sub-layer ``config`` describes (a subclass builds a variant here)."""
+        c = config
+        return PositionwiseFeedForward(c.d_model, c.d_ff, c.dropout, c.activation, c.bias)
+
     def forward(
         self,
         x: Tensor,
         mask: Tensor | None = None,
-        cache: AttentionCache | None = None,
+        cache: LayerCache | None = None,
         rope: RopeAngles | None = None,
     ) -> Tensor:
         """Encode ``x``.
@@ -284,7 +294,7 @@ class EncoderLayer(nn.Module):
         self,
         x: Tensor,
         mask: Tensor | None,
-        cache: AttentionCache | None,
+        cache: LayerCache | None,
         rope: RopeAngles | None = None,
     ) -> Tensor:
         # Self-attention and its residual dropout; (B, L, D) -> (B, L, D).
@@ -332,8 +342,8 @@ class DecoderLayer(nn.Module):
         memory: Tensor,
         self_mask: Tensor | None = None,
         cross_mask: Tensor | None = None,
-        self_cache: AttentionCache | None = None,
-        cross_cache: AttentionCache | None = None,
+        self_cache: LayerCache | None = None,
+        cross_cache: LayerCache | None = None,
     ) -> Tensor:
         """Decode one layer.
 
@@ -358,12 +368,12 @@ class DecoderLayer(nn.Module):
             x = self.norm3(x + self._ff_block(x))  # (B, L, D)
         return x
 
-    def _sa_block(self, x: Tensor, mask: Tensor | None, cache: AttentionCache | None) -> Tensor:
+    def _sa_block(self, x: Tensor, mask: Tensor | None, cache: LayerCache | None) -> Tensor:
         # Masked self-attention and its residual dropout; (B, L, D) -> (B, L, D).
         return self.dropout1(self.self_attn(x, x, x, mask, cache))
 
     def _ca_block(
-        self, x: Tensor, memory: Tensor, mask: Tensor | None, cache: AttentionCache | None
+        self, x: Tensor, memory: Tensor, mask: Tensor | None, cache: LayerCache | None
     ) -> Tensor:
         # Cross-attention to the encoder output and its residual dropout; -> (B, L, D).
         return self.dropout2(self.cross_attn(x, memory, memory, mask, cache))

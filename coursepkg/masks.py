@@ -113,15 +113,17 @@ def segment_positions(segments: Tensor) -> Tensor:
     return index - starts  # (B, W)
 
 
-class PackedMask(Tensor):
+class PackedMask:
     """The mask of requests packed end to end in one row, as a serving step that prefills some
-    requests while it decodes others lays them out: a bool (T, S) tensor, True = may attend,
-    in which each request's new tokens see its own keys up to their own position and nothing
-    of the other requests'. As a tensor it is that dense mask and nothing more (any attention
-    may read it as a mask, and operations on it give plain tensors); it also knows where each
-    request's tokens and keys lie, so that an attention may score each request against its own
-    keys only (:class:`~coursepkg.fast_attention.FastMultiHeadAttention` does: the dense mask
-    spends most of its scores between tokens and keys of two different requests).
+    requests while it decodes others lays them out: a small structure a model takes as its
+    ``attn_mask`` (:meth:`coursepkg.DecoderOnlyLM.forward`) and passes to every attention.
+
+    ``dense`` is the bool (T, S) mask, True = may attend, in which each request's new tokens
+    see its own keys up to their own position and nothing of the other requests': any
+    attention may use it as its mask (:func:`as_mask` gives it). The rest says where each
+    request's tokens and keys lie, which the models' attention reads to score each request
+    against its own keys only (:class:`~coursepkg.fast_attention.FastMultiHeadAttention`: the
+    dense mask spends most of its scores between tokens and keys of two different requests).
 
     Args:
         n_new: each request's new tokens, in order (its run of T: 1 for a request being
@@ -130,27 +132,19 @@ class PackedMask(Tensor):
             ``n_new``.
         device: where the mask and its indices live.
 
-    Shape:
-        (T, S) with T = sum(n_new), S = sum(n_keys). Attributes ``query_request``,
-        ``query_position`` (T,): which request each new token belongs to and its position in
-        it; ``key_request``, ``key_position`` (S,): the same for each key.
+    Attributes:
+        dense: bool (T, S) with T = sum(n_new), S = sum(n_keys).
+        query_request, query_position: (T,) which request each new token belongs to and its
+            position in it.
+        key_request, key_position: (S,) the same for each key.
     """
 
-    __torch_function__ = torch._C._disabled_torch_function_impl  # ops give plain tensors
-
-    n_new: list[int]
-    n_keys: list[int]
-    query_request: Tensor
-    query_position: Tensor
-    key_request: Tensor
-    key_position: Tensor
-
-    def __new__(
-        cls,
+    def __init__(
+        self,
         n_new: list[int],
         n_keys: list[int],
         device: torch.device | str | None = None,
-    ) -> PackedMask:
+    ) -> None:
         n_new, n_keys = list(n_new), list(n_keys)
         if len(n_new) != len(n_keys) or not n_new or min(n_new) < 1:
             raise ValueError(
@@ -168,12 +162,11 @@ class PackedMask(Tensor):
         k_req = torch.repeat_interleave(rows, keys)  # (S,)
         q_pos = (keys - new)[q_req] + segment_positions(q_req[None])[0]  # (T,): after the past
         k_pos = segment_positions(k_req[None])[0]  # (S,)
-        dense = (q_req[:, None] == k_req) & (k_pos <= q_pos[:, None])  # (T, S)
-        mask = Tensor._make_subclass(cls, dense)
-        mask.n_new, mask.n_keys = n_new, n_keys
-        mask.query_request, mask.query_position = q_req, q_pos
-        mask.key_request, mask.key_position = k_req, k_pos
-        return mask
+        self.dense = (q_req[:, None] == k_req) & (k_pos <= q_pos[:, None])  # (T, S)
+        self.n_new, self.n_keys = n_new, n_keys
+        self.query_request, self.query_position = q_req, q_pos
+        self.key_request, self.key_position = k_req, k_pos
+        self._one_token: tuple[Tensor, Tensor, Tensor] | None = None
 
     def runs(self) -> list[tuple[int, int, int, int]]:
         """Each request's run of new tokens and of keys: ``(q_start, q_end, k_start, k_end)``,
@@ -196,7 +189,7 @@ class PackedMask(Tensor):
             -> (Bd,), (Bd, W), (Bd, 1, 1, W), with Bd such requests and W the most keys one
             of them has.
         """
-        if getattr(self, "_one_token", None) is None:
+        if self._one_token is None:
             device = self.query_request.device
             spans = [r for r in self.runs() if r[1] - r[0] == 1]
             width = max((k1 - k0 for _, _, k0, k1 in spans), default=0)
@@ -210,3 +203,8 @@ class PackedMask(Tensor):
                 real[:, None, None, :],  # (Bd, 1, 1, W)
             )
         return self._one_token
+
+
+def as_mask(mask: Tensor | PackedMask | None) -> Tensor | None:
+    """The boolean mask tensor of ``mask``: a :class:`PackedMask`'s ``dense``, else ``mask``."""
+    return mask.dense if isinstance(mask, PackedMask) else mask

@@ -24,7 +24,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .config import TransformerConfig
+from .config import BlockConfig
+from .kv_cache import LayerCache
 from .layers import RMSNorm
 from .positional import RopeAngles
 
@@ -36,8 +37,10 @@ __all__ = [
 ]
 
 
-class LatentCache:
-    """What one MLA block keeps per past token: the normalised latent and the rotated key part.
+class LatentCache(LayerCache):
+    """What one MLA block keeps per past token: the normalised latent and the rotated key part
+    (the :class:`~coursepkg.kv_cache.LayerCache` protocol, with the latent and the rotated key
+    part in place of keys and values).
 
     Attributes:
         latent: (B, S, R) or None before the first call.
@@ -167,16 +170,21 @@ class MultiHeadLatentAttention(nn.Module):
         self.out_proj = nn.Linear(n_heads * d_v, d_model, bias=False)
 
     @classmethod
-    def from_config(cls, config: TransformerConfig) -> MultiHeadLatentAttention:
-        """The block ``config``'s ``kv_rank``, ``q_rank`` and ``d_rope`` describe (d_k is Dn)."""
+    def from_block(cls, config: BlockConfig) -> MultiHeadLatentAttention:
+        """The attention a block's ``latent`` group describes (its ``d_k`` is Dn)."""
+        if config.latent is None:
+            raise ValueError(
+                "MultiHeadLatentAttention.from_block needs a block with a latent group, got None"
+            )
+        latent = config.latent
         return cls(
             config.d_model,
             config.n_heads,
-            config.kv_rank,
-            config.head_dim_k,
-            config.d_rope,
-            config.head_dim_v,
-            config.q_rank,
+            latent.kv_rank,
+            config.d_k,
+            latent.d_rope,
+            config.d_v,
+            latent.q_rank,
             config.layer_norm_eps,
         )
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .config import TransformerConfig
+from .config import BlockConfig
 from .layers import PositionwiseFeedForward
 
 __all__ = [
@@ -225,22 +225,26 @@ class MoEFeedForward(nn.Module):
         self.routing: Routing | None = None
 
     @classmethod
-    def from_config(cls, config: TransformerConfig) -> MoEFeedForward:
-        """The MoE feed-forward ``config``'s ``n_experts``, ``moe_*`` fields describe."""
+    def from_block(cls, config: BlockConfig) -> MoEFeedForward:
+        """The mixture of experts a block's ``moe`` group describes (with its sizes, dropout,
+        activation and bias): ``MoEFeedForward.from_block(model_config.block(i))``."""
+        if config.moe is None:
+            raise ValueError("MoEFeedForward.from_block needs a block with a moe group, got None")
+        m = config.moe
         return cls(
             config.d_model,
-            config.expert_d_ff,
-            config.n_experts,
-            config.moe_top_k,
-            config.moe_renormalize,
-            config.moe_shared_experts,
+            m.d_ff if m.d_ff is not None else config.d_ff,
+            m.n_experts,
+            m.top_k,
+            m.renormalize,
+            m.shared_experts,
             config.dropout,
             config.activation,
             config.bias,
-            config.moe_router,
-            config.moe_groups,
-            config.moe_top_groups,
-            config.moe_scale,
+            m.router,
+            m.groups,
+            m.top_groups,
+            m.scale,
         )
 
     def _apply(self, fn, recurse=True):  # noqa: ANN001, ANN202 - nn.Module's hook

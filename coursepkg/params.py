@@ -13,18 +13,19 @@ def attention_parameters(config: TransformerConfig) -> int:
     """W^Q (D x H*Dk), W^K (D x Hkv*Dk), W^V (D x Hkv*Dv), W^O (H*Dv x D), plus biases if any.
 
     Hkv is ``config.kv_heads`` (H unless grouped-query attention shares key/value heads);
-    ``qk_norm`` adds the gains of the query and key RMSNorms (Dk each). With ``kv_rank``,
-    multi-head latent attention's count (:func:`~coursepkg.mla.mla_parameters`).
+    ``qk_norm`` adds the gains of the query and key RMSNorms (Dk each). With a ``latent``
+    group, multi-head latent attention's count (:func:`~coursepkg.mla.mla_parameters`).
     """
-    if config.kv_rank is not None:
+    if config.latent is not None:
+        latent = config.latent
         return mla_parameters(
             config.d_model,
             config.n_heads,
-            config.kv_rank,
+            latent.kv_rank,
             config.head_dim_k,
-            config.d_rope,
+            latent.d_rope,
             config.head_dim_v,
-            config.q_rank,
+            latent.q_rank,
         )
     d, h, dk, dv = config.d_model, config.n_heads, config.head_dim_k, config.head_dim_v
     g = config.kv_heads
@@ -48,16 +49,19 @@ def moe_parameters(config: TransformerConfig, active: bool = False) -> int:
     shared experts, each a feed-forward of hidden width ``config.expert_d_ff``.
 
     Args:
-        config: its ``n_experts``, ``moe_top_k``, ``moe_shared_experts`` and the experts' shape.
+        config: its ``moe`` group (E, k, shared experts) and the experts' shape.
         active: count only what one token uses: the router, its k experts and the shared ones.
     """
+    if config.moe is None:
+        raise ValueError("moe_parameters needs a mixture of experts: config.moe is None")
+    moe = config.moe
     expert = feed_forward_parameters(config.replace(d_ff=config.expert_d_ff))
-    shared = config.moe_shared_experts  # one feed-forward of width shared * expert_d_ff
+    shared = moe.shared_experts  # one feed-forward of width shared * expert_d_ff
     shared_ffn = (
         feed_forward_parameters(config.replace(d_ff=shared * config.expert_d_ff)) if shared else 0
     )
-    used = config.moe_top_k if active else config.n_experts
-    return config.d_model * config.n_experts + used * expert + shared_ffn
+    used = moe.top_k if active else moe.n_experts
+    return config.d_model * moe.n_experts + used * expert + shared_ffn
 
 
 def decoder_stack_parameters(config: TransformerConfig, active: bool = False) -> int:
@@ -218,8 +222,8 @@ def forward_multiply_adds(
     """
     if model not in ("encoder-decoder", "decoder-only"):
         raise ValueError(f"model must be 'encoder-decoder' or 'decoder-only', got {model!r}")
-    if config.kv_rank is not None:
-        raise ValueError("forward_multiply_adds does not count latent attention (kv_rank) yet")
+    if config.latent is not None:
+        raise ValueError("forward_multiply_adds does not count latent attention (latent) yet")
     for name, value in (("src_len", src_len), ("tgt_len", tgt_len)):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -235,8 +239,10 @@ def forward_multiply_adds(
     pair = qk + vo
     if model == "decoder-only":
         # a mixture of experts: the router (D x E) and the k experts (and shared ones) a token uses
-        used = config.moe_top_k + config.moe_shared_experts
-        moe_ffn = config.d_model * config.n_experts + used * branches * d * config.expert_d_ff
+        moe = config.moe
+        used = moe.top_k + moe.shared_experts if moe else 0
+        experts = moe.n_experts if moe else 0
+        moe_ffn = config.d_model * experts + used * branches * d * config.expert_d_ff
         ffns = sum(moe_ffn if config.is_moe_layer(i) else ffn for i in range(config.n_layers))
         return {
             "layers": s * (config.n_layers * projections + ffns),
@@ -258,20 +264,20 @@ def kv_cache_bytes_per_token(config: TransformerConfig, bytes_per_number: int = 
     key (Hkv x Dk numbers) and one value (Hkv x Dv) per token. Grouped-query attention divides
     it by H / Hkv; multi-query (Hkv = 1) by H.
 
-    Multi-head latent attention (``kv_rank``) keeps the latent and the rotated key part
+    Multi-head latent attention (``latent``) keeps the latent and the rotated key part
     instead, R + Dr numbers per layer, whatever the heads.
 
     Args:
         config: its ``n_layers``, ``kv_heads``, ``head_dim_k`` and ``head_dim_v`` (or
-            ``kv_rank`` and ``d_rope``).
+            ``latent.kv_rank`` and ``latent.d_rope``).
         bytes_per_number: 4 for float32, 2 for float16/bfloat16.
 
     Returns:
         Bytes per cached token (per batch row).
     """
     per_layer = config.kv_heads * (config.head_dim_k + config.head_dim_v)
-    if config.kv_rank is not None:
-        per_layer = config.kv_rank + config.d_rope
+    if config.latent is not None:
+        per_layer = config.latent.kv_rank + config.latent.d_rope
     return config.n_layers * per_layer * bytes_per_number
 
 

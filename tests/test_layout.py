@@ -5,6 +5,7 @@ over 600 lines, no function over 80 lines (counted from ``def`` to the end of it
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import re
 from pathlib import Path
@@ -96,6 +97,7 @@ def test_the_map_lists_every_module_and_every_test_file():
     assert not unlisted, f"not in DEVELOPING.md's map: {sorted(unlisted)}"
 
 
+@functools.cache  # built once per session: four tests read it, none changes it
 def _import_graph() -> tuple[dict[str, set[str]], Any]:
     """``scripts/import_cycles.py``'s graph of ``coursepkg``: every import, wherever written."""
     path = ROOT / "scripts" / "import_cycles.py"
@@ -111,6 +113,24 @@ def test_no_import_cycle_even_through_imports_inside_functions():
     assert "coursepkg.grading.release" in graph["coursepkg.grading.classroom.gradebook"]
     assert cycles(graph) == []
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# The libraries: what a user imports to train, serve, fine-tune or load models; the book's
+# runs and measurements (coursepkg.chapters) are built on them, never the reverse.
+LIBRARIES = ("data", "interop", "parallel", "posttrain", "serving", "training")
+
+
+def test_libraries_never_import_the_chapters_runs():
+    graph, _ = _import_graph()
+    libraries = [name for name in graph if name.split(".")[1:2] and name.split(".")[1] in LIBRARIES]
+    assert {name.split(".")[1] for name in libraries} == set(LIBRARIES)
+    upward = sorted(
+        (name, target)
+        for name in libraries
+        for target in graph[name]
+        if target.startswith("coursepkg.chapters")
+    )
+    assert not upward, upward
 
 
 # The grading folders from the bottom up; a module imports its own floor or those below.
@@ -157,6 +177,7 @@ ROOT_MODULES = {
     "_validation.py",
     "attention.py",
     "config.py",
+    "config_groups.py",
     "decoder_only.py",
     "decoding.py",
     "efficient_attention.py",

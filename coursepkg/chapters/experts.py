@@ -24,6 +24,7 @@ from torch import Tensor
 from coursepkg.chapters.run_cache import cache_file, check_cache_mode, reuse_run, save_run
 from coursepkg.chapters.train import History, fit, seed_everything
 from coursepkg.config import TransformerConfig
+from coursepkg.config_groups import LatentConfig, MoEConfig
 from coursepkg.data.text import char_lm_batches, load_tinyshakespeare
 from coursepkg.data.vocab import CharVocab
 from coursepkg.model import DecoderOnlyLM
@@ -53,16 +54,12 @@ MOE: dict[str, Any] = dict(
     positional="rope",
     activation="swiglu",
     bias=False,
-    n_experts=8,
-    moe_top_k=2,
-    moe_d_ff=32,
+    moe=MoEConfig(n_experts=8, top_k=2, d_ff=32),
 )
 
 #: Its dense peer: one feed-forward of width k x 32 = 64, the width a token's two experts add
 #: up to, so a token meets as many feed-forward weights in either model (less the router).
-DENSE: dict[str, Any] = {
-    k: v for k, v in MOE.items() if k not in ("n_experts", "moe_top_k", "moe_d_ff")
-}
+DENSE: dict[str, Any] = {k: v for k, v in MOE.items() if k != "moe"}
 
 #: The attentions the chapter compares on :data:`DENSE`, changes to its config. Multi-head
 #: attention caches 2 x 4 heads x 8 = 64 numbers per token and layer; multi-query attention
@@ -71,7 +68,7 @@ DENSE: dict[str, Any] = {
 ATTENTION: dict[str, dict[str, Any]] = {
     "MHA": {},
     "MQA": dict(n_kv_heads=1),
-    "MLA": dict(kv_rank=12, d_rope=4),
+    "MLA": dict(latent=LatentConfig(kv_rank=12, d_rope=4)),
 }  # the end of ATTENTION
 
 
@@ -223,9 +220,9 @@ def expert_loads(run: ExpertsRun) -> Tensor:
         (layers, E): each MoE layer's share of the (character, choice) assignments per expert;
         each row sums to 1 (an even spread is 1 / E each).
     """
-    if run.model.config.n_experts == 0:
-        raise ValueError("expert_loads needs a mixture of experts: the run's n_experts is 0")
-    n = run.model.config.n_experts
+    if run.model.config.moe is None:
+        raise ValueError("expert_loads needs a mixture of experts: the run's config.moe is None")
+    n = run.model.config.moe.n_experts
     total = None
     for x, _ in run.heldout:
         run.model(x)

@@ -27,7 +27,7 @@ _HELP = {
     "parallel": "ddp (PyTorch's), course-ddp or course-bucketed (the course's own); sharded: "
     "zero1 or fsdp (PyTorch's), course-zero1 or course-fsdp (the course's)",
     "checkpoint_activations": "recompute each block's activations in backward (less memory)",
-    "aux_loss_coef": "with --model n_experts=E: the load-balancing loss's weight in the loss",
+    "aux_loss_coef": "with --model moe.n_experts=E: the load-balancing loss's weight in the loss",
 }
 
 
@@ -78,7 +78,7 @@ def _add_train(sub: Any) -> None:
         type=_model_option,
         default=[],
         metavar="KEY=VALUE",
-        help="a TransformerConfig option, e.g. --model d_model=128 --model n_layers=4",
+        help="a TransformerConfig option, e.g. --model d_model=128 --model moe.n_experts=4",
     )
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

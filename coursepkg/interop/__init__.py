@@ -9,10 +9,10 @@
   (RoPE, RMSNorm, SwiGLU, grouped-query attention) -> :class:`~coursepkg.DecoderOnlyLM`;
   :func:`to_hf_llama` goes back (same optional extra).
 - :func:`from_hf_mixtral`, :func:`from_hf_qwen3_moe`: the mixtures of experts ->
-  :class:`~coursepkg.DecoderOnlyLM` with ``n_experts``; :func:`to_hf_mixtral` and
+  :class:`~coursepkg.DecoderOnlyLM` with a ``moe`` group; :func:`to_hf_mixtral` and
   :func:`to_hf_qwen3_moe` go back.
 - :func:`from_hf_deepseek_v3`: DeepSeek-V3's latent attention and its sigmoid-routed experts
-  -> :class:`~coursepkg.DecoderOnlyLM` with ``kv_rank`` and ``moe_router="sigmoid"``;
+  -> :class:`~coursepkg.DecoderOnlyLM` with a ``latent`` group and ``moe.router="sigmoid"``;
   :func:`to_hf_deepseek_v3` goes back.
 """
 

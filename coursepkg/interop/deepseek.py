@@ -7,11 +7,11 @@ are our ``q_down``, ``q_norm``, ``q_up`` (``q_proj``); ``kv_a_proj_with_mqa`` (t
 the rotated key part in one matrix), ``kv_a_layernorm``, ``kv_b_proj``, ``o_proj`` are
 ``kv_down``, ``kv_norm``, ``kv_up``, ``out_proj``. ``rope_interleave`` (DeepSeek's layout:
 columns 2i and 2i+1 turn together) is ``rope_pairs="interleaved"``. The experts: the router
-``gate`` (a sigmoid per expert, ``moe_router="sigmoid"``) and its ``e_score_correction_bias``
-(our ``choice_bias``), ``n_group``/``topk_group`` (``moe_groups``/``moe_top_groups``),
-``routed_scaling_factor`` (``moe_scale``), ``norm_topk_prob`` (``moe_renormalize``),
+``gate`` (a sigmoid per expert, ``moe.router="sigmoid"``) and its ``e_score_correction_bias``
+(our ``choice_bias``), ``n_group``/``topk_group`` (``moe.groups``/``moe.top_groups``),
+``routed_scaling_factor`` (``moe.scale``), ``norm_topk_prob`` (``moe.renormalize``),
 ``shared_experts`` (our ``shared``, ``n_shared_experts`` wide) and ``first_k_dense_replace``
-(``moe_first_dense``); each expert's stacked ``gate_up_proj``/``down_proj`` as Mixtral's.
+(``moe.first_dense``); each expert's stacked ``gate_up_proj``/``down_proj`` as Mixtral's.
 YaRN's RoPE scaling, attention biases and latent norms whose epsilon is not ``rms_norm_eps``
 are refused; the multi-token-prediction layers are not in Hugging Face's model either.
 :func:`to_hf_deepseek_v3` goes back, for a reference model of that shape.
@@ -24,7 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..config import HFOptions, TransformerConfig
+from ..config import HFOptions, TransformerConfig, config_value
+from ..config_groups import LatentConfig, MoEConfig
 from ..decoder_only import DecoderOnlyLM
 from ..moe import MoEFeedForward
 from .common import (
@@ -55,18 +56,19 @@ def _moe_fields(c: Any) -> dict[str, Any]:
     # Every layer from first_k_dense_replace on has experts (none when that is every layer).
     if c.first_k_dense_replace >= c.num_hidden_layers:
         return {}
-    return dict(
+    moe = MoEConfig(
         n_experts=c.n_routed_experts,
-        moe_top_k=c.num_experts_per_tok,
-        moe_d_ff=c.moe_intermediate_size,
-        moe_renormalize=bool(c.norm_topk_prob),
-        moe_shared_experts=c.n_shared_experts,
-        moe_first_dense=c.first_k_dense_replace,
-        moe_router="sigmoid",
-        moe_groups=c.n_group or 1,
-        moe_top_groups=c.topk_group or 1,
-        moe_scale=float(c.routed_scaling_factor),
+        top_k=c.num_experts_per_tok,
+        d_ff=c.moe_intermediate_size,
+        renormalize=bool(c.norm_topk_prob),
+        shared_experts=c.n_shared_experts,
+        first_dense=c.first_k_dense_replace,
+        router="sigmoid",
+        groups=c.n_group or 1,
+        top_groups=c.topk_group or 1,
+        scale=float(c.routed_scaling_factor),
     )
+    return dict(moe=moe)
 
 
 def deepseek_v3_config(hf_config: Any) -> TransformerConfig:
@@ -76,10 +78,10 @@ def deepseek_v3_config(hf_config: Any) -> TransformerConfig:
         hf_config: the Hugging Face config.
 
     Returns:
-        A pre-norm, RMSNorm, RoPE, SwiGLU config with latent attention (``kv_rank``,
-        ``q_rank``, ``d_rope``; ``d_k`` is ``qk_nope_head_dim``, ``d_v`` ``v_head_dim``) and,
-        when some layer has experts, the sigmoid-routed mixture of experts (``n_experts``,
-        ``moe_router="sigmoid"``, ``moe_groups``, ``moe_scale``, ``moe_first_dense``, ...).
+        A pre-norm, RMSNorm, RoPE, SwiGLU config with latent attention (its ``latent`` group;
+        ``d_k`` is ``qk_nope_head_dim``, ``d_v`` ``v_head_dim``) and, when some layer has
+        experts, the sigmoid-routed mixture of experts (its ``moe`` group:
+        ``router="sigmoid"``, ``groups``, ``scale``, ``first_dense``, ...).
     """
     c = hf_config
     require(c.hidden_act in GATED_FROM_HF, f"DeepseekV3: hidden_act {c.hidden_act!r}")
@@ -101,9 +103,9 @@ def deepseek_v3_config(hf_config: Any) -> TransformerConfig:
         n_heads=c.num_attention_heads,
         d_k=c.qk_nope_head_dim,
         d_v=c.v_head_dim,
-        kv_rank=c.kv_lora_rank,
-        q_rank=c.q_lora_rank,
-        d_rope=c.qk_rope_head_dim,
+        latent=LatentConfig(
+            kv_rank=c.kv_lora_rank, q_rank=c.q_lora_rank, d_rope=c.qk_rope_head_dim
+        ),
         d_ff=c.intermediate_size,
         n_layers=c.num_hidden_layers,
         dropout=0.0,
@@ -150,7 +152,7 @@ def from_hf_deepseek_v3(model: nn.Module) -> DecoderOnlyLM:
     config = deepseek_v3_config(model.config).replace(tie_embeddings=tied)
     lm = DecoderOnlyLM(config)
     copy_tensor(lm.embed.weight, body.embed_tokens.weight, "embed_tokens")
-    query = _QUERY_LATENT if config.q_rank is not None else (("q_proj", "q_proj"),)
+    query = _QUERY_LATENT if config.latent.q_rank is not None else (("q_proj", "q_proj"),)
     for i, (dst, src) in enumerate(zip(lm.layers, body.layers, strict=True)):
         name = f"layers.{i}"
         for mine, hf in (*query, *_LATENT):
@@ -175,7 +177,7 @@ _SHAPE = dict(
     scale_embeddings=False, bias=False, qk_norm=False, sliding_window=None,
     layer_norm_eps=_LATENT_EPS, hf=HFOptions(),
 )  # fmt: skip
-_SHAPE_OF_EXPERTS = dict(moe_router="sigmoid", moe_every=1)
+_SHAPE_OF_EXPERTS = {"moe.router": "sigmoid", "moe.every": 1}
 _ACTIVATION_TO_HF = {ours: theirs for theirs, ours in GATED_FROM_HF.items() if theirs != "swish"}
 
 
@@ -185,12 +187,12 @@ def _check_deepseek_shape(lm: Any) -> TransformerConfig:
     if not isinstance(lm, DecoderOnlyLM):
         raise TypeError(f"lm must be a DecoderOnlyLM, got {type(lm).__name__}")
     c = lm.config
-    needs = {**_SHAPE, **(_SHAPE_OF_EXPERTS if c.n_experts else {})}
-    wrong = {k: getattr(c, k) for k, v in needs.items() if getattr(c, k) != v}
+    needs = {**_SHAPE, **(_SHAPE_OF_EXPERTS if c.moe else {})}
+    wrong = {k: config_value(c, k) for k, v in needs.items() if config_value(c, k) != v}
     require(not wrong, f"lm is not DeepseekV3 shaped: needs {needs}, differs in {wrong}")
     require(
-        c.kv_rank is not None,
-        "lm is not DeepseekV3 shaped: kv_rank=None (DeepSeek-V3's attention is latent; "
+        c.latent is not None,
+        "lm is not DeepseekV3 shaped: latent=None (DeepSeek-V3's attention is latent; "
         "use to_hf_llama for grouped-query attention)",
     )
     require(
@@ -199,8 +201,8 @@ def _check_deepseek_shape(lm: Any) -> TransformerConfig:
         f"{sorted(_ACTIVATION_TO_HF)}, got {c.activation!r}",
     )
     require(
-        not c.n_experts or c.moe_shared_experts >= 1,
-        "lm is not DeepseekV3 shaped: moe_shared_experts=0 (DeepSeek-V3's mixture always "
+        c.moe is None or c.moe.shared_experts >= 1,
+        "lm is not DeepseekV3 shaped: moe.shared_experts=0 (DeepSeek-V3's mixture always "
         "has shared experts)",
     )
     return c
@@ -212,21 +214,22 @@ def _deepseek_fields(c: TransformerConfig) -> dict[str, Any]:
     fields = dict(
         vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.d_ff,
         num_hidden_layers=c.n_layers, num_attention_heads=c.n_heads,
-        num_key_value_heads=c.n_heads, kv_lora_rank=c.kv_rank, q_lora_rank=c.q_rank,
-        qk_rope_head_dim=c.d_rope, qk_nope_head_dim=c.head_dim_k, v_head_dim=c.head_dim_v,
+        num_key_value_heads=c.n_heads, kv_lora_rank=c.latent.kv_rank,
+        q_lora_rank=c.latent.q_rank, qk_rope_head_dim=c.latent.d_rope,
+        qk_nope_head_dim=c.head_dim_k, v_head_dim=c.head_dim_v,
         hidden_act=_ACTIVATION_TO_HF[c.activation], max_position_embeddings=c.max_len,
         rms_norm_eps=c.layer_norm_eps, tie_word_embeddings=c.tie_embeddings,
         rope_parameters=dict(rope_type="default", rope_theta=c.rope_theta),
         rope_interleave=c.rope_pairs == "interleaved", attention_bias=False,
         attention_dropout=c.attention_dropout, first_k_dense_replace=c.n_layers,
     )  # fmt: skip
-    if c.n_experts:
+    if c.moe is not None:
+        m = c.moe
         fields.update(
-            first_k_dense_replace=c.moe_first_dense, n_routed_experts=c.n_experts,
-            num_experts_per_tok=c.moe_top_k, moe_intermediate_size=c.expert_d_ff,
-            n_shared_experts=c.moe_shared_experts, n_group=c.moe_groups,
-            topk_group=c.moe_top_groups, routed_scaling_factor=c.moe_scale,
-            norm_topk_prob=c.moe_renormalize,
+            first_k_dense_replace=m.first_dense, n_routed_experts=m.n_experts,
+            num_experts_per_tok=m.top_k, moe_intermediate_size=c.expert_d_ff,
+            n_shared_experts=m.shared_experts, n_group=m.groups, topk_group=m.top_groups,
+            routed_scaling_factor=m.scale, norm_topk_prob=m.renormalize,
         )  # fmt: skip
     return fields
 
@@ -237,9 +240,9 @@ def to_hf_deepseek_v3(lm: DecoderOnlyLM, **hf_overrides: Any) -> nn.Module:
     Args:
         lm: a DeepSeek-V3-shaped model: pre-norm with a final norm, RMSNorm with epsilon 1e-6
             (Hugging Face's latent norms keep that one), RoPE in either layout, SwiGLU or
-            GeGLU, latent attention (``kv_rank``; ``q_rank`` optional), no biases, QK-norm or
-            sliding window, unscaled embeddings; and, if it has experts, the sigmoid router on
-            every layer after the ``moe_first_dense`` first, with shared experts. Anything
+            GeGLU, latent attention (``latent``; its ``q_rank`` optional), no biases, QK-norm
+            or sliding window, unscaled embeddings; and, if it has experts, the sigmoid router
+            on every layer after the ``moe.first_dense`` first, with shared experts. Anything
             else raises ``ValueError`` naming the fields that differ.
         hf_overrides: more ``DeepseekV3Config`` fields (token ids, ``attn_implementation``).
 
@@ -251,7 +254,7 @@ def to_hf_deepseek_v3(lm: DecoderOnlyLM, **hf_overrides: Any) -> nn.Module:
     tf = transformers_module()
     config = tf.DeepseekV3Config(**{**_deepseek_fields(c), **hf_overrides})
     model = tf.DeepseekV3ForCausalLM(config)
-    query = _QUERY_LATENT if c.q_rank is not None else (("q_proj", "q_proj"),)
+    query = _QUERY_LATENT if c.latent.q_rank is not None else (("q_proj", "q_proj"),)
     with torch.no_grad():
         body = model.model
         copy_tensor(body.embed_tokens.weight, lm.embed.weight, "embed")

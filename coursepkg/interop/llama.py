@@ -22,7 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..config import HFOptions, TransformerConfig
+from ..config import HFOptions, TransformerConfig, config_value
+from ..config_groups import MoEConfig
 from ..decoder_only import DecoderOnlyLM
 from .common import (
     GATED_FROM_HF,
@@ -131,23 +132,24 @@ def _moe_fields(c: Any, family: str) -> dict[str, Any]:
     # and Qwen3-MoE (every decoder_sparse_step-th layer, moe_intermediate_size wide).
     if family == "Mixtral":
         n, k = c.num_local_experts, c.num_experts_per_tok
-        return dict(n_experts=n, moe_top_k=k, moe_d_ff=c.intermediate_size)
+        return dict(moe=MoEConfig(n_experts=n, top_k=k, d_ff=c.intermediate_size))
     if family != "Qwen3MoE" or c.num_experts == 0:
         return {}
     dense = list(c.mlp_only_layers or [])
     require(
         dense == list(range(len(dense))),
         f"Qwen3MoE: mlp_only_layers={c.mlp_only_layers} is not supported (the reference keeps "
-        "dense only the first layers, moe_first_dense, and those off every moe_every-th)",
+        "dense only the first layers, moe.first_dense, and those off every moe.every-th)",
     )
-    return dict(
-        moe_first_dense=len(dense),
+    moe = MoEConfig(
+        first_dense=len(dense),
         n_experts=c.num_experts,
-        moe_top_k=c.num_experts_per_tok,
-        moe_d_ff=c.moe_intermediate_size,
-        moe_renormalize=bool(c.norm_topk_prob),
-        moe_every=c.decoder_sparse_step,
+        top_k=c.num_experts_per_tok,
+        d_ff=c.moe_intermediate_size,
+        renormalize=bool(c.norm_topk_prob),
+        every=c.decoder_sparse_step,
     )
+    return dict(moe=moe)
 
 
 @torch.no_grad()
@@ -238,18 +240,20 @@ _BLOCK = dict(
     norm_first=True, use_final_norm=True, norm="rmsnorm", positional="rope",
     rope_pairs="halves", activation="swiglu", scale_embeddings=False, hf=HFOptions(),
 )  # fmt: skip
-_SOFTMAX_ROUTER = dict(
-    moe_router="softmax", moe_groups=1, moe_top_groups=1, moe_scale=1.0, moe_shared_experts=0
-)
+_SOFTMAX_ROUTER = {
+    "moe.router": "softmax", "moe.groups": 1, "moe.top_groups": 1, "moe.scale": 1.0,
+    "moe.shared_experts": 0,
+}  # fmt: skip
 
 
 def _check_shape(lm: Any, family: str, needs: dict[str, Any]) -> Any:
-    # The config of ``lm`` when it is a DecoderOnlyLM with the values ``needs`` names.
+    # The config of ``lm`` when it is a DecoderOnlyLM with the values ``needs`` names
+    # (``moe.every``: a field of a group, None when the group is absent).
     if not isinstance(lm, DecoderOnlyLM):
         raise TypeError(f"lm must be a DecoderOnlyLM, got {type(lm).__name__}")
     c = lm.config
     needs = {**_BLOCK, "head_dim_v": c.head_dim_k, **needs}
-    wrong = {k: getattr(c, k) for k, v in needs.items() if getattr(c, k) != v}
+    wrong = {k: config_value(c, k) for k, v in needs.items() if config_value(c, k) != v}
     require(not wrong, f"lm is not {family} shaped: needs {needs}, differs in {wrong}")
     return c
 
@@ -293,7 +297,7 @@ def to_hf_llama(lm: DecoderOnlyLM, **hf_overrides: Any) -> nn.Module:
     Returns:
         The Hugging Face model, on ``lm``'s device and dtype, in its train/eval mode.
     """
-    needs = dict(qk_norm=False, sliding_window=None, n_experts=0)
+    needs = dict(qk_norm=False, sliding_window=None, moe=None)
     c = _check_shape(lm, "Llama", needs)
     fields = dict(intermediate_size=c.d_ff, attention_bias=c.bias, mlp_bias=c.bias)
     config = transformers_module().LlamaConfig(**_hf_block(c), **fields, **hf_overrides)
@@ -304,16 +308,19 @@ def to_hf_mixtral(lm: DecoderOnlyLM, **hf_overrides: Any) -> nn.Module:
     """The way back to a ``transformers.MixtralForCausalLM``: as :func:`to_hf_llama`, for a
     model with a softmax-routed, renormalised mixture of experts on every layer (no shared
     experts, no biases, no QK-norm; a sliding window on every layer or none)."""
-    needs = dict(
-        qk_norm=False, bias=False, moe_every=1, moe_first_dense=0, moe_renormalize=True,
-        **_SOFTMAX_ROUTER,
-    )  # fmt: skip
+    require(
+        not isinstance(lm, DecoderOnlyLM) or lm.config.moe is not None,
+        "lm is not Mixtral shaped: moe=None (no experts); use to_hf_llama",
+    )
+    needs = {
+        "qk_norm": False, "bias": False, "moe.every": 1, "moe.first_dense": 0,
+        "moe.renormalize": True, **_SOFTMAX_ROUTER,
+    }  # fmt: skip
     c = _check_shape(lm, "Mixtral", needs)
-    require(c.n_experts > 0, "lm is not Mixtral shaped: n_experts=0; use to_hf_llama")
     fields = dict(
         intermediate_size=c.expert_d_ff,
-        num_local_experts=c.n_experts,
-        num_experts_per_tok=c.moe_top_k,
+        num_local_experts=c.moe.n_experts,
+        num_experts_per_tok=c.moe.top_k,
         sliding_window=c.sliding_window,
     )
     config = transformers_module().MixtralConfig(**_hf_block(c), **fields, **hf_overrides)
@@ -322,19 +329,23 @@ def to_hf_mixtral(lm: DecoderOnlyLM, **hf_overrides: Any) -> nn.Module:
 
 def to_hf_qwen3_moe(lm: DecoderOnlyLM, **hf_overrides: Any) -> nn.Module:
     """The way back to a ``transformers.Qwen3MoeForCausalLM``: as :func:`to_hf_llama`, for a
-    model with QK-norm and a softmax-routed mixture of experts on every ``moe_every``-th layer
-    after the ``moe_first_dense`` first (no shared experts, biases or sliding window)."""
+    model with QK-norm and a softmax-routed mixture of experts on every ``moe.every``-th layer
+    after the ``moe.first_dense`` first (no shared experts, biases or sliding window)."""
+    require(
+        not isinstance(lm, DecoderOnlyLM) or lm.config.moe is not None,
+        "lm is not Qwen3MoE shaped: moe=None (no experts)",
+    )
     needs = dict(qk_norm=True, bias=False, sliding_window=None, **_SOFTMAX_ROUTER)
     c = _check_shape(lm, "Qwen3MoE", needs)
-    require(c.n_experts > 0, "lm is not Qwen3MoE shaped: n_experts=0 (no experts)")
+    moe = c.moe
     fields = dict(
         intermediate_size=c.d_ff,
         moe_intermediate_size=c.expert_d_ff,
-        num_experts=c.n_experts,
-        num_experts_per_tok=c.moe_top_k,
-        norm_topk_prob=c.moe_renormalize,
-        decoder_sparse_step=c.moe_every,
-        mlp_only_layers=list(range(c.moe_first_dense)),
+        num_experts=moe.n_experts,
+        num_experts_per_tok=moe.top_k,
+        norm_topk_prob=moe.renormalize,
+        decoder_sparse_step=moe.every,
+        mlp_only_layers=list(range(moe.first_dense)),
         attention_bias=False,
         use_sliding_window=False,
     )

@@ -64,7 +64,7 @@ class Run:
     def make_model(self) -> DecoderOnlyLM:
         """The model, from seed 0 (every rank and the reference build the same one)."""
         torch.manual_seed(0)
-        return DecoderOnlyLM(TransformerConfig(**self.model))
+        return DecoderOnlyLM(TransformerConfig.from_dict(self.model))
 
     def batches(self) -> list[Tensor]:
         """The global batches, one per step, from their own seeded generator.

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..config import HFOptions, TransformerConfig
+from ..config import TransformerConfig
 from ..decoder_only import DecoderOnlyLM
 from ..optim import AdamW, clip_grad_norm_, param_groups, warmup_cosine_lr
 from ..parallel.ddp import NaiveDDP
@@ -201,9 +201,7 @@ def _course_model(path: Path) -> tuple[DecoderOnlyLM, str]:
             f"base {str(path)!r} is the checkpoint of an unfinished coursepkg finetune run; "
             f"finish it with --resume and start from its {MODEL}"
         )
-    options = dict(identity["config"])
-    options["hf"] = HFOptions.from_mapping(options.get("hf", {}))
-    model = DecoderOnlyLM(TransformerConfig(**options))
+    model = DecoderOnlyLM(TransformerConfig.from_dict(identity["config"]))
     model.load_state_dict(saved["model"])
     return model, identity.get("tokenizer", "char")
 

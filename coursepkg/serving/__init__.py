@@ -11,20 +11,13 @@ continuous batching over a paged key/value cache.
   pass per step (an admitted prompt packed beside the decoding rows), faster on a small model.
 - :mod:`.quant`: int8 (per output channel) and int4 (group-wise) weight-only quantization,
   and an int8 key/value cache.
-- :mod:`.measure`: what the serving chapter measures, one call each (timings, throughput,
-  quantization's bytes and error).
+
+What the serving chapter measures with these (timings, throughput, quantization's bytes and
+error) is in :mod:`coursepkg.chapters.serving_measure`.
 """
 
 from .cache import CroppableCache
 from .generate import generate
-from .measure import (
-    QuantRow,
-    SpeculativeTiming,
-    mixed_workload,
-    quantization_table,
-    throughput_by_concurrency,
-    time_speculative,
-)
 from .packed import PackedBatcher, PackedPagedKVCache
 from .paged import BlockTable, PagedKVCache
 from .quant import Int8Cache, QuantLinear, quantize_linears, quantized_weight_bytes, weight_bytes
@@ -50,16 +43,12 @@ __all__ = [
     "PackedPagedKVCache",
     "PagedKVCache",
     "QuantLinear",
-    "QuantRow",
     "Request",
     "SpeculativeResult",
-    "SpeculativeTiming",
     "SamplingParams",
     "generate",
     "min_p_filter",
-    "mixed_workload",
     "process_logits",
-    "quantization_table",
     "quantize_linears",
     "quantized_weight_bytes",
     "repetition_penalty",
@@ -68,8 +57,6 @@ __all__ = [
     "serve_static_batches",
     "speculative_generate",
     "temperature_scale",
-    "throughput_by_concurrency",
-    "time_speculative",
     "top_k_filter",
     "top_p_filter",
     "verify_drafts",

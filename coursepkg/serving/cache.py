@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from ..kv_cache import LayerCache
+
 __all__ = ["CroppableCache", "CroppableLayerCache"]
 
 
-class CroppableLayerCache:
+class CroppableLayerCache(LayerCache):
     """One attention block's keys and values in preallocated storage of ``capacity`` positions.
 
     Args:
@@ -27,8 +29,6 @@ class CroppableLayerCache:
         k: (B, H, length, Dk) view of the storage, or None before the first call.
         v: (B, H, length, Dv) view of the storage, or None before the first call.
     """
-
-    static = False  # read by attention: a growing self-attention cache
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity

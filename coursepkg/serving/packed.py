@@ -85,13 +85,9 @@ class PackedPagedKVCache(PagedKVCache):
         )
 
     def attn_mask(self) -> PackedMask:
-        """The packed step's mask, True = may attend: a new token sees its own request's keys
-        up to its own position. It knows each request's run, so the models' fast attention
-        scores each request against its own keys only.
-
-        Shape:
-            (T, S).
-        """
+        """The packed step's mask: its ``dense`` (T, S), True = may attend, lets a new token see
+        its own request's keys up to its own position; it knows each request's run, so the
+        models' fast attention scores each request against its own keys only."""
         return self._packed
 
     def positions(self) -> Tensor:

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from ..kv_cache import LayerCache
+
 __all__ = ["BlockTable", "PagedKVCache"]
 
 
@@ -40,10 +42,8 @@ class BlockTable:
     length: int = 0
 
 
-class _PagedLayer:
+class _PagedLayer(LayerCache):
     """One layer's view of the pool, what attention calls ``update`` on."""
-
-    static = False  # a growing self-attention cache
 
     def __init__(self, pool: PagedKVCache, index: int) -> None:
         self.pool, self.index = pool, index

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from coursepkg.config import HFOptions, TransformerConfig
+from coursepkg.config import TransformerConfig, upgrade_options
 
 __all__ = ["CheckpointError", "load_checkpoint", "save_checkpoint"]
 
@@ -75,11 +75,11 @@ def check_compatible(saved: dict[str, Any], current: dict[str, Any], path: str |
 
     Nested settings (the model's config) are compared key by key, so the message names only
     the keys that differ (``config.d_model: checkpoint 64, now 32``). A checkpoint written
-    before the Hugging Face options moved into ``config.hf`` is read as if written after, and
+    before the config's groups (``hf``, ``moe``, ``latent``) is read as if written after, and
     one written before a config option existed is read as having that option's default (an
     option added later with its default changes nothing the old run did).
     """
-    saved = _with_config_defaults(_hf_options_nested(saved))
+    saved, current = _upgraded(saved, path), _upgraded(current, path)
     saved, current = _flatten(saved), _flatten(current)
     missing = object()
     keys = [
@@ -95,32 +95,20 @@ def check_compatible(saved: dict[str, Any], current: dict[str, Any], path: str |
         )
 
 
-def _hf_options_nested(settings: dict[str, Any]) -> dict[str, Any]:
-    """``{"config": {"pooler": False, ...}}`` (older checkpoints) -> ``{"config": {"hf":
-    {"pooler": False}, ...}}``, as :class:`~coursepkg.TransformerConfig` now nests them."""
-    config = settings.get("config")
-    if not isinstance(config, dict) or "hf" in config:
-        return settings
-    names = {f.name for f in dataclasses.fields(HFOptions)}
-    hf = {k: v for k, v in config.items() if k in names}
-    rest = {k: v for k, v in config.items() if k not in names}
-    return {**settings, "config": {**rest, "hf": hf}} if hf else settings
-
-
-def _with_config_defaults(settings: dict[str, Any]) -> dict[str, Any]:
-    """Fill the model config's options a checkpoint lacks with their defaults."""
-    config = settings.get("config")
-    if not isinstance(config, dict):
-        return settings
-    filled = dict(config)
-    for field in dataclasses.fields(TransformerConfig):
-        if field.name not in filled and field.default is not dataclasses.MISSING:
-            filled[field.name] = field.default
-        elif field.name not in filled and field.default_factory is not dataclasses.MISSING:
-            default = field.default_factory()
-            is_options = dataclasses.is_dataclass(default)
-            filled[field.name] = dataclasses.asdict(default) if is_options else default
-    return {**settings, "config": filled}
+def _upgraded(settings: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """``settings`` with the model's config and options in today's form
+    (:meth:`~coursepkg.TransformerConfig.from_dict`): every option, defaults included, each
+    group nested, whatever form the checkpoint wrote."""
+    out = dict(settings)
+    if isinstance(settings.get("model"), dict):
+        out["model"] = upgrade_options(settings["model"])
+    if isinstance(settings.get("config"), dict):
+        try:
+            out["config"] = dataclasses.asdict(TransformerConfig.from_dict(settings["config"]))
+        except (TypeError, ValueError) as err:
+            message = f"{path} holds a model config that cannot be read: {err}"
+            raise CheckpointError(message) from err
+    return out
 
 
 def _flatten(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -230,7 +230,7 @@ def _fields(run: _Run) -> tuple[str, ...]:
     """The columns of the run's log: :data:`LOG_FIELDS`, and with experts :data:`MOE_FIELDS`
     and the expert loads (:func:`load_fields`)."""
     config = run.net.config
-    return LOG_FIELDS + ((*MOE_FIELDS, *load_fields(config)) if config.n_experts else ())
+    return LOG_FIELDS + ((*MOE_FIELDS, *load_fields(config)) if config.moe else ())
 
 
 def load_fields(config: TransformerConfig) -> tuple[str, ...]:
@@ -272,8 +272,7 @@ def _train_step(run: _Run, lr: float) -> tuple[float, float | None, torch.Tensor
     xs, ys = get_batch(run.data.train, s.block_size, s.batch_size, run.batches, mine)  # (A*b, L)
     total = torch.zeros((), device=dist.device)
     aux_total = torch.zeros((), device=dist.device)
-    n_experts = run.net.config.n_experts
-    moe = n_experts > 0
+    moe = run.net.config.moe is not None
     load = 0
     run.model.train()
     for k in range(s.grad_accum):
@@ -291,6 +290,7 @@ def _train_step(run: _Run, lr: float) -> tuple[float, float | None, torch.Tensor
         if aux is not None:
             aux_total += aux.detach()
             routings = run.net.routings()
+            n_experts = run.net.config.moe.n_experts
             load = load + torch.stack([expert_load(r, n_experts) for r in routings])  # (l, E)
     run.scheme.sync()  # the course's DDP averages when asked
     if s.clip_norm > 0:
@@ -305,9 +305,9 @@ def _train_step(run: _Run, lr: float) -> tuple[float, float | None, torch.Tensor
 
 
 def _balance_choice_biases(net: torch.nn.Module, load: torch.Tensor) -> None:
-    """With ``moe_bias_update_rate`` set, move each MoE layer's choice bias against its load
+    """With ``moe.bias_update_rate`` set, move each MoE layer's choice bias against its load
     of this step (:func:`~coursepkg.moe.update_choice_bias`); every rank does the same."""
-    rate = net.config.moe_bias_update_rate
+    rate = net.config.moe.bias_update_rate
     if not rate:
         return
     layers = [layer.ffn for layer in net.layers if isinstance(layer.ffn, MoEFeedForward)]

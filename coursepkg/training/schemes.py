@@ -82,7 +82,7 @@ class Scheme:
         if dist.distributed:
             ids = [dist.device.index] if dist.device.type == "cuda" else None
             # An expert no token chose in a micro-batch gets no gradient: DDP must be told.
-            unused = net.config.n_experts > 0
+            unused = net.config.moe is not None
             model = DistributedDataParallel(net, device_ids=ids, find_unused_parameters=unused)
         return torch.compile(model) if s.compile else model
 

@@ -74,12 +74,15 @@ class TrainSettings:
         stop_after: end this job after that step, with a checkpoint, as if the run had
             ``steps`` steps (0: run to the end); ``--resume`` continues it. For machines that
             grant jobs a limited time.
-        aux_loss_coef: with ``n_experts`` in ``model``, the load-balancing loss is added to the
-            language-modelling loss times this (Mixtral's and Qwen3-MoE's
+        aux_loss_coef: with experts in ``model`` (``moe.n_experts``), the load-balancing loss
+            is added to the language-modelling loss times this (Mixtral's and Qwen3-MoE's
             ``router_aux_loss_coef`` is 0.001 or 0.02; 0 trains without it); the log gets an
             ``aux_loss`` column and two expert-load columns per MoE layer
             (:func:`~coursepkg.training.loop.load_fields`).
-        model: options of :class:`~coursepkg.TransformerConfig` (over :data:`GPT_DEFAULTS`).
+        model: options of :class:`~coursepkg.TransformerConfig` (over :data:`GPT_DEFAULTS`),
+            as :meth:`~coursepkg.TransformerConfig.from_dict` reads them: a group's field by a
+            dotted name (``moe.n_experts``) or the group as a mapping, and the flat names of
+            configs written before the groups (``n_experts``, ``kv_rank``).
     """
 
     data: str = ""
@@ -159,18 +162,11 @@ def model_config(settings: TrainSettings, vocab_size: int) -> TransformerConfig:
     """The model's :class:`~coursepkg.TransformerConfig`: :data:`GPT_DEFAULTS`, then the
     settings' ``model`` options, with the vocabulary's size and ``max_len >= block_size``."""
     options = {**GPT_DEFAULTS, "max_len": settings.block_size, **settings.model}
-    known = {f.name for f in dataclasses.fields(TransformerConfig)}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise ValueError(
-            f"model options {unknown} are not TransformerConfig fields; expected some of "
-            f"{sorted(known - {'vocab_size'})}"
-        )
     if options["max_len"] < settings.block_size:
         raise ValueError(
             f"model max_len must be >= block_size={settings.block_size}, got {options['max_len']}"
         )
-    return TransformerConfig(vocab_size=vocab_size, **options)
+    return TransformerConfig.from_dict({**options, "vocab_size": vocab_size})
 
 
 def _read_file(path: str | Path) -> dict[str, Any]:

@@ -22,9 +22,9 @@ TINY_RUN = dict(steps=3, block_size=16, batch_size=2)
 
 
 def test_the_dense_peer_spends_the_mixtures_active_feed_forward_width():
-    assert DENSE["d_ff"] == MOE["moe_top_k"] * MOE["moe_d_ff"]
+    assert DENSE["d_ff"] == MOE["moe"].top_k * MOE["moe"].d_ff
     moe, dense = TransformerConfig(vocab_size=67, **MOE), TransformerConfig(vocab_size=67, **DENSE)
-    routers = MOE["n_layers"] * MOE["d_model"] * MOE["n_experts"]
+    routers = MOE["n_layers"] * MOE["d_model"] * MOE["moe"].n_experts
     assert active_parameters(moe) - count_parameters(dense, "decoder-only") == routers
     assert count_parameters(moe, "decoder-only") > count_parameters(dense, "decoder-only")
 
@@ -52,10 +52,10 @@ def test_a_saved_run_is_reused_whole(tmp_path, monkeypatch):
 def test_loads_are_shares_of_the_assignments_and_routes_are_the_routers_choice():
     run = train_experts_run(**TINY_RUN)
     loads = expert_loads(run)
-    assert loads.shape == (MOE["n_layers"], MOE["n_experts"])
+    assert loads.shape == (MOE["n_layers"], MOE["moe"].n_experts)
     torch.testing.assert_close(loads.sum(dim=-1), torch.ones(MOE["n_layers"]))
     chars, experts = token_routes(run, "To be, or not", layer=1)
-    assert chars == list("To be, or not") and experts.shape == (13, MOE["moe_top_k"])
+    assert chars == list("To be, or not") and experts.shape == (13, MOE["moe"].top_k)
     with torch.no_grad():
         run.model(torch.tensor([run.vocab.encode("To be, or not")]))
     assert torch.equal(experts, run.model.routings()[1].experts)
@@ -75,7 +75,7 @@ def test_latent_and_multi_query_attention_cache_a_quarter_of_multi_head_attentio
 def test_each_attention_trains_with_its_own_cache(kind):
     run = train_experts_run(dense=True, attention=kind, **TINY_RUN)
     config = run.model.config
-    assert (config.kv_rank is not None) == (kind == "MLA")
+    assert (config.latent is not None) == (kind == "MLA")
     assert config.kv_heads == (1 if kind == "MQA" else DENSE["n_heads"])
     cache = run.model.new_cache()
     with torch.no_grad():

@@ -37,6 +37,8 @@ from torch.testing import assert_close
 from coursepkg import (
     DecoderOnlyLM,
     EncoderOnlyLM,
+    LatentConfig,
+    MoEConfig,
     MultiHeadAttention,
     Transformer,
     TransformerConfig,
@@ -116,7 +118,9 @@ MODERN = dict(
     norm="rmsnorm", positional="rope", activation="swiglu", norm_first=True, bias=False,
     scale_embeddings=False, n_kv_heads=2, qk_norm=True,
 )  # fmt: skip
-MLA = dict(MODERN, n_kv_heads=None, qk_norm=False, d_k=6, d_v=5, kv_rank=12, d_rope=4)
+MLA = dict(
+    MODERN, n_kv_heads=None, qk_norm=False, d_k=6, d_v=5, latent=LatentConfig(kv_rank=12, d_rope=4)
+)
 
 
 def _on_device(module: torch.nn.Module) -> torch.nn.Module:
@@ -150,7 +154,7 @@ MODELS = {
     "sliding": (DecoderOnlyLM, dict(MODERN, sliding_window=5)),
     "bert": (EncoderOnlyLM, dict(activation="gelu", positional="learned")),
     "latent": (DecoderOnlyLM, MLA),
-    "experts": (DecoderOnlyLM, dict(MODERN, n_experts=4, moe_top_k=2, moe_d_ff=16)),
+    "experts": (DecoderOnlyLM, dict(MODERN, moe=MoEConfig(n_experts=4, top_k=2, d_ff=16))),
 }
 
 
@@ -304,11 +308,12 @@ def test_linear_attention_equals_cpus():
 
 @pytest.mark.parametrize("router", ["softmax", "sigmoid"])
 def test_mixture_of_experts_forward_equals_cpus(router):
-    fields = dict(MODERN, n_experts=8, moe_top_k=2, moe_d_ff=16, moe_shared_experts=1)
+    moe = dict(n_experts=8, top_k=2, d_ff=16, shared_experts=1)
     if router == "sigmoid":
-        fields.update(moe_router="sigmoid", moe_groups=4, moe_top_groups=2, moe_top_k=3)
+        moe.update(router="sigmoid", groups=4, top_groups=2, top_k=3)
+    config = TransformerConfig(**{**BASE, **MODERN}, moe=MoEConfig(**moe))
     torch.manual_seed(0)
-    cpu = MoEFeedForward.from_config(TransformerConfig(**{**BASE, **fields})).eval()
+    cpu = MoEFeedForward.from_block(config.block(0)).eval()
     dev = _on_device(cpu)
     x = torch.randn(3, 10, 32)  # (B, L, D)
     with torch.no_grad():

@@ -78,7 +78,9 @@ def test_bad_arguments_are_named():
     with pytest.raises(RuntimeError, match="needs a process group"):
         Collectives()
     model = Run().make_model()
-    with pytest.raises(ValueError, match="units must end with the model itself.*EncoderLayer last"):
+    with pytest.raises(
+        ValueError, match="units must end with the model itself.*DecoderOnlyLayer last"
+    ):
         FSDP(model, units=[model, *model.layers])
 
 

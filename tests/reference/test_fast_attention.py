@@ -323,7 +323,7 @@ def test_packed_requests_attend_by_request_to_the_dense_masks_values(n_kv, n_new
     request's values, which the dense route multiplies by a weight of zero, reaches no other."""
     plain, fast = _pair(n_kv, False)
     mask = PackedMask(n_new, n_keys)
-    t, s = mask.shape
+    t, s = mask.dense.shape
     torch.manual_seed(1)
     q, k, v = torch.randn(1, H, t, DK), torch.randn(1, n_kv, s, DK), torch.randn(1, n_kv, s, DK)
     want = plain._attend(q, k, v, mask)  # (1, H, T, Dk)

@@ -9,6 +9,7 @@ refused."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -19,7 +20,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 tf = pytest.importorskip("transformers")
 tf.logging.set_verbosity_error()
 
-from coursepkg import DecoderOnlyLM, TransformerConfig, count_parameters  # noqa: E402
+from coursepkg import (  # noqa: E402
+    DecoderOnlyLM,
+    LatentConfig,
+    MoEConfig,
+    TransformerConfig,
+    count_parameters,
+)
 from coursepkg.interop import (  # noqa: E402
     deepseek_v3_config,
     from_hf_deepseek_v3,
@@ -118,7 +125,7 @@ def test_a_deepseek_v3_shaped_model_counts_and_caches_in_closed_form() -> None:
     assert count_parameters(config, "decoder-only") == sum(p.numel() for p in model.parameters())
     # 61 layers of 512 + 64 numbers in bf16, against 128 heads of (192 + 128) without the latent
     assert kv_cache_bytes_per_token(config, 2) == 61 * (512 + 64) * 2
-    full = config.replace(kv_rank=None, q_rank=None, d_rope=0, d_k=192)
+    full = config.replace(latent=None, d_k=192)
     assert kv_cache_bytes_per_token(full, 2) / kv_cache_bytes_per_token(config, 2) > 70
 
 
@@ -157,7 +164,7 @@ def test_a_deepseek_v3_shaped_mixture_counts_as_hugging_faces() -> None:
             per_expert = sum(p.numel() for p in experts.parameters()) // experts.num_experts
             unused += (experts.num_experts - hf_config.num_experts_per_tok) * per_expert
     config = deepseek_v3_config(hf_config)
-    assert config.n_experts == 256 and config.moe_groups == 8 and config.moe_top_groups == 4
+    assert config.moe.n_experts == 256 and config.moe.groups == 8 and config.moe.top_groups == 4
     assert count_parameters(config, "decoder-only") == total
     assert active_parameters(config) == total - unused
     # the published 671B total and 37B active (without the multi-token-prediction module)
@@ -165,7 +172,7 @@ def test_a_deepseek_v3_shaped_mixture_counts_as_hugging_faces() -> None:
 
 
 def test_what_the_reference_cannot_do_is_refused() -> None:
-    with pytest.raises(ValueError, match="moe_groups must split n_experts=6 into equal groups"):
+    with pytest.raises(ValueError, match="moe.groups must split n_experts=6 into equal groups"):
         deepseek_v3_config(
             tf.DeepseekV3Config(
                 **{**SMALL, "first_k_dense_replace": 1},
@@ -200,20 +207,33 @@ REFERENCE = dict(
     vocab_size=V, d_model=32, n_heads=4, d_k=6, d_v=8, d_ff=40, n_layers=3, dropout=0.0,
     max_len=64, norm_first=True, final_norm=True, norm="rmsnorm", layer_norm_eps=1e-6,
     positional="rope", rope_pairs="interleaved", activation="swiglu", bias=False,
-    scale_embeddings=False, tie_embeddings=False, kv_rank=12, q_rank=16, d_rope=4,
-    n_experts=4, moe_top_k=2, moe_d_ff=8, moe_shared_experts=1, moe_first_dense=1,
-    moe_router="sigmoid", moe_groups=2, moe_top_groups=1, moe_scale=2.0,
+    scale_embeddings=False, tie_embeddings=False,
+    latent=LatentConfig(kv_rank=12, q_rank=16, d_rope=4),
+    moe=MoEConfig(n_experts=4, top_k=2, d_ff=8, shared_experts=1, first_dense=1,
+                  router="sigmoid", groups=2, top_groups=1, scale=2.0),
 )  # fmt: skip
 
 
+def _reference(latent: dict | None = None, moe: dict | None = None, **fields) -> TransformerConfig:
+    # REFERENCE with some fields, and some of its groups' fields, changed
+    config = TransformerConfig(**{**REFERENCE, **fields})
+    return config.replace(
+        latent=dataclasses.replace(config.latent, **(latent or {})),
+        moe=dataclasses.replace(config.moe, **(moe or {})),
+    )
+
+
 @pytest.mark.parametrize(
-    "fields",
-    [{}, dict(q_rank=None, rope_pairs="halves", moe_renormalize=False, moe_groups=1)],
+    "changes",
+    [
+        {},
+        dict(latent=dict(q_rank=None), rope_pairs="halves", moe=dict(renormalize=False, groups=1)),
+    ],
     ids=["grouped", "plain"],
 )
-def test_a_reference_model_goes_to_deepseek_v3_and_back(fields) -> None:
+def test_a_reference_model_goes_to_deepseek_v3_and_back(changes) -> None:
     torch.manual_seed(0)
-    lm = DecoderOnlyLM(TransformerConfig(**{**REFERENCE, **fields})).eval()
+    lm = DecoderOnlyLM(_reference(**changes)).eval()
     with torch.no_grad():
         for layer in lm.layers[1:]:
             layer.ffn.choice_bias.normal_(0.0, 0.3)
@@ -228,17 +248,17 @@ def test_a_reference_model_goes_to_deepseek_v3_and_back(fields) -> None:
 
 
 @pytest.mark.parametrize(
-    "fields, message",
+    "config, message",
     [
-        (dict(kv_rank=None, q_rank=None, d_rope=0), "kv_rank=None"),
-        (dict(layer_norm_eps=1e-5), "not DeepseekV3 shaped.*layer_norm_eps"),
-        (dict(moe_router="softmax", moe_groups=1, moe_top_groups=1), "moe_router"),
-        (dict(moe_shared_experts=0), "moe_shared_experts=0"),
-        (dict(activation="gelu"), "activation must be one of"),
+        (TransformerConfig(**REFERENCE).replace(latent=None), "latent=None"),
+        (_reference(layer_norm_eps=1e-5), "not DeepseekV3 shaped.*layer_norm_eps"),
+        (_reference(moe=dict(router="softmax", groups=1, top_groups=1)), "moe.router"),
+        (_reference(moe=dict(shared_experts=0)), "moe.shared_experts=0"),
+        (_reference(activation="gelu"), "activation must be one of"),
     ],
 )
-def test_what_the_way_back_cannot_write_is_refused(fields, message) -> None:
-    lm = DecoderOnlyLM(TransformerConfig(**{**REFERENCE, **fields}))
+def test_what_the_way_back_cannot_write_is_refused(config, message) -> None:
+    lm = DecoderOnlyLM(config)
     with pytest.raises(ValueError, match=message):
         to_hf_deepseek_v3(lm)
     with pytest.raises(TypeError, match="lm must be a DecoderOnlyLM"):

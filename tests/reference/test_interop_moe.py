@@ -17,7 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 tf = pytest.importorskip("transformers")
 tf.logging.set_verbosity_error()
 
-from coursepkg import DecoderOnlyLM, TransformerConfig, count_parameters  # noqa: E402
+from coursepkg import DecoderOnlyLM, MoEConfig, TransformerConfig, count_parameters  # noqa: E402
 from coursepkg.interop import (  # noqa: E402
     from_hf_mixtral,
     from_hf_qwen3_moe,
@@ -136,7 +136,7 @@ def test_the_load_balancing_loss_is_hugging_faces(name) -> None:
     module = tf.models.mixtral.modeling_mixtral if family == "mixtral" else None
     if module is None:
         module = tf.models.qwen3_moe.modeling_qwen3_moe
-    k, n = lm.config.moe_top_k, lm.config.n_experts
+    k, n = lm.config.moe.top_k, lm.config.moe.n_experts
     # Padded rows' hidden states differ (ours: a row that sees no key gives zeros), so the
     # unmasked loss is compared on a batch without padding.
     for token_mask in (None, mask):
@@ -194,12 +194,12 @@ def test_total_and_active_counts_equal_hugging_faces(cls, cfg, family, fields, b
 def test_every_nth_layer_and_the_refusals() -> None:
     _, lm = _build(*CASES["qwen3_moe_raw_every_2nd"])
     assert [isinstance(layer.ffn, MoEFeedForward) for layer in lm.layers] == [False, True]
-    assert lm.config.moe_renormalize is False and lm.config.moe_every == 2
+    assert lm.config.moe.renormalize is False and lm.config.moe.every == 2
     c = tf.Qwen3MoeConfig(**SMALL, num_experts=4, mlp_only_layers=[1])
     with pytest.raises(ValueError, match="mlp_only_layers=\\[1\\] is not supported"):
         llama_config(c, "Qwen3MoE")
     first = tf.Qwen3MoeConfig(**SMALL, num_experts=4, num_experts_per_tok=2, mlp_only_layers=[0])
-    assert llama_config(first, "Qwen3MoE").moe_first_dense == 1
+    assert llama_config(first, "Qwen3MoE").moe.first_dense == 1
     with pytest.raises(TypeError, match="must be a MixtralForCausalLM"):
         from_hf_mixtral(tf.Qwen3MoeForCausalLM(tf.Qwen3MoeConfig(**SMALL, num_experts=4)))
 
@@ -235,8 +235,8 @@ def test_a_reference_model_with_experts_first_dense_goes_to_qwen3_moe_and_back()
     config = TransformerConfig(
         vocab_size=V, d_model=32, n_heads=4, n_kv_heads=2, d_ff=40, n_layers=3, dropout=0.0,
         norm="rmsnorm", positional="rope", activation="swiglu", norm_first=True, bias=False,
-        scale_embeddings=False, qk_norm=True, n_experts=4, moe_top_k=2, moe_d_ff=16,
-        moe_first_dense=1, max_len=64, d_k=8, d_v=8, final_norm=True,
+        scale_embeddings=False, qk_norm=True, max_len=64, d_k=8, d_v=8, final_norm=True,
+        moe=MoEConfig(n_experts=4, top_k=2, d_ff=16, first_dense=1),
     )  # fmt: skip
     torch.manual_seed(0)
     lm = DecoderOnlyLM(config).eval()
@@ -252,10 +252,14 @@ def test_a_reference_model_with_experts_first_dense_goes_to_qwen3_moe_and_back()
 @pytest.mark.parametrize(
     "to_hf, fields, message",
     [
-        (to_hf_mixtral, dict(moe_shared_experts=1), "not Mixtral shaped"),
-        (to_hf_mixtral, dict(moe_every=2), "not Mixtral shaped"),
-        (to_hf_mixtral, dict(n_experts=0, moe_top_k=2), "n_experts=0; use to_hf_llama"),
-        (to_hf_qwen3_moe, dict(qk_norm=True, moe_router="sigmoid"), "not Qwen3MoE shaped"),
+        (to_hf_mixtral, dict(moe=MoEConfig(4, shared_experts=1)), "not Mixtral shaped"),
+        (to_hf_mixtral, dict(moe=MoEConfig(4, every=2)), "not Mixtral shaped"),
+        (to_hf_mixtral, dict(moe=None), "moe=None \\(no experts\\); use to_hf_llama"),
+        (
+            to_hf_qwen3_moe,
+            dict(qk_norm=True, moe=MoEConfig(4, router="sigmoid")),
+            "not Qwen3MoE shaped",
+        ),
         (to_hf_qwen3_moe, dict(qk_norm=False), "not Qwen3MoE shaped"),
     ],
 )
@@ -263,11 +267,8 @@ def test_what_the_way_back_cannot_write_is_refused(to_hf, fields, message) -> No
     base = dict(
         vocab_size=V, d_model=16, n_heads=2, d_ff=24, n_layers=2, dropout=0.0, norm="rmsnorm",
         positional="rope", activation="swiglu", norm_first=True, bias=False,
-        scale_embeddings=False, n_experts=4,
+        scale_embeddings=False, moe=MoEConfig(n_experts=4),
     )  # fmt: skip
-    if fields.get("n_experts") == 0:
-        fields = {}
-        base["n_experts"] = 0
     lm = DecoderOnlyLM(TransformerConfig(**{**base, **fields}))
     with pytest.raises(ValueError, match=message):
         to_hf(lm)

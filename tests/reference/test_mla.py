@@ -9,7 +9,14 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from coursepkg import DecoderOnlyLM, Transformer, TransformerConfig, count_parameters
+from coursepkg import (
+    DecoderOnlyLM,
+    LatentConfig,
+    MoEConfig,
+    Transformer,
+    TransformerConfig,
+    count_parameters,
+)
 from coursepkg.attention import scaled_dot_product_attention
 from coursepkg.masks import causal_mask
 from coursepkg.mla import (
@@ -127,9 +134,16 @@ def test_closed_form_parameters_equal_the_module(shape) -> None:
 MODEL = dict(
     vocab_size=29, d_model=32, n_heads=4, d_ff=40, n_layers=2, dropout=0.0, max_len=64,
     norm="rmsnorm", positional="rope", activation="swiglu", norm_first=True, bias=False,
-    scale_embeddings=False, d_k=6, d_v=5, kv_rank=12, d_rope=4,
+    scale_embeddings=False, d_k=6, d_v=5, latent=LatentConfig(kv_rank=12, d_rope=4),
 )  # fmt: skip
-MODELS = [{}, dict(q_rank=16, n_experts=4, moe_top_k=2, moe_d_ff=8, tie_embeddings=False)]
+MODELS = [
+    {},
+    dict(
+        latent=LatentConfig(kv_rank=12, d_rope=4, q_rank=16),
+        moe=MoEConfig(n_experts=4, top_k=2, d_ff=8),
+        tie_embeddings=False,
+    ),
+]
 
 
 @pytest.mark.parametrize("fields", MODELS)
@@ -160,21 +174,25 @@ def test_left_padding_changes_nothing_and_counts_are_closed_form(fields) -> None
 @pytest.mark.parametrize(
     "fields, message",
     [
-        (dict(kv_rank=33), "kv_rank must be at most d_model=32"),
-        (dict(q_rank=40), "q_rank must be at most d_model=32"),
-        (dict(kv_rank=None), "d_rope=4 is multi-head latent attention's: set kv_rank"),
-        (dict(d_rope=3), "an even d_rope > 0"),
-        (dict(positional="learned", d_rope=2), "needs positional='rope'"),
+        (dict(latent=dict(kv_rank=33, d_rope=4)), "latent.kv_rank must be at most d_model=32"),
+        (dict(latent=dict(kv_rank=12, d_rope=4, q_rank=40)),
+         "latent.q_rank must be at most d_model=32"),
+        (dict(latent=dict(kv_rank=12)), "missing 1 required positional argument: 'd_rope'"),
+        (dict(latent=dict(kv_rank=12, d_rope=3)), "latent.d_rope must be an even positive"),
+        (dict(latent=dict(kv_rank=0, d_rope=2)), "latent.kv_rank must be a positive integer"),
+        (dict(positional="learned"), "needs positional='rope'"),
         (dict(n_kv_heads=2), "does not support n_kv_heads=2"),
         (dict(qk_norm=True), "does not support qk_norm=True"),
+        (dict(latent=(12, 4)), "latent must be a LatentConfig or None, got tuple"),
     ],
-)
+)  # fmt: skip
 def test_impossible_latent_configurations_are_refused(fields, message) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises((ValueError, TypeError), match=message):
         TransformerConfig(**{**MODEL, **fields})
 
 
 def test_other_models_refuse_latent_attention() -> None:
     config = TransformerConfig(vocab_size=11, d_model=16, n_heads=2, d_ff=8)
-    with pytest.raises(ValueError, match="does not support kv_rank=4"):
-        Transformer(config.replace(positional="rope", kv_rank=4, d_rope=2))
+    latent = LatentConfig(kv_rank=4, d_rope=2)
+    with pytest.raises(ValueError, match=r"does not support latent=LatentConfig\(kv_rank=4"):
+        Transformer(config.replace(positional="rope", latent=latent))

@@ -13,6 +13,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from coursepkg import (
     DecoderOnlyLM,
+    MoEConfig,
     MultiHeadAttention,
     Transformer,
     TransformerConfig,
@@ -34,11 +35,13 @@ MODERN = dict(
     norm="rmsnorm", positional="rope", activation="swiglu", norm_first=True, bias=False,
     scale_embeddings=False,
 )  # fmt: skip
-MOE = dict(n_experts=4, moe_top_k=2, moe_d_ff=12)
+MOE = dict(n_experts=4, top_k=2, d_ff=12)
 
 
-def _lm(**fields) -> DecoderOnlyLM:
-    return DecoderOnlyLM(TransformerConfig(**{**MODERN, **MOE, **fields})).eval()
+def _lm(moe: dict | None = None, **fields) -> DecoderOnlyLM:
+    # MODERN with ``fields``, and the experts MOE with ``moe``'s changes
+    group = MoEConfig(**{**MOE, **(moe or {})})
+    return DecoderOnlyLM(TransformerConfig(**{**MODERN, **fields}, moe=group)).eval()
 
 
 @pytest.mark.parametrize("renormalize", [True, False])
@@ -109,7 +112,7 @@ def test_padding_takes_no_part_in_the_loss_or_the_load() -> None:
 
 
 def test_the_models_loss_pools_every_moe_layer() -> None:
-    lm = _lm(moe_every=1)
+    lm = _lm(dict(every=1))
     lm(torch.randint(0, 23, (2, 5)))
     routings = lm.routings()
     assert len(routings) == 3
@@ -119,20 +122,20 @@ def test_the_models_loss_pools_every_moe_layer() -> None:
 
 
 @pytest.mark.parametrize(
-    "fields",
+    "moe, fields",
     [
-        {},
-        dict(moe_every=2),
-        dict(moe_shared_experts=2),
-        dict(moe_top_k=1, moe_d_ff=None, tie_embeddings=False),
-        dict(bias=True, activation="relu", norm="layernorm", n_kv_heads=1),
-        dict(n_experts=8, moe_top_k=8, moe_every=3, qk_norm=True),
-        dict(n_experts=8, moe_top_k=3, moe_first_dense=1, moe_router="sigmoid", moe_groups=4,
-             moe_top_groups=2, moe_shared_experts=1, moe_scale=2.5),
+        ({}, {}),
+        (dict(every=2), {}),
+        (dict(shared_experts=2), {}),
+        (dict(top_k=1, d_ff=None), dict(tie_embeddings=False)),
+        ({}, dict(bias=True, activation="relu", norm="layernorm", n_kv_heads=1)),
+        (dict(n_experts=8, top_k=8, every=3), dict(qk_norm=True)),
+        (dict(n_experts=8, top_k=3, first_dense=1, router="sigmoid", groups=4, top_groups=2,
+              shared_experts=1, scale=2.5), {}),
     ],
 )  # fmt: skip
-def test_closed_form_counts_equal_the_built_model(fields) -> None:
-    lm = _lm(**fields)
+def test_closed_form_counts_equal_the_built_model(moe, fields) -> None:
+    lm = _lm(moe, **fields)
     config = lm.config
     total = sum(p.numel() for p in lm.parameters())
     assert count_parameters(config, "decoder-only") == total
@@ -141,7 +144,7 @@ def test_closed_form_counts_equal_the_built_model(fields) -> None:
     for layer in lm.layers:
         if isinstance(layer.ffn, MoEFeedForward):
             per_expert = sum(p.numel() for p in layer.ffn.experts[0].parameters())
-            unused += (config.n_experts - config.moe_top_k) * per_expert
+            unused += (config.moe.n_experts - config.moe.top_k) * per_expert
     assert active_parameters(config) == total - unused
 
 
@@ -151,15 +154,15 @@ def test_a_dense_model_is_all_active() -> None:
 
 
 def test_every_nth_layer_is_moe() -> None:
-    lm = _lm(n_layers=4, moe_every=2)
+    lm = _lm(dict(every=2), n_layers=4)
     kinds = [isinstance(layer.ffn, MoEFeedForward) for layer in lm.layers]
     assert kinds == [False, True, False, True]
     assert lm.layers[0].ffn.linear1.out_features == 24  # d_ff for the dense ones
-    assert lm.layers[1].ffn.experts[0].linear1.out_features == 12  # moe_d_ff for experts
+    assert lm.layers[1].ffn.experts[0].linear1.out_features == 12  # moe.d_ff for experts
 
 
 def test_the_first_layers_stay_dense() -> None:
-    lm = _lm(n_layers=4, moe_first_dense=2)
+    lm = _lm(dict(first_dense=2), n_layers=4)
     assert [isinstance(layer.ffn, MoEFeedForward) for layer in lm.layers] == [
         False,
         False,
@@ -221,7 +224,7 @@ def test_a_k_above_the_experts_is_refused_by_the_module_too() -> None:
 
 
 def test_greedy_generation_is_the_same_with_and_without_the_cache() -> None:
-    lm = _lm(moe_shared_experts=1)
+    lm = _lm(dict(shared_experts=1))
     prompt = torch.randint(0, 23, (2, 4))
     assert torch.equal(lm.generate(prompt, 8), lm.generate(prompt, 8, use_cache=False))
 
@@ -236,60 +239,55 @@ def test_training_the_aux_loss_moves_the_router() -> None:
 
 
 @pytest.mark.parametrize(
-    "fields, message",
+    "moe, message",
     [
-        (dict(n_experts=4, moe_top_k=5), "moe_top_k must be at most n_experts"),
-        (dict(moe_top_k=1), r"moe_top_k=1 needs experts: set n_experts > 0"),
-        (dict(moe_shared_experts=1), "moe_shared_experts=1 needs experts"),
-        (dict(n_experts=-1), "n_experts must be an integer >= 0"),
-        (dict(n_experts=4, moe_top_k=0), "moe_top_k must be a positive integer"),
-        (dict(n_experts=4, moe_every=4), "moe_every must be at most n_layers=3"),
-        (dict(n_experts=4, moe_renormalize=1), "moe_renormalize must be True or False"),
-        (dict(moe_router="sigmoid"), "moe_router='sigmoid' needs experts"),
-        (dict(moe_first_dense=1), "moe_first_dense=1 needs experts"),
-        (dict(n_experts=4, moe_first_dense=3), "moe_first_dense=3 leaves no MoE layer among "
+        (dict(n_experts=4, top_k=5), "moe.top_k must be at most moe.n_experts"),
+        (dict(n_experts=-1), "moe.n_experts must be a positive integer"),
+        (dict(n_experts=4, top_k=0), "moe.top_k must be a positive integer"),
+        (dict(n_experts=4, every=4), "moe.every must be at most n_layers=3"),
+        (dict(n_experts=4, renormalize=1), "moe.renormalize must be True or False"),
+        (dict(n_experts=4, first_dense=3), "moe.first_dense=3 leaves no MoE layer among "
          "n_layers=3"),
-        (dict(n_experts=4, moe_first_dense=-1), "moe_first_dense must be an integer >= 0"),
-        (dict(n_experts=4, moe_router="relu"), "moe_router must be one of"),
-        (dict(n_experts=4, moe_scale=0), "moe_scale must be a number > 0, got 0"),
-        (dict(n_experts=4, moe_groups=2), "moe_groups=2 and moe_top_groups=1 are DeepSeek-V3's "
-         "group-limited routing, which needs moe_router='sigmoid'"),
-        (dict(n_experts=6, moe_router="sigmoid", moe_groups=4), "moe_groups must split "
+        (dict(n_experts=4, first_dense=-1), "moe.first_dense must be an integer >= 0"),
+        (dict(n_experts=4, router="relu"), "moe.router must be one of"),
+        (dict(n_experts=4, scale=0), "moe.scale must be a number > 0, got 0"),
+        (dict(n_experts=4, groups=2), "moe.groups=2 and moe.top_groups=1 are DeepSeek-V3's "
+         "group-limited routing, which needs moe.router='sigmoid'"),
+        (dict(n_experts=6, router="sigmoid", groups=4), "moe.groups must split "
          "n_experts=6 into equal groups"),
-        (dict(n_experts=8, moe_router="sigmoid", moe_groups=4, moe_top_groups=5),
-         "moe_top_groups must be at most moe_groups=4, got 5"),
-        (dict(n_experts=8, moe_top_k=5, moe_router="sigmoid", moe_groups=4, moe_top_groups=2),
-         "moe_top_k=5 experts cannot be chosen from moe_top_groups=2 groups of 2"),
-        (dict(n_experts=4, moe_bias_update_rate=0.01), "moe_bias_update_rate=0.01 moves the "
-         "sigmoid router's choice bias, which needs moe_router='sigmoid', got 'softmax'"),
-        (dict(n_experts=4, moe_router="sigmoid", moe_bias_update_rate=-1),
-         "moe_bias_update_rate must be a number >= 0, got -1"),
-        (dict(moe_bias_update_rate=0.01), "moe_bias_update_rate=0.01 needs experts"),
+        (dict(n_experts=8, router="sigmoid", groups=4, top_groups=5),
+         "moe.top_groups must be at most moe.groups=4, got 5"),
+        (dict(n_experts=8, top_k=5, router="sigmoid", groups=4, top_groups=2),
+         "moe.top_k=5 experts cannot be chosen from top_groups=2 groups of 2"),
+        (dict(n_experts=4, bias_update_rate=0.01), "moe.bias_update_rate=0.01 moves the "
+         "sigmoid router's choice bias, which needs moe.router='sigmoid', got 'softmax'"),
+        (dict(n_experts=4, router="sigmoid", bias_update_rate=-1),
+         "moe.bias_update_rate must be a number >= 0, got -1"),
     ],
 )  # fmt: skip
-def test_impossible_configurations_are_refused(fields, message) -> None:
+def test_impossible_configurations_are_refused(moe, message) -> None:
     with pytest.raises(ValueError, match=message):
-        TransformerConfig(**{**MODERN, **fields})
+        TransformerConfig(**MODERN, moe=moe)  # a mapping, as YAML gives it: checked the same
 
 
 @pytest.mark.parametrize("cls", [Transformer, EncoderOnlyLM])
 def test_models_without_experts_refuse_them(cls) -> None:
-    config = TransformerConfig(vocab_size=11, d_model=16, n_heads=2, d_ff=8, n_experts=2)
-    with pytest.raises(ValueError, match="does not support n_experts=2"):
+    config = TransformerConfig(
+        vocab_size=11, d_model=16, n_heads=2, d_ff=8, moe=MoEConfig(n_experts=2)
+    )
+    with pytest.raises(ValueError, match=r"does not support moe=MoEConfig\(n_experts=2"):
         cls(config)
 
 
 def test_the_aux_loss_of_a_dense_model_is_refused() -> None:
     lm = DecoderOnlyLM(TransformerConfig(**MODERN))
-    with pytest.raises(ValueError, match="n_experts is 0"):
+    with pytest.raises(ValueError, match="config.moe is None"):
         lm.load_balancing_loss()
 
 
-@pytest.mark.parametrize(
-    "fields", [{}, dict(moe_every=2, moe_shared_experts=1), dict(n_experts=8, moe_top_k=1)]
-)
-def test_multiply_adds_count_the_router_and_the_chosen_experts_only(fields) -> None:
-    lm = _lm(**fields)
+@pytest.mark.parametrize("moe", [{}, dict(every=2, shared_experts=1), dict(n_experts=8, top_k=1)])
+def test_multiply_adds_count_the_router_and_the_chosen_experts_only(moe) -> None:
+    lm = _lm(moe)
     for module in lm.modules():
         if isinstance(module, MultiHeadAttention):
             module.record_weights = True  # the explicit products, which the counter sees
@@ -298,11 +296,8 @@ def test_multiply_adds_count_the_router_and_the_chosen_experts_only(fields) -> N
         lm(tokens)
     parts = forward_multiply_adds(lm.config, "decoder-only", src_len=9)
     assert counter.get_total_flops() == 2 * 2 * sum(parts.values())
-    dense = forward_multiply_adds(lm.config.replace(**_DENSE), "decoder-only", src_len=9)
+    dense = forward_multiply_adds(lm.config.replace(moe=None), "decoder-only", src_len=9)
     assert parts["layers"] != dense["layers"]
-
-
-_DENSE = dict(n_experts=0, moe_top_k=2, moe_d_ff=None, moe_shared_experts=0, moe_every=1)
 
 
 def test_the_choice_bias_moves_against_the_load_by_its_sign() -> None:
@@ -340,7 +335,7 @@ def test_moving_the_bias_evens_out_a_router_that_favours_one_expert() -> None:
 
 
 def test_the_choice_bias_stays_float32_when_the_model_goes_to_bfloat16() -> None:
-    lm = _lm(moe_router="sigmoid", moe_bias_update_rate=0.001).to(torch.bfloat16)
+    lm = _lm(dict(router="sigmoid", bias_update_rate=0.001)).to(torch.bfloat16)
     moe = lm.layers[0].ffn
     assert moe.choice_bias.dtype == torch.float32 and moe.router.weight.dtype == torch.bfloat16
     logits = lm(torch.randint(0, 23, (2, 5)))  # (B, L, V)

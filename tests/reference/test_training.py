@@ -254,7 +254,7 @@ def test_bpe_tokens_are_gpt2s_ids_and_the_samples_decode_to_text(corpus, tmp_pat
 
 
 def test_a_mixture_of_experts_logs_its_aux_loss_and_resumes(corpus, tmp_path):
-    model = {**TINY, "n_experts": 4, "moe_top_k": 2, "moe_d_ff": 16}
+    model = {**TINY, "moe": {"n_experts": 4, "top_k": 2, "d_ff": 16}}
     whole = train(tiny(corpus, tmp_path / "whole", model=model, sample_tokens=0), progress=False)
     with open(tmp_path / "whole" / "log.csv") as f:
         rows = list(csv.DictReader(f))
@@ -271,9 +271,8 @@ def test_a_mixture_of_experts_logs_its_aux_loss_and_resumes(corpus, tmp_path):
 
 
 def test_the_log_summarises_each_moe_layers_expert_load(corpus, tmp_path):
-    # layers 1 and 3 are MoE (moe_every=2); E=4, k=2: an even load is 1, all on k experts E/k
-    model = {**TINY, "n_layers": 4, "n_experts": 4, "moe_top_k": 2, "moe_d_ff": 16,
-             "moe_every": 2}  # fmt: skip
+    # layers 1 and 3 are MoE (moe.every=2); E=4, k=2: an even load is 1, all on k experts E/k
+    model = {**TINY, "n_layers": 4, "moe": {"n_experts": 4, "top_k": 2, "d_ff": 16, "every": 2}}
     result = train(tiny(corpus, tmp_path, model=model, sample_tokens=0, steps=3), progress=False)
     names = ["load_max_1", "load_min_1", "load_max_3", "load_min_3"]
     assert load_fields(result.model.config) == tuple(names)
@@ -287,7 +286,7 @@ def test_the_log_summarises_each_moe_layers_expert_load(corpus, tmp_path):
             # a token's k choices are k distinct experts: no expert holds more than 1/k
             assert 0.0 <= low <= 1.0 <= high <= 4 / 2
     # k = E: every token goes to every expert, an even load by construction
-    every = {**TINY, "n_experts": 3, "moe_top_k": 3, "moe_d_ff": 16}
+    every = {**TINY, "moe": {"n_experts": 3, "top_k": 3, "d_ff": 16}}
     run = train(
         tiny(corpus, tmp_path / "all", model=every, sample_tokens=0, steps=2, warmup_steps=0), False
     )
@@ -297,7 +296,7 @@ def test_the_log_summarises_each_moe_layers_expert_load(corpus, tmp_path):
 
 
 def test_a_moe_checkpoint_from_before_the_load_columns_resumes(corpus, tmp_path):
-    model = {**TINY, "n_experts": 4, "moe_top_k": 2, "moe_d_ff": 16}
+    model = {**TINY, "moe": {"n_experts": 4, "top_k": 2, "d_ff": 16}}
     settings = tiny(corpus, tmp_path, model=model, sample_tokens=0, steps=6, stop_after=4)
     train(settings, progress=False)
     path = tmp_path / "checkpoint.pt"
@@ -311,7 +310,7 @@ def test_a_moe_checkpoint_from_before_the_load_columns_resumes(corpus, tmp_path)
 
 
 def test_the_aux_loss_coefficient_changes_the_training(corpus, tmp_path):
-    model = {**TINY, "n_experts": 4, "moe_top_k": 1, "moe_d_ff": 16}
+    model = {**TINY, "moe": {"n_experts": 4, "top_k": 1, "d_ff": 16}}
     runs = [
         train(tiny(corpus, tmp_path / str(c), model=model, sample_tokens=0, steps=4,
                    aux_loss_coef=c), progress=False)
@@ -323,9 +322,9 @@ def test_the_aux_loss_coefficient_changes_the_training(corpus, tmp_path):
 
 def test_the_choice_bias_moves_with_the_load_and_resumes_with_the_checkpoint(corpus, tmp_path):
     # DeepSeek-V3's balancing without the auxiliary loss: only the bias moves the load
-    model = {**TINY, "n_experts": 4, "moe_top_k": 1, "moe_d_ff": 16, "moe_router": "sigmoid",
-             "moe_bias_update_rate": 0.125}  # fmt: skip
-    still = {**model, "moe_bias_update_rate": 0.0}
+    moe = {"n_experts": 4, "top_k": 1, "d_ff": 16, "router": "sigmoid"}
+    model = {**TINY, "moe": {**moe, "bias_update_rate": 0.125}}
+    still = {**TINY, "moe": {**moe, "bias_update_rate": 0.0}}
     changes = dict(sample_tokens=0, steps=8, aux_loss_coef=0.0)
     whole = train(tiny(corpus, tmp_path / "whole", model=model, **changes), progress=False)
     bias = whole.model.layers[0].ffn.choice_bias

@@ -65,7 +65,7 @@ def test_the_packed_step_reads_and_writes_each_requests_own_positions():
         [[s == row and p <= at for s, p in zip(seq, pos, strict=True)] for row, at in
          [(0, 3), (1, 1), (2, 0), (2, 1)]]
     )  # fmt: skip
-    assert torch.equal(pool.attn_mask(), expected)  # (T, K): own request, causal
+    assert torch.equal(pool.attn_mask().dense, expected)  # (T, K): own request, causal
     new = torch.tensor([10.0, 20.0, 30.0, 31.0]).view(1, 1, 4, 1)  # (1, H, T, D)
     keys, values = pool.write_and_gather(0, new, -new)
     assert keys.shape == (1, 1, 8, 1) and (a.length, b.length, c.length) == (4, 2, 2)

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from matplotlib.figure import Figure
-from torch import Tensor
 
 from coursepkg.chapters.diagrams.primitives import COLOURS, canvas, grid
 from coursepkg.masks import PackedMask
@@ -173,7 +172,7 @@ def packed_mask_diagram(
         kept against the dense mask's.
     """
     mask = PackedMask(list(n_new), list(n_keys))
-    dense = mask.as_subclass(Tensor)  # (L, S) bool: the dense mask itself
+    dense = mask.dense  # (L, S) bool: the dense mask itself
     request = mask.key_request  # (S,): which request each key belongs to
     rows, cols = dense.shape
     cell = min(0.45, 6.0 / cols)

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from ...attention import MultiHeadAttention as _ReferenceMHA
 from ...config import BlockConfig
+from ...kv_cache import LayerCache
 from ...layers import EncoderLayer as _ReferenceLayer
 from ...layers import PositionwiseFeedForward, RMSNorm
 from ...positional import RopeAngles, rope_frequencies
@@ -81,12 +82,10 @@ class ReferenceSwiGLU(PositionwiseFeedForward):
         super().__init__(d_model, d_ff, activation="swiglu", bias=False)
 
 
-class DictCache:
+class DictCache(LayerCache):
     """The checks' dict cache (``{"k": (B, Hkv, S, Dh), "v": ...}``, filled in place) as the
     reference's growing key/value cache: what the exercise's blocks take, given to the
     reference's attention."""
-
-    static = False
 
     def __init__(self, store: dict[str, Tensor]) -> None:
         self.store = store

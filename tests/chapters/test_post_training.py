@@ -1,4 +1,4 @@
-"""The post-training chapter's runs (:mod:`coursepkg.posttrain.chapter`): the task's pieces as
+"""The post-training chapter's runs (:mod:`coursepkg.chapters.post_training`): the task's pieces as
 properties, and the whole run with a step or two per stage."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from coursepkg import DecoderOnlyLM, TransformerConfig
-from coursepkg.posttrain.chapter import (
+from coursepkg.chapters.post_training import (
     ALPHABET,
     LENGTHS,
     SETTINGS,

@@ -10,15 +10,13 @@ import pytest
 import torch
 from serving_models import V, llama_pair
 
-from coursepkg.serving import (
+from coursepkg.chapters.serving_measure import (
     mixed_workload,
     quantization_table,
-    quantize_linears,
-    quantized_weight_bytes,
     throughput_by_concurrency,
     time_speculative,
-    weight_bytes,
 )
+from coursepkg.serving import quantize_linears, quantized_weight_bytes, weight_bytes
 
 
 def test_speculative_timing_is_exact_and_its_trace_adds_up():

@@ -25,10 +25,10 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from .generate import generate
-from .quant import quantize_linears, quantized_weight_bytes, weight_bytes
-from .scheduler import ContinuousBatcher, Request, serve_static_batches
-from .speculative import SpeculativeResult, speculative_generate
+from ..serving.generate import generate
+from ..serving.quant import quantize_linears, quantized_weight_bytes, weight_bytes
+from ..serving.scheduler import ContinuousBatcher, Request, serve_static_batches
+from ..serving.speculative import SpeculativeResult, speculative_generate
 
 __all__ = [
     "QuantRow",

@@ -15,11 +15,11 @@ import time
 
 import torch.nn.functional as F
 
-from ..chapters.run_cache import cache_file, reuse_run, save_run
-from .comm import Collectives
-from .compare import Run, split_batch, train_ranks
-from .ddp import BucketedDDP, NaiveDDP
-from .launch import run_ranks
+from ..parallel.comm import Collectives
+from ..parallel.compare import Run, split_batch, train_ranks
+from ..parallel.ddp import BucketedDDP, NaiveDDP
+from ..parallel.launch import run_ranks
+from .run_cache import cache_file, reuse_run, save_run
 
 __all__ = ["TimedCollectives", "chapter_ranks", "rank_report", "step_timeline"]
 

@@ -33,16 +33,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..chapters.run_cache import cache_file, check_cache_mode, reuse_run, save_run
 from ..config import TransformerConfig
 from ..decoder_only import DecoderOnlyLM
+from ..posttrain.chat import END_OF_TURN, ChatExample, encode_chat, render_chat, with_chat_tokens
+from ..posttrain.dpo import (
+    PreferencePair,
+    dpo_step,
+    encode_preference,
+    frozen_copy,
+    sequence_logprobs,
+)
+from ..posttrain.grpo import grpo_step
+from ..posttrain.lora import add_lora, lora_parameter_count
+from ..posttrain.packing import Batch, pad_batch
+from ..posttrain.sft import sft_step
 from ..tokenizer import Tokenizer
-from .chat import END_OF_TURN, ChatExample, encode_chat, render_chat, with_chat_tokens
-from .dpo import PreferencePair, dpo_step, encode_preference, frozen_copy, sequence_logprobs
-from .grpo import grpo_step
-from .lora import add_lora, lora_parameter_count
-from .packing import Batch, pad_batch
-from .sft import sft_step
+from .run_cache import cache_file, check_cache_mode, reuse_run, save_run
 
 __all__ = [
     "ALPHABET",

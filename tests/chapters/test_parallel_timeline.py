@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch.distributed as dist
 
+from coursepkg.chapters.parallel_timeline import chapter_ranks, step_timeline
 from coursepkg.parallel.compare import Run
 from coursepkg.parallel.memory import unit_numels
-from coursepkg.parallel.timeline import chapter_ranks, step_timeline
 
 TIMED = Run(
     model=dict(vocab_size=32, d_model=32, n_heads=4, d_ff=64, n_layers=3, max_len=16,
