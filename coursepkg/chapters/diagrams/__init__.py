@@ -16,8 +16,9 @@ label is plain ASCII text, so the drawing looks the same on any machine.
   (11, 16).
 * :mod:`~coursepkg.chapters.diagrams.models`: how the trained models are fed, stacked, read and
   trained: a training step, shifted targets, greedy's trap, BERT's corruption, the GPT stack, the
-  logit lens, the FFN as a memory, FLOPs and bytes per parameter, pre-tokens and bytes, linear
-  attention's state, gradient accumulation, routed compute, DPO's pair (chapters 8-20).
+  logit lens, the FFN as a memory, routed compute, DPO's pair (chapters 8-20);
+  :mod:`~coursepkg.chapters.diagrams.costs`: FLOPs and bytes per parameter, gradient accumulation,
+  linear attention's state; :mod:`~coursepkg.chapters.diagrams.tokens`: pre-tokens and bytes (14).
 * :mod:`~coursepkg.chapters.diagrams.serving`: speculative decoding's rounds, the paged cache's
   block tables (18).
 * :mod:`~coursepkg.chapters.diagrams.experts`: a token routed through a mixture of experts, latent
@@ -47,6 +48,12 @@ from coursepkg.chapters.diagrams.blocks import (
     shift_rotation_diagram,
     split_heads_diagram,
 )
+from coursepkg.chapters.diagrams.costs import (
+    flops_per_weight_diagram,
+    grad_accumulation_diagram,
+    linear_attention_state_diagram,
+    memory_per_parameter_diagram,
+)
 from coursepkg.chapters.diagrams.experts import latent_attention_diagram, moe_routing_diagram
 from coursepkg.chapters.diagrams.generation import (
     attention_patterns_diagram,
@@ -57,20 +64,14 @@ from coursepkg.chapters.diagrams.generation import (
     residual_stream_diagram,
 )
 from coursepkg.chapters.diagrams.models import (
-    bytes_diagram,
     dense_vs_routed_diagram,
     dpo_pair_diagram,
     ffn_memory_diagram,
-    flops_per_weight_diagram,
     gpt_stack_diagram,
-    grad_accumulation_diagram,
     greedy_trap_diagram,
-    linear_attention_state_diagram,
     logit_lens_diagram,
-    memory_per_parameter_diagram,
     mlm_corruption_diagram,
     next_token_diagram,
-    pretokens_diagram,
     shifted_targets_diagram,
     training_step_diagram,
 )
@@ -100,6 +101,7 @@ from coursepkg.chapters.diagrams.serving import (
     packed_mask_diagram,
     speculative_diagram,
 )
+from coursepkg.chapters.diagrams.tokens import bytes_diagram, pretokens_diagram
 from coursepkg.chapters.diagrams.training import (
     checkpoint_diagram,
     ddp_diagram,
