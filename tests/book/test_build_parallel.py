@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import processes
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,10 +53,10 @@ def _book(where: Path) -> Path:
 
 def _build(where: Path, jobs: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "BOOK_JOBS": jobs, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    return subprocess.run(
+    return processes.run(
         [sys.executable, str(ROOT / "scripts" / "build_book.py"), "build", ".", "-W", "-n",
          "--keep-going"],  # fmt: skip
-        cwd=where, env=env, capture_output=True, text=True, timeout=540,
+        cwd=where, env=env, idle=540,
     )  # fmt: skip
 
 

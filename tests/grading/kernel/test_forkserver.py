@@ -13,11 +13,11 @@ import asyncio
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+import processes
 import pytest
 
 from coursepkg.grading.kernel import forkserver
@@ -229,9 +229,7 @@ def test_the_server_refuses_other_processes(setup):
         "    data += chunk\n"
         "print(data.decode())"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=60
-    )
+    out = processes.run([sys.executable, "-c", probe, str(path)], idle=60)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"error": "only the grading worker may ask for kernels"}
 
