@@ -95,6 +95,11 @@ format: install
 # /tmp), which the other worker would move: they run alone afterwards. PYTEST_WORKERS=0 runs all
 # in one process. pytest exits 5 when it collects no test: tolerated for the serial part (it may
 # select none), and for the rest only while tests/ holds no test file at all.
+# The time budget (tests/budget.toml, tests/conftest.py): a budgeted test past twice its budget
+# times the machine factor measured while it ran errors at its teardown, so `make test` fails
+# there; its report ends with the budgeted tests against their budgets and the slowest tests
+# without one. Every wait in the tests is bounded by progress or scaled by that factor
+# (tests/fixtures/processes.py; COURSE_TIME_FACTOR=N fixes it).
 PYTEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 test: lint

@@ -8,6 +8,8 @@ can ask for several variants of a tiny model in one go.
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from collections.abc import Callable
 
@@ -165,6 +167,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             f"commands left running by the tests (now ended): {', '.join(left)}", red=True
         )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGTERM (a CI job's timeout, ``kill``) stops pytest as Ctrl-C does, so that its
+    session ends what the tests started (:func:`pytest_sessionfinish`) instead of leaving it."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"pytest received {signal.Signals(signum).name}")
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
 
 
 @pytest.hookimpl(optionalhook=True)
