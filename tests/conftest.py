@@ -17,6 +17,7 @@ import budgets
 import pytest
 import torch
 from processes import end_leftovers, machine_factor
+from real_parts import postgres_server  # noqa: F401 - one PostgreSQL server per test process
 
 from coursepkg import DecoderOnlyLM, Transformer, TransformerConfig
 
