@@ -34,4 +34,3 @@ def test_no_page_took_more_than_twice_its_budget():
     ]
     over = [v.message() for v in verdicts if v.over]
     assert not over, "pages over their time budget (tests/budget.toml):\n" + "\n".join(over)
-
