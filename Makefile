@@ -95,6 +95,11 @@ format: install
 # /tmp), which the other worker would move: they run alone afterwards. PYTEST_WORKERS=0 runs all
 # in one process. pytest exits 5 when it collects no test: tolerated for the serial part (it may
 # select none), and for the rest only while tests/ holds no test file at all.
+# The time budget (tests/budget.toml, tests/conftest.py): a budgeted test past twice its budget
+# times the machine factor measured while it ran errors at its teardown, so `make test` fails
+# there; its report ends with the budgeted tests against their budgets and the slowest tests
+# without one. Every wait in the tests is bounded by progress or scaled by that factor
+# (tests/fixtures/processes.py; COURSE_TIME_FACTOR=N fixes it).
 PYTEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 test: lint
@@ -112,7 +117,7 @@ test: lint
 # nbgrader batches, ranks started in processes of their own) and without
 # the folders that build or drive the book, the notebooks, a browser or a cluster (tests/book/,
 # tests/exercises/, tests/e2e/). DEVELOPING.md says which folder holds what.
-FAST_TESTS := tests/test_layout.py tests/reference tests/chapters tests/cli tests/posttrain tests/grading tests/parallel
+FAST_TESTS := tests/test_layout.py tests/test_processes.py tests/test_budget.py tests/reference tests/chapters tests/cli tests/posttrain tests/grading tests/parallel
 test-fast: lint
 	$(VENV_PATH) $(BIN)/python -m pytest -q $(XDIST) -m "not slow and not serial" $(FAST_TESTS)
 

@@ -6,17 +6,37 @@ Sphinx's parallel reading (``BOOK_JOBS`` processes, default 2); the arguments ar
 ``jupyter-book``'s own (``make book`` passes ``build . -W -n --keep-going``). The extension
 ``book/_ext/parallel_pages.py`` says why the three extensions that declare nothing are safe.
 
+At the end it prints each page executed by this build (its cold time, from the jupyter-cache
+record MyST-NB writes) with the machine factor while it ran (``tests/fixtures/processes.py``,
+sampled every 30 s by a process of its own), and writes them to ``_build/page_times.json``,
+which ``tests/book/test_page_budget.py`` holds to ``tests/budget.toml``.
+
 Usage: ``python scripts/build_book.py build . -W -n --keep-going``
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
+import subprocess
 import sys
+import time
+from pathlib import Path
 
-from jupyter_book import sphinx as jb_sphinx
-from jupyter_book.cli import main as cli
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _book() -> Path:
+    """The book's folder: ``build PATH``'s path (``make book``: ``.``, the repository)."""
+    args = [a for a in sys.argv[1:] if not a.startswith("-")]
+    return (Path.cwd() / args[1]).resolve() if args[:1] == ["build"] and len(args) > 1 else ROOT
+
+
+BOOK = _book()
+CACHE = BOOK / "_build" / ".jupyter_cache"
+TIMES = BOOK / "_build" / "page_times.json"
+SAMPLES = BOOK / "_build" / "machine_factor.txt"
 
 
 def jobs() -> int:
@@ -27,8 +47,71 @@ def jobs() -> int:
     return int(value)
 
 
-if __name__ == "__main__":
+def page_times(since: float, samples: list[tuple[float, float]]) -> dict[str, dict[str, float]]:
+    """Each page executed since ``since`` (a Unix time): its cold seconds and the mean machine
+    factor sampled while it ran (1 without samples), from the jupyter-cache's records."""
+    from jupyter_cache import get_cache
+
+    if not CACHE.is_dir():
+        return {}
+    pages = {}
+    for record in get_cache(str(CACHE)).list_cache_records():
+        seconds = (record.data or {}).get("execution_seconds")
+        end = record.created.timestamp() if record.created else 0.0
+        if seconds is None or end < since:
+            continue  # executed by an earlier build
+        during = [f for t, f in samples if end - seconds - 30 <= t <= end + 30]
+        uri = Path(record.uri)
+        name = uri.relative_to(BOOK).as_posix() if uri.is_relative_to(BOOK) else str(uri)
+        factor = sum(during) / len(during) if during else 1.0
+        pages[name] = {"seconds": round(seconds, 1), "factor": round(max(1.0, factor), 2)}
+    return pages
+
+
+def _samples() -> list[tuple[float, float]]:
+    if not SAMPLES.is_file():
+        return []
+    rows = (line.split() for line in SAMPLES.read_text().splitlines())
+    return [(float(t), float(f)) for t, f in (r for r in rows if len(r) == 2)]
+
+
+def report(since: float) -> None:
+    """Print the pages this build executed, slowest first, and write :data:`TIMES`."""
+    pages = page_times(since, _samples())
+    if not pages:
+        print("build_book: no page was executed (all from the cache)")
+        return
+    TIMES.write_text(json.dumps({"since": since, "pages": pages}, indent=1), encoding="utf-8")
+    print(f"build_book: cold time of each page this build executed ({TIMES}):")
+    for name, row in sorted(pages.items(), key=lambda kv: -kv[1]["seconds"]):
+        print(f"  {row['seconds']:7.1f} s  {name}  (machine factor {row['factor']:.1f})")
+
+
+def main() -> int:
+    from jupyter_book import sphinx as jb_sphinx
+    from jupyter_book.cli import main as cli
+
     # The command imports `build_sphinx` from its module when it runs: give that module the same
     # function with `jobs` set.
     jb_sphinx.build_sphinx = functools.partial(jb_sphinx.build_sphinx, jobs=jobs())
-    sys.exit(cli.main())
+    since = time.time()
+    SAMPLES.parent.mkdir(parents=True, exist_ok=True)
+    SAMPLES.unlink(missing_ok=True)
+    sampler = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "fixtures" / "processes.py"), "--sample",
+         str(SAMPLES), "30"], stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        cli.main(standalone_mode=False)
+        status = 0
+    except SystemExit as stop:
+        status = stop.code if isinstance(stop.code, int) else 1
+    finally:
+        sampler.terminate()
+        sampler.wait()
+    report(since)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -8,10 +8,16 @@ can ask for several variants of a tiny model in one go.
 
 from __future__ import annotations
 
+import signal
+import threading
+import time
 from collections.abc import Callable
 
+import budgets
 import pytest
 import torch
+from processes import end_leftovers, machine_factor
+from real_parts import postgres_server  # noqa: F401 - one PostgreSQL server per test process
 
 from coursepkg import DecoderOnlyLM, Transformer, TransformerConfig
 
@@ -62,6 +68,124 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return -seconds, item.path not in slow_files
 
     items.sort(key=key)
+
+
+_SCALED = pytest.StashKey[int]()  # the test's pytest-timeout, once scaled
+_TIMED = pytest.StashKey[tuple[float, float]]()  # the test's start and the machine factor then
+_CALL_PASSED = pytest.StashKey[bool]()
+_BUDGETS = pytest.StashKey[dict]()
+_LEFT = pytest.StashKey[list]()  # commands the tests left running (the workers', on xdist)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Scale the test's pytest-timeout (its ``timeout`` mark, else ``timeout`` in
+    pyproject.toml) by the machine's measured pace (:func:`processes.machine_factor`), so that a
+    machine busy with something else does not fail a test; the bound stays a guard against a hang.
+
+    This wrapper runs before pytest-timeout's, which reads the closest ``timeout`` mark.
+    """
+    from pytest_timeout import _get_item_settings
+
+    settings = _get_item_settings(item)
+    if settings.timeout and _SCALED not in item.stash:
+        scaled = round(settings.timeout * machine_factor())
+        mark = pytest.mark.timeout(scaled, method=settings.method, func_only=settings.func_only)
+        item.add_marker(mark, append=False)  # the closest mark: pytest-timeout reads it
+        item.stash[_SCALED] = scaled
+    item.stash[_TIMED] = (time.monotonic(), machine_factor())
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Hold each test to its budget (``tests/budget.toml``, :mod:`budgets`): one that took more
+    than twice its budget, scaled by the machine factor while it ran, gets an error at its
+    teardown saying so. Every test's time and factor go into its teardown report (for the
+    summary, from every xdist worker)."""
+    outcome = yield
+    report = outcome.get_result()
+    if call.when == "call":
+        item.stash[_CALL_PASSED] = report.passed
+        return
+    if call.when != "teardown" or _TIMED not in item.stash:
+        return
+    start, factor = item.stash[_TIMED]
+    seconds, factor = time.monotonic() - start, max(factor, machine_factor())
+    budget = _budgets(item.config)["tests"].get(item.nodeid)
+    report.user_properties.append(("timing", [seconds, factor, budget]))
+    verdict = budgets.Verdict(item.nodeid, seconds, factor, budget)
+    if verdict.over and report.passed and item.stash.get(_CALL_PASSED, False):
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{verdict.message()}: a regression, or a budget to raise in tests/budget.toml "
+            "(say why in the commit)"
+        )
+
+
+def _budgets(config: pytest.Config) -> dict[str, dict[str, float]]:
+    if _BUDGETS not in config.stash:
+        config.stash[_BUDGETS] = budgets.load()
+    return config.stash[_BUDGETS]
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """The budgeted tests against their budgets, then the slowest tests without one, as lines
+    to paste into ``tests/budget.toml`` (seconds brought back to the reference machine)."""
+    timed = []
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            props = dict(getattr(report, "user_properties", []) or [])
+            if getattr(report, "when", "") == "teardown" and "timing" in props:
+                seconds, factor, budget = props["timing"]
+                timed.append(budgets.Verdict(report.nodeid, seconds, factor, budget))
+    if not timed:
+        return
+    listed = sorted((v for v in timed if v.budget is not None), key=lambda v: v.name)
+    if listed:
+        terminalreporter.section("time budget (tests/budget.toml)")
+        for verdict in listed:
+            terminalreporter.write_line(verdict.message(), red=verdict.over)
+    others = sorted((v for v in timed if v.budget is None), key=lambda v: -v.reference_seconds)
+    others = [v for v in others[:15] if v.reference_seconds >= 20]
+    if others:
+        terminalreporter.section("slowest tests without a budget (lines for tests/budget.toml)")
+        for verdict in others:
+            terminalreporter.write_line(f"{budgets.toml_line(verdict)}  # {verdict.message()}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """End whatever command a test started and left running (a test that failed before its own
+    cleanup), with its whole process tree, and fail the run that left one (an xdist worker
+    hands its list to the controller, :func:`pytest_testnodedown`)."""
+    left = session.config.stash.get(_LEFT, []) + end_leftovers()
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["coursepkg_left_running"] = left
+        return
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        reporter.write_line(
+            f"commands left running by the tests (now ended): {', '.join(left)}", red=True
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGTERM (a CI job's timeout, ``kill``) stops pytest as Ctrl-C does, so that its
+    session ends what the tests started (:func:`pytest_sessionfinish`) instead of leaving it."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"pytest received {signal.Signals(signum).name}")
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """xdist's controller: collect what a worker's tests left running."""
+    left = getattr(node, "workeroutput", {}).get("coursepkg_left_running", [])
+    node.config.stash[_LEFT] = node.config.stash.get(_LEFT, []) + list(left)
 
 
 @pytest.fixture(autouse=True)

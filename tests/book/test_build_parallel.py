@@ -1,10 +1,12 @@
 """``make book``'s parallel build (``scripts/build_book.py`` with ``book/_ext/parallel_pages.py``):
 a small Jupyter Book with the course's extensions, built as ``make book`` builds (warnings as
-errors), has its pages executed by two processes, numbered like a serial build, and a bad
+errors), has its pages executed by two processes, numbered like a serial build, each page's
+cold time printed and recorded (``_build/page_times.json``), and a bad
 ``BOOK_JOBS`` is refused naming the variable."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -12,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import processes
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,10 +55,10 @@ def _book(where: Path) -> Path:
 
 def _build(where: Path, jobs: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "BOOK_JOBS": jobs, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    return subprocess.run(
+    return processes.run(
         [sys.executable, str(ROOT / "scripts" / "build_book.py"), "build", ".", "-W", "-n",
          "--keep-going"],  # fmt: skip
-        cwd=where, env=env, capture_output=True, text=True, timeout=540,
+        cwd=where, env=env, idle=540,
     )  # fmt: skip
 
 
@@ -80,6 +83,12 @@ def test_two_jobs_execute_the_pages_in_two_processes_with_warnings_as_errors(tmp
         html = (book / "_build" / "html" / "book" / f"page{i}.html").read_text()
         for j in range(1, PAGES + 1):
             assert f">{j}. Page {j}<" in html, f"page{i}'s contents do not number page {j} as {j}"
+    # Each page's cold time, printed and recorded for tests/book/test_page_budget.py.
+    times = json.loads((book / "_build" / "page_times.json").read_text())["pages"]
+    assert sorted(times) == sorted(f"book/page{i}.md" for i in range(1, PAGES + 1)), times
+    assert all(t["seconds"] > 0 and t["factor"] >= 1 for t in times.values()), times
+    assert "cold time of each page this build executed" in run.stdout, run.stdout[-3000:]
+    assert all(f"book/page{i}.md" in run.stdout for i in range(1, PAGES + 1)), run.stdout[-3000:]
 
 
 def test_a_bad_job_count_is_refused_naming_the_variable(tmp_path):

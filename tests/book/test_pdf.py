@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from browser import chromium_or_skip
+from processes import budget
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,7 +49,9 @@ def test_a_printed_page_keeps_its_headings_and_its_figure(tmp_path):
         f'<img src="data:image/png;base64,{dot}" width="80" alt="one red dot">'
         "<h2>A section</h2></body></html>"
     )
-    data = book_pdf.print_pdf(page, tmp_path / "page.pdf", chromium, timeout=300).read_bytes()
+    data = book_pdf.print_pdf(
+        page, tmp_path / "page.pdf", chromium, timeout=budget(300)
+    ).read_bytes()
     assert data.startswith(b"%PDF")
     titles = book_pdf.outline_titles(data)
     assert "Chapter one (attention)" in titles and "A section" in titles

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import processes
 import pytest
 import torch
 
@@ -45,8 +46,7 @@ VERBS = [
 
 def coursepkg_run(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    return subprocess.run([str(BIN / "coursepkg"), *args], env=env, capture_output=True,
-                          text=True, timeout=300, check=False)  # fmt: skip
+    return processes.run([str(BIN / "coursepkg"), *args], env=env, idle=300, check=False)
 
 
 def _subcommands(parser, dest: str = "command") -> dict:

@@ -21,13 +21,14 @@ import html
 import os
 import re
 import shutil
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
+import processes
 import pytest
+from processes import files_under
 
 from coursepkg.grading import catalogue
 from coursepkg.stubs import ASSIGNMENTS as ALL_ASSIGNMENTS
@@ -216,13 +217,12 @@ def _points(nb, item: str | None = None) -> float:
 
 def _nbgrader(course: Path, *args: str) -> str:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    run = subprocess.run(
+    run = processes.run(
         [str(BIN / "nbgrader"), *args],
         cwd=course,
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
+        idle=900,  # without a new line of nbgrader's log or a file written in the course
+        progress=lambda: files_under(course),
     )
     assert run.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{run.stdout}\n{run.stderr}"
     return run.stdout + run.stderr

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import nbformat
+import processes
 import pytest
 import test_cluster as _real_parts
 from grading_hostile import (
@@ -43,6 +44,7 @@ from grading_hostile import (
     points,
     write_submissions,
 )
+from processes import budget, files_under
 
 from coursepkg.grading.kernel import confine
 
@@ -200,8 +202,8 @@ print((kind or "-").replace(" ", "_"), "mounts" if done["disk"] and done["shm"] 
 
 def _offered(tmp: Path) -> set[str]:
     """What a kernel gets on this host: ``memory_cgroup``, ``mounts`` (probed in a child)."""
-    out = subprocess.run([sys.executable, "-c", PROBE, str(tmp)], capture_output=True, text=True,
-                         timeout=120, check=True).stdout.split()  # fmt: skip
+    out = processes.run([sys.executable, "-c", PROBE, str(tmp)], idle=120, check=True)
+    out = out.stdout.split()
     confine.remove_stale_cgroups()
     names = ("memory_cgroup", "mounts")
     offered = {""} | {name for name, got in zip(names, out, strict=True) if got != "-"}
@@ -285,7 +287,9 @@ def _stale_cgroups() -> list[str]:
 
 
 def _until(condition, seconds: float = 60.0):
-    deadline = time.monotonic() + seconds
+    """``condition()``'s value once truthy, or its last value after ``seconds`` (scaled by the
+    machine's measured pace: a guard, far above the normal wait)."""
+    deadline = time.monotonic() + budget(seconds)
     while not (value := condition()) and time.monotonic() < deadline:
         time.sleep(0.2)
     return value
@@ -299,12 +303,12 @@ def _feedback(course: Path, student: str) -> str:
 
 
 def _grade(course: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    run = subprocess.run(
+    run = processes.run(
         [str(BIN / "coursepkg"), "grade", AID, "--root", str(course), "--no-progress",
          "--cell-timeout", "120", "--notebook-timeout", "300", "--memory-mb", str(MEMORY_MB),
          "--disk-mb", str(DISK_MB), "--shm-mb", str(SHM_MB), *args],
         env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **env},
-        capture_output=True, text=True, timeout=1100, check=False,
+        idle=480, check=False, progress=lambda: files_under(course),
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     return run

@@ -28,17 +28,17 @@ import json
 import os
 import pwd
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
+import processes
 import pytest
 from browser import Browser, find_chromium
+from processes import Command, Stuck, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -78,9 +78,7 @@ def _free_port() -> int:
 
 
 def _run(args: list[str], cwd: Path, env: dict, timeout: float = 600) -> str:
-    done = subprocess.run(
-        args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
+    done = processes.run(args, cwd=cwd, env=env, idle=timeout, check=False)
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"{' '.join(args)} failed ({done.returncode}):\n{output[-3000:]}"
     return output
@@ -91,35 +89,32 @@ def _server(args: list[str], env: dict, log: Path, port: int, cwd: Path):
     """A Jupyter server on 127.0.0.1:port started in ``cwd``, stopped (its process group) on
     exit. nbgrader's server extensions read ``nbgrader_config.py`` from the folder the server
     was started in, as when a user types ``jupyter lab`` there."""
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [str(BIN / "jupyter"), *args, "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-             f"--ServerApp.token={TOKEN}", "--ServerApp.port_retries=0",
-             *(["--allow-root"] if os.geteuid() == 0 else [])],
-            env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+    proc = Command(
+        [str(BIN / "jupyter"), *args, "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+         f"--ServerApp.token={TOKEN}", "--ServerApp.port_retries=0",
+         *(["--allow-root"] if os.geteuid() == 0 else [])],
+        what=f"jupyter {args[0]} on port {port}", env=env, cwd=cwd,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/api/status?token={TOKEN}"
+
+    def answers() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the Jupyter server exited:\n{proc.tail()}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
     try:
-        url = f"http://127.0.0.1:{port}/api/status?token={TOKEN}"
-        deadline = time.monotonic() + 180
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the Jupyter server exited:\n{log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(url, timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"no Jupyter server on port {port} after 180 s") from None
-                time.sleep(0.3)  # polling interval while the server starts, not a wait for it
+        # The server's log grows while it starts: a bound on silence, not on its start.
+        wait_until(answers, f"the Jupyter server on port {port} to answer", idle=180,
+                   progress=proc.sizes, poll=0.3)  # fmt: skip
         yield f"http://127.0.0.1:{port}"
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        proc.end(grace=30)
+        out, err = proc.output()
+        log.write_text(out + err, encoding="utf-8")
 
 
 def _assert_loopback(urls: list[str]) -> None:
@@ -285,10 +280,10 @@ def _fetch_feedback(j: Journey, folder: Path) -> list[Path]:
         if j.wait(f"{fetching} || !!{_LINK}", 30) or written():
             break
     # nbgrader's fetch_feedback finishing is the event: its HTML is on disk.
-    deadline = time.monotonic() + 600
-    while not written() and time.monotonic() < deadline:
-        time.sleep(0.2)  # polling interval for the file nbgrader writes, not a wait for it
-    assert written(), f"Fetch Feedback wrote nothing; the list says: {j.js(_ROW)!r}"
+    try:
+        wait_until(written, "Fetch Feedback's HTML", idle=600, poll=0.2)
+    except Stuck as err:
+        raise AssertionError(f"{err}; the list says: {j.js(_ROW)!r}") from None
     if not j.wait(f"!!{_LINK}", 60):  # the list was drawn before the fetch ended: redraw it
         j.click("#refresh_assignments_list")
         assert j.wait(f"!!{_LINK}", 120), f"no feedback link; the list says: {j.js(_ROW)!r}"
@@ -526,10 +521,10 @@ def test_student_and_instructor_journey(tmp_path):
             assert j.wait("document.activeElement?.id === 'written_sqrt_dk'", 30), "no focus"
             j.b.send("Input.insertText", text="2")
             j.key("Tab", "Tab", 9)
-            deadline = time.monotonic() + 60
-            while _submission(course, student_id)[2]["written_sqrt_dk"][1] != 2:  # saved
-                assert time.monotonic() < deadline, "the formgrader did not save the score"
-                j.wait("false", 0.5)
+            saved = lambda: _submission(course, student_id)[2]["written_sqrt_dk"][1] == 2  # noqa: E731
+            # j.wait: the browser's events are read while the formgrader saves
+            wait_until(lambda: saved() or j.wait("false", 0.5), "the formgrader to save the score",
+                       idle=60, poll=0)  # fmt: skip
             j.step("formgrader", lab=False)
             j.timings["instructor: formgrader"] = j.timings.pop("formgrader")
             _assert_loopback(j.b.requested_urls())
@@ -583,9 +578,9 @@ def test_lab_terminal_finds_the_course_commands(tmp_path):
     (tmp_path / ".bashrc").write_text("export PATH=/usr/bin:/bin\n")  # as /etc/profile does
     env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "COURSE_VENV_BIN": str(BIN)}
     rcfile = ROOT / "jupyter" / "student" / "bashrc"
-    done = subprocess.run(
+    done = processes.run(
         ["bash", "--rcfile", str(rcfile), "-i", "-c", "command -v coursepkg"],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
+        env=env, idle=60, check=False,
     )  # fmt: skip
     assert done.stdout.strip() == str(BIN / "coursepkg"), done.stdout + done.stderr
 
@@ -602,9 +597,7 @@ def test_name_error_after_a_restart_says_what_to_run(tmp_path):
         "second = shell.run_cell('my_helper(1)')\n"
         "assert isinstance(first.error_in_exec, NameError)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
-    )
+    done = processes.run([sys.executable, "-c", code], idle=120, check=False)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     assert "comes from the notebook's setup cell" in out, out

@@ -14,8 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import processes
 import pytest
 import torch
+from processes import Command, budget
 
 from coursepkg.data.text import load_tinyshakespeare
 from coursepkg.training import TrainSettings, train
@@ -51,7 +53,7 @@ def _env() -> dict[str, str]:
 
 
 def _run(cmd: list[str]) -> str:
-    done = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=600)
+    done = processes.run(cmd, env=_env(), idle=600)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout + done.stderr
 
@@ -162,9 +164,7 @@ def test_the_documented_sharded_commands_run_as_written(corpus, tmp_path):
         words[words.index("coursepkg")] = str(BIN / "coursepkg")
         out = tmp_path / words[words.index("--out") + 1]
         short = _flags(corpus, out, MODEL, steps=4)[3:]  # all but the data and --out
-        done = subprocess.run(
-            [*words, *short], cwd=tmp_path, capture_output=True, text=True, env=_env(), timeout=600
-        )
+        done = processes.run([*words, *short], cwd=tmp_path, env=_env(), idle=600)
         assert done.returncode == 0, done.stdout + done.stderr
         scheme = words[words.index("--parallel") + 1]
         assert load_checkpoint(out / "checkpoint.pt")["optimizer_layout"] == scheme
@@ -172,12 +172,10 @@ def test_the_documented_sharded_commands_run_as_written(corpus, tmp_path):
 
 def test_a_batch_the_world_size_does_not_divide_is_refused(corpus, tmp_path):
     flags = _flags(corpus, tmp_path / "odd", MODEL, steps=8, batch_size=6, grad_accum=2)
-    done = subprocess.run(
+    done = processes.run(
         _two_ranks() + flags + ["--parallel", "course-fsdp"],
-        capture_output=True,
-        text=True,
         env=_env(),
-        timeout=600,
+        idle=600,
     )
     assert done.returncode != 0
     assert (
@@ -194,13 +192,13 @@ def test_multi_machine_form_on_loopback(corpus, one_rank, tmp_path):
     launcher = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d"]
     launcher += ["--rdzv-endpoint", rdzv, "--rdzv-id", "loopback"]
     cmd = _torchrun(*launcher) + _flags(corpus, out, MODEL, steps=8)
-    nodes = [
-        subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env()
-        )
-        for _ in range(2)
-    ]
-    outputs = [node.communicate(timeout=600)[0] for node in nodes]
+    nodes = [Command(cmd, what=f"torchrun node {i}", env=_env()) for i in range(2)]
+    try:  # the nodes progress together: either one's output is a sign for both
+        outputs = ["".join(n.wait(idle=600, progress=lambda: [m.sizes() for m in nodes]))
+                   for n in nodes]  # fmt: skip
+    finally:
+        for node in nodes:
+            node.end()
     assert [node.returncode for node in nodes] == [0, 0], "\n".join(outputs)
     assert any("rank 1 of 2" in o for o in outputs)
     for name, value in _weights(one_rank).items():
@@ -258,18 +256,24 @@ def test_two_ranks_resume_bit_identical(corpus, uninterrupted, tmp_path):
 
 def _start_and_kill_rank_1(cmd: list[str]) -> tuple[subprocess.Popen, str]:
     """Start ``cmd``; once rank 0 has written its first checkpoint, SIGKILL rank 1."""
-    job = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env()
-    )
-    seen, pid = [], None
-    for line in job.stdout:
-        seen.append(line)
-        found = re.search(r"rank 1 of 2 \(pid (\d+)\)", line)
-        pid = int(found.group(1)) if found else pid
-        if "checkpoint at step 4" in line and pid is not None:
-            os.kill(pid, signal.SIGKILL)
-            break
-    rest = job.communicate(timeout=600)[0]
+    # Read line by line as they come (a poll could miss step 4 of a fast run); its own session,
+    # so that a job the test gives up on ends with all its ranks.
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env=_env(), start_new_session=True)  # fmt: skip
+    try:
+        seen, pid = [], None
+        for line in job.stdout:
+            seen.append(line)
+            found = re.search(r"rank 1 of 2 \(pid (\d+)\)", line)
+            pid = int(found.group(1)) if found else pid
+            if "checkpoint at step 4" in line and pid is not None:
+                os.kill(pid, signal.SIGKILL)
+                break
+        rest = job.communicate(timeout=budget(600))[0]
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
     return job, "".join(seen) + rest
 
 

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import processes
 import pytest
 
 from coursepkg.grading.notebook import (
@@ -212,11 +213,9 @@ def test_check_rejects_files_that_are_not_notebooks(tmp_path, content, expected)
 
 
 def test_check_cli_prints_each_test_and_a_total():
-    cli = subprocess.run(
+    cli = processes.run(
         [sys.executable, "-m", "coursepkg.cli", "check", str(_release("ex07_parameters"))],
-        capture_output=True,
-        text=True,
-        timeout=300,
+        idle=300,
     )
     assert cli.returncode == 1
     assert "[FAIL] test_transformer_parameter_count_visible: 0/2" in cli.stdout

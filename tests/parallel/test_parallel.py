@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from processes import budget
 
 from coursepkg.optim import param_groups
 from coursepkg.parallel import FSDP, NaiveDDP, ShardedOptimizer, run_ranks
@@ -27,7 +28,7 @@ RUN = Run()  # d_model 9, vocab 13: no unit's size is a multiple of 2 or 4
 RUN4 = Run(batch=8)
 FOUR = ("ddp", "bucketed", "zero1", "fsdp", "torch-fsdp")
 FP32 = tuple(s for s in OURS + PYTORCH if not s.endswith("bf16"))
-TIMEOUT = 240.0  # seconds for a whole spawn, on a busy 2-core machine
+TIMEOUT = 240.0  # seconds for a whole spawn on a quiet machine (scaled: processes.budget)
 
 
 def _extras(rank: int, world_size: int) -> dict:
@@ -116,12 +117,12 @@ def _worker(rank: int, world_size: int, run: Run, schemes: tuple[str, ...]) -> d
 
 @pytest.fixture(scope="module")
 def two() -> list[dict]:
-    return run_ranks(_worker, 2, RUN, OURS + PYTORCH, timeout=TIMEOUT)
+    return run_ranks(_worker, 2, RUN, OURS + PYTORCH, timeout=budget(TIMEOUT))
 
 
 @pytest.fixture(scope="module")
 def four() -> list[dict]:
-    return run_ranks(_worker, 4, RUN4, FOUR, timeout=TIMEOUT)
+    return run_ranks(_worker, 4, RUN4, FOUR, timeout=budget(TIMEOUT))
 
 
 def _close(ours: dict, reference: dict) -> None:
@@ -282,7 +283,7 @@ def _never_returns(rank: int, world_size: int) -> None:
 def test_a_rank_that_raises_ends_the_others():
     first = "_raises_on_rank_one failed on 2 ranks: rank1: RuntimeError: rank 1 fails on purpose"
     with pytest.raises(RuntimeError, match=first):
-        run_ranks(_raises_on_rank_one, 2, timeout=TIMEOUT)
+        run_ranks(_raises_on_rank_one, 2, timeout=budget(TIMEOUT))
 
 
 def test_a_run_that_hangs_is_ended_at_the_timeout():

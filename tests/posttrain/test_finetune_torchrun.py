@@ -7,10 +7,10 @@ import os
 import shlex
 import shutil
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
+import processes
 import pytest
 import torch
 from test_finetune_command import EXAMPLES, _doc_commands, _rows, _train_base
@@ -40,7 +40,7 @@ def test_two_ranks_fine_tune_the_model_one_process_does(tmp_path, monkeypatch):
     words = [str(BIN / "torchrun"), *rdzv, *words[1:]]
     words[words.index("coursepkg")] = str(BIN / "coursepkg")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    done = subprocess.run(words, capture_output=True, text=True, env=env, timeout=600)
+    done = processes.run(words, env=env, idle=600)
     assert done.returncode == 0, done.stdout + done.stderr
     one = words[words.index("--out") + 1].replace("sft-2", "sft-1")
     single = shlex.split(command.replace("sft-2", "sft-1"))

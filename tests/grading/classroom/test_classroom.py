@@ -37,8 +37,10 @@ from pathlib import Path
 
 import grading_impls_encoder as impls
 import nbformat
+import processes
 import pytest
 from grading_hostile import expected_score, hostile_catalogue, points, write_submissions
+from processes import files_under
 
 from coursepkg.grading.kernel.confine import landlock_abi
 
@@ -62,14 +64,13 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _grade(course: Path, *args: str, **env: str) -> str:
-    run = subprocess.run(
+    run = processes.run(
         [str(BIN / "coursepkg"), "grade", AID, "--root", str(course), "--workers", "2"]
         + ["--cell-timeout", str(CELL_TIMEOUT), "--notebook-timeout", str(NOTEBOOK_TIMEOUT)]
         + ["--memory-mb", str(MEMORY_MB), "--no-progress", *args],
         env=_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=800,
+        idle=600,  # without output or a file written in the course
+        progress=lambda: files_under(course),
     )
     assert run.returncode == 0, f"coursepkg grade failed:\n{run.stdout}\n{run.stderr}"
     return run.stdout
@@ -324,10 +325,10 @@ def test_another_gradebook_url(graded):
     export = course / "reports" / AID / "grades.csv"
     kept = export.read_bytes()
     try:
-        run = subprocess.run(
+        run = processes.run(
             [str(BIN / "coursepkg"), "grade", AID, "--root", str(course), "--db", url,
              "--workers", "2", "--no-progress", "--student=solved", "--student=buggy"],
-            env=_env(), capture_output=True, text=True, timeout=800, check=False,
+            env=_env(), idle=600, check=False, progress=lambda: files_under(course),
         )  # fmt: skip
         assert run.returncode == 0, run.stdout + run.stderr
         assert "the gradebook did not know ex01_attention: recorded it from solutions" in (
@@ -356,9 +357,9 @@ def test_release_feedback_skips_a_zip_collect_submission(tmp_path):
         if secret:
             (folder / "submission_secret.txt").write_text(secret)
     env = {**os.environ, "COURSE_EXCHANGE": str(exchange), "PATH": f"{BIN}:{os.environ['PATH']}"}
-    done = subprocess.run(
+    done = processes.run(
         [str(BIN / "nbgrader"), "release_feedback", "ex01_attention"],
-        cwd=course, env=env, capture_output=True, text=True, timeout=300, check=False,
+        cwd=course, env=env, idle=300, check=False,
     )  # fmt: skip
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
@@ -424,8 +425,6 @@ def test_only_the_graders_processes_skip_the_iri_grammar(module, skipped):
         "nbformat.validate(nb)\n"
         "print(sys.modules.get('rfc3987_syntax', 'absent') is None)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
-    )
+    out = processes.run([sys.executable, "-c", code], idle=300, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [str(skipped)]

@@ -9,7 +9,9 @@ import socket
 import subprocess
 import sys
 
+import processes
 import pytest
+from processes import budget
 
 from coursepkg.grading.kernel import confine
 
@@ -29,9 +31,7 @@ if sys.argv[1:] == ["stay"]:
 def test_the_cgroup_of_a_kernel_gone_without_cleanup_is_removed():
     root = confine._cgroup_parent("pids")[0]  # this process's own pids cgroup, or the root
     # A "kernel" that exits without removing its group, as one killed with its worker does.
-    gone = subprocess.run(
-        [sys.executable, "-c", LIMITED], capture_output=True, text=True, timeout=60, check=True
-    )
+    gone = processes.run([sys.executable, "-c", LIMITED], idle=60, check=True)
     gone_pid, status = gone.stdout.split()
     assert status == "ok", gone.stdout
     # One still running, with its group.
@@ -53,7 +53,7 @@ def test_the_cgroup_of_a_kernel_gone_without_cleanup_is_removed():
         assert running.is_dir() and live_pid in (running / "cgroup.procs").read_text().split()
     finally:
         live.stdin.close()
-        live.wait(timeout=60)
+        live.wait(timeout=budget(60))
         confine.kill_process_group_cgroup(live.pid)
     assert not (root / f"coursepkg-kernel-{live.pid}").exists()
 
@@ -105,9 +105,9 @@ def test_a_namespaced_kernel_has_its_own_loopback_and_nothing_beyond():
     with socket.socket() as host:
         host.bind(("127.0.0.1", 0))  # the grader's side, as PostgreSQL would listen
         host.listen(1)
-        done = subprocess.run(
+        done = processes.run(
             [sys.executable, "-c", NAMESPACED, str(host.getsockname()[1])],
-            capture_output=True, text=True, timeout=120, check=False,
+            idle=120, check=False,
         )  # fmt: skip
     lines = done.stdout.splitlines()
     assert done.returncode == 0, done.stderr

@@ -13,12 +13,13 @@ import asyncio
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+import processes
 import pytest
+from processes import budget
 
 from coursepkg.grading.kernel import forkserver
 from coursepkg.grading.kernel.confine import landlock_abi
@@ -40,7 +41,7 @@ def setup(tmp_path_factory):
     old = os.environ.get("JUPYTER_PATH")
     os.environ["JUPYTER_PATH"] = str(root / "jupyter")
     server = forkserver.ForkServer(root / "fork.sock").start()
-    assert server.connect(timeout=120) is not None, "the fork server did not start"
+    assert server.connect(timeout=budget(120)) is not None, "the fork server did not start"
     yield {"root": root, "course": course, "work": work, "server": server}
     server.stop()
     if old is None:
@@ -60,7 +61,7 @@ async def _session(work: Path, code: list[str], interrupt_when: str | None = Non
     kc.start_channels()
     outputs: list[str] = []
     try:
-        await kc.wait_for_ready(timeout=60)
+        await kc.wait_for_ready(timeout=budget(60))
         for source in code:
             texts: list[str] = []
 
@@ -72,7 +73,7 @@ async def _session(work: Path, code: list[str], interrupt_when: str | None = Non
                     texts.append(f"{content['ename']}: {content['evalue']}")
 
             run = asyncio.ensure_future(
-                kc.execute_interactive(source, output_hook=hook, timeout=60)
+                kc.execute_interactive(source, output_hook=hook, timeout=budget(60))
             )
             if interrupt_when is not None:
                 while interrupt_when not in "".join(texts) and not run.done():
@@ -187,9 +188,9 @@ def test_the_exit_code_of_a_kernel_reaches_its_manager(setup):
         kc = km.client()
         kc.start_channels()
         try:
-            await kc.wait_for_ready(timeout=60)
+            await kc.wait_for_ready(timeout=budget(60))
             kc.execute("import os; os._exit(3)")
-            deadline = time.monotonic() + 60  # a bound for a very busy machine, not a wait
+            deadline = time.monotonic() + budget(60)  # a bound for a very busy machine, not a wait
             while await km.is_alive() and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             return await km.is_alive(), km.provisioner.process.poll()
@@ -229,9 +230,7 @@ def test_the_server_refuses_other_processes(setup):
         "    data += chunk\n"
         "print(data.decode())"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=60
-    )
+    out = processes.run([sys.executable, "-c", probe, str(path)], idle=60)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"error": "only the grading worker may ask for kernels"}
 

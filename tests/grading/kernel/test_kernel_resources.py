@@ -15,7 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import processes
 import pytest
+from processes import budget
 
 from coursepkg.grading.classroom.limits import GradeLimits, course_limits
 from coursepkg.grading.classroom.protocol import SandboxStatus
@@ -74,8 +76,7 @@ for where in ("mine.bin", scratch / "tmp.bin", "/dev/shm/cgres.bin"):
 
 
 def _run(code: str, *args: str) -> list[str]:
-    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          timeout=120, check=False)  # fmt: skip
+    done = processes.run([sys.executable, "-c", code, *args], idle=120, check=False)  # fmt: skip
     return [done.returncode, *done.stdout.splitlines()]
 
 
@@ -92,7 +93,7 @@ def test_a_memory_cgroup_stops_an_in_memory_file_and_records_it():
                             text=True)  # fmt: skip
     first = proc.stdout.readline().split()
     if first[0] == "none":
-        proc.wait(timeout=60)
+        proc.wait(timeout=budget(60))
         lacking(f"no memory cgroup on this host: {' '.join(first[1:])}")
     # Its group is under this (the grader's) own memory cgroup, so the grader's limit holds
     # for it too; only where that cannot be (v2's rule, a read-only group) under the root.
@@ -103,7 +104,7 @@ def test_a_memory_cgroup_stops_an_in_memory_file_and_records_it():
     else:
         assert where == f"{own}/coursepkg-kernel-{proc.pid}".replace("//", "/"), (where, own)
     rest = proc.stdout.read()
-    assert proc.wait(timeout=120) == -9, rest  # the cgroup's out-of-memory killer
+    assert proc.wait(timeout=budget(120)) == -9, rest  # the cgroup's out-of-memory killer
     assert "not stopped" not in rest
     confine.kill_process_group_cgroup(proc.pid)
     record = confine.ENDED.pop(proc.pid)
@@ -122,8 +123,7 @@ print(os.getpid(), kind or "none", why, sep="|", flush=True)
 
 @pytest.mark.slow  # a confined process of its own
 def test_the_memory_group_of_a_kernel_gone_without_cleanup_is_found_and_removed():
-    done = subprocess.run([sys.executable, "-c", MEMORY_GROUP_LEFT], capture_output=True,
-                          text=True, timeout=60, check=True)  # fmt: skip
+    done = processes.run([sys.executable, "-c", MEMORY_GROUP_LEFT], idle=60, check=True)
     pid, kind, why = done.stdout.strip().split("|")
     if kind == "none":
         lacking(f"no memory cgroup on this host: {why}")

@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import processes
 import pytest
 import real_parts
 from browser import Browser, chromium_or_skip
@@ -68,8 +69,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def coursepkg(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
-    run = subprocess.run([str(BIN / "coursepkg"), *args], env=_env(), capture_output=True,
-                         text=True, timeout=900)  # fmt: skip
+    run = processes.run([str(BIN / "coursepkg"), *args], env=_env(), idle=900)  # fmt: skip
     if ok:
         assert run.returncode == 0, f"coursepkg {args[0]} failed:\n{run.stdout}\n{run.stderr}"
     return run
@@ -98,8 +98,8 @@ def course(request, tmp_path_factory):
     config = (ROOT / "nbgrader_config.py").read_text(encoding="utf-8")
     (course / "nbgrader_config.py").write_text(config + POLICY, encoding="utf-8")
     shutil.copytree(ROOT / "solutions" / AID, course / "solutions" / AID)
-    subprocess.run([str(BIN / "nbgrader"), "generate_assignment", AID, "--force"], cwd=course,
-                   env=_env(), check=True, capture_output=True, timeout=300)  # fmt: skip
+    processes.run([str(BIN / "nbgrader"), "generate_assignment", AID, "--force"], cwd=course,
+                   env=_env(), check=True, idle=300)  # fmt: skip
     source = nbformat.read(str(course / "solutions" / AID / f"{AID}.ipynb"), as_version=4)
     for sid, (hours, _) in LATENESS.items():
         folder = course / "submitted" / sid / AID

@@ -16,11 +16,11 @@ from __future__ import annotations
 import csv
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
+import processes
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -36,8 +36,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 def _run(course: Path, *args: str) -> str:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    run = subprocess.run([*args], cwd=course, env=env, capture_output=True, text=True,
-                         timeout=600)  # fmt: skip
+    run = processes.run([*args], cwd=course, env=env, idle=600)  # fmt: skip
     assert run.returncode == 0, f"{args}:\n{run.stdout}\n{run.stderr}"
     return run.stdout
 
@@ -99,8 +98,8 @@ def test_a_due_date_it_cannot_read_stops_grading_before_it_starts(tmp_path, due,
     (course / "nbgrader_config.py").write_text(config + policy, encoding="utf-8")
     (course / "submitted" / "ada" / AID).mkdir(parents=True)
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    run = subprocess.run([str(BIN / "coursepkg"), "grade", AID, "--root", str(course)], env=env,
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    run = processes.run([str(BIN / "coursepkg"), "grade", AID, "--root", str(course)], env=env,
+                         idle=300)  # fmt: skip
     assert run.returncode == 2, run.stdout + run.stderr
     assert f"LatePolicy.due_dates['{AID}']" in run.stderr and reason in run.stderr
     assert "2026-12-01 17:00 Europe/Berlin" in run.stderr  # what to write instead
@@ -112,8 +111,8 @@ def test_a_missing_release_says_what_to_run_before_grading_starts(tmp_path):
     (course / "submitted" / "ada" / AID).mkdir(parents=True)
     shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    run = subprocess.run([str(BIN / "coursepkg"), "grade", AID, "--root", str(course)], env=env,
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    run = processes.run([str(BIN / "coursepkg"), "grade", AID, "--root", str(course)], env=env,
+                         idle=300)  # fmt: skip
     assert run.returncode == 2, run.stdout + run.stderr
     assert f"run `coursepkg release {AID} --root {course}` first" in run.stderr
     assert f"{course / 'exercises' / AID}" in run.stderr  # the config's release_directory

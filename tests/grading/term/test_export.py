@@ -13,10 +13,10 @@ import datetime
 import io
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
+import processes
 import pytest
 import real_parts
 from hypothesis import given, settings
@@ -163,9 +163,9 @@ def test_the_command_line_writes_the_file_and_a_missing_student_is_a_clear_error
     roster = tmp_path / "roster.csv"
     roster.write_text(MAPPING, encoding="utf-8")
     _add_unreleased(database_url(f"sqlite:///{course / 'gradebook.db'}"))
-    run = subprocess.run(
+    run = processes.run(
         [str(BIN / "coursepkg"), "export", "--all", "--format", "csv", "--root", str(course)],
-        capture_output=True, text=True, timeout=120,
+        idle=120,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     out = course / "reports" / "export-csv.csv"
@@ -179,14 +179,14 @@ def test_the_command_line_writes_the_file_and_a_missing_student_is_a_clear_error
     assert {r[0]: r[1:] for r in rows[1:]} == {
         "alice": ["5", "4"], "bob": ["1", "2.5"], "carol": ["0", "0"]}  # fmt: skip
     roster.write_text("\n".join(MAPPING.splitlines()[:3]) + "\n", encoding="utf-8")  # no carol
-    run = subprocess.run([str(BIN / "coursepkg"), "export", "ex01_attention", "--format",
+    run = processes.run([str(BIN / "coursepkg"), "export", "ex01_attention", "--format",
                           "canvas", "--mapping", str(roster), "--root", str(course)],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+                         idle=120)  # fmt: skip
     assert run.returncode == 2
     assert "no row for 1 student(s) in the gradebook: carol" in run.stderr
     assert "--skip-unmapped" in run.stderr
-    run = subprocess.run([str(BIN / "coursepkg"), "export", "ex09", "--format", "csv", "--root",
-                          str(course)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    run = processes.run([str(BIN / "coursepkg"), "export", "ex09", "--format", "csv", "--root",
+                          str(course)], idle=120)  # fmt: skip
     assert run.returncode == 2 and "no assignment 'ex09'" in run.stderr
 
 

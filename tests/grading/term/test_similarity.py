@@ -25,11 +25,11 @@ import csv
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
+import processes
 import pytest
 from browser import Browser, chromium_or_skip
 from similarity_corpus import GROUPS, class_items, classes, disguise, groups
@@ -83,8 +83,8 @@ def course(tmp_path_factory):
         folder = course / "submitted" / sid / AID
         folder.mkdir(parents=True)
         nbformat.write(_notebook(release, items), str(folder / f"{AID}.ipynb"))
-    run = subprocess.run([str(BIN / "coursepkg"), "similarity", AID, "--root", str(course)],
-                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    run = processes.run([str(BIN / "coursepkg"), "similarity", AID, "--root", str(course)],
+                         idle=600)  # fmt: skip
     assert run.returncode == 0, run.stderr
     with open(course / "reports" / AID / "similarity.csv", newline="") as f:
         rows = list(csv.DictReader(f))
