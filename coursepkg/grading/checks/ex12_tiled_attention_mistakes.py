@@ -72,9 +72,12 @@ class TiledFunction(torch.autograd.Function):
     """The correct tiled attention, in the steps its mistakes override (the stub's signature:
     ``apply(query, key, value, mask, causal, block_q, block_k)``)."""
 
+    #: where the tiles lie (a mistake about the causal mask's alignment replaces it)
+    tiling = Tiling
+
     @classmethod
     def forward(cls, ctx, query, key, value, mask=None, causal=False, block_q=16, block_k=16):
-        tiles = Tiling(query, key, mask, causal, block_q, block_k)
+        tiles = cls.tiling(query, key, mask, causal, block_q, block_k)
         out, lse = cls.run_forward(query, key, value, tiles)
         ctx.save_for_backward(query, key, value, out, lse)
         ctx.tiles, ctx.variant = tiles, cls
@@ -190,6 +193,24 @@ class TiledAttention_no_rescale(TiledFunction):
         return new_max, row_sum, acc
 
 
+class TiledAttention_sum_not_rescaled(TiledFunction):
+    @staticmethod
+    def update(state, scores, v_j):
+        new_max, _, acc = TiledFunction.update(state, scores, v_j)
+        p = torch.exp(scores - new_max.masked_fill(new_max == -math.inf, 0.0)[..., None])
+        return new_max, state[1] + p.sum(dim=-1), acc  # (..., n): the old sum, old maximum
+
+
+class _TopLeftTiling(Tiling):
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.shift = 0  # query i sees keys 0 .. i, as if the keys began with the queries
+
+
+class TiledAttention_causal_top_left(TiledFunction):
+    tiling = _TopLeftTiling
+
+
 class TiledAttention_max_not_subtracted(TiledFunction):
     @staticmethod
     def update(state, scores, v_j):
@@ -271,6 +292,26 @@ TILED_BUGS: list[BugVariant] = [
         "When m grows to m_new, multiply the accumulator (and l) by exp(m - m_new) before "
         "adding this block's P V.",
         TiledAttention_no_rescale,
+    ),
+    BugVariant(
+        "tiled.sum_not_rescaled",
+        TILED_ITEM,
+        "the running sum l is not rescaled when a row's running maximum grows: the output's "
+        "accumulator is, but l keeps the terms of earlier key blocks at the old maximum, so "
+        "the weights no longer sum to 1",
+        "When m grows to m_new, multiply l by exp(m - m_new) as well as the accumulator, "
+        "then add this block's exp(scores - m_new) to it.",
+        TiledAttention_sum_not_rescaled,
+    ),
+    BugVariant(
+        "tiled.causal_top_left",
+        TILED_ITEM,
+        "the causal mask is anchored top-left: query i sees keys 0 to i, which is right only "
+        "when there are as many keys as queries; with S > L (a prefix or a KV cache) the "
+        "queries are the last L positions, and query i sees keys 0 to i + S - L",
+        "Align the causal mask bottom-right: key j is visible from query i when "
+        "j <= i + S - L (and skip a key block only when it starts after that).",
+        TiledAttention_causal_top_left,
     ),
     BugVariant(
         "tiled.max_not_subtracted",

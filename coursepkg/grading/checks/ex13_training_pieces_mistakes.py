@@ -80,6 +80,7 @@ class AdamWSteps(torch.optim.Optimizer):
                 v.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
                 c1, c2 = self.corrections(state["step"], beta1, beta2)
                 w.sub_(settings["lr"] * (m / c1) / self.denominator(v / c2, settings["eps"]))
+                self.decay_after(w, settings)
         return None
 
     def settings(self, group: dict) -> dict:
@@ -93,6 +94,9 @@ class AdamWSteps(torch.optim.Optimizer):
     def decay(self, w, settings: dict) -> None:
         """Decoupled decay: the weight shrinks by lr * weight_decay of itself."""
         w.mul_(1.0 - settings["lr"] * settings["weight_decay"])
+
+    def decay_after(self, w, settings: dict) -> None:
+        """Nothing: the decay comes before the update, from the weight the gradient saw."""
 
     def corrections(self, t: int, beta1: float, beta2: float) -> tuple[float, float]:
         """The bias corrections of update t (from 1)."""
@@ -133,6 +137,14 @@ class AdamW_lr_read_once(AdamWSteps):  # noqa: N801
 class AdamW_decay_without_lr(AdamWSteps):  # noqa: N801
     def decay(self, w, settings):
         w.mul_(1.0 - settings["weight_decay"])
+
+
+class AdamW_decay_after_update(AdamWSteps):  # noqa: N801
+    def decay(self, w, settings):
+        pass
+
+    def decay_after(self, w, settings):
+        w.mul_(1.0 - settings["lr"] * settings["weight_decay"])  # the updated weight decayed
 
 
 class AdamW_eps_inside_sqrt(AdamWSteps):  # noqa: N801
@@ -196,6 +208,15 @@ ADAMW_BUGS = [
         "the decoupled decay shrinks the weights by weight_decay instead of lr * weight_decay",
         "Multiply the weight by (1 - lr * weight_decay), as torch.optim.AdamW does.",
         AdamW_decay_without_lr,
+    ),
+    BugVariant(
+        "adamw.decay_after_update",
+        ADAMW_ITEM,
+        "the weight decay is applied after the Adam update, to the updated weight, instead of "
+        "to the weight the gradient was computed at",
+        "Decay first, w -= lr * weight_decay * w, then the Adam update (as torch.optim.AdamW "
+        "and the docstring do).",
+        AdamW_decay_after_update,
     ),
     BugVariant(
         "adamw.eps_inside_sqrt",
@@ -298,6 +319,14 @@ def warmup_cosine_lr_warmup_off_by_one(step, max_lr, warmup_steps, total_steps, 
     return _cosine(step, max_lr, warmup_steps, total_steps, min_lr)
 
 
+def warmup_cosine_lr_warmup_inclusive(step, max_lr, warmup_steps, total_steps, min_lr):
+    if step <= warmup_steps:  # one step too many: step warmup_steps overshoots max_lr
+        return max_lr * (step + 1) / warmup_steps
+    if step > total_steps:
+        return min_lr
+    return _cosine(step, max_lr, warmup_steps, total_steps, min_lr)
+
+
 def warmup_cosine_lr_cosine_past_the_end(step, max_lr, warmup_steps, total_steps, min_lr):
     if step < warmup_steps:
         return max_lr * (step + 1) / warmup_steps
@@ -327,6 +356,14 @@ WARMUP_COSINE_BUGS = [
         "and max_lr comes one step late",
         "Use max_lr * (step + 1) / warmup_steps while step < warmup_steps.",
         warmup_cosine_lr_warmup_off_by_one,
+    ),
+    BugVariant(
+        "warmup_cosine.warmup_inclusive",
+        WARMUP_COSINE_ITEM,
+        "the warm-up includes step warmup_steps (step <= warmup_steps), so that step gets "
+        "max_lr * (warmup_steps + 1) / warmup_steps, above the peak, before the cosine starts",
+        "Warm up while step < warmup_steps; at step warmup_steps the cosine starts, at max_lr.",
+        warmup_cosine_lr_warmup_inclusive,
     ),
     BugVariant(
         "warmup_cosine.cosine_past_the_end",

@@ -87,6 +87,14 @@ class NaiveDDP_buffers_not_synced(NaiveDDPSteps):  # noqa: N801
         return list(self.model.parameters())
 
 
+class NaiveDDP_weights_averaged(NaiveDDPSteps):  # noqa: N801
+    @torch.no_grad()
+    def sync_gradients(self):
+        for p in self.model.parameters():  # the weights, not p.grad: each keeps its own grad
+            dist.all_reduce(p)
+            p.copy_(self.mean(p))
+
+
 NAIVE_DDP_BUGS = [
     BugVariant(
         "naive_ddp.summed",
@@ -120,6 +128,16 @@ NAIVE_DDP_BUGS = [
         "fixed offset), so each rank's forward still differs",
         "Broadcast model.buffers() from rank 0 too, not only model.parameters().",
         NaiveDDP_buffers_not_synced,
+    ),
+    BugVariant(
+        "naive_ddp.weights_averaged",
+        NAIVE_DDP_ITEM,
+        "sync_gradients averages the weights instead of the gradients: after the broadcast "
+        "the weights are equal anyway, so each rank steps with its own half of the batch's "
+        "gradient and the ranks drift apart",
+        "All-reduce each parameter's .grad (not the parameter) and divide it by "
+        "dist.get_world_size(), between backward and the optimizer's step.",
+        NaiveDDP_weights_averaged,
     ),
 ]
 

@@ -62,6 +62,16 @@ def router_logits_as_weights(
     return weights, experts
 
 
+def router_softmax_over_tokens(
+    logits: Tensor, k: int, renormalize: bool = True
+) -> tuple[Tensor, Tensor]:
+    """The softmax over the tokens (dim 0), not over each token's experts."""
+    weights, experts = torch.softmax(logits, dim=0).topk(k, dim=-1)  # (T, k), (T, k)
+    if renormalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return weights, experts
+
+
 ROUTER_BUGS: list[BugVariant] = [
     BugVariant(
         "router.topk_before_softmax",
@@ -90,6 +100,15 @@ ROUTER_BUGS: list[BugVariant] = [
         "Turn the logits into probabilities with torch.softmax(logits, dim=-1) before "
         "choosing the top k.",
         router_logits_as_weights,
+    ),
+    BugVariant(
+        "router.softmax_over_tokens",
+        ROUTER_ITEM,
+        "the softmax runs over the tokens (dim=0) instead of over each token's experts: each "
+        "expert's column sums to 1, so a token's probabilities depend on the other tokens in "
+        "the batch and do not sum to 1",
+        "Take the softmax over the experts, the last dimension: torch.softmax(logits, dim=-1).",
+        router_softmax_over_tokens,
     ),
 ]
 
@@ -190,6 +209,14 @@ def latent_not_rotated(
     return latent, k_rope
 
 
+def latent_rotation_reversed(
+    x: Tensor, w_down: Tensor, kv_rank: int, positions: Tensor, theta: float = 10000.0
+) -> tuple[Tensor, Tensor]:
+    """The key part turned the other way (rotate-half's sign flipped: angle -pos * w_i)."""
+    latent, k_rope = (x @ w_down.T).split([kv_rank, w_down.size(0) - kv_rank], dim=-1)
+    return latent, _rotate(k_rope, -positions, theta)
+
+
 LATENT_BUGS: list[BugVariant] = [
     BugVariant(
         "latent.rope_with_latent",
@@ -218,6 +245,16 @@ LATENT_BUGS: list[BugVariant] = [
         "Rotate k_rope by the positions (pair i: column i with column i + Dr/2, angle "
         "pos * theta^(-2i/Dr)).",
         latent_not_rotated,
+    ),
+    BugVariant(
+        "latent.rotation_reversed",
+        LATENT_ITEM,
+        "the key part turns the wrong way: rotate-half's sign is flipped (cat(x2, -x1) "
+        "instead of cat(-x2, x1)), which turns it by -pos * w_i, so its scores with queries "
+        "turned the right way no longer depend on the distance alone",
+        "x * cos + rotate_half(x) * sin with rotate_half(x) = cat(-x2, x1): pair (a, b) "
+        "becomes (a cos - b sin, b cos + a sin).",
+        latent_rotation_reversed,
     ),
 ]
 

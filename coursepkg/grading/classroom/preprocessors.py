@@ -23,6 +23,7 @@ __all__ = [
     "DropEmptyMetadata",
     "GraderNotes",
     "feedback_preprocessors",
+    "sanitize_preprocessors",
 ]
 
 #: The first line of the grader's note cell.
@@ -37,10 +38,50 @@ _FEEDBACK_NOTES = (
 )
 
 
+def sanitize_preprocessors() -> list[str]:
+    """nbgrader's ``Autograde.sanitize_preprocessors`` for ``coursepkg grade``: nbgrader's own,
+    with :class:`GraderNotes` first (it sees the submission as handed in) and
+    :class:`DropEmptyMetadata` before ``OverwriteCells``."""
+    return [
+        f"{__name__}.GraderNotes",
+        "nbgrader.preprocessors.ClearOutput",
+        "nbgrader.preprocessors.DeduplicateIds",
+        f"{__name__}.DropEmptyMetadata",
+        "nbgrader.preprocessors.OverwriteKernelspec",
+        "nbgrader.preprocessors.OverwriteCells",
+        "nbgrader.preprocessors.CheckCellMetadata",
+    ]
+
+
+def _grade_id(cell: Any) -> str | None:
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+
+
+def _lines(text: str) -> str:
+    """A cell's text as compared with the original: line endings made ``\n`` (an editor's
+    CRLF is no edit), the ends stripped."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").strip()
+
+
+def _source_names(info: dict) -> set[str] | None:
+    """The grade ids of this notebook's cells in nbgrader's source (None: not known)."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    try:
+        with Gradebook(info["db_url"]) as gb:
+            source = gb.find_notebook(info["notebook"], info["assignment"])
+            return {cell.name for cell in source.source_cells}
+    except (KeyError, MissingEntry):
+        return None
+
+
 class GraderNotes(NbGraderPreprocessor):
     """Put a note cell at the top of the notebook being autograded, listing what the grader
-    changed or noticed: edited locked cells (nbgrader restores them), duplicated cell ids,
-    deleted test cells (nbgrader adds them back), the reason a notebook was not graded.
+    changed or noticed: edited locked cells (nbgrader restores them), a graded cell copied
+    (the same grade id twice), a cell pasted from another notebook (a grade id this notebook
+    lacks: it runs as an ordinary cell), deleted test cells (nbgrader adds them back), the
+    reason a notebook was not graded. Each note says only what happened: cell ids an editor
+    repeated without a copied graded cell, and CRLF line endings, change nothing and get none.
 
     Runs first in nbgrader's sanitizing step, so it sees the submission as handed in.
     """
@@ -56,31 +97,29 @@ class GraderNotes(NbGraderPreprocessor):
         raw_path = Path(meta.get("path", ".")) / f"{meta.get('name', '')}.ipynb"
         try:
             raw = json.loads(raw_path.read_text(encoding="utf-8"))
-            ids = Counter(c.get("id") for c in raw.get("cells", []) if c.get("id"))
-            grade_ids = Counter(
-                c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-                for c in raw.get("cells", [])
-                if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-            )
+            grade_ids = Counter(_grade_id(c) for c in raw.get("cells", []) if _grade_id(c))
         except (OSError, ValueError, AttributeError):
-            ids, grade_ids = Counter(), Counter()
-        dup = sorted({k for k, n in (*ids.items(), *grade_ids.items()) if n > 1})
+            grade_ids = Counter()
+        info = resources.get("nbgrader", {})
+        known = _source_names(info)
+        dup = sorted(k for k, n in grade_ids.items() if n > 1 and (known is None or k in known))
         if dup and not reason:
             notes.append(
-                f"Duplicated cell ids ({', '.join(dup)}): a copied graded cell counts once; only "
+                f"Graded cells copied ({', '.join(dup)}): a copied graded cell counts once; only "
                 "its last copy keeps nbgrader's marks, the others run as ordinary cells."
             )
-        info = resources.get("nbgrader", {})
+        foreign = sorted(k for k in grade_ids if known is not None and k not in known)
+        if foreign and not reason:
+            notes.append(
+                f"Cells from another notebook ({', '.join(foreign)}) ran as ordinary cells: "
+                "their nbgrader marks were dropped, and they score nothing."
+            )
         present: set[str] = set()
         # The release is what the student was given (hidden tests already stripped out).
         release_file = Path(os.environ.get(RELEASE_ENV, "")) / f"{info.get('notebook')}.ipynb"
         try:
             release = nbformat.read(str(release_file), as_version=4)
-            originals = {
-                c.metadata["nbgrader"]["grade_id"]: c.source
-                for c in release.cells
-                if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-            }
+            originals = {_grade_id(c): c.source for c in release.cells if _grade_id(c)}
         except (OSError, ValueError, KeyError):
             originals = {}
         try:
@@ -89,16 +128,16 @@ class GraderNotes(NbGraderPreprocessor):
                 # A locked cell is as handed out if it reads like the release (hidden tests
                 # stripped) or like nbgrader's source (hidden tests in).
                 locked = {
-                    cell.name: {cell.source.strip()} for cell in source.source_cells if cell.locked
+                    cell.name: {_lines(cell.source)} for cell in source.source_cells if cell.locked
                 }
                 for grade_id, text in originals.items():
-                    locked.get(grade_id, set()).add(text.strip())
+                    locked.get(grade_id, set()).add(_lines(text))
                 for cell in nb.cells:
-                    grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+                    grade_id = _grade_id(cell)
                     if not grade_id:
                         continue
                     present.add(grade_id)
-                    if grade_id in locked and cell.source.strip() not in locked[grade_id]:
+                    if grade_id in locked and _lines(cell.source) not in locked[grade_id]:
                         if not reason:
                             notes.append(
                                 f"The locked cell `{grade_id}` had been edited; it was put back "
@@ -120,18 +159,24 @@ class GraderNotes(NbGraderPreprocessor):
 
 
 class DropEmptyMetadata(NbGraderPreprocessor):
-    """Remove the empty ``nbgrader`` metadata that nbgrader's ``DeduplicateIds`` leaves on the
-    extra copies of a duplicated cell.
+    """Remove the ``nbgrader`` metadata of cells that are no cell of this notebook: the empty
+    metadata nbgrader's ``DeduplicateIds`` leaves on the extra copies of a duplicated cell, and
+    the marks of a cell pasted from another notebook (a grade id this notebook's source lacks,
+    as copying a cell between notebooks in JupyterLab keeps).
 
-    nbgrader 0.9's ``OverwriteCells.add_missing_task_cells`` then reads ``grade_id`` from every
-    cell that has ``nbgrader`` metadata and fails on those empty ones (a ``KeyError`` that stops
-    the whole notebook), so a student who copied a test cell would get nothing. Without the key
-    the copy is an ordinary cell, which is what ``DeduplicateIds`` meant.
+    nbgrader 0.9's ``OverwriteCells`` drops an unknown ``grade_id`` but keeps the rest of the
+    metadata, and its ``add_missing_task_cells`` then reads ``grade_id`` from every cell that
+    has ``nbgrader`` metadata: a ``KeyError`` that stops the whole notebook, so a student who
+    pasted or copied a cell would score 0. Without the metadata the cell is an ordinary cell.
     """
 
     def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
+        known = _source_names(resources.get("nbgrader", {}))
         for cell in nb.cells:
-            if "nbgrader" in cell.get("metadata", {}) and not cell.metadata.nbgrader:
+            if "nbgrader" not in cell.get("metadata", {}):
+                continue
+            grade_id = cell.metadata.nbgrader.get("grade_id")
+            if not grade_id or (known is not None and grade_id not in known):
                 del cell.metadata["nbgrader"]
         return nb, resources
 

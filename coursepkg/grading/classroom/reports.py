@@ -176,23 +176,33 @@ _REVIEW_PATTERNS = [
 ]
 
 
-def review_flags(nb: Any) -> list[str]:
+def review_flags(nb: Any, given: Any = None) -> list[str]:
     """Reasons an instructor may want to read the answer cells of a notebook.
 
-    Only cells a student could write are scanned (nbgrader's answer cells and cells the student
-    added); the locked cells are restored by nbgrader anyway.
+    Only what the student wrote is scanned: the cells a student could write (nbgrader's answer
+    cells and cells the student added; the locked cells are restored by nbgrader anyway), less
+    the lines the release gave them (a stub's docstring that names ``coursepkg`` is no flag).
 
     Args:
         nb: the notebook as handed in.
+        given: the release notebook the student started from, if known.
 
     Returns:
         One phrase per kind of suspicious code found, in a fixed order.
     """
+    given_lines = {
+        line.strip()
+        for cell in (given.cells if given is not None else [])
+        if cell.cell_type == "code"
+        for line in cell.source.splitlines()
+    }
     text = "\n".join(
-        cell.source
+        line
         for cell in nb.cells
         if cell.cell_type == "code"
         and not cell.get("metadata", {}).get("nbgrader", {}).get("locked", False)
+        for line in cell.source.splitlines()
+        if line.strip() not in given_lines
     )
     return [label for pattern, label in _REVIEW_PATTERNS if re.search(pattern, text)]
 
@@ -241,6 +251,17 @@ def _totals(gb: Any, aid: str, result: StudentResult) -> tuple[float, float, flo
     return score, top, penalty
 
 
+def _release(course: Path, aid: str, name: str) -> Any:
+    """The release notebook a student started from (nbgrader's release folder, ``exercises``
+    in this course), or None."""
+    for folder in ("exercises", "release"):
+        try:
+            return load_notebook(course / folder / aid / f"{name}.ipynb")
+        except NotebookError:
+            continue
+    return None
+
+
 def student_report(
     course: Path, aid: str, db_url: str, result: StudentResult, notebooks: list[str]
 ) -> dict:
@@ -273,7 +294,9 @@ def student_report(
             submitted = course / "submitted" / student / aid / f"{name}.ipynb"
             if result.graded:
                 try:
-                    flags.extend(review_flags(load_notebook(submitted)))
+                    flags.extend(
+                        review_flags(load_notebook(submitted), _release(course, aid, name))
+                    )
                 except NotebookError:
                     pass
             for grade_id, grade in grades.items():

@@ -45,7 +45,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from ..kernel.confine import ENDED, kill_process_group_cgroup, remove_stale_cgroups
 from ..kernel.forkserver import ForkServer
 from ..kernel.sandbox import KERNEL_NAME, NOT_GRADED_ENV, PIDFILE_ENV, STATUS_ENV, write_kernelspec
-from .preprocessors import RELEASE_ENV, feedback_preprocessors
+from .preprocessors import RELEASE_ENV, feedback_preprocessors, sanitize_preprocessors
 from .protocol import Assignment, GradeAnswer, GradeJob, SandboxStatus
 from .standing import forget, restore, settle
 
@@ -238,16 +238,7 @@ class _PrivateCourse:
             ForkExecute if pp is Execute else pp
             for pp in Autograde.class_traits()["autograde_preprocessors"].default()
         ]
-        pre = "coursepkg.grading.classroom.preprocessors."
-        config.Autograde.sanitize_preprocessors = [
-            pre + "GraderNotes",
-            "nbgrader.preprocessors.ClearOutput",
-            "nbgrader.preprocessors.DeduplicateIds",
-            pre + "DropEmptyMetadata",
-            "nbgrader.preprocessors.OverwriteKernelspec",
-            "nbgrader.preprocessors.OverwriteCells",
-            "nbgrader.preprocessors.CheckCellMetadata",
-        ]
+        config.Autograde.sanitize_preprocessors = sanitize_preprocessors()
         config.GenerateFeedback.preprocessors = feedback_preprocessors(app.config)
         app.update_config(config)
         return NbGraderAPI(parent=app)

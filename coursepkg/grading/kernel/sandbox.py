@@ -69,6 +69,7 @@ from .confine import (
     restrict_files,
 )
 from .mounts import private_mounts
+from .syscalls import SECCOMP_ENV, denied_note, filter_syscalls
 
 __all__ = [
     "KERNEL_NAME",
@@ -321,11 +322,21 @@ def _explain_limits(shell: Any) -> None:
 
     def explain(self: Any, etype: type, value: BaseException, tb: Any, tb_offset: Any = None):
         self.showtraceback((etype, value, tb), tb_offset=tb_offset)
-        note = limit_note(value, limits)
+        note = limit_note(value, limits) or denied_note(value)
         if note:
             sys.stderr.write(note + "\n")
 
     shell.set_custom_exc((OSError, MemoryError, RuntimeError), explain)
+
+
+def _filter_calls(problems: list[str]) -> int:
+    """The system-call filter, unless switched off (``SECCOMP_ENV=0``): its number of rules,
+    or 0 and the reason added to ``problems``."""
+    if os.environ.get(SECCOMP_ENV, "1") == "0":
+        return 0
+    loaded, why = filter_syscalls()
+    problems.extend([why] if why else [])
+    return loaded
 
 
 def _in_kernel_setup() -> None:
@@ -539,6 +550,7 @@ def launch(argv: list[str]) -> None:
             problems.append(f"Landlock: {err}")
     if not status["network"] and status["landlock"] >= 4:
         status["network"] = "landlock-tcp"
+    status["seccomp"] = _filter_calls(problems)  # last: the steps above mount and unshare
     status["error"] = "; ".join(problems)
     os.environ["COURSEPKG_SANDBOX_LANDLOCK"] = str(status["landlock"])
     enforced = {"memory": status["memory"], "shm": status["shm"]}  # for limit_note, in MiB

@@ -53,7 +53,7 @@ def test_every_catalogued_mistake_is_caught_and_named(bug):
 
 def test_the_issue_s_mistakes_are_catalogued_once_each():
     ids = [b.id for b in catalogue.BUGS]
-    assert len(ids) == len(set(ids)) == len(CHECK_OF) == 24
+    assert len(ids) == len(set(ids)) == len(CHECK_OF) == 26
     assert {
         "adamw.l2_decay",
         "adamw.no_bias_correction",

@@ -55,7 +55,7 @@ def test_every_catalogued_mistake_is_caught_and_named(bug):
 
 def test_the_issue_s_mistakes_are_catalogued_once_each():
     ids = [b.id for b in catalogue.BUGS]
-    assert len(ids) == len(set(ids)) == len(CHECK_OF) == 9
+    assert len(ids) == len(set(ids)) == len(CHECK_OF) == 10
     assert {
         "naive_ddp.summed",
         "naive_ddp.broadcast_wrong_rank",
