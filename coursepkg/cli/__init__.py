@@ -8,11 +8,13 @@ parameter breakdown of a preset or of a configuration given on the command line;
 ``coursepkg export``, ``regrade`` and ``similarity`` are the rest of the instructor's term.
 ``coursepkg train DATA`` trains a GPT on a text file or folder (also under ``torchrun``);
 ``coursepkg finetune BASE DATA`` fine-tunes one into an assistant (SFT, LoRA, DPO).
+``coursepkg curate IN OUT`` filters, masks and deduplicates a corpus of web pages.
 
 This module builds the parser and runs the command asked for; every command is an
 ``_add_<verb>``/``_<verb>`` pair in one home, registered by that home's
 ``add_parsers``: :mod:`coursepkg.cli.model` (info, params), :mod:`coursepkg.cli.train` (train),
-:mod:`coursepkg.cli.finetune` (finetune), :mod:`coursepkg.grading.commands` (check, release,
+:mod:`coursepkg.cli.finetune` (finetune), :mod:`coursepkg.cli.curate` (curate),
+:mod:`coursepkg.grading.commands` (check, release,
 grade) and
 :mod:`coursepkg.grading.term.commands` (export, regrade, similarity).
 """
@@ -25,10 +27,10 @@ import sys
 
 from ..grading import commands as grading_commands
 from ..grading.term import commands as term_commands
-from . import finetune, model, train
+from . import curate, finetune, model, train
 
 #: The homes of the commands, in the order ``coursepkg --help`` lists them.
-HOMES = (model, grading_commands, term_commands, train, finetune)
+HOMES = (model, grading_commands, term_commands, train, finetune, curate)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -38,6 +38,7 @@ VERBS = [
     "similarity",
     "train",
     "finetune",
+    "curate",
 ]
 
 
