@@ -201,6 +201,7 @@ ROOT_MODULES = {
 ROOT_FOLDERS = {
     "chapters",
     "cli",
+    "curation",
     "data",
     "grading",
     "interop",

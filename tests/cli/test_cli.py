@@ -38,6 +38,7 @@ VERBS = [
     "regrade",
     "similarity",
     "data",
+    "curate",
     "train",
     "finetune",
     "serve",
