@@ -11,6 +11,7 @@ comparing two measurements with a stated tolerance.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -55,6 +56,11 @@ def first_and_last(rewards: Sequence[float]) -> tuple[float, float]:
 
 def _percent(fraction: float) -> float:
     return 100 * float(fraction)
+
+
+def _ratio(a: float, b: float) -> float:
+    """a / b, infinite when b is 0 (a drift of 0 nats: nothing moved)."""
+    return float(a) / float(b) if b else math.inf
 
 
 def _base_and_sft(sft: dict, settings: dict, held_out: Sequence[str]) -> Figures:
@@ -130,7 +136,7 @@ def _kl_trend(kls: Sequence[float]) -> str:
     if all(a > b for a, b in zip(kls, kls[1:], strict=False)):
         return ("fell as beta grew, as the loss predicts: a larger beta holds the policy closer "
                 "to the reference")  # fmt: skip
-    if kls[0] / kls[-1] > 1:
+    if _ratio(kls[0], kls[-1]) > 1:
         return ("was larger at the smallest beta than at the largest, as the loss predicts, "
                 "though not smaller at every step between")  # fmt: skip
     return ("did not fall as beta grew, though the loss predicts that a larger beta holds the "
@@ -147,7 +153,7 @@ def _dpo(dpo: dict, sft: dict, settings: dict) -> Figures:
         "weak_steps": settings["weak_sft_steps"],
         "weak_accuracy": _percent(sft["weak_accuracy"]),
         "ref_preference": _percent(dpo["reference_preference"]),
-        "dpo_kl_fall": float(kls[0] / kls[-1]),  # robustness.py: stays above 1
+        "dpo_kl_fall": _ratio(kls[0], kls[-1]),  # robustness.py: stays above 1
         "kl_trend": _kl_trend(kls),
         "dpo_pref_gain": pref_gain,
         "pref_verdict": "raised" if pref_gain > 2 else "did not reliably raise",
@@ -198,7 +204,7 @@ def _grpo(grpo: dict, sft: dict, settings: dict) -> Figures:
         # a group teaches when it holds both outcomes
         "informative": _percent(1 - start**g_a - (1 - start) ** g_a),
         "grpo_kl_a0": kl_a0,
-        "nokl_kl_ratio": float(c["heldout_kl"]) / kl_a0,  # robustness.py: > 1
+        "nokl_kl_ratio": _ratio(c["heldout_kl"], kl_a0),  # robustness.py: > 1
         "reward_a_verdict": compared(last, first, 0.02, ("fell", "stayed flat", "rose")),
         "acc_a_verdict": compared(a["accuracy"], start, 0.02),
         "group_verdict": compared(b["accuracy"], a["accuracy"], 0.03),

@@ -73,6 +73,7 @@ def test_the_lora_story_and_the_kl_trend_take_each_branch():
     assert overlap.startswith("the seeds disagree")
     assert figures(_run(kls=(0.3, 0.4, 0.1)), HELD_OUT)["kl_trend"].startswith("was larger")
     assert figures(_run(kls=(0.1, 0.2, 0.3)), HELD_OUT)["kl_trend"].startswith("did not fall")
+    assert figures(_run(kls=(0.3, 0.2, 0.0)), HELD_OUT)["dpo_kl_fall"] == float("inf")
 
 
 def test_compared_and_the_windows():
