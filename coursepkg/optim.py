@@ -110,7 +110,12 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 def warmup_cosine_lr(
-    step: int, max_lr: float, warmup_steps: int, total_steps: int, min_lr: float = 0.0
+    step: int,
+    max_lr: float,
+    warmup_steps: int,
+    total_steps: int,
+    min_lr: float = 0.0,
+    warmup_from_zero: bool = False,
 ) -> float:
     """The learning rate of update ``step`` (from 0): linear warm-up, cosine decay, then flat.
 
@@ -121,12 +126,24 @@ def warmup_cosine_lr(
        ``min_lr + (max_lr - min_lr) * (1 + cos(pi * r)) / 2`` with ``r`` going from 0 to 1;
     3. after ``total_steps``: ``min_lr``.
 
+    Two conventions for the warm-up, which differ by one step:
+
+    - ``warmup_from_zero=False`` (the default, the course's): ``(step + 1) / warmup_steps``:
+      update 0 already moves the weights, and update ``warmup_steps - 1`` is the first at
+      ``max_lr``;
+    - ``warmup_from_zero=True`` (Hugging Face's ``get_cosine_schedule_with_warmup``, CS336's
+      ``get_lr_cosine_schedule``): ``step / warmup_steps``: 0 at step 0 (that update changes
+      nothing but the optimizer's moments), ``max_lr`` at step ``warmup_steps``.
+
+    The decay is the same in both.
+
     Args:
         step: the update's index, >= 0.
         max_lr: the peak.
         warmup_steps: updates of warm-up (0: none).
         total_steps: the update at which the decay ends, > ``warmup_steps``.
         min_lr: the floor.
+        warmup_from_zero: the warm-up convention (above).
 
     Returns:
         The learning rate.
@@ -139,7 +156,7 @@ def warmup_cosine_lr(
             f"total_steps={total_steps}"
         )
     if step < warmup_steps:
-        return max_lr * (step + 1) / warmup_steps
+        return max_lr * (step if warmup_from_zero else step + 1) / warmup_steps
     if step >= total_steps:
         return min_lr
     r = (step - warmup_steps) / (total_steps - warmup_steps)  # 0 -> 1 over the decay

@@ -16,6 +16,13 @@ holds 1/N of everything, and a unit is whole only while it computes:
 With ``compute_dtype`` (bfloat16, say) the gathered parameters and the gradients travel and
 compute in that dtype, while the shards the optimizer updates stay in float32 (mixed precision).
 
+**Replicated parameters.** By default every parameter is sharded (as PyTorch's ``fully_shard``
+does). ``replicate`` names parameters to keep whole on every rank instead, as DDP would: their
+gradients are all-reduced (averaged) as soon as backward has accumulated each one. Sharding a
+LayerNorm's weight saves a few hundred bytes per rank and costs a gather per forward and per
+backward; DeepSpeed's ZeRO-3 keeps every parameter under ``stage3_param_persistence_threshold``
+elements whole for that reason. :func:`smaller_than` names such parameters by size.
+
 Use::
 
     fsdp = FSDP(model, units=[*model.layers, model])
@@ -26,6 +33,7 @@ Use::
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import torch
@@ -34,7 +42,10 @@ from torch.autograd.graph import saved_tensors_hooks
 
 from .comm import Collectives, flat_size, flatten, shard_bounds
 
-__all__ = ["FSDP", "Unit"]
+__all__ = ["FSDP", "Unit", "smaller_than"]
+
+#: ``keep(name, parameter) -> bool``: True for a parameter to keep whole on every rank.
+Replicate = Callable[[str, nn.Parameter], bool]
 
 
 @dataclass(frozen=True)
@@ -164,6 +175,14 @@ class Unit:
         return self.regathered.as_strided(saved.size, saved.stride, saved.offset)
 
 
+def smaller_than(numel: int) -> Replicate:
+    """The parameters of fewer than ``numel`` elements (norm weights, biases): a ``replicate``
+    for :class:`FSDP` in ZeRO-3's "persistence threshold" convention."""
+    if not isinstance(numel, int) or numel < 1:
+        raise ValueError(f"numel must be an integer >= 1, got {numel!r}")
+    return lambda name, parameter: parameter.numel() < numel
+
+
 class FSDP:
     """Shard ``model`` over the ranks, unit by unit (see the module's docstring).
 
@@ -175,9 +194,15 @@ class FSDP:
         comm: the (counted) collectives; a new :class:`Collectives` by default.
         compute_dtype: the dtype of the gathered parameters, activations and reduced
             gradients (the shards stay float32).
+        replicate: the parameters to keep whole on every rank, their gradients all-reduced:
+            names (as ``model.named_parameters()`` gives them; a tied weight by any of its
+            names) or ``keep(name, parameter) -> bool`` (:func:`smaller_than`). Default:
+            none, every parameter is sharded. Only with ``compute_dtype`` float32 (a whole
+            float32 parameter would meet activations of another dtype).
 
     Attributes:
         units: the :class:`Unit` objects, in the order given.
+        replicated: the names of the parameters kept whole, each once.
     """
 
     def __init__(
@@ -186,6 +211,7 @@ class FSDP:
         units: list[nn.Module] | None = None,
         comm: Collectives | None = None,
         compute_dtype: torch.dtype = torch.float32,
+        replicate: Collection[str] | Replicate = (),
     ) -> None:
         units = [*model.layers, model] if units is None else list(units)
         if not units or units[-1] is not model:
@@ -202,13 +228,47 @@ class FSDP:
         with torch.no_grad():
             for tensor in [*model.parameters(), *model.buffers()]:
                 self.comm.broadcast(tensor, src=0)
-        taken: set[nn.Parameter] = set()
+        whole = self._replicated(names, replicate, compute_dtype)
+        self._whole = {p: names[p] for p in whole}
+        self.replicated = [names[p][0] for p in whole]
+        for p in whole:  # averaged over the ranks once backward has accumulated its gradient
+            p.register_post_accumulate_grad_hook(self._average_gradient)
+        taken: set[nn.Parameter] = set(whole)
         self.units, self.names = [], []
         for module in units:
             params = [p for p in module.parameters() if p not in taken and p.requires_grad]
             self.names.append([names[p] for p in params])
             self.units.append(Unit(module, params, self.comm, compute_dtype))
             taken.update([*params, self.units[-1].shard])
+
+    @staticmethod
+    def _replicated(
+        names: dict[nn.Parameter, list[str]],
+        replicate: Collection[str] | Replicate,
+        compute_dtype: torch.dtype,
+    ) -> list[nn.Parameter]:
+        """The trainable parameters ``replicate`` names, in the model's order."""
+        if callable(replicate):
+            whole = [p for p, aliases in names.items() if replicate(aliases[0], p)]
+        else:
+            wanted = {replicate} if isinstance(replicate, str) else set(replicate)
+            known = {name for aliases in names.values() for name in aliases}
+            if wanted - known:
+                raise ValueError(
+                    f"replicate names parameters the model does not have: {sorted(wanted - known)}"
+                )
+            whole = [p for p, aliases in names.items() if wanted & set(aliases)]
+        whole = [p for p in whole if p.requires_grad]
+        if whole and compute_dtype != torch.float32:
+            raise ValueError(
+                f"replicate works with compute_dtype float32 only, got {compute_dtype} and "
+                f"{len(whole)} parameters to replicate"
+            )
+        return whole
+
+    def _average_gradient(self, parameter: nn.Parameter) -> None:
+        self.comm.all_reduce(parameter.grad)
+        parameter.grad.div_(self.comm.world_size)
 
     @torch.no_grad()
     def full_state(self) -> dict[str, Tensor]:
@@ -224,4 +284,7 @@ class FSDP:
                 for name in aliases:
                     state[name] = full[offset : offset + p.numel()].view(p.shape).clone()
                 offset += p.numel()
+        for p, aliases in self._whole.items():  # kept whole: the same on every rank
+            for name in aliases:
+                state[name] = p.detach().float().clone()
         return state

@@ -28,16 +28,18 @@ from torch import Tensor, nn
 
 from ..tokenizer import Tokenizer
 from .chat import ChatExample, check_messages, encode_chat, jsonl_records
-from .packing import Batch
-from .sft import token_losses
+from .packing import Batch, pad_batch
+from .per_token import masked_normalize, token_log_probs
 
 __all__ = [
     "DPOOutput",
     "PreferencePair",
     "dpo_loss",
+    "dpo_pairs_loss",
     "dpo_step",
     "encode_preference",
     "frozen_copy",
+    "pair_examples",
     "preference_records",
     "read_preference_jsonl",
     "response_logprobs",
@@ -81,9 +83,8 @@ def response_logprobs(logits: Tensor, tokens: Tensor, loss_mask: Tensor) -> Tens
     Shape:
         logits (B, L, V), tokens (B, L), loss_mask (B, L) -> (B,).
     """
-    logp = -token_losses(logits, tokens)  # (B, L-1): log p(tokens[t+1] | <= t)
-    mask = loss_mask[:, 1:]  # (B, L-1)
-    return torch.where(mask, logp, torch.zeros_like(logp)).sum(dim=1)  # (B,)
+    logp = token_log_probs(logits, tokens)  # (B, L-1): log p(tokens[t+1] | <= t)
+    return masked_normalize(logp, loss_mask[:, 1:], 1.0, dim=1)  # (B,): the sum
 
 
 def sequence_logprobs(model: nn.Module, batch: Batch) -> Tensor:
@@ -136,6 +137,70 @@ def dpo_loss(
     loss = -F.logsigmoid(chosen - rejected).mean()
     chosen, rejected = chosen.detach(), rejected.detach()
     return DPOOutput(loss, chosen, rejected, chosen - rejected)
+
+
+def pair_examples(
+    prompt: Sequence[int], chosen: Sequence[int], rejected: Sequence[int]
+) -> tuple[ChatExample, ChatExample]:
+    """A preference pair in any prompt format, from its ids: the prompt followed by each answer.
+
+    The caller renders and tokenises the prompt in whatever format the model was tuned on (the
+    course's chat template, Alpaca's ``### Instruction: ... ### Response:``, a bare question)
+    and each answer as it should be learned (with its end-of-text id, say); the response mask
+    is True on the answer's ids only.
+
+    Args:
+        prompt: the prompt's ids.
+        chosen: the preferred answer's ids (not empty).
+        rejected: the dispreferred answer's ids (not empty, different from ``chosen``).
+
+    Returns:
+        The chosen and the rejected :class:`~coursepkg.posttrain.chat.ChatExample`.
+    """
+    chosen, rejected = list(chosen), list(rejected)
+    if not prompt or not chosen or not rejected:
+        raise ValueError(
+            f"prompt, chosen and rejected must each hold ids, got lengths {len(prompt)}, "
+            f"{len(chosen)} and {len(rejected)}"
+        )
+    if chosen == rejected:
+        raise ValueError("chosen and rejected are the same ids: a pair must differ")
+    head = [False] * len(prompt)
+    return (
+        ChatExample([*prompt, *chosen], head + [True] * len(chosen)),
+        ChatExample([*prompt, *rejected], head + [True] * len(rejected)),
+    )
+
+
+def dpo_pairs_loss(
+    policy: nn.Module,
+    reference: nn.Module,
+    pairs: Sequence[tuple[ChatExample, ChatExample]],
+    pad_id: int,
+    beta: float = 0.1,
+) -> DPOOutput:
+    """The DPO loss of a list of pairs: chosen and rejected answers padded into one batch, each
+    answer's log-probability summed over its own tokens under the policy and the reference.
+
+    Args:
+        policy: the model trained (``model(tokens, token_mask)`` -> logits).
+        reference: its frozen starting point, run without gradients.
+        pairs: (chosen, rejected) examples, from :func:`pair_examples` (any prompt format) or
+            :func:`encode_preference` (the chat template).
+        pad_id: the id filling the rows' ends.
+        beta: DPO's beta.
+
+    Shape:
+        B pairs -> :class:`DPOOutput` (loss scalar, the rest (B,)).
+    """
+    b = len(pairs)
+    batch = pad_batch([c for c, _ in pairs] + [r for _, r in pairs], pad_id)
+    device = next(policy.parameters()).device
+    batch = Batch(*(x.to(device) for x in batch))  # (2B, L) each
+    with torch.no_grad():
+        ref = sequence_logprobs(reference, batch)  # (2B,)
+    logp = sequence_logprobs(policy, batch)  # (2B,)
+    return dpo_loss(logp[:b], logp[b:], ref[:b], ref[b:], beta)
 
 
 def frozen_copy(model: nn.Module) -> nn.Module:

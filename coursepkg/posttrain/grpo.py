@@ -34,7 +34,8 @@ from torch import Tensor, nn
 
 from .chat import ChatExample
 from .packing import Batch, pad_batch
-from .sft import token_losses
+from .per_token import masked_mean, token_log_probs
+from .policy_gradient import grpo_token_loss
 
 __all__ = [
     "GRPOOutput",
@@ -207,7 +208,7 @@ def per_token_logprobs(model: nn.Module, batch: Batch) -> Tensor:
         batch (B, L) -> (B, L - 1).
     """
     logits = model(batch.tokens, batch.token_mask)  # (B, L, V)
-    return -token_losses(logits, batch.tokens)  # (B, L-1)
+    return token_log_probs(logits, batch.tokens)  # (B, L-1)
 
 
 def grpo_loss(
@@ -243,24 +244,18 @@ def grpo_loss(
             f"advantages must have shape (B,)={tuple(logprobs.shape[:1])}, got "
             f"{tuple(advantages.shape)}"
         )
+    if mask.dtype != torch.bool:
+        raise ValueError(f"mask must be a bool tensor, got {mask.dtype}")
     counts = mask.sum(dim=1)  # (B,)
     if bool((counts == 0).any()):
         raise ValueError(
             f"mask marks no token in rows {(counts == 0).nonzero().flatten().tolist()}"
         )
-    ratio = torch.exp(logprobs - old_logprobs.detach())  # (B, T)
-    a = advantages.detach()[:, None]  # (B, 1)
-    clipped = torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps)  # (B, T)
-    objective = torch.minimum(ratio * a, clipped * a)  # (B, T)
-    log_r = ref_logprobs.detach() - logprobs  # (B, T): log pi_ref / pi
-    kl = torch.exp(log_r) - log_r - 1  # (B, T), >= 0
-    per_token = objective - kl_coef * kl  # (B, T)
-    zero = torch.zeros_like(per_token)
-    per_answer = torch.where(mask, per_token, zero).sum(dim=1) / counts  # (B,)
-    n = counts.sum()
-    kl_mean = torch.where(mask, kl, zero).sum().detach() / n
-    clip_fraction = (mask & (ratio != clipped)).sum().float() / n
-    return GRPOOutput(-per_answer.mean(), kl_mean, clip_fraction)
+    token = grpo_token_loss(logprobs, old_logprobs, ref_logprobs, advantages, clip_eps, kl_coef)
+    per_answer = masked_mean(token.loss, mask, dim=1)  # (B,): each answer's own tokens first
+    kl_mean = masked_mean(token.kl, mask)
+    clip_fraction = masked_mean(token.clipped.float(), mask)
+    return GRPOOutput(per_answer.mean(), kl_mean, clip_fraction)
 
 
 def grpo_step(

@@ -28,6 +28,8 @@ __all__ = [
     "exact_answer",
     "load_reward",
     "number_answer",
+    "parse_choice",
+    "parse_number",
     "prompt_records",
     "score",
 ]
@@ -51,9 +53,60 @@ def exact_answer(completion: str, record: Mapping[str, Any]) -> float:
 
 
 def number_answer(completion: str, record: Mapping[str, Any]) -> float:
-    """1.0 when the last number in the completion equals the line's ``"answer"`` (a number)."""
-    numbers = re.findall(r"-?\d+(?:\.\d+)?", completion)
-    return float(bool(numbers) and math.isclose(float(numbers[-1]), float(record["answer"])))
+    """1.0 when the completion's answer (:func:`parse_number`) equals the line's ``"answer"``."""
+    value = parse_number(completion)
+    return float(value is not None and math.isclose(value, float(record["answer"])))
+
+
+_NUMBER = r"-?\d[\d,]*(?:\.\d+)?"  # 1,234.5 with its thousands separators
+
+
+def parse_number(text: str) -> float | None:
+    """The numeric answer of a completion, in the conventions of GSM8K-style data.
+
+    The answer is the number after the last ``####`` (GSM8K's own answers), else the number in
+    the last ``\\boxed{...}`` (MATH's), else the last number of the text. Thousands separators
+    and a leading ``$`` are ignored (``$1,234.`` is 1234).
+
+    Args:
+        text: the model's completion.
+
+    Returns:
+        The number, or None when there is none where the answer should be.
+    """
+    if "####" in text:
+        text = text.rsplit("####", 1)[1]
+    else:
+        boxed = re.findall(r"\\boxed\{([^{}]*)\}", text)
+        if boxed:
+            text = boxed[-1]
+    numbers = re.findall(_NUMBER, text)
+    return float(numbers[-1].replace(",", "")) if numbers else None
+
+
+def parse_choice(text: str, choices: str = "ABCD") -> str | None:
+    """The letter of a multiple-choice answer (MMLU-style), or None when it is not clear.
+
+    First the letter after "answer is" or "answer:" (``The answer is (B)``), the last such;
+    else the one letter of ``choices`` standing alone in the text (``B``, ``(B)``, ``B.``).
+    Several different lone letters (``A cat ... C``) give None rather than a guess.
+
+    Args:
+        text: the model's completion.
+        choices: the letters of the options, upper case.
+
+    Returns:
+        One of ``choices``, or None.
+    """
+    if not choices or not choices.isalpha() or not choices.isupper():
+        raise ValueError(f"choices must be upper-case letters, got {choices!r}")
+    letter = f"[{choices}]"
+    stated = re.findall(rf"answer\s*(?:is|:)\s*\(?({letter})\b", text, flags=re.IGNORECASE)
+    stated = [s for s in stated if s in choices]  # IGNORECASE let lower case through
+    if stated:
+        return stated[-1]
+    alone = set(re.findall(rf"(?<![\w'])\(?({letter})\)?(?![\w'])", text))
+    return alone.pop() if len(alone) == 1 else None
 
 
 #: The rewards ``--reward`` knows by name; both read the line's ``"answer"``.

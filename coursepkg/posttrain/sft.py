@@ -18,12 +18,11 @@ Dimension legend: B batch, L length, V vocabulary.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._validation import check_float, check_tokens
+from .per_token import masked_mean, masked_normalize, token_log_probs
 
-__all__ = ["NORMALISATIONS", "sft_loss", "sft_step", "token_losses"]
+__all__ = ["NORMALISATIONS", "sft_loss", "sft_microbatch_step", "sft_step", "token_losses"]
 
 #: The ways :func:`sft_loss` averages.
 NORMALISATIONS = ("token", "sequence")
@@ -39,19 +38,7 @@ def token_losses(logits: Tensor, tokens: Tensor) -> Tensor:
     Shape:
         logits (B, L, V), tokens (B, L) -> (B, L - 1): entry t is -log p(tokens[t+1] | <= t).
     """
-    check_float("logits", logits, 3)
-    check_tokens("tokens", tokens, logits.size(-1))
-    if logits.shape[:2] != tokens.shape:
-        raise ValueError(
-            f"logits (B, L, V) and tokens (B, L) must agree on (B, L), got "
-            f"{tuple(logits.shape)} and {tuple(tokens.shape)}"
-        )
-    predicted = logits[:, :-1]  # (B, L-1, V)
-    targets = tokens[:, 1:]  # (B, L-1)
-    if predicted.dtype in (torch.float16, torch.bfloat16):  # a softmax over V needs float32
-        predicted = predicted.float()
-    losses = F.cross_entropy(predicted.flatten(0, 1), targets.flatten(), reduction="none")
-    return losses.view_as(targets)  # (B, L-1)
+    return -token_log_probs(logits, tokens)  # (B, L-1)
 
 
 def sft_loss(logits: Tensor, tokens: Tensor, loss_mask: Tensor, normalise: str = "token") -> Tensor:
@@ -82,12 +69,43 @@ def sft_loss(logits: Tensor, tokens: Tensor, loss_mask: Tensor, normalise: str =
     counts = mask.sum(dim=1)  # (B,)
     if int(counts.sum()) == 0:
         raise ValueError("loss_mask marks no target token (position 0 never is one)")
-    # where(), not a product: a masked position's loss may be inf or NaN and must not leak.
-    masked = torch.where(mask, losses, torch.zeros_like(losses))  # (B, L-1)
     if normalise == "token":
-        return masked.sum() / counts.sum()
+        return masked_mean(losses, mask)
     rows = counts > 0  # a sequence without a response token has no mean: it is left out
-    return (masked.sum(dim=1)[rows] / counts[rows]).mean()
+    return masked_mean(losses, mask, dim=1)[rows].mean()
+
+
+def sft_microbatch_step(
+    log_probs: Tensor, response_mask: Tensor, grad_accum_steps: int, normalize_constant: float
+) -> Tensor:
+    """Backpropagate one microbatch's share of the SFT loss, for gradient accumulation.
+
+    The loss is ``sum over response targets of -log p / normalize_constant / grad_accum_steps``:
+    with ``normalize_constant`` the number of response targets of the microbatch, the gradients
+    of ``grad_accum_steps`` microbatches add up to the mean of their per-microbatch means; with
+    it the number of response targets of the *whole* batch divided by ``grad_accum_steps``,
+    they add up to the token mean over the whole batch, however it is split.
+
+    Args:
+        log_probs: each target's log-probability, with a gradient (from
+            :func:`~coursepkg.posttrain.per_token.token_log_probs`).
+        response_mask: bool, True on the targets to learn (the loss mask shifted to the targets,
+            ``loss_mask[:, 1:]``).
+        grad_accum_steps: the number of microbatches whose gradients are summed before one
+            optimiser step, >= 1.
+        normalize_constant: the divisor of the masked sum, > 0.
+
+    Shape:
+        log_probs, response_mask (B, T) -> a scalar.
+
+    Returns:
+        The microbatch's loss (detached), after ``backward()`` has added its gradient.
+    """
+    if not isinstance(grad_accum_steps, int) or grad_accum_steps < 1:
+        raise ValueError(f"grad_accum_steps must be an integer >= 1, got {grad_accum_steps!r}")
+    loss = masked_normalize(-log_probs, response_mask, normalize_constant) / grad_accum_steps
+    loss.backward()
+    return loss.detach()
 
 
 def sft_step(

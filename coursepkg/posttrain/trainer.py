@@ -47,10 +47,11 @@ from ..training.checkpoint import (
 )
 from ..training.distributed import Dist, setup, teardown
 from .chat import CHAT_TOKENS, END_OF_TURN, ChatExample, chat_records, encode_chat, with_chat_tokens
-from .dpo import dpo_loss, encode_preference, frozen_copy, preference_records, response_logprobs
+from .dpo import dpo_pairs_loss, encode_preference, frozen_copy, preference_records
 from .grpo import group_advantages, grpo_loss, per_token_logprobs, sample_groups
 from .lora import add_lora, lora_modules, merge_lora
 from .packing import Batch, pad_batch
+from .per_token import masked_normalize
 from .rewards import GRPOPrompt, load_reward, prompt_records, score
 from .sft import token_losses
 
@@ -508,23 +509,15 @@ def _sft_loss(
     batch = pad_batch(mine, run.pad_id)
     tokens, loss_mask, token_mask = (x.to(run.dist.device) for x in batch)  # (b, L) each
     losses = token_losses(run.model(tokens, token_mask), tokens)  # (b, L-1)
-    targets = loss_mask[:, 1:]  # (b, L-1)
     count = sum(sum(example.response_mask[1:]) for example in every)  # the whole batch's
-    masked = torch.where(targets, losses, torch.zeros_like(losses))  # (b, L-1)
-    return masked.sum() * (run.dist.world_size / count), {}
+    return masked_normalize(losses, loss_mask[:, 1:], count / run.dist.world_size), {}
 
 
 def _dpo_loss(
     run: _Run, mine: list[tuple[ChatExample, ChatExample]]
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """DPO's loss on this rank's pairs: chosen and rejected answers in one padded batch."""
-    b = len(mine)
-    batch = pad_batch([c for c, _ in mine] + [r for _, r in mine], run.pad_id)
-    tokens, loss_mask, token_mask = (x.to(run.dist.device) for x in batch)  # (2b, L) each
-    with torch.no_grad():
-        ref = response_logprobs(run.reference(tokens, token_mask), tokens, loss_mask)  # (2b,)
-    policy = response_logprobs(run.model(tokens, token_mask), tokens, loss_mask)  # (2b,)
-    out = dpo_loss(policy[:b], policy[b:], ref[:b], ref[b:], run.settings.beta)
+    out = dpo_pairs_loss(run.model, run.reference, mine, run.pad_id, run.settings.beta)
     accuracy = (out.margins > 0).float().mean()
     return out.loss, {"margin": out.margins.mean(), "accuracy": accuracy}
 

@@ -17,9 +17,10 @@ from processes import budget
 
 from coursepkg.optim import param_groups
 from coursepkg.parallel import FSDP, NaiveDDP, ShardedOptimizer, run_ranks
-from coursepkg.parallel.comm import ring_bytes_sent
+from coursepkg.parallel.comm import Collectives, ring_bytes_sent
 from coursepkg.parallel.compare import OURS, PYTORCH, Run, split_batch, train_alone, train_ranks
 from coursepkg.parallel.ddp import make_buckets
+from coursepkg.parallel.fsdp import smaller_than
 from coursepkg.parallel.memory import payload_per_step, per_rank_bytes, unit_numels
 
 pytestmark = pytest.mark.slow  # each spawn starts 2 or 4 Python processes that import torch
@@ -107,9 +108,31 @@ def _grouped_zero(rank: int, world_size: int) -> dict:
     return {"grouped weights": weights, "grouped state": state, "resharded": resharded}
 
 
+def _fsdp_replicated(rank: int, world_size: int) -> dict:
+    """FSDP keeping the parameters of fewer than 10 elements (the norms' weights) whole: 3
+    AdamW steps, the weights gathered, the collectives of the last step counted."""
+    model = RUN.make_model()
+    comm = Collectives()
+    fsdp = FSDP(model, comm=comm, replicate=smaller_than(10))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=RUN.lr)
+    for tokens in RUN.batches():
+        comm.reset()
+        optimizer.zero_grad()
+        _lm_loss(model, split_batch(tokens, rank, world_size)).backward()
+        optimizer.step()
+    calls = dict(comm.calls)
+    by_name = FSDP(RUN.make_model(), replicate=["layers.1.norm2.weight", "layers.0.norm1.weight"])
+    return {
+        "replicated weights": fsdp.full_state(),
+        "replicated": fsdp.replicated,
+        "replicated calls": calls,
+        "by name": by_name.replicated,
+    }
+
+
 def _worker(rank: int, world_size: int, run: Run, schemes: tuple[str, ...]) -> dict:
     extras = _extras(rank, world_size) | _bucket_launches(rank, world_size)
-    extras |= _grouped_zero(rank, world_size)
+    extras |= _grouped_zero(rank, world_size) | _fsdp_replicated(rank, world_size)
     return train_ranks(rank, world_size, run, schemes) | {
         "extras": extras | _fsdp_frees(rank, world_size)
     }
@@ -289,3 +312,18 @@ def test_a_rank_that_raises_ends_the_others():
 def test_a_run_that_hangs_is_ended_at_the_timeout():
     with pytest.raises(TimeoutError, match="2 ranks of _never_returns still running after 10"):
         run_ranks(_never_returns, 2, timeout=10.0)
+
+
+def test_fsdp_keeps_the_named_parameters_whole_and_all_reduces_their_gradients(two, four, alone):
+    """replicate=smaller_than(10) keeps the four norm weights (9 elements) whole on every rank:
+    training equals one process, each step all-reduces them once each (and gathers and
+    reduce-scatters the 3 units as before); names select parameters too."""
+    model = RUN.make_model()
+    small = [n for n, p in model.named_parameters() if p.numel() < 10]
+    assert len(small) == 4 and all("norm" in name for name in small)
+    for rank in two + four:
+        extras = rank["extras"]
+        assert extras["replicated"] == small
+        _close(extras["replicated weights"], alone)
+        assert extras["replicated calls"] == {"all_reduce": 4, "all_gather": 6, "reduce_scatter": 3}
+        assert extras["by name"] == ["layers.0.norm1.weight", "layers.1.norm2.weight"]

@@ -13,9 +13,11 @@ import torch
 from coursepkg.posttrain.dpo import (
     PreferencePair,
     dpo_loss,
+    dpo_pairs_loss,
     dpo_step,
     encode_preference,
     frozen_copy,
+    pair_examples,
     read_preference_jsonl,
     response_logprobs,
     sequence_logprobs,
@@ -146,3 +148,46 @@ def test_preference_jsonl_names_its_bad_lines(tmp_path):
         path.write_text(json.dumps(good) + "\n" + json.dumps(record) + "\n", encoding="utf-8")
         with pytest.raises(ValueError, match=message):
             read_preference_jsonl(path)
+
+
+def _alpaca(tokenizer, instruction):
+    """A prompt format other than the course's chat template (Alpaca's)."""
+    return tokenizer.encode(f"### Instruction:\n{instruction}\n\n### Response:\n")
+
+
+def test_dpo_of_any_prompt_format_is_the_formula_on_each_pair_alone(chat_tokenizer, chat_model):
+    policy, reference = chat_model(seed=1), chat_model(seed=2)
+    eos = chat_tokenizer.encode("<|endoftext|>")
+    questions = [("Reverse the word cat:", " tac", " cat"), ("Sort 3 1 2:", " 1 2 3", " 3 2 1 0")]
+    pairs = [
+        pair_examples(_alpaca(chat_tokenizer, q), chat_tokenizer.encode(c) + eos,
+                      chat_tokenizer.encode(r) + eos)
+        for q, c, r in questions
+    ]  # fmt: skip
+    out = dpo_pairs_loss(policy, reference, pairs, pad_id=0, beta=0.3)
+
+    def logp(model, example):  # one unpadded sequence, its answer's tokens summed
+        ids = torch.tensor([example.ids])
+        log_probs = model(ids).detach().log_softmax(-1)[0]  # (L, V)
+        return sum(
+            float(log_probs[t - 1, ids[0, t]])
+            for t in range(len(example))
+            if example.response_mask[t]
+        )
+
+    losses = []
+    for chosen, rejected in pairs:
+        z = 0.3 * ((logp(policy, chosen) - logp(reference, chosen))
+                   - (logp(policy, rejected) - logp(reference, rejected)))  # fmt: skip
+        losses.append(math.log1p(math.exp(-z)))  # -log sigmoid(z)
+    assert out.loss.item() == pytest.approx(sum(losses) / 2, rel=1e-5)
+    out.loss.backward()
+    assert all(p.grad is None for p in reference.parameters())
+
+
+def test_pair_examples_mark_the_answers_and_refuse_equal_ones():
+    chosen, rejected = pair_examples([5, 6], [7], [8, 9])
+    assert chosen.ids == [5, 6, 7] and chosen.response_mask == [False, False, True]
+    assert rejected.ids == [5, 6, 8, 9] and rejected.response_mask == [False, False, True, True]
+    with pytest.raises(ValueError, match="same ids"):
+        pair_examples([5], [7], [7])

@@ -43,6 +43,17 @@ def test_a_group_of_equal_rewards_teaches_nothing(scale_by_std):
     assert advantages[1].abs().sum() > 0
 
 
+def test_the_group_std_is_bessel_corrected_as_trl_s():
+    trl_utils = pytest.importorskip("trl.trainer.utils")
+    g = torch.Generator().manual_seed(21)
+    rewards = torch.randint(0, 3, (5, 4), generator=g).double() / 2  # (P, G)
+    rewards[0] = 1.0  # a group of equal rewards
+    centred = rewards - rewards.mean(dim=1, keepdim=True)
+    expected = centred / (trl_utils.nanstd(rewards, dim=1, keepdim=True) + 1e-4)
+    # 1e-6: TRL's Bessel factor count / (count - 1) divides two int64 tensors, in float32
+    torch.testing.assert_close(group_advantages(rewards), expected, rtol=0, atol=1e-6)
+
+
 def test_groups_of_one_are_refused():
     with pytest.raises(ValueError, match=r"G >= 2 answers per prompt, got \(3, 1\)"):
         group_advantages(torch.zeros(3, 1))

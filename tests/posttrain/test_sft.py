@@ -10,7 +10,8 @@ import torch
 
 from coursepkg.posttrain.chat import encode_chat
 from coursepkg.posttrain.packing import pad_batch
-from coursepkg.posttrain.sft import sft_loss, sft_step
+from coursepkg.posttrain.per_token import token_log_probs
+from coursepkg.posttrain.sft import sft_loss, sft_microbatch_step, sft_step
 
 V = 7
 
@@ -124,3 +125,33 @@ def test_a_row_without_response_tokens_is_left_out_of_the_per_sequence_mean():
         sft_loss(logits[:1], tokens[:1], mask[:1], "sequence"),
         sft_loss(logits, tokens, only_first, "sequence"),
     )
+
+
+@pytest.mark.parametrize("splits", [1, 2, 4])
+def test_microbatch_steps_add_up_to_the_whole_batch_s_token_mean(splits):
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(4, 6, V, generator=g, dtype=torch.float64, requires_grad=True)
+    tokens = torch.randint(0, V, (4, 6), generator=g)
+    mask = torch.rand(4, 6, generator=g) < 0.7
+    mask[:, 1] = True  # every row learns a target
+    whole = sft_loss(logits, tokens, mask)
+    (expected,) = torch.autograd.grad(whole, logits)
+    targets = mask[:, 1:]  # (B, L-1): the mask shifted to the targets
+    constant = int(targets.sum()) / splits  # the batch's response targets, per microbatch
+    total = 0.0
+    for rows in torch.arange(4).chunk(splits):
+        logp = token_log_probs(logits[rows], tokens[rows])  # (b, L-1)
+        loss = sft_microbatch_step(logp, targets[rows], splits, constant)
+        total += float(loss)
+        # each microbatch's loss is its masked sum / constant / steps
+        assert float(loss) == pytest.approx(
+            float(-(logp * targets[rows]).sum()) / constant / splits, rel=1e-12
+        )
+    torch.testing.assert_close(logits.grad, expected)
+    assert total == pytest.approx(float(whole), rel=1e-12)
+
+
+def test_microbatch_step_names_bad_accumulation_steps():
+    logp = torch.zeros(1, 2, requires_grad=True)
+    with pytest.raises(ValueError, match="grad_accum_steps must be an integer >= 1, got 0"):
+        sft_microbatch_step(logp, torch.ones(1, 2, dtype=torch.bool), 0, 1.0)

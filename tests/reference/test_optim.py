@@ -174,3 +174,23 @@ def test_cross_entropy_is_stable_and_ignores():
     torch.testing.assert_close(ignored, F.cross_entropy(logits, target, ignore_index=1))
     with pytest.raises(ValueError, match="leading dimensions"):
         cross_entropy(logits, torch.tensor([0]))
+
+
+@pytest.mark.parametrize(("warmup", "total"), [(0, 7), (1, 5), (4, 20), (10, 11)])
+def test_the_warm_up_from_zero_is_hugging_face_s_and_one_step_behind(warmup, total):
+    """warmup_from_zero: 0 at step 0, max_lr at step warmup (get_cosine_schedule_with_warmup);
+    the default reaches each warm-up value one step earlier; the decays are the same."""
+    optimization = pytest.importorskip("transformers.optimization")
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.3)
+    sched = optimization.get_cosine_schedule_with_warmup(opt, warmup, total)
+    for step in range(total):
+        ours = warmup_cosine_lr(step, 0.3, warmup, total, warmup_from_zero=True)
+        assert math.isclose(ours, opt.param_groups[0]["lr"], rel_tol=1e-12, abs_tol=1e-15)
+        if 0 < step <= warmup:
+            assert ours == warmup_cosine_lr(step - 1, 0.3, warmup, total)
+        if step >= warmup:
+            assert ours == warmup_cosine_lr(step, 0.3, warmup, total)
+        opt.step()
+        sched.step()
+    if warmup:
+        assert warmup_cosine_lr(0, 0.3, warmup, total, warmup_from_zero=True) == 0.0

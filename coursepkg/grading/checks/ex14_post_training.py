@@ -277,6 +277,7 @@ def check_lora_linear(report: CheckReport, impl: Any, thorough: bool, seed: int 
         layer = _call(impl, LORA_ITEM, copy.deepcopy(base), config["r"], config["alpha"])
         _lora_parts(layer, config)
         before = expect_tensor(_call(layer, LORA_ITEM, x), "your LoRALinear's output").detach()
+        _check_lora_starts_learning(report, layer, x, where)
         a = randn(gen, config["r"], config["in"], dtype=torch.float64)  # (r, in)
         b = randn(gen, config["out"], config["r"], dtype=torch.float64)  # (out, r)
         expected = _run_lora(LoRAReference, (base, config, a, b, x))
@@ -302,6 +303,21 @@ def check_lora_linear(report: CheckReport, impl: Any, thorough: bool, seed: int 
 
 def _lora_bug(bug_id: str) -> BugVariant:
     return next(bug for bug in LORA_BUGS if bug.id == bug_id)
+
+
+def _check_lora_starts_learning(report, layer, x, where) -> None:
+    """As built, a gradient reaches an adapter: with B = 0, lora_B's gradient is a product with
+    lora_A (and lora_A's with lora_B), so two zero adapters never move."""
+    layer.zero_grad(set_to_none=True)
+    _call(layer, LORA_ITEM, x).sum().backward()
+    grads = [getattr(layer, name).grad for name in ("lora_A", "lora_B")]
+    layer.zero_grad(set_to_none=True)
+    if not any(g is not None and bool(g.any()) for g in grads):
+        report.fail(
+            f"as built, no gradient reaches lora_A or lora_B of your LoRALinear {where}: "
+            "training would never change the layer.",
+            _lora_bug("lora.both_zero"),
+        )
 
 
 def _check_lora_training(report, impl, layer, base, x, before, where) -> None:
@@ -426,6 +442,23 @@ def _grpo_inputs(config: Config, seed: int | None, salt: int, dtype: torch.dtype
     return [x.to(dtype) for x in (lp, old, ref, adv)] + [mask]
 
 
+def _check_sampled_inputs_take_no_gradient(report, student, inputs, where) -> None:
+    """The loss's gradient reaches neither the sampling policy's nor the reference's
+    log-probabilities (argument 2 and 3): they are constants of the loss."""
+    lp, old, ref, adv, mask = inputs
+    old, ref = (x.detach().clone().requires_grad_(True) for x in (old, ref))
+    with torch.enable_grad(), forbidden_calls(GRPO_ITEM, **_FORBID):
+        call_student(student, lp.detach().clone().requires_grad_(True), old, ref, adv, mask,
+                     item=GRPO_ITEM).backward()  # fmt: skip
+    for x, bug_id, name in ((old, "grpo.old_gradient", "old_logprobs"),
+                            (ref, "grpo.reference_gradient", "ref_logprobs")):  # fmt: skip
+        if x.grad is not None and bool(x.grad.any()):
+            report.fail(
+                f"a gradient reaches {name} through your grpo_loss {where}.",
+                next(bug for bug in GRPO_BUGS if bug.id == bug_id),
+            )
+
+
 @public_check(assignment="ex14_post_training", implements="grpo_loss", bugs=GRPO_BUGS)
 def check_grpo_loss(report: CheckReport, impl: Any, thorough: bool, seed: int | None) -> None:
     """Check ``grpo_loss(logprobs, old_logprobs, ref_logprobs, advantages, mask, clip_eps,
@@ -443,5 +476,7 @@ def check_grpo_loss(report: CheckReport, impl: Any, thorough: bool, seed: int | 
                     for b in GRPO_BUGS]  # fmt: skip
             student = bind(impl)
             _check_loss(report, student, GRPO_ITEM, bind(grpo_reference), bugs, inputs, [0], where)
+            _check_sampled_inputs_take_no_gradient(report, student, inputs, where)
     report.ok("min(ratio A, clip(ratio) A) per token, minus kl_coef times Schulman's k3")
+    report.ok("old_logprobs and ref_logprobs take no gradient: only the policy's do")
     report.ok("each answer's tokens averaged first, then the answers; value and gradient match")

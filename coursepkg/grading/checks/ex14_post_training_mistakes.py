@@ -112,6 +112,11 @@ def sft_loss_not_shifted(logits, tokens, loss_mask, token_mask):
     return _masked_mean(losses.view_as(tokens), loss_mask)  # logits at t against token t
 
 
+def sft_loss_mask_not_shifted(logits, tokens, loss_mask, token_mask):
+    losses = token_losses(logits, tokens)  # (B, L-1): target t + 1 at entry t
+    return _masked_mean(losses, loss_mask[:, :-1])  # the mask of the inputs, not the targets
+
+
 # ---------------------------------------------------------------------------------------------
 # LoRA
 # ---------------------------------------------------------------------------------------------
@@ -121,6 +126,12 @@ class LoRALinear_b_not_zero(LoRAReference):
     def __init__(self, base: nn.Linear, r: int, alpha: float) -> None:
         super().__init__(base, r, alpha)
         nn.init.kaiming_uniform_(self.lora_B, a=math.sqrt(5))  # the change is not 0 at step 0
+
+
+class LoRALinear_both_zero(LoRAReference):
+    def __init__(self, base: nn.Linear, r: int, alpha: float) -> None:
+        super().__init__(base, r, alpha)
+        nn.init.zeros_(self.lora_A)  # with B = 0 too, neither adapter ever gets a gradient
 
 
 class LoRALinear_no_scaling(LoRAReference):
@@ -162,6 +173,10 @@ def dpo_loss_reference_gradient(pc, pr, rc, rr, beta):
     return -F.logsigmoid(beta * ((pc - rc) - (pr - rr))).mean()  # nothing detached
 
 
+def dpo_loss_no_reference(pc, pr, rc, rr, beta):
+    return -F.logsigmoid(beta * (pc - pr)).mean()  # the reference's log-ratio left out
+
+
 # ---------------------------------------------------------------------------------------------
 # GRPO
 # ---------------------------------------------------------------------------------------------
@@ -178,6 +193,11 @@ def group_advantages_zero_std(rewards, eps=1e-4):
 
 def group_advantages_not_centred(rewards, eps=1e-4):
     return rewards / (rewards.std(dim=1, keepdim=True) + eps)
+
+
+def group_advantages_baseline_after_scaling(rewards, eps=1e-4):
+    scaled = rewards / (rewards.std(dim=1, keepdim=True) + eps)  # (P, G)
+    return scaled - rewards.mean(dim=1, keepdim=True)  # the raw mean taken from scaled rewards
 
 
 def _grpo_terms(lp, old, ref, adv, clip_eps):
@@ -200,6 +220,38 @@ def grpo_loss_clip_max(lp, old, ref, adv, mask, clip_eps, kl_coef):
     ratio, a, clipped = _grpo_terms(lp, old, ref, adv, clip_eps)
     objective = torch.maximum(ratio * a, clipped * a)  # the optimistic bound
     return _grpo_mean(objective - kl_coef * _k3(lp, ref), mask)
+
+
+def grpo_loss_clip_upper_only(lp, old, ref, adv, mask, clip_eps, kl_coef):
+    ratio, a, _ = _grpo_terms(lp, old, ref, adv, clip_eps)
+    clipped = torch.clamp(ratio, max=1 + clip_eps)  # no floor at 1 - eps
+    return _grpo_mean(torch.minimum(ratio * a, clipped * a) - kl_coef * _k3(lp, ref), mask)
+
+
+def grpo_loss_clip_lower_only(lp, old, ref, adv, mask, clip_eps, kl_coef):
+    ratio, a, _ = _grpo_terms(lp, old, ref, adv, clip_eps)
+    clipped = torch.clamp(ratio, min=1 - clip_eps)  # no ceiling at 1 + eps
+    return _grpo_mean(torch.minimum(ratio * a, clipped * a) - kl_coef * _k3(lp, ref), mask)
+
+
+def grpo_loss_old_gradient(lp, old, ref, adv, mask, clip_eps, kl_coef):
+    ratio = torch.exp(lp - old)  # (B, T): the sampling policy's log-probs left attached
+    a = adv.detach()[:, None]  # (B, 1)
+    objective = torch.minimum(ratio * a, torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * a)
+    return _grpo_mean(objective - kl_coef * _k3(lp, ref), mask)
+
+
+def grpo_loss_reference_gradient(lp, old, ref, adv, mask, clip_eps, kl_coef):
+    ratio, a, clipped = _grpo_terms(lp, old, ref, adv, clip_eps)
+    log_r = ref - lp  # (B, T): the reference's log-probs left attached
+    kl = torch.exp(log_r) - log_r - 1
+    return _grpo_mean(torch.minimum(ratio * a, clipped * a) - kl_coef * kl, mask)
+
+
+def grpo_loss_all_tokens(lp, old, ref, adv, mask, clip_eps, kl_coef):
+    ratio, a, clipped = _grpo_terms(lp, old, ref, adv, clip_eps)
+    per_token = torch.minimum(ratio * a, clipped * a) - kl_coef * _k3(lp, ref)  # (B, T)
+    return -per_token.mean(dim=1).mean()  # every position, the padding after the answer too
 
 
 def grpo_loss_clip_advantage(lp, old, ref, adv, mask, clip_eps, kl_coef):
@@ -271,6 +323,15 @@ SFT_BUGS = [
         "Compare logits[:, :-1] with tokens[:, 1:] and mask with loss_mask[:, 1:].",
         sft_loss_not_shifted,
     ),
+    BugVariant(
+        "sft.mask_not_shifted",
+        SFT_ITEM,
+        "the logits are shifted but the mask is not: entry t of the losses scores token t + 1, "
+        "and it is kept where loss_mask marks token t, so the answer's first token is left out "
+        "and the token after it (end of turn or padding) is counted",
+        "Shift the mask with the targets: loss_mask[:, 1:].",
+        sft_loss_mask_not_shifted,
+    ),
 ]
 
 LORA_BUGS = [
@@ -280,6 +341,15 @@ LORA_BUGS = [
         "lora_B does not start at zero, so the adapted layer changes the model before any training",
         "Initialise lora_B with zeros (lora_A random, like nn.Linear's weight).",
         LoRALinear_b_not_zero,
+    ),
+    BugVariant(
+        "lora.both_zero",
+        LORA_ITEM,
+        "lora_A and lora_B both start at zero: each one's gradient is a product with the other, "
+        "so neither ever gets one and the adapter never trains",
+        "Initialise lora_A at random (kaiming_uniform_, a=sqrt(5), like nn.Linear's weight) and "
+        "lora_B with zeros.",
+        LoRALinear_both_zero,
     ),
     BugVariant(
         "lora.no_scaling",
@@ -333,6 +403,14 @@ DPO_BUGS = [
         "Detach the reference's log-probabilities (or compute them under torch.no_grad()).",
         dpo_loss_reference_gradient,
     ),
+    BugVariant(
+        "dpo.no_reference",
+        DPO_ITEM,
+        "the reference model is left out: the margin is the policy's log-ratio alone, so "
+        "nothing holds the policy near where it started",
+        "Subtract the reference's log-ratio: beta * ((pi_w - ref_w) - (pi_l - ref_l)).",
+        dpo_loss_no_reference,
+    ),
 ]
 
 ADVANTAGES_BUGS = [
@@ -357,6 +435,14 @@ ADVANTAGES_BUGS = [
         "the group's mean is not subtracted: every answer of a group that scores well is pushed up",
         "Subtract each group's mean reward before dividing by its std.",
         group_advantages_not_centred,
+    ),
+    BugVariant(
+        "advantages.baseline_after_scaling",
+        ADVANTAGES_ITEM,
+        "the baseline is subtracted after normalising: the rewards are divided by the group's "
+        "std, then the mean of the raw rewards is taken away, which centres nothing",
+        "Subtract the group's mean first, then divide by std + eps: (r - mean) / (std + eps).",
+        group_advantages_baseline_after_scaling,
     ),
 ]
 
@@ -397,6 +483,46 @@ GRPO_BUGS = [
         "Average over each answer's own tokens (sum(dim=1) / mask.sum(dim=1)), then over "
         "the answers.",
         grpo_loss_token_mean,
+    ),
+    BugVariant(
+        "grpo.all_tokens",
+        GRPO_ITEM,
+        "each answer is averaged over every position, the ones after it (padding) too, instead "
+        "of over its own tokens",
+        "Average with the mask: (per_token * mask).sum(dim=1) / mask.sum(dim=1).",
+        grpo_loss_all_tokens,
+    ),
+    BugVariant(
+        "grpo.clip_upper_only",
+        GRPO_ITEM,
+        "the ratio is clipped only from above (at 1 + eps), so an answer with a negative "
+        "advantage is pushed down without limit",
+        "Clip on both sides: torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps).",
+        grpo_loss_clip_upper_only,
+    ),
+    BugVariant(
+        "grpo.clip_lower_only",
+        GRPO_ITEM,
+        "the ratio is clipped only from below (at 1 - eps), so an answer with a positive "
+        "advantage is pushed up without limit",
+        "Clip on both sides: torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps).",
+        grpo_loss_clip_lower_only,
+    ),
+    BugVariant(
+        "grpo.old_gradient",
+        GRPO_ITEM,
+        "the gradient flows into the sampling policy's log-probabilities (old_logprobs), which "
+        "are a constant of the loss",
+        "Detach old_logprobs in the ratio: exp(logprobs - old_logprobs.detach()).",
+        grpo_loss_old_gradient,
+    ),
+    BugVariant(
+        "grpo.reference_gradient",
+        GRPO_ITEM,
+        "the gradient flows into the reference's log-probabilities through the KL term; the "
+        "reference is frozen",
+        "Detach ref_logprobs in the KL estimator.",
+        grpo_loss_reference_gradient,
     ),
 ]
 

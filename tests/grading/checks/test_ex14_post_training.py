@@ -58,6 +58,15 @@ def test_the_issue_s_mistakes_are_catalogued_once_each():
         "advantages.zero_std",
         "grpo.clip_wrong_side",
         "grpo.kl_sign",
+        # issue 65's: the two wrong verdicts, then the named mistakes
+        "lora.both_zero",
+        "grpo.old_gradient",
+        "grpo.all_tokens",
+        "grpo.clip_upper_only",
+        "grpo.clip_lower_only",
+        "advantages.baseline_after_scaling",
+        "sft.mask_not_shifted",
+        "dpo.no_reference",
     } <= set(ids)
 
 
@@ -79,6 +88,18 @@ def test_independent_answers_pass(check, impl, seed):
         (grading.check_lora_linear, impls.LoRAGaussianB, "lora.b_not_zero"),
         (grading.check_dpo_loss, impls.dpo_unfrozen_reference, "dpo.reference_gradient"),
         (grading.check_grpo_loss, impls.grpo_dr_grpo_token_sum, "grpo.token_mean"),
+        # the two verdicts that were wrong: both were accepted
+        (grading.check_lora_linear, impls.LoRAZeros, "lora.both_zero"),
+        (grading.check_grpo_loss, impls.grpo_old_attached, "grpo.old_gradient"),
+        (grading.check_sft_loss, impls.sft_labels_mask_unshifted, "sft.mask_not_shifted"),
+        (grading.check_dpo_loss, impls.dpo_reference_free, "dpo.no_reference"),
+        (
+            grading.check_group_advantages,
+            impls.advantages_scale_then_centre,
+            "advantages.baseline_after_scaling",
+        ),
+        (grading.check_grpo_loss, impls.grpo_clamp_max, "grpo.clip_upper_only"),
+        (grading.check_grpo_loss, impls.grpo_unmasked_mean, "grpo.all_tokens"),
     ],
     ids=lambda x: getattr(x, "__name__", x),
 )
