@@ -40,6 +40,7 @@ VERBS = [
     "train",
     "finetune",
     "serve",
+    "pipeline",
 ]
 
 
