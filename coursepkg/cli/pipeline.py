@@ -1,4 +1,4 @@
-"""``coursepkg pipeline``: the command line of :mod:`coursepkg.pipeline`."""
+"""``coursepkg pipeline``: the command line of :mod:`coursepkg.training.pipeline`."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def _add_pipeline(sub: Any) -> None:
 
 
 def _pipeline(args: argparse.Namespace) -> int:
-    from coursepkg.pipeline import PipelineSettings, parse_budget, run_pipeline
+    from coursepkg.training.pipeline import PipelineSettings, parse_budget, run_pipeline
 
     logging.basicConfig(level=logging.INFO, format="coursepkg pipeline: %(message)s")
     settings = PipelineSettings(

@@ -18,7 +18,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from coursepkg import cli
-from coursepkg.pipeline import STAGES, chat_tasks, heldout_bits_per_byte, parse_budget, plan
+from coursepkg.training.pipeline import (
+    STAGES,
+    chat_tasks,
+    heldout_bits_per_byte,
+    parse_budget,
+    plan,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
