@@ -10,13 +10,15 @@ parameter breakdown of a preset or of a configuration given on the command line;
 ``coursepkg train DATA`` trains a GPT on a text file or folder (also under ``torchrun``);
 ``coursepkg curate IN OUT`` filters, masks and deduplicates a corpus of web pages;
 ``coursepkg finetune BASE DATA`` fine-tunes one into an assistant (SFT, LoRA, DPO);
-``coursepkg serve CHECKPOINT`` serves it over an OpenAI-compatible HTTP API with a chat page.
+``coursepkg serve CHECKPOINT`` serves it over an OpenAI-compatible HTTP API with a chat page;
+``coursepkg pipeline`` runs the whole path from text to a chat model, resumably.
 
 This module builds the parser and runs the command asked for; every command is an
 ``_add_<verb>``/``_<verb>`` pair in one home, registered by that home's
 ``add_parsers``: :mod:`coursepkg.cli.model` (info, params), :mod:`coursepkg.cli.data` (data),
 :mod:`coursepkg.cli.curate` (curate), :mod:`coursepkg.cli.train` (train),
 :mod:`coursepkg.cli.finetune` (finetune), :mod:`coursepkg.cli.serve` (serve),
+:mod:`coursepkg.cli.pipeline` (pipeline),
 :mod:`coursepkg.grading.commands` (check, release, grade) and
 :mod:`coursepkg.grading.term.commands` (export, regrade, similarity).
 """
@@ -29,10 +31,10 @@ import sys
 
 from ..grading import commands as grading_commands
 from ..grading.term import commands as term_commands
-from . import curate, data, finetune, model, serve, train
+from . import curate, data, finetune, model, pipeline, serve, train
 
 #: The homes of the commands, in the order ``coursepkg --help`` lists them.
-HOMES = (model, grading_commands, term_commands, data, curate, train, finetune, serve)
+HOMES = (model, grading_commands, term_commands, data, curate, train, finetune, serve, pipeline)
 
 
 def build_parser() -> argparse.ArgumentParser:

