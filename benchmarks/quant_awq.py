@@ -13,7 +13,7 @@ Printed: each loss; int8's change against fp32 (target within 1%); the share of 
 recovered, (loss RTN - loss AWQ) / (loss RTN - loss fp32) (target >= 50%). No timing: these are
 losses, deterministic for a given model.
 
-Run: ``.venv/bin/python benchmarks/quant_awq.py [--group 32 64 128] [--calibration 32]``
+Run: ``.venv/bin/python benchmarks/quant_awq.py [--group 32 64 128] [--calibration 32] [--steps N]``
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--group", type=int, nargs="+", default=[32, 64, 128])
     parser.add_argument("--calibration", type=int, default=32, help="windows of 64 characters")
+    parser.add_argument("--steps", type=int, default=2000, help="training steps (the chapter's)")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
-    run = train_char_gpt(cache="reuse", progress=False)
+    run = train_char_gpt(args.steps, cache="reuse", progress=False)
     model, windows = run.model.eval(), run.eval_windows["held-out"]
     starts = torch.randint(0, len(run.train_ids) - 64, (args.calibration,))
     calibration = torch.stack([run.train_ids[s : s + 64] for s in starts.tolist()])  # (B, 64)
