@@ -8,10 +8,14 @@ timed alternately in one run:
 * encoding the whole text as one string with GPT-2's vocabulary (the shipped files), each
   tokenizer built fresh so no cache is warm: ours vs Hugging Face's BPE vs tiktoken, ids asserted
   identical. Target: ours at least as fast as Hugging Face's. Our warm-cache time is printed too.
+* the worst case, one chunk of 1k/10k/100k random letters a-j (no space, so one pre-token):
+  ours vs our plain merge loop (``heap_above=None``, the encoding before the heap) vs Hugging
+  Face, one-thread CPU time, with the growth exponent from 1k to 100k. Targets: exponent <= 1.1,
+  ours at most Hugging Face's time on 100k.
 * peak memory of ``encode_iterable`` over a 100 MB file made by repeating the corpus, in a child
   process. Target: under 100 MB above the memory at its start.
 
-Run: ``.venv/bin/python benchmarks/tokenizer.py [--rounds N] [--stream-mb MB]``
+Run: ``.venv/bin/python benchmarks/tokenizer.py [--rounds N] [--stream-mb MB] [--only long ...]``
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ os.environ["RAYON_NUM_THREADS"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 import argparse  # noqa: E402
+import math  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
+from functools import partial  # noqa: E402
 from importlib import resources  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -147,6 +153,48 @@ def bench_encoding(text: str, rounds: int) -> dict:
     return dict(ours_s=ours, warm_s=warm, hf_s=hf, tiktoken_s=tt, speedup_vs_hf=hf / ours)
 
 
+def bench_long_chunk(rounds: int, plain_up_to: int) -> dict:
+    """One pre-token of n random letters a-j (the worst case: no space to cut at), encoded
+    by ours (the heap above 64 characters), our plain merge loop (heap_above=None, what
+    encoding was before), and Hugging Face's BPE; one-thread CPU time, caches off."""
+    import random
+    import time
+
+    gpt2 = Tokenizer.gpt2()
+    ours = Tokenizer(gpt2.vocab, gpt2.merges, [EOT], cache_size=0)
+    plain = Tokenizer(gpt2.vocab, gpt2.merges, [EOT], cache_size=0, heap_above=None)
+    hf = hf_gpt2()
+    rng = random.Random(0)
+    out = {}
+    for n in (1_000, 10_000, 100_000):
+        text = "".join(rng.choice("abcdefghij") for _ in range(n))
+        if not ours.encode(text) == hf.encode(text).ids:
+            raise SystemExit(f"ours and Hugging Face's ids differ on {n} letters")
+        calls = {"ours": partial(ours.encode, text), "hf": partial(hf.encode, text)}
+        if n <= plain_up_to:
+            calls["plain"] = partial(plain.encode, text)
+        times = alternate(calls, rounds if n < 100_000 else max(1, rounds // 2), 1,
+                          clock=time.thread_time)  # fmt: skip
+        row = {name: median(t) for name, t in times.items()}
+        row["ratio_vs_hf"] = row["ours"] / row["hf"]
+        out[n] = row
+        plain_s = f"plain loop {row['plain']:.3f} s, " if "plain" in row else ""
+        print(
+            f"  {n:>7} letters: ours {row['ours']:.4f} s, {plain_s}Hugging Face "
+            f"{row['hf']:.4f} s; ours / HF time {row['ratio_vs_hf']:.2f}x (target <= 1x)"
+        )
+    sizes = sorted(out)
+    for name in ("ours", "hf", "plain"):
+        have = [n for n in sizes if name in out[n]]
+        if len(have) > 1:
+            times = [out[n][name] for n in have]
+            exponent = math.log(times[-1] / times[0]) / math.log(have[-1] / have[0])
+            out[f"exponent_{name}"] = exponent
+            print(f"  growth exponent {name} ({have[0]}-{have[-1]} letters): {exponent:.2f}"
+                  + (" (target <= 1.1)" if name == "ours" else ""))  # fmt: skip
+    return out
+
+
 def bench_streaming(text: str, megabytes: int) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "big.txt"
@@ -171,13 +219,24 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--stream-mb", type=int, default=100)
+    parts = ["train", "encode", "long", "stream"]
+    parser.add_argument("--only", choices=parts, nargs="*", default=parts, help="parts to run")
+    parser.add_argument(
+        "--plain-up-to", type=int, default=10_000, help="longest chunk for the plain loop"
+    )
     args = parser.parse_args(argv)
     text = load_tinyshakespeare()
     print(f"Tiny Shakespeare, {len(text.encode()) / 1e6:.2f} MB, one thread, medians of "
           f"{args.rounds} alternated rounds")  # fmt: skip
-    results = {f"train_{v}": bench_training(text, v, args.rounds) for v in (1000, 5000)}
-    results["encode"] = bench_encoding(text, args.rounds)
-    if args.stream_mb > 0:
+    results = {}
+    if "train" in args.only:
+        results = {f"train_{v}": bench_training(text, v, args.rounds) for v in (1000, 5000)}
+    if "encode" in args.only:
+        results["encode"] = bench_encoding(text, args.rounds)
+    if "long" in args.only:
+        print("  one chunk of random letters a-j, CPU time of the calling thread:")
+        results["long"] = bench_long_chunk(args.rounds, args.plain_up_to)
+    if "stream" in args.only and args.stream_mb > 0:
         results["stream"] = bench_streaming(text, args.stream_mb)
     return results
 

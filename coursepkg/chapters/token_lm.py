@@ -11,6 +11,7 @@ stand for), which is the same for both.
 from __future__ import annotations
 
 import math
+import random
 import time
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -19,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from coursepkg.chapters.measure import best_seconds
 from coursepkg.chapters.run_cache import cache_file, check_cache_mode, reuse_run, save_run
 from coursepkg.chapters.train import History, fit, seed_everything
 from coursepkg.config import TransformerConfig
@@ -26,7 +28,7 @@ from coursepkg.data.text import load_tinyshakespeare
 from coursepkg.model import DecoderOnlyLM
 from coursepkg.tokenizer import Tokenizer, train_bpe
 
-__all__ = ["TokenLMRun", "bits_per_byte", "compare_tokenizations"]
+__all__ = ["TokenLMRun", "bits_per_byte", "compare_tokenizations", "encode_seconds_by_length"]
 
 
 @dataclass
@@ -254,3 +256,43 @@ def _restore(runs: dict[str, TokenLMRun], saved: dict[str, Any]) -> None:
         run.history = History(**saved[name]["history"])
         run.heldout_bpb, run.heldout_loss, run.seconds = saved[name]["numbers"]
         run.model.eval()
+
+
+def encode_seconds_by_length(
+    tokenizer: Tokenizer,
+    lengths: tuple[int, ...] = (250, 500, 1000, 2000, 4000),
+    rounds: int = 2,
+    seed: int = 0,
+    min_time: float = 0.01,
+) -> dict[str, list[float]]:
+    """Seconds to encode one chunk of ``n`` random letters a-j, by the plain merge loop and by
+    the heap (:meth:`~coursepkg.tokenizer.Tokenizer._encode_long`), for each ``n``.
+
+    Letters without a space are one pre-token, the worst case of the plain loop: each of its
+    passes rereads the whole chunk. Both tokenizers share ``tokenizer``'s merges and keep no
+    cache, so each call merges from scratch (``tests/reference/test_tokenizer.py`` holds their
+    ids equal).
+
+    Args:
+        tokenizer: gives the vocabulary and the merges (GPT-2's in the chapter).
+        lengths: the chunk lengths, in characters.
+        rounds: each time is the best of this many interleaved rounds.
+        seed: seeds the letters.
+        min_time: a call shorter than this is repeated (:func:`~.measure.best_seconds`).
+
+    Returns:
+        ``{"length": lengths, "plain loop": seconds, "heap": seconds}``, in ``lengths``' order.
+    """
+    rng = random.Random(seed)
+    made = {
+        name: Tokenizer(tokenizer.vocab, tokenizer.merges, cache_size=0, heap_above=above)
+        for name, above in (("plain loop", None), ("heap", 0))
+    }
+    out: dict[str, list[float]] = {"length": list(lengths), "plain loop": [], "heap": []}
+    for n in lengths:
+        text = "".join(rng.choice("abcdefghij") for _ in range(n))
+        calls = {name: partial(t.encode, text) for name, t in made.items()}
+        seconds = best_seconds(calls, rounds, min_time=min_time)
+        for name in made:
+            out[name].append(seconds[name])
+    return out

@@ -12,10 +12,19 @@ this buys here. Code that reads ``layer.weight`` (attention's stacked projection
 generating) gets the dequantized float weight, and a generation keeps that stacked float copy
 for its duration.
 
-Dimension legend: O output features, I input features, G groups per row (I / group_size).
+Activation-aware int4 (AWQ, Lin et al., 2024): before rounding, multiply weight column j by a
+scale s_j > 1 where the calibration inputs x_j are large and by s_j < 1 where they are small, and
+divide by s_j again after (:class:`AWQLinear`). The columns that meet large inputs then get finer
+steps, at the cost of coarser ones where an error is multiplied by small inputs anyway;
+:func:`awq_scales` searches s = mean|x|^alpha over alpha for the least output error.
+
+Dimension legend: O output features, I input features, G groups per row (I / group_size),
+N calibration rows.
 """
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import torch
 from torch import Tensor, nn
@@ -24,11 +33,15 @@ from torch.nn import functional as F
 from .cache import CroppableCache, CroppableLayerCache
 
 __all__ = [
+    "AWQLinear",
     "Int8Cache",
     "Int8LayerCache",
     "QuantLinear",
+    "awq_scales",
     "quantize_linears",
+    "quantize_linears_awq",
     "quantized_weight_bytes",
+    "round_to_nearest",
     "weight_bytes",
 ]
 
@@ -100,6 +113,122 @@ class QuantLinear(nn.Module):
         return F.linear(x, self.dequantized(), self.bias)
 
 
+class AWQLinear(QuantLinear):
+    """A :class:`QuantLinear` of ``W diag(s)`` that divides by ``s`` again: activation-aware
+    scaling (AWQ; Lin et al., 2024). The weight it stands for is ``Q(W diag(s)) diag(s)^-1``.
+
+    Args:
+        linear: the layer to quantize.
+        input_scales: s, one positive scale per input feature (:func:`awq_scales`).
+        bits: 4 (or 8).
+        group_size: the group width.
+
+    Shape:
+        input_scales (I,); buffers as :class:`QuantLinear`'s, plus ``input_scales`` (I,).
+    """
+
+    def __init__(
+        self, linear: nn.Linear, input_scales: Tensor, bits: int = 4, group_size: int = 32
+    ) -> None:
+        w = linear.weight.detach()  # (O, I)
+        if input_scales.shape != (w.size(1),) or not bool((input_scales > 0).all()):
+            raise ValueError(
+                f"input_scales must hold in_features={w.size(1)} positive values, got shape "
+                f"{tuple(input_scales.shape)} with minimum {input_scales.min().item():.3g}"
+            )
+        s = input_scales.detach().to(w.dtype)
+        super().__init__(SimpleNamespace(weight=w * s, bias=linear.bias), bits, group_size)
+        self.register_buffer("input_scales", s.clone())
+
+    def dequantized(self) -> Tensor:
+        """Shape: -> (O, I), the scaled weight's codes divided by the scales again."""
+        return super().dequantized() / self.input_scales
+
+
+def round_to_nearest(weight: Tensor, bits: int = 4, group_size: int = 32) -> Tensor:
+    """The weight :class:`QuantLinear` holds, as floats: each group rounded to its scale's grid.
+
+    Shape:
+        weight (O, I) -> (O, I).
+    """
+    return QuantLinear(SimpleNamespace(weight=weight, bias=None), bits, group_size).dequantized()
+
+
+def awq_scales(
+    weight: Tensor, x: Tensor, bits: int = 4, group_size: int = 32, grid: int = 20
+) -> Tensor:
+    """AWQ's per-input-channel scales: ``s = m^alpha`` with ``m`` the mean |x| of each input
+    feature, normalised so that sqrt(max s * min s) = 1, for the alpha in {0, 1/grid, ...,
+    (grid-1)/grid} whose weight ``Q(W diag(s)) diag(s)^-1`` gives the least mean squared output
+    error on ``x``. Alpha 0 is plain round-to-nearest (s = 1), so the search never does worse
+    on ``x``.
+
+    Args:
+        weight: the float weight W.
+        x: calibration inputs of the layer.
+        bits: 4 (or 8).
+        group_size: the group width.
+        grid: how many alphas to try.
+
+    Shape:
+        weight (O, I), x (N, I) -> (I,).
+    """
+    if x.dim() != 2 or x.size(1) != weight.size(1):
+        raise ValueError(
+            f"x must be (N, I={weight.size(1)}) calibration inputs, got {tuple(x.shape)}"
+        )
+    weight, x = weight.detach(), x.detach().to(weight.dtype)
+    m = x.abs().mean(0).clamp(min=1e-8)  # (I,)
+    reference = x @ weight.T  # (N, O)
+    best, best_error = torch.ones_like(m), float("inf")
+    for alpha in (k / grid for k in range(grid)):
+        s = m.pow(alpha)
+        s = s / (s.max() * s.min()).sqrt()  # (I,)
+        w = round_to_nearest(weight * s, bits, group_size) / s  # (O, I)
+        error = (x @ w.T - reference).pow(2).mean().item()
+        if error < best_error:
+            best, best_error = s, error
+    return best
+
+
+def quantize_linears_awq(
+    model: nn.Module, calibration: Tensor, bits: int = 4, group_size: int = 32, grid: int = 20
+) -> nn.Module:
+    """:func:`quantize_linears` with activation-aware scales: run ``model`` on ``calibration``,
+    record each linear layer's inputs, and replace it by an :class:`AWQLinear` whose scales
+    :func:`awq_scales` searched on them.
+
+    Args:
+        model: a model with float ``nn.Linear`` s inside ``model.layers``.
+        calibration: ids the model reads (a few windows of ordinary text).
+        bits: 4 (or 8).
+        group_size: the group width.
+        grid: how many alphas :func:`awq_scales` tries.
+
+    Shape:
+        calibration (B, L).
+
+    Returns:
+        ``model``, for chaining.
+    """
+    targets = _linears(model)
+    recorders = [_Recorder(child) for _, _, child in targets]
+    for (parent, name, _), recorder in zip(targets, recorders, strict=True):
+        setattr(parent, name, recorder)
+    try:
+        with torch.inference_mode():
+            model(calibration)
+    finally:
+        for parent, name, child in targets:
+            setattr(parent, name, child)
+    for (parent, name, child), recorder in zip(targets, recorders, strict=True):
+        if recorder.inputs is None:
+            raise RuntimeError(f"calibration never called {name} ({child}): no inputs to scale by")
+        s = awq_scales(child.weight, recorder.inputs, bits, group_size, grid)
+        setattr(parent, name, AWQLinear(child, s, bits, group_size))
+    return model
+
+
 def quantize_linears(model: nn.Module, bits: int = 8, group_size: int = 32) -> nn.Module:
     """Replace, in place, every ``nn.Linear`` inside ``model.layers`` by a :class:`QuantLinear`
     (the embeddings and the output head, often tied to them, stay in floating point).
@@ -107,22 +236,45 @@ def quantize_linears(model: nn.Module, bits: int = 8, group_size: int = 32) -> n
     Returns:
         ``model``, for chaining.
     """
-    for layer in model.layers:
-        for parent in layer.modules():
-            for name, child in list(parent.named_children()):
-                if isinstance(child, nn.Linear):
-                    setattr(parent, name, QuantLinear(child, bits, group_size))
+    for parent, name, child in _linears(model):
+        setattr(parent, name, QuantLinear(child, bits, group_size))
     return model
+
+
+def _linears(model: nn.Module) -> list[tuple[nn.Module, str, nn.Linear]]:
+    """(parent, attribute name, layer) of every ``nn.Linear`` inside ``model.layers``."""
+    return [
+        (parent, name, child)
+        for layer in model.layers
+        for parent in layer.modules()
+        for name, child in parent.named_children()
+        if isinstance(child, nn.Linear)
+    ]
+
+
+class _Recorder(nn.Module):
+    """Calls ``linear`` and keeps its last input. A wrapper, not a hook: the attention's fused
+    routes read a plain ``nn.Linear``'s weight without calling it, and call a wrapped one."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.linear, self.inputs = linear, None
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Shape: x (*, I) -> (*, O)."""
+        self.inputs = x.flatten(0, -2)  # (N, I)
+        return self.linear(x)
 
 
 def weight_bytes(model: nn.Module) -> int:
     """Bytes held by the linear layers' weights inside ``model.layers``: a float weight's
-    elements, or a :class:`QuantLinear`'s codes and scales (biases not counted)."""
+    elements, or a :class:`QuantLinear`'s codes and scales (and an :class:`AWQLinear`'s input
+    scales; biases not counted)."""
     total = 0
     for layer in model.layers:
         for module in layer.modules():
             if isinstance(module, QuantLinear):
-                total += sum(t.numel() * t.element_size() for t in (module.codes, module.scales))
+                total += sum(t.numel() * t.element_size() for t in module.buffers())
             elif isinstance(module, nn.Linear):
                 total += module.weight.numel() * module.weight.element_size()
     return total

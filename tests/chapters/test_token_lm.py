@@ -9,8 +9,12 @@ import pytest
 import torch
 
 from coursepkg import DecoderOnlyLM, TransformerConfig
-from coursepkg.chapters.token_lm import bits_per_byte, compare_tokenizations
-from coursepkg.tokenizer import train_bpe
+from coursepkg.chapters.token_lm import (
+    bits_per_byte,
+    compare_tokenizations,
+    encode_seconds_by_length,
+)
+from coursepkg.tokenizer import Tokenizer, train_bpe
 
 
 @pytest.mark.parametrize("block_size", [4, 7])
@@ -55,3 +59,10 @@ def test_comparison_is_cached_and_reused(tmp_path, monkeypatch) -> None:
         assert again[name].history.metrics == run.history.metrics
         for a, b in zip(run.model.parameters(), again[name].model.parameters(), strict=True):
             assert torch.equal(a, b)
+
+
+def test_encode_seconds_by_length_times_both_encoders() -> None:
+    tok = Tokenizer(*train_bpe("abcabd jab cabbage " * 20, 300))
+    out = encode_seconds_by_length(tok, lengths=(10, 80), rounds=1)
+    assert out["length"] == [10, 80]
+    assert all(len(out[k]) == 2 and min(out[k]) > 0 for k in ("plain loop", "heap"))

@@ -14,7 +14,16 @@ from torch import nn
 
 from coursepkg.serving import generate
 from coursepkg.serving.cache import CroppableCache
-from coursepkg.serving.quant import Int8Cache, QuantLinear, quantize_linears, weight_bytes
+from coursepkg.serving.quant import (
+    AWQLinear,
+    Int8Cache,
+    QuantLinear,
+    awq_scales,
+    quantize_linears,
+    quantize_linears_awq,
+    round_to_nearest,
+    weight_bytes,
+)
 
 
 @pytest.mark.parametrize("bits, group", [(8, 32), (4, 8), (4, 32)])
@@ -133,3 +142,80 @@ def test_int8_weights_agree_with_torchao_within_one_step():
     with torch.no_grad():
         bound = x.abs() @ ours.scales.expand(24, 64).t()  # (5, 24): |x| times one step per input
         assert ((theirs(x) - ours(x)).abs() <= bound + 1e-5).all()
+
+
+# ------------------------------------------------------------------ activation-aware int4 (AWQ)
+def _outlier_inputs(n=256, i=64, channels=(3, 40), factor=30.0):
+    """Calibration inputs whose few channels are much larger than the rest, as LLMs' are."""
+    x = torch.randn(n, i, generator=torch.Generator().manual_seed(1))
+    x[:, list(channels)] *= factor
+    return x
+
+
+@pytest.mark.parametrize("group", [16, 64])
+def test_awq_linear_is_the_scaled_weight_rounded_then_unscaled(group):
+    lin = nn.Linear(64, 24)
+    s = torch.rand(64, generator=torch.Generator().manual_seed(0)) + 0.25  # (I,)
+    q = AWQLinear(lin, s, 4, group)
+    w = lin.weight.detach()
+    expected = round_to_nearest(w * s, 4, group) / s  # Q(W diag(s)) diag(s)^-1
+    torch.testing.assert_close(q.dequantized(), expected)
+    step = q.scales.repeat_interleave(group, dim=1) / s  # (O, I): each weight's grid step
+    assert ((w - q.dequantized()).abs() <= step / 2 + 1e-6).all()
+    plain = QuantLinear(lin, 4, group)
+    torch.testing.assert_close(
+        AWQLinear(lin, torch.ones(64), 4, group).dequantized(), plain.dequantized()
+    )
+    x = torch.randn(5, 64)
+    torch.testing.assert_close(q(x), nn.functional.linear(x, expected, lin.bias))
+
+
+def test_awq_scales_are_the_best_power_of_the_mean_input_on_the_grid():
+    lin, x, grid = nn.Linear(64, 24), _outlier_inputs(), 10
+    w = lin.weight.detach()
+    s = awq_scales(w, x, 4, 32, grid)
+    torch.testing.assert_close(s.max() * s.min(), torch.tensor(1.0))  # centred on 1
+    m = x.abs().mean(0)
+
+    def error(scales):
+        return (x @ (round_to_nearest(w * scales, 4, 32) / scales).T - x @ w.T).pow(2).mean()
+
+    candidates = [
+        m.pow(k / grid) / (m.pow(k / grid).max() * m.pow(k / grid).min()).sqrt()
+        for k in range(grid)
+    ]
+    errors = torch.stack([error(c) for c in candidates])
+    chosen = int(errors.argmin())
+    torch.testing.assert_close(s, candidates[chosen])
+    assert error(s) <= error(torch.ones(64))  # alpha = 0 is plain round-to-nearest
+    assert chosen > 0 and error(s) < 0.7 * error(torch.ones(64))  # outliers: scaling pays
+
+
+def test_awq_model_beats_round_to_nearest_and_generates():
+    _, lm = llama_pair(hidden_size=64, intermediate_size=128)
+    tokens = torch.randint(1, V, (4, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = lm(tokens)
+    rtn, _ = llama_pair(hidden_size=64, intermediate_size=128)[1], None
+    quantize_linears(rtn, 4, 32)
+    awq = quantize_linears_awq(llama_pair(hidden_size=64, intermediate_size=128)[1], tokens, 4, 32)
+    linears = [m for layer in awq.layers for m in layer.modules() if isinstance(m, QuantLinear)]
+    assert linears and all(isinstance(m, AWQLinear) for m in linears)
+    assert not any(isinstance(m, nn.Linear) for layer in awq.layers for m in layer.modules())
+    with torch.no_grad():
+        err = {
+            name: float((m(tokens) - ref).pow(2).mean()) for name, m in (("rtn", rtn), ("awq", awq))
+        }
+    assert err["awq"] < err["rtn"], err
+    extra = sum(4 * m.in_features for m in linears)  # one fp32 scale per input feature
+    assert weight_bytes(awq) == weight_bytes(rtn) + extra
+    assert generate(awq, tokens[:1], 4).shape == (1, 20)
+
+
+def test_awq_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="input_scales must hold in_features=8 positive"):
+        AWQLinear(nn.Linear(8, 4), torch.ones(7), 4, 8)
+    with pytest.raises(ValueError, match="input_scales must hold in_features=8 positive"):
+        AWQLinear(nn.Linear(8, 4), torch.zeros(8), 4, 8)
+    with pytest.raises(ValueError, match=r"x must be \(N, I=8\) calibration inputs, got \(3, 5\)"):
+        awq_scales(torch.randn(4, 8), torch.randn(3, 5))
