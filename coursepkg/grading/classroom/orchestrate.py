@@ -297,8 +297,9 @@ def _run(batch: _Batch, jobs: list[GradeJob], window: int, progress: bool, conso
         batch.cancel()
 
 
-def _finish(batch: _Batch, chosen: list[str], notebooks: list[str], reports: Path):
-    """nbgrader's CSV export, the per-student JSON reports and the dashboard."""
+def _finish(batch: _Batch, chosen: list[str], notebooks: list[str], reports: Path, replaced: Any):
+    """nbgrader's CSV export, the per-student JSON reports and the dashboard; ``replaced``: the
+    gradebook's due date that the policy's replaced (None: none), for the summary."""
     book, assignment = batch.course, batch.assignment.name
     gradebook.export_csv(book, assignment, reports / "grades.csv")
     for sid in chosen:
@@ -310,7 +311,13 @@ def _finish(batch: _Batch, chosen: list[str], notebooks: list[str], reports: Pat
         reports=reports,
         dashboard=build_dashboard(book.root),
         sandbox=sandbox_summary(batch.statuses),
-        due=_due(book, assignment),
+        due=_due(book, assignment)
+        + (
+            f" (it replaced the gradebook's {replaced:%Y-%m-%d %H:%M} UTC: LatePolicy.due_dates "
+            "in nbgrader_config.py wins)"
+            if replaced is not None
+            else ""
+        ),  # fmt: skip
     )
 
 
@@ -420,12 +427,9 @@ def grade_class(
             _run(batch, [_job(book, assignment, sid, notebooks) for sid in chosen], 4 * n_workers,
                  progress, console)  # fmt: skip
             grade_seconds = time.perf_counter() - grade_start
-        result = _finish(batch, chosen, notebooks, reports)
+        result = _finish(batch, chosen, notebooks, reports, replaced)
         result.grade_seconds, result.workers = grade_seconds, n_workers
         result.subset = students is not None
-        if replaced is not None:
-            result.due += (f" (it replaced the gradebook's {replaced:%Y-%m-%d %H:%M} UTC: "
-                           "LatePolicy.due_dates in nbgrader_config.py wins)")  # fmt: skip
         result.seconds = time.perf_counter() - start
     log.info("%s", result.summary())
     return result
