@@ -360,7 +360,10 @@ def _everywhere(course: dict, student: str) -> dict[str, float]:
     page = (root / "reports" / "dashboard.html").read_text(encoding="utf-8")
     (final,) = re.findall(rf"<tr class='final-grade'><td>{student}</td><td>[^<]*</td>"
                           r"<td>[^<]*</td><td>([^<]*)</td>", page)  # fmt: skip
-    note = re.search(r"your score: ([\d.]+) of", feedback_text(root, student))
+    text = feedback_text(root, student)  # the late note's final score, else nbgrader's header
+    note = re.search(r"your score: ([\d.]+) of", text) or re.search(
+        rf"{AID} \(Score: ([\d.]+) /", text
+    )
     return {
         "export": exported[student],
         "grades.csv": float(row["score"]),  # nbgrader's: raw_score less late_submission_penalty
