@@ -24,13 +24,16 @@ if os.environ.get("COURSE_EXCHANGE"):
 
 # Feedback shows each student their graded notebook. Keep the hidden tests' code out of it (their
 # score and the check's message, which says what is wrong, still show), so the hidden shapes stay
-# hidden from the next cohort too.
+# hidden from the next cohort too: nbgrader's ClearHiddenTests clears the source; the course's
+# HideHiddenTestOutputs does that and clears the outputs first (an error keeps only its name and
+# message, no traceback quoting the hidden call).
 # The feedback also explains a late penalty and lists the student's regrade requests with their
 # answers, with a link to ask for one (coursepkg.grading.policy; docs/instructors.md, end of term).
 c.GenerateFeedback.preprocessors = [
+    "coursepkg.grading.policy.late.ReassessPenalty",  # from the points now (hand scores too)
     "nbgrader.preprocessors.GetGrades",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
-    "nbgrader.preprocessors.ClearHiddenTests",
+    "coursepkg.grading.classroom.preprocessors.HideHiddenTestOutputs",  # ClearHiddenTests, and more
     "coursepkg.grading.policy.late.LateNote",
     "coursepkg.grading.policy.regrade.RegradeNote",
 ]

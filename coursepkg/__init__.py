@@ -21,27 +21,44 @@ Mask convention: every mask is boolean and **True means "may attend"** (the mean
 
 __version__ = "0.1.0"
 
-from .attention import (
-    AdditiveAttention,
-    MultiHeadAttention,
-    attention_fast,
-    scaled_dot_product_attention,
-)
-from .config import HFOptions, TransformerConfig
-from .config_groups import LatentConfig, MoEConfig
-from .decoding import beam_search, greedy_decode
-from .encoder_only import EncoderOnlyLM
-from .kv_cache import KVCache
-from .layers import DecoderLayer, EncoderLayer, LayerNorm, PositionwiseFeedForward, RMSNorm
-from .masks import causal_mask, padding_mask
-from .model import Decoder, DecoderOnlyLM, Encoder, EncoderDecoder, Transformer
-from .params import count_parameters, parameter_breakdown
-from .positional import (
-    LearnedPositionalEmbedding,
-    SinusoidalPositionalEncoding,
-    sinusoidal_table,
-)
-from .schedule import LabelSmoothingLoss, label_smoothed_cross_entropy, noam_lr, noam_scheduler
+# Every name below is imported when first used (PEP 562), so that `import coursepkg.cli`
+# and `coursepkg --help` do not import torch; `from coursepkg import X` works as before.
+_HOMES = {
+    "AdditiveAttention": ".attention",
+    "MultiHeadAttention": ".attention",
+    "attention_fast": ".attention",
+    "scaled_dot_product_attention": ".attention",
+    "HFOptions": ".config",
+    "TransformerConfig": ".config",
+    "LatentConfig": ".config_groups",
+    "MoEConfig": ".config_groups",
+    "beam_search": ".decoding",
+    "greedy_decode": ".decoding",
+    "EncoderOnlyLM": ".encoder_only",
+    "KVCache": ".kv_cache",
+    "DecoderLayer": ".layers",
+    "EncoderLayer": ".layers",
+    "LayerNorm": ".layers",
+    "PositionwiseFeedForward": ".layers",
+    "RMSNorm": ".layers",
+    "causal_mask": ".masks",
+    "padding_mask": ".masks",
+    "Decoder": ".model",
+    "DecoderOnlyLM": ".model",
+    "Encoder": ".model",
+    "EncoderDecoder": ".model",
+    "Transformer": ".model",
+    "count_parameters": ".params",
+    "parameter_breakdown": ".params",
+    "LearnedPositionalEmbedding": ".positional",
+    "SinusoidalPositionalEncoding": ".positional",
+    "sinusoidal_table": ".positional",
+    "LabelSmoothingLoss": ".schedule",
+    "label_smoothed_cross_entropy": ".schedule",
+    "noam_lr": ".schedule",
+    "noam_scheduler": ".schedule",
+}
+
 
 __all__ = [
     "AdditiveAttention",
@@ -78,3 +95,19 @@ __all__ = [
     "scaled_dot_product_attention",
     "sinusoidal_table",
 ]
+
+
+def __getattr__(name: str):  # noqa: ANN202 - any of the package's names
+    """Import ``name`` from its module on first use (PEP 562)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(home, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -145,7 +145,6 @@ _FLOORS = {
     "policy": 4,
     "classroom": 5,
     "term": 6,
-    "commands": 6,  # coursepkg check, release and grade
 }
 
 
@@ -154,9 +153,9 @@ def _floor(module: str) -> int:
 
 
 def test_the_grading_folders_import_one_way():
-    """framework < checks < the package < kernel, notebook < policy < classroom < term and the
-    grading commands: the
-    class grader never reaches up into the instructor's commands, the policies into neither."""
+    """framework < checks < the package < kernel, notebook < policy < classroom < term (the
+    commands that run them are in coursepkg/cli): the class grader never reaches up into the
+    instructor's commands, the policies into neither."""
     graph, _ = _import_graph()
     upward = sorted(
         (name, target)

@@ -14,13 +14,14 @@ parameter breakdown of a preset or of a configuration given on the command line;
 ``coursepkg pipeline`` runs the whole path from text to a chat model, resumably.
 
 This module builds the parser and runs the command asked for; every command is an
-``_add_<verb>``/``_<verb>`` pair in one home, registered by that home's
-``add_parsers``: :mod:`coursepkg.cli.model` (info, params), :mod:`coursepkg.cli.data` (data),
-:mod:`coursepkg.cli.curate` (curate), :mod:`coursepkg.cli.train` (train),
-:mod:`coursepkg.cli.finetune` (finetune), :mod:`coursepkg.cli.serve` (serve),
-:mod:`coursepkg.cli.pipeline` (pipeline),
-:mod:`coursepkg.grading.commands` (check, release, grade) and
-:mod:`coursepkg.grading.term.commands` (export, regrade, similarity).
+``_add_<verb>``/``_<verb>`` pair in one home, listed in that home's ``COMMANDS`` (its line in
+``coursepkg --help``) and declared by its ``add_parser``: :mod:`coursepkg.cli.model` (info,
+params), :mod:`coursepkg.cli.grading` (check, release, grade), :mod:`coursepkg.cli.term`
+(export, regrade, similarity), :mod:`coursepkg.cli.data` (data), :mod:`coursepkg.cli.curate`
+(curate), :mod:`coursepkg.cli.train` (train), :mod:`coursepkg.cli.finetune` (finetune),
+:mod:`coursepkg.cli.serve` (serve), :mod:`coursepkg.cli.pipeline` (pipeline). Only the
+command being run is declared in full, and what it runs is imported when it runs:
+``coursepkg --help`` and an argument's error import neither torch nor nbgrader.
 """
 
 from __future__ import annotations
@@ -28,27 +29,36 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
+from collections.abc import Collection
 
-from ..grading import commands as grading_commands
-from ..grading.term import commands as term_commands
-from . import curate, data, finetune, model, pipeline, serve, train
+from . import curate, data, finetune, grading, model, pipeline, serve, term, train
 
 #: The homes of the commands, in the order ``coursepkg --help`` lists them.
-HOMES = (model, grading_commands, term_commands, data, curate, train, finetune, serve, pipeline)
+HOMES = (model, grading, term, data, curate, train, finetune, serve, pipeline)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``coursepkg`` command."""
+def build_parser(verbs: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser of the ``coursepkg`` command.
+
+    Args:
+        verbs: the commands declared in full (None: all); the others are listed with their
+            line only (a train command's flags come from its settings, which import torch).
+    """
     parser = argparse.ArgumentParser(prog="coursepkg", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for home in HOMES:
-        home.add_parsers(sub)
+        for verb, line in home.COMMANDS.items():
+            if verbs is None or verb in verbs:
+                home.add_parser(sub, verb)
+            else:
+                sub.add_parser(verb, help=line, add_help=False)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``coursepkg`` console script."""
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(words[:1])  # the command is the first word (no global option)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -13,12 +13,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parsers"]
+__all__ = ["COMMANDS", "add_parser"]
+
+#: The commands of this home and their line in ``coursepkg --help``.
+COMMANDS = {
+    "curate": 'filter, mask and deduplicate a corpus of web pages or text',
+}
 
 
-def add_parsers(sub: Any) -> None:
-    """Register ``coursepkg curate`` on ``sub`` (argparse subparsers)."""
-    _add_curate(sub)
+def add_parser(sub: Any, verb: str) -> None:
+    """Declare ``coursepkg curate``'s arguments on ``sub`` (argparse subparsers), one of
+    :data:`COMMANDS`."""
+    {"curate": _add_curate}[verb](sub)
 
 
 def _add_curate(sub: Any) -> None:

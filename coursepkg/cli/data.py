@@ -7,12 +7,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parsers"]
+__all__ = ["COMMANDS", "add_parser"]
+
+#: The commands of this home and their line in ``coursepkg --help``.
+COMMANDS = {
+    "data": "build the course's real-text corpus (King James Bible, Shakespeare, Milton)",
+}
 
 
-def add_parsers(sub: Any) -> None:
-    """Register ``coursepkg data prepare`` on ``sub`` (an argparse subparsers object)."""
-    _add_data(sub)
+def add_parser(sub: Any, verb: str) -> None:
+    """Declare ``coursepkg data``'s arguments on ``sub`` (argparse subparsers), one of
+    :data:`COMMANDS`."""
+    {"data": _add_data}[verb](sub)
 
 
 def _add_data(sub: Any) -> None:

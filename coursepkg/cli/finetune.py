@@ -7,12 +7,16 @@ Every setting of :class:`~coursepkg.posttrain.trainer.FinetuneSettings` is a fla
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import logging
 import sys
 from typing import Any
 
-__all__ = ["add_parsers"]
+__all__ = ["COMMANDS", "add_parser"]
+
+#: The commands of this home and their line in ``coursepkg --help``.
+COMMANDS = {
+    "finetune": "supervised fine-tuning (optionally LoRA), DPO or GRPO of a trained model",
+}
+
 
 _HELP = {
     "out": "the run's folder: checkpoint.pt, log.csv and, at the end, model.pt",
@@ -35,18 +39,15 @@ _HELP = {
 }
 
 
-def add_parsers(sub: Any) -> None:
-    """Register ``coursepkg finetune`` on ``sub`` (an argparse subparsers object)."""
-    _add_finetune(sub)
-
-
 def _add_finetune(sub: Any) -> None:
     """The ``coursepkg finetune`` subcommand."""
+    import dataclasses
+
     from coursepkg.posttrain.trainer import FinetuneSettings
 
     p = sub.add_parser(
         "finetune",
-        help="supervised fine-tuning (optionally LoRA), DPO or GRPO of a trained model",
+        help=COMMANDS["finetune"],
         description="Fine-tune BASE (a `coursepkg train --tokenizer bpe` run, an earlier "
         "`coursepkg finetune` run, or a Hugging Face Llama/Qwen3 folder) on DATA, a JSONL "
         'file: {"messages": [...]} a line for SFT, {"prompt", "chosen", "rejected"} a line '
@@ -72,6 +73,8 @@ def _add_finetune(sub: Any) -> None:
 
 
 def _finetune(args: argparse.Namespace) -> int:
+    import logging
+
     from coursepkg.posttrain.trainer import FinetuneSettings, finetune
     from coursepkg.training import CheckpointError
 
@@ -95,3 +98,9 @@ def _finetune(args: argparse.Namespace) -> int:
     elif result.rows:
         sys.stdout.write(f"stopped after step {result.rows[-1]['step']}; continue with --resume\n")
     return 0
+
+
+def add_parser(sub: Any, verb: str) -> None:
+    """Declare ``coursepkg VERB``'s arguments on ``sub`` (argparse subparsers), one of
+    :data:`COMMANDS`."""
+    {"finetune": _add_finetune}[verb](sub)

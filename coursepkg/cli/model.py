@@ -2,10 +2,10 @@
 closed-form parameter breakdown of a preset, or of a configuration given as flags).
 
 Each command is a pair, ``_add_<verb>(sub)`` that declares its arguments and ``_<verb>(args)``
-that runs it (its exit status); :func:`add_parsers` registers them on the ``coursepkg``
-parser (:mod:`coursepkg.cli`). The other homes keep the same form: ``coursepkg train`` in
-:mod:`coursepkg.cli.train`, the grading commands in :mod:`coursepkg.grading.commands` and
-:mod:`coursepkg.grading.term.commands`.
+that runs it (its exit status), listed in :data:`COMMANDS` and declared by :func:`add_parser`
+on the ``coursepkg`` parser (:mod:`coursepkg.cli`). The other homes keep the same form:
+``coursepkg train`` in :mod:`coursepkg.cli.train`, the grading commands in
+:mod:`coursepkg.cli.grading` and :mod:`coursepkg.cli.term`.
 """
 
 from __future__ import annotations
@@ -14,20 +14,20 @@ import argparse
 import sys
 from typing import Any
 
-__all__ = ["add_parsers"]
+__all__ = ["COMMANDS", "add_parser"]
 
-
-def add_parsers(sub: Any) -> None:
-    """Register ``coursepkg info`` and ``coursepkg params`` on ``sub`` (argparse subparsers)."""
-    _add_info(sub)
-    _add_params(sub)
+#: The commands of this home and their line in ``coursepkg --help``.
+COMMANDS = {
+    "info": "versions and device",
+    "params": "closed-form parameter counts",
+}
 
 
 def _add_info(sub: Any) -> None:
     """The ``coursepkg info`` subcommand."""
     p = sub.add_parser(
         "info",
-        help="versions and device",
+        help=COMMANDS["info"],
         description="Print the versions of coursepkg and torch, the device PyTorch would use "
         "(cuda or cpu) and its number of threads.",
     )
@@ -59,7 +59,7 @@ def _add_params(sub: Any) -> None:
     """The ``coursepkg params`` subcommand."""
     p = sub.add_parser(
         "params",
-        help="closed-form parameter counts",
+        help=COMMANDS["params"],
         description="Print the parameter count of a Transformer part by part, from the closed "
         "forms of coursepkg.params (nothing is built): the base or big preset of the paper, "
         "with any of its sizes changed by the flags.",
@@ -100,3 +100,9 @@ def _params(args: argparse.Namespace) -> int:
         lines += [f"  {name:<{width}}{n:>14,}" for name, n in layer_breakdown(config).items()]
     _report(lines)
     return 0
+
+
+def add_parser(sub: Any, verb: str) -> None:
+    """Declare ``coursepkg VERB``'s arguments on ``sub`` (argparse subparsers), one of
+    :data:`COMMANDS`."""
+    {"info": _add_info, "params": _add_params}[verb](sub)

@@ -8,12 +8,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parsers"]
+__all__ = ["COMMANDS", "add_parser"]
+
+#: The commands of this home and their line in ``coursepkg --help``.
+COMMANDS = {
+    "pipeline": 'from real text to a chat model: corpus, tokenizer, pretraining, fine-tuning, evaluation and a report card',
+}
 
 
-def add_parsers(sub: Any) -> None:
-    """Register ``coursepkg pipeline`` on ``sub`` (an argparse subparsers object)."""
-    _add_pipeline(sub)
+def add_parser(sub: Any, verb: str) -> None:
+    """Declare ``coursepkg pipeline``'s arguments on ``sub`` (argparse subparsers), one of
+    :data:`COMMANDS`."""
+    {"pipeline": _add_pipeline}[verb](sub)
 
 
 def _add_pipeline(sub: Any) -> None:

@@ -15,12 +15,18 @@ import socket
 import sys
 from typing import Any
 
-__all__ = ["add_parsers"]
+__all__ = ["COMMANDS", "add_parser"]
+
+#: The commands of this home and their line in ``coursepkg --help``.
+COMMANDS = {
+    "serve": 'serve a trained model over an OpenAI-compatible HTTP API, with a chat page',
+}
 
 
-def add_parsers(sub: Any) -> None:
-    """Register ``coursepkg serve`` on ``sub`` (an argparse subparsers object)."""
-    _add_serve(sub)
+def add_parser(sub: Any, verb: str) -> None:
+    """Declare ``coursepkg serve``'s arguments on ``sub`` (argparse subparsers), one of
+    :data:`COMMANDS`."""
+    {"serve": _add_serve}[verb](sub)
 
 
 def _add_serve(sub: Any) -> None:

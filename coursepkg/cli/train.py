@@ -8,12 +8,16 @@ sets any :class:`~coursepkg.TransformerConfig` option. The same command runs und
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import logging
 import sys
 from typing import Any
 
-__all__ = ["add_parsers"]
+__all__ = ["COMMANDS", "add_parser"]
+
+#: The commands of this home and their line in ``coursepkg --help``.
+COMMANDS = {
+    "train": "train a decoder-only language model on a text file or folder",
+}
+
 
 _HELP = {
     "out": "the run's folder: tokens, log.csv, loss.png, checkpoint.pt, samples.txt",
@@ -41,18 +45,15 @@ def _model_option(text: str) -> tuple[str, Any]:
     return key.strip().replace("-", "_"), yaml.safe_load(value)
 
 
-def add_parsers(sub: Any) -> None:
-    """Register ``coursepkg train`` on ``sub`` (an argparse subparsers object)."""
-    _add_train(sub)
-
-
 def _add_train(sub: Any) -> None:
     """The ``coursepkg train`` subcommand."""
+    import dataclasses
+
     from coursepkg.training.settings import GPT_DEFAULTS, TrainSettings
 
     p = sub.add_parser(
         "train",
-        help="train a decoder-only language model on a text file or folder",
+        help=COMMANDS["train"],
         description="Train a GPT (chapter 12's by default) on a text file or folder of .txt "
         "files, with AdamW, warm-up + cosine, clipping and gradient accumulation; evaluate "
         "on a held-out split, log to OUT/log.csv, plot OUT/loss.png, checkpoint to "
@@ -86,6 +87,8 @@ def _add_train(sub: Any) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
+    import logging
+
     from coursepkg.training import CheckpointError, load_settings, train
 
     logging.basicConfig(level=logging.INFO, format="coursepkg train: %(message)s")
@@ -110,3 +113,9 @@ def _train(args: argparse.Namespace) -> int:
     elif result.rows:
         sys.stdout.write(f"stopped after step {result.rows[-1]['step']}; continue with --resume\n")
     return 0
+
+
+def add_parser(sub: Any, verb: str) -> None:
+    """Declare ``coursepkg VERB``'s arguments on ``sub`` (argparse subparsers), one of
+    :data:`COMMANDS`."""
+    {"train": _add_train}[verb](sub)

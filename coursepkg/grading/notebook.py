@@ -71,11 +71,13 @@ class Report:
         path: the notebook checked.
         cells: one outcome per test cell, in notebook order.
         problem: why the run stopped early (kernel died, time limit), or ``""``.
+        by_hand: the points of the written answers, which a person grades.
     """
 
     path: Path
     cells: list[CellOutcome] = field(default_factory=list)
     problem: str = ""
+    by_hand: float = 0.0
 
     @property
     def visible(self) -> list[CellOutcome]:
@@ -115,10 +117,11 @@ class Report:
         total = (
             f"Total: {_points(self.score)}/{_points(self.max_score)} points on the visible tests"
         )
-        if hidden:
-            total += (
-                f" ({_points(hidden)} more points in hidden tests when your notebook is graded)"
-            )
+        later = [f"{_points(hidden)} more points in hidden tests when your notebook is graded"]
+        later += [f"{_points(self.by_hand)} in written answers graded by hand"]
+        later = [text for text, n in zip(later, (hidden, self.by_hand), strict=True) if n]
+        if later:
+            total += f" ({', '.join(later)})"
         lines.append(total + ".")
         return "\n".join(lines)
 
@@ -239,6 +242,11 @@ def run_notebook(
     timeout = cell_timeout(nb) if timeout is None else timeout
     problem, started, finished = _execute(nb, path, timeout, startup_timeout)
     report = Report(path=path, problem=problem)
+    report.by_hand = sum(
+        float(_nbgrader(c).get("points", 0) or 0)
+        for c in nb.cells
+        if _nbgrader(c).get("grade") and _nbgrader(c).get("solution")
+    )
     stuck = started[-1] if started and started[-1] not in finished else None
     tests = find_test_cells(nb)
     first_error = _first_error(nb, {index for index, _ in tests})

@@ -11,10 +11,13 @@ committed release is current, and scans it for leaks with :func:`find_leaks`.
 from __future__ import annotations
 
 import glob
+import hashlib
 import importlib.metadata
 import logging
 import re
+import secrets
 import shutil
+import zipfile
 from pathlib import Path
 
 import nbformat
@@ -24,10 +27,18 @@ from nbgrader.exchange.default.release_feedback import ExchangeReleaseFeedback
 __all__ = [
     "FeedbackExporter",
     "ReleaseFeedback",
+    "build_student_kit",
+    "course_secret",
     "find_leaks",
     "generate_release",
+    "hide_hidden_test_outputs",
+    "salt_hidden_seeds",
+    "salted_seed",
     "secret_lines",
 ]
+
+#: The course's secret, in the course folder (never committed, never in the student kit).
+SECRET_FILE = "course_secret.txt"
 
 _BLOCK = re.compile(
     r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END \1", flags=re.DOTALL
@@ -129,6 +140,187 @@ def find_leaks(source_notebook: str | Path, released_notebook: str | Path) -> li
     return [line for line in secret_lines(source_notebook) if line in released]
 
 
+#: What nbgrader's ``ClearHiddenTests`` looks for (its default delimiter).
+HIDDEN_MARK = "BEGIN HIDDEN TESTS"
+_HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS\n?(.*?)(?:### END HIDDEN TESTS|\Z)", flags=re.DOTALL)
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def hide_hidden_test_outputs(nb: nbformat.NotebookNode) -> int:
+    """Make the outputs of every cell holding hidden tests safe to show the student, in place.
+
+    nbgrader's ``ClearHiddenTests`` removes the hidden tests from a cell's source, not from its
+    outputs: when the student's function is missing (their cell raised, did not parse, or
+    defines another name), the hidden cell's traceback quotes the hidden call, arguments and
+    seed included. Here an error keeps only ``ename: evalue`` (a check's message is its
+    ``evalue``), and any other output loses the lines that are lines of the hidden tests (a
+    warning quotes its source line). Run before ``ClearHiddenTests``, while the source still
+    shows which lines are hidden.
+
+    Args:
+        nb: a graded notebook (the feedback's copy).
+
+    Returns:
+        The number of outputs changed.
+    """
+    changed = 0
+    for cell in nb.cells:
+        if cell.get("cell_type") != "code" or HIDDEN_MARK not in cell.get("source", ""):
+            continue
+        hidden = {
+            line.strip()
+            for block in _HIDDEN.findall(cell.source)
+            for line in block.splitlines()
+            if len(line.strip()) >= 4
+        }
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                short = [f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"]
+                if output.get("traceback") != short:
+                    output["traceback"], changed = short, changed + 1
+                continue
+            texts = [("text", output)] if "text" in output else []
+            texts += [(k, output["data"]) for k in output.get("data", {}) if k.startswith("text/")]
+            for key, holder in texts:
+                text = holder[key] if isinstance(holder[key], str) else "".join(holder[key])
+                kept = [ln for ln in text.split("\n") if _ANSI.sub("", ln).strip() not in hidden]
+                if len(kept) < len(text.split("\n")):
+                    holder[key], changed = "\n".join(kept), changed + 1
+    return changed
+
+
+def course_secret(root: str | Path, create: bool = False) -> str:
+    """The course's secret (``course_secret.txt`` in the course folder), or ``""`` without one.
+
+    Args:
+        root: the course folder.
+        create: write a new random secret first if there is none (``coursepkg release`` does).
+    """
+    path = Path(root) / SECRET_FILE
+    if create and not path.is_file():
+        path.write_text(secrets.token_hex(16) + "\n", encoding="utf-8")
+        path.chmod(0o600)
+    return path.read_text(encoding="utf-8").strip() if path.is_file() else ""
+
+
+def salted_seed(secret: str, grade_id: str, seed: int) -> int:
+    """The seed a hidden test runs with: its source's ``seed`` mixed with the course's secret
+    and the test cell's id (SHA-256), so knowing the public seed does not give the inputs."""
+    digest = hashlib.sha256(f"{secret}:{grade_id}:{seed}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") % 2**31
+
+
+def salt_hidden_seeds(source: str, secret: str, grade_id: str) -> str:
+    """``source`` with every ``seed=<int>`` inside its hidden-test regions replaced by its
+    :func:`salted_seed` (outside those regions nothing changes)."""
+
+    def salt(region: re.Match) -> str:
+        def one(seed: re.Match) -> str:
+            return f"seed={salted_seed(secret, grade_id, int(seed[1]))}"
+
+        return re.sub(r"\bseed=(\d+)", one, region[0])
+
+    return _HIDDEN.sub(salt, source)
+
+
+#: What a student reads first in the kit.
+_KIT_README = """# {name}: what students get
+
+This kit holds what a student of the course needs, and nothing that grades them:
+
+- `coursepkg/` and `pyproject.toml`: the course's package (the reference model, the exercise
+  stubs and the checks with their public tests).
+- `exercises/`: the released assignments ({count} notebooks), as nbgrader released them.
+- `jupyter/student/`: the settings of the students' JupyterLab (nbgrader's Validate button and
+  Assignment List, the course's hints).
+
+Install it once, in a virtual environment of Python 3.10 or later, from the folder this file is
+in:
+
+    python -m venv .venv && .venv/bin/pip install '.[course]'
+
+Then start JupyterLab with the course's settings (COURSE_EXCHANGE: the exchange folder your
+instructor names, for the Assignment List):
+
+    JUPYTER_CONFIG_PATH=$PWD/jupyter/student COURSE_EXCHANGE=/srv/nbgrader/exchange \\
+      .venv/bin/jupyter lab --notebook-dir=exercises
+
+Fill in the cells marked `# YOUR CODE HERE`; `.venv/bin/coursepkg check
+exercises/<id>/<id>.ipynb` runs a notebook as the grader will and lists the visible tests. The
+hidden tests, the solutions and the model answers are not here: they stay with the instructor.
+"""
+
+
+def build_student_kit(root: str | Path, out: str | Path, *, release: str = "exercises") -> dict:
+    """Write the student kit, a zip of what a student installs for a graded course: the
+    package (``coursepkg/``, ``pyproject.toml``, ``README.md``), the released notebooks
+    (``exercises/``), the students' Jupyter settings (``jupyter/student/``) and a README.
+
+    Never ``solutions/``, the course's secret, a gradebook or students' work: the kit is built
+    from named folders only, every released notebook is checked against its source for leaked
+    lines (:func:`find_leaks`) and hidden-test or solution markers, and the written zip is
+    checked again for any path outside those folders.
+
+    Args:
+        root: the course folder (with ``exercises/``; ``solutions/`` for the leak check).
+        out: the zip file to write.
+        release: the release folder, relative to ``root``.
+
+    Returns:
+        ``{"path", "notebooks", "files"}``: the zip, the released notebooks, all files.
+
+    Raises:
+        ValueError: no release, a leaked line or marker, or no package source to ship.
+    """
+    root = Path(root).resolve()
+    package = Path(__file__).resolve().parents[1]  # this installation's coursepkg/
+    project = package.parent
+    notebooks = sorted((root / release).glob("*/*.ipynb"))
+    if not notebooks:
+        raise ValueError(f"{root / release} holds no released notebook: run `coursepkg release`")
+    for notebook in notebooks:
+        source = root / "solutions" / notebook.parent.name / notebook.name
+        text = notebook.read_text(encoding="utf-8")
+        leaked = find_leaks(source, notebook) if source.is_file() else []
+        markers = [m for m in ("BEGIN SOLUTION", HIDDEN_MARK, "END HIDDEN TESTS") if m in text]
+        if leaked or markers:
+            raise ValueError(f"{notebook} leaks {len(leaked)} secret line(s) and {markers}: "
+                             "run `coursepkg release` again; no kit was written")  # fmt: skip
+    if not (project / "pyproject.toml").is_file():
+        raise ValueError(f"no pyproject.toml beside {package}: build the kit from the course's "
+                         "repository (a clone, or the installed editable checkout)")  # fmt: skip
+    files: dict[str, Path] = {"pyproject.toml": project / "pyproject.toml"}
+    if (project / "README.md").is_file():
+        files["README.md"] = project / "README.md"
+    trees = [(package, "coursepkg"), (root / release, "exercises")]
+    trees.append((project / "jupyter" / "student", "jupyter/student"))
+    for folder, name in trees:
+        for path in sorted(folder.rglob("*")):
+            parts = path.relative_to(folder).parts
+            if (
+                path.is_file()
+                and not {"__pycache__", ".ipynb_checkpoints"} & set(parts)
+                and (path.suffix != ".pyc")
+            ):
+                files["/".join((name, *parts))] = path
+    top = Path(out).stem
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as kit:
+        for name, path in files.items():
+            kit.write(path, f"{top}/{name}")
+        readme = _KIT_README.format(name=top, count=len(notebooks))
+        kit.writestr(f"{top}/STUDENTS.md", readme)
+    with zipfile.ZipFile(out) as kit:
+        names = [n.split("/", 1)[1] for n in kit.namelist()]
+    allowed = ("coursepkg/", "exercises/", "jupyter/student/")
+    stray = [n for n in names if not n.startswith(allowed)
+             and n not in ("pyproject.toml", "README.md", "STUDENTS.md")]  # fmt: skip
+    if stray or any(Path(n).name == SECRET_FILE for n in names):
+        Path(out).unlink()
+        raise ValueError(f"the kit would hold {stray}: nothing was written")
+    return {"path": Path(out), "notebooks": len(notebooks), "files": len(names)}
+
+
 class ReleaseFeedback(ExchangeReleaseFeedback):
     """nbgrader's ``release_feedback``, which skips (with a warning) instead of crashing on a
     student who did not hand in through the exchange.
@@ -205,7 +397,10 @@ class FeedbackExporter(HTMLExporter):
     """
 
     def from_notebook_node(self, nb, resources=None, **kw):  # noqa: ANN001, ANN201 - nbconvert's API
-        """Export as nbgrader does, then replace the CDN's MathJax with the inlined copy."""
+        """Export as nbgrader does, with no output of a hidden-test cell that shows its code
+        (:func:`hide_hidden_test_outputs`, before any preprocessor), then replace the CDN's
+        MathJax with the inlined copy."""
+        hide_hidden_test_outputs(nb)
         output, resources = super().from_notebook_node(nb, resources, **kw)
         mathjax = _offline_mathjax()
         if mathjax is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 import os
 import subprocess
 import sys
@@ -34,6 +35,7 @@ VERBS = [
     "check",
     "release",
     "grade",
+    "kit",
     "export",
     "regrade",
     "similarity",
@@ -65,7 +67,7 @@ def _runs(sub) -> set:
 
 def test_every_command_is_one_pair_in_one_home():
     """``_add_<verb>`` declares it and ``_<verb>`` runs it, both in the same home module, which
-    registers them with its ``add_parsers``; ``cli.py`` itself only builds and dispatches."""
+    lists it in its ``COMMANDS``; ``cli/__init__.py`` itself only builds and dispatches."""
     found = _subcommands(cli.build_parser())
     assert list(found) == VERBS
     homes = {home.__name__: home for home in cli.HOMES}
@@ -73,6 +75,7 @@ def test_every_command_is_one_pair_in_one_home():
         (run,) = _runs(sub)
         assert run.__name__ == f"_{verb}" and run.__module__ in homes, (verb, run)
         assert hasattr(homes[run.__module__], f"_add_{verb}"), verb
+        assert verb in homes[run.__module__].COMMANDS, verb
     tree = ast.parse(inspect.getsource(cli))
     defined = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
     assert defined == ["build_parser", "main"]
@@ -83,6 +86,53 @@ def test_each_command_explains_itself(verb):
     found = _subcommands(cli.build_parser())
     assert found[verb].format_help().startswith(f"usage: coursepkg {verb}")
     assert found[verb].description or verb == "train", verb  # train's is its epilog and help
+
+
+# What `coursepkg --help` and an argument's error must not import (seconds on a busy machine;
+# benchmarks/cli_startup.py times them against `python -c pass`).
+HEAVY = ("torch", "nbgrader", "dask", "distributed", "sqlalchemy", "nbconvert", "numpy")
+_QUICK = """
+import contextlib, io, json, sys
+from coursepkg.cli import main
+said = {}
+for args in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(args)
+        except SystemExit as stop:
+            said[" ".join(args)] = [stop.code, out.getvalue(), err.getvalue()]
+heavy = json.loads(sys.argv[2])
+print(json.dumps({"said": said, "heavy": [m for m in heavy if m in sys.modules]}))
+"""
+
+
+def test_help_and_argument_errors_import_neither_torch_nor_nbgrader():
+    # train and finetune declare their flags from their settings' dataclasses, which live in
+    # modules that import torch; every other command answers without it
+    quick = [v for v in VERBS if v not in ("train", "finetune")]
+    cases = [["--help"], *([verb, "--no-such-option"] for verb in quick)]
+    run = subprocess.run([sys.executable, "-c", _QUICK, json.dumps(cases), json.dumps(HEAVY)],
+                         capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    found = json.loads(run.stdout)
+    assert found["heavy"] == [], found["heavy"]
+    code, text, _ = found["said"]["--help"]
+    assert code == 0 and all(f"    {verb} " in text or f"    {verb}\n" in text for verb in VERBS)
+    for verb in quick:
+        code, _, err = found["said"][f"{verb} --no-such-option"]
+        assert code == 2 and "coursepkg" in err and "error: " in err, (verb, err)
+
+
+def test_the_similarity_defaults_in_the_help_are_the_reports():
+    # read from the module's source: importing it imports the grader (nbgrader, torch)
+    source = (Path(cli.__file__).parents[1] / "grading" / "term" / "similarity.py").read_text()
+    values = {t.id: ast.literal_eval(node.value) for node in ast.parse(source).body
+              if isinstance(node, ast.Assign) for t in node.targets
+              if isinstance(t, ast.Name) and t.id.startswith("DEFAULT_")}  # fmt: skip
+    DEFAULT_THRESHOLD, DEFAULT_TOP = values["DEFAULT_THRESHOLD"], values["DEFAULT_TOP"]
+    text = _subcommands(cli.build_parser(["similarity"]))["similarity"].format_help()
+    assert f"side ({DEFAULT_THRESHOLD:g})" in " ".join(text.split())
+    assert f"side ({DEFAULT_TOP})" in " ".join(text.split())
 
 
 @pytest.mark.slow  # a coursepkg process of its own (torch's import)

@@ -221,6 +221,7 @@ def test_check_cli_prints_each_test_and_a_total():
     assert "[FAIL] test_transformer_parameter_count_visible: 0/2" in cli.stdout
     assert "not implemented yet" in cli.stdout
     assert "Total: 0/2 points on the visible tests" in cli.stdout
+    assert "in written answers graded by hand" in cli.stdout  # the whole notebook's points
     assert "IPKernelApp" not in cli.stderr  # the kernel's startup warnings are not the student's
 
 

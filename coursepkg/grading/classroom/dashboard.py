@@ -49,6 +49,24 @@ def _figures(aid: str, scores: list[float], top: float, hits: Counter) -> str:
     return image
 
 
+def _final_grades(reports: list[dict]) -> str:
+    """The table of each student's grade as the exports write it: the points (hand scores
+    and regrade answers included) less the late penalty (none for reports without one)."""
+    reports = [r for r in reports if "final_score" in r]
+    if not reports:
+        return ""
+    rows = "".join(
+        f"<tr class='final-grade'><td>{html.escape(r['student'])}</td><td>{r['score']:g}</td>"
+        f"<td>{r['late_penalty']:g}</td><td>{r['final_score']:g}</td></tr>"
+        for r in reports
+    )
+    return (
+        "<h3>Final grades</h3><p>As <code>coursepkg export</code> writes them, of "
+        f"{max(r['max_score'] for r in reports):g} points.</p><table><tr><th>student</th>"
+        f"<th>points</th><th>late penalty</th><th>final</th></tr>{rows}</table>"
+    )
+
+
 def build_dashboard(course: str | Path) -> Path:
     """Write ``<course>/reports/dashboard.html``: per assignment graded so far, how many students
     hit each named mistake, the score distribution, and who needs a look.
@@ -98,6 +116,7 @@ def build_dashboard(course: str | Path) -> Path:
             if rows
             else "<p>No catalogued mistake was named.</p>"
         )
+        parts.append(_final_grades(reports))
         attention = [r for r in reports if not r["graded"] or r["review_flags"] or r["notes"]]
         if attention:
             rows = "".join(

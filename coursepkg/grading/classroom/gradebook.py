@@ -19,6 +19,7 @@ from typing import Any
 
 import nbformat
 
+from ..policy.late import reassess_penalties
 from .standing import hand_grades, settle, submitted_at
 
 __all__ = [
@@ -282,8 +283,10 @@ def record(course: Course, assignment: str, answer: Any, notebooks: list[str]) -
 
     The grades come from the graded notebooks through nbgrader's ``SaveAutoGrades`` and
     ``AssignLatePenalties``; a hand grade given to this same submission stays settled and the
-    answered regrade requests' scores are put back (:func:`~.standing.settle`). The feedback is
-    the worker's, made once from the same standing (:mod:`.standing`): it is not made again.
+    answered regrade requests' scores are put back (:func:`~.standing.settle`), and the late
+    penalty is computed from the points then (:func:`~coursepkg.grading.policy.late.
+    reassess_penalties`, as the worker's feedback did). The feedback is the worker's, made once
+    from the same standing (:mod:`.standing`): it is not made again.
     """
     from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
 
@@ -313,6 +316,8 @@ def record(course: Course, assignment: str, answer: Any, notebooks: list[str]) -
         SaveAutoGrades(config=course.config).preprocess(nb, resources)
         AssignLatePenalties(config=course.config).preprocess(nb, resources)
     settle(course, assignment, sid, kept)
+    with course.gradebook() as gb:
+        reassess_penalties(course.config, gb, assignment, [sid])
 
 
 def export_csv(course: Course, assignment: str, to: Path) -> None:

@@ -38,11 +38,12 @@ from typing import Any
 from ..kernel.confine import remove_stale_cgroups
 from ..notebook import DEFAULT_CELL_TIMEOUT, NotebookError, load_notebook
 from ..notebook import cell_timeout as notebook_cell_timeout
-from ..policy.late import apply_due_date, check_due_dates
+from ..policy.late import apply_due_date, check_due_dates, course_zone, in_course_time
+from ..release import course_secret
 from . import gradebook
 from .dashboard import build_dashboard
 from .limits import course_limits
-from .protocol import Assignment, GradeAnswer, GradeJob, SandboxStatus
+from .protocol import EXCHANGE_FILES, Assignment, GradeAnswer, GradeJob, SandboxStatus
 from .reports import ClassResult, StudentResult, sandbox_summary, student_report
 from .standing import standing
 
@@ -117,9 +118,10 @@ def _job(course: gradebook.Course, assignment: str, student: str, notebooks: lis
     student's standing in the gradebook, which the feedback shows."""
     root, state = course.root, standing(course, assignment, student)
     reason = _problem(root, assignment, student, notebooks)
-    if reason:
-        return GradeJob(student, reason=reason, standing=state)
     folder = root / "submitted" / student / assignment
+    if reason:  # the release is graded instead; the exchange's files stay with it
+        kept = {n: (folder / n).read_bytes() for n in EXCHANGE_FILES if (folder / n).is_file()}
+        return GradeJob(student, files=kept, reason=reason, standing=state)
     files = {
         str(p.relative_to(folder)): p.read_bytes()
         for p in sorted(folder.rglob("*"))
@@ -228,7 +230,8 @@ class _Batch:
             result.graded, result.reason, result.error = False, job.reason, error
             log.error("could not record a grade for %s: %s", job.student, error)
             return None
-        return GradeJob(job.student, reason=reason, standing=job.standing)
+        kept = {n: data for n, data in job.files.items() if n in EXCHANGE_FILES}
+        return GradeJob(job.student, files=kept, reason=reason, standing=job.standing)
 
     def _record(self, answer: GradeAnswer, result: StudentResult) -> None:
         root = self.course.root
@@ -262,6 +265,7 @@ def _assignment(course: gradebook.Course, name: str, notebooks: list[str], **lim
         release={f"{nb}.ipynb": (release / f"{nb}.ipynb").read_bytes() for nb in notebooks},
         source_files=course.source_files(name),
         gradebook=gradebook.definition(course, name),
+        seed_salt=course_secret(course.root),
         **limits,
     )
 
@@ -293,8 +297,9 @@ def _run(batch: _Batch, jobs: list[GradeJob], window: int, progress: bool, conso
         batch.cancel()
 
 
-def _finish(batch: _Batch, chosen: list[str], notebooks: list[str], reports: Path):
-    """nbgrader's CSV export, the per-student JSON reports and the dashboard."""
+def _finish(batch: _Batch, chosen: list[str], notebooks: list[str], reports: Path, replaced: Any):
+    """nbgrader's CSV export, the per-student JSON reports and the dashboard; ``replaced``: the
+    gradebook's due date that the policy's replaced (None: none), for the summary."""
     book, assignment = batch.course, batch.assignment.name
     gradebook.export_csv(book, assignment, reports / "grades.csv")
     for sid in chosen:
@@ -306,7 +311,13 @@ def _finish(batch: _Batch, chosen: list[str], notebooks: list[str], reports: Pat
         reports=reports,
         dashboard=build_dashboard(book.root),
         sandbox=sandbox_summary(batch.statuses),
-        due=_due(book, assignment),
+        due=_due(book, assignment)
+        + (
+            f" (it replaced the gradebook's {replaced:%Y-%m-%d %H:%M} UTC: LatePolicy.due_dates "
+            "in nbgrader_config.py wins)"
+            if replaced is not None
+            else ""
+        ),  # fmt: skip
     )
 
 
@@ -314,7 +325,7 @@ def _due(course: gradebook.Course, assignment: str) -> str:
     """The assignment's due date in the gradebook, for the summary (empty: none)."""
     with course.gradebook() as gb:
         due = gb.find_assignment(assignment).duedate
-    return f"{due:%Y-%m-%d %H:%M} UTC" if due else ""
+    return in_course_time(due, course_zone(course.config, assignment)) if due else ""
 
 
 def _checked_course(root: Path, url: str, name: str) -> gradebook.Course:
@@ -404,7 +415,7 @@ def grade_class(
 
                 client.register_plugin(GradingPlugin())
             notebooks = book.notebooks(assignment)
-            apply_due_date(book, assignment)  # the late policy's, before the workers get it
+            replaced = apply_due_date(book, assignment)  # the policy's, before the workers
             reports = root / "reports" / assignment
             (reports / "logs").mkdir(parents=True, exist_ok=True)
             n_workers = len(client.scheduler_info()["workers"]) or 1
@@ -416,8 +427,9 @@ def grade_class(
             _run(batch, [_job(book, assignment, sid, notebooks) for sid in chosen], 4 * n_workers,
                  progress, console)  # fmt: skip
             grade_seconds = time.perf_counter() - grade_start
-        result = _finish(batch, chosen, notebooks, reports)
+        result = _finish(batch, chosen, notebooks, reports, replaced)
         result.grade_seconds, result.workers = grade_seconds, n_workers
+        result.subset = students is not None
         result.seconds = time.perf_counter() - start
     log.info("%s", result.summary())
     return result

@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
-from nbgrader.preprocessors import NbGraderPreprocessor
+from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
+from traitlets import List, Unicode
 
 from ..kernel.sandbox import NOT_GRADED_ENV
+from ..release import HIDDEN_MARK, hide_hidden_test_outputs, salt_hidden_seeds
 
 __all__ = [
     "NOTE_MARK",
@@ -22,6 +24,8 @@ __all__ = [
     "DefuseHiddenMarkers",
     "DropEmptyMetadata",
     "GraderNotes",
+    "HideHiddenTestOutputs",
+    "SaltHiddenSeeds",
     "feedback_preprocessors",
     "sanitize_preprocessors",
 ]
@@ -40,8 +44,8 @@ _FEEDBACK_NOTES = (
 
 def sanitize_preprocessors() -> list[str]:
     """nbgrader's ``Autograde.sanitize_preprocessors`` for ``coursepkg grade``: nbgrader's own,
-    with :class:`GraderNotes` first (it sees the submission as handed in) and
-    :class:`DropEmptyMetadata` before ``OverwriteCells``."""
+    with :class:`GraderNotes` first (it sees the submission as handed in),
+    :class:`DropEmptyMetadata` before ``OverwriteCells`` and :class:`SaltHiddenSeeds` after it."""
     return [
         f"{__name__}.GraderNotes",
         "nbgrader.preprocessors.ClearOutput",
@@ -49,6 +53,7 @@ def sanitize_preprocessors() -> list[str]:
         f"{__name__}.DropEmptyMetadata",
         "nbgrader.preprocessors.OverwriteKernelspec",
         "nbgrader.preprocessors.OverwriteCells",
+        f"{__name__}.SaltHiddenSeeds",  # after the hidden tests are put back
         "nbgrader.preprocessors.CheckCellMetadata",
     ]
 
@@ -210,6 +215,38 @@ class DefuseHiddenMarkers(NbGraderPreprocessor):
         return cell, resources
 
 
+class HideHiddenTestOutputs(ClearHiddenTests):
+    """Before feedback: nbgrader's ``ClearHiddenTests`` (the hidden tests' source removed), with
+    the outputs first: no output of a hidden-test cell shows its code (a traceback keeps only
+    ``ename: evalue``; :func:`~coursepkg.grading.release.hide_hidden_test_outputs`), which
+    nbgrader's leaves. Listed in its place in ``nbgrader_config.py``."""
+
+    # nbconvert hands every preprocessor its display_data_priority setting; declared as a
+    # setting here (nbgrader's base has it as a plain trait), it is taken without a warning.
+    display_data_priority = List(NbGraderPreprocessor().display_data_priority).tag(config=True)
+
+    def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
+        hide_hidden_test_outputs(nb)
+        return super().preprocess(nb, resources)
+
+
+class SaltHiddenSeeds(NbGraderPreprocessor):
+    """While autograding: the seeds of the hidden tests salted with the course's secret
+    (:func:`~coursepkg.grading.release.salt_hidden_seeds`), so that the hidden tests in a
+    public copy of ``solutions/`` are not the inputs that grade. Runs after nbgrader's
+    ``OverwriteCells`` has put the hidden tests back, before any cell runs."""
+
+    salt = Unicode("", help="the course's secret (course_secret.txt); empty: no salt").tag(
+        config=True
+    )
+
+    def preprocess_cell(self, cell: Any, resources: dict, index: int) -> tuple[Any, dict]:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if self.salt and grade_id and HIDDEN_MARK in cell.source:
+            cell.source = salt_hidden_seeds(cell.source, self.salt, grade_id)
+        return cell, resources
+
+
 def feedback_preprocessors(config: Any) -> list:
     """nbgrader's ``GenerateFeedback`` preprocessors for ``coursepkg grade``: the course's own
     (``config``, an nbgrader app's configuration) or nbgrader's defaults, after
@@ -223,9 +260,13 @@ def feedback_preprocessors(config: Any) -> list:
     own = config.GenerateFeedback.get("preprocessors") or list(
         GenerateFeedback.class_traits()["preprocessors"].default()
     )
+    from ..policy.late import ReassessPenalty
+
     listed = {_resolved(p) for p in own}
     return [
+        *([] if ReassessPenalty in listed else ["coursepkg.grading.policy.late.ReassessPenalty"]),
         f"{__name__}.DefuseHiddenMarkers",
+        *([] if HideHiddenTestOutputs in listed else [f"{__name__}.HideHiddenTestOutputs"]),
         *own,
         *(n for n in _FEEDBACK_NOTES if _resolved(n) not in listed),
     ]

@@ -41,6 +41,9 @@ class Assignment:
         shm_mb: MiB of the kernel's private ``/dev/shm``.
         threads: threads each kernel may use.
         fork: fork kernels from a server that has imported torch.
+        seed_salt: the course's secret (``course_secret.txt``), which salts the seeds of the
+            hidden tests before they run (:func:`~coursepkg.grading.release.salted_seed`);
+            empty: the seeds are the source's.
     """
 
     name: str
@@ -57,12 +60,13 @@ class Assignment:
     shm_mb: int = 256
     threads: int = 1
     fork: bool = True
+    seed_salt: str = ""
 
     @property
     def digest(self) -> str:
         """A short fingerprint: a worker keeps one prepared course folder per digest."""
         h = hashlib.sha256()
-        for part in (self.name, self.course_id, self.config, *self.notebooks):
+        for part in (self.name, self.course_id, self.config, self.seed_salt, *self.notebooks):
             h.update(part.encode())
         for files in (self.release, self.source_files):
             for key in sorted(files):
@@ -103,7 +107,8 @@ class GradeJob:
     Attributes:
         student: the student id.
         files: the submission folder's files (``<name>.ipynb``, ``timestamp.txt``, ...) by
-            relative path; empty with ``reason``.
+            relative path; with ``reason``, only the exchange's (:data:`EXCHANGE_FILES`), which
+            the release graded in its place keeps, so that its feedback can be released.
         reason: set when the submission cannot be run (missing, not JSON, or it killed its
             worker every time): the release is graded instead, every test scoring 0 with this
             reason in the feedback.
@@ -115,6 +120,11 @@ class GradeJob:
     files: dict[str, bytes] = field(default_factory=dict)
     reason: str = ""
     standing: Standing = field(default_factory=Standing)
+
+
+#: The files nbgrader's exchange writes beside a submission: when it was handed in, and the
+#: secret ``release_feedback`` files the feedback under.
+EXCHANGE_FILES = ("timestamp.txt", "submission_secret.txt")
 
 
 @dataclass(frozen=True)

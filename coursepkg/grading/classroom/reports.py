@@ -80,6 +80,7 @@ class ClassResult:
         dashboard: the dashboard's HTML file.
         sandbox: how the kernels were confined (see :func:`sandbox_summary`).
         due: the assignment's due date as the summary states it (empty: none).
+        subset: only some students were graded (``--student``): the late count is theirs.
     """
 
     assignment: str
@@ -91,6 +92,7 @@ class ClassResult:
     dashboard: Path = Path()
     sandbox: str = ""
     due: str = ""
+    subset: bool = False
 
     def late_lines(self) -> list[str]:
         """The late policy's effect: how many late, the points taken off, and a warning when
@@ -100,10 +102,10 @@ class ClassResult:
             return []
         off = sum(s.penalty for s in self.students)
         due = f"{self.assignment} due {self.due}; " if self.due else ""
-        lines = [
-            f"late policy: {due}{len(late)} of {len(self.students)} late, {off:.4g} point(s) off"
-        ]
-        if 2 * len(late) > len(self.students):
+        graded = f"{len(self.students)} graded now" if self.subset else f"{len(self.students)}"
+        lines = [f"late policy: {due}{len(late)} of {graded} late, {off:.4g} point(s) off"]
+        # a few students graded again say nothing about the class's due date
+        if 2 * len(late) > len(self.students) and not self.subset:
             lines.append(
                 f"WARNING: {len(late)} of {len(self.students)} students are late, more than "
                 "half the class: check the due date (LatePolicy.due_dates in nbgrader_config.py "

@@ -46,7 +46,7 @@ from ..kernel.confine import ENDED, kill_process_group_cgroup, remove_stale_cgro
 from ..kernel.forkserver import ForkServer
 from ..kernel.sandbox import KERNEL_NAME, NOT_GRADED_ENV, PIDFILE_ENV, STATUS_ENV, write_kernelspec
 from .preprocessors import RELEASE_ENV, feedback_preprocessors, sanitize_preprocessors
-from .protocol import Assignment, GradeAnswer, GradeJob, SandboxStatus
+from .protocol import EXCHANGE_FILES, Assignment, GradeAnswer, GradeJob, SandboxStatus
 from .standing import forget, restore, settle
 
 __all__ = ["GradingPlugin", "grade", "hold", "start_fork_server", "stop_fork_server"]
@@ -239,6 +239,7 @@ class _PrivateCourse:
             for pp in Autograde.class_traits()["autograde_preprocessors"].default()
         ]
         config.Autograde.sanitize_preprocessors = sanitize_preprocessors()
+        config.SaltHiddenSeeds.salt = self.a.seed_salt  # configuration: never in a kernel's env
         config.GenerateFeedback.preprocessors = feedback_preprocessors(app.config)
         app.update_config(config)
         return NbGraderAPI(parent=app)
@@ -282,7 +283,7 @@ class _PrivateCourse:
                 self._submit(sid, job.files)
                 reason = run.autograde(self.api)
             if reason:
-                self._submit(sid, None)  # the release in place of the submission
+                self._submit(sid, None, job.files)  # the release in place of the submission
                 run.fallback(self.api, reason)
             settle(self, self.a.name, sid, kept)
             ok = run.feedback(self.api)
@@ -313,13 +314,17 @@ class _PrivateCourse:
             except Exception:  # noqa: BLE001 - the grade is made; the next restore replaces it
                 log.warning("%s: could not remove the student from the private gradebook", sid)
 
-    def _submit(self, student: str, files: dict[str, bytes] | None) -> None:
-        """Write the submission (or, with None, the release under the expected names)."""
+    def _submit(
+        self, student: str, files: dict[str, bytes] | None, submitted: dict | None = None
+    ) -> None:
+        """Write the submission (or, with None, the release under the expected names, with the
+        exchange's files of the ``submitted`` ones: its feedback can then be released)."""
         folder = self._folder("submitted", student)
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         if files is None:
             files = {f"{name}.ipynb": self.a.release[f"{name}.ipynb"] for name in self.a.notebooks}
+            files.update({n: data for n, data in (submitted or {}).items() if n in EXCHANGE_FILES})
         for name, data in files.items():
             target = (folder / name).resolve()
             if not target.is_relative_to(folder.resolve()):

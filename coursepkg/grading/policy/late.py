@@ -37,10 +37,15 @@ from traitlets import Dict, Float, List
 __all__ = [
     "LateNote",
     "LatePolicy",
+    "ReassessPenalty",
     "apply_due_date",
     "check_due_dates",
+    "course_zone",
     "describe_lateness",
+    "final_score",
+    "in_course_time",
     "parse_due_date",
+    "reassess_penalties",
 ]
 
 LATE_MARK = "**Late submission** (coursepkg grade)"
@@ -109,6 +114,62 @@ class LatePolicy(LateSubmissionPlugin):
         )
 
 
+def final_score(submission: Any) -> float:
+    """The one grade every page shows: the points (autograded, by hand, by a regrade answer)
+    less the late penalty, never below 0.
+
+    Args:
+        submission: an nbgrader ``SubmittedAssignment`` whose penalty is current
+            (:func:`reassess_penalties`).
+    """
+    return max(0.0, float(submission.score) - float(submission.late_submission_penalty or 0.0))
+
+
+def reassess_penalties(
+    config: Any, gb: Any, assignment: str, students: list[str] | None = None
+) -> list[str]:
+    """Compute each submitted notebook's late penalty again from its points now.
+
+    nbgrader computes the penalty once, when ``autograde`` (or ``coursepkg grade``) records the
+    autograder's points; a hand score saved in the formgrader or a regrade answer changes the
+    points afterwards. The penalty is a function of the points, the submission's time, its due
+    date and extension, and the policy (``AssignLatePenalties.plugin_class`` and its settings),
+    so it is recomputed, as nbgrader's ``AssignLatePenalties`` would, wherever a grade is shown:
+    at the end of ``coursepkg grade``, before the feedback (:class:`ReassessPenalty`), in
+    ``coursepkg regrade answer`` and ``coursepkg export``.
+
+    Args:
+        config: the course's traitlets configuration (``nbgrader_config.py``).
+        gb: the open nbgrader ``Gradebook``; changes are committed.
+        assignment: the assignment id.
+        students: only these students (None: every submission).
+
+    Returns:
+        The students whose penalty changed, sorted.
+    """
+    from nbgrader.preprocessors import AssignLatePenalties
+
+    nbgrader_step = AssignLatePenalties(config=config)
+    nbgrader_step.assignment_id = assignment  # what LatePolicy reads from its parent
+    nbgrader_step.init_plugin()
+    changed = set()
+    for submission in gb.find_assignment(assignment).submissions:
+        sid = submission.student.id
+        if students is not None and sid not in students:
+            continue
+        late = submission.total_seconds_late
+        for nb in submission.notebooks:
+            new = None
+            if late > 0:
+                new = nbgrader_step.plugin_inst.late_submission_penalty(sid, nb.score, late)
+                new = None if new is None else min(max(float(new), 0.0), float(nb.score))
+            if (nb.late_submission_penalty or 0.0) != (new or 0.0):
+                changed.add(sid)
+            nb.late_submission_penalty = new
+    gb.db.commit()
+    return sorted(changed)
+
+
 def _span(seconds: float) -> str:
     days, rest = divmod(int(round(seconds)), 86400)
     hours, rest = divmod(rest, 3600)
@@ -124,11 +185,12 @@ def describe_lateness(config: Any, submission: Any) -> str:
     if late <= 0:
         return ""
     penalty = submission.late_submission_penalty or 0.0
+    zone = course_zone(config, submission.assignment.name)
     lines = [
         f"{LATE_MARK}",
         "",
-        f"- Handed in {submission.timestamp:%Y-%m-%d %H:%M} UTC, {_span(late)} after the due "
-        f"date ({submission.duedate:%Y-%m-%d %H:%M} UTC"
+        f"- Handed in {in_course_time(submission.timestamp, zone)}, {_span(late)} after the due "
+        f"date ({in_course_time(submission.duedate, zone)}"
         + (", with the extension granted in the gradebook" if submission.extension else "")
         + ").",
     ]
@@ -139,7 +201,7 @@ def describe_lateness(config: Any, submission: Any) -> str:
         if hours:
             lines.append(f"- Your extension for this assignment: {hours:g} hours.")
         lines.append(f"- The course's policy: {policy.describe()}.")
-    lines.append(f"- Penalty: {penalty:g} point(s) off (your score: {submission.score - penalty:g}"
+    lines.append(f"- Penalty: {penalty:g} point(s) off (your score: {final_score(submission):g}"
                  f" of {submission.max_score:g}).")  # fmt: skip
     return "\n".join(lines)
 
@@ -164,6 +226,25 @@ class LateNote(NbGraderPreprocessor):
             text = ""
         if text:
             nb.cells.insert(0, nbformat.v4.new_markdown_cell(text))
+        return nb, resources
+
+
+class ReassessPenalty(NbGraderPreprocessor):
+    """Before the feedback is made: the student's late penalty computed again from their points
+    now (:func:`reassess_penalties`), so that hand scores saved in the formgrader after
+    grading count. Listed first, before nbgrader's ``GetGrades`` reads the scores."""
+
+    display_data_priority = List(NbGraderPreprocessor().display_data_priority).tag(config=True)
+
+    def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
+        from nbgrader.api import Gradebook, MissingEntry
+
+        info = resources.get("nbgrader", {})
+        try:
+            with Gradebook(info["db_url"]) as gb:
+                reassess_penalties(self.config, gb, info["assignment"], [info["student"]])
+        except (KeyError, MissingEntry):
+            pass
         return nb, resources
 
 
@@ -233,12 +314,44 @@ def parse_due_date(value: Any, where: str = "the due date") -> datetime.datetime
                 )
             naive = datetime.datetime.fromisoformat(match["when"])  # its own reason: no 31 Nov
             when = naive.replace(tzinfo=_zone(match["zone"].strip()))
+            there = when.astimezone(datetime.UTC).astimezone(when.tzinfo).replace(tzinfo=None)
+            if there != naive:  # the clocks jumped over it (summer time begins)
+                raise ValueError(
+                    f"{naive:%Y-%m-%d %H:%M} does not exist in {match['zone'].strip()}: the "
+                    f"clocks jump from before it to {there:%H:%M} that night"
+                )
     except ValueError as err:
         raise ValueError(
             f"{where} must be an ISO 8601 date and time with a zone, such as {_EXAMPLES}; got "
             f"{value!r}: {err}"
         ) from None
     return when.astimezone(datetime.UTC).replace(tzinfo=None)
+
+
+def course_zone(config: Any, assignment: str) -> datetime.tzinfo | None:
+    """The zone ``LatePolicy.due_dates`` gives ``assignment``'s due date in (None: none, or
+    UTC), to show times in the course's zone too."""
+    due = (config.get("LatePolicy", {}).get("due_dates", {}) or {}).get(assignment)
+    match = _DUE_DATE.fullmatch(due.strip()) if isinstance(due, str) else None
+    if match is None or match["zone"].strip() in ("", "UTC", "Z"):
+        return None
+    try:
+        return _zone(match["zone"].strip())
+    except ValueError:
+        return None
+
+
+def in_course_time(when: datetime.datetime, zone: datetime.tzinfo | None) -> str:
+    """A moment of the gradebook (UTC, without a zone) as ``2026-11-29 11:00 UTC``, followed by
+    the course's local time when it has a zone: ``(12:00 Europe/Berlin)``, the date too when it
+    differs."""
+    text = f"{when:%Y-%m-%d %H:%M} UTC"
+    if zone is None:
+        return text
+    local = when.replace(tzinfo=datetime.UTC).astimezone(zone)
+    name = getattr(zone, "key", None) or local.strftime("UTC%z")
+    day = "" if local.date() == when.date() else f"{local:%Y-%m-%d} "
+    return f"{text} ({day}{local:%H:%M} {name})"
 
 
 def check_due_dates(config: Any) -> dict[str, datetime.datetime]:
@@ -265,11 +378,25 @@ def check_due_dates(config: Any) -> dict[str, datetime.datetime]:
     }
 
 
-def apply_due_date(course: Any, assignment: str) -> None:
+def apply_due_date(course: Any, assignment: str) -> datetime.datetime | None:
     """Write the policy's due date of ``assignment`` (``LatePolicy.due_dates``) into the
-    course's gradebook, where nbgrader and its formgrader read it. Nothing without one."""
+    course's gradebook, where nbgrader and its formgrader read it. Nothing without one.
+
+    The policy wins: a different due date in the gradebook (set in the formgrader's *Manage
+    Assignments*) is replaced, and returned so that the summary says so.
+
+    Returns:
+        The gradebook's earlier due date when it differed (UTC, without a zone), else None.
+    """
+    from nbgrader.api import MissingEntry
+
     when = check_due_dates(course.config).get(assignment)
     if when is None:
-        return
+        return None
     with course.gradebook() as gb:
+        try:
+            before = gb.find_assignment(assignment).duedate
+        except MissingEntry:
+            before = None
         gb.update_or_create_assignment(assignment, duedate=when)
+    return before if before is not None and before != when else None

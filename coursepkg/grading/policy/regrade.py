@@ -29,6 +29,8 @@ from typing import Any
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import List
 
+from .late import reassess_penalties
+
 __all__ = [
     "REGRADE_MARK",
     "RegradeNote",
@@ -286,6 +288,8 @@ def record_answer(
                     )
                 grade.manual_score, grade.needs_manual_grade = score, False
                 gb.db.commit()
+                # the penalty is a share of the points: it follows the new score
+                reassess_penalties(course.config, gb, row.assignment, [row.student])
         with engine.begin() as conn:
             conn.execute(insert(log).values(request_id=request_id, who=who, at=_now(),
                                             old_score=old, new_score=score,
@@ -324,7 +328,7 @@ def _request_link(assignment: str, student: str, part: str) -> str:
     data = {**request_file(assignment, student, part, "-"), "reason": ""}
     packed = base64.b64encode(json.dumps(data, separators=(",", ":")).encode()).decode()
     href = "data:application/json;base64," + packed
-    name = f"regrade-{assignment}-{part}.json"
+    name = f"regrade-{student}-{assignment}-{part}.json"  # two students' files never collide
     return f'<a download="{html.escape(name)}" href="{html.escape(href)}">{html.escape(part)}</a>'
 
 

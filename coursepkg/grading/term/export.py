@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..policy.late import final_score
+
 __all__ = [
     "CANVAS_IDENTITY",
     "GRADESCOPE_IDENTITY",
@@ -143,7 +145,7 @@ def _columns(gb: Any, assignments: list[str], parts: bool) -> list[Column]:
             except MissingEntry:
                 total.scores[student.id] = 0.0
                 continue
-            total.scores[student.id] = max(0.0, sub.score - (sub.late_submission_penalty or 0.0))
+            total.scores[student.id] = final_score(sub)
             for nb in sub.notebooks:
                 for grade in nb.grades:
                     cells[f"{nb.name}/{grade.name}"].scores[student.id] = float(grade.score)

@@ -25,9 +25,10 @@ from ..classroom.dashboard import build_dashboard
 from ..classroom.gradebook import export_csv
 from ..classroom.reports import StudentResult, student_report
 from ..policy import regrade as store
+from ..policy.late import final_score, reassess_penalties
 from ..policy.regrade import RegradeNote
 
-__all__ = ["RegradeNote", "add_requests", "answer", "write_snapshot"]
+__all__ = ["RegradeNote", "add_requests", "answer", "refresh_pages", "write_snapshot"]
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +55,45 @@ def answer(course: Any, request_id: int, *, why: str, who: str, score: float | N
     """
     assignment, student = store.record_answer(course, request_id, why=why, who=who, score=score)
     _feedback_again(course, assignment, student)
+    refresh_pages(course, assignment, [student])
+
+
+def refresh_pages(course: Any, assignment: str, students: list[str] | None = None) -> list[str]:
+    """Bring what ``coursepkg grade`` wrote from the gradebook up to date with it:
+    ``grades.csv``, the JSON reports of ``students`` (None: of every student whose report's
+    score, penalty or final score is not the gradebook's now, after a hand score saved in the
+    formgrader) and the dashboard. The late penalties are computed again first
+    (:func:`~coursepkg.grading.policy.late.reassess_penalties`). The feedback is not made
+    here: ``nbgrader generate_feedback`` makes it from the same gradebook.
+
+    Returns:
+        The students whose report was rewritten, sorted.
+    """
+    from nbgrader.api import MissingEntry
+
     reports = course.root / "reports" / assignment
-    if (reports / "grades.csv").is_file():  # what coursepkg grade wrote, with the new score
+    with course.gradebook() as gb:
+        reassess_penalties(course.config, gb, assignment)
+        if students is None:
+            students = []
+            for path in sorted(reports.glob("*.json")):
+                old = json.loads(path.read_text(encoding="utf-8"))
+                if not isinstance(old, dict) or old.get("assignment") != assignment:
+                    continue
+                try:
+                    sub = gb.find_submission(assignment, old["student"])
+                except MissingEntry:
+                    continue
+                now = (sub.score, sub.late_submission_penalty or 0.0, final_score(sub))
+                if now != (old["score"], old["late_penalty"], old["final_score"]):
+                    students.append(old["student"])
+    if (reports / "grades.csv").is_file():  # what coursepkg grade wrote, with the new scores
         export_csv(course, assignment, reports / "grades.csv")
-    _rewrite_report(course, assignment, student, reports / f"{student}.json")
-    write_snapshot(course)
+    for student in students:
+        _rewrite_report(course, assignment, student, reports / f"{student}.json")
+    if students or (reports / "grades.csv").is_file():
+        write_snapshot(course)
+    return sorted(students)
 
 
 def _rewrite_report(course: Any, assignment: str, student: str, path: Path) -> None:

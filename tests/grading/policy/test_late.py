@@ -17,7 +17,13 @@ from hypothesis import strategies as st
 from traitlets.config import Config
 
 from coursepkg.grading.classroom.reports import ClassResult, StudentResult
-from coursepkg.grading.policy.late import LatePolicy, check_due_dates, parse_due_date
+from coursepkg.grading.policy.late import (
+    LatePolicy,
+    check_due_dates,
+    course_zone,
+    in_course_time,
+    parse_due_date,
+)
 
 DAY = 86400.0
 
@@ -151,3 +157,39 @@ def test_the_summary_warns_when_more_than_half_the_class_is_late():
     summary = _class((10, 5), (8, 4), (6, 0)).summary()
     assert "WARNING: 2 of 3 students are late, more than half the class" in summary
     assert "WARNING" not in _class((10, 5), (8, 0)).summary()  # half is not more than half
+
+
+def test_students_graded_again_alone_raise_no_class_warning():
+    subset = _class((10, 5))
+    subset.subset = True  # coursepkg grade --student dave
+    summary = subset.summary()
+    assert "1 of 1 graded now late, 5 point(s) off" in summary and "WARNING" not in summary
+
+
+@pytest.mark.parametrize(
+    ("text", "jump"),
+    [("2026-03-29 02:30 Europe/Berlin", "03:30"), ("2026-03-08 02:00 America/New_York", "03:00")],
+)
+def test_a_local_time_the_clocks_skip_is_refused(text, jump):
+    with pytest.raises(ValueError, match=f"does not exist in .* jump from before it to {jump}"):
+        parse_due_date(text)
+    parse_due_date(text.replace("02:", "03:"))  # an hour later exists
+
+
+def test_times_are_shown_in_the_courses_zone_beside_utc():
+    config = Config()
+    config.LatePolicy.due_dates = {
+        "ex01": "2026-11-29 12:00 Europe/Berlin",
+        "ex02": "2026-11-29 12:00 UTC",
+        "ex03": "2026-11-29T23:30+01:00",
+    }
+    due = datetime.datetime(2026, 11, 29, 11, 0)
+    assert in_course_time(due, course_zone(config, "ex01")) == (
+        "2026-11-29 11:00 UTC (12:00 Europe/Berlin)"
+    )
+    assert in_course_time(due, course_zone(config, "ex02")) == "2026-11-29 11:00 UTC"
+    late = datetime.datetime(2026, 11, 29, 23, 30)
+    assert in_course_time(late, course_zone(config, "ex03")) == (
+        "2026-11-29 23:30 UTC (2026-11-30 00:30 UTC+0100)"
+    )
+    assert course_zone(config, "ex04") is None

@@ -60,6 +60,17 @@ LATENESS = {
     "extended": (30.0, 0),  # 30 h, with a 48 h extension
 }
 
+# student -> (the item whose answer cell is broken, text in the solution, what replaces it): each
+# leaves the item's function undefined, so its hidden test cell fails with a NameError.
+BROKEN = {
+    "raises": ("additive_score", "def additive_score(",
+               "W = weights_not_defined\ndef additive_score("),
+    "unparsed": ("scaled_dot_product_attention", "def scaled_dot_product_attention(",
+                 "def scaled_dot_product_attention(("),
+    "renamed": ("scaled_dot_product_attention", "def scaled_dot_product_attention(",
+                "def attention("),
+}  # fmt: skip
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 postgres = real_parts.postgres  # the PostgreSQL server fixture
 
@@ -89,6 +100,8 @@ def feedback_text(course: Path, student: str) -> str:
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def course(request, tmp_path_factory):
+    from nbgrader.api import Gradebook
+
     course = tmp_path_factory.mktemp("term")
     if request.param == "postgresql":
         url = request.getfixturevalue("postgres")["url"]
@@ -112,9 +125,26 @@ def course(request, tmp_path_factory):
     cell.source = cell.source.replace("/ math.sqrt(d_k)", "")
     (course / "submitted" / "buggy" / AID).mkdir(parents=True)
     nbformat.write(buggy, str(course / "submitted" / "buggy" / AID / f"{AID}.ipynb"))
+    if request.param == "sqlite":  # answers that leave a function undefined (one gradebook will do)
+        for sid, (item, old, new) in BROKEN.items():
+            nb = nbformat.from_dict(source)
+            (cell,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id")
+                       == f"answer_{item}"]  # fmt: skip
+            assert cell.source.count(old) == 1, sid
+            cell.source = cell.source.replace(old, new)
+            (course / "submitted" / sid / AID).mkdir(parents=True)
+            nbformat.write(nb, str(course / "submitted" / sid / AID / f"{AID}.ipynb"))
+        cut = course / "submitted" / "truncated" / AID  # as the exchange left it, cut short
+        cut.mkdir(parents=True)
+        text = nbformat.writes(source)
+        (cut / f"{AID}.ipynb").write_text(text[: len(text) * 6 // 10], encoding="utf-8")
+        (cut / "timestamp.txt").write_text(f"{DUE:%Y-%m-%d %H:%M:%S.%f} UTC")
+        (cut / "submission_secret.txt").write_text("the exchange's secret")
     summary = grade(where)
-    return {"root": course, "summary": summary, "total": points(source), "where": where,
-            "url": database_url(url),
+    with Gradebook(database_url(url), "transformers") as gb:
+        graded = {s.student.id: s.score for s in gb.find_assignment(AID).submissions}
+    return {"graded": graded, "root": course, "summary": summary, "total": points(source),
+            "where": where, "url": database_url(url),
             "buggy": points(source, "additive_score")}  # fmt: skip
 
 
@@ -136,8 +166,8 @@ def test_each_late_penalty_is_the_policys(course):
         assert penalty == pytest.approx(course["total"] * percent / 100), sid
     off = course["total"] * 0.7  # twodays' 20% and capped's 50%
     assert (
-        f"late policy: {AID} due 2026-11-20 17:00 UTC; 2 of 6 late, {off:.4g} point(s) off"
-        in (course["summary"])
+        f"late policy: {AID} due 2026-11-20 17:00 UTC; 2 of {len(course['graded'])} late, "
+        f"{off:.4g} point(s) off" in (course["summary"])
     )
 
 
@@ -154,6 +184,34 @@ def test_the_feedback_explains_the_penalty(course):
     assert "Late submission (coursepkg grade)" not in feedback_text(course["root"], "ontime")
     assert "Late submission (coursepkg grade)" in feedback_text(course["root"], "extended")
     assert "Penalty: 0 point(s) off" in feedback_text(course["root"], "extended")
+
+
+def test_no_feedback_shows_a_hidden_test_when_the_function_is_undefined(course):
+    if "raises" not in course["graded"]:
+        pytest.skip("the broken answers are graded with the SQLite gradebook only")
+    source = nbformat.read(str(course["root"] / "solutions" / AID / f"{AID}.ipynb"), as_version=4)
+    hidden = [line.strip() for cell in source.cells
+              for block in re.findall(r"BEGIN HIDDEN TESTS\n(.*?)###", cell.source, flags=re.S)
+              for line in block.splitlines() if line.strip()]  # fmt: skip
+    assert len(hidden) == 3
+    for sid, (item, _, _) in BROKEN.items():
+        text = feedback_text(course["root"], sid)
+        assert "HIDDEN TESTS" not in text and "thorough=True" not in text and "seed=1" not in text
+        assert not [line for line in hidden if line in text], sid
+        assert f"NameError: name '{item}' is not defined" in text, sid  # what went wrong
+    # the points: the broken item's tests score 0, the other item's all of theirs
+    assert course["graded"]["raises"] == course["total"] - points(source, "additive_score")
+    assert course["graded"]["renamed"] == points(source, "additive_score")
+
+
+def test_an_unreadable_notebooks_feedback_can_be_released(course):
+    if "truncated" not in course["graded"]:
+        pytest.skip("graded with the SQLite gradebook only")
+    feedback = course["root"] / "feedback" / "truncated" / AID
+    # release_feedback files it under this secret: without it, it would skip the student
+    assert (feedback / "submission_secret.txt").read_text() == "the exchange's secret"
+    assert "not valid JSON" in feedback_text(course["root"], "truncated")
+    assert course["graded"]["truncated"] == 0
 
 
 def test_the_export_writes_the_points_less_the_penalty(course):
@@ -268,3 +326,83 @@ def test_a_regrade_request_is_answered_and_survives_a_rerun(course, chromium, tm
     check_answered()
     listed = coursepkg("regrade", "list", "--all", *course["where"]).stdout
     assert listed.count("Dr. Turing") == 2  # one entry per change, nothing added by the rerun
+
+
+# ---------------------------------------------------------------------------------------------
+# The walk-through's order: grade, hand scores in the formgrader, feedback, export, a regrade
+# ---------------------------------------------------------------------------------------------
+
+WRITTEN = "written_sqrt_dk"  # the 2-point written answer, graded by hand
+
+
+def _hand_score(course: dict, student: str, score: float) -> None:
+    """What the formgrader's grade API does on a save (nbgrader's ``GradeHandler.put``)."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(course["url"], "transformers") as gb:
+        grade = gb.find_grade(WRITTEN, AID, AID, student)
+        grade.manual_score, grade.needs_manual_grade = score, False
+        gb.db.commit()
+
+
+def _everywhere(course: dict, student: str) -> dict[str, float]:
+    """The student's final grade as each page shows it: the export, ``grades.csv``, their JSON
+    report, the dashboard and the feedback's late note (after an export: what it said too)."""
+    root = course["root"]
+    out = root / "walkthrough.csv"
+    said = coursepkg("export", AID, "--format", "csv", *course["where"], "--output", str(out))
+    with out.open(newline="") as f:
+        exported = {r["student_id"]: float(r[AID]) for r in csv.DictReader(f)}
+    with (root / "reports" / AID / "grades.csv").open(newline="") as f:
+        rows = {r["student_id"]: r for r in csv.DictReader(f)}
+    row = rows[student]
+    report = json.loads((root / "reports" / AID / f"{student}.json").read_text(encoding="utf-8"))
+    page = (root / "reports" / "dashboard.html").read_text(encoding="utf-8")
+    (final,) = re.findall(rf"<tr class='final-grade'><td>{student}</td><td>[^<]*</td>"
+                          r"<td>[^<]*</td><td>([^<]*)</td>", page)  # fmt: skip
+    text = feedback_text(root, student)  # the late note's final score, else nbgrader's header
+    note = re.search(r"your score: ([\d.]+) of", text) or re.search(
+        rf"{AID} \(Score: ([\d.]+) /", text
+    )
+    return {
+        "export": exported[student],
+        "grades.csv": float(row["score"]),  # nbgrader's: raw_score less late_submission_penalty
+        "report": report["final_score"],
+        "dashboard": float(final),
+        "feedback": float(note[1]),
+        "said": said.stdout,
+    }
+
+
+def test_the_penalty_follows_hand_scores_and_regrade_answers(course, tmp_path):
+    root, total = course["root"], course["total"]  # 11 autograded points, all earned
+    # By hand: 20% (two started days) of 11 + 2 = 13 is 2.6 off; 50% (capped) of 11 + 1 is 6.
+    expected = {"twodays": 13 - 2.6, "capped": (11 + 1) / 2, "ontime": 13.0}
+    assert total == 11
+    for sid, written in (("twodays", 2), ("capped", 1), ("ontime", 2)):
+        _hand_score(course, sid, written)
+    db = ["--CourseDirectory.db_url=" + course["url"]]
+    run = subprocess.run([str(BIN / "nbgrader"), "generate_feedback", AID, *db], cwd=root,
+                         env=_env(), capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    said = []
+    for sid, grade_now in expected.items():
+        shown = _everywhere(course, sid)
+        said.append(shown.pop("said"))
+        assert shown == dict.fromkeys(shown, pytest.approx(grade_now)), (sid, shown)
+    # the first export brought the reports up to date, and said so; the next had nothing to do
+    assert f"{AID}: the reports of capped, ontime, twodays now show the grades" in said[0]
+    assert "now show the grades" not in said[1]
+    assert "Penalty: 2.6 point(s) off (your score: 10.4 of 13)" in feedback_text(root, "twodays")
+    # A regrade answer takes twodays' written points away: 20% of 11 is 2.2 off.
+    request = tmp_path / "written.json"
+    coursepkg("regrade", "request", AID, WRITTEN, "--student", "twodays", "--reason",
+              "Please read my answer again.", "--output", str(request))  # fmt: skip
+    added = coursepkg("regrade", "add", str(request), *course["where"]).stdout
+    (rid,) = re.findall(rf"request (\d+): twodays, {AID} {WRITTEN} \(open\)", added)
+    coursepkg("regrade", "answer", rid, "--score", "0", "--why", "It restates the question.",
+              "--by", "Dr. Turing", *course["where"])  # fmt: skip
+    shown = _everywhere(course, "twodays")
+    shown.pop("said")
+    assert shown == dict.fromkeys(shown, pytest.approx(11 - 2.2)), shown
+    assert "Penalty: 2.2 point(s) off (your score: 8.8 of 13)" in feedback_text(root, "twodays")

@@ -5,10 +5,11 @@ commit.
 
 The commands are the guide's, in its order: ``coursepkg release``, a submission as ``nbgrader
 collect`` leaves it, ``coursepkg grade``, a regrade request recorded and answered (``grades.csv``
-follows at once), a roster and ``coursepkg export`` for Canvas. Every file they write that holds
-a student's name, work or grade (``gradebook.db``, ``submitted/``, ``autograded/``,
-``feedback/``, ``reports/``, the roster, the request, the export) must be ignored; ``git status``
-may list only the course's own files.
+follows at once), a roster and ``coursepkg export`` for Canvas, and the student kit
+(``coursepkg kit``), which holds the package and the release but nothing of ``solutions/``.
+Every file they write that holds a student's name, work or grade (``gradebook.db``,
+``submitted/``, ``autograded/``, ``feedback/``, ``reports/``, the roster, the request, the
+export) must be ignored; ``git status`` may list only the course's own files.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import csv
 import os
 import shutil
 import sys
+import zipfile
 from pathlib import Path
 
 import nbformat
@@ -62,7 +64,7 @@ def test_a_term_in_a_fresh_course_folder_leaves_no_student_file_for_git(tmp_path
     (submitted / "timestamp.txt").write_text("2026-11-20 12:00:00.000000 UTC")
     _run(course, "coursepkg", "grade", AID, "--root", ".", "--workers", "1", "--no-progress")
     _run(course, "coursepkg", "regrade", "request", AID, PART, "--student", "ada", "--reason", "x")
-    added = _run(course, "coursepkg", "regrade", "add", f"regrade-{AID}-{PART}.json")
+    added = _run(course, "coursepkg", "regrade", "add", f"regrade-ada-{AID}-{PART}.json")
     assert f"request 1: ada, {AID} {PART} (open)" in added
     before = _score(course)
     _run(course, "coursepkg", "regrade", "answer", "1", "--score", "1", "--why", "x", "--by", "T")
@@ -70,10 +72,29 @@ def test_a_term_in_a_fresh_course_folder_leaves_no_student_file_for_git(tmp_path
     assert "no open requests (1 answered" in _run(course, "coursepkg", "regrade", "list")
     (course / "roster.csv").write_text(ROSTER, encoding="utf-8")
     _run(course, "coursepkg", "export", "--all", "--format", "canvas", "--mapping", "roster.csv")
+    # the release wrote the course's secret (which salted the hidden seeds: the solution still
+    # earned every point), for the instructor alone; the student kit holds none of it
+    assert oct((course / "course_secret.txt").stat().st_mode & 0o777) == "0o600"
+    said = _run(course, "coursepkg", "kit", "--root", ".")
+    assert "1 released notebook(s); no solutions/" in said
+    with zipfile.ZipFile(course / "dist" / "coursepkg-student-kit.zip") as kit:
+        names = [n.split("/", 1)[1] for n in kit.namelist()]
+        text = b"".join(kit.read(n) for n in kit.namelist() if n.endswith(".ipynb"))
+    assert f"exercises/{AID}/{AID}.ipynb" in names and "coursepkg/grading/__init__.py" in names
+    assert {"pyproject.toml", "STUDENTS.md", "jupyter/student/nbgrader_config.py"} <= set(names)
+    assert not [
+        n
+        for n in names
+        if n.startswith("solutions/")
+        or "secret" in n
+        or n.startswith(("gradebook", "submitted/", "autograded/", "feedback/", "reports/"))
+    ]
+    assert b"BEGIN HIDDEN TESTS" not in text and b"thorough=True, seed=" not in text
 
     written = ["gradebook.db", "submitted/ada", "autograded/ada", "feedback/ada",
                f"reports/{AID}/ada.json", f"reports/{AID}/grades.csv", "reports/dashboard.html",
-               "reports/export-canvas.csv", "roster.csv", f"regrade-{AID}-{PART}.json"]  # fmt: skip
+               "reports/export-canvas.csv", "roster.csv", f"regrade-ada-{AID}-{PART}.json",
+               "course_secret.txt", "dist/coursepkg-student-kit.zip"]  # fmt: skip
     assert [p for p in written if not (course / p).exists()] == []  # the term did write them
     status = _run(course, "git", "status", "--porcelain", "--untracked-files=all")
     listed = [line[3:] for line in status.splitlines()]

@@ -3,7 +3,8 @@ regrade`` and ``coursepkg similarity``.
 
 Each command is a pair, ``_add_<verb>(sub)`` that declares its arguments and ``_<verb>(args)``
 that runs it (its exit status), as in every home of ``coursepkg``'s commands
-(:mod:`coursepkg.cli.model`); :func:`add_parsers` registers them."""
+(:mod:`coursepkg.cli.model`). What a command runs (:mod:`coursepkg.grading`, which imports torch,
+nbgrader and Dask) is imported when it runs, so an argument's error comes at once."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parsers", "open_course"]
+__all__ = ["COMMANDS", "add_parser", "open_course"]
+
+#: The commands of this home and their line in ``coursepkg --help``.
+COMMANDS = {
+    "export": "write the grades as the CSV Canvas or Gradescope imports (instructors)",
+    "regrade": "regrade requests: ask (students), record, list and answer (instructors)",
+    "similarity": "rank pairs of submissions by how much code they share (instructors)",
+}
 
 
 def _say(line: str) -> None:
@@ -32,14 +40,14 @@ def _common(p: argparse.ArgumentParser) -> None:
 def open_course(args: argparse.Namespace) -> Any:
     """The course (:class:`~coursepkg.grading.classroom.gradebook.Course`) that ``--root`` and
     ``--db`` name, its gradebook checked to be reachable."""
-    from ..classroom.gradebook import Course, reachable_url
+    from ..grading.classroom.gradebook import Course, reachable_url
 
     root = Path(args.root).resolve()
     return Course(root, reachable_url(root, args.db))
 
 
 def _export(args: argparse.Namespace) -> int:
-    from .export import export, read_mapping
+    from ..grading.term.export import export, read_mapping
 
     if bool(args.assignment) == args.all:
         raise ValueError("give ASSIGNMENT ... or --all (got both or neither)")
@@ -47,6 +55,7 @@ def _export(args: argparse.Namespace) -> int:
         raise ValueError("--include-empty goes with --all (named assignments are always written)")
     course = open_course(args)
     mapping = read_mapping(args.mapping, args.id_column) if args.mapping else None
+    _grades_now(course, args.assignment or None)
     out = args.output or course.root / "reports" / f"export-{args.format}.csv"
     written = export(course.url, course.course_id, None if args.all else args.assignment,
                      args.format, out, mapping=mapping, parts=args.parts,
@@ -56,10 +65,26 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _grades_now(course: Any, assignments: list[str] | None) -> None:
+    """Before an export: every late penalty computed from the points now, and the reports
+    ``coursepkg grade`` wrote brought up to date with hand scores saved since (one line on
+    each assignment whose reports changed)."""
+    from ..grading.term.regrade import refresh_pages
+
+    with course.gradebook() as gb:
+        known = [a.name for a in gb.assignments]
+    for name in [a for a in assignments or known if a in known]:
+        stale = refresh_pages(course, name)
+        if stale:
+            _say(f"{name}: the reports of {', '.join(stale)} now show the grades given since "
+                 "`coursepkg grade` (hand scores, late penalty); run `nbgrader "
+                 f"generate_feedback {name}` so that their feedback does too")  # fmt: skip
+
+
 def _add_export(sub: Any) -> None:
     p = sub.add_parser(
         "export",
-        help="write the grades as the CSV Canvas or Gradescope imports (instructors)",
+        help=COMMANDS["export"],
         description="Read nbgrader's gradebook (SQLite or PostgreSQL) and write one CSV file: "
         "Canvas's gradebook layout (for its Import), the layout of Gradescope's grade download "
         "(Gradescope imports no grades; for what reads its downloads), or a plain CSV. One "
@@ -102,14 +127,14 @@ def _regrade(args: argparse.Namespace) -> int:
     import json
     import os
 
-    from ..policy.pages import change
-    from ..policy.regrade import request_file, requests
-    from .regrade import add_requests, answer
+    from ..grading.policy.pages import change
+    from ..grading.policy.regrade import request_file, requests
+    from ..grading.term.regrade import add_requests, answer
 
     if args.action == "request":  # the student's side: no gradebook
         student = args.student or os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
         data = request_file(args.assignment, student, args.part, args.reason)
-        out = Path(args.output or f"regrade-{args.assignment}-{args.part}.json")
+        out = Path(args.output or f"regrade-{student}-{args.assignment}-{args.part}.json")
         out.write_text(json.dumps(data, indent=1), encoding="utf-8")
         _say(f"wrote {out}: send this file to your instructor")
         return 0
@@ -141,7 +166,7 @@ def _regrade(args: argparse.Namespace) -> int:
 def _add_regrade(sub: Any) -> None:
     p = sub.add_parser(
         "regrade",
-        help="regrade requests: ask (students), record, list and answer (instructors)",
+        help=COMMANDS["regrade"],
         description="A student asks for a regrade of one graded part with a reason (`request` "
         "writes a file to send to the instructor). The instructor records the files (`add`), "
         "lists the open requests (`list`, also in the dashboard) and answers each with a new "
@@ -155,7 +180,9 @@ def _add_regrade(sub: Any) -> None:
     q.add_argument("part", help="the graded part (the test cell's name in your feedback)")
     q.add_argument("--reason", required=True, help="why the part deserves another look")
     q.add_argument("--student", help="your student id (default: $JUPYTERHUB_USER, else login)")
-    q.add_argument("--output", help="the file to write (default: regrade-ASSIGNMENT-PART.json)")
+    q.add_argument(
+        "--output", help="the file to write (default: regrade-STUDENT-ASSIGNMENT-PART.json)"
+    )
     q.set_defaults(func=_regrade)
     q = actions.add_parser("add", help="record request files in the gradebook")
     q.add_argument("files", nargs="+", help="the request files the students sent")
@@ -176,10 +203,12 @@ def _add_regrade(sub: Any) -> None:
 
 
 def _similarity(args: argparse.Namespace) -> int:
-    from .similarity import similarity_report
+    from ..grading.term.similarity import DEFAULT_THRESHOLD, DEFAULT_TOP, similarity_report
 
-    found = similarity_report(args.root, args.assignment, args.threshold, args.top)
-    above = [p for p in found.pairs if p.similarity >= args.threshold]
+    threshold = DEFAULT_THRESHOLD if args.threshold is None else args.threshold
+    top = DEFAULT_TOP if args.top is None else args.top
+    found = similarity_report(args.root, args.assignment, threshold, top)
+    above = [p for p in found.pairs if p.similarity >= threshold]
     for p in above[:10]:
         same = "  (identical answers)" if (p.left, p.right) in found.identical else ""
         _say(f"{p.similarity:.3f}  {p.left}  {p.right}{same}")
@@ -187,17 +216,15 @@ def _similarity(args: argparse.Namespace) -> int:
         _say(f"not compared: {sid}: {why}")
     for group in found.clusters[:10]:
         _say(f"similar group of {len(group)}: {' ~ '.join(group)}")
-    _say(f"{len(above)} pair(s) at or above {args.threshold:g} of {len(found.pairs)} sharing "
+    _say(f"{len(above)} pair(s) at or above {threshold:g} of {len(found.pairs)} sharing "
           f"code; {found.table}  {found.page}")  # fmt: skip
     return 0
 
 
 def _add_similarity(sub: Any) -> None:
-    from .similarity import DEFAULT_THRESHOLD, DEFAULT_TOP
-
     p = sub.add_parser(
         "similarity",
-        help="rank pairs of submissions by how much code they share (instructors)",
+        help=COMMANDS["similarity"],
         description="Compare what each student wrote in submitted/*/ASSIGNMENT (answer cells "
         "and added cells; the release's stubs and given code never count) with Dolos, and "
         "write reports/ASSIGNMENT/similarity.csv and similarity.html (pairs ranked, those at "
@@ -205,17 +232,21 @@ def _add_similarity(sub: Any) -> None:
         "dashboard. It is a list for a person to read, not a verdict. Needs Node.js.",
     )
     p.add_argument("assignment", help="the assignment id, e.g. ex04_encoder")
-    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                   help=f"similarity (0-1) from which a pair is shown side by side "
-                   f"({DEFAULT_THRESHOLD:g})")  # fmt: skip
-    p.add_argument("--top", type=int, default=DEFAULT_TOP,
-                   help=f"the most pairs shown side by side ({DEFAULT_TOP})")  # fmt: skip
+    # The defaults are similarity.DEFAULT_THRESHOLD and DEFAULT_TOP (importing that module here
+    # would import the grader's torch and nbgrader; tests/cli/test_cli.py keeps these equal).
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        help="similarity (0-1) from which a pair is shown side by side (0.7)",
+    )
+    p.add_argument("--top", type=int, default=None,
+                   help="the most pairs shown side by side (50)")  # fmt: skip
     p.add_argument("--root", default=".", help="the nbgrader course directory (default: .)")
     p.set_defaults(func=_similarity)
 
 
-def add_parsers(sub: Any) -> None:
-    """Register the end-of-term subcommands on ``coursepkg``'s subparsers."""
-    _add_export(sub)
-    _add_regrade(sub)
-    _add_similarity(sub)
+def add_parser(sub: Any, verb: str) -> None:
+    """Declare ``coursepkg VERB``'s arguments on ``sub`` (argparse subparsers), one of
+    :data:`COMMANDS`."""
+    {"export": _add_export, "regrade": _add_regrade, "similarity": _add_similarity}[verb](sub)

@@ -2,12 +2,13 @@
 reads its visible tests), ``coursepkg release`` (the instructor regenerates the students'
 notebooks, exercises/, from solutions/) and ``coursepkg grade ASSIGNMENT`` (the instructor
 autogrades a whole class with nbgrader). The end of term's commands (``export``, ``regrade``,
-``similarity``) are in :mod:`coursepkg.grading.term.commands`.
+``similarity``) are in :mod:`coursepkg.cli.term`.
 
 Each command is a pair, ``_add_<verb>(sub)`` that declares its arguments and ``_<verb>(args)``
 that runs it (its exit status), as in every home of ``coursepkg``'s commands
-(:mod:`coursepkg.cli.model`); :func:`add_parsers` registers them. What a command runs is imported
-when it runs, so ``coursepkg --help`` stays quick.
+(:mod:`coursepkg.cli.model`). What a command runs (:mod:`coursepkg.grading`, which imports torch,
+nbgrader and Dask) is imported when it runs, so ``coursepkg --help`` and an argument's error come
+at once.
 """
 
 from __future__ import annotations
@@ -18,21 +19,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parsers"]
+__all__ = ["COMMANDS", "add_parser"]
 
-
-def add_parsers(sub: Any) -> None:
-    """Register ``coursepkg check``, ``release`` and ``grade`` on ``sub`` (argparse subparsers)."""
-    _add_check(sub)
-    _add_release(sub)
-    _add_grade(sub)
+#: The commands of this home and their line in ``coursepkg --help``.
+COMMANDS = {
+    "check": "run an assignment notebook and report its tests",
+    "release": "regenerate exercises/ from solutions/ (instructors)",
+    "grade": "autograde every submission of an assignment with nbgrader (instructors)",
+    "kit": "the zip a student installs: the package and the released exercises (instructors)",
+}
 
 
 def _add_check(sub: Any) -> None:
     """The ``coursepkg check`` subcommand."""
     p = sub.add_parser(
         "check",
-        help="run an assignment notebook and report its tests",
+        help=COMMANDS["check"],
         description="Execute an assignment notebook top to bottom in a fresh kernel (it is not "
         "modified) and print each visible test with pass/fail, points and the check's message. "
         "Exit status 0 when every visible test passes, 1 otherwise, 2 when the file is not a "
@@ -52,7 +54,7 @@ def _add_check(sub: Any) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from .notebook import run_notebook
+    from ..grading.notebook import run_notebook
 
     report = run_notebook(args.notebook, timeout=args.timeout)
     sys.stdout.write(report.format() + "\n")
@@ -63,7 +65,7 @@ def _add_release(sub: Any) -> None:
     """The ``coursepkg release`` subcommand."""
     p = sub.add_parser(
         "release",
-        help="regenerate exercises/ from solutions/ (instructors)",
+        help=COMMANDS["release"],
         description="Run nbgrader's generate_assignment on solutions/ into exercises/, record "
         "the assignments and their graded cells in the gradebook (what nbgrader's "
         "release_assignment, autograde and the formgrader need), and scan the result for "
@@ -77,12 +79,14 @@ def _add_release(sub: Any) -> None:
 
 
 def _release(args: argparse.Namespace) -> int:
-    from .release import find_leaks, generate_release
+    from ..grading.release import course_secret, find_leaks, generate_release
 
     db_url = (
         None if args.no_db else args.db or f"sqlite:///{Path(args.root).resolve()}/gradebook.db"
     )
     released = generate_release(args.root, args.assignment, db_url=db_url)
+    if not args.no_db:  # a graded course: its secret salts the hidden tests' seeds
+        course_secret(args.root, create=True)
     leaks = 0
     for notebook in released:
         source = Path(args.root) / "solutions" / notebook.parent.name / notebook.name
@@ -109,7 +113,7 @@ def _add_grade(sub: Any) -> None:
     """The ``coursepkg grade`` subcommand."""
     p = sub.add_parser(
         "grade",
-        help="autograde every submission of an assignment with nbgrader (instructors)",
+        help=COMMANDS["grade"],
         description="Autograde submitted/*/ASSIGNMENT with nbgrader, students in parallel, each "
         "notebook in a sandboxed kernel with time and memory limits; then nbgrader's feedback "
         "and CSV export, a JSON report per student and the misconception dashboard in "
@@ -185,8 +189,8 @@ def _add_grade(sub: Any) -> None:
 def _grade(args: argparse.Namespace) -> int:
     import logging
 
-    from .classroom import grade_class
-    from .classroom.console import quiet_console
+    from ..grading.classroom import grade_class
+    from ..grading.classroom.console import quiet_console
 
     # Dask's own bookkeeping (workers joining, closing) is not the instructor's business.
     logging.getLogger("distributed").setLevel(logging.WARNING if args.verbose else logging.ERROR)
@@ -227,3 +231,38 @@ def _grade(args: argparse.Namespace) -> int:
             f"the grader's log (nbgrader, Dask and kernel messages; -v shows them): {log}\n"
         )
     return 1 if any(s.error for s in result.students) else 0
+
+
+def _add_kit(sub: Any) -> None:
+    """The ``coursepkg kit`` subcommand."""
+    p = sub.add_parser(
+        "kit",
+        help=COMMANDS["kit"],
+        description="Write the student kit: one zip with the course's package (coursepkg/, "
+        "pyproject.toml), the released notebooks (exercises/), the students' Jupyter settings "
+        "(jupyter/student/) and a STUDENTS.md on installing it. Never solutions/, the course's "
+        "secret, the gradebook or students' work; every released notebook is checked for "
+        "leaked solution lines and hidden tests first (exit status 2 and no kit if any).",
+    )
+    p.add_argument("--root", default=".", help="the course directory (default: .)")
+    p.add_argument("--output", help="the zip to write (default: dist/coursepkg-student-kit.zip)")
+    p.set_defaults(func=_kit)
+
+
+def _kit(args: argparse.Namespace) -> int:
+    from ..grading.release import build_student_kit
+
+    out = Path(args.output or Path(args.root) / "dist" / "coursepkg-student-kit.zip")
+    kit = build_student_kit(args.root, out)
+    sys.stdout.write(
+        f"wrote {kit['path']}: {kit['files']} files, {kit['notebooks']} released notebook(s); no "
+        "solutions/, hidden test or course secret (STUDENTS.md inside says how to install it)\n"
+    )
+    return 0
+
+
+def add_parser(sub: Any, verb: str) -> None:
+    """Declare ``coursepkg VERB``'s arguments on ``sub`` (argparse subparsers), one of
+    :data:`COMMANDS`."""
+    adders = {"check": _add_check, "release": _add_release, "grade": _add_grade, "kit": _add_kit}
+    adders[verb](sub)
