@@ -17,7 +17,7 @@ __all__ = ["COMMANDS", "add_parser"]
 
 #: The commands of this home and their line in ``coursepkg --help``.
 COMMANDS = {
-    "curate": 'filter, mask and deduplicate a corpus of web pages or text',
+    "curate": "filter, mask and deduplicate a corpus of web pages or text",
 }
 
 

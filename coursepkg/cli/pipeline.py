@@ -12,7 +12,8 @@ __all__ = ["COMMANDS", "add_parser"]
 
 #: The commands of this home and their line in ``coursepkg --help``.
 COMMANDS = {
-    "pipeline": 'from real text to a chat model: corpus, tokenizer, pretraining, fine-tuning, evaluation and a report card',
+    "pipeline": "from real text to a chat model: corpus, tokenizer, pretraining, fine-tuning, "
+    "evaluation and a report card",
 }
 
 

@@ -19,7 +19,7 @@ __all__ = ["COMMANDS", "add_parser"]
 
 #: The commands of this home and their line in ``coursepkg --help``.
 COMMANDS = {
-    "serve": 'serve a trained model over an OpenAI-compatible HTTP API, with a chat page',
+    "serve": "serve a trained model over an OpenAI-compatible HTTP API, with a chat page",
 }
 
 
