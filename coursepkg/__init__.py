@@ -98,13 +98,18 @@ __all__ = [
 
 
 def __getattr__(name: str):  # noqa: ANN202 - any of the package's names
-    """Import ``name`` from its module on first use (PEP 562)."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """Import ``name`` from its module on first use (PEP 562); a submodule's name imports the
+    submodule (``coursepkg.model.TokenEmbedding`` after ``import coursepkg``, as before)."""
     from importlib import import_module
+    from importlib.util import find_spec
 
-    value = getattr(import_module(home, __name__), name)
+    home = _HOMES.get(name)
+    if home is not None:
+        value = getattr(import_module(home, __name__), name)
+    elif not name.startswith("_") and find_spec(f"{__name__}.{name}") is not None:
+        value = import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value
     return value
 
