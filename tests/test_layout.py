@@ -274,3 +274,12 @@ def test_no_private_name_is_imported_across_modules(tmp_path):
         (1, "coursepkg.chapters.char_gpt", "_hidden"),
         (2, "coursepkg.model", "_x"),
     ]
+
+
+def test_no_two_test_files_share_a_basename():
+    """The test folders have no ``__init__.py`` (pytest's default import mode), so two test files
+    with one basename cannot both be collected in one run: the second is an import-file mismatch."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert not {name: paths for name, paths in seen.items() if len(paths) > 1}

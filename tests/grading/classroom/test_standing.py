@@ -44,7 +44,10 @@ class _Course:
     """A gradebook and a course folder, as :mod:`.standing` sees them."""
 
     def __init__(self, root: Path) -> None:
+        from traitlets.config import Config
+
         self.root, self.url = root, f"sqlite:///{root / 'gradebook.db'}"
+        self.config = Config()  # nbgrader's default late policy (no penalty)
 
     def gradebook(self):
         from nbgrader.api import Gradebook
