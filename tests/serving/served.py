@@ -19,9 +19,9 @@ from coursepkg.training.checkpoint import save_checkpoint
 CONTEXT, CACHE, MAX_BATCH = 2048, 1024, 8
 
 
-def chat_checkpoint(folder: Path) -> Path:
+def chat_checkpoint(folder: Path, context: int = CONTEXT) -> Path:
     """A seeded random chat model (rotary positions, GPT-2's BPE with the chat tokens) saved
-    in the ``model.pt`` format of ``coursepkg finetune``."""
+    in the ``model.pt`` format of ``coursepkg finetune``, its context ``context`` tokens."""
     torch.manual_seed(0)
     config = TransformerConfig(
         vocab_size=len(chat_tokenizer()),
@@ -30,7 +30,7 @@ def chat_checkpoint(folder: Path) -> Path:
         d_ff=64,
         n_layers=2,
         dropout=0.0,
-        max_len=CONTEXT,
+        max_len=context,
         norm_first=True,
         positional="rope",
         activation="gelu",

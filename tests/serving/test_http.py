@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 
 import httpx
 import openai
 import pytest
 import torch
-from served import CACHE, CONTEXT, start_server
+from served import CACHE, CONTEXT, chat_checkpoint, start_server
 
+from coursepkg import DecoderOnlyLM, TransformerConfig
 from coursepkg.posttrain.chat import render_chat
 from coursepkg.serving import generate
 from coursepkg.serving.http import load_served_model
+from coursepkg.serving.http.engine import OnlineBatcher, Ticket
 from coursepkg.serving.http.launch import ServerProcess
+from coursepkg.serving.sampling import SamplingParams
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +93,31 @@ def test_greedy_answers_equal_each_request_served_alone(server, offline):
     for i, reply in enumerate(replies[5:], start=1):
         text, n = offline("Once upon a time " * i, 9 - i)
         assert (reply.choices[0].text, reply.usage.completion_tokens) == (text, n)
+
+
+@pytest.mark.parametrize("ignore_eos", [False, True])
+def test_ignore_eos_runs_past_every_stop_token(ignore_eos):
+    # every token of the vocabulary is a stop token: a request ends at its first token, unless
+    # it asks (vLLM's ignore_eos, an extra body field) to run to max_new_tokens
+    torch.manual_seed(0)
+    config = TransformerConfig(vocab_size=40, d_model=16, n_heads=2, d_ff=32, n_layers=1,
+                               max_len=64, norm_first=True, positional="rope")  # fmt: skip
+    engine = OnlineBatcher(DecoderOnlyLM(config).eval(), n_blocks=8, stop_ids=frozenset(range(40)))
+    got, done = [], threading.Event()
+
+    def emit(token: int | None, reason: str | None) -> None:
+        got.append(reason) if reason else got.append(token)
+        if reason:
+            done.set()
+
+    engine.start()
+    try:
+        engine.submit(Ticket([1, 2, 3], 12, SamplingParams(), emit, ignore_eos=ignore_eos))
+        assert done.wait(120)
+    finally:
+        engine.close()
+    assert got[-1] == ("length" if ignore_eos else "stop")
+    assert len(got) - 1 == (12 if ignore_eos else 0)
 
 
 def test_32_streaming_clients_all_complete_nothing_lost_or_interleaved(server, offline):
@@ -180,15 +209,19 @@ def test_client_leaving_mid_stream_frees_its_slot(server, offline):
     assert health["free_blocks"] == health["n_blocks"]
 
 
-def test_full_server_answers_429_with_retry_after(chat_model_dir):
-    # one row, no waiting room: while a long request streams, the next is turned away
-    options = ("--max-batch", "1", "--max-waiting", "0", "--cache-tokens", str(CONTEXT))
-    small = start_server(chat_model_dir, *options)
+def test_full_server_answers_429_with_retry_after(tmp_path):
+    # One row, no waiting room: while a long request streams, the next is turned away. The long
+    # request may take 32k tokens (a few hundred milliseconds' work would let it end before the
+    # next request arrives on a loaded machine); leaving the stream cancels it.
+    context = 32768
+    options = ("--max-batch", "1", "--max-waiting", "0", "--cache-tokens", str(context))
+    small = start_server(chat_checkpoint(tmp_path, context=context), *options)
     second = {"model": small.name, "messages": HELLO, "max_tokens": 2}
     try:
         with httpx.Client(base_url=small.url) as http:
             http.get("/health")  # the connection is open before the long request starts
-            body = {**second, "max_tokens": CONTEXT - 10, "stream": True}
+            # ignore_eos: the answer runs to max_tokens whatever the model samples
+            body = {**second, "max_tokens": context - 10, "stream": True, "ignore_eos": True}
             with http.stream("POST", "/v1/chat/completions", json=body) as first:
                 assert next(line for line in first.iter_lines() if line.startswith("data: "))
                 busy = http.post("/v1/chat/completions", json=second)

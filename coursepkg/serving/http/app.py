@@ -185,7 +185,8 @@ def _ticket(
             "cache_capacity_exceeded",
         )
     top_p = body.top_p if body.top_p < 1 else None
-    return Ticket(prompt, limit, SamplingParams(temperature=body.temperature, top_p=top_p), emit)
+    params = SamplingParams(temperature=body.temperature, top_p=top_p)
+    return Ticket(prompt, limit, params, emit, ignore_eos=body.ignore_eos)
 
 
 async def _answer(

@@ -125,12 +125,14 @@ class Ticket:
         emit: called from the engine's thread with each token and, last, the finish reason.
         tokens: generated so far (a stop token is not included).
         finish: why it ended, once it has.
+        ignore_eos: a stop token does not end it (it is handed out like any other token).
     """
 
     prompt: list[int]
     max_new_tokens: int
     params: SamplingParams
     emit: Emit
+    ignore_eos: bool = False
     tokens: list[int] = field(default_factory=list)
     finish: str | None = None
     cancelled: bool = False
@@ -278,7 +280,7 @@ class OnlineBatcher(ContinuousBatcher):
             reason = None
             if ticket.cancelled:
                 reason = "cancelled"
-            elif token in self.stop_ids:
+            elif token in self.stop_ids and not ticket.ignore_eos:
                 reason = "stop"
             else:
                 ticket.tokens.append(token)

@@ -57,6 +57,9 @@ class _Body(BaseModel):
     seed: int | None = None
     n: int = Field(default=1, ge=1, le=1)  # one answer per request
     stop: str | list[str] | None = None  # rejected when given (see app._ticket)
+    # vLLM's extra parameter (the openai client's extra_body): generate past the end-of-turn
+    # token, always max_tokens tokens (load tests, and a test that must keep a row busy)
+    ignore_eos: bool = False
 
     def token_limit(self) -> int | None:
         """``max_completion_tokens`` (the newer name) or ``max_tokens``."""
