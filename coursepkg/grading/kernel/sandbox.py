@@ -53,6 +53,7 @@ import json
 import os
 import resource
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -346,8 +347,11 @@ def _in_kernel_setup() -> None:
     # Imported for the first time, torch._dynamo replaces torch.manual_seed by a wrapper of its
     # own, and an optimizer's first step imports it (ex15's checks step one before forking their
     # ranks): imported before the guard's snapshot, it is no student's change to the checks.
-    import torch._dynamo  # noqa: F401
-
+    # A failed import (a folder it may not write) must not leave the checks unguarded.
+    try:
+        import torch._dynamo  # noqa: F401
+    except Exception:
+        pass
     install_guard()
     from IPython import get_ipython
 
@@ -515,6 +519,9 @@ def launch(argv: list[str]) -> None:
     scratch.mkdir(parents=True, exist_ok=True)
     for name in ("TMPDIR", "IPYTHONDIR", "MPLCONFIGDIR"):
         os.environ[name] = str(scratch)
+    # tempfile caches the folder it found first (the worker's, which Landlock will not let
+    # the kernel write): torch._dynamo's import makes its cache folder there
+    tempfile.tempdir = None
     if os.environ.get(RESOURCES_ENV, "1") != "0":
         # Its own bounded /dev/shm, scratch and working directories, gone when it ends.
         mounted, why = private_mounts(
