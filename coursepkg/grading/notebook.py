@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -219,7 +220,7 @@ def cell_timeout(nb: NotebookNode | dict) -> int:
 
 
 def run_notebook(
-    path: str | Path, *, timeout: float | None = None, startup_timeout: float = 60.0
+    path: str | Path, *, timeout: float | None = None, startup_timeout: float = 180.0
 ) -> Report:
     """Execute a notebook in a fresh kernel and report its test cells.
 
@@ -288,7 +289,7 @@ def _execute(
     client = NotebookClient(
         nb,
         timeout=timeout,
-        startup_timeout=startup_timeout,
+        startup_timeout=math.ceil(startup_timeout),  # nbclient takes whole seconds
         kernel_name="python3",
         # The kernel's own startup warnings (ipykernel's note that it talks over local TCP)
         # are not the student's to act on; their code's output still shows in the report.
@@ -298,6 +299,8 @@ def _execute(
     )
     started: list[int] = []
     finished: set[int] = set()
+    ready: list[bool] = []  # the kernel answered (nbclient's on_notebook_start)
+    client.on_notebook_start = lambda notebook: ready.append(True)
     client.on_cell_start = lambda cell, cell_index: started.append(cell_index)
     client.on_cell_executed = lambda cell, cell_index, execute_reply: finished.add(cell_index)
     problem = ""
@@ -314,7 +317,16 @@ def _execute(
             "as sys.exit() or os._exit()); the cells after it were not run"
         )
     except Exception as err:  # noqa: BLE001 - reported, e.g. a kernel that does not start
-        problem = f"the notebook could not be run: {type(err).__name__}: {err}"
+        if not ready:
+            # nbclient 0.11 cleans a kernel that never answered up twice, and the second
+            # time's AssertionError hides the first error: say what happened instead
+            problem = (
+                f"the Python kernel did not start within {startup_timeout:g} s (a very busy "
+                f"machine, or a broken Jupyter installation); run the check again "
+                f"({type(err).__name__}: {err})"
+            )
+        else:
+            problem = f"the notebook could not be run: {type(err).__name__}: {err}"
     return problem, started, finished
 
 

@@ -170,6 +170,22 @@ def test_check_solution_passes_every_test():
     assert report.score == report.max_score > 0
 
 
+def test_check_says_when_the_kernel_never_started(tmp_path, monkeypatch):
+    # a "python3" kernel that never answers: nbclient's own cleanup then fails a second time
+    # (an empty AssertionError), which must not be all the student reads
+    spec = tmp_path / "jupyter" / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    argv = [sys.executable, "-c", "import time; time.sleep(600)", "{connection_file}"]
+    (spec / "kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": "mute", "language": "python"})
+    )
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    path = _notebook(tmp_path, "x = 1")
+    report = run_notebook(path, timeout=60, startup_timeout=2)
+    assert "the Python kernel did not start within 2 s" in report.problem, report.problem
+    assert [c.status for c in report.cells] == ["not run"]
+
+
 def test_check_reports_a_dead_kernel(tmp_path):
     path = _notebook(tmp_path, "import os\nos._exit(3)")
     report = run_notebook(path, timeout=60)
