@@ -11,6 +11,7 @@ themselves cause.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 
 import torch.nn.functional as F
@@ -109,9 +110,12 @@ def step_timeline(rank: int, world_size: int, run: Run, scheme: str) -> dict:
 
 def rank_report(rank: int, world_size: int, run: Run, schemes: tuple[str, ...], timed: Run):
     """What one rank of the chapter's run returns: :func:`train_ranks` on ``run`` for
-    ``schemes``, and :func:`step_timeline` of both DDPs on the larger ``timed`` run."""
+    ``schemes``, :func:`step_timeline` of both DDPs on the larger ``timed`` run, and the CPU
+    cores the rank may run on (``cores``: its affinity, shared by the ranks of one machine)."""
     timelines = {s: step_timeline(rank, world_size, timed, s) for s in ("ddp", "bucketed")}
-    return dict(train=train_ranks(rank, world_size, run, schemes), timeline=timelines)
+    train = train_ranks(rank, world_size, run, schemes)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return dict(train=train, timeline=timelines, cores=cores)
 
 
 def chapter_ranks(

@@ -495,6 +495,19 @@ def _ipc_folder(connection: str | None) -> list[str]:
     return [os.path.dirname(os.path.abspath(info["ip"]))]
 
 
+def _scratch_folder() -> Path:
+    """A private scratch directory for temporary files and IPython's profile (the kernel's
+    working directory is nbgrader's ``autograded/<student>/<assignment>/``), made ``TMPDIR``."""
+    scratch = Path(os.environ.get("TMPDIR", "/tmp")) / f"coursepkg-kernel-{os.getpid()}"
+    scratch.mkdir(parents=True, exist_ok=True)
+    for name in ("TMPDIR", "IPYTHONDIR", "MPLCONFIGDIR"):
+        os.environ[name] = str(scratch)
+    # tempfile caches the folder it found first (the worker's, which Landlock will not let
+    # the kernel write): torch._dynamo's import makes its cache folder there
+    tempfile.tempdir = None
+    return scratch
+
+
 def launch(argv: list[str]) -> None:
     """Confine this process, then become an IPython kernel (argv as in the kernelspec).
 
@@ -513,15 +526,7 @@ def launch(argv: list[str]) -> None:
     status.update(memory_cgroup="", file_size=0, disk=0, shm=0)
     problems: list[str] = []
     _set_limits(options, status, problems)
-    # A private scratch directory for temporary files and IPython's profile; the kernel's
-    # working directory is nbgrader's autograded/<student>/<assignment>/.
-    scratch = Path(os.environ.get("TMPDIR", "/tmp")) / f"coursepkg-kernel-{os.getpid()}"
-    scratch.mkdir(parents=True, exist_ok=True)
-    for name in ("TMPDIR", "IPYTHONDIR", "MPLCONFIGDIR"):
-        os.environ[name] = str(scratch)
-    # tempfile caches the folder it found first (the worker's, which Landlock will not let
-    # the kernel write): torch._dynamo's import makes its cache folder there
-    tempfile.tempdir = None
+    scratch = _scratch_folder()
     if os.environ.get(RESOURCES_ENV, "1") != "0":
         # Its own bounded /dev/shm, scratch and working directories, gone when it ends.
         mounted, why = private_mounts(
