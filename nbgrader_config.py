@@ -45,7 +45,9 @@ c.GenerateFeedback.preprocessors = [
 # c.LatePolicy.grace_minutes = 15
 # c.LatePolicy.percent_per_day = 10
 # c.LatePolicy.max_percent = 50
-# c.LatePolicy.extensions = {"alice": 48, "ex01_attention": {"bob": 24}}  # hours
+# Extensions are often accommodations, which are private: not here (this file is tracked) but in
+# extensions.csv beside it, ignored by git and never in the student kit, written by
+# `coursepkg extension grant bob 24 --assignment ex01_attention` (docs/instructors.md).
 
 # Autograding: the longest one cell may run (the checks take seconds; a stuck notebook stops here).
 c.ExecutePreprocessor.timeout = 120

@@ -1,5 +1,5 @@
-"""The command line of the instructor's end of term: ``coursepkg export``, ``coursepkg
-regrade`` and ``coursepkg similarity``.
+"""The command line of the instructor's term: ``coursepkg extension``, ``coursepkg export``,
+``coursepkg regrade`` and ``coursepkg similarity``.
 
 Each command is a pair, ``_add_<verb>(sub)`` that declares its arguments and ``_<verb>(args)``
 that runs it (its exit status), as in every home of ``coursepkg``'s commands
@@ -17,6 +17,7 @@ __all__ = ["COMMANDS", "add_parser", "open_course"]
 
 #: The commands of this home and their line in ``coursepkg --help``.
 COMMANDS = {
+    "extension": "grant a student an extension, kept out of git (instructors)",
     "export": "write the grades as the CSV Canvas or Gradescope imports (instructors)",
     "regrade": "regrade requests: ask (students), record, list and answer (instructors)",
     "similarity": "rank pairs of submissions by how much code they share (instructors)",
@@ -79,6 +80,84 @@ def _grades_now(course: Any, assignments: list[str] | None) -> None:
             _say(f"{name}: the reports of {', '.join(stale)} now show the grades given since "
                  "`coursepkg grade` (hand scores, late penalty); run `nbgrader "
                  f"generate_feedback {name}` so that their feedback does too")  # fmt: skip
+
+
+def _extension(args: argparse.Namespace) -> int:
+    from ..grading.classroom.gradebook import Course, database_url
+    from ..grading.policy.extensions import (
+        EXTENSIONS_FILE,
+        extensions_path,
+        grant_extension,
+        read_extensions,
+    )
+
+    root = Path(args.root).resolve()
+    if not (root / "nbgrader_config.py").is_file():
+        raise ValueError(f"{root} is not an nbgrader course directory (no nbgrader_config.py)")
+    db = args.db or (f"sqlite:///{root / 'gradebook.db'}" if (root / "gradebook.db").is_file()
+                     else None)  # fmt: skip
+    course = Course(root, database_url(db) if db else "")
+    name = course.config.get("LatePolicy", {}).get("extensions_file", EXTENSIONS_FILE)
+    path = extensions_path(course.config, name)
+    if args.action == "list":
+        found = read_extensions(path)
+        for key, value in sorted(found.items()):
+            for student, hours in sorted(value.items()) if isinstance(value, dict) else []:
+                _say(f"{student:<16} {hours:>6g} h  {key}")
+            if not isinstance(value, dict):
+                _say(f"{key:<16} {value:>6g} h  every assignment")
+        _say(f"{path}: {'no extension' if not found else 'ignored by git, never in the kit'}")
+        return 0
+    hours = 0.0 if args.action == "revoke" else args.hours
+    grant_extension(path, args.student, hours, args.assignment, args.note or "")
+    what = f"{args.assignment or 'every assignment'}"
+    _say(f"{args.student}: {f'{hours:g} hours' if hours else 'no extension'} for {what}, in {path}")
+    if db:  # penalties already recorded follow at once
+        _penalties_now(course, args.student, args.assignment)
+    return 0
+
+
+def _penalties_now(course: Any, student: str, assignment: str | None) -> None:
+    """After an extension changed: the student's late penalties computed again, and the pages
+    ``coursepkg grade`` wrote made again where the grade changed."""
+    from ..grading.policy.late import reassess_penalties
+    from ..grading.term.regrade import refresh_pages
+
+    with course.gradebook() as gb:
+        names = [a.name for a in gb.assignments if assignment in (None, a.name)]
+        changed = [n for n in names if reassess_penalties(course.config, gb, n, [student])]
+    for name in changed:
+        refresh_pages(course, name, [student])
+        _say(f"{name}: {student}'s late penalty changed; run `nbgrader generate_feedback {name}` "
+             "so that their feedback shows it")  # fmt: skip
+
+
+def _add_extension(sub: Any) -> None:
+    p = sub.add_parser(
+        "extension",
+        help=COMMANDS["extension"],
+        description="Extensions are often accommodations, which are private: they live in "
+        "extensions.csv in the course folder (student, assignment, hours, note), which the "
+        "course's .gitignore ignores and the student kit never holds, not in the tracked "
+        "nbgrader_config.py. The late policy (LatePolicy) reads it; a penalty already in the "
+        "gradebook is computed again at once.",
+    )
+    actions = p.add_subparsers(dest="action", required=True)
+    q = actions.add_parser("grant", help="grant (or change) a student's extension")
+    q.add_argument("student", help="nbgrader's student id")
+    q.add_argument("hours", type=float, help="the extension in hours (0 removes it)")
+    q.add_argument("--assignment", help="one assignment (default: every assignment)")
+    q.add_argument("--note", help="your own note (e.g. an accommodation); never shown to anyone")
+    _common(q)
+    q.set_defaults(func=_extension)
+    q = actions.add_parser("revoke", help="remove a student's extension")
+    q.add_argument("student", help="nbgrader's student id")
+    q.add_argument("--assignment", help="one assignment (default: the one for every assignment)")
+    _common(q)
+    q.set_defaults(func=_extension, note="")
+    q = actions.add_parser("list", help="the course's extensions")
+    _common(q)
+    q.set_defaults(func=_extension)
 
 
 def _add_export(sub: Any) -> None:
@@ -249,4 +328,5 @@ def _add_similarity(sub: Any) -> None:
 def add_parser(sub: Any, verb: str) -> None:
     """Declare ``coursepkg VERB``'s arguments on ``sub`` (argparse subparsers), one of
     :data:`COMMANDS`."""
-    {"export": _add_export, "regrade": _add_regrade, "similarity": _add_similarity}[verb](sub)
+    {"extension": _add_extension, "export": _add_export, "regrade": _add_regrade,
+     "similarity": _add_similarity}[verb](sub)  # fmt: skip
