@@ -61,7 +61,7 @@ def _export(args: argparse.Namespace) -> int:
     written = export(course.url, course.course_id, None if args.all else args.assignment,
                      args.format, out, mapping=mapping, parts=args.parts,
                      include_empty=args.include_empty,
-                     skip_unmapped=args.skip_unmapped)  # fmt: skip
+                     skip_unmapped=args.skip_unmapped, config=course.config)  # fmt: skip
     _say("\n".join(written.lines()))
     return 0
 

@@ -50,6 +50,7 @@ __all__ = [
     "in_course_time",
     "parse_due_date",
     "reassess_penalties",
+    "seconds_late",
 ]
 
 LATE_MARK = "**Late submission** (coursepkg grade)"
@@ -184,6 +185,25 @@ def reassess_penalties(
             nb.late_submission_penalty = new
     gb.db.commit()
     return sorted(changed)
+
+
+def seconds_late(config: Any, submission: Any) -> float:
+    """How late a submission is by the course's rules: after its due date, the gradebook's
+    extension and the policy's (:meth:`LatePolicy.extension_hours`, the extensions file too);
+    0 when on time. The grace period is the policy's to forgive, not counted here.
+
+    Args:
+        config: the course's traitlets configuration (None: the gradebook's extension only).
+        submission: an nbgrader ``SubmittedAssignment``.
+    """
+    late = float(submission.total_seconds_late or 0.0)
+    plugin = config.get("AssignLatePenalties", {}).get("plugin_class") if config else None
+    if late > 0 and plugin and str(plugin).endswith("LatePolicy"):
+        hours = LatePolicy(config=config).extension_hours(
+            submission.assignment.name, submission.student.id
+        )
+        late -= 3600 * hours
+    return max(0.0, late)
 
 
 def _span(seconds: float) -> str:
