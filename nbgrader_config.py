@@ -37,6 +37,9 @@ c.GenerateFeedback.preprocessors = [
     "coursepkg.grading.policy.late.LateNote",
     "coursepkg.grading.policy.regrade.RegradeNote",
 ]
+# The name regrade answers are signed with in the feedback (`coursepkg regrade answer --by`'s
+# default; without it, the login of whoever runs the command, "root" on some servers).
+# c.RegradeNote.answered_by = "Dr. Turing"
 
 # The late policy (applied by `coursepkg grade` and `nbgrader autograde`); uncomment and adapt.
 # Due dates: ISO 8601 with a zone ("2026-12-01 17:00 Europe/Berlin", "... UTC" or "...+01:00").

@@ -226,9 +226,13 @@ def _regrade(args: argparse.Namespace) -> int:
             _say(f"request {i}: {r.student}, {r.assignment} {r.part} ({r.status})")
         _say(f"dashboard: {course.root / 'reports' / 'dashboard.html'}")
     elif args.action == "answer":
-        who = args.by or os.environ.get("USER") or getpass.getuser()
+        signed = course.config.get("RegradeNote", {}).get("answered_by") or ""
+        who = args.by or signed.strip() or os.environ.get("USER") or getpass.getuser()
         answer(course, args.id, why=args.why, who=who, score=args.score)
-        _say(f"answered request {args.id}; the feedback of its student was made again")
+        _say(f"answered request {args.id} as {who!r}; the feedback of its student was made again")
+        if not (args.by or signed.strip()):
+            _say('(signed with your login; c.RegradeNote.answered_by = "..." in '
+                 "nbgrader_config.py, or --by, signs with the name students read)")  # fmt: skip
     else:
         found = requests(course.url, args.assignment)
         if not args.all and not any(r.status == "open" for r in found):
@@ -276,7 +280,11 @@ def _add_regrade(sub: Any) -> None:
     q.add_argument("id", type=int, help="the request's id (see `coursepkg regrade list`)")
     q.add_argument("--why", required=True, help="the answer's reason, shown to the student")
     q.add_argument("--score", type=float, help="the part's new score (default: unchanged)")
-    q.add_argument("--by", help="who answers (default: $USER)")
+    q.add_argument(
+        "--by",
+        help="who answers, as the student reads it (default: the config's "
+        "c.RegradeNote.answered_by, else your login)",
+    )
     _common(q)
     q.set_defaults(func=_regrade)
 
