@@ -37,6 +37,9 @@ c.GenerateFeedback.preprocessors = [
     "coursepkg.grading.policy.late.LateNote",
     "coursepkg.grading.policy.regrade.RegradeNote",
 ]
+# The name regrade answers are signed with in the feedback (`coursepkg regrade answer --by`'s
+# default; without it, the login of whoever runs the command, "root" on some servers).
+# c.RegradeNote.answered_by = "Dr. Turing"
 
 # The late policy (applied by `coursepkg grade` and `nbgrader autograde`); uncomment and adapt.
 # Due dates: ISO 8601 with a zone ("2026-12-01 17:00 Europe/Berlin", "... UTC" or "...+01:00").
@@ -45,7 +48,9 @@ c.GenerateFeedback.preprocessors = [
 # c.LatePolicy.grace_minutes = 15
 # c.LatePolicy.percent_per_day = 10
 # c.LatePolicy.max_percent = 50
-# c.LatePolicy.extensions = {"alice": 48, "ex01_attention": {"bob": 24}}  # hours
+# Extensions are often accommodations, which are private: not here (this file is tracked) but in
+# extensions.csv beside it, ignored by git and never in the student kit, written by
+# `coursepkg extension grant bob 24 --assignment ex01_attention` (docs/instructors.md).
 
 # Autograding: the longest one cell may run (the checks take seconds; a stuck notebook stops here).
 c.ExecutePreprocessor.timeout = 120

@@ -1,5 +1,5 @@
-"""The command line of the instructor's end of term: ``coursepkg export``, ``coursepkg
-regrade`` and ``coursepkg similarity``.
+"""The command line of the instructor's term: ``coursepkg extension``, ``coursepkg export``,
+``coursepkg regrade`` and ``coursepkg similarity``.
 
 Each command is a pair, ``_add_<verb>(sub)`` that declares its arguments and ``_<verb>(args)``
 that runs it (its exit status), as in every home of ``coursepkg``'s commands
@@ -17,6 +17,7 @@ __all__ = ["COMMANDS", "add_parser", "open_course"]
 
 #: The commands of this home and their line in ``coursepkg --help``.
 COMMANDS = {
+    "extension": "grant a student an extension, kept out of git (instructors)",
     "export": "write the grades as the CSV Canvas or Gradescope imports (instructors)",
     "regrade": "regrade requests: ask (students), record, list and answer (instructors)",
     "similarity": "rank pairs of submissions by how much code they share (instructors)",
@@ -60,7 +61,7 @@ def _export(args: argparse.Namespace) -> int:
     written = export(course.url, course.course_id, None if args.all else args.assignment,
                      args.format, out, mapping=mapping, parts=args.parts,
                      include_empty=args.include_empty,
-                     skip_unmapped=args.skip_unmapped)  # fmt: skip
+                     skip_unmapped=args.skip_unmapped, config=course.config)  # fmt: skip
     _say("\n".join(written.lines()))
     return 0
 
@@ -79,6 +80,84 @@ def _grades_now(course: Any, assignments: list[str] | None) -> None:
             _say(f"{name}: the reports of {', '.join(stale)} now show the grades given since "
                  "`coursepkg grade` (hand scores, late penalty); run `nbgrader "
                  f"generate_feedback {name}` so that their feedback does too")  # fmt: skip
+
+
+def _extension(args: argparse.Namespace) -> int:
+    from ..grading.classroom.gradebook import Course, database_url
+    from ..grading.policy.extensions import (
+        EXTENSIONS_FILE,
+        extensions_path,
+        grant_extension,
+        read_extensions,
+    )
+
+    root = Path(args.root).resolve()
+    if not (root / "nbgrader_config.py").is_file():
+        raise ValueError(f"{root} is not an nbgrader course directory (no nbgrader_config.py)")
+    db = args.db or (f"sqlite:///{root / 'gradebook.db'}" if (root / "gradebook.db").is_file()
+                     else None)  # fmt: skip
+    course = Course(root, database_url(db) if db else "")
+    name = course.config.get("LatePolicy", {}).get("extensions_file", EXTENSIONS_FILE)
+    path = extensions_path(course.config, name)
+    if args.action == "list":
+        found = read_extensions(path)
+        for key, value in sorted(found.items()):
+            for student, hours in sorted(value.items()) if isinstance(value, dict) else []:
+                _say(f"{student:<16} {hours:>6g} h  {key}")
+            if not isinstance(value, dict):
+                _say(f"{key:<16} {value:>6g} h  every assignment")
+        _say(f"{path}: {'no extension' if not found else 'ignored by git, never in the kit'}")
+        return 0
+    hours = 0.0 if args.action == "revoke" else args.hours
+    grant_extension(path, args.student, hours, args.assignment, args.note or "")
+    what = f"{args.assignment or 'every assignment'}"
+    _say(f"{args.student}: {f'{hours:g} hours' if hours else 'no extension'} for {what}, in {path}")
+    if db:  # penalties already recorded follow at once
+        _penalties_now(course, args.student, args.assignment)
+    return 0
+
+
+def _penalties_now(course: Any, student: str, assignment: str | None) -> None:
+    """After an extension changed: the student's late penalties computed again, and the pages
+    ``coursepkg grade`` wrote made again where the grade changed."""
+    from ..grading.policy.late import reassess_penalties
+    from ..grading.term.regrade import refresh_pages
+
+    with course.gradebook() as gb:
+        names = [a.name for a in gb.assignments if assignment in (None, a.name)]
+        changed = [n for n in names if reassess_penalties(course.config, gb, n, [student])]
+    for name in changed:
+        refresh_pages(course, name, [student])
+        _say(f"{name}: {student}'s late penalty changed; run `nbgrader generate_feedback {name}` "
+             "so that their feedback shows it")  # fmt: skip
+
+
+def _add_extension(sub: Any) -> None:
+    p = sub.add_parser(
+        "extension",
+        help=COMMANDS["extension"],
+        description="Extensions are often accommodations, which are private: they live in "
+        "extensions.csv in the course folder (student, assignment, hours, note), which the "
+        "course's .gitignore ignores and the student kit never holds, not in the tracked "
+        "nbgrader_config.py. The late policy (LatePolicy) reads it; a penalty already in the "
+        "gradebook is computed again at once.",
+    )
+    actions = p.add_subparsers(dest="action", required=True)
+    q = actions.add_parser("grant", help="grant (or change) a student's extension")
+    q.add_argument("student", help="nbgrader's student id")
+    q.add_argument("hours", type=float, help="the extension in hours (0 removes it)")
+    q.add_argument("--assignment", help="one assignment (default: every assignment)")
+    q.add_argument("--note", help="your own note (e.g. an accommodation); never shown to anyone")
+    _common(q)
+    q.set_defaults(func=_extension)
+    q = actions.add_parser("revoke", help="remove a student's extension")
+    q.add_argument("student", help="nbgrader's student id")
+    q.add_argument("--assignment", help="one assignment (default: the one for every assignment)")
+    _common(q)
+    q.set_defaults(func=_extension, note="")
+    q = actions.add_parser("list", help="the course's extensions")
+    _common(q)
+    q.set_defaults(func=_extension)
 
 
 def _add_export(sub: Any) -> None:
@@ -147,9 +226,13 @@ def _regrade(args: argparse.Namespace) -> int:
             _say(f"request {i}: {r.student}, {r.assignment} {r.part} ({r.status})")
         _say(f"dashboard: {course.root / 'reports' / 'dashboard.html'}")
     elif args.action == "answer":
-        who = args.by or os.environ.get("USER") or getpass.getuser()
+        signed = course.config.get("RegradeNote", {}).get("answered_by") or ""
+        who = args.by or signed.strip() or os.environ.get("USER") or getpass.getuser()
         answer(course, args.id, why=args.why, who=who, score=args.score)
-        _say(f"answered request {args.id}; the feedback of its student was made again")
+        _say(f"answered request {args.id} as {who!r}; the feedback of its student was made again")
+        if not (args.by or signed.strip()):
+            _say('(signed with your login; c.RegradeNote.answered_by = "..." in '
+                 "nbgrader_config.py, or --by, signs with the name students read)")  # fmt: skip
     else:
         found = requests(course.url, args.assignment)
         if not args.all and not any(r.status == "open" for r in found):
@@ -197,7 +280,11 @@ def _add_regrade(sub: Any) -> None:
     q.add_argument("id", type=int, help="the request's id (see `coursepkg regrade list`)")
     q.add_argument("--why", required=True, help="the answer's reason, shown to the student")
     q.add_argument("--score", type=float, help="the part's new score (default: unchanged)")
-    q.add_argument("--by", help="who answers (default: $USER)")
+    q.add_argument(
+        "--by",
+        help="who answers, as the student reads it (default: the config's "
+        "c.RegradeNote.answered_by, else your login)",
+    )
     _common(q)
     q.set_defaults(func=_regrade)
 
@@ -249,4 +336,5 @@ def _add_similarity(sub: Any) -> None:
 def add_parser(sub: Any, verb: str) -> None:
     """Declare ``coursepkg VERB``'s arguments on ``sub`` (argparse subparsers), one of
     :data:`COMMANDS`."""
-    {"export": _add_export, "regrade": _add_regrade, "similarity": _add_similarity}[verb](sub)
+    {"extension": _add_extension, "export": _add_export, "regrade": _add_regrade,
+     "similarity": _add_similarity}[verb](sub)  # fmt: skip

@@ -5,7 +5,9 @@
 TESTS``, model answers in manually graded cells); ``exercises/<id>/<id>.ipynb`` is its *release*,
 made by nbgrader's own ``generate_assignment`` converter. ``coursepkg release`` (or ``make
 release``) regenerates it; the test suite regenerates it in a temporary directory to show the
-committed release is current, and scans it for leaks with :func:`find_leaks`.
+committed release is current, and scans it for leaks with :func:`find_leaks`. Every released
+notebook states the assignment's AI-use policy under its title (:func:`ai_policy`: the course's
+``ai_policy.md``, else :data:`DEFAULT_AI_POLICY`).
 """
 
 from __future__ import annotations
@@ -25,13 +27,17 @@ from nbconvert.exporters import HTMLExporter
 from nbgrader.exchange.default.release_feedback import ExchangeReleaseFeedback
 
 __all__ = [
+    "AI_POLICY_FILE",
+    "DEFAULT_AI_POLICY",
     "FeedbackExporter",
     "ReleaseFeedback",
+    "ai_policy",
     "build_student_kit",
     "course_secret",
     "find_leaks",
     "generate_release",
     "hide_hidden_test_outputs",
+    "insert_ai_policy",
     "salt_hidden_seeds",
     "salted_seed",
     "secret_lines",
@@ -39,6 +45,20 @@ __all__ = [
 
 #: The course's secret, in the course folder (never committed, never in the student kit).
 SECRET_FILE = "course_secret.txt"
+#: The course's AI-use policy, in the course folder; ``ai_policy/<assignment>.md`` for one
+#: assignment's own.
+AI_POLICY_FILE = "ai_policy.md"
+#: The AI-use policy of a course that sets none (its release says it is the default).
+DEFAULT_AI_POLICY = (
+    "You may use AI assistants (chat models, code completion) as you would ask a tutor: to "
+    "explain an idea of the notes, an error message or a library function. The code and the "
+    "written answers you hand in must be your own work: do not give an AI tool this exercise, "
+    "its stubs or its checks to write the answer for you, and do not paste code or text that an "
+    "AI tool wrote into an answer cell. If an AI tool helped you, say which one and how in a "
+    "comment at the top of your answer (it costs no points). The checks grade what your code "
+    "does, and a person reads your written answers."
+)
+_AI_HEADING = "## AI-use policy for this assignment"
 
 _BLOCK = re.compile(
     r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END \1", flags=re.DOTALL
@@ -101,7 +121,60 @@ def generate_release(
     converter.force = True
     converter.start()
     pattern = f"{assignment}/*.ipynb"
-    return sorted((root / release).glob(pattern))
+    released = sorted((root / release).glob(pattern))
+    for notebook in released:
+        insert_ai_policy(notebook, *ai_policy(root, notebook.parent.name))
+    return released
+
+
+def ai_policy(root: str | Path, assignment: str | None = None) -> tuple[str, bool]:
+    """The AI-use policy students read in ``assignment``'s release (None: the course's).
+
+    ``ai_policy/<assignment>.md`` in the course folder is that assignment's own; else
+    ``ai_policy.md`` is the course's; else :data:`DEFAULT_AI_POLICY`.
+
+    Args:
+        root: the course folder.
+        assignment: the assignment id, or None for the course's policy.
+
+    Returns:
+        The text (Markdown) and whether it is the default.
+    """
+    root = Path(root)
+    own = [root / "ai_policy" / f"{assignment}.md"] if assignment else []
+    for path in [*own, root / AI_POLICY_FILE]:
+        if path.is_file() and path.read_text(encoding="utf-8").strip():
+            return path.read_text(encoding="utf-8").strip(), False
+    return DEFAULT_AI_POLICY, True
+
+
+def insert_ai_policy(notebook: str | Path, text: str, default: bool) -> None:
+    """Put the AI-use policy in a released notebook, in place: a locked Markdown cell after
+    the title (the first cell, when it is a heading), replacing one put there before.
+
+    Args:
+        notebook: the released notebook.
+        text: the policy (Markdown).
+        default: whether it is :data:`DEFAULT_AI_POLICY` (the cell then says so).
+    """
+    nb = nbformat.read(str(notebook), as_version=4)
+    nb.cells = [
+        c for c in nb.cells if "ai_policy" not in c.get("metadata", {}).get("coursepkg", {})
+    ]
+    note = (
+        "\n\n*This is the course's default policy (coursepkg's): your instructor has not set one "
+        "of their own.*" if default else ""
+    )  # fmt: skip
+    cell = nbformat.v4.new_markdown_cell(f"{_AI_HEADING}\n\n{text}{note}")
+    cell.metadata.update(deletable=False, editable=False,
+                         coursepkg={"ai_policy": "default" if default else "course"})  # fmt: skip
+    if nb.get("nbformat_minor", 0) >= 5:
+        cell["id"] = "ai-use-policy"  # the same in every release (nbformat's would be random)
+    else:
+        cell.pop("id", None)
+    titled = bool(nb.cells) and nb.cells[0].cell_type == "markdown"
+    nb.cells.insert(1 if titled and nb.cells[0].source.startswith("#") else 0, cell)
+    nbformat.write(nb, str(notebook))
 
 
 def secret_lines(source_notebook: str | Path) -> list[str]:
@@ -248,6 +321,12 @@ instructor names, for the Assignment List):
 Fill in the cells marked `# YOUR CODE HERE`; `.venv/bin/coursepkg check
 exercises/<id>/<id>.ipynb` runs a notebook as the grader will and lists the visible tests. The
 hidden tests, the solutions and the model answers are not here: they stay with the instructor.
+
+## AI-use policy
+
+{policy}
+
+Each notebook states the policy of its assignment again, under its title.
 """
 
 
@@ -308,7 +387,9 @@ def build_student_kit(root: str | Path, out: str | Path, *, release: str = "exer
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as kit:
         for name, path in files.items():
             kit.write(path, f"{top}/{name}")
-        readme = _KIT_README.format(name=top, count=len(notebooks))
+        policy, default = ai_policy(root)
+        policy += "\n\n*This is the course's default policy (coursepkg's).*" if default else ""
+        readme = _KIT_README.format(name=top, count=len(notebooks), policy=policy)
         kit.writestr(f"{top}/STUDENTS.md", readme)
     with zipfile.ZipFile(out) as kit:
         names = [n.split("/", 1)[1] for n in kit.namelist()]

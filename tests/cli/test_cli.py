@@ -36,6 +36,7 @@ VERBS = [
     "release",
     "grade",
     "kit",
+    "extension",
     "export",
     "regrade",
     "similarity",

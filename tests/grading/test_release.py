@@ -1,6 +1,7 @@
 """What keeps the hidden tests hidden, on notebooks: the feedback's outputs of a hidden-test
 cell (:func:`~coursepkg.grading.release.hide_hidden_test_outputs`) and the seeds salted with the
-course's secret (:func:`~coursepkg.grading.release.salt_hidden_seeds`).
+course's secret (:func:`~coursepkg.grading.release.salt_hidden_seeds`), and the AI-use policy
+every release states (:func:`~coursepkg.grading.release.ai_policy`), in the notebook and the kit.
 
 The graded notebooks whose answers raise, do not parse or rename the function are in
 ``term/test_course.py`` (their feedback, made by ``coursepkg grade``); the kit is built in
@@ -10,6 +11,9 @@ The graded notebooks whose answers raise, do not parse or rename the function ar
 from __future__ import annotations
 
 import re
+import shutil
+import zipfile
+from pathlib import Path
 
 import nbformat
 from hypothesis import given, settings
@@ -17,12 +21,16 @@ from hypothesis import strategies as st
 
 from coursepkg.grading.classroom.preprocessors import HideHiddenTestOutputs
 from coursepkg.grading.release import (
+    DEFAULT_AI_POLICY,
+    build_student_kit,
     course_secret,
+    generate_release,
     hide_hidden_test_outputs,
     salt_hidden_seeds,
     salted_seed,
 )
 
+ROOT = Path(__file__).resolve().parents[2]
 HIDDEN = (
     "# Hidden tests: run when your notebook is graded.\n### BEGIN HIDDEN TESTS\n"
     "check_additive_score(additive_score, thorough=True, seed=13)\n"
@@ -90,3 +98,57 @@ def test_the_course_secret_is_made_once_and_kept(tmp_path):
     made = course_secret(tmp_path, create=True)
     assert len(made) == 32 and course_secret(tmp_path, create=True) == made
     assert (tmp_path / "course_secret.txt").stat().st_mode & 0o077 == 0  # the owner's only
+
+
+# ---------------------------------------------------------------- the AI-use policy (issue 62)
+
+AID = "ex01_attention"
+
+
+def _release_one(root: Path) -> nbformat.NotebookNode:
+    if not (root / "solutions").is_dir():
+        shutil.copytree(ROOT / "solutions" / AID, root / "solutions" / AID)
+    (notebook,) = generate_release(root, AID)
+    return nbformat.read(str(notebook), as_version=4)
+
+
+def _policy_cells(nb: nbformat.NotebookNode) -> list:
+    return [c for c in nb.cells if "ai_policy" in c.metadata.get("coursepkg", {})]
+
+
+def test_every_release_states_the_default_ai_policy_under_its_title(tmp_path):
+    nb = _release_one(tmp_path)
+    (cell,) = _policy_cells(nb)
+    assert nb.cells.index(cell) == 1 and nb.cells[0].source.startswith("# Assignment ex01")
+    assert cell.source.startswith("## AI-use policy for this assignment")
+    assert DEFAULT_AI_POLICY in cell.source and "the course's default policy" in cell.source
+    assert cell.metadata["editable"] is False and cell.metadata["deletable"] is False
+    committed = nbformat.read(str(ROOT / "exercises" / AID / f"{AID}.ipynb"), as_version=4)
+    assert [c.source for c in _policy_cells(committed)] == [cell.source]
+
+
+def test_the_courses_own_ai_policy_replaces_the_default_in_the_release_and_the_kit(tmp_path):
+    (tmp_path / "ai_policy.md").write_text("No AI tools at all in this course.\n")
+    (cell,) = _policy_cells(_release_one(tmp_path))
+    assert "No AI tools at all in this course." in cell.source
+    assert DEFAULT_AI_POLICY not in cell.source and "default" not in cell.source
+    (tmp_path / "ai_policy").mkdir()
+    (tmp_path / "ai_policy" / f"{AID}.md").write_text("Any tool, cited, for this one.")
+    (cell,) = _policy_cells(_release_one(tmp_path))  # released again: one cell, the new text
+    assert "Any tool, cited, for this one." in cell.source and "No AI" not in cell.source
+    (tmp_path / "extensions.csv").write_text("student,assignment,hours,note\ndave,,24,private\n")
+    kit = build_student_kit(tmp_path, tmp_path / "dist" / "kit.zip")
+    with zipfile.ZipFile(kit["path"]) as z:
+        names = [n.split("/", 1)[1] for n in z.namelist()]
+        students = z.read("kit/STUDENTS.md").decode()
+        released = z.read(f"kit/exercises/{AID}/{AID}.ipynb").decode()
+    assert "## AI-use policy\n\nNo AI tools at all in this course." in students
+    assert "Any tool, cited, for this one." in released
+    assert not [n for n in names if n.endswith("extensions.csv") or n.startswith("solutions/")]
+
+
+def test_the_instructors_guide_states_the_default_ai_policy_word_for_word():
+    guide = (ROOT / "docs" / "instructors.md").read_text(encoding="utf-8")
+    section = guide.split("### The AI-use policy", 1)[1].split("\n#", 1)[0]
+    quoted = " ".join(line[2:] for line in section.splitlines() if line.startswith("> "))
+    assert quoted == DEFAULT_AI_POLICY

@@ -10,6 +10,8 @@ notebook, from the submission's timestamp and the assignment's due date in the g
     c.LatePolicy.percent_per_day = 10      # of the points earned, per started day late
     c.LatePolicy.max_percent = 50          # the penalty's cap
     c.LatePolicy.extensions = {"alice": 48, "ex06_training": {"bob": 24}}  # hours
+    # private ones: extensions.csv in the course folder (ignored by git), written by
+    # `coursepkg extension grant bob 24 --assignment ex06_training`: see .extensions
 
 A submission is late by the time between the due date (plus any extension: the policy's, and
 one granted in nbgrader's gradebook) and its timestamp (``timestamp.txt``, written by
@@ -32,7 +34,9 @@ from typing import Any
 
 from nbgrader.plugins import LateSubmissionPlugin
 from nbgrader.preprocessors import NbGraderPreprocessor
-from traitlets import Dict, Float, List
+from traitlets import Dict, Float, List, Unicode
+
+from .extensions import EXTENSIONS_FILE, extensions_path, read_extensions
 
 __all__ = [
     "LateNote",
@@ -46,6 +50,7 @@ __all__ = [
     "in_course_time",
     "parse_due_date",
     "reassess_penalties",
+    "seconds_late",
 ]
 
 LATE_MARK = "**Late submission** (coursepkg grade)"
@@ -65,6 +70,11 @@ class LatePolicy(LateSubmissionPlugin):
         help="extensions in hours: {student: hours} for every assignment, or {assignment: "
         "{student: hours}} for one (the assignment's entry wins)"
     ).tag(config=True)
+    extensions_file = Unicode(
+        EXTENSIONS_FILE,
+        help="the course's private extensions (student, assignment, hours, note), relative to "
+        "the course folder and ignored by git; its entries win over `extensions`'",
+    ).tag(config=True)
     due_dates = Dict(
         help="{assignment: due date}, ISO 8601 with a zone: '2026-11-20 17:00 UTC', "
         "'2026-11-20 17:00 Europe/Berlin' or '2026-11-20T17:00+01:00'; written into the "
@@ -72,12 +82,19 @@ class LatePolicy(LateSubmissionPlugin):
     ).tag(config=True)
 
     def extension_hours(self, assignment: str | None, student: str) -> float:
-        """The policy's extension of ``student`` for ``assignment``, in hours."""
-        per_assignment = self.extensions.get(assignment)
-        if isinstance(per_assignment, dict) and student in per_assignment:
-            return float(per_assignment[student])
-        value = self.extensions.get(student)
-        return float(value) if isinstance(value, int | float) else 0.0
+        """The policy's extension of ``student`` for ``assignment``, in hours: the extensions
+        file's (:mod:`.extensions`) or else the ``extensions`` setting's, an assignment's own
+        entry before one for every assignment."""
+        private = read_extensions(extensions_path(self.config, self.extensions_file))
+        for table in (private, self.extensions):
+            per_assignment = table.get(assignment)
+            if isinstance(per_assignment, dict) and student in per_assignment:
+                return float(per_assignment[student])
+        for table in (private, self.extensions):
+            value = table.get(student)
+            if isinstance(value, int | float):
+                return float(value)
+        return 0.0
 
     def days_late(self, assignment: str | None, student: str, seconds_late: float) -> int:
         """Started days late after the extension, or 0 within the grace period."""
@@ -168,6 +185,25 @@ def reassess_penalties(
             nb.late_submission_penalty = new
     gb.db.commit()
     return sorted(changed)
+
+
+def seconds_late(config: Any, submission: Any) -> float:
+    """How late a submission is by the course's rules: after its due date, the gradebook's
+    extension and the policy's (:meth:`LatePolicy.extension_hours`, the extensions file too);
+    0 when on time. The grace period is the policy's to forgive, not counted here.
+
+    Args:
+        config: the course's traitlets configuration (None: the gradebook's extension only).
+        submission: an nbgrader ``SubmittedAssignment``.
+    """
+    late = float(submission.total_seconds_late or 0.0)
+    plugin = config.get("AssignLatePenalties", {}).get("plugin_class") if config else None
+    if late > 0 and plugin and str(plugin).endswith("LatePolicy"):
+        hours = LatePolicy(config=config).extension_hours(
+            submission.assignment.name, submission.student.id
+        )
+        late -= 3600 * hours
+    return max(0.0, late)
 
 
 def _span(seconds: float) -> str:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from nbgrader.preprocessors import NbGraderPreprocessor
-from traitlets import List
+from traitlets import List, Unicode
 
 from .late import reassess_penalties
 
@@ -320,8 +320,19 @@ def reapply(course: Any, assignment: str, student: str) -> bool:
     return True
 
 
+#: What the reason's box does as the student types: the request file its link downloads (the
+#: link's own data URL, UTF-8 JSON in base64) gets the reason.
+_FILL_REASON = (
+    "var a=this.parentNode.querySelector('a');var h=a.getAttribute('href').split(',');"
+    "var d=JSON.parse(decodeURIComponent(escape(atob(h[1]))));d.reason=this.value.trim();"
+    "a.setAttribute('href',h[0]+','+btoa(unescape(encodeURIComponent(JSON.stringify(d)))));"
+)
+
+
 def _request_link(assignment: str, student: str, part: str) -> str:
-    """An HTML link that downloads a request file for ``part`` (the reason left to write)."""
+    """A box for the reason and an HTML link that downloads a request file for ``part``: what
+    is typed in the box becomes the file's reason (without JavaScript the reason is left empty,
+    to write in the file)."""
     import base64
     import html
 
@@ -329,7 +340,11 @@ def _request_link(assignment: str, student: str, part: str) -> str:
     packed = base64.b64encode(json.dumps(data, separators=(",", ":")).encode()).decode()
     href = "data:application/json;base64," + packed
     name = f"regrade-{student}-{assignment}-{part}.json"  # two students' files never collide
-    return f'<a download="{html.escape(name)}" href="{html.escape(href)}">{html.escape(part)}</a>'
+    box = (f'<textarea class="regrade-reason" rows="2" cols="60" aria-label="your reason for '
+           f'{html.escape(part)}" placeholder="Why this part deserves another look" '
+           f'oninput="{html.escape(_FILL_REASON)}"></textarea>')  # fmt: skip
+    link = f'<a download="{html.escape(name)}" href="{html.escape(href)}">{html.escape(part)}</a>'
+    return f'<span class="regrade-request">{box} {link}</span>'
 
 
 def feedback_text(found: list[Request], assignment: str, student: str, parts: list[str]) -> str:
@@ -349,11 +364,12 @@ def feedback_text(found: list[Request], assignment: str, student: str, parts: li
     lines += [
         "" if found else "You have asked for no regrade of this assignment.",
         "",
-        "To ask for a regrade of one part, run `coursepkg regrade request "
-        f"{assignment} PART --student {student} --reason \"...\"` and send the file it writes to "
-        "your instructor; or download the request file of that part here, write your reason in "
-        "its `reason` field and send it: " + ", ".join(_request_link(assignment, student, p)
-                                                        for p in parts) + ".",
+        "To ask for a regrade of one part, write your reason in the box beside it below, click "
+        "the part's name to download its request file, and send that file to your instructor "
+        "(or run `coursepkg regrade request "
+        f"{assignment} PART --student {student} --reason \"...\"`, which writes the same file):",
+        "",
+        *(f"- {_request_link(assignment, student, p)}" for p in parts),
     ]  # fmt: skip
     return "\n".join(lines)
 
@@ -364,6 +380,11 @@ class RegradeNote(NbGraderPreprocessor):
     # nbconvert hands every preprocessor its display_data_priority setting; declared as a
     # setting here (nbgrader's base has it as a plain trait), it is taken without a warning.
     display_data_priority = List(NbGraderPreprocessor().display_data_priority).tag(config=True)
+    answered_by = Unicode(
+        "",
+        help="the name regrade answers are signed with (`coursepkg regrade answer`'s --by "
+        "default), as students read it in their feedback; empty: the instructor's login",
+    ).tag(config=True)
 
     def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
         import nbformat

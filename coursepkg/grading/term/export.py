@@ -4,14 +4,18 @@ the CSV file a learning platform imports.
 * ``canvas``: Canvas's gradebook layout: ``Student, ID, SIS User ID, SIS Login ID, Section``,
   then one column per assignment (and per graded part), and a ``Points Possible`` row under
   the header, as Canvas's own gradebook export writes it and its import reads it.
-* ``gradescope``: Gradescope's layout: ``First Name, Last Name, SID, Email``, then per column
-  the score and its ``- Max Points``, as Gradescope's grade download writes it. Gradescope
-  itself imports no grades from a file; this is for what reads its downloads.
+* ``gradescope``: Gradescope's layout: ``First Name, Last Name, SID, Email``, then per
+  assignment the score, ``- Max Points``, ``- Submission Time`` and ``- Lateness (H:M:S)``
+  (after the extensions), and ``Total Lateness (H:M:S)`` last, as Gradescope's grade download
+  writes it (a part has its score and ``- Max Points`` only). Gradescope itself imports no grades
+  from a file; this is for what reads its downloads.
 * ``csv``: ``student_id`` and the same score columns, for anything else.
 
 The score is nbgrader's: the points (hand grades and answered regrade requests included) less
 the late penalty, never below 0; a student with no submission scores 0, as in ``nbgrader
-export``. Students are matched to the platform's ids by a mapping file (:func:`read_mapping`).
+export``. With the parts, a ``<assignment>: late penalty`` column (0 points possible) holds the
+points the penalty took off, negative, so that the parts and it add up to the score. Students
+are matched to the platform's ids by a mapping file (:func:`read_mapping`).
 
 Without named assignments, only those with at least one submission are written (an assignment
 released into the gradebook but never handed in would be a column of zeros, which a platform's
@@ -26,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..policy.late import final_score
+from ..policy.late import final_score, seconds_late
 
 __all__ = [
     "CANVAS_IDENTITY",
@@ -52,6 +56,8 @@ class Column:
     title: str
     max_points: float
     scores: dict[str, float] = field(default_factory=dict)  # student id -> points
+    # an assignment's own column: student id -> (handed in, UTC; seconds late after extensions)
+    handed_in: dict[str, tuple[Any, float]] | None = None
 
 
 @dataclass
@@ -125,14 +131,16 @@ def read_mapping(path: str | Path, id_column: str = "student_id") -> dict[str, d
     return mapping
 
 
-def _columns(gb: Any, assignments: list[str], parts: bool) -> list[Column]:
-    """One column per assignment (nbgrader's final score), then its parts if asked."""
+def _columns(gb: Any, assignments: list[str], parts: bool, config: Any = None) -> list[Column]:
+    """One column per assignment (nbgrader's final score, with when each student handed it
+    in), then its parts and the late penalty if asked."""
     from nbgrader.api import MissingEntry
 
     columns = []
     for name in assignments:
         assignment = gb.find_assignment(name)
-        total = Column(name, float(assignment.max_score))
+        total = Column(name, float(assignment.max_score), handed_in={})
+        penalty = Column(f"{name}: late penalty", 0.0)
         cells: dict[str, Column] = {}
         for nb in assignment.notebooks:
             for cell in nb.grade_cells:
@@ -146,13 +154,40 @@ def _columns(gb: Any, assignments: list[str], parts: bool) -> list[Column]:
                 total.scores[student.id] = 0.0
                 continue
             total.scores[student.id] = final_score(sub)
+            total.handed_in[student.id] = (sub.timestamp, seconds_late(config, sub))
+            penalty.scores[student.id] = final_score(sub) - float(sub.score)  # <= 0
             for nb in sub.notebooks:
                 for grade in nb.grades:
                     cells[f"{nb.name}/{grade.name}"].scores[student.id] = float(grade.score)
         columns.append(total)
         if parts:
-            columns.extend(cells.values())
+            columns.extend([*cells.values(), penalty])
     return columns
+
+
+def _hms(seconds: float) -> str:
+    """Gradescope's lateness: hours (any number), minutes, seconds."""
+    hours, rest = divmod(int(round(seconds)), 3600)
+    return f"{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
+
+
+def _cells(fmt: str, columns: list[Column], sid: str) -> list[str]:
+    """A student's score cells (Gradescope's: with the maximum, and for an assignment when it
+    was handed in and how late, then the total lateness)."""
+    cells: list[str] = []
+    total = 0.0
+    for c in columns:
+        score = f"{c.scores.get(sid, 0.0):g}"
+        if fmt != "gradescope":
+            cells.append(score)
+            continue
+        cells.extend([score, f"{c.max_points:g}"])
+        if c.handed_in is not None:
+            when, late = c.handed_in.get(sid, (None, 0.0))
+            total += late
+            stamp = f"{when:%Y-%m-%d %H:%M:%S} +0000" if when is not None else ""
+            cells.extend([stamp, _hms(late) if when is not None else ""])
+    return [*cells, _hms(total)] if fmt == "gradescope" else cells
 
 
 def _identity(fmt: str, sid: str, known: dict[str, str], student: Any) -> list[str]:
@@ -174,8 +209,10 @@ def _header(fmt: str, columns: list[Column], extra: list[str]) -> list[list[str]
             ["Points Possible", "", "", "", "", *(f"{c.max_points:g}" for c in columns)],
         ]
     if fmt == "gradescope":
-        titles = [t for c in columns for t in (c.title, f"{c.title} - Max Points")]
-        return [[*GRADESCOPE_IDENTITY, *titles]]
+        titles = [t for c in columns for t in (c.title, f"{c.title} - Max Points") + (
+            (f"{c.title} - Submission Time", f"{c.title} - Lateness (H:M:S)")
+            if c.handed_in is not None else ())]  # fmt: skip
+        return [[*GRADESCOPE_IDENTITY, *titles, "Total Lateness (H:M:S)"]]
     return [["student_id", *extra, *(c.title for c in columns)]]
 
 
@@ -252,6 +289,7 @@ def export(
     parts: bool = False,
     include_empty: bool = False,
     skip_unmapped: bool = False,
+    config: Any = None,
 ) -> Exported:
     """Write the grades of ``assignments`` as ``fmt``.
 
@@ -267,6 +305,8 @@ def export(
         include_empty: with ``assignments=None``, also the assignments nobody handed in.
         skip_unmapped: leave out (and list) the gradebook's students the mapping lacks,
             instead of an error (a student who dropped the course).
+        config: the course's configuration, whose late policy's extensions (the extensions
+            file's too) the lateness columns count (None: the gradebook's extensions only).
 
     Returns:
         What was written and what was left out (:class:`Exported`).
@@ -284,7 +324,7 @@ def export(
         students = {s.id: s for s in gb.students}
         warnings = _check_mapping(fmt, sorted(students), mapping, skip_unmapped)
         unmapped = sorted(set(students) - set(mapping)) if mapping is not None else []
-        columns = _columns(gb, chosen, parts)
+        columns = _columns(gb, chosen, parts, config)
         extra = sorted({k for row in (mapping or {}).values() for k in row}) if fmt == "csv" else []
         rows = _header(fmt, columns, extra)
         everyone = sorted((set(students) - set(unmapped)) | set(mapping or {}))
@@ -294,10 +334,7 @@ def export(
                 student = gb.find_student(sid)
             except MissingEntry:
                 student = None
-            cells = []
-            for c in columns:
-                score = f"{c.scores.get(sid, 0.0):g}"
-                cells.extend([score, f"{c.max_points:g}"] if fmt == "gradescope" else [score])
+            cells = _cells(fmt, columns, sid)
             identity = _identity(fmt, sid, known_ids, student)
             rows.append([*identity, *(known_ids.get(k, "") for k in extra), *cells])
     out = Path(to)

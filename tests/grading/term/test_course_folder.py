@@ -5,11 +5,12 @@ commit.
 
 The commands are the guide's, in its order: ``coursepkg release``, a submission as ``nbgrader
 collect`` leaves it, ``coursepkg grade``, a regrade request recorded and answered (``grades.csv``
-follows at once), a roster and ``coursepkg export`` for Canvas, and the student kit
+follows at once), a roster and ``coursepkg export`` for Canvas, an extension (``coursepkg
+extension``, often an accommodation), and the student kit
 (``coursepkg kit``), which holds the package and the release but nothing of ``solutions/``.
 Every file they write that holds a student's name, work or grade (``gradebook.db``,
 ``submitted/``, ``autograded/``, ``feedback/``, ``reports/``, the roster, the request, the
-export) must be ignored; ``git status`` may list only the course's own files.
+export, the extensions) must be ignored; ``git status`` may list only the course's own files.
 """
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ def test_a_term_in_a_fresh_course_folder_leaves_no_student_file_for_git(tmp_path
     assert "no open requests (1 answered" in _run(course, "coursepkg", "regrade", "list")
     (course / "roster.csv").write_text(ROSTER, encoding="utf-8")
     _run(course, "coursepkg", "export", "--all", "--format", "canvas", "--mapping", "roster.csv")
+    # an extension, often an accommodation, is the instructor's alone (issue 62, Q4)
+    said = _run(course, "coursepkg", "extension", "grant", "ada", "24", "--assignment", AID,
+                "--note", "accommodation")  # fmt: skip
+    assert f"ada: 24 hours for {AID}" in said
     # the release wrote the course's secret (which salted the hidden seeds: the solution still
     # earned every point), for the instructor alone; the student kit holds none of it
     assert oct((course / "course_secret.txt").stat().st_mode & 0o777) == "0o600"
@@ -90,11 +95,16 @@ def test_a_term_in_a_fresh_course_folder_leaves_no_student_file_for_git(tmp_path
         or n.startswith(("gradebook", "submitted/", "autograded/", "feedback/", "reports/"))
     ]
     assert b"BEGIN HIDDEN TESTS" not in text and b"thorough=True, seed=" not in text
+    assert b"## AI-use policy for this assignment" in text  # the default, stated (issue 62)
+    with zipfile.ZipFile(course / "dist" / "coursepkg-student-kit.zip") as kit:
+        students = kit.read("coursepkg-student-kit/STUDENTS.md").decode()
+    assert "## AI-use policy" in students and "extensions.csv" not in names
 
     written = ["gradebook.db", "submitted/ada", "autograded/ada", "feedback/ada",
                f"reports/{AID}/ada.json", f"reports/{AID}/grades.csv", "reports/dashboard.html",
                "reports/export-canvas.csv", "roster.csv", f"regrade-ada-{AID}-{PART}.json",
-               "course_secret.txt", "dist/coursepkg-student-kit.zip"]  # fmt: skip
+               "course_secret.txt", "dist/coursepkg-student-kit.zip",
+               "extensions.csv"]  # fmt: skip
     assert [p for p in written if not (course / p).exists()] == []  # the term did write them
     status = _run(course, "git", "status", "--porcelain", "--untracked-files=all")
     listed = [line[3:] for line in status.splitlines()]

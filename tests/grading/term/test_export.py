@@ -125,14 +125,16 @@ def test_canvas_layout_and_scores(gradebook, tmp_path):
     assert rows[1][1:CANVAS_IDENTITY_COLUMNS] == documented[2][1:CANVAS_IDENTITY_COLUMNS]
     titles = rows[0][CANVAS_IDENTITY_COLUMNS:]
     assert titles == ["ex01_attention", "ex01_attention: test_a", "ex01_attention: test_b",
-                      "ex03_positions", "ex03_positions: test_pe"]  # fmt: skip
-    assert [float(x) for x in rows[1][CANVAS_IDENTITY_COLUMNS:]] == [5, 2, 3, 4, 4]
+                      "ex01_attention: late penalty", "ex03_positions",
+                      "ex03_positions: test_pe", "ex03_positions: late penalty"]  # fmt: skip
+    assert [float(x) for x in rows[1][CANVAS_IDENTITY_COLUMNS:]] == [5, 2, 3, 0, 4, 4, 0]
     students = _by_student(rows[2:], 3)  # by SIS Login ID
     assert students["aliddell"][:5] == ["Liddell, Alice", "101", "A001", "aliddell", "S1"]
     score = {k: [float(x) for x in v[CANVAS_IDENTITY_COLUMNS:]] for k, v in students.items()}
-    assert score["aliddell"] == [5, 2, 3, 4, 4]
-    assert score["bdylan"] == [1.0, 1, 0.5, 2.5, 2.5]  # 1.5 points less the 0.5 penalty
-    assert score["cking"] == [0, 0, 1, 0, 0]  # penalty capped at the score; no ex03: 0
+    assert score["aliddell"] == [5, 2, 3, 0, 4, 4, 0]
+    # 1.5 points less the 0.5 penalty; the parts and the penalty add up to the score (issue 62, P7)
+    assert score["bdylan"] == [1.0, 1, 0.5, -0.5, 2.5, 2.5, 0]
+    assert score["cking"] == [0, 0, 1, -1, 0, 0, 0]  # penalty capped at the score; no ex03: 0
 
 
 def test_gradescope_layout_and_scores(gradebook, tmp_path):
@@ -145,13 +147,16 @@ def test_gradescope_layout_and_scores(gradebook, tmp_path):
     # After the identity columns, Gradescope gives a score and then "<title> - Max Points".
     first = documented[GRADESCOPE_IDENTITY_COLUMNS]
     assert documented[GRADESCOPE_IDENTITY_COLUMNS + 1] == f"{first} - Max Points"
+    # then "- Submission Time" and "- Lateness (H:M:S)", and the total lateness last (P7)
+    suffixes = [t.removeprefix(first) for t in documented[GRADESCOPE_IDENTITY_COLUMNS:][:4]]
     assert rows[0][GRADESCOPE_IDENTITY_COLUMNS:] == [
-        "ex03_positions",
-        "ex03_positions - Max Points",
-    ]
+        f"ex03_positions{suffix}" for suffix in suffixes
+    ] + [documented[-1]]
+    assert documented[-1] == "Total Lateness (H:M:S)"
     students = _by_student(rows[1:], 2)
-    assert students["A002"] == ["Bob", "Dylan", "A002", "bob@example.edu", "2.5", "4"]
-    assert students["A003"][4:] == ["0", "4"]
+    assert students["A002"] == ["Bob", "Dylan", "A002", "bob@example.edu", "2.5", "4",
+                                "2026-11-20 12:00:00 +0000", "00:00:00", "00:00:00"]  # fmt: skip
+    assert students["A003"][4:] == ["0", "4", "", "", "00:00:00"]  # never handed in
 
 
 @pytest.mark.slow  # runs `coursepkg export` three times, each a new process importing torch
@@ -190,6 +195,49 @@ def test_the_command_line_writes_the_file_and_a_missing_student_is_a_clear_error
     run = processes.run([str(BIN / "coursepkg"), "export", "ex09", "--format", "csv", "--root",
                           str(course)], idle=120)  # fmt: skip
     assert run.returncode == 2 and "no assignment 'ex09'" in run.stderr
+
+
+def test_gradescope_says_how_late_after_the_extensions_and_the_parts_add_up(tmp_path):
+    """Bob hands ex01 in 30 h late with a 24 h extension in the course's private file: 6 h late,
+    one started day, 10% of his 5 points (issue 62, P7 and Q4)."""
+    from nbgrader.api import Gradebook
+    from traitlets.config import Config
+
+    from coursepkg.grading.policy.extensions import grant_extension
+
+    url = database_url(real_parts.new_sqlite_gradebook(tmp_path / "gradebook.db"))
+    _fill(url, {("bob", "ex01_attention"): ([2.0, 3.0], 0.0)})
+    due = datetime.datetime(2026, 11, 20, 12, 0)
+    with Gradebook(url, COURSE) as gb:
+        gb.update_or_create_assignment("ex01_attention", duedate=due)
+        sub = gb.find_submission("ex01_attention", "bob")
+        sub.timestamp = due + datetime.timedelta(hours=30)
+        sub.notebooks[0].late_submission_penalty = 0.5
+        gb.db.commit()
+    config = Config()
+    config.CourseDirectory.root = str(tmp_path)
+    config.AssignLatePenalties.plugin_class = "coursepkg.grading.policy.late.LatePolicy"
+    grant_extension(tmp_path / "extensions.csv", "bob", 24, "ex01_attention")
+    mapping = tmp_path / "roster.csv"
+    mapping.write_text(MAPPING, encoding="utf-8")
+    out = export(url, COURSE, ["ex01_attention"], "gradescope", tmp_path / "gs.csv",
+                 mapping=read_mapping(mapping), parts=True, config=config).path  # fmt: skip
+    rows = _read(out)
+    header, bob = rows[0], _by_student(rows[1:], 2)["A002"]
+    row = dict(zip(header, bob, strict=True))
+    assert row["ex01_attention - Submission Time"] == "2026-11-21 18:00:00 +0000"
+    assert row["ex01_attention - Lateness (H:M:S)"] == "06:00:00"
+    assert row["Total Lateness (H:M:S)"] == "06:00:00"
+    assert row["ex01_attention: late penalty - Max Points"] == "0"
+    parts = ["ex01_attention: test_a", "ex01_attention: test_b", "ex01_attention: late penalty"]
+    assert [float(row[p]) for p in parts] == [2, 3, -0.5]
+    assert sum(float(row[p]) for p in parts) == float(row["ex01_attention"]) == 4.5
+    assert "ex01_attention: test_a - Submission Time" not in header  # an assignment's only
+    without = export(url, COURSE, ["ex01_attention"], "gradescope", tmp_path / "g2.csv",
+                     mapping=read_mapping(mapping)).path  # fmt: skip
+    rows = _read(without)
+    row = dict(zip(rows[0], _by_student(rows[1:], 2)["A002"], strict=True))
+    assert row["ex01_attention - Lateness (H:M:S)"] == "30:00:00"  # no extension known there
 
 
 def test_the_exported_score_is_the_points_less_the_penalty_never_below_zero(tmp_path):
