@@ -41,6 +41,9 @@ check_training_state           ``TrainingState`` (capture, restore)        ex13_
 check_sft_loss                 ``sft_loss``                                ex14_post_training
 check_lora_linear              ``LoRALinear``                              ex14_post_training
 check_dpo_loss                 ``dpo_loss``                                ex14_post_training
+check_token_entropy            ``token_entropy``                           ex14_post_training
+check_masked_mean              ``masked_mean``                             ex14_post_training
+check_grpo_clip_loss           ``grpo_clip_loss``                          ex14_post_training
 check_group_advantages         ``group_advantages``                        ex14_post_training
 check_grpo_loss                ``grpo_loss``                               ex14_post_training
 check_naive_ddp                ``NaiveDDP`` (broadcast, average)           ex15_data_parallel
@@ -90,9 +93,12 @@ from .checks.ex13_training_pieces import (
 from .checks.ex14_post_training import (
     check_dpo_loss,
     check_group_advantages,
+    check_grpo_clip_loss,
     check_grpo_loss,
     check_lora_linear,
+    check_masked_mean,
     check_sft_loss,
+    check_token_entropy,
 )
 from .checks.ex15_data_parallel import (
     check_bucketed_ddp,
@@ -135,12 +141,14 @@ __all__ = [
     "check_feed_forward",
     "check_greedy_decode",
     "check_group_advantages",
+    "check_grpo_clip_loss",
     "check_grpo_loss",
     "check_grouped_query_attention",
     "check_label_smoothing",
     "check_layer_norm",
     "check_load_balancing_loss",
     "check_lora_linear",
+    "check_masked_mean",
     "check_modern_block",
     "check_multi_head_attention",
     "check_naive_ddp",
@@ -154,6 +162,7 @@ __all__ = [
     "check_sharded_adamw",
     "check_sft_loss",
     "check_swiglu",
+    "check_token_entropy",
     "check_tiled_attention",
     "check_tokenizer",
     "check_train_bpe",

@@ -1,6 +1,8 @@
 """Assignment ex14_post_training: the losses that turn a language model into an assistant.
 Supervised fine-tuning's masked loss, a LoRA linear layer, DPO's loss from log-probabilities,
-and GRPO's group advantages and clipped policy loss.
+the per-token pieces (the entropy of each next-token distribution, a masked mean, the clipped
+policy-gradient loss of each token), and GRPO's group advantages and loss, which can be
+assembled from those pieces.
 
 Dimension legend: B batch, L length, V vocabulary, P prompts, G answers per prompt, T targets.
 """
@@ -91,6 +93,72 @@ def dpo_loss(
     raise NotImplementedError
 
 
+def token_entropy(logits: Tensor) -> Tensor:
+    """The entropy of each next-token distribution, ``H = -sum_v p_v log p_v``, in nats.
+
+    ``p = softmax(logits)`` over the last dimension. Some logits are so far below the largest
+    that their probability is exactly 0 in floating point: take ``log p`` from the logits
+    (``log_softmax``), where it stays finite, so such a token adds 0 to the sum, never NaN.
+
+    Args:
+        logits: unnormalised next-token scores (finite), the vocabulary on the last dimension.
+
+    Shape:
+        logits (..., V) -> (...).
+
+    Returns:
+        The entropy of each position, in the logits' dtype, with a gradient.
+    """
+    raise NotImplementedError
+
+
+def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """The mean of the entries of ``x`` that ``mask`` keeps: ``sum(x * mask) / sum(mask)``.
+
+    With ``dim`` the sum and the count are taken along that dimension only, so each slice is
+    divided by its own number of kept entries (each answer by its own length). Every slice the
+    check uses keeps at least one entry.
+
+    Args:
+        x: per-token numbers.
+        mask: bool, x's shape, True on the entries to average (the response's tokens).
+        dim: the dimension to average along; None averages over all kept entries.
+
+    Shape:
+        x, mask (...) -> a scalar (dim None), or x's shape without ``dim``.
+
+    Returns:
+        The mean, with a gradient with respect to ``x``.
+    """
+    raise NotImplementedError
+
+
+def grpo_clip_loss(
+    log_probs: Tensor, old_log_probs: Tensor, advantages: Tensor, clip_eps: float
+) -> Tensor:
+    """GRPO's policy-gradient loss of each token: PPO's clipped objective, negated.
+
+    ``ratio = exp(log_probs - old_log_probs)`` (pi / pi_old) and, with A the answer's
+    advantage on each of its tokens, ``loss = -min(ratio * A, clip(ratio, 1 - clip_eps,
+    1 + clip_eps) * A)``. ``old_log_probs`` (the policy that sampled the answers) takes no
+    gradient. With a single step per sample, ratio = 1 and the gradient is that of
+    ``-A log pi``: REINFORCE with the group's mean reward as baseline.
+
+    Args:
+        log_probs: the policy's log-probability of each sampled token.
+        old_log_probs: those of the policy that sampled the answers.
+        advantages: one per answer.
+        clip_eps: the ratio's clipping range, 0 < clip_eps < 1.
+
+    Shape:
+        log_probs, old_log_probs (B, T); advantages (B,) -> (B, T).
+
+    Returns:
+        The loss of every token (averaging is :func:`masked_mean`'s job), with a gradient.
+    """
+    raise NotImplementedError
+
+
 def group_advantages(rewards: Tensor, eps: float = 1e-4) -> Tensor:
     """GRPO's advantages: each answer's reward against the other answers to the same prompt.
 
@@ -123,7 +191,8 @@ def grpo_loss(
     ``objective = min(ratio * A, clip(ratio, 1 - clip_eps, 1 + clip_eps) * A) - kl_coef * KL``
     with Schulman's estimator ``KL = exp(ref - logprobs) - (ref - logprobs) - 1`` (>= 0).
     Average over each answer's own tokens (``mask``), then over the answers, and negate.
-    ``old_logprobs`` and ``ref_logprobs`` take no gradient.
+    ``old_logprobs`` and ``ref_logprobs`` take no gradient. Your :func:`grpo_clip_loss` and
+    :func:`masked_mean` are most of it.
 
     Args:
         logprobs: the policy's log-probability of each sampled token.

@@ -1,9 +1,13 @@
-"""Checks of assignment ex14_post_training: the SFT loss, the LoRA layer, the DPO loss, GRPO's
-group advantages and its clipped loss, each against :mod:`coursepkg.posttrain`.
+"""Checks of assignment ex14_post_training: the SFT loss, the LoRA layer, the DPO loss, the
+per-token pieces GRPO is assembled from (token entropy, masked mean, the clipped
+policy-gradient loss per token), GRPO's group advantages and its loss, each against
+:mod:`coursepkg.posttrain` (through :mod:`..framework.post_training`).
 
 Each loss is compared in value and in gradient (float32 and float64) on inputs where the
 catalogued mistakes differ from the answer: prompts and padding of different lengths in every
-row, ratios far enough from 1 to be clipped, a group whose rewards are all equal. The LoRA layer
+row, ratios far enough from 1 to be clipped, a group whose rewards are all equal, logits so far
+apart that some probabilities are 0 in floating point, masks that keep a different number of
+entries in each row and column. The LoRA layer
 is run with the reference's weights copied in by name, and its behaviour before training and the
 gradients of its base layer are looked at. The catalogue is :mod:`.ex14_post_training_mistakes`.
 
@@ -23,12 +27,15 @@ from torch import Tensor, nn
 from ...posttrain import dpo as _dpo
 from ...posttrain import grpo as _grpo
 from ...posttrain import lora as _lora
+from ...posttrain import per_token as _per_token
+from ...posttrain import policy_gradient as _pg
 from ...posttrain import sft as _sft
 from ..framework import (
     BugVariant,
     CheckFailure,
     CheckReport,
     call_student,
+    compare_value_and_grads,
     configs,
     describe,
     diagnose,
@@ -40,23 +47,34 @@ from ..framework import (
     randn,
     register_configs,
 )
+from ..framework.post_training import (
+    LoRAReference,
+    advantages_reference,
+    dpo_reference,
+    entropy_reference,
+    grpo_reference,
+    masked_mean_reference,
+    pg_reference,
+    sft_reference,
+)
 from .ex14_post_training_mistakes import (
     ADVANTAGES_BUGS,
     ADVANTAGES_ITEM,
     BUGS,
     DPO_BUGS,
     DPO_ITEM,
+    ENTROPY_BUGS,
+    ENTROPY_ITEM,
     GRPO_BUGS,
     GRPO_ITEM,
     LORA_BUGS,
     LORA_ITEM,
+    MASKED_MEAN_BUGS,
+    MASKED_MEAN_ITEM,
+    PG_BUGS,
+    PG_ITEM,
     SFT_BUGS,
     SFT_ITEM,
-    LoRAReference,
-    advantages_reference,
-    dpo_reference,
-    grpo_reference,
-    sft_reference,
 )
 
 __all__ = [
@@ -64,8 +82,11 @@ __all__ = [
     "check_dpo_loss",
     "check_group_advantages",
     "check_grpo_loss",
+    "check_grpo_clip_loss",
     "check_lora_linear",
+    "check_masked_mean",
     "check_sft_loss",
+    "check_token_entropy",
 ]
 
 Config = dict[str, Any]
@@ -79,6 +100,11 @@ _FORBID = {
         (_dpo.dpo_loss, "coursepkg.posttrain.dpo.dpo_loss"),
         (_grpo.group_advantages, "coursepkg.posttrain.grpo.group_advantages"),
         (_grpo.grpo_loss, "coursepkg.posttrain.grpo.grpo_loss"),
+        (_per_token.token_entropy, "coursepkg.posttrain.per_token.token_entropy"),
+        (_per_token.masked_mean, "coursepkg.posttrain.per_token.masked_mean"),
+        (_per_token.masked_normalize, "coursepkg.posttrain.per_token.masked_normalize"),
+        (_pg.grpo_clip_loss, "coursepkg.posttrain.policy_gradient.grpo_clip_loss"),
+        (_pg.grpo_token_loss, "coursepkg.posttrain.policy_gradient.grpo_token_loss"),
     ],
     "advice": "write it yourself from torch operations, not with the course's posttrain module",
 }
@@ -112,6 +138,28 @@ register_configs(
     sample=lambda rng: {"B": rng.randint(1, 8), "beta": rng.choice([0.05, 0.1, 0.3, 1.0])},
 )
 register_configs(
+    ENTROPY_ITEM,
+    visible=[{"B": 2, "L": 3, "V": 7}, {"B": 3, "L": 4, "V": 11}, {"B": 1, "L": 5, "V": 50}],
+    extra=[{"B": 2, "L": 2, "V": 2}],
+    sample=lambda rng: _rand(rng, B=(1, 4), L=(1, 6), V=(2, 64)),
+)
+register_configs(
+    MASKED_MEAN_ITEM,
+    visible=[{"B": 3, "T": 5, "dim": None}, {"B": 4, "T": 6, "dim": 1}, {"B": 5, "T": 3, "dim": 0}],
+    extra=[{"B": 2, "T": 7, "dim": -1}],
+    sample=lambda rng: {**_rand(rng, B=(2, 6), T=(2, 9)), "dim": rng.choice([None, 0, 1, -1])},
+)
+register_configs(
+    PG_ITEM,
+    visible=[
+        {"B": 4, "T": 6, "clip": 0.2},
+        {"B": 3, "T": 5, "clip": 0.1},
+        {"B": 6, "T": 4, "clip": 0.3},
+    ],
+    extra=[{"B": 2, "T": 8, "clip": 0.2}],
+    sample=lambda rng: {**_rand(rng, B=(2, 6), T=(3, 9)), "clip": rng.choice([0.1, 0.2, 0.3])},
+)
+register_configs(
     ADVANTAGES_ITEM,
     visible=[{"P": 3, "G": 4}, {"P": 2, "G": 2}, {"P": 4, "G": 6}],
     extra=[{"P": 1, "G": 3}],
@@ -135,20 +183,8 @@ register_configs(
 # ---------------------------------------------------------------------------------------------
 
 
-def _value_and_grads(fn: Callable, inputs: Sequence[Any], wrt: Sequence[int]) -> tuple:
-    """``(loss, grad of each input in wrt)`` (zeros where no gradient reaches an input)."""
-    with torch.enable_grad():
-        args = list(inputs)
-        leaves = []
-        for i in wrt:
-            args[i] = args[i].detach().clone().requires_grad_(True)
-            leaves.append(args[i])
-        loss = fn(*args)
-        grads = torch.autograd.grad(loss, leaves, allow_unused=True)
-    return (
-        loss.detach(),
-        *(torch.zeros_like(x) if g is None else g for x, g in zip(leaves, grads, strict=True)),
-    )
+def _guard(item: str) -> Callable:
+    return lambda: forbidden_calls(item, **_FORBID)
 
 
 def _call(impl: Any, item: str, *args: Any) -> Any:
@@ -156,45 +192,27 @@ def _call(impl: Any, item: str, *args: Any) -> Any:
         return call_student(impl, *args, item=item)
 
 
-def _check_loss(
-    report: CheckReport,
-    impl: Any,
-    item: str,
-    reference: Callable,
-    bugs: Sequence[BugVariant],
-    inputs: Sequence[Any],
-    wrt: Sequence[int],
-    where: str,
-) -> None:
-    """The student's scalar loss against ``reference``: its value, then its gradients with
-    respect to the inputs ``wrt`` (each mismatch diagnosed on value and gradients)."""
-    mine = _call(impl, item, *[x.detach().clone() for x in inputs])
-    mine = expect_tensor(mine, f"your {item}'s result")
-    if mine.dim() != 0:
-        report.fail(f"your {item} should return a scalar, got shape {tuple(mine.shape)} {where}")
-    expected = _value_and_grads(reference, inputs, wrt)
+def _check_loss(report, impl, item, reference, bugs, inputs, wrt, where) -> None:
+    """Value and gradients against ``reference``, under the item's honesty rules."""
+    compare_value_and_grads(
+        report, impl, item, reference, bugs, inputs, wrt, where, guard=_guard(item)
+    )
 
-    def diagnosis() -> BugVariant | None:
-        return diagnose(
-            lambda *xs: _value_and_grads(impl, xs, wrt),
-            bugs,
-            list(inputs),
-            run=lambda fn, xs: _value_and_grads(fn, xs, wrt),
-            reference_output=expected,
-        )
 
-    expect_close(report, mine, expected[0], f"your {item} {where}", diagnosis=diagnosis)
-    try:
-        with forbidden_calls(item, **_FORBID):
-            got = _value_and_grads(impl, inputs, wrt)
-    except RuntimeError as err:
-        raise CheckFailure(
-            f"your {item} has no gradient {where} ({err}): do not use .detach(), .item() or "
-            "torch.no_grad() on the way from the inputs to the loss."
-        ) from None
-    for k, (a, b) in enumerate(zip(got[1:], expected[1:], strict=True)):
-        name = f"the gradient of your {item} with respect to argument {wrt[k] + 1} {where}"
-        expect_close(report, a, b, name, diagnosis=diagnosis)
+def _constants_take_no_gradient(report, student, item, inputs, constants, where) -> None:
+    """No gradient reaches the inputs at ``constants`` (position -> (name, mistake id)) when the
+    student's result is backpropagated: they are sampled numbers, constants of the loss."""
+    args = [x.detach().clone() for x in inputs]
+    for i in (0, *constants):
+        args[i].requires_grad_(True)
+    with torch.enable_grad(), forbidden_calls(item, **_FORBID):
+        call_student(student, *args, item=item).sum().backward()
+    for i, (name, bug_id) in constants.items():
+        if args[i].grad is not None and bool(args[i].grad.any()):
+            report.fail(
+                f"a gradient reaches {name} through your {item} {where}.",
+                next(bug for bug in BUGS if bug.id == bug_id),
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -387,6 +405,94 @@ def _check_no_reference_gradient(report, impl, logps, beta, where) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# The per-token pieces
+# ---------------------------------------------------------------------------------------------
+
+
+def _logits(config: Config, seed: int | None, salt: int, dtype: torch.dtype) -> Tensor:
+    """Logits (B, L, V) at several scales; at position 0 one token is so far ahead (120 in
+    float32, 800 in float64) that every other probability is exactly 0 in that dtype."""
+    gen = generator(seed, salt)
+    scales = torch.tensor([0.5, 2.0, 6.0], dtype=dtype)
+    logits = randn(gen, config["B"], config["L"], config["V"], dtype=dtype)  # (B, L, V)
+    logits = logits * scales[torch.arange(config["L"]) % 3][None, :, None]
+    logits[:, 0, 0] += 120.0 if dtype == torch.float32 else 800.0
+    return logits
+
+
+@public_check(assignment="ex14_post_training", implements="token_entropy", bugs=ENTROPY_BUGS)
+def check_token_entropy(report: CheckReport, impl: Any, thorough: bool, seed: int | None) -> None:
+    """Check ``token_entropy(logits)``: value and gradient against -sum p log p in nats, with
+    distributions from near-uniform to one whose other probabilities underflow to 0."""
+    for index, config in enumerate(configs(ENTROPY_ITEM, thorough, seed)):
+        for dtype in DTYPES:
+            inputs = [_logits(config, seed, 600 + index, dtype)]
+            where = f"({describe(config)}, {dtype})"
+            _check_loss(report, impl, ENTROPY_ITEM, entropy_reference, ENTROPY_BUGS, inputs, [0],
+                        where)  # fmt: skip
+    report.ok("H = -sum_v p_v log p_v over the last dimension, in nats, one per position")
+    report.ok("finite where a probability is 0 in floating point (log p from log-softmax)")
+
+
+def _masked(config: Config, seed: int | None, salt: int, dtype: torch.dtype) -> list:
+    """Values and a mask (B, T) that keeps a different number of entries in each row and
+    column (never none); the masked entries are large, so counting them shows."""
+    b, t = config["B"], config["T"]
+    gen = generator(seed, salt)
+    x = randn(gen, b, t, dtype=dtype)  # (B, T)
+    mask = torch.rand(b, t, generator=gen) < 0.6  # (B, T)
+    mask[torch.arange(b), torch.arange(b) % t] = True  # every row keeps one
+    mask[torch.arange(t) % b, torch.arange(t)] = True  # every column keeps one
+    mask[0, :] = True
+    return [torch.where(mask, x, x + 50.0), mask]
+
+
+@public_check(assignment="ex14_post_training", implements="masked_mean", bugs=MASKED_MEAN_BUGS)
+def check_masked_mean(report: CheckReport, impl: Any, thorough: bool, seed: int | None) -> None:
+    """Check ``masked_mean(x, mask, dim)``: value and gradient against sum(x * mask) /
+    sum(mask), over all entries (dim None) and along a dimension."""
+    for index, config in enumerate(configs(MASKED_MEAN_ITEM, thorough, seed)):
+        dim = config["dim"]
+        for dtype in DTYPES:
+            inputs = _masked(config, seed, 700 + index, dtype)
+            where = f"({describe(config)}, {dtype})"
+
+            def bind(fn: Callable, dim: int | None = dim) -> Callable:
+                return lambda x, mask: fn(x, mask, dim)
+
+            bugs = [BugVariant(b.id, b.item, b.description, b.advice, bind(b.impl))
+                    for b in MASKED_MEAN_BUGS]  # fmt: skip
+            _check_loss(report, bind(impl), MASKED_MEAN_ITEM, bind(masked_mean_reference), bugs,
+                        inputs, [0], where)  # fmt: skip
+    report.ok("only the kept entries count, in the sum and in the count")
+    report.ok("along a dimension, each slice is divided by its own count of kept entries")
+
+
+@public_check(assignment="ex14_post_training", implements="grpo_clip_loss", bugs=PG_BUGS)
+def check_grpo_clip_loss(report: CheckReport, impl: Any, thorough: bool, seed: int | None) -> None:
+    """Check ``grpo_clip_loss(log_probs, old_log_probs, advantages, clip_eps)``: the loss per
+    token, value and gradient, with ratios clipped on both sides; none into old_log_probs."""
+    for index, config in enumerate(configs(PG_ITEM, thorough, seed)):
+        clip = config["clip"]
+        for dtype in DTYPES:
+            lp, old, _, adv, _ = _grpo_inputs(config, seed, 800 + index, dtype)
+            where = f"({describe(config)}, {dtype})"
+
+            def bind(fn: Callable, clip: float = clip) -> Callable:
+                return lambda *xs: fn(*xs, clip)
+
+            bugs = [BugVariant(b.id, b.item, b.description, b.advice, bind(b.impl))
+                    for b in PG_BUGS]  # fmt: skip
+            student = bind(impl)
+            inputs = [lp, old, adv]
+            _check_loss(report, student, PG_ITEM, bind(pg_reference), bugs, inputs, [0], where)
+            constants = {1: ("old_log_probs", "pg.old_gradient")}
+            _constants_take_no_gradient(report, student, PG_ITEM, inputs, constants, where)
+    report.ok("-min(ratio A, clip(ratio, 1 - eps, 1 + eps) A) per token, ratio = pi / pi_old")
+    report.ok("old_log_probs takes no gradient: only the policy's log-probabilities do")
+
+
+# ---------------------------------------------------------------------------------------------
 # GRPO
 # ---------------------------------------------------------------------------------------------
 
@@ -442,23 +548,6 @@ def _grpo_inputs(config: Config, seed: int | None, salt: int, dtype: torch.dtype
     return [x.to(dtype) for x in (lp, old, ref, adv)] + [mask]
 
 
-def _check_sampled_inputs_take_no_gradient(report, student, inputs, where) -> None:
-    """The loss's gradient reaches neither the sampling policy's nor the reference's
-    log-probabilities (argument 2 and 3): they are constants of the loss."""
-    lp, old, ref, adv, mask = inputs
-    old, ref = (x.detach().clone().requires_grad_(True) for x in (old, ref))
-    with torch.enable_grad(), forbidden_calls(GRPO_ITEM, **_FORBID):
-        call_student(student, lp.detach().clone().requires_grad_(True), old, ref, adv, mask,
-                     item=GRPO_ITEM).backward()  # fmt: skip
-    for x, bug_id, name in ((old, "grpo.old_gradient", "old_logprobs"),
-                            (ref, "grpo.reference_gradient", "ref_logprobs")):  # fmt: skip
-        if x.grad is not None and bool(x.grad.any()):
-            report.fail(
-                f"a gradient reaches {name} through your grpo_loss {where}.",
-                next(bug for bug in GRPO_BUGS if bug.id == bug_id),
-            )
-
-
 @public_check(assignment="ex14_post_training", implements="grpo_loss", bugs=GRPO_BUGS)
 def check_grpo_loss(report: CheckReport, impl: Any, thorough: bool, seed: int | None) -> None:
     """Check ``grpo_loss(logprobs, old_logprobs, ref_logprobs, advantages, mask, clip_eps,
@@ -476,7 +565,9 @@ def check_grpo_loss(report: CheckReport, impl: Any, thorough: bool, seed: int | 
                     for b in GRPO_BUGS]  # fmt: skip
             student = bind(impl)
             _check_loss(report, student, GRPO_ITEM, bind(grpo_reference), bugs, inputs, [0], where)
-            _check_sampled_inputs_take_no_gradient(report, student, inputs, where)
+            constants = {1: ("old_logprobs", "grpo.old_gradient"),
+                         2: ("ref_logprobs", "grpo.reference_gradient")}  # fmt: skip
+            _constants_take_no_gradient(report, student, GRPO_ITEM, inputs, constants, where)
     report.ok("min(ratio A, clip(ratio) A) per token, minus kl_coef times Schulman's k3")
     report.ok("old_logprobs and ref_logprobs take no gradient: only the policy's do")
     report.ok("each answer's tokens averaged first, then the answers; value and gradient match")

@@ -9,7 +9,8 @@
   (:func:`expect_tensor`), the number guard (:func:`expect_number`) and the honesty rules
   (:func:`forbidden_calls`, :func:`reject_reference_class`).
 - :mod:`.compare`: the tolerances and comparisons (:func:`assert_close`, :func:`expect_close`),
-  recognising a mistake by its outputs (:func:`diagnose`) and gradients.
+  recognising a mistake by its outputs (:func:`diagnose`) and gradients, a function's value
+  and gradients against the reference's (:func:`compare_value_and_grads`).
 - :mod:`.weights`: building a student's module, copying weights by name, parameter tables.
 - :mod:`.modules`: the one module check (build, count, copy weights, dtypes, gradients).
 - :mod:`.inputs`: the shape tables of the checks and seeded random inputs.
@@ -29,6 +30,8 @@
   call, which the tests run as a student's code (:class:`HeadsBlock`,
   :class:`FeedForwardBlock`), and the textbook :func:`masked_attention`; the other mistakes
   subclass the reference, let through the honesty rule by :func:`.calling.is_catalogued`.
+- :mod:`.post_training`: the references ex14's checks compare with and its catalogue builds
+  on, with the stubs' signatures; imported as ``framework.post_training`` by ex14 only.
 - :mod:`.ranks`: what a check that forks ranks over gloo needs from the machine (the
   loopback network, a stderr without PyTorch's hostname warning); imported as
   ``framework.ranks`` by ex15 only.
@@ -39,7 +42,8 @@
 Modules import each other downwards only: results <- inputs <- calling <- compare <- weights
 <- masks, locate, modules, norms; self_attention sits on masks and modules; registry needs
 results and calling (it records each catalogue's classes there, for the honesty rule); pieces
-sits on locate, norms and registry; variants, ranks and watch need nothing of the framework.
+sits on locate, norms and registry; variants, post_training, ranks and watch need nothing of
+the framework.
 A check module imports the framework and its own catalogue, never another check module.
 """
 
@@ -59,11 +63,13 @@ from .compare import (
     TOLERANCES,
     assert_close,
     check_gradients,
+    compare_value_and_grads,
     diagnose,
     expect_close,
     max_abs_error,
     near,
     outputs_match_safely,
+    value_and_grads,
 )
 from .inputs import (
     N_RANDOM_CONFIGS,
@@ -186,6 +192,7 @@ __all__ = [
     "checking",
     "clone_module",
     "combined",
+    "compare_value_and_grads",
     "configs",
     "copy_weights",
     "describe",
@@ -233,4 +240,5 @@ __all__ = [
     "shape_text",
     "structure",
     "swap_in",
+    "value_and_grads",
 ]

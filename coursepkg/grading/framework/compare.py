@@ -1,16 +1,18 @@
 """Comparing numbers: the tolerances (chosen here only), closeness with readable messages,
-recognising a known mistake by its outputs, and gradients reaching every input.
+recognising a known mistake by its outputs, gradients reaching every input, and a function's
+value and gradients compared with the reference's (:func:`compare_value_and_grads`).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from .calling import expect_tensor
+from .calling import call_student, expect_tensor
 from .inputs import shape_text
 from .results import BugVariant, CheckFailure, CheckReport
 
@@ -307,3 +309,96 @@ def near(a: Tensor, b: Tensor) -> bool:
             equal_nan=True,
         )
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# A function's value and its gradients
+# ---------------------------------------------------------------------------------------------
+
+
+def value_and_grads(fn: Callable[..., Any], inputs: Sequence[Any], wrt: Sequence[int]) -> tuple:
+    """``(output, grad of each input in wrt)``, zeros where no gradient reaches an input.
+
+    A scalar output is differentiated as it is; a tensor output through a fixed weighting of
+    its entries (0.5 to 1.5 in order), so every entry's gradient counts and none cancels.
+
+    Args:
+        fn: called as ``fn(*inputs)``, the inputs at ``wrt`` replaced by leaves that require grad.
+        inputs: the arguments.
+        wrt: the positions of the tensors to differentiate with respect to.
+
+    Returns:
+        The detached output, then one gradient per position in ``wrt``.
+    """
+    with torch.enable_grad():
+        args = list(inputs)
+        leaves = []
+        for i in wrt:
+            args[i] = args[i].detach().clone().requires_grad_(True)
+            leaves.append(args[i])
+        out = fn(*args)
+        total = out
+        if out.dim():
+            weights = torch.linspace(0.5, 1.5, out.numel(), dtype=out.dtype, device=out.device)
+            total = (out * weights.reshape(out.shape)).sum()
+        grads = torch.autograd.grad(total, leaves, allow_unused=True)
+    return (
+        out.detach(),
+        *(torch.zeros_like(x) if g is None else g for x, g in zip(leaves, grads, strict=True)),
+    )
+
+
+def compare_value_and_grads(
+    report: CheckReport,
+    impl: Any,
+    item: str,
+    reference: Callable[..., Any],
+    bugs: Sequence[BugVariant],
+    inputs: Sequence[Any],
+    wrt: Sequence[int],
+    where: str,
+    guard: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+) -> None:
+    """The student's function against ``reference``: its value (shape first), then its
+    gradients with respect to the inputs at ``wrt``; each mismatch diagnosed on both.
+
+    Args:
+        report: the running check's report.
+        impl: the student's function, called with ``inputs``.
+        item: what the student implements, as messages name it.
+        reference: the correct function, same arguments.
+        bugs: the known mistakes, each rerun on the same inputs.
+        inputs: the arguments (tensors are cloned for each call).
+        wrt: the positions of the inputs that take a gradient.
+        where: the configuration, for the messages.
+        guard: the honesty rules every call of student code runs under (``forbidden_calls``).
+    """
+    fresh = [x.detach().clone() if isinstance(x, Tensor) else x for x in inputs]
+    with guard():
+        mine = expect_tensor(call_student(impl, *fresh, item=item), f"your {item}'s result")
+    expected = value_and_grads(reference, inputs, wrt)
+    if mine.shape != expected[0].shape:
+        want = "a scalar" if expected[0].dim() == 0 else f"shape {tuple(expected[0].shape)}"
+        report.fail(f"your {item} should return {want}, got shape {tuple(mine.shape)} {where}")
+
+    def diagnosis() -> BugVariant | None:
+        return diagnose(
+            lambda *xs: value_and_grads(impl, xs, wrt),
+            bugs,
+            list(inputs),
+            run=lambda fn, xs: value_and_grads(fn, xs, wrt),
+            reference_output=expected,
+        )
+
+    expect_close(report, mine, expected[0], f"your {item} {where}", diagnosis=diagnosis)
+    try:
+        with guard():
+            got = value_and_grads(impl, inputs, wrt)
+    except RuntimeError as err:
+        raise CheckFailure(
+            f"your {item} has no gradient {where} ({err}): do not use .detach(), .item() or "
+            "torch.no_grad() on the way from the inputs to the result."
+        ) from None
+    for k, (a, b) in enumerate(zip(got[1:], expected[1:], strict=True)):
+        name = f"the gradient of your {item} with respect to argument {wrt[k] + 1} {where}"
+        expect_close(report, a, b, name, diagnosis=diagnosis)

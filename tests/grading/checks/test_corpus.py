@@ -55,6 +55,14 @@ def test_the_corpus_is_large_and_mixed():
         "check_route_top_k",
         "check_load_balancing_loss",
         "check_compress_latent",
+        "check_sft_loss",
+        "check_lora_linear",
+        "check_dpo_loss",
+        "check_token_entropy",
+        "check_masked_mean",
+        "check_grpo_clip_loss",
+        "check_group_advantages",
+        "check_grpo_loss",
     }
 
 

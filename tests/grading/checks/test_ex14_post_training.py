@@ -13,12 +13,16 @@ from student_code import named_text, student_impl
 from coursepkg import grading
 from coursepkg.grading import CheckFailure, NotImplementedYet
 from coursepkg.grading.checks import ex14_post_training_mistakes as catalogue
+from coursepkg.grading.framework import post_training as references
 from coursepkg.stubs import ex14_post_training as stub
 
 CHECK_OF_ITEM = {
     catalogue.SFT_ITEM: grading.check_sft_loss,
     catalogue.LORA_ITEM: grading.check_lora_linear,
     catalogue.DPO_ITEM: grading.check_dpo_loss,
+    catalogue.ENTROPY_ITEM: grading.check_token_entropy,
+    catalogue.MASKED_MEAN_ITEM: grading.check_masked_mean,
+    catalogue.PG_ITEM: grading.check_grpo_clip_loss,
     catalogue.ADVANTAGES_ITEM: grading.check_group_advantages,
     catalogue.GRPO_ITEM: grading.check_grpo_loss,
 }
@@ -30,7 +34,10 @@ ANSWERS = {
         impls.advantages_repeat_interleave,
         impls.advantages_std_mean,
     ],
-    grading.check_grpo_loss: [impls.grpo_two_losses],
+    grading.check_grpo_loss: [impls.grpo_two_losses, impls.grpo_from_pieces],
+    grading.check_token_entropy: [impls.entropy_categorical, impls.entropy_logsumexp],
+    grading.check_masked_mean: [impls.masked_mean_float_mask, impls.masked_mean_masked_fill],
+    grading.check_grpo_clip_loss: [impls.pg_ppo_two_losses, impls.pg_trl_coefs],
 }
 
 
@@ -67,6 +74,14 @@ def test_the_issue_s_mistakes_are_catalogued_once_each():
         "advantages.baseline_after_scaling",
         "sft.mask_not_shifted",
         "dpo.no_reference",
+        # issue 65's per-token pieces
+        "entropy.log_of_softmax",
+        "entropy.sign_flipped",
+        "masked_mean.all_entries",
+        "masked_mean.divided_by_all",
+        "pg.sign_flipped",
+        "pg.clip_wrong_side",
+        "pg.old_gradient",
     } <= set(ids)
 
 
@@ -100,6 +115,12 @@ def test_independent_answers_pass(check, impl, seed):
         ),
         (grading.check_grpo_loss, impls.grpo_clamp_max, "grpo.clip_upper_only"),
         (grading.check_grpo_loss, impls.grpo_unmasked_mean, "grpo.all_tokens"),
+        # issue 65's per-token pieces, written as public code writes them
+        (grading.check_token_entropy, impls.entropy_log_of_probs, "entropy.log_of_softmax"),
+        (grading.check_masked_mean, impls.masked_mean_product_mean, "masked_mean.divided_by_all"),
+        (grading.check_grpo_clip_loss, impls.pg_min_of_losses, "pg.clip_wrong_side"),
+        (grading.check_grpo_clip_loss, impls.pg_old_attached, "pg.old_gradient"),
+        (grading.check_grpo_clip_loss, impls.pg_objective, "pg.sign_flipped"),
     ],
     ids=lambda x: getattr(x, "__name__", x),
 )
@@ -117,6 +138,9 @@ def test_a_mistake_in_another_style_is_named(check, impl, bug_id):
         (grading.check_dpo_loss, "dpo_loss"),
         (grading.check_group_advantages, "group_advantages"),
         (grading.check_grpo_loss, "grpo_loss"),
+        (grading.check_token_entropy, "token_entropy"),
+        (grading.check_masked_mean, "masked_mean"),
+        (grading.check_grpo_clip_loss, "grpo_clip_loss"),
     ],
 )
 def test_untouched_stubs_are_not_implemented_yet(check, name):
@@ -129,11 +153,14 @@ def test_untouched_stubs_are_not_implemented_yet(check, name):
 def test_the_catalogue_s_answers_are_the_reference_s(check):
     item = next(item for item, c in CHECK_OF_ITEM.items() if c is check)
     reference = {
-        catalogue.SFT_ITEM: catalogue.sft_reference,
-        catalogue.LORA_ITEM: catalogue.LoRAReference,
-        catalogue.DPO_ITEM: catalogue.dpo_reference,
-        catalogue.ADVANTAGES_ITEM: catalogue.advantages_reference,
-        catalogue.GRPO_ITEM: catalogue.grpo_reference,
+        catalogue.SFT_ITEM: references.sft_reference,
+        catalogue.LORA_ITEM: references.LoRAReference,
+        catalogue.DPO_ITEM: references.dpo_reference,
+        catalogue.ENTROPY_ITEM: references.entropy_reference,
+        catalogue.MASKED_MEAN_ITEM: references.masked_mean_reference,
+        catalogue.PG_ITEM: references.pg_reference,
+        catalogue.ADVANTAGES_ITEM: references.advantages_reference,
+        catalogue.GRPO_ITEM: references.grpo_reference,
     }[item]
     assert check(reference, thorough=True, seed=5).passed
 
@@ -144,4 +171,30 @@ def test_an_equal_group_is_in_the_visible_rewards():
         grading.check_group_advantages(catalogue.group_advantages_zero_std)
     assert "nan" in str(info.value).lower()
     rewards = torch.tensor([[1.0, 1.0, 1.0]])
-    assert torch.equal(catalogue.advantages_reference(rewards), torch.zeros(1, 3))
+    assert torch.equal(references.advantages_reference(rewards), torch.zeros(1, 3))
+
+
+def test_the_entropy_inputs_underflow_a_probability_in_both_dtypes():
+    # the log-of-softmax mistake shows only where a probability is exactly 0
+    with pytest.raises(CheckFailure) as info:
+        grading.check_token_entropy(catalogue.token_entropy_log_of_softmax)
+    assert "nan" in str(info.value).lower()
+    for dtype, gap in ((torch.float32, 120.0), (torch.float64, 800.0)):
+        logits = torch.tensor([[gap, 0.0, -1.0]], dtype=dtype)
+        assert torch.softmax(logits, -1)[0, 1] == 0
+        assert torch.isfinite(references.entropy_reference(logits)).all()
+
+
+def test_grpo_assembled_from_the_pieces_is_the_reference_grpo():
+    # the pieces' references, put together as the notebook suggests, are the graded grpo_loss
+    gen = torch.Generator().manual_seed(0)
+    lp = -torch.rand(3, 5, generator=gen, dtype=torch.float64)
+    old, ref = lp + 0.3 * torch.randn(2, 3, 5, generator=gen, dtype=torch.float64)
+    adv = torch.randn(3, generator=gen, dtype=torch.float64)
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    mask[1, 3:] = mask[2, 1:] = False
+    per_token = references.pg_reference(lp, old, adv, 0.2) + 0.1 * references.k3(lp, ref)
+    assembled = references.masked_mean_reference(per_token, mask, 1).mean()
+    torch.testing.assert_close(
+        assembled, references.grpo_reference(lp, old, ref, adv, mask, 0.2, 0.1)
+    )
