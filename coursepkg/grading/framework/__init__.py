@@ -29,6 +29,10 @@
   call, which the tests run as a student's code (:class:`HeadsBlock`,
   :class:`FeedForwardBlock`), and the textbook :func:`masked_attention`; the other mistakes
   subclass the reference, let through the honesty rule by :func:`.calling.is_catalogued`.
+- :mod:`.sampling`: checking code that samples: next-token scores compared as the
+  distributions they define (:func:`compare_filter`), and a random rule's draws tested against
+  its probabilities and against a known mistake's draws (Pearson's chi-square:
+  :func:`chi_square_fit`, :func:`chi_square_same`, :func:`same_as_mistake`).
 - :mod:`.ranks`: what a check that forks ranks over gloo needs from the machine (the
   loopback network, a stderr without PyTorch's hostname warning); imported as
   ``framework.ranks`` by ex15 only.
@@ -39,7 +43,8 @@
 Modules import each other downwards only: results <- inputs <- calling <- compare <- weights
 <- masks, locate, modules, norms; self_attention sits on masks and modules; registry needs
 results and calling (it records each catalogue's classes there, for the honesty rule); pieces
-sits on locate, norms and registry; variants, ranks and watch need nothing of the framework.
+sits on locate, norms and registry; sampling on compare; variants, ranks and watch need
+nothing of the framework.
 A check module imports the framework and its own catalogue, never another check module.
 """
 
@@ -121,6 +126,18 @@ from .results import (
     diagnosis_message,
     run_check,
 )
+from .sampling import (
+    MIN_EXPECTED,
+    SAME_RULE,
+    ChiSquare,
+    chi_square_fit,
+    chi_square_same,
+    compare_filter,
+    count_cells,
+    distribution,
+    misfit_message,
+    same_as_mistake,
+)
 from .self_attention import (
     cache_equals_whole,
     cache_stage,
@@ -144,6 +161,16 @@ from .weights import (
 )
 
 __all__ = [
+    "MIN_EXPECTED",
+    "SAME_RULE",
+    "ChiSquare",
+    "chi_square_fit",
+    "chi_square_same",
+    "compare_filter",
+    "count_cells",
+    "distribution",
+    "misfit_message",
+    "same_as_mistake",
     "run_mask_properties",
     "run_self_attention_cases",
     "cache_equals_whole",
