@@ -175,12 +175,13 @@ def test_an_unlikely_sample_says_how_unlikely():
 
 @pytest.mark.parametrize("design", ["a", "b", "c", "d"])
 def test_the_chi_square_test_fails_a_correct_rule_as_often_as_its_level(design):
-    """The correct rule (Hugging Face's style), run 300 times at the check's 10,000 draws per
-    pair: at the level 1% the test fails it 3 times in expectation; between 0 and 10 times
-    holds with probability above 0.999 (binomial). The check's level is 1e-9 per pair, about
-    2e-8 for a notebook's 17 pairs (3 visible, 2 hidden runs of 7)."""
+    """The correct rule (Hugging Face's style), run 200 times at the check's 10,000 draws per
+    pair: at the level 1% the test fails it twice in expectation, and more than 8 times with
+    probability 2e-4 (binomial), so the chi-square law holds where the check reads it. The
+    check's level is 1e-9 per pair: about 2e-8 for a graded notebook's 17 pairs (3 visible,
+    2 hidden runs of 7). The draws are seeded, so this test's outcome is fixed."""
     p, q = (torch.tensor(x) for x in checks._DESIGNS[design])
-    runs, n, v = 300, checks.DRAWS, p.numel()
+    runs, n, v = 200, checks.DRAWS, p.numel()
     gen = torch.Generator().manual_seed(17)
     draft = torch.multinomial(q, runs * n, replacement=True, generator=gen)  # (R * N,)
     accepted, token = impls.hf_speculative(
@@ -190,5 +191,5 @@ def test_the_chi_square_test_fails_a_correct_rule_as_often_as_its_level(design):
     expected = torch.cat([torch.minimum(p, q), (p - q).clamp(min=0)]).double()  # (2V,)
     p_values = [chi_square_fit(count_cells(row, 2 * v), expected).p_value for row in cells]
     failed_at_1_percent = sum(pv < 0.01 for pv in p_values)
-    assert 0 <= failed_at_1_percent <= 10, failed_at_1_percent
+    assert failed_at_1_percent <= 8, failed_at_1_percent
     assert min(p_values) > checks.ALPHA
