@@ -42,6 +42,7 @@ from ..framework import (
     same_as_mistake,
 )
 from .ex17_serving_mistakes import (
+    BUGS,
     MIN_P_BUGS,
     MIN_P_ITEM,
     REPETITION_BUGS,
@@ -69,6 +70,7 @@ __all__ = [
 ]
 
 Config = dict[str, Any]
+_BUG = {bug.id: bug for bug in BUGS}
 
 #: The course's filters and rule, which the exercise asks students to write.
 _REFERENCE_SERVING = (
@@ -195,10 +197,10 @@ def _top_k_evidence(run, inputs, failure, got_kept, want_kept) -> BugVariant | N
     where the reference keeps the k-th's ties too."""
     (logits, k), v = inputs, inputs[0].size(-1)
     if failure is not None:
-        return TOP_K_BUGS[3] if k > v and _runs(partial(run, logits, v)) else None
+        return _BUG["top_k.k_above_vocab"] if k > v and _runs(partial(run, logits, v)) else None
     keeps = got_kept.sum(dim=-1)  # (B,)
     if bool((got_kept <= want_kept).all() & (keeps == min(k, v)).all()):
-        return TOP_K_BUGS[2]
+        return _BUG["top_k.ties_dropped"]
     return None
 
 
@@ -339,11 +341,9 @@ register_configs(
         {"B": 1, "V": 12, "T": 1, "penalty": 0.8},
     ],
     extra=[{"B": 4, "V": 30, "T": 40, "penalty": 1.1}],
-    sample=lambda rng: {
-        "B": rng.randint(1, 4),
-        "V": rng.randint(2, 30),
-        "T": rng.randint(1, 20),
-        "penalty": rng.choice([0.7, 1.2, 1.5, 3.0]),
+    sample=lambda r: {
+        **{"B": r.randint(1, 4), "V": r.randint(2, 30), "T": r.randint(1, 20)},
+        "penalty": r.choice([0.7, 1.2, 1.5, 3.0]),
     },
 )
 
@@ -404,7 +404,7 @@ def reference_residual(p: Tensor, q: Tensor) -> Tensor:
 def _residual_diagnosis(run, got: Tensor, inputs, expected: Tensor) -> BugVariant | None:
     """Negative entries (p - q not clamped at 0, whatever it was divided by), else a rerun."""
     if bool((got.detach() < -1e-6).any()):
-        return RESIDUAL_BUGS[0]
+        return _BUG["residual.not_clamped"]
     return diagnose(run, RESIDUAL_BUGS, inputs, reference_output=expected)
 
 
@@ -558,7 +558,8 @@ def _one_pair(report: CheckReport, student, mistake, gen: torch.Generator, cfg: 
     """One (p, q) pair: ``student(p, q, draft)`` and ``mistake(bug, p, q, draft)`` return the
     draws' cells; the certain parts first, then the chi-square test."""
     p, q = _pair_of(gen, cfg)
-    v, where = p.numel(), f"p = {_rounded(p)}, q = {_rounded(q)}"
+    v, rounded = p.numel(), (x.double().round(decimals=3).tolist() for x in (p, q))
+    where = "p = {}, q = {}".format(*rounded)
     draft = torch.multinomial(q, DRAWS, replacement=True, generator=gen)  # (N,)
     expected = torch.cat([torch.minimum(p, q), (p - q).clamp(min=0)]).double()  # (2V,)
     try:
@@ -569,7 +570,10 @@ def _one_pair(report: CheckReport, student, mistake, gen: torch.Generator, cfg: 
         below = (p < q).double() * q  # (V,): the drafts whose ratio p/q is below 1
         safe = torch.multinomial(below, 64, replacement=True, generator=gen)
         unclipped = _runs(partial(student, p, q, safe))
-        report.fail(f"{failure.message}\n(on {where})", SPECULATIVE_BUGS[-1] if unclipped else None)
+        report.fail(
+            f"{failure.message}\n(on {where})",
+            _BUG["speculative.ratio_not_clipped"] if unclipped else None,
+        )
     counts = count_cells(cells, 2 * v)  # (2V,)
     bug_counts = partial(_bug_counts, mistake, p, q, draft)
     name = partial(same_as_mistake, SPECULATIVE_BUGS, bug_counts, counts, expected)
@@ -583,10 +587,6 @@ def _one_pair(report: CheckReport, student, mistake, gen: torch.Generator, cfg: 
 
 def _bug_counts(mistake, p: Tensor, q: Tensor, draft: Tensor, bug: Any) -> Tensor:
     return count_cells(mistake(bug, p, q, draft), 2 * p.numel())  # (2V,)
-
-
-def _rounded(x: Tensor) -> list[float]:
-    return [round(float(v), 3) for v in x]
 
 
 def _runs(fn: Callable[[], Any]) -> bool:

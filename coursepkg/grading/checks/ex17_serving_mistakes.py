@@ -306,6 +306,11 @@ def repetition_per_occurrence(logits: Tensor, seen: Tensor, penalty: float) -> T
     return out
 
 
+def repetition_subtracted(logits: Tensor, seen: Tensor, penalty: float) -> Tensor:
+    """The penalty subtracted from every seen score (OpenAI's presence penalty)."""
+    return logits.scatter(-1, seen, logits.gather(-1, seen) - penalty)  # (B, V)
+
+
 REPETITION_BUGS: list[BugVariant] = [
     BugVariant(
         "repetition.divides_negatives",
@@ -332,6 +337,14 @@ REPETITION_BUGS: list[BugVariant] = [
         "Gather the seen tokens' scores from the original logits, penalise them once, and "
         "scatter them back (a repeated id then writes the same value twice).",
         repetition_per_occurrence,
+    ),
+    BugVariant(
+        "repetition.subtracted",
+        REPETITION_ITEM,
+        "the penalty is subtracted from the seen scores (the presence penalty of OpenAI's API, "
+        "another rule); CTRL's penalty, which transformers implements, scales them",
+        "Divide a positive score by the penalty and multiply a negative one.",
+        repetition_subtracted,
     ),
 ]
 
@@ -452,6 +465,14 @@ def speculative_resample_from_target(
     return _emit(accepted, draft, p, generator)
 
 
+def speculative_resample_from_draft(
+    p: Tensor, q: Tensor, draft: Tensor, generator: torch.Generator
+):
+    """The right acceptance, but a rejected token replaced by a fresh draft from q."""
+    accepted = _uniform(draft, p, generator) * _at(q, draft) < _at(p, draft)  # (B,)
+    return _emit(accepted, draft, q, generator)
+
+
 def speculative_ratio_not_clipped(p: Tensor, q: Tensor, draft: Tensor, generator: torch.Generator):
     """p(x) / q(x) handed to torch.bernoulli as it is: it raises where the ratio exceeds 1."""
     accepted = torch.bernoulli(_at(p, draft) / _at(q, draft), generator=generator).bool()
@@ -490,6 +511,15 @@ SPECULATIVE_BUGS: list[BugVariant] = [
         "max(0, p - q) normalised, so the tokens the draft already proposes come out too often",
         "On rejection draw from max(0, p - q) / sum(max(0, p - q)), your residual_distribution.",
         speculative_resample_from_target,
+    ),
+    BugVariant(
+        "speculative.resample_from_draft",
+        SPECULATIVE_ITEM,
+        "a rejected draft token is replaced by a new draw from the draft's q, so the output "
+        "keeps the draft's preferences instead of the target's",
+        "On rejection draw from max(0, p - q) normalised, where the target has mass the draft "
+        "lacks.",
+        speculative_resample_from_draft,
     ),
     BugVariant(
         "speculative.ratio_not_clipped",

@@ -48,7 +48,7 @@ def test_every_catalogued_mistake_is_caught_and_named(bug):
 
 def test_the_issue_s_mistakes_are_catalogued_once_each():
     ids = [b.id for b in catalogue.BUGS]
-    assert len(ids) == len(set(ids)) == 24
+    assert len(ids) == len(set(ids)) == 26
     assert {b.item for b in catalogue.BUGS} == set(CHECKS)
     assert {
         "temperature.after_softmax",
@@ -118,6 +118,9 @@ def test_transformers_own_processors_pass():
          "speculative.resample_from_target"),
         (check_speculative_accept, impls.speculative_unclipped_bernoulli,
          "speculative.ratio_not_clipped"),
+        (check_repetition_penalty, impls.repetition_presence, "repetition.subtracted"),
+        (check_speculative_accept, impls.speculative_fresh_draft,
+         "speculative.resample_from_draft"),
     ],
     ids=lambda x: getattr(x, "__name__", x),
 )  # fmt: skip
