@@ -190,6 +190,12 @@ def compare_filter(
             report.fail(
                 failure.message, evidence(inputs, failure, None, None) if evidence else None
             )
+        if bool(torch.isnan(out).any()):
+            row = int(torch.isnan(out).any(dim=-1).nonzero()[0])
+            report.fail(
+                f"your scores ({where}) contain NaN in row {row}: give a removed token -inf "
+                "(or a large negative number), never NaN, and keep every other score finite."
+            )
         got = distribution(out)
         diagnosis = partial(
             diagnose,

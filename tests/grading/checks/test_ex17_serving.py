@@ -153,6 +153,15 @@ def test_a_crash_is_relayed_and_named_only_with_its_evidence():
     assert info.value.diagnosis is None
 
 
+def test_nan_scores_are_told_as_nan():
+    def nan_for_removed(logits, k):
+        return impls.hf_top_k(logits, k).nan_to_num(neginf=float("nan"))
+
+    with pytest.raises(CheckFailure, match="contain NaN in row") as info:
+        check_top_k_filter(nan_for_removed)
+    assert info.value.diagnosis is None
+
+
 def test_calling_the_course_s_filter_and_a_wrong_return_are_told():
     from coursepkg.serving.sampling import top_k_filter
 
