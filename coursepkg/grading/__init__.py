@@ -52,6 +52,13 @@ check_sharded_adamw            ``ShardedAdamW`` (ZeRO-1 step)              ex15_
 check_route_top_k              ``route_top_k`` (a router's top-k)          ex16_experts
 check_load_balancing_loss      ``load_balancing_loss``                     ex16_experts
 check_compress_latent          ``compress_latent`` (MLA's cached part)     ex16_experts
+check_temperature_scale        ``temperature_scale``                       ex17_serving
+check_top_k_filter             ``top_k_filter``                            ex17_serving
+check_top_p_filter             ``top_p_filter`` (nucleus)                  ex17_serving
+check_min_p_filter             ``min_p_filter``                            ex17_serving
+check_repetition_penalty       ``repetition_penalty``                      ex17_serving
+check_residual_distribution    ``residual_distribution`` (speculative)     ex17_serving
+check_speculative_accept       ``speculative_accept`` (statistical)        ex17_serving
 =============================  ==========================================  ==============
 
 ``check_training_run`` (ex09_training_run) grades a whole training run (the trained model, the
@@ -110,6 +117,15 @@ from .checks.ex16_experts import (
     check_load_balancing_loss,
     check_route_top_k,
 )
+from .checks.ex17_serving import (
+    check_min_p_filter,
+    check_repetition_penalty,
+    check_residual_distribution,
+    check_speculative_accept,
+    check_temperature_scale,
+    check_top_k_filter,
+    check_top_p_filter,
+)
 from .framework import (
     BugVariant,
     CheckerError,
@@ -149,6 +165,7 @@ __all__ = [
     "check_load_balancing_loss",
     "check_lora_linear",
     "check_masked_mean",
+    "check_min_p_filter",
     "check_modern_block",
     "check_multi_head_attention",
     "check_naive_ddp",
@@ -156,15 +173,21 @@ __all__ = [
     "check_param_groups",
     "check_parameter_count",
     "check_positional_encoding",
+    "check_repetition_penalty",
+    "check_residual_distribution",
     "check_rms_norm",
     "check_route_top_k",
     "check_scaled_dot_product_attention",
     "check_sharded_adamw",
     "check_sft_loss",
+    "check_speculative_accept",
     "check_swiglu",
     "check_token_entropy",
+    "check_temperature_scale",
     "check_tiled_attention",
     "check_tokenizer",
+    "check_top_k_filter",
+    "check_top_p_filter",
     "check_train_bpe",
     "check_training_run",
     "check_training_state",

@@ -27,4 +27,5 @@ ASSIGNMENTS = (
     "ex14_post_training",
     "ex15_data_parallel",
     "ex16_experts",
+    "ex17_serving",
 )

@@ -38,7 +38,7 @@ CHAPTERS = {
     "15_attention_at_length": "ex12",
     "16_modern_decoder": "ex11",
     "17_training_for_real": "ex13",
-    "18_serving": None,
+    "18_serving": "ex17",
     "19_experts": "ex16",
     "20_post_training": "ex14",
     "21_training_across_machines": "ex15",

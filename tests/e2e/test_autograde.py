@@ -180,6 +180,16 @@ BUGS = {
         ],
         "router.topk_before_softmax",
     ),
+    "ex17_serving": (
+        "repetition_penalty",
+        [
+            (
+                "scores = torch.where(scores < 0, scores * penalty, scores / penalty)  # (B, T)",
+                "scores = scores / penalty  # (B, T)",
+            )
+        ],
+        "repetition.divides_negatives",
+    ),
     "ex09_training_run": (
         "sequence_loss",
         [("model(batch.src, batch.tgt_in,", "model(batch.src, batch.tgt_out,")],

@@ -32,6 +32,10 @@
   subclass the reference, let through the honesty rule by :func:`.calling.is_catalogued`.
 - :mod:`.post_training`: the references ex14's checks compare with and its catalogue builds
   on, with the stubs' signatures; imported as ``framework.post_training`` by ex14 only.
+- :mod:`.sampling`: checking code that samples: next-token scores compared as the
+  distributions they define (:func:`compare_filter`), and a random rule's draws tested against
+  its probabilities and against a known mistake's draws (Pearson's chi-square:
+  :func:`chi_square_fit`, :func:`chi_square_same`, :func:`same_as_mistake`).
 - :mod:`.ranks`: what a check that forks ranks over gloo needs from the machine (the
   loopback network, a stderr without PyTorch's hostname warning); imported as
   ``framework.ranks`` by ex15 only.
@@ -42,8 +46,8 @@
 Modules import each other downwards only: results <- inputs <- calling <- compare <- weights
 <- masks, locate, modules, norms; self_attention sits on masks and modules; registry needs
 results and calling (it records each catalogue's classes there, for the honesty rule); pieces
-sits on locate, norms and registry; variants, post_training, ranks and watch need nothing of
-the framework.
+sits on locate, norms and registry; sampling on compare; variants, post_training, ranks and
+watch need nothing of the framework.
 A check module imports the framework and its own catalogue, never another check module.
 """
 
@@ -127,6 +131,18 @@ from .results import (
     diagnosis_message,
     run_check,
 )
+from .sampling import (
+    MIN_EXPECTED,
+    SAME_RULE,
+    ChiSquare,
+    chi_square_fit,
+    chi_square_same,
+    compare_filter,
+    count_cells,
+    distribution,
+    misfit_message,
+    same_as_mistake,
+)
 from .self_attention import (
     cache_equals_whole,
     cache_stage,
@@ -150,6 +166,16 @@ from .weights import (
 )
 
 __all__ = [
+    "MIN_EXPECTED",
+    "SAME_RULE",
+    "ChiSquare",
+    "chi_square_fit",
+    "chi_square_same",
+    "compare_filter",
+    "count_cells",
+    "distribution",
+    "misfit_message",
+    "same_as_mistake",
     "run_mask_properties",
     "run_self_attention_cases",
     "cache_equals_whole",
