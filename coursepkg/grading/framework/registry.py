@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .calling import mark_catalogued, name_forbidden_call
+from .layout import LAYOUT_MISTAKES
 from .results import BugVariant, CheckReport, CheckResult, ForbiddenCall, run_check
 
 __all__ = ["CheckEntry", "catalogue", "mistakes_of", "public_check", "registered_checks"]
@@ -127,8 +128,9 @@ def registered_checks() -> list[CheckEntry]:
 
 
 def catalogue() -> list[BugVariant]:
-    """Every known mistake the checks recognise, check by check."""
-    return [bug for entry in registered_checks() for bug in entry.bugs]
+    """Every known mistake the checks recognise, check by check, then the parameter-layout
+    differences any module check names (:data:`~.layout.LAYOUT_MISTAKES`)."""
+    return [bug for entry in registered_checks() for bug in entry.bugs] + list(LAYOUT_MISTAKES)
 
 
 def mistakes_of(check: str) -> tuple[BugVariant, ...]:

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from .calling import call_student, reject_reference_class
 from .inputs import describe, shape_text
+from .layout import explain_layout
 from .results import BugVariant, CheckFailure, CheckReport
 
 # ---------------------------------------------------------------------------------------------
@@ -412,7 +413,8 @@ def param_gap(report: CheckReport, student: nn.Module, reference: nn.Module, ite
         dims: named sizes for :func:`parameter_table`.
         bugs: catalogue to match structurally; ``args``: the constructor arguments.
         explain: ``() -> BugVariant | None``, tried when the catalogue names nothing (a
-            layer asks its pieces' catalogues).
+            layer asks its pieces' catalogues); then :func:`~.layout.explain_layout` says
+            how the layouts differ when that accounts for the whole gap.
     """
     ok, table = parameter_table(student, reference, kw.get("dims"))
     if ok:
@@ -420,6 +422,10 @@ def param_gap(report: CheckReport, student: nn.Module, reference: nn.Module, ite
     bug = diagnose_structure(student, reference, kw.get("bugs", ()), kw.get("args", ()))
     if bug is None and kw.get("explain") is not None:
         bug = kw["explain"]()
+    layout = explain_layout(student, reference, item) if bug is None else None
+    if layout is not None:
+        bug, sentence = layout
+        table = f"{table}\n{sentence}"
     report.fail(
         f"your {item} has a different number of parameters from the reference "
         f"({describe(kw.get('dims') or {})}):\n{table}",
