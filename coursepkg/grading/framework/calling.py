@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .evidence import input_clues
 from .results import CheckFailure, ForbiddenCall, NotImplementedYet
 
 # ---------------------------------------------------------------------------------------------
@@ -100,7 +101,8 @@ def call_student(fn: Callable[..., Any], *args: Any, item: str, **kwargs: Any) -
             the stub that raised is another one (say the ex02 class inside the ex04 layer),
             the message names it.
         CheckFailure: any other exception, naming its type, message and the file:line in the
-            student's code where it happened.
+            student's code where it happened, then the input and which of its dimensions the
+            sizes in the error are (:func:`~.evidence.input_clues`).
     """
     try:
         return fn(*args, **kwargs)
@@ -119,8 +121,19 @@ def call_student(fn: Callable[..., Any], *args: Any, item: str, **kwargs: Any) -
         if line:
             lines.append(f"    {line}")
         lines.append(f"{type(exc).__name__}: {exc}")
+        lines += _clues(fn, args, kwargs, f"{type(exc).__name__}: {exc}")
         lines.append("Fix the error in your code, then run the check again.")
         raise CheckFailure("\n".join(lines)) from None
+
+
+def _clues(fn: Any, args: Sequence[Any], kwargs: dict[str, Any], error: str) -> list[str]:
+    """:func:`~.evidence.input_clues` for the student's callable (a module: its ``forward``);
+    reading the input never turns the student's error into the checker's."""
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    try:
+        return input_clues(target, args, kwargs, error)
+    except Exception:  # noqa: BLE001 - the student's error stands without the clues
+        return []
 
 
 def expect_tensor(value: Any, what: str, shape: Sequence[int] | None = None) -> Tensor:
