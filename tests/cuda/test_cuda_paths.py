@@ -15,7 +15,7 @@ Tolerances, stated once (fp32, TF32 switched off below):
 - fp16/bf16 tiled attention against the fp32 reference: absolute 1e-2 / 4e-2 (:data:`HALF`);
 - the course's DDP, bucketed DDP, ZeRO-1 and FSDP on one nccl rank against plain AdamW on the
   same device: relative 1e-5, absolute 1e-6;
-- training: the trainer autocasts to bf16 on CUDA (``training/loop.py``), so the first step's
+- training: the trainer autocasts to bf16 on CUDA (``training/lifecycle.py``), so the first step's
   loss agrees to relative 2e-2 (:data:`BF16_LOSS`) with CPU's fp32 run and the next ones to
   5e-2; exactly on CPU. ``coursepkg finetune`` shares that lifecycle (autocast included):
   SFT and DPO likewise, GRPO only checked finite (it samples from the device's own stream).
@@ -82,7 +82,7 @@ from coursepkg.serving import generate as serve_generate
 from coursepkg.serving.packed import PackedBatcher
 from coursepkg.training import TrainSettings, train
 from coursepkg.training.checkpoint import load_checkpoint
-from coursepkg.training.loop import CHECKPOINT
+from coursepkg.training.lifecycle import CHECKPOINT
 
 NAME = os.environ.get("COURSE_TEST_DEVICE", "cuda")
 
