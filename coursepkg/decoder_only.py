@@ -6,6 +6,8 @@ masks (B, L), True = real token; the causal mask is built inside.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor, nn
 
@@ -26,7 +28,17 @@ from .model_parts import (
 from .moe import MoEFeedForward, Routing, load_balancing_loss
 from .positional import RopeAngles, positions_from_mask, rope_frequencies
 
-__all__ = ["DecoderOnlyLM", "DecoderOnlyLayer", "sample_next"]
+__all__ = ["DecoderOnlyLM", "DecoderOnlyLayer", "LMOutput", "sample_next"]
+
+
+class LMOutput(NamedTuple):
+    """:meth:`DecoderOnlyLM.forward`'s result with ``return_aux=True``, as Hugging Face's
+    Mixtral returns ``logits`` and ``aux_loss``: the logits (B, L, V) and the auxiliary loss a
+    trainer adds times its coefficient (a mixture of experts' load balancing,
+    :meth:`DecoderOnlyLM.load_balancing_loss`, over the ``token_mask`` given; None when dense)."""
+
+    logits: Tensor
+    aux_loss: Tensor | None
 
 
 class DecoderOnlyLayer(EncoderLayer):
@@ -132,8 +144,9 @@ class DecoderOnlyLM(nn.Module):
         cache: KVCache | None = None,
         positions: Tensor | None = None,
         attn_mask: Tensor | PackedMask | None = None,
-    ) -> Tensor:
-        """Next-token logits at every position.
+        return_aux: bool = False,
+    ) -> Tensor | LMOutput:
+        """Next-token logits at every position (and, if asked, the auxiliary loss).
 
         Args:
             tokens: ids (only the new ones when a cache is given).
@@ -154,6 +167,8 @@ class DecoderOnlyLM(nn.Module):
                 :class:`~coursepkg.masks.PackedMask` the attention reads to score each request
                 against its own keys); give the ``positions`` too, since the default counts
                 from the cache's length.
+            return_aux: return an :class:`LMOutput` (the logits and the auxiliary loss of this
+                pass) instead of the logits alone.
 
         Shape:
             tokens (B, L), positions (B, L) or (L,), attn_mask (B, 1, L, L) or (L, L), with a
@@ -162,6 +177,7 @@ class DecoderOnlyLM(nn.Module):
         self._check_forward(tokens, token_mask, cache, positions)
         self._check_attn_mask(tokens, token_mask, cache, attn_mask)
         b, n = tokens.shape
+        given_mask = token_mask  # the auxiliary loss counts the tokens the caller marked
         past = 0 if cache is None else cache.length
         keys = n if cache is None else cache.keys_after(n)  # a window's ring: the last ones only
         if token_mask is None and cache is None and self.config.pad_id is not None:
@@ -190,7 +206,18 @@ class DecoderOnlyLM(nn.Module):
         if self.norm is not None:
             x = self.norm(x)
         logits = self.lm_head(x)  # (B, L, V)
-        return logits if self.logits_bias is None else logits + self.logits_bias
+        if self.logits_bias is not None:
+            logits = logits + self.logits_bias  # (B, L, V)
+        if not return_aux:
+            return logits
+        return LMOutput(logits, self._aux_loss(given_mask, n))
+
+    def _aux_loss(self, token_mask: Tensor | None, n: int) -> Tensor | None:
+        """The load-balancing loss of the pass just made over its ``n`` new tokens (the real
+        ones of the caller's ``token_mask``); None when dense."""
+        if self.config.moe is None:
+            return None
+        return self.load_balancing_loss(None if token_mask is None else token_mask[:, -n:])
 
     def _check_forward(
         self,

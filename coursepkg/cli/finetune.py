@@ -36,6 +36,10 @@ _HELP = {
     "clip_norm": "clip the global gradient norm to this (0: no clipping)",
     "stop_after": "end this job after that step, with a checkpoint (0: run to the end)",
     "device": "cpu, cuda or auto (CUDA when there is one)",
+    "parallel": "how torchrun's ranks share the work, as coursepkg train's --parallel "
+    "(no fsdp with LoRA or GRPO)",
+    "compile": "wrap the model in torch.compile",
+    "aux_loss_coef": "SFT of a mixture of experts: the load-balancing loss's weight (0: none)",
 }
 
 

@@ -22,7 +22,6 @@ mean over the pairs).
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import functools
 import hashlib
@@ -36,16 +35,12 @@ from torch import Tensor, nn
 
 from ..config import TransformerConfig
 from ..decoder_only import DecoderOnlyLM
-from ..optim import AdamW, clip_grad_norm_, param_groups, warmup_cosine_lr
-from ..parallel.ddp import NaiveDDP
 from ..tokenizer import Tokenizer
-from ..training.checkpoint import (
-    CheckpointError,
-    check_compatible,
-    load_checkpoint,
-    save_checkpoint,
-)
+from ..training import lifecycle
+from ..training.checkpoint import check_compatible, load_checkpoint, save_checkpoint
 from ..training.distributed import Dist, setup, teardown
+from ..training.schemes import make_scheme
+from ..training.settings import PARALLEL
 from .chat import CHAT_TOKENS, END_OF_TURN, ChatExample, chat_records, encode_chat, with_chat_tokens
 from .dpo import dpo_pairs_loss, encode_preference, frozen_copy, preference_records
 from .grpo import group_advantages, grpo_loss, per_token_logprobs, sample_groups
@@ -59,13 +54,14 @@ __all__ = ["FinetuneResult", "FinetuneSettings", "chat_tokenizer", "finetune", "
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT = "checkpoint.pt"
 MODEL = "model.pt"
 #: The tokenizer name ``model.pt`` records: GPT-2's BPE with the chat tokens.
 CHAT_BPE = "bpe-chat"
 SFT_FIELDS = ("step", "lr", "loss")
 DPO_FIELDS = ("step", "lr", "loss", "margin", "accuracy")
 GRPO_FIELDS = ("step", "lr", "loss", "reward", "kl")
+#: The column SFT of a mixture of experts adds: the load-balancing loss (before its coefficient).
+MOE_FIELDS = ("aux_loss",)
 
 
 @dataclass
@@ -95,6 +91,12 @@ class FinetuneSettings:
         stop_after: end this job after that step, with a checkpoint (0: run to the end).
         seed: seeds the adapters' initialisation and the examples drawn.
         device: ``"cpu"``, ``"cuda"`` or ``"auto"``.
+        parallel, compile: how ranks under ``torchrun`` share the work, and ``torch.compile``,
+            as ``coursepkg train``'s (:mod:`coursepkg.training.schemes`); LoRA and GRPO keep
+            the whole model on every rank (no ``fsdp``).
+        beta1, beta2: AdamW's moment decay rates.
+        aux_loss_coef: SFT of a mixture of experts adds its load-balancing loss times this to
+            the loss (0: none, Hugging Face's default for fine-tuning Mixtral).
     """
 
     base: str = ""
@@ -122,6 +124,11 @@ class FinetuneSettings:
     stop_after: int = 0
     seed: int = 0
     device: str = "auto"
+    parallel: str = "course-ddp"
+    compile: bool = False
+    beta1: float = 0.9
+    beta2: float = 0.999
+    aux_loss_coef: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "checkpoint_every", "max_new_tokens"):
@@ -153,8 +160,21 @@ class FinetuneSettings:
             )
         if self.device not in ("cpu", "cuda", "auto"):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'auto', got {self.device!r}")
+        self._check_parallel()
         if not self.base or not self.data:
             raise ValueError(f"base and data must both be given, got {self.base!r}, {self.data!r}")
+
+    def _check_parallel(self) -> None:
+        if self.parallel not in PARALLEL:
+            raise ValueError(f"parallel must be one of {PARALLEL}, got {self.parallel!r}")
+        if "fsdp" in self.parallel and (self.lora_rank or self.grpo):
+            raise ValueError(
+                f"parallel={self.parallel!r} shards the model; LoRA (lora_rank="
+                f"{self.lora_rank}) and GRPO (grpo={self.grpo}) need it whole on every rank: "
+                "choose a ddp or zero1 scheme"
+            )
+        if not self.aux_loss_coef >= 0:
+            raise ValueError(f"aux_loss_coef must be >= 0, got {self.aux_loss_coef!r}")
 
     @property
     def targets(self) -> list[str]:
@@ -164,8 +184,12 @@ class FinetuneSettings:
     def identity(self) -> dict[str, Any]:
         """The settings a checkpoint must agree with to be resumed."""
         skip = ("out", "steps", "checkpoint_every", "stop_after", "device", "base", "data")
+        skip += ("parallel", "compile")  # a checkpoint says its optimizer state's layout
         if not self.grpo:  # so that an SFT or DPO run's identity is what it was before GRPO
             skip += ("grpo", "reward", "group_size", "max_new_tokens", "temperature", "kl_coef")
+        # Settings added later are written only when not at the default every earlier run had.
+        later = {"beta1": 0.9, "beta2": 0.999, "aux_loss_coef": 0.0}
+        skip += tuple(k for k, v in later.items() if getattr(self, k) == v)
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
 
 
@@ -226,12 +250,12 @@ def base_file(base: str | Path) -> Path:
     ``checkpoint.pt``, else the folder itself when it holds a ``config.json``."""
     path = Path(base)
     if path.is_dir():
-        for candidate in (MODEL, CHECKPOINT, "config.json"):
+        for candidate in (MODEL, lifecycle.CHECKPOINT, "config.json"):
             if (path / candidate).is_file():
                 return path if candidate == "config.json" else path / candidate
         raise ValueError(
-            f"base {str(path)!r} holds no {MODEL}, {CHECKPOINT} or config.json: expected a "
-            "coursepkg train or finetune folder, or a Hugging Face model folder"
+            f"base {str(path)!r} holds no {MODEL}, {lifecycle.CHECKPOINT} or config.json: "
+            "expected a coursepkg train or finetune folder, or a Hugging Face model folder"
         )
     if not path.is_file():
         raise ValueError(
@@ -316,27 +340,34 @@ def load_examples(
 
 
 @dataclass
-class _Run:
-    """The pieces of a run in progress."""
+class _FineTuning:
+    """What fine-tuning adds to a :class:`~coursepkg.training.lifecycle.Run`."""
 
     settings: FinetuneSettings
-    dist: Dist
-    net: DecoderOnlyLM
-    model: nn.Module
+    run: lifecycle.Run
     reference: nn.Module | None
-    optimizer: AdamW
     examples: list[Any]
     pad_id: int
-    identity: dict[str, Any]
-    batches: torch.Generator
-    step: int = 0
-    rows: list[dict[str, float]] = field(default_factory=list)
     reward: Any = None
 
     @property
-    def fields(self) -> tuple[str, ...]:
-        s = self.settings
-        return DPO_FIELDS if s.dpo else GRPO_FIELDS if s.grpo else SFT_FIELDS
+    def net(self) -> DecoderOnlyLM:
+        return self.run.net
+
+    @property
+    def model(self) -> nn.Module:
+        return self.run.model
+
+    @property
+    def dist(self) -> Dist:
+        return self.run.dist
+
+
+def _fields(settings: FinetuneSettings, config: TransformerConfig) -> tuple[str, ...]:
+    """The log's columns; SFT of a mixture of experts adds its load-balancing loss."""
+    if settings.dpo or settings.grpo:
+        return DPO_FIELDS if settings.dpo else GRPO_FIELDS
+    return SFT_FIELDS + (MOE_FIELDS if config.moe is not None else ())
 
 
 def finetune(
@@ -359,9 +390,14 @@ def finetune(
     """
     dist = setup(settings.device)
     try:
-        run = _start(settings, dist, resume)
-        _loop(run, progress)
-        return _finish(run)
+        job = _start(settings, dist, resume)
+        s = settings
+        schedule = lifecycle.Schedule(s.steps, s.lr, s.warmup_steps, s.min_lr)
+        step = functools.partial(_step, job)
+        lifecycle.run_steps(
+            job.run, step, schedule, s.stop_after, s.checkpoint_every, "finetune", progress
+        )
+        return _finish(job)
     finally:
         teardown()
 
@@ -376,7 +412,7 @@ def _check_out(settings: FinetuneSettings) -> Path:
     return out
 
 
-def _start(settings: FinetuneSettings, dist: Dist, resume: bool) -> _Run:
+def _start(settings: FinetuneSettings, dist: Dist, resume: bool) -> _FineTuning:
     """Base, data, adapters, reference and optimiser: fresh, or as the checkpoint left them."""
     out = _check_out(settings)
     if settings.batch_size % dist.world_size:
@@ -392,7 +428,6 @@ def _start(settings: FinetuneSettings, dist: Dist, resume: bool) -> _Run:
     torch.manual_seed(settings.seed)  # the adapters' initialisation, and dropout's masks
     if settings.lora_rank:
         add_lora(net, settings.targets, settings.lora_rank, settings.lora_alpha)
-    optimizer = AdamW(param_groups(net, settings.weight_decay), lr=settings.lr)
     identity = {
         **settings.identity(),
         "config": dataclasses.asdict(net.config),
@@ -401,140 +436,85 @@ def _start(settings: FinetuneSettings, dist: Dist, resume: bool) -> _Run:
     }
     pad_id = tokenizer.encode(END_OF_TURN)[0]  # any id: padding is masked out everywhere
     batches = torch.Generator().manual_seed(settings.seed + 1)
-    run = _Run(settings, dist, net, net, reference, optimizer, examples, pad_id, identity, batches)
-    run.reward = reward
-    path = out / CHECKPOINT
-    if path.exists() and not resume:
-        raise CheckpointError(
-            f"{path} exists; pass --resume to continue that run, or choose another --out"
-        )
-    if path.exists():
-        _restore(run, load_checkpoint(path), path)
+    saved = lifecycle.open_checkpoint(out, resume)
+    if saved is not None:  # the weights go in before the scheme shards them
+        check_compatible(saved["identity"], identity, out / lifecycle.CHECKPOINT)
+        net.load_state_dict(saved["model"])
+    if dist.is_main:
+        out.mkdir(parents=True, exist_ok=True)
     net.to(dist.device)
-    for state in optimizer.state.values():
-        for key, value in state.items():
-            if torch.is_tensor(value) and key != "step":
-                state[key] = value.to(dist.device)
-    if dist.distributed:
-        run.model = NaiveDDP(net)
-    return run
+    scheme = make_scheme(net, settings, dist)
+    run = lifecycle.Run(out, dist, net, scheme, batches, identity, _fields(settings, net.config))
+    if saved is not None:
+        lifecycle.restore(run, saved)
+    return _FineTuning(settings, run, reference, examples, pad_id, reward)
 
 
-def _restore(run: _Run, saved: dict[str, Any], path: Path) -> None:
-    check_compatible(saved["identity"], run.identity, path)
-    run.net.load_state_dict(saved["model"])
-    run.optimizer.load_state_dict(saved["optimizer"])
-    run.batches.set_state(saved["data_rng"])
-    run.step = int(saved["step"])
-    run.rows = [dict(zip(run.fields, row, strict=True)) for row in saved["rows"]]
-    states = saved["rng"]
-    torch.set_rng_state(states[run.dist.rank % len(states)])
-    log.info("resumed from %s at step %d", path, run.step)
-
-
-def _checkpoint(run: _Run) -> None:
-    rng = run.dist.gather(torch.get_rng_state())
-    if run.dist.is_main:
-        payload = {
-            "identity": run.identity,
-            "model": run.net.state_dict(),
-            "optimizer": run.optimizer.state_dict(),
-            "data_rng": run.batches.get_state(),
-            "rng": rng,
-            "step": run.step,
-            "rows": [[row[k] for k in run.fields] for row in run.rows],
-        }
-        save_checkpoint(Path(run.settings.out) / CHECKPOINT, payload)
-        with open(Path(run.settings.out) / "log.csv", "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(run.fields)
-            writer.writerows([repr(row[k]) for k in run.fields] for row in run.rows)
-
-
-def _loop(run: _Run, progress: bool) -> None:
-    from tqdm import tqdm
-
-    s = run.settings
-    if run.dist.is_main:
-        Path(s.out).mkdir(parents=True, exist_ok=True)
-    show = progress and run.dist.is_main
-    bar = tqdm(total=s.steps, initial=run.step, desc="finetune", disable=not show)
-    end = s.stop_after or s.steps
-    while run.step < end:
-        lr = warmup_cosine_lr(run.step, s.lr, s.warmup_steps, s.steps, s.min_lr)
-        numbers = _step(run, lr)
-        if not all(torch.isfinite(torch.tensor(list(numbers.values())))):
-            raise FloatingPointError(f"the loss became {numbers['loss']} at step {run.step + 1}")
-        run.step += 1
-        run.rows.append({"step": run.step, "lr": lr, **numbers})
-        if run.step % s.checkpoint_every == 0 or run.step == end:
-            _checkpoint(run)
-        bar.update(1)
-    bar.close()
-
-
-def _step(run: _Run, lr: float) -> dict[str, float]:
+def _step(job: _FineTuning, lr: float) -> dict[str, float]:
     """One optimiser step on ``batch_size`` examples drawn at random (this rank's share)."""
-    s, dist = run.settings, run.dist
+    s, dist, run = job.settings, job.dist, job.run
     for group in run.optimizer.param_groups:
         group["lr"] = lr
-    drawn = torch.randint(len(run.examples), (s.batch_size,), generator=run.batches)  # (B,)
+    drawn = torch.randint(len(job.examples), (s.batch_size,), generator=run.batches)  # (B,)
     share = s.batch_size // dist.world_size
-    mine = [run.examples[i] for i in drawn[dist.rank * share : (dist.rank + 1) * share].tolist()]
+    mine = [job.examples[i] for i in drawn[dist.rank * share : (dist.rank + 1) * share].tolist()]
     run.model.train()
-    if s.dpo:
-        loss, extra = _dpo_loss(run, mine)
-    elif s.grpo:
-        loss, extra = _grpo_loss(run, mine)
-    else:
-        every = [run.examples[i] for i in drawn.tolist()]
-        loss, extra = _sft_loss(run, mine, every)
-    loss.backward()
-    if isinstance(run.model, NaiveDDP):
-        run.model.sync_gradients()
-    trainable = [p for p in run.net.parameters() if p.requires_grad]
+    with lifecycle.autocast(dist.device):
+        if s.dpo:
+            loss, extra = _dpo_loss(job, mine)
+        elif s.grpo:
+            loss, extra = _grpo_loss(job, mine)
+        else:
+            every = [job.examples[i] for i in drawn.tolist()]
+            loss, extra = _sft_loss(job, mine, every)
+    lifecycle.with_aux(loss, extra.get("aux_loss"), s.aux_loss_coef).backward()
+    run.scheme.sync()  # the course's DDP averages when asked
     if s.clip_norm > 0:
-        clip_grad_norm_(trainable, s.clip_norm)
+        run.scheme.clip(s.clip_norm)
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
     # each rank's loss is its share of the global one, times the ranks: their mean is the loss
-    return {"loss": dist.mean(loss.detach()), **{k: dist.mean(v) for k, v in extra.items()}}
+    numbers = {"loss": loss, **extra}
+    return {k: dist.mean(v.detach()) for k, v in numbers.items()}
 
 
 def _sft_loss(
-    run: _Run, mine: list[ChatExample], every: list[ChatExample]
+    job: _FineTuning, mine: list[ChatExample], every: list[ChatExample]
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """This rank's part of the SFT loss over the whole batch's response tokens, times the
-    number of ranks (their gradients are averaged)."""
-    batch = pad_batch(mine, run.pad_id)
-    tokens, loss_mask, token_mask = (x.to(run.dist.device) for x in batch)  # (b, L) each
-    losses = token_losses(run.model(tokens, token_mask), tokens)  # (b, L-1)
+    number of ranks (their gradients are averaged); a mixture of experts' load-balancing
+    loss (``aux_loss``), returned by the model's forward."""
+    batch = pad_batch(mine, job.pad_id)
+    tokens, loss_mask, token_mask = (x.to(job.dist.device) for x in batch)  # (b, L) each
+    logits, aux = job.model(tokens, token_mask, return_aux=True)  # (b, L, V), None if dense
+    losses = token_losses(logits, tokens)  # (b, L-1)
     count = sum(sum(example.response_mask[1:]) for example in every)  # the whole batch's
-    return masked_normalize(losses, loss_mask[:, 1:], count / run.dist.world_size), {}
+    loss = masked_normalize(losses, loss_mask[:, 1:], count / job.dist.world_size)
+    return loss, {} if aux is None else {"aux_loss": aux}
 
 
 def _dpo_loss(
-    run: _Run, mine: list[tuple[ChatExample, ChatExample]]
+    job: _FineTuning, mine: list[tuple[ChatExample, ChatExample]]
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """DPO's loss on this rank's pairs: chosen and rejected answers in one padded batch."""
-    out = dpo_pairs_loss(run.model, run.reference, mine, run.pad_id, run.settings.beta)
+    out = dpo_pairs_loss(job.model, job.reference, mine, job.pad_id, job.settings.beta)
     accuracy = (out.margins > 0).float().mean()
     return out.loss, {"margin": out.margins.mean(), "accuracy": accuracy}
 
 
-def _grpo_loss(run: _Run, mine: list[GRPOPrompt]) -> tuple[Tensor, dict[str, Tensor]]:
+def _grpo_loss(job: _FineTuning, mine: list[GRPOPrompt]) -> tuple[Tensor, dict[str, Tensor]]:
     """GRPO on this rank's prompts: a group of answers sampled for each (from this rank's random
     state), scored, and the clipped objective with the KL penalty; one update per sample, so the
     ratio is 1 and the loss's gradient is the policy gradient."""
-    s, device = run.settings, run.dist.device
-    end = run.pad_id  # the end-of-turn id, which also pads
+    s, device = job.settings, job.dist.device
+    end = job.pad_id  # the end-of-turn id, which also pads
     rollouts = sample_groups(
-        run.net, [p.ids for p in mine], s.group_size, s.max_new_tokens, end, end, s.temperature
+        job.net, [p.ids for p in mine], s.group_size, s.max_new_tokens, end, end, s.temperature
     )
     tokenizer = chat_tokenizer()
     rewards = [
         score(
-            run.reward, tokenizer.decode(a[:-1] if a[-1:] == [end] else a), mine[i // s.group_size]
+            job.reward, tokenizer.decode(a[:-1] if a[-1:] == [end] else a), mine[i // s.group_size]
         )
         for i, a in enumerate(rollouts.answers)
     ]
@@ -542,28 +522,30 @@ def _grpo_loss(run: _Run, mine: list[GRPOPrompt]) -> tuple[Tensor, dict[str, Ten
     advantages = group_advantages(rewards).flatten().to(device)  # (B,) with B = P G
     batch = Batch(*(x.to(device) for x in rollouts.batch))  # (B, L) each
     with torch.no_grad():
-        ref = per_token_logprobs(run.reference, batch)  # (B, L-1)
-    run.model.train()
-    logprobs = per_token_logprobs(run.model, batch)  # (B, L-1)
+        ref = per_token_logprobs(job.reference, batch)  # (B, L-1)
+    job.model.train()
+    logprobs = per_token_logprobs(job.model, batch)  # (B, L-1)
     mask = batch.loss_mask[:, 1:]  # (B, L-1): the answers' tokens as targets
     out = grpo_loss(logprobs, logprobs.detach(), ref, advantages, mask, kl_coef=s.kl_coef)
     return out.loss, {"reward": rewards.mean().to(device), "kl": out.kl}
 
 
-def _finish(run: _Run) -> FinetuneResult:
+def _finish(job: _FineTuning) -> FinetuneResult:
     """Merge the adapters and write ``model.pt`` (rank 0, when the run reached its end)."""
-    done = run.step == run.settings.steps
-    if lora_modules(run.net):
-        merge_lora(run.net)
-    plain = DecoderOnlyLM(run.net.config)
+    run = job.run
+    done = run.step == job.settings.steps
+    net = run.scheme.plain_model()  # a collective when sharded
+    if lora_modules(net):
+        merge_lora(net)
+    plain = DecoderOnlyLM(net.config)
     state = {
-        name.replace(".base.", "."): value
-        for name, value in run.net.state_dict().items()
+        name.replace(".base.", "."): value.cpu()
+        for name, value in net.state_dict().items()
         if "lora_" not in name
     }
     plain.load_state_dict(state)
     if done and run.dist.is_main:
         identity = {"tokenizer": CHAT_BPE, "config": dataclasses.asdict(plain.config)}
-        save_checkpoint(Path(run.settings.out) / MODEL, {"identity": identity, "model": state})
+        save_checkpoint(run.out / MODEL, {"identity": identity, "model": state})
     rows = run.rows if run.dist.is_main else []
-    return FinetuneResult(plain.eval().cpu(), rows, Path(run.settings.out))
+    return FinetuneResult(plain.eval().cpu(), rows, Path(job.settings.out))

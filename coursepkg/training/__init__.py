@@ -7,7 +7,9 @@ process or under ``torchrun`` (DistributedDataParallel), with exact resume from 
 - :mod:`~coursepkg.training.distributed`: the process group ``torchrun`` describes;
 - :mod:`~coursepkg.training.schemes`: how the ranks share the work (``--parallel``: DDP,
   sharded optimizer state, FSDP; PyTorch's or the course's) and its gathered checkpoints;
-- :mod:`~coursepkg.training.loop`: the training loop itself (:func:`train`).
+- :mod:`~coursepkg.training.lifecycle`: one run's life, shared with ``coursepkg finetune``
+  (checkpoints, exact resume, the step loop, SIGTERM, autocast);
+- :mod:`~coursepkg.training.loop`: pretraining's step, evaluation and samples (:func:`train`).
 
 The optimiser, schedule, clipping and loss are the course's own (:mod:`coursepkg.optim`,
 :mod:`coursepkg.functional`).

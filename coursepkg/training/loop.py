@@ -9,36 +9,37 @@ one a single process would make on the whole batch. Rank 0 alone evaluates and w
 from __future__ import annotations
 
 import contextlib
-import csv
 import dataclasses
+import functools
 import logging
 import math
 import os
-import signal
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from coursepkg.config import TransformerConfig
 from coursepkg.functional import cross_entropy
 from coursepkg.model import DecoderOnlyLM, sample_next
 from coursepkg.moe import MoEFeedForward, expert_load, update_choice_bias
-from coursepkg.optim import warmup_cosine_lr
 from coursepkg.parallel.checkpointing import checkpoint_blocks
-from coursepkg.training.checkpoint import (
-    CheckpointError,
-    check_compatible,
-    load_checkpoint,
-    save_checkpoint,
-)
+from coursepkg.training.checkpoint import check_compatible
 from coursepkg.training.data import TokenData, get_batch, prepare_tokens
 from coursepkg.training.distributed import Dist, setup, teardown
-from coursepkg.training.schemes import Scheme, make_scheme
+from coursepkg.training.lifecycle import (
+    CHECKPOINT,
+    Run,
+    Schedule,
+    autocast,
+    open_checkpoint,
+    restore,
+    run_steps,
+    with_aux,
+)
+from coursepkg.training.schemes import make_scheme
 from coursepkg.training.settings import TrainSettings, model_config
 
 __all__ = ["LOG_FIELDS", "MOE_FIELDS", "TrainResult", "load_fields", "train"]
@@ -51,7 +52,6 @@ LOG_FIELDS = ("step", "lr", "loss", "val_loss", "val_perplexity")
 #: The column a mixture-of-experts run adds: the load-balancing loss of the step (before its
 #: coefficient), whose minimum k says the experts share the tokens evenly.
 MOE_FIELDS = ("aux_loss",)
-CHECKPOINT = "checkpoint.pt"
 
 
 @dataclass
@@ -73,28 +73,20 @@ class TrainResult:
 
 
 @dataclass
-class _Run:
-    """The pieces of a run in progress."""
+class _Pretraining:
+    """What pretraining adds to a :class:`~coursepkg.training.lifecycle.Run`."""
 
     settings: TrainSettings
-    dist: Dist
     data: TokenData
-    net: DecoderOnlyLM  # the model itself (its weights are what is saved)
-    scheme: Scheme  # how the ranks share the work: the wrapped model, the optimizer
-    batches: torch.Generator  # draws the training windows; the same on every rank
-    step: int = 0
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    last_checkpoint: int = 0
+    run: Run
 
     @property
-    def model(self) -> nn.Module:
-        """What the step calls: net, wrapped in DDP or sharded, and/or compiled."""
-        return self.scheme.model
+    def net(self) -> DecoderOnlyLM:
+        return self.run.net
 
     @property
-    def optimizer(self) -> torch.optim.Optimizer:
-        """The scheme's optimizer (the course's AdamW, or its sharded form)."""
-        return self.scheme.optimizer
+    def dist(self) -> Dist:
+        return self.run.dist
 
 
 def train(settings: TrainSettings, resume: bool = False, progress: bool = True) -> TrainResult:
@@ -115,14 +107,25 @@ def train(settings: TrainSettings, resume: bool = False, progress: bool = True) 
     """
     dist = setup(settings.device)
     try:
-        run = _start(settings, dist, resume)
-        _loop(run, progress)
-        return _finish(run)
+        job = _start(settings, dist, resume)
+        s = settings
+        schedule = Schedule(s.steps, s.lr, s.warmup_steps, s.min_lr)
+        run_steps(
+            job.run,
+            functools.partial(_train_step, job),
+            schedule,
+            s.stop_after,
+            s.checkpoint_every,
+            "train",
+            progress,
+            functools.partial(_after_step, job),
+        )
+        return _finish(job)
     finally:
         teardown()
 
 
-def _start(settings: TrainSettings, dist: Dist, resume: bool) -> _Run:
+def _start(settings: TrainSettings, dist: Dist, resume: bool) -> _Pretraining:
     """Tokens, model, optimiser and data generator: fresh, or as the checkpoint left them."""
     out = Path(settings.out)
     micro = settings.batch_size / (dist.world_size * settings.grad_accum)
@@ -143,21 +146,18 @@ def _start(settings: TrainSettings, dist: Dist, resume: bool) -> _Run:
         checkpoint_blocks(net)
     torch.manual_seed(settings.seed + 1 + dist.rank)  # each rank's own dropout masks
     batches = torch.Generator().manual_seed(settings.seed + 1)
-    path = out / CHECKPOINT
-    if path.exists() and not resume:
-        raise CheckpointError(
-            f"{path} exists; pass --resume to continue that run, or choose another --out"
-        )
-    saved = load_checkpoint(path) if path.exists() else None
+    saved = open_checkpoint(out, resume)
+    identity = _identity(settings, net, data)
     if saved is not None:  # the weights go in before the scheme shards them
-        check_compatible(saved["identity"], _identity(settings, net, data), path)
+        check_compatible(saved["identity"], identity, out / CHECKPOINT)
         net.load_state_dict(saved["model"])
     net.to(dist.device)
-    run = _Run(settings, dist, data, net, make_scheme(net, settings, dist), batches)
+    scheme = make_scheme(net, settings, dist)
+    run = Run(out, dist, net, scheme, batches, identity, _fields(net.config))
     if saved is not None:
-        _restore(run, saved, path)
+        restore(run, saved)
     log.info("rank %d of %d (pid %d) on %s", dist.rank, dist.world_size, os.getpid(), dist.device)
-    return run
+    return _Pretraining(settings, data, run)
 
 
 def _val(settings: TrainSettings, write: bool = True) -> tuple[float, bool]:
@@ -169,67 +169,9 @@ def _identity(settings: TrainSettings, net: DecoderOnlyLM, data: TokenData) -> d
     return {**settings.identity(), "config": config, "data": data.digest}
 
 
-def _restore(run: _Run, saved: dict[str, Any], path: Path) -> None:
-    """Put a checkpoint's optimiser, data position, RNG and log in place (its weights are)."""
-    layout = saved.get("optimizer_layout", "replicated")
-    if layout != run.scheme.layout:
-        raise CheckpointError(
-            f"{path} holds optimizer state laid out for {layout!r}, this run's --parallel "
-            f"{run.settings.parallel} on {run.dist.world_size} rank(s) uses "
-            f"{run.scheme.layout!r}; resume with the scheme that wrote it"
-        )
-    run.scheme.load_optimizer_state(saved["optimizer"])
-    run.batches.set_state(saved["data_rng"])
-    run.step = run.last_checkpoint = int(saved["step"])
-    fields = _fields(run)
-    # A mixture of experts' checkpoint written before the expert-load columns existed has
-    # shorter rows: those steps' loads are left empty.
-    padded = [[*row, *[None] * (len(fields) - len(row))] for row in saved["rows"]]
-    run.rows = [dict(zip(fields, row, strict=True)) for row in padded]
-    states = saved["rng"]
-    if len(states) == run.dist.world_size:
-        torch.set_rng_state(states[run.dist.rank])
-    else:
-        log.warning(
-            "the checkpoint was written by %d ranks, this run has %d: the data and the weights "
-            "continue exactly, the dropout masks do not",
-            len(states),
-            run.dist.world_size,
-        )
-    if run.dist.device.type == "cuda" and saved.get("cuda_rng") is not None:
-        torch.cuda.set_rng_state(saved["cuda_rng"][run.dist.rank % len(saved["cuda_rng"])])
-    log.info("resumed from %s at step %d", path, run.step)
-
-
-def _checkpoint(run: _Run) -> None:
-    """Write the checkpoint (rank 0), with every rank's RNG state; then the CSV log."""
-    rng = run.dist.gather(torch.get_rng_state())
-    cuda = run.dist.device.type == "cuda"
-    cuda_rng = run.dist.gather(torch.cuda.get_rng_state()) if cuda else None
-    # Collectives when the scheme shards: every rank takes part, rank 0 writes.
-    model, optimizer = run.scheme.model_state(), run.scheme.optimizer_state()
-    if run.dist.is_main:
-        payload = {
-            "identity": _identity(run.settings, run.net, run.data),
-            "model": model,
-            "optimizer": optimizer,
-            "optimizer_layout": run.scheme.layout,
-            "data_rng": run.batches.get_state(),
-            "rng": rng,
-            "cuda_rng": cuda_rng,
-            "step": run.step,
-            "rows": [[row[k] for k in _fields(run)] for row in run.rows],
-        }
-        save_checkpoint(Path(run.settings.out) / CHECKPOINT, payload)
-        _write_log(run)
-        log.info("checkpoint at step %d", run.step)
-    run.last_checkpoint = run.step
-
-
-def _fields(run: _Run) -> tuple[str, ...]:
+def _fields(config: TransformerConfig) -> tuple[str, ...]:
     """The columns of the run's log: :data:`LOG_FIELDS`, and with experts :data:`MOE_FIELDS`
     and the expert loads (:func:`load_fields`)."""
-    config = run.net.config
     return LOG_FIELDS + ((*MOE_FIELDS, *load_fields(config)) if config.moe else ())
 
 
@@ -255,12 +197,12 @@ def _load_columns(counts: torch.Tensor, names: tuple[str, ...]) -> dict[str, flo
     return dict(zip(names, ends.reshape(-1).tolist(), strict=True))
 
 
-def _train_step(run: _Run, lr: float) -> tuple[float, float | None, torch.Tensor | None]:
-    """One optimiser step over ``grad_accum`` micro-batches; returns the mean language-model
-    loss and, for a mixture of experts, the mean load-balancing loss, which the step adds to
-    the former times ``aux_loss_coef``, and the experts' loads over the micro-batches and
-    ranks, (MoE layers, E) counts of (token, choice) assignments (both None when dense)."""
-    s, dist = run.settings, run.dist
+def _train_step(job: _Pretraining, lr: float) -> dict[str, Any]:
+    """One optimiser step over ``grad_accum`` micro-batches; returns the row's numbers: the
+    mean language-model loss and, for a mixture of experts, the mean load-balancing loss (added
+    to the former times ``aux_loss_coef``) and the experts' loads over the micro-batches and
+    ranks (:func:`load_fields`)."""
+    s, dist, run = job.settings, job.dist, job.run
     for group in run.optimizer.param_groups:
         group["lr"] = lr
     # One draw of batch_size windows per update, whatever the ranks and micro-steps: micro-step
@@ -269,10 +211,10 @@ def _train_step(run: _Run, lr: float) -> tuple[float, float | None, torch.Tensor
     mine = torch.cat(
         [torch.arange(share) + k * draw + dist.rank * share for k in range(s.grad_accum)]
     )
-    xs, ys = get_batch(run.data.train, s.block_size, s.batch_size, run.batches, mine)  # (A*b, L)
+    xs, ys = get_batch(job.data.train, s.block_size, s.batch_size, run.batches, mine)  # (A*b, L)
     total = torch.zeros((), device=dist.device)
     aux_total = torch.zeros((), device=dist.device)
-    moe = run.net.config.moe is not None
+    moe = job.net.config.moe is not None
     load = 0
     run.model.train()
     for k in range(s.grad_accum):
@@ -282,26 +224,42 @@ def _train_step(run: _Run, lr: float) -> tuple[float, float | None, torch.Tensor
         # DDP all-reduces the gradients at the last micro-step only
         sync = contextlib.nullcontext() if last else run.scheme.no_sync()
         with sync:
-            with _autocast(dist.device):
-                loss = cross_entropy(run.model(x), y) / s.grad_accum  # (B, L, V) logits
-                aux = run.net.load_balancing_loss() / s.grad_accum if moe else None
-            (loss if aux is None else loss + s.aux_loss_coef * aux).backward()
+            with autocast(dist.device):
+                logits, aux = run.model(x, return_aux=True)  # (B, L, V), None when dense
+                loss = cross_entropy(logits, y) / s.grad_accum
+                aux = None if aux is None else aux / s.grad_accum
+            with_aux(loss, aux, s.aux_loss_coef).backward()
         total += loss.detach()
         if aux is not None:
             aux_total += aux.detach()
-            routings = run.net.routings()
-            n_experts = run.net.config.moe.n_experts
+            routings = job.net.routings()
+            n_experts = job.net.config.moe.n_experts
             load = load + torch.stack([expert_load(r, n_experts) for r in routings])  # (l, E)
     run.scheme.sync()  # the course's DDP averages when asked
     if s.clip_norm > 0:
         run.scheme.clip(s.clip_norm)
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
+    row = {"loss": dist.mean(total), "val_loss": None, "val_perplexity": None}
     if not moe:
-        return dist.mean(total), None, None
+        return row
     load = dist.total(load)  # (l, E): the same counts on every rank
-    _balance_choice_biases(run.net, load)
-    return dist.mean(total), dist.mean(aux_total), load
+    _balance_choice_biases(job.net, load)
+    row["aux_loss"] = dist.mean(aux_total)
+    return row | _load_columns(load.cpu(), load_fields(job.net.config))
+
+
+def _after_step(job: _Pretraining, row: dict[str, Any], bar: Any) -> None:
+    """Evaluate every ``eval_every`` steps and at the end, and show it on the bar."""
+    s, run = job.settings, job.run
+    evaluates = run.dist.is_main or run.scheme.every_rank_computes
+    if evaluates and (run.step % s.eval_every == 0 or run.step == s.steps):
+        row["val_loss"] = _evaluate(job)
+        row["val_perplexity"] = math.exp(row["val_loss"])
+        shown = dict(loss=f"{row['loss']:.3f}", val=f"{row['val_loss']:.3f}")
+        if "aux_loss" in row:  # the load-balancing loss, k when the load is even
+            shown["aux"] = f"{row['aux_loss']:.3f}"
+        bar.set_postfix(shown, refresh=False)
 
 
 def _balance_choice_biases(net: torch.nn.Module, load: torch.Tensor) -> None:
@@ -315,137 +273,30 @@ def _balance_choice_biases(net: torch.nn.Module, load: torch.Tensor) -> None:
         update_choice_bias(ffn.choice_bias, counts.to(ffn.choice_bias.device), rate)
 
 
-def _autocast(device: torch.device):
-    """bf16 autocast on CUDA; nothing on CPU (fp32 there)."""
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
 @torch.no_grad()
-def _evaluate(run: _Run) -> float:
+def _evaluate(job: _Pretraining) -> float:
     """Mean held-out loss over ``eval_batches`` fixed batches (the same at every evaluation)."""
-    s = run.settings
+    s, run = job.settings, job.run
     run.net.eval()
     fixed = torch.Generator().manual_seed(s.seed + 2)
     losses = []
     for _ in range(s.eval_batches):
-        x, y = get_batch(run.data.val, s.block_size, s.batch_size, fixed)  # (B, L)
-        with _autocast(run.dist.device):
+        x, y = get_batch(job.data.val, s.block_size, s.batch_size, fixed)  # (B, L)
+        with autocast(run.dist.device):
             logits = run.net(x.to(run.dist.device))  # (B, L, V)
         losses.append(float(cross_entropy(logits, y.to(run.dist.device))))
     return sum(losses) / len(losses)
 
 
-def _loop(run: _Run, progress: bool) -> None:
-    """Steps from where the run stands to ``settings.steps``, evaluating and checkpointing."""
-    from tqdm import tqdm
-
-    s = run.settings
-    bar = tqdm(
-        total=s.steps, initial=run.step, desc="train", disable=not (progress and run.dist.is_main)
-    )
-    previous = _on_sigterm(run)
-    try:
-        end = s.stop_after or s.steps
-        while run.step < end:
-            lr = warmup_cosine_lr(run.step, s.lr, s.warmup_steps, s.steps, s.min_lr)
-            loss, aux, load = _guarded_step(run, lr)
-            run.step += 1
-            row = {
-                "step": run.step,
-                "lr": lr,
-                "loss": loss,
-                "val_loss": None,
-                "val_perplexity": None,
-            }
-            if aux is not None:
-                row["aux_loss"] = aux
-                row.update(_load_columns(load.cpu(), load_fields(run.net.config)))
-            evaluates = run.dist.is_main or run.scheme.every_rank_computes
-            if evaluates and (run.step % s.eval_every == 0 or run.step == s.steps):
-                row["val_loss"] = _evaluate(run)
-                row["val_perplexity"] = math.exp(row["val_loss"])
-                shown = dict(loss=f"{loss:.3f}", val=f"{row['val_loss']:.3f}")
-                if aux is not None:  # the load-balancing loss, k when the load is even
-                    shown["aux"] = f"{aux:.3f}"
-                bar.set_postfix(shown, refresh=False)
-            run.rows.append(row)
-            if run.step % s.checkpoint_every == 0 or run.step == end:
-                _checkpoint(run)
-            bar.update(1)
-    finally:
-        bar.close()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-
-
-def _on_sigterm(run: _Run):
-    """Make SIGTERM (what ``torchrun`` sends the other ranks when one dies) end this rank with
-    a message saying where the run stands; returns the previous handler (None off the main
-    thread, where no handler can be set)."""
-
-    def stop(signum: int, frame: object) -> None:
-        log.error(
-            "rank %d stopped by %s at step %d; %s",
-            run.dist.rank,
-            signal.Signals(signum).name,
-            run.step,
-            _intact(run),
-        )
-        raise SystemExit(128 + signum)
-
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, stop)
-
-
-def _intact(run: _Run) -> str:
-    """Where the last checkpoint is, and how to continue from it."""
-    return (
-        f"the checkpoint of step {run.last_checkpoint} in {run.settings.out} is intact: run "
-        "again with --resume (torchrun --max-restarts N does it for you)"
-    )
-
-
-def _guarded_step(run: _Run, lr: float) -> tuple[float, float | None, torch.Tensor | None]:
-    """:func:`_train_step`, with a clear message when the loss diverges or a rank is lost."""
-    try:
-        loss, aux, load = _train_step(run, lr)
-    except RuntimeError as err:
-        if not run.dist.distributed:
-            raise
-        message = (
-            f"rank {run.dist.rank} lost the other ranks at step {run.step + 1} ({err}); "
-            + _intact(run)
-        )
-        # Said now, while the SIGTERM handler still stands: torchrun's SIGTERM to the ranks
-        # left comes within milliseconds, and once the loop has unwound (the default handler
-        # back) it would end this process before the traceback below is printed.
-        log.error("%s", message)
-        raise RuntimeError(message) from err
-    if not math.isfinite(loss):
-        raise FloatingPointError(f"the loss became {loss} at step {run.step + 1}")
-    return loss, aux, load
-
-
-def _write_log(run: _Run) -> None:
-    """``log.csv``: one row per step, floats written exactly (``repr``)."""
-    with open(Path(run.settings.out) / "log.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(_fields(run))
-        for row in run.rows:
-            writer.writerow("" if row[k] is None else repr(row[k]) for k in _fields(run))
-
-
-def _finish(run: _Run) -> TrainResult:
+def _finish(job: _Pretraining) -> TrainResult:
     """The loss-curve plot and the samples (rank 0); the model in eval mode on CPU."""
-    rows, out = run.rows if run.dist.is_main else [], Path(run.settings.out)
+    run, steps = job.run, job.settings.steps
+    rows, out = run.rows if run.dist.is_main else [], run.out
     result = TrainResult(run.net, rows, [], out)
     samples = run.dist.is_main or run.scheme.every_rank_computes  # a forward needs every rank
-    if samples and run.step == run.settings.steps:
-        result.samples = _sample(run)
-    if run.dist.is_main and run.step == run.settings.steps:
+    if samples and run.step == steps:
+        result.samples = _sample(job)
+    if run.dist.is_main and run.step == steps:
         _plot(run.rows, out / "loss.png")
         (out / "samples.txt").write_text("\n\n-----\n\n".join(result.samples) + "\n")
     result.model = run.scheme.plain_model().eval().cpu()
@@ -453,25 +304,25 @@ def _finish(run: _Run) -> TrainResult:
 
 
 @torch.no_grad()
-def _sample(run: _Run) -> list[str]:
+def _sample(job: _Pretraining) -> list[str]:
     """``samples`` continuations of ``sample_tokens`` tokens each, from the held-out text's
     first token, sampled at temperature 0.8 among the tokens the training text contains (a
     sliding window of ``block_size``)."""
-    s = run.settings
+    s, run, data = job.settings, job.run, job.data
     if s.sample_tokens == 0:
         return []
     run.net.eval()
     generator = torch.Generator(device=run.dist.device).manual_seed(s.seed + 3)
     vocab_size = run.net.config.vocab_size
-    seen = np.bincount(run.data.train, minlength=vocab_size) > 0  # (V,) e.g. no <pad>
+    seen = np.bincount(data.train, minlength=vocab_size) > 0  # (V,) e.g. no <pad>
     unseen = torch.from_numpy(~seen).to(run.dist.device)  # (V,)
-    seq = torch.full((s.samples, 1), int(run.data.val[0]), device=run.dist.device)  # (S, 1)
+    seq = torch.full((s.samples, 1), int(data.val[0]), device=run.dist.device)  # (S, 1)
     for _ in range(s.sample_tokens):
         logits = run.net(seq[:, -s.block_size :])[:, -1]  # (S, V)
         logits = logits.masked_fill(unseen, float("-inf"))  # only tokens the text has
         nxt = sample_next(logits, 0.8, None, generator)  # (S,)
         seq = torch.cat([seq, nxt[:, None]], dim=1)  # (S, T + 1)
-    return [run.data.vocab.decode(row.tolist()) for row in seq.cpu()]
+    return [data.vocab.decode(row.tolist()) for row in seq.cpu()]
 
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:

@@ -317,8 +317,9 @@ def test_ddp_averages_over_every_rank(close_figures):
 
 
 def test_checkpoint_diagram_lists_what_training_saves(close_figures):
-    """The payload dict written in coursepkg/training/loop.py: the diagram cannot fall behind."""
-    loop = Path(diagrams.__file__).parents[2] / "training" / "loop.py"
+    """The payload dict written in coursepkg/training/lifecycle.py: the diagram cannot fall
+    behind."""
+    loop = Path(diagrams.__file__).parents[2] / "training" / "lifecycle.py"
     saved = [
         [k.value for k in node.value.keys]
         for node in ast.walk(ast.parse(loop.read_text(encoding="utf-8")))

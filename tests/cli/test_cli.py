@@ -6,7 +6,7 @@ The other commands are run the same way where their work is tested: ``check`` in
 ``exercises/test_exercises.py``, ``release`` in ``grading/term/test_course_folder.py``,
 ``grade`` in ``grading/classroom/test_classroom.py``, ``export`` in
 ``grading/term/test_export.py``, ``regrade`` in ``grading/term/test_course.py``,
-``similarity`` in ``grading/term/test_similarity.py``, ``train`` in ``reference/test_training.py``.
+``similarity`` in ``grading/term/test_similarity.py``, ``train`` in ``training/test_loop.py``.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from coursepkg.training import TrainSettings, train
 from coursepkg.training.checkpoint import load_checkpoint
 
 BIN = Path(sys.executable).parent
-MODEL = dict(d_model=32, n_heads=2, d_ff=64, n_layers=1, bias=False)  # see test_training.EXACT
+MODEL = dict(d_model=32, n_heads=2, d_ff=64, n_layers=1, bias=False)  # see training/test_loop.EXACT
 # 2 ranks x 4 windows each, or 1 rank x 8: the global batch is --batch-size 8 either way.
 FLAGS = dict(batch_size=8, block_size=16, warmup_steps=2, eval_every=4, eval_batches=2)
 FLAGS |= dict(checkpoint_every=4, sample_tokens=20, device="cpu", lr=3e-3)

@@ -143,8 +143,9 @@ def test_the_load_balancing_loss_is_hugging_faces(name) -> None:
         hf_mask = None if token_mask is None else token_mask.long()
         with torch.no_grad():
             out = hf(tokens, attention_mask=hf_mask, output_router_logits=True)
-            lm(tokens, token_mask)
+            ours = lm(tokens, token_mask, return_aux=True)  # as their out.aux_loss
         theirs = module.load_balancing_loss_func(out.router_logits, n, k, token_mask)
+        assert_close(ours.aux_loss, theirs, atol=1e-6, rtol=1e-5)
         assert_close(lm.load_balancing_loss(token_mask), theirs, atol=1e-6, rtol=1e-5)
 
 

@@ -121,6 +121,25 @@ def test_the_models_loss_pools_every_moe_layer() -> None:
     assert pooled.requires_grad
 
 
+@pytest.mark.parametrize("padded", [False, True])
+def test_the_forward_returns_the_aux_loss_a_trainer_adds(padded) -> None:
+    """``return_aux=True`` gives the logits of the plain call and the load-balancing loss the
+    trainers used to read from the layers afterwards, bit for bit (padding left out when a
+    ``token_mask`` is given); a dense model's is None."""
+    lm = _lm(dict(every=1)).train()
+    tokens = torch.randint(0, 23, (3, 7))
+    mask = torch.arange(7) < torch.tensor([7, 5, 2])[:, None] if padded else None  # (B, L)
+    torch.manual_seed(1)
+    plain = lm(tokens, mask)
+    before = lm.load_balancing_loss(mask)
+    torch.manual_seed(1)
+    out = lm(tokens, mask, return_aux=True)
+    assert torch.equal(out.logits, plain) and torch.equal(out.aux_loss, before)
+    assert out.aux_loss.requires_grad
+    dense = DecoderOnlyLM(TransformerConfig(**MODERN))(tokens, mask, return_aux=True)
+    assert dense.aux_loss is None and dense.logits.shape == (3, 7, 23)
+
+
 @pytest.mark.parametrize(
     "moe, fields",
     [

@@ -10,8 +10,8 @@ from coursepkg.chapters.diagrams.primitives import PALETTE, arrow, box, canvas
 
 __all__ = ["CHECKPOINT_PARTS", "checkpoint_diagram", "ddp_diagram", "weight_tying_diagram"]
 
-# The payload `coursepkg train` saves (coursepkg/training/loop.py), in its order, with what each
-# entry is for on resume; the tests hold the two lists together.
+# The payload `coursepkg train` and `finetune` save (training/lifecycle.py), in its order, with
+# what each entry is for on resume; the tests hold the two lists together.
 CHECKPOINT_PARTS = {
     "identity": "settings, config and data digest: refuse a different run",
     "model": "every weight (state_dict)",
