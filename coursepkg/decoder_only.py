@@ -84,7 +84,7 @@ class DecoderOnlyLM(nn.Module):
         self.embed = token_embedding(config, config.vocab_size)
         rope = config.positional == "rope"
         self.positions = None if rope else make_positions(config)
-        freqs = rope_frequencies(config.rope_dim, config.rope_theta) if rope else None
+        freqs = rope_frequencies(config.rope_dim, config.rope.theta) if rope else None
         self.register_buffer("rope_freqs", freqs, persistent=False)
         self.dropout = FastDropout(config.dropout)
         self.layers = nn.ModuleList(
@@ -182,7 +182,7 @@ class DecoderOnlyLM(nn.Module):
                 positions = positions_from_mask(token_mask)[:, -n:]  # (B, L)
             elif positions is None:
                 positions = torch.arange(past, past + n, device=tokens.device)  # (L,)
-            rope = RopeAngles(positions, self.rope_freqs, self.config.rope_pairs)
+            rope = RopeAngles(positions, self.rope_freqs, self.config.rope.pairs)
         x = self.dropout(x)
         caches = [None] * len(self.layers) if cache is None else cache.self_attn
         for layer, layer_cache in zip(self.layers, caches, strict=True):
