@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from .config_groups import LatentConfig, MoEConfig, RopeConfig, positive_int
 
-_POSITIONAL = ("sinusoidal", "learned", "rope")
+_POSITIONAL = ("sinusoidal", "learned", "rope", "alibi")
 _ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 _SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
 _NORMS = ("layernorm", "rmsnorm")
@@ -180,6 +180,7 @@ class BlockConfig:
     activation: str  # the feed-forward's activation (gated: "swiglu", "geglu")
     bias: bool  # biases in the linears and LayerNorms
     qk_norm: bool  # an RMSNorm over each head's queries and keys
+    alibi: bool = False  # ALiBi's distance penalty on the self-attention scores
     latent: LatentConfig | None = None  # multi-head latent attention in place of self-attention
     moe: MoEConfig | None = None  # experts in place of the feed-forward (its d_ff resolved)
 
@@ -254,7 +255,8 @@ class TransformerConfig:
     norm_first: bool = False  # False: post-LN as in the paper; True: pre-LN (GPT-2 and later)
     final_norm: bool | None = None  # LayerNorm after each stack; None means "iff norm_first"
     positional: str = "sinusoidal"  # "sinusoidal" (fixed table) or "learned" (trained table),
-    # both added to the embeddings; or "rope": no table, queries and keys rotated in attention
+    # both added to the embeddings; or no table: "rope" (queries and keys rotated in attention)
+    # or "alibi" (a penalty on the scores growing with the distance, Press et al. 2022)
     src_vocab_size: int | None = None  # source vocabulary when it differs; None means shared
     share_embeddings: bool = True  # one embedding matrix for source and target (shared vocab)
     tie_embeddings: bool = True  # output projection reuses the target embedding matrix
@@ -300,6 +302,7 @@ class TransformerConfig:
         if self.positional not in _POSITIONAL:
             raise ValueError(f"positional must be one of {_POSITIONAL}, got {self.positional!r}")
         self._check_rope()
+        self._check_table()
         if self.moe is not None:
             self.moe.check_layers(self.n_layers)
         self._check_latent()
@@ -334,10 +337,12 @@ class TransformerConfig:
                 f"positional='rope' turns pairs of query/key columns: the per-head width Dk "
                 f"must be even, got Dk={self.head_dim_k}"
             )
-        if self.sinusoidal_layout != "interleaved":
+
+    def _check_table(self) -> None:
+        if self.positional in ("rope", "alibi") and self.sinusoidal_layout != "interleaved":
             raise ValueError(
                 f"sinusoidal_layout={self.sinusoidal_layout!r} describes a sinusoidal table, "
-                "which positional='rope' does not have; use rope.pairs to choose the pairing"
+                f"which positional={self.positional!r} does not have"
             )
 
     def _coerce_groups(self) -> None:
@@ -406,10 +411,10 @@ class TransformerConfig:
                 f"{model} does not support sliding_window={self.sliding_window!r} "
                 "(only DecoderOnlyLM has a sliding window)"
             )
-        if self.positional == "rope":
+        if self.positional in ("rope", "alibi"):
             raise ValueError(
-                f"{model} does not support positional='rope' (only DecoderOnlyLM rotates its "
-                "queries and keys); use 'sinusoidal' or 'learned'"
+                f"{model} does not support positional={self.positional!r} (only DecoderOnlyLM "
+                "has positions inside its attention); use 'sinusoidal' or 'learned'"
             )
         if self.qk_norm:
             raise ValueError(
@@ -464,6 +469,7 @@ class TransformerConfig:
             activation=self.activation,
             bias=self.bias,
             qk_norm=self.qk_norm,
+            alibi=self.positional == "alibi",
             latent=self.latent,
             moe=self._layer_moe(layer),
         )

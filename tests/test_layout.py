@@ -174,6 +174,7 @@ def test_the_grading_folders_import_one_way():
 ROOT_MODULES = {
     "__init__.py",
     "_validation.py",
+    "alibi.py",
     "attention.py",
     "config.py",
     "config_groups.py",
