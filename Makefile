@@ -117,7 +117,7 @@ test: lint
 # nbgrader batches, ranks started in processes of their own) and without
 # the folders that build or drive the book, the notebooks, a browser or a cluster (tests/book/,
 # tests/exercises/, tests/e2e/). DEVELOPING.md says which folder holds what.
-FAST_TESTS := tests/test_layout.py tests/test_processes.py tests/test_budget.py tests/reference tests/chapters tests/cli tests/posttrain tests/grading tests/parallel
+FAST_TESTS := tests/test_layout.py tests/test_processes.py tests/test_budget.py tests/reference tests/interop tests/data tests/chapters tests/cli tests/posttrain tests/grading tests/parallel
 test-fast: lint
 	$(VENV_PATH) $(BIN)/python -m pytest -q $(XDIST) -m "not slow and not serial" $(FAST_TESTS)
 

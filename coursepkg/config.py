@@ -10,10 +10,9 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .config_groups import LatentConfig, MoEConfig, positive_int
+from .config_groups import LatentConfig, MoEConfig, RopeConfig, positive_int
 
-_POSITIONAL = ("sinusoidal", "learned", "rope")
-_ROPE_PAIRS = ("halves", "interleaved")
+_POSITIONAL = ("sinusoidal", "learned", "rope", "alibi")
 _ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 _SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
 _NORMS = ("layernorm", "rmsnorm")
@@ -77,13 +76,14 @@ class HFOptions:
 
 # The groups of TransformerConfig, and the flat names a config saved before them used
 # (old name -> group, field); read by :func:`upgrade_options`.
-_GROUPS = {"hf": HFOptions, "moe": MoEConfig, "latent": LatentConfig}
+_GROUPS = {"hf": HFOptions, "rope": RopeConfig, "moe": MoEConfig, "latent": LatentConfig}
 _FLAT_NAMES = {
     **{f"moe_{f.name}": ("moe", f.name) for f in dataclasses.fields(MoEConfig)},
     "n_experts": ("moe", "n_experts"),
     "moe_shared_experts": ("moe", "shared_experts"),
     **{f.name: ("latent", f.name) for f in dataclasses.fields(LatentConfig)},
     **{f.name: ("hf", f.name) for f in dataclasses.fields(HFOptions)},
+    **{f"rope_{f.name}": ("rope", f.name) for f in dataclasses.fields(RopeConfig)},
 }
 _FLAT_NAMES.pop("moe_n_experts")
 # The flat values that meant "no such group" (the first one of each names it).
@@ -180,6 +180,7 @@ class BlockConfig:
     activation: str  # the feed-forward's activation (gated: "swiglu", "geglu")
     bias: bool  # biases in the linears and LayerNorms
     qk_norm: bool  # an RMSNorm over each head's queries and keys
+    alibi: bool = False  # ALiBi's distance penalty on the self-attention scores
     latent: LatentConfig | None = None  # multi-head latent attention in place of self-attention
     moe: MoEConfig | None = None  # experts in place of the feed-forward (its d_ff resolved)
 
@@ -254,7 +255,8 @@ class TransformerConfig:
     norm_first: bool = False  # False: post-LN as in the paper; True: pre-LN (GPT-2 and later)
     final_norm: bool | None = None  # LayerNorm after each stack; None means "iff norm_first"
     positional: str = "sinusoidal"  # "sinusoidal" (fixed table) or "learned" (trained table),
-    # both added to the embeddings; or "rope": no table, queries and keys rotated in attention
+    # both added to the embeddings; or no table: "rope" (queries and keys rotated in attention)
+    # or "alibi" (a penalty on the scores growing with the distance, Press et al. 2022)
     src_vocab_size: int | None = None  # source vocabulary when it differs; None means shared
     share_embeddings: bool = True  # one embedding matrix for source and target (shared vocab)
     tie_embeddings: bool = True  # output projection reuses the target embedding matrix
@@ -275,9 +277,7 @@ class TransformerConfig:
     # x / sqrt(mean(x^2) + layer_norm_eps)); RMSNorm has no shift whatever ``bias`` says
     # (``activation`` above also takes the gated "swiglu" and "geglu": W2(act(W1 x) * W3 x),
     # three matrices, with ``d_ff`` the hidden width of each branch)
-    rope_theta: float = 10000.0  # positional="rope": the base of the frequencies theta^(-2i/Dk)
-    rope_pairs: str = "halves"  # positional="rope": the columns turned together, "halves"
-    # (i with i + Dk/2: Hugging Face's Llama, Qwen) or "interleaved" (2i with 2i+1: the paper)
+    rope: RopeConfig = field(default_factory=RopeConfig)  # positional="rope": its base and pairs
     n_kv_heads: int | None = None  # key/value heads (grouped-query attention; 1 = multi-query):
     # each serves n_heads / n_kv_heads query heads, and the KV cache holds only these; None: H
     qk_norm: bool = False  # QK-norm (Qwen3): an RMSNorm over each head's Dk on queries and
@@ -302,6 +302,7 @@ class TransformerConfig:
         if self.positional not in _POSITIONAL:
             raise ValueError(f"positional must be one of {_POSITIONAL}, got {self.positional!r}")
         self._check_rope()
+        self._check_table()
         if self.moe is not None:
             self.moe.check_layers(self.n_layers)
         self._check_latent()
@@ -322,16 +323,12 @@ class TransformerConfig:
             )
 
     def _check_rope(self) -> None:
-        # RoPE's fields mean something only with positional="rope", and a table's only without.
-        if self.rope_pairs not in _ROPE_PAIRS:
-            raise ValueError(f"rope_pairs must be one of {_ROPE_PAIRS}, got {self.rope_pairs!r}")
-        if not self.rope_theta > 0:
-            raise ValueError(f"rope_theta must be > 0, got {self.rope_theta!r}")
+        # RoPE's group means something only with positional="rope", and a table's only without.
         if self.positional != "rope":
-            for name, default in (("rope_theta", 10000.0), ("rope_pairs", "halves")):
-                if getattr(self, name) != default:
+            for f in dataclasses.fields(RopeConfig):
+                if getattr(self.rope, f.name) != f.default:
                     raise ValueError(
-                        f"{name}={getattr(self, name)!r} needs positional='rope', "
+                        f"rope.{f.name}={getattr(self.rope, f.name)!r} needs positional='rope', "
                         f"got positional={self.positional!r}"
                     )
             return
@@ -340,10 +337,12 @@ class TransformerConfig:
                 f"positional='rope' turns pairs of query/key columns: the per-head width Dk "
                 f"must be even, got Dk={self.head_dim_k}"
             )
-        if self.sinusoidal_layout != "interleaved":
+
+    def _check_table(self) -> None:
+        if self.positional in ("rope", "alibi") and self.sinusoidal_layout != "interleaved":
             raise ValueError(
                 f"sinusoidal_layout={self.sinusoidal_layout!r} describes a sinusoidal table, "
-                "which positional='rope' does not have; use rope_pairs to choose the pairing"
+                f"which positional={self.positional!r} does not have"
             )
 
     def _coerce_groups(self) -> None:
@@ -358,8 +357,10 @@ class TransformerConfig:
                         f"{name} has no options {unknown}; expected some of {sorted(known)}"
                     )
                 object.__setattr__(self, name, value := group(**value))
-            if not isinstance(value, group) and not (value is None and name != "hf"):
-                expected = "an HFOptions" if name == "hf" else f"a {group.__name__} or None"
+            always = name in ("hf", "rope")  # never None
+            if not isinstance(value, group) and not (value is None and not always):
+                article = "an" if name == "hf" else "a"
+                expected = f"{article} {group.__name__}" + ("" if always else " or None")
                 raise ValueError(f"{name} must be {expected}, got {type(value).__name__}")
 
     def _check_latent(self) -> None:
@@ -410,10 +411,10 @@ class TransformerConfig:
                 f"{model} does not support sliding_window={self.sliding_window!r} "
                 "(only DecoderOnlyLM has a sliding window)"
             )
-        if self.positional == "rope":
+        if self.positional in ("rope", "alibi"):
             raise ValueError(
-                f"{model} does not support positional='rope' (only DecoderOnlyLM rotates its "
-                "queries and keys); use 'sinusoidal' or 'learned'"
+                f"{model} does not support positional={self.positional!r} (only DecoderOnlyLM "
+                "has positions inside its attention); use 'sinusoidal' or 'learned'"
             )
         if self.qk_norm:
             raise ValueError(
@@ -468,6 +469,7 @@ class TransformerConfig:
             activation=self.activation,
             bias=self.bias,
             qk_norm=self.qk_norm,
+            alibi=self.positional == "alibi",
             latent=self.latent,
             moe=self._layer_moe(layer),
         )

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["LatentConfig", "MoEConfig", "positive_int"]
+__all__ = ["LatentConfig", "MoEConfig", "RopeConfig", "positive_int"]
 
 _ROUTERS = ("softmax", "sigmoid")
+_ROPE_PAIRS = ("halves", "interleaved")
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,28 @@ class LatentConfig:
                 f"latent.d_rope must be an even positive integer (RoPE turns pairs of "
                 f"columns), got {r!r}"
             )
+
+
+@dataclass(frozen=True)
+class RopeConfig:
+    """Rotary positions (Su et al., 2021), read with ``positional="rope"``: the base of the
+    frequencies and which columns turn together. Always present (the defaults are Llama's);
+    ``TransformerConfig(..., positional="rope", rope=RopeConfig(theta=5e5))`` is Llama 3's.
+
+    Raises:
+        ValueError: for an impossible value, naming the field (``rope.theta``).
+    """
+
+    theta: float = 10000.0  # the base of the frequencies theta^(-2i/Dk)
+    pairs: str = "halves"  # the columns turned together: "halves" (i with i + Dk/2: Hugging
+    # Face's Llama, Qwen) or "interleaved" (2i with 2i+1: the paper, DeepSeek)
+
+    def __post_init__(self) -> None:
+        t = self.theta
+        if isinstance(t, bool) or not isinstance(t, int | float) or not t > 0:
+            raise ValueError(f"rope.theta must be a number > 0, got {t!r}")
+        if self.pairs not in _ROPE_PAIRS:
+            raise ValueError(f"rope.pairs must be one of {_ROPE_PAIRS}, got {self.pairs!r}")
 
 
 def positive_int(name: str, value: object) -> None:

@@ -12,10 +12,11 @@ import torch
 from torch import Tensor, nn
 
 from ._validation import check_token_mask, check_tokens
+from .alibi import ALiBiAttention
 from .config import BlockConfig, TransformerConfig
 from .fast_attention import FastDropout
 from .kv_cache import KVCache
-from .layers import EncoderLayer
+from .layers import EncoderLayer, block_attention
 from .masks import PackedMask, as_mask, causal_mask, key_mask
 from .mla import LatentCache, MultiHeadLatentAttention
 from .model_parts import (
@@ -44,8 +45,8 @@ class LMOutput(NamedTuple):
 class DecoderOnlyLayer(EncoderLayer):
     """A decoder-only model's layer: an :class:`~coursepkg.layers.EncoderLayer` whose
     sub-layers follow its block's groups, built here directly (Hugging Face's Mixtral builds
-    its ``mlp`` so): multi-head latent attention with a ``latent`` group, a mixture of experts
-    with a ``moe`` group, else the dense ones.
+    its ``mlp`` so): multi-head latent attention with a ``latent`` group, ALiBi's attention
+    with ``alibi``, a mixture of experts with a ``moe`` group, else the dense ones.
 
     Args:
         config: the layer's block, ``TransformerConfig.block(i)`` for layer ``i``.
@@ -55,9 +56,12 @@ class DecoderOnlyLayer(EncoderLayer):
         super().__init__(config)
 
     def build_self_attention(self, config: BlockConfig) -> nn.Module:
-        """Latent attention with ``config.latent``, else the block's multi-head attention."""
+        """Latent attention with ``config.latent``, ALiBi's with ``config.alibi``, else the
+        block's multi-head attention."""
         if config.latent is not None:
             return MultiHeadLatentAttention.from_block(config)
+        if config.alibi:
+            return block_attention(config, ALiBiAttention)
         return super().build_self_attention(config)
 
     def build_ffn(self, config: BlockConfig) -> nn.Module:
@@ -80,7 +84,8 @@ class DecoderOnlyLM(nn.Module):
     Args:
         config: the hyper-parameters (``n_layers`` layers; GPT-2 uses ``norm_first=True``).
 
-    Submodules ``embed``, ``positions`` (the table added to the embeddings; None with RoPE),
+    Submodules ``embed``, ``positions`` (the table added to the embeddings; None with RoPE
+    or ALiBi, whose attention adds a bias to its scores: :mod:`coursepkg.alibi`),
     ``layers`` (:class:`DecoderOnlyLayer`: with a ``moe`` group, the ``ffn`` of each MoE layer
     is a :class:`~coursepkg.moe.MoEFeedForward`; with a ``latent`` group, every ``self_attn`` is
     a :class:`~coursepkg.mla.MultiHeadLatentAttention`), ``norm`` (None without a final norm),
@@ -95,8 +100,9 @@ class DecoderOnlyLM(nn.Module):
         self.config = config
         self.embed = token_embedding(config, config.vocab_size)
         rope = config.positional == "rope"
-        self.positions = None if rope else make_positions(config)
-        freqs = rope_frequencies(config.rope_dim, config.rope_theta) if rope else None
+        table = config.positional in ("sinusoidal", "learned")
+        self.positions = make_positions(config) if table else None
+        freqs = rope_frequencies(config.rope_dim, config.rope.theta) if rope else None
         self.register_buffer("rope_freqs", freqs, persistent=False)
         self.dropout = FastDropout(config.dropout)
         self.layers = nn.ModuleList(
@@ -190,15 +196,15 @@ class DecoderOnlyLM(nn.Module):
         elif n == 1:
             mask = None  # one new query and no padding: it may see every key it is given
         x = self.embed(tokens)  # (B, L, D)
-        rope = None
-        if self.rope_freqs is None:  # a position table, added to the embeddings
+        rope = None  # ALiBi: neither, its attention biases the scores by the keys' distances
+        if self.positions is not None:  # a position table, added to the embeddings
             x = self.positions(x, past)  # (B, L, D)
-        else:  # rotary: the angles of the new positions, used by every layer's attention
+        elif self.rope_freqs is not None:  # rotary: the new positions' angles, for every layer
             if positions is None and token_mask is not None:  # left padding shifts nothing
                 positions = positions_from_mask(token_mask)[:, -n:]  # (B, L)
             elif positions is None:
                 positions = torch.arange(past, past + n, device=tokens.device)  # (L,)
-            rope = RopeAngles(positions, self.rope_freqs, self.config.rope_pairs)
+            rope = RopeAngles(positions, self.rope_freqs, self.config.rope.pairs)
         x = self.dropout(x)
         caches = [None] * len(self.layers) if cache is None else cache.self_attn
         for layer, layer_cache in zip(self.layers, caches, strict=True):
@@ -234,8 +240,8 @@ class DecoderOnlyLM(nn.Module):
             return
         if self.rope_freqs is None:
             raise ValueError(
-                f"positions are for positional='rope'; this model adds a "
-                f"{self.config.positional!r} table from the cache's length"
+                f"positions are for positional='rope'; this model's positions "
+                f"({self.config.positional!r}) count from the cache's length"
             )
         if positions.shape not in ((b, n), (n,)) or positions.dtype.is_floating_point:
             raise ValueError(

@@ -170,18 +170,22 @@ class PositionwiseFeedForward(nn.Module):
         return self.linear2(self.dropout(h))  # (B, L, D)
 
 
-def block_attention(config: BlockConfig) -> FastMultiHeadAttention:
+def block_attention(
+    config: BlockConfig, attention: type[FastMultiHeadAttention] = FastMultiHeadAttention
+) -> FastMultiHeadAttention:
     """A block's multi-head attention, each size and option taken by name from its config.
 
     Args:
         config: the block's resolved config (QK-norm is an RMSNorm over each head's Dk).
+        attention: the class, the models' attention or a subclass that attends otherwise
+            (:class:`~coursepkg.alibi.ALiBiAttention`).
 
     Returns:
         A fresh attention mapping (B, L, D) queries to (B, L, D).
     """
     c = config
     qk_norm = partial(RMSNorm, eps=c.layer_norm_eps) if c.qk_norm else None
-    return FastMultiHeadAttention(
+    return attention(
         c.d_model,
         c.n_heads,
         d_k=c.d_k,

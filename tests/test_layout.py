@@ -174,6 +174,7 @@ def test_the_grading_folders_import_one_way():
 ROOT_MODULES = {
     "__init__.py",
     "_validation.py",
+    "alibi.py",
     "attention.py",
     "config.py",
     "config_groups.py",
@@ -210,6 +211,37 @@ ROOT_FOLDERS = {
     "stubs",
     "training",
 }
+
+
+# Package folders whose tests live elsewhere, and why; every other folder of coursepkg has
+# tests/<its path> holding tests.
+TESTED_ELSEWHERE = {
+    "stubs": "exercises",  # the stubs are the notebooks' answer cells
+    "chapters/diagrams": "chapters",  # test_diagrams.py, beside the chapters' runs
+    "serving/http": "serving",  # the server's tests beside the engine's
+}
+# Folders still without tests of their own (none now). Remove a folder from here once its
+# tests folder exists.
+NO_TESTS_FOLDER_YET: set[str] = set()
+
+
+def test_every_package_folder_has_its_tests_folder():
+    folders = sorted(
+        p.parent.relative_to(PACKAGE).as_posix()
+        for p in PACKAGE.rglob("__init__.py")
+        if p.parent != PACKAGE
+    )
+    assert set(TESTED_ELSEWHERE) <= set(folders), "TESTED_ELSEWHERE names a folder that is gone"
+    missing, stale = [], []
+    for folder in folders:
+        tests = ROOT / "tests" / TESTED_ELSEWHERE.get(folder, folder)
+        has_tests = any(tests.glob("test_*.py"))
+        if folder in NO_TESTS_FOLDER_YET:
+            stale += [folder] if has_tests else []
+        elif not has_tests:
+            missing.append(f"coursepkg/{folder} -> {tests.relative_to(ROOT)}")
+    assert not missing, f"package folders without a tests folder of test files: {missing}"
+    assert not stale, f"{stale} have their tests folder now: remove them from NO_TESTS_FOLDER_YET"
 
 
 def test_the_package_root_holds_the_model_only():

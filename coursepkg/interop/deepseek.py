@@ -6,7 +6,7 @@ The attention maps one to one: ``q_a_proj``, ``q_a_layernorm``, ``q_b_proj`` (or
 are our ``q_down``, ``q_norm``, ``q_up`` (``q_proj``); ``kv_a_proj_with_mqa`` (the latent and
 the rotated key part in one matrix), ``kv_a_layernorm``, ``kv_b_proj``, ``o_proj`` are
 ``kv_down``, ``kv_norm``, ``kv_up``, ``out_proj``. ``rope_interleave`` (DeepSeek's layout:
-columns 2i and 2i+1 turn together) is ``rope_pairs="interleaved"``. The experts: the router
+columns 2i and 2i+1 turn together) is ``rope.pairs="interleaved"``. The experts: the router
 ``gate`` (a sigmoid per expert, ``moe.router="sigmoid"``) and its ``e_score_correction_bias``
 (our ``choice_bias``), ``n_group``/``topk_group`` (``moe.groups``/``moe.top_groups``),
 ``routed_scaling_factor`` (``moe.scale``), ``norm_topk_prob`` (``moe.renormalize``),
@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from ..config import HFOptions, TransformerConfig, config_value
-from ..config_groups import LatentConfig, MoEConfig
+from ..config_groups import LatentConfig, MoEConfig, RopeConfig
 from ..decoder_only import DecoderOnlyLM
 from ..moe import MoEFeedForward
 from .common import (
@@ -116,8 +116,10 @@ def deepseek_v3_config(hf_config: Any) -> TransformerConfig:
         norm="rmsnorm",
         layer_norm_eps=c.rms_norm_eps,
         positional="rope",
-        rope_theta=rope_theta_of(c, "DeepseekV3"),
-        rope_pairs="interleaved" if c.rope_interleave else "halves",
+        rope=RopeConfig(
+            theta=rope_theta_of(c, "DeepseekV3"),
+            pairs="interleaved" if c.rope_interleave else "halves",
+        ),
         activation=GATED_FROM_HF[c.hidden_act],
         bias=False,
         scale_embeddings=False,
@@ -219,8 +221,8 @@ def _deepseek_fields(c: TransformerConfig) -> dict[str, Any]:
         qk_nope_head_dim=c.head_dim_k, v_head_dim=c.head_dim_v,
         hidden_act=_ACTIVATION_TO_HF[c.activation], max_position_embeddings=c.max_len,
         rms_norm_eps=c.layer_norm_eps, tie_word_embeddings=c.tie_embeddings,
-        rope_parameters=dict(rope_type="default", rope_theta=c.rope_theta),
-        rope_interleave=c.rope_pairs == "interleaved", attention_bias=False,
+        rope_parameters=dict(rope_type="default", rope_theta=c.rope.theta),
+        rope_interleave=c.rope.pairs == "interleaved", attention_bias=False,
         attention_dropout=c.attention_dropout, first_k_dense_replace=c.n_layers,
     )  # fmt: skip
     if c.moe is not None:

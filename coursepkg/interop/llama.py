@@ -3,7 +3,7 @@ Mistral, and the mixtures of experts Mixtral and Qwen3-MoE, as a :class:`~course
 and the way back to Llama, Mixtral and Qwen3-MoE.
 
 All three are the same block: pre-norm with RMSNorm, rotary positions in Hugging Face's
-rotate-half layout (``rope_pairs="halves"``), a SwiGLU feed-forward (``gate_proj`` is our
+rotate-half layout (``rope.pairs="halves"``), a SwiGLU feed-forward (``gate_proj`` is our
 ``linear1``, ``up_proj`` ``linear3``, ``down_proj`` ``linear2``), grouped-query attention,
 no biases by default, unscaled embeddings. Qwen3 adds QK-norm and an explicit ``head_dim``
 (H * Dk need not be D); Mistral a sliding window. Mixtral is Mistral with a mixture of experts
@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ..config import HFOptions, TransformerConfig, config_value
-from ..config_groups import MoEConfig
+from ..config_groups import MoEConfig, RopeConfig
 from ..decoder_only import DecoderOnlyLM
 from .common import (
     GATED_FROM_HF,
@@ -116,8 +116,7 @@ def llama_config(hf_config: Any, family: str = "Llama") -> TransformerConfig:
         norm="rmsnorm",
         layer_norm_eps=c.rms_norm_eps,
         positional="rope",
-        rope_theta=rope_theta_of(c, family),
-        rope_pairs="halves",
+        rope=RopeConfig(theta=rope_theta_of(c, family), pairs="halves"),
         activation=GATED_FROM_HF[c.hidden_act],
         bias=attention_bias,
         scale_embeddings=False,
@@ -236,10 +235,10 @@ def from_hf_qwen3_moe(model: nn.Module) -> DecoderOnlyLM:
 
 
 # What each way back needs of the reference's config, beyond the common block (a Llama's).
-_BLOCK = dict(
-    norm_first=True, use_final_norm=True, norm="rmsnorm", positional="rope",
-    rope_pairs="halves", activation="swiglu", scale_embeddings=False, hf=HFOptions(),
-)  # fmt: skip
+_BLOCK = {
+    "norm_first": True, "use_final_norm": True, "norm": "rmsnorm", "positional": "rope",
+    "rope.pairs": "halves", "activation": "swiglu", "scale_embeddings": False, "hf": HFOptions(),
+}  # fmt: skip
 _SOFTMAX_ROUTER = {
     "moe.router": "softmax", "moe.groups": 1, "moe.top_groups": 1, "moe.scale": 1.0,
     "moe.shared_experts": 0,
@@ -271,7 +270,7 @@ def _hf_block(c: TransformerConfig) -> dict[str, Any]:
         max_position_embeddings=c.max_len,
         rms_norm_eps=c.layer_norm_eps,
         tie_word_embeddings=c.tie_embeddings,
-        rope_theta=c.rope_theta,
+        rope_theta=c.rope.theta,
         attention_dropout=c.attention_dropout,
     )
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from coursepkg import DecoderOnlyLM, LatentConfig, MoEConfig, TransformerConfig
+from coursepkg import DecoderOnlyLM, LatentConfig, MoEConfig, RopeConfig, TransformerConfig
 from coursepkg.config import upgrade_options
 from coursepkg.decoder_only import DecoderOnlyLayer
 from coursepkg.mla import MultiHeadLatentAttention
@@ -31,6 +31,7 @@ def test_a_checkpoint_of_the_flat_config_loads_and_computes_what_it_did(name) ->
     config = TransformerConfig.from_dict(flat)
     assert (config.moe is None) == (flat["n_experts"] == 0)
     assert (config.latent is None) == (flat["kv_rank"] is None)
+    assert config.rope == RopeConfig(flat["rope_theta"], flat["rope_pairs"])
     model = DecoderOnlyLM(config).eval()
     model.load_state_dict(saved["model"])  # strict: every weight where it was
     with torch.no_grad():
@@ -60,10 +61,20 @@ def test_a_run_file_with_flat_model_options_still_trains_the_same_model() -> Non
 @pytest.mark.parametrize(
     "options",
     [
-        {"n_experts": 4, "moe_top_k": 1, "kv_rank": 6, "d_rope": 2},  # before the groups
-        {"moe.n_experts": 4, "moe.top_k": 1, "latent.kv_rank": 6, "latent.d_rope": 2},  # --model
-        {"moe": {"n_experts": 4, "top_k": 1}, "latent": {"kv_rank": 6, "d_rope": 2}},  # YAML
-        {"moe": MoEConfig(4, top_k=1), "latent": LatentConfig(6, 2)},  # Python
+        {"n_experts": 4, "moe_top_k": 1, "kv_rank": 6, "d_rope": 2, "rope_theta": 5e5},
+        {
+            "moe.n_experts": 4,
+            "moe.top_k": 1,
+            "latent.kv_rank": 6,
+            "latent.d_rope": 2,
+            "rope.theta": 5e5,
+        },  # --model
+        {
+            "moe": {"n_experts": 4, "top_k": 1},
+            "latent": {"kv_rank": 6, "d_rope": 2},
+            "rope": {"theta": 5e5},
+        },  # YAML
+        {"moe": MoEConfig(4, top_k=1), "latent": LatentConfig(6, 2), "rope": RopeConfig(5e5)},
     ],
     ids=["flat", "dotted", "nested", "groups"],
 )
@@ -71,6 +82,7 @@ def test_every_form_of_the_options_gives_one_config(options) -> None:
     config = TransformerConfig.from_dict({**SMALL, **options})
     assert config.moe == MoEConfig(n_experts=4, top_k=1)
     assert config.latent == LatentConfig(kv_rank=6, d_rope=2)
+    assert config.rope == RopeConfig(theta=5e5, pairs="halves")
 
 
 @pytest.mark.parametrize(
@@ -86,6 +98,8 @@ def test_every_form_of_the_options_gives_one_config(options) -> None:
         ),
         ({"moe": {"n_experts": 2, "k": 1}}, r"moe has no options \['k'\]"),
         ({"n_expert": 2}, r"options \['n_expert'\] are not TransformerConfig fields"),
+        ({"rope_pairs": "adjacent"}, "rope.pairs must be one of"),
+        ({"rope": {"theta": 1.0}, "rope_theta": 2.0}, r"rope options \['theta'\] are given twice"),
     ],
 )
 def test_options_that_cannot_be_read_are_named(options, message) -> None:

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from coursepkg import TransformerConfig
+from coursepkg import RopeConfig, TransformerConfig
 from coursepkg.attention import MultiHeadAttention
 from coursepkg.encoder_only import EncoderOnlyLM
 from coursepkg.fast_attention import FastMultiHeadAttention
@@ -44,7 +44,7 @@ def _tokens(b: int, n: int, seed: int = 1) -> torch.Tensor:
 def test_rope_cache_equals_no_cache(pairs, window, chunks) -> None:
     """Decoding with the cache turns the new keys by positions past + i: the logits equal one
     pass over the whole sequence, however it is cut into steps (a sliding window too)."""
-    lm = _lm(rope_pairs=pairs, sliding_window=window)
+    lm = _lm(rope=RopeConfig(pairs=pairs), sliding_window=window)
     tokens = _tokens(2, sum(chunks))
     with torch.no_grad():
         full = lm(tokens)
@@ -61,7 +61,7 @@ def test_rope_cache_equals_no_cache(pairs, window, chunks) -> None:
 def test_rope_model_depends_only_on_offsets(pairs, shift) -> None:
     """Scores depend only on m - n, and values are not turned: moving every position by the
     same amount leaves the logits unchanged (a position table would change them)."""
-    lm = _lm(rope_pairs=pairs)
+    lm = _lm(rope=RopeConfig(pairs=pairs))
     tokens = _tokens(2, 10)
     with torch.no_grad():
         at_zero = lm(tokens)
@@ -147,10 +147,13 @@ def test_left_padding_shifts_no_position(window) -> None:
     "fields, message",
     [
         (dict(d_model=20, n_heads=4), "Dk must be even, got Dk=5"),
-        (dict(rope_pairs="adjacent"), "rope_pairs must be one of"),
-        (dict(rope_theta=0.0), "rope_theta must be > 0"),
-        (dict(positional="learned", rope_theta=5e5), "rope_theta=500000.0 needs positional='rope'"),
-        (dict(positional="sinusoidal", rope_pairs="interleaved"), "needs positional='rope'"),
+        (dict(rope=dict(pairs="adjacent")), "rope.pairs must be one of"),
+        (dict(rope=dict(theta=0.0)), "rope.theta must be a number > 0"),
+        (dict(rope=dict(theta="big")), "rope.theta must be a number > 0, got 'big'"),
+        (dict(rope=None), "rope must be a RopeConfig, got NoneType"),
+        (dict(rope=dict(base=2.0)), r"rope has no options \['base'\]"),
+        (dict(positional="learned", rope=RopeConfig(5e5)), "rope.theta=500000.0 needs positional"),
+        (dict(positional="sinusoidal", rope=dict(pairs="interleaved")), "needs positional='rope'"),
         (dict(sinusoidal_layout="halves"), "describes a sinusoidal table"),
     ],
 )

@@ -1,5 +1,5 @@
 """Tests of the ex05 checks (causal mask, decoder layer): correct solutions written differently
-from the reference pass, every catalogued mistake is caught and named, stubs say "not
+from the reference pass, its catalogue (each mistake rerun: test_check_protocol.py), stubs say "not
 implemented yet", and forbidden shortcuts are named."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import grading_impls_decoder as impls
 import pytest
 import torch
 import torch.nn.functional as F
-from student_code import named_text, student_impl
 from torch import Tensor, nn
 
 from coursepkg.grading import (
@@ -21,7 +20,7 @@ from coursepkg.grading import (
     check_decoder_layer,
 )
 from coursepkg.grading.checks import ex05_decoder as grading
-from coursepkg.grading.framework import configs, diagnosis_message
+from coursepkg.grading.framework import configs
 from coursepkg.layers import DecoderLayer as ReferenceDecoderLayer
 from coursepkg.layers import LayerNorm as ReferenceLayerNorm
 from coursepkg.masks import causal_mask
@@ -57,15 +56,6 @@ def test_causal_mask_accepts_correct_masks(impl) -> None:
     result = check_causal_mask(impl, points=1)
     assert result.passed and result.points == 1
     assert "L = 1, 4, 7" in str(result)
-
-
-@pytest.mark.parametrize("bug", grading.CAUSAL_MASK_BUGS, ids=lambda b: b.id)
-def test_causal_mask_bug_is_caught_and_named(bug) -> None:
-    with pytest.raises(CheckFailure) as info:
-        check_causal_mask(bug.impl)
-    assert info.value.diagnosis == bug.id
-    assert diagnosis_message(bug) in str(info.value)
-    assert info.value.check == "check_causal_mask"
 
 
 def test_causal_mask_shows_the_wrong_grid() -> None:
@@ -117,15 +107,6 @@ def test_decoder_layer_thorough_mode_uses_seeded_configs() -> None:
     assert a != b
     assert a[:3] == configs("decoder_layer")
     assert check_decoder_layer(impls.DecoderLayerLoop, thorough=True, seed=1).passed
-
-
-@pytest.mark.parametrize("bug", grading.DECODER_LAYER_BUGS, ids=lambda b: b.id)
-def test_decoder_layer_bug_is_caught_and_named(bug) -> None:
-    layer = student_impl(bug) if bug.calls else _layer_with(forward=bug.impl)
-    with pytest.raises(CheckFailure) as info:
-        check_decoder_layer(layer)
-    assert info.value.diagnosis == bug.id, str(info.value)
-    assert named_text(bug, diagnosis_message(bug)) in str(info.value)
 
 
 def test_decoder_layer_stub_is_not_implemented_yet() -> None:

@@ -1,6 +1,6 @@
 """Tests of the ex06 checks (warm-up schedule, label-smoothed loss): independent solutions pass,
-every catalogued mistake is caught and named, stubs say "not implemented yet", forbidden
-shortcuts are named."""
+its catalogue (each mistake rerun: test_check_protocol.py), stubs say "not implemented yet",
+forbidden shortcuts are named."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import grading_impls_decoder as impls
 import pytest
 import torch
 import torch.nn.functional as F
-from student_code import named_text, student_impl
 from torch import nn
 
 from coursepkg.grading import (
@@ -19,7 +18,7 @@ from coursepkg.grading import (
     check_noam_lr,
 )
 from coursepkg.grading.checks import ex06_training as grading
-from coursepkg.grading.framework import configs, diagnosis_message
+from coursepkg.grading.framework import configs
 from coursepkg.schedule import label_smoothed_cross_entropy, noam_lr
 from coursepkg.stubs import ex06_training as stub
 
@@ -41,14 +40,6 @@ def test_noam_accepts_a_tensor_scalar() -> None:
         return torch.tensor(impls.noam_lr_min(step, d_model, warmup_steps), dtype=torch.float64)
 
     assert check_noam_lr(as_tensor).passed
-
-
-@pytest.mark.parametrize("bug", grading.NOAM_LR_BUGS, ids=lambda b: b.id)
-def test_noam_bug_is_caught_and_named(bug) -> None:
-    with pytest.raises(CheckFailure) as info:
-        check_noam_lr(bug.impl)
-    assert info.value.diagnosis == bug.id
-    assert diagnosis_message(bug) in str(info.value)
 
 
 def test_noam_wrong_peak_is_reported() -> None:
@@ -99,14 +90,6 @@ def test_noam_thorough_configs_depend_on_the_seed() -> None:
 def test_label_smoothing_accepts_correct_losses(impl) -> None:
     assert check_label_smoothing(impl).passed
     assert check_label_smoothing(impl, thorough=True, seed=3).passed
-
-
-@pytest.mark.parametrize("bug", grading.LABEL_SMOOTHING_BUGS, ids=lambda b: b.id)
-def test_label_smoothing_bug_is_caught_and_named(bug) -> None:
-    with pytest.raises(CheckFailure) as info:
-        check_label_smoothing(student_impl(bug))
-    assert info.value.diagnosis == bug.id
-    assert named_text(bug, diagnosis_message(bug)) in str(info.value)
 
 
 def test_label_smoothing_convention_is_the_references() -> None:

@@ -1,5 +1,5 @@
-"""Tests of the ex08 checks (greedy decoding, beam search): the reference and independent
-decoders pass, every catalogued mistake is caught and named, the cases are not trivial, stubs
+"""Tests of the ex08 checks (greedy decoding, beam search): the reference and independent decoders
+pass, its catalogue (each mistake rerun: test_check_protocol.py), the cases are not trivial, stubs
 say "not implemented yet", calling the reference decoders is named."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from coursepkg.grading import (
     check_greedy_decode,
 )
 from coursepkg.grading.checks import ex08_decoding as grading
-from coursepkg.grading.framework import configs, diagnosis_message
+from coursepkg.grading.framework import configs
 from coursepkg.stubs import ex08_decoding as stub
 
 BOS, EOS = grading.BOS, grading.EOS
@@ -83,14 +83,6 @@ def test_greedy_thorough_mode_with_two_seeds() -> None:
     assert check_greedy_decode(impls.greedy_batched, thorough=True, seed=1).passed
 
 
-@pytest.mark.parametrize("bug", grading.GREEDY_BUGS, ids=lambda b: b.id)
-def test_greedy_bug_is_caught_and_named(bug) -> None:
-    with pytest.raises(CheckFailure) as info:
-        check_greedy_decode(bug.impl)
-    assert info.value.diagnosis == bug.id, str(info.value)
-    assert diagnosis_message(bug) in str(info.value)
-
-
 def test_greedy_failure_shows_the_rows() -> None:
     with pytest.raises(CheckFailure, match=r"Row \d: yours \[1, .*\], reference \[1, "):
         check_greedy_decode(grading.GREEDY_BUGS[0].impl)
@@ -150,14 +142,6 @@ def test_beam_thorough_mode_with_two_seeds() -> None:
     a, b = configs(grading.BEAM_ITEM, True, 0), configs(grading.BEAM_ITEM, True, 1)
     assert a != b and a[:4] == configs(grading.BEAM_ITEM)
     assert check_beam_search(impls.beam_tensor, thorough=True, seed=1).passed
-
-
-@pytest.mark.parametrize("bug", grading.BEAM_BUGS, ids=lambda b: b.id)
-def test_beam_bug_is_caught_and_named(bug) -> None:
-    with pytest.raises(CheckFailure) as info:
-        check_beam_search(bug.impl)
-    assert info.value.diagnosis == bug.id, str(info.value)
-    assert diagnosis_message(bug) in str(info.value)
 
 
 def test_beam_stub_is_not_implemented_yet() -> None:

@@ -1,7 +1,7 @@
-"""Tests of the ex12 check (``checks/ex12_tiled_attention.py``): every catalogued mistake is
-caught and named by its own id (on CUDA too when there is one), three independent correct
-styles pass in visible and thorough mode, the same styles with a mistake get its id, the stub
-says "not implemented yet", the catalogue's correct Function is the reference's
+"""Tests of the ex12 check (``checks/ex12_tiled_attention.py``): its catalogue (each mistake rerun
+and named by its own id: test_check_protocol.py) (on CUDA too when there is one), three independent
+correct styles pass in visible and thorough mode, the same styles with a mistake get its id, the
+stub says "not implemented yet", the catalogue's correct Function is the reference's
 ``tiled_attention`` and SDPA, and the visible shapes hold the cases the issue asks for."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import grading_impls_tiled as impls
 import pytest
 import torch
 import torch.nn.functional as F
-from student_code import named_text, student_impl
+from student_code import student_impl
 
 from coursepkg.efficient_attention import tiled_attention
 from coursepkg.grading import CheckFailure, NotImplementedYet, check_tiled_attention
@@ -32,14 +32,6 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-@pytest.mark.parametrize("bug", catalogue.BUGS, ids=lambda b: b.id)
-def test_every_catalogued_mistake_is_caught_and_named(bug):
-    with pytest.raises(CheckFailure) as info:
-        check_tiled_attention(student_impl(bug))
-    assert info.value.diagnosis == bug.id, str(info.value)
-    assert named_text(bug, bug.advice) in str(info.value)
 
 
 def test_the_issue_s_mistakes_are_catalogued_once_each():

@@ -24,6 +24,7 @@ from coursepkg import (  # noqa: E402
     DecoderOnlyLM,
     LatentConfig,
     MoEConfig,
+    RopeConfig,
     TransformerConfig,
     count_parameters,
 )
@@ -206,7 +207,7 @@ def test_the_way_back_gives_hugging_faces_logits_exactly(name) -> None:
 REFERENCE = dict(
     vocab_size=V, d_model=32, n_heads=4, d_k=6, d_v=8, d_ff=40, n_layers=3, dropout=0.0,
     max_len=64, norm_first=True, final_norm=True, norm="rmsnorm", layer_norm_eps=1e-6,
-    positional="rope", rope_pairs="interleaved", activation="swiglu", bias=False,
+    positional="rope", rope=RopeConfig(pairs="interleaved"), activation="swiglu", bias=False,
     scale_embeddings=False, tie_embeddings=False,
     latent=LatentConfig(kv_rank=12, q_rank=16, d_rope=4),
     moe=MoEConfig(n_experts=4, top_k=2, d_ff=8, shared_experts=1, first_dense=1,
@@ -227,7 +228,7 @@ def _reference(latent: dict | None = None, moe: dict | None = None, **fields) ->
     "changes",
     [
         {},
-        dict(latent=dict(q_rank=None), rope_pairs="halves", moe=dict(renormalize=False, groups=1)),
+        dict(latent=dict(q_rank=None), rope=RopeConfig(), moe=dict(renormalize=False, groups=1)),
     ],
     ids=["grouped", "plain"],
 )
