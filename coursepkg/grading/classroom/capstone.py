@@ -37,8 +37,10 @@ __all__ = [
     "RunRecord",
     "VERDICTS",
     "corpus_splits",
+    "grade_class",
     "grade_recipe",
     "held_out_bpb",
+    "recipe_from_notebook",
     "run_recipe",
 ]
 
@@ -381,3 +383,62 @@ def grade_recipe(
             )
     full = f"capstone.{verdict}"
     return CapstoneResult(full, scores, detail, float(rules.points.get(full, 0.0)), runs)
+
+
+def recipe_from_notebook(notebook: str | Path) -> str:
+    """A submitted notebook's recipe: its code cells, in order, without IPython's magics and
+    shell lines (``%``, ``!``), which a recipe file cannot run."""
+    import nbformat
+
+    nb = nbformat.read(str(notebook), as_version=4)
+    cells = []
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            lines = cell.source.splitlines()
+            cells.append("\n".join(x for x in lines if not x.lstrip().startswith(("%", "!"))))
+    return "\n\n".join(cells) + "\n"
+
+
+def grade_class(
+    submissions: Mapping[str, str | Path],
+    rules: CapstoneRules,
+    folder: str | Path,
+    prepared: str | Path | None = None,
+    course: str | Path = ".",
+    score_bytes: int | None = None,
+) -> list[dict]:
+    """Grade every student's notebook (one after another) and give the leaderboard's entries.
+
+    Args:
+        submissions: the notebook (or recipe ``.py``) of each student, in submission order.
+        rules: the instructor's limits.
+        folder: a folder for the runs (one sub-folder per student).
+        prepared: the prepared corpus's folder (None: Tiny Shakespeare).
+        course: the course folder.
+        score_bytes: score only this many held-out bytes (None: all).
+
+    Returns:
+        One entry per student: ``student``, ``verdict``, ``scores``, ``detail``, ``points``.
+    """
+    train, held_out, protected = corpus_splits(prepared)
+    entries = []
+    for student, path in submissions.items():
+        where = Path(folder) / student
+        where.mkdir(parents=True, exist_ok=True)
+        recipe = Path(path)
+        if recipe.suffix == ".ipynb":
+            recipe = where / "recipe.py"
+            recipe.write_text(recipe_from_notebook(path), encoding="utf-8")
+        result = grade_recipe(
+            recipe, train, held_out, rules, where / "runs", protected, course, score_bytes
+        )
+        entries.append(
+            {
+                "student": student,
+                "verdict": result.verdict,
+                "scores": result.scores,
+                "detail": result.detail,
+                "points": result.points,
+            }
+        )
+    return entries
