@@ -395,7 +395,8 @@ def _leaderboard(args: argparse.Namespace) -> int:
         raise SystemExit("leaderboard: give RESULTS (a results.json) or --grade FOLDER")
     base = [e["scores"] for e in entries if e["student"] == args.baseline]
     rows = leaderboard_rows(entries, base[0] if base else None, args.margin_nats)
-    paths = write_pages(rows, out, args.names, course_secret(args.root))
+    secret = course_secret(args.root, create=args.names == "pseudonyms")  # else guessable
+    paths = write_pages(rows, out, args.names, secret)
     records = sum(r["record"] for r in rows)
     _say(
         f"{len(rows)} entries, {records} new record(s): wrote "
