@@ -90,6 +90,7 @@ def test_each_bad_recipe_ends_within_its_budget_with_its_verdict(tmp_path, name)
         assert "was killed" not in run.detail
     if name == "read_outside_inputs":
         assert "tinyshakespeare.txt" in result.detail
+        assert "denied" in result.runs[0].output  # refused by Landlock, not only logged
     if name == "crashed":
         assert "helper" in result.detail and "ZeroDivisionError" in result.detail
         assert "coursepkg" not in result.detail
