@@ -357,6 +357,8 @@ def _add_leaderboard(sub: Any) -> None:
     p.add_argument("--names", choices=("names", "pseudonyms"), default="pseudonyms")
     p.add_argument("--margin-nats", type=float, default=0.005, help="a record's margin")
     p.add_argument("--baseline", help="the student id whose entry is the first standing best")
+    p.add_argument("--scheduler", help="a Dask scheduler's address (default: a LocalCluster)")
+    p.add_argument("--workers", type=int, help="the LocalCluster's workers (default: CPUs)")
     p.set_defaults(func=_leaderboard)
 
 
@@ -380,13 +382,15 @@ def _leaderboard(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if args.grade:
         from ..grading.classroom.capstone import CapstoneRules, grade_class
+        from ..grading.classroom.orchestrate import connect
 
         rules = CapstoneRules(
             budget_s=args.budget_s, memory_mb=args.memory_mb, seeds=tuple(range(args.seeds))
         )
-        entries = grade_class(
-            _submissions(Path(args.grade)), rules, out / "runs", args.corpus, args.root
-        )
+        with connect(args.scheduler, args.workers) as client:
+            entries = grade_class(
+                _submissions(Path(args.grade)), rules, args.corpus, args.root, client=client
+            )
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text(json.dumps(entries, indent=1))
     elif args.results:

@@ -38,6 +38,7 @@ __all__ = [
     "VERDICTS",
     "corpus_splits",
     "grade_class",
+    "grade_entry",
     "grade_recipe",
     "held_out_bpb",
     "recipe_from_notebook",
@@ -399,46 +400,78 @@ def recipe_from_notebook(notebook: str | Path) -> str:
     return "\n\n".join(cells) + "\n"
 
 
+def grade_entry(
+    student: str,
+    source: str,
+    train: bytes,
+    held_out: bytes,
+    rules: CapstoneRules,
+    protected: list[Path] | None = None,
+    course: str | Path = ".",
+    score_bytes: int | None = None,
+) -> dict:
+    """Grade one student's recipe (its source text) in a temporary folder of this machine (a
+    Dask worker needs no shared file system): the leaderboard's entry for it.
+
+    Returns:
+        ``student``, ``verdict``, ``scores``, ``detail``, ``points``.
+    """
+    import tempfile
+
+    if protected is None:  # on a worker: its own copy of the corpus files stays unreadable
+        protected = corpus_splits()[2]
+    with tempfile.TemporaryDirectory(prefix="coursepkg-capstone-") as folder:
+        recipe = Path(folder) / "recipe.py"
+        recipe.write_text(source, encoding="utf-8")
+        result = grade_recipe(
+            recipe, train, held_out, rules, Path(folder) / "runs", protected, course, score_bytes
+        )
+    return {
+        "student": student,
+        "verdict": result.verdict,
+        "scores": result.scores,
+        "detail": result.detail,
+        "points": result.points,
+    }
+
+
 def grade_class(
     submissions: Mapping[str, str | Path],
     rules: CapstoneRules,
-    folder: str | Path,
     prepared: str | Path | None = None,
     course: str | Path = ".",
     score_bytes: int | None = None,
+    client: Any = None,
 ) -> list[dict]:
-    """Grade every student's notebook (one after another) and give the leaderboard's entries.
+    """Grade every student's notebook and give the leaderboard's entries, in submission order.
 
     Args:
         submissions: the notebook (or recipe ``.py``) of each student, in submission order.
         rules: the instructor's limits.
-        folder: a folder for the runs (one sub-folder per student).
         prepared: the prepared corpus's folder (None: Tiny Shakespeare).
         course: the course folder.
         score_bytes: score only this many held-out bytes (None: all).
+        client: a Dask ``distributed.Client``: one task per student on its workers (each
+            worker protects its own copy of the corpus); None: one after another here.
 
     Returns:
-        One entry per student: ``student``, ``verdict``, ``scores``, ``detail``, ``points``.
+        One :func:`grade_entry` per student.
     """
     train, held_out, protected = corpus_splits(prepared)
-    entries = []
+    sources = {}
     for student, path in submissions.items():
-        where = Path(folder) / student
-        where.mkdir(parents=True, exist_ok=True)
-        recipe = Path(path)
-        if recipe.suffix == ".ipynb":
-            recipe = where / "recipe.py"
-            recipe.write_text(recipe_from_notebook(path), encoding="utf-8")
-        result = grade_recipe(
-            recipe, train, held_out, rules, where / "runs", protected, course, score_bytes
+        path = Path(path)
+        sources[student] = (
+            recipe_from_notebook(path) if path.suffix == ".ipynb" else path.read_text()
         )
-        entries.append(
-            {
-                "student": student,
-                "verdict": result.verdict,
-                "scores": result.scores,
-                "detail": result.detail,
-                "points": result.points,
-            }
-        )
-    return entries
+    args = (train, held_out, rules)
+    if client is None:
+        return [
+            grade_entry(s, src, *args, protected, course, score_bytes) for s, src in sources.items()
+        ]
+    shared = client.scatter(list(args), broadcast=True)
+    futures = [
+        client.submit(grade_entry, s, src, *shared, None, course, score_bytes, pure=False)
+        for s, src in sources.items()
+    ]
+    return client.gather(futures)

@@ -14,8 +14,10 @@ from coursepkg.grading.classroom.capstone import (
     VERDICTS,
     CapstoneRules,
     corpus_splits,
+    grade_class,
     grade_recipe,
 )
+from coursepkg.grading.classroom.orchestrate import connect
 from coursepkg.grading.kernel.capstone import granted_reads, student_frames
 
 TRAIN_BYTES = 20_000
@@ -107,3 +109,15 @@ def test_two_recipes_graded_side_by_side_do_not_disturb_each_other(tmp_path):
         bad = pool.submit(_grade, tmp_path, "bad", recipes.BAD["too_many_processes"], _rules())
     assert good.result().verdict == "capstone.ok"
     assert bad.result().verdict == "capstone.too_many_processes"
+
+
+@pytest.mark.slow
+def test_a_class_is_graded_on_dask_workers_in_submission_order(tmp_path):
+    names = {"honest": recipes.recipe(), "peeks": recipes.BAD["read_outside_inputs"]}
+    _, _, protected = corpus_splits()
+    paths = {n: recipes.write(tmp_path, n, src, held_out=protected[0]) for n, src in names.items()}
+    with connect(None, 2) as client:
+        entries = grade_class(paths, _rules(budget_s=300), None, COURSE, SCORE_BYTES, client)
+    assert [e["student"] for e in entries] == ["honest", "peeks"]
+    assert [e["verdict"] for e in entries] == ["capstone.ok", "capstone.read_outside_inputs"]
+    assert len(entries[0]["scores"]) == 1 and entries[1]["scores"] == []
