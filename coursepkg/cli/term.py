@@ -21,6 +21,7 @@ COMMANDS = {
     "export": "write the grades as the CSV Canvas or Gradescope imports (instructors)",
     "regrade": "regrade requests: ask (students), record, list and answer (instructors)",
     "similarity": "rank pairs of submissions by how much code they share (instructors)",
+    "leaderboard": "grade the capstone's recipes and write its leaderboard pages and CSV",
 }
 
 
@@ -333,8 +334,83 @@ def _add_similarity(sub: Any) -> None:
     p.set_defaults(func=_similarity)
 
 
+def _add_leaderboard(sub: Any) -> None:
+    p = sub.add_parser(
+        "leaderboard",
+        help=COMMANDS["leaderboard"],
+        description="The capstone (ex19_capstone): with --grade, re-run every student's recipe "
+        "confined under the budget, for each seed, and score it in held-out bits per byte "
+        "(the results go to OUT/results.json); then rank RESULTS (or those) and write "
+        "OUT/instructor.html, OUT/students.html and OUT/leaderboard.csv. A new record must beat "
+        "the standing best by --margin-nats with Welch's one-sided t-test at p < 0.01.",
+    )
+    p.add_argument("results", nargs="?", help="a results.json written by --grade")
+    p.add_argument("--grade", help="a folder of submissions: STUDENT/*.ipynb (or *.py)")
+    p.add_argument("--out", required=True, help="the folder for the pages, CSV and results")
+    p.add_argument("--root", default=".", help="the course folder (its secret salts pseudonyms)")
+    p.add_argument(
+        "--corpus", help="the folder of `coursepkg data prepare` (default: Tiny Shakespeare)"
+    )
+    p.add_argument("--budget-s", type=float, default=600.0, help="training seconds per run")
+    p.add_argument("--memory-mb", type=int, default=4096, help="memory per run")
+    p.add_argument("--seeds", type=int, default=3, help="seeds per recipe (0, 1, ...)")
+    p.add_argument("--names", choices=("names", "pseudonyms"), default="pseudonyms")
+    p.add_argument("--margin-nats", type=float, default=0.005, help="a record's margin")
+    p.add_argument("--baseline", help="the student id whose entry is the first standing best")
+    p.add_argument("--scheduler", help="a Dask scheduler's address (default: a LocalCluster)")
+    p.add_argument("--workers", type=int, help="the LocalCluster's workers (default: CPUs)")
+    p.set_defaults(func=_leaderboard)
+
+
+def _submissions(folder: Path) -> dict[str, Path]:
+    found = {}
+    for student in sorted(p for p in folder.iterdir() if p.is_dir()):
+        files = sorted([*student.glob("*.ipynb"), *student.glob("*.py")])
+        if files:
+            found[student.name] = files[0]
+    if not found:
+        raise SystemExit(f"--grade {folder}: no STUDENT/*.ipynb or STUDENT/*.py in it")
+    return found
+
+
+def _leaderboard(args: argparse.Namespace) -> int:
+    import json
+
+    from ..grading.policy.leaderboard import leaderboard_rows, write_pages
+    from ..grading.release import course_secret
+
+    out = Path(args.out)
+    if args.grade:
+        from ..grading.classroom.capstone import CapstoneRules, grade_class
+        from ..grading.classroom.orchestrate import connect
+
+        rules = CapstoneRules(
+            budget_s=args.budget_s, memory_mb=args.memory_mb, seeds=tuple(range(args.seeds))
+        )
+        with connect(args.scheduler, args.workers) as client:
+            entries = grade_class(
+                _submissions(Path(args.grade)), rules, args.corpus, args.root, client=client
+            )
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps(entries, indent=1))
+    elif args.results:
+        entries = json.loads(Path(args.results).read_text())
+    else:
+        raise SystemExit("leaderboard: give RESULTS (a results.json) or --grade FOLDER")
+    base = [e["scores"] for e in entries if e["student"] == args.baseline]
+    rows = leaderboard_rows(entries, base[0] if base else None, args.margin_nats)
+    secret = course_secret(args.root, create=args.names == "pseudonyms")  # else guessable
+    paths = write_pages(rows, out, args.names, secret)
+    records = sum(r["record"] for r in rows)
+    _say(
+        f"{len(rows)} entries, {records} new record(s): wrote "
+        + ", ".join(map(str, paths.values()))
+    )
+    return 0
+
+
 def add_parser(sub: Any, verb: str) -> None:
     """Declare ``coursepkg VERB``'s arguments on ``sub`` (argparse subparsers), one of
     :data:`COMMANDS`."""
     {"extension": _add_extension, "export": _add_export, "regrade": _add_regrade,
-     "similarity": _add_similarity}[verb](sub)  # fmt: skip
+     "similarity": _add_similarity, "leaderboard": _add_leaderboard}[verb](sub)  # fmt: skip

@@ -40,6 +40,7 @@ VERBS = [
     "export",
     "regrade",
     "similarity",
+    "leaderboard",
     "data",
     "curate",
     "train",
