@@ -59,6 +59,14 @@ check_min_p_filter             ``min_p_filter``                            ex17_
 check_repetition_penalty       ``repetition_penalty``                      ex17_serving
 check_residual_distribution    ``residual_distribution`` (speculative)     ex17_serving
 check_speculative_accept       ``speculative_accept`` (statistical)        ex17_serving
+check_exact_line_dedup         ``exact_line_dedup``                        ex18_data
+check_word_shingles            ``word_shingles``                           ex18_data
+check_lsh_candidate_pairs      ``lsh_candidate_pairs`` (LSH banding)       ex18_data
+check_gopher_failures          ``gopher_failures``                         ex18_data
+check_mask_emails              ``mask_emails``                             ex18_data
+check_mask_phone_numbers       ``mask_phone_numbers``                      ex18_data
+check_mask_ipv4                ``mask_ipv4``                               ex18_data
+check_minhash_signature        ``minhash_signature`` (statistical)         ex18_data
 =============================  ==========================================  ==============
 
 ``check_training_run`` (ex09_training_run) grades a whole training run (the trained model, the
@@ -126,6 +134,16 @@ from .checks.ex17_serving import (
     check_top_k_filter,
     check_top_p_filter,
 )
+from .checks.ex18_data import (
+    check_exact_line_dedup,
+    check_gopher_failures,
+    check_lsh_candidate_pairs,
+    check_mask_emails,
+    check_mask_ipv4,
+    check_mask_phone_numbers,
+    check_minhash_signature,
+    check_word_shingles,
+)
 from .framework import (
     BugVariant,
     CheckerError,
@@ -149,23 +167,30 @@ __all__ = [
     "check_beam_search",
     "check_bucketed_ddp",
     "check_causal_mask",
-    "check_compress_latent",
     "check_clip_grad_norm",
+    "check_compress_latent",
     "check_decoder_layer",
     "check_dpo_loss",
     "check_encoder_layer",
+    "check_exact_line_dedup",
     "check_feed_forward",
+    "check_gopher_failures",
     "check_greedy_decode",
     "check_group_advantages",
+    "check_grouped_query_attention",
     "check_grpo_clip_loss",
     "check_grpo_loss",
-    "check_grouped_query_attention",
     "check_label_smoothing",
     "check_layer_norm",
     "check_load_balancing_loss",
     "check_lora_linear",
+    "check_lsh_candidate_pairs",
+    "check_mask_emails",
+    "check_mask_ipv4",
+    "check_mask_phone_numbers",
     "check_masked_mean",
     "check_min_p_filter",
+    "check_minhash_signature",
     "check_modern_block",
     "check_multi_head_attention",
     "check_naive_ddp",
@@ -178,13 +203,13 @@ __all__ = [
     "check_rms_norm",
     "check_route_top_k",
     "check_scaled_dot_product_attention",
-    "check_sharded_adamw",
     "check_sft_loss",
+    "check_sharded_adamw",
     "check_speculative_accept",
     "check_swiglu",
-    "check_token_entropy",
     "check_temperature_scale",
     "check_tiled_attention",
+    "check_token_entropy",
     "check_tokenizer",
     "check_top_k_filter",
     "check_top_p_filter",
@@ -192,5 +217,6 @@ __all__ = [
     "check_training_run",
     "check_training_state",
     "check_warmup_cosine_lr",
+    "check_word_shingles",
     "registered_checks",
 ]

@@ -28,4 +28,5 @@ ASSIGNMENTS = (
     "ex15_data_parallel",
     "ex16_experts",
     "ex17_serving",
+    "ex18_data",
 )

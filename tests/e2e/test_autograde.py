@@ -190,6 +190,11 @@ BUGS = {
         ],
         "repetition.divides_negatives",
     ),
+    "ex18_data": (
+        "exact_line_dedup",
+        [('return " ".join(unicodedata.normalize("NFKC", line).split())', "return line")],
+        "line_dedup.raw_lines",
+    ),
     "ex09_training_run": (
         "sequence_loss",
         [("model(batch.src, batch.tgt_in,", "model(batch.src, batch.tgt_out,")],

@@ -32,6 +32,8 @@
   subclass the reference, let through the honesty rule by :func:`.calling.is_catalogued`.
 - :mod:`.post_training`: the references ex14's checks compare with and its catalogue builds
   on, with the stubs' signatures; imported as ``framework.post_training`` by ex14 only.
+- :mod:`.curation_inputs`: the held-out corpora, texts, sets and signatures ex18's checks
+  generate from a seed; imported as ``framework.curation_inputs`` by ex18 only.
 - :mod:`.sampling`: checking code that samples: next-token scores compared as the
   distributions they define (:func:`compare_filter`), and a random rule's draws tested against
   its probabilities and against a known mistake's draws (Pearson's chi-square:
@@ -46,8 +48,8 @@
 Modules import each other downwards only: results <- inputs <- calling <- compare <- weights
 <- masks, locate, modules, norms; self_attention sits on masks and modules; registry needs
 results and calling (it records each catalogue's classes there, for the honesty rule); pieces
-sits on locate, norms and registry; sampling on compare; variants, post_training, ranks and
-watch need nothing of the framework.
+sits on locate, norms and registry; sampling on compare; variants, post_training,
+curation_inputs, ranks and watch need nothing of the framework.
 A check module imports the framework and its own catalogue, never another check module.
 """
 
