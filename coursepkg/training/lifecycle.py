@@ -37,7 +37,17 @@ from coursepkg.training.checkpoint import CheckpointError, load_checkpoint, save
 from coursepkg.training.distributed import Dist
 from coursepkg.training.schemes import Scheme
 
-__all__ = ["CHECKPOINT", "Run", "autocast", "open_checkpoint", "restore", "run_steps", "with_aux"]
+__all__ = [
+    "CHECKPOINT",
+    "Run",
+    "Schedule",
+    "autocast",
+    "checkpoint",
+    "open_checkpoint",
+    "restore",
+    "run_steps",
+    "with_aux",
+]
 
 log = logging.getLogger(__name__)
 

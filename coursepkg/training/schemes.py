@@ -46,7 +46,9 @@ class Scheme:
 
     Args:
         net: the model (on its device, with the checkpoint's weights if resuming).
-        settings: the run.
+        settings: the run: a :class:`TrainSettings` or a fine-tuning's settings (what the
+            scheme reads: ``parallel``, ``compile``, ``lr``, ``beta1``, ``beta2``,
+            ``weight_decay``).
         dist: this process' place among the ranks.
 
     Attributes:
