@@ -263,8 +263,14 @@ def _stage_sft(settings: dict, tokenizer: Tokenizer, train: list[str], test: lis
             if kind == "lora":
                 add_lora(model, LORA_TARGETS, r=settings["lora_r"], alpha=2.0 * settings["lora_r"])
             start = time.perf_counter()
-            losses = _train(model, chats, settings["sft_steps"], settings[f"{kind}_lr"], pad,
-                            torch.Generator().manual_seed(seed + 100))  # fmt: skip
+            losses = _train(
+                model,
+                chats,
+                settings["sft_steps"],
+                settings[f"{kind}_lr"],
+                pad,
+                torch.Generator().manual_seed(seed + 100),
+            )
             out[f"{kind}_seconds"] += time.perf_counter() - start
             out[f"{kind}_accuracies"].append(accuracy(model, tokenizer, test))
             if seed == settings["sft_seeds"][0]:  # the first seed's curve and model are shown
@@ -380,10 +386,18 @@ def _grpo_run(settings, tokenizer, start, train, run, seed) -> tuple[nn.Module, 
         rows = torch.randint(len(train), (prompts_per_step,), generator=generator).tolist()
         prompts = [chat_prompt(tokenizer, train[i]) for i in rows]
         step = grpo_step(
-            policy, reference, optimizer, prompts, reward, group_size=group,
-            max_new_tokens=max(LENGTHS) + 1, end_id=end, pad_id=end, kl_coef=kl_coef,
+            policy,
+            reference,
+            optimizer,
+            prompts,
+            reward,
+            group_size=group,
+            max_new_tokens=max(LENGTHS) + 1,
+            end_id=end,
+            pad_id=end,
+            kl_coef=kl_coef,
             generator=generator,
-        )  # fmt: skip
+        )
         rewards.append(step["reward"])
         kls.append(step["kl"])
     return policy, reference, {"rewards": rewards, "kl": kls}

@@ -36,9 +36,11 @@ Figures = dict[str, Any]
 
 
 def compared(
-    a: float, b: float, tol: float, words: Sequence[str] = ("lower than", "about the same as",
-                                                            "higher than")
-) -> str:  # fmt: skip
+    a: float,
+    b: float,
+    tol: float,
+    words: Sequence[str] = ("lower than", "about the same as", "higher than"),
+) -> str:
     """``a`` against ``b`` in words: ``words[1]`` when they are within ``tol``."""
     return words[0] if a < b - tol else words[2] if a > b + tol else words[1]
 
@@ -84,7 +86,7 @@ def _base_and_sft(sft: dict, settings: dict, held_out: Sequence[str]) -> Figures
             sft["base_chat_accuracy"],
             0.02,
             ("lowered", "left unchanged", "raised"),
-        ),  # fmt: skip
+        ),
         "n_shown": len(held_out),
         "base_stopped": stopped(sft["base_answers"]),
         "sft_stopped": stopped(sft["full_answers"]),
@@ -95,15 +97,21 @@ def _base_and_sft(sft: dict, settings: dict, held_out: Sequence[str]) -> Figures
 def _lora_story(sft: dict, gap: float) -> str:
     lows, highs = ([f(sft[f"{k}_accuracies"]) for k in ("lora", "full")] for f in (min, max))
     if gap <= LORA_TOLERANCE:
-        return ("with a tenth of the trainable numbers LoRA learned this task about as well as "
-                "a fine-tune of every weight")  # fmt: skip
+        return (
+            "with a tenth of the trainable numbers LoRA learned this task about as well as "
+            "a fine-tune of every weight"
+        )
     if lows[0] > highs[1] or lows[1] > highs[0]:  # one side wholly past the other
         side = "above" if lows[0] > highs[1] else "below"
-        return (f"every LoRA seed ended {side} every full fine-tuning seed: at this learning "
-                "rate and number of steps the two recipes differ")  # fmt: skip
-    return ("the seeds disagree: the two ranges overlap, so another seed could reverse the "
-            "order, and this run cannot say whether LoRA matches a fine-tune of every weight "
-            "here, only that it learns the format too")  # fmt: skip
+        return (
+            f"every LoRA seed ended {side} every full fine-tuning seed: at this learning "
+            "rate and number of steps the two recipes differ"
+        )
+    return (
+        "the seeds disagree: the two ranges overlap, so another seed could reverse the "
+        "order, and this run cannot say whether LoRA matches a fine-tune of every weight "
+        "here, only that it learns the format too"
+    )
 
 
 def _lora(sft: dict, settings: dict) -> Figures:
@@ -124,7 +132,7 @@ def _lora(sft: dict, settings: dict) -> Figures:
         "lora_vs_full": compared(sft["lora_accuracy"], sft["full_accuracy"], 0.005),
         "lora_gap_verdict": f"within {LORA_TOLERANCE} points of"
         if gap <= LORA_TOLERANCE
-        else f"more than {LORA_TOLERANCE} points away from",  # fmt: skip
+        else f"more than {LORA_TOLERANCE} points away from",
         "lora_gain": _percent(sft["lora_accuracy"] - sft["base_chat_accuracy"]),
         "lora_story": _lora_story(sft, gap),
         "lora_time_ratio": time_ratio,
@@ -134,13 +142,19 @@ def _lora(sft: dict, settings: dict) -> Figures:
 
 def _kl_trend(kls: Sequence[float]) -> str:
     if all(a > b for a, b in zip(kls, kls[1:], strict=False)):
-        return ("fell as beta grew, as the loss predicts: a larger beta holds the policy closer "
-                "to the reference")  # fmt: skip
+        return (
+            "fell as beta grew, as the loss predicts: a larger beta holds the policy closer "
+            "to the reference"
+        )
     if _ratio(kls[0], kls[-1]) > 1:
-        return ("was larger at the smallest beta than at the largest, as the loss predicts, "
-                "though not smaller at every step between")  # fmt: skip
-    return ("did not fall as beta grew, though the loss predicts that a larger beta holds the "
-            "policy closer (one short run each)")  # fmt: skip
+        return (
+            "was larger at the smallest beta than at the largest, as the loss predicts, "
+            "though not smaller at every step between"
+        )
+    return (
+        "did not fall as beta grew, though the loss predicts that a larger beta holds the "
+        "policy closer (one short run each)"
+    )
 
 
 def _dpo(dpo: dict, sft: dict, settings: dict) -> Figures:
@@ -164,8 +178,11 @@ def _dpo(dpo: dict, sft: dict, settings: dict) -> Figures:
         "dpo_acc_verdict": compared(best, sft["weak_accuracy"], 0.02),
     }
     for i, (beta, row) in enumerate(zip(betas, rows, strict=True)):
-        out |= {f"dpo_pref_{i}": _percent(row["preference"]), f"dpo_kl_{i}": float(row["kl"]),
-                f"dpo_beta_{i}": beta}  # fmt: skip
+        out |= {
+            f"dpo_pref_{i}": _percent(row["preference"]),
+            f"dpo_kl_{i}": float(row["kl"]),
+            f"dpo_beta_{i}": beta,
+        }
     return out
 
 
@@ -180,17 +197,29 @@ def _grpo(grpo: dict, sft: dict, settings: dict) -> Figures:
         raise ValueError("the two group sizes must spend the same samples a step")
     a, b, c = (grpo[key] for key in grpo_keys(settings))
     start = sft["grpo_start_accuracy"]
-    out: Figures = {"p_a": p_a, "g_a": g_a, "p_b": p_b, "g_b": g_b, "kl_a": kl_a,
-                    "grpo_steps": settings["grpo_steps"], "samples": p_a * g_a,
-                    "start_chunk": settings["grpo_sft_chunk"],
-                    "start_target": _percent(settings["grpo_start_accuracy"]),
-                    "start_steps": sft["grpo_start_steps"], "start_accuracy": _percent(start),
-                    "window": WINDOW, "n_grpo_seeds": len(a["accuracies"])}  # fmt: skip
+    out: Figures = {
+        "p_a": p_a,
+        "g_a": g_a,
+        "p_b": p_b,
+        "g_b": g_b,
+        "kl_a": kl_a,
+        "grpo_steps": settings["grpo_steps"],
+        "samples": p_a * g_a,
+        "start_chunk": settings["grpo_sft_chunk"],
+        "start_target": _percent(settings["grpo_start_accuracy"]),
+        "start_steps": sft["grpo_start_steps"],
+        "start_accuracy": _percent(start),
+        "window": WINDOW,
+        "n_grpo_seeds": len(a["accuracies"]),
+    }
     for tag, r in zip("abc", (a, b, c), strict=True):
         first, last = first_and_last(r["rewards"])
-        out |= {f"grpo_first_{tag}": _percent(first), f"grpo_last_{tag}": _percent(last),
-                f"grpo_acc_{tag}": _percent(r["accuracy"]),
-                f"grpo_kl_{tag}": float(r["heldout_kl"])}  # fmt: skip
+        out |= {
+            f"grpo_first_{tag}": _percent(first),
+            f"grpo_last_{tag}": _percent(last),
+            f"grpo_acc_{tag}": _percent(r["accuracy"]),
+            f"grpo_kl_{tag}": float(r["heldout_kl"]),
+        }
     first, last = first_and_last(a["rewards"])
     kl_a0 = float(a["heldout_kls"][0])  # the seed of the run without the KL term
     out |= {
@@ -199,8 +228,9 @@ def _grpo(grpo: dict, sft: dict, settings: dict) -> Figures:
         "grpo_change": _percent(a["accuracy"] - start),
         "grpo_min_gain": _percent(min(a["accuracies"]) - start),  # robustness.py: >= 5
         "grpo_reward_rise": _percent(last - first),  # robustness.py: >= 10
-        "grpo_seeds_verdict": "every seed ended above the start" if min(a["accuracies"]) > start
-        else "not every seed ended above the start",  # fmt: skip
+        "grpo_seeds_verdict": "every seed ended above the start"
+        if min(a["accuracies"]) > start
+        else "not every seed ended above the start",
         # a group teaches when it holds both outcomes
         "informative": _percent(1 - start**g_a - (1 - start) ** g_a),
         "grpo_kl_a0": kl_a0,
@@ -208,10 +238,11 @@ def _grpo(grpo: dict, sft: dict, settings: dict) -> Figures:
         "reward_a_verdict": compared(last, first, 0.02, ("fell", "stayed flat", "rose")),
         "acc_a_verdict": compared(a["accuracy"], start, 0.02),
         "group_verdict": compared(b["accuracy"], a["accuracy"], 0.03),
-        "nokl_kl_verdict": compared(c["heldout_kl"], kl_a0, 0.02,
-                                    ("smaller than", "about the same as", "larger than")),
+        "nokl_kl_verdict": compared(
+            c["heldout_kl"], kl_a0, 0.02, ("smaller than", "about the same as", "larger than")
+        ),
         "nokl_acc_verdict": compared(c["accuracy"], a["accuracy"], 0.03),
-    }  # fmt: skip
+    }
     return out
 
 

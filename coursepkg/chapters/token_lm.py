@@ -187,10 +187,17 @@ def compare_tokenizations(
     runs = {}
     for name, (train_ids, heldout_ids, token_bytes) in _encodings(vocab_size).items():
         config = TransformerConfig(
-            vocab_size=len(token_bytes), d_model=d_model, n_heads=n_heads, d_ff=d_ff,
-            n_layers=n_layers, dropout=0.0, max_len=block_size, norm_first=True,
-            positional="learned", activation="gelu",
-        )  # fmt: skip
+            vocab_size=len(token_bytes),
+            d_model=d_model,
+            n_heads=n_heads,
+            d_ff=d_ff,
+            n_layers=n_layers,
+            dropout=0.0,
+            max_len=block_size,
+            norm_first=True,
+            positional="learned",
+            activation="gelu",
+        )
         seed_everything(seed)
         runs[name] = TokenLMRun(
             name, DecoderOnlyLM(config), token_bytes, train_ids=train_ids, heldout_ids=heldout_ids

@@ -59,10 +59,18 @@ def _export(args: argparse.Namespace) -> int:
     mapping = read_mapping(args.mapping, args.id_column) if args.mapping else None
     _grades_now(course, args.assignment or None)
     out = args.output or course.root / "reports" / f"export-{args.format}.csv"
-    written = export(course.url, course.course_id, None if args.all else args.assignment,
-                     args.format, out, mapping=mapping, parts=args.parts,
-                     include_empty=args.include_empty,
-                     skip_unmapped=args.skip_unmapped, config=course.config)  # fmt: skip
+    written = export(
+        course.url,
+        course.course_id,
+        None if args.all else args.assignment,
+        args.format,
+        out,
+        mapping=mapping,
+        parts=args.parts,
+        include_empty=args.include_empty,
+        skip_unmapped=args.skip_unmapped,
+        config=course.config,
+    )
     _say("\n".join(written.lines()))
     return 0
 
@@ -78,9 +86,11 @@ def _grades_now(course: Any, assignments: list[str] | None) -> None:
     for name in [a for a in assignments or known if a in known]:
         stale = refresh_pages(course, name)
         if stale:
-            _say(f"{name}: the reports of {', '.join(stale)} now show the grades given since "
-                 "`coursepkg grade` (hand scores, late penalty); run `nbgrader "
-                 f"generate_feedback {name}` so that their feedback does too")  # fmt: skip
+            _say(
+                f"{name}: the reports of {', '.join(stale)} now show the grades given since "
+                "`coursepkg grade` (hand scores, late penalty); run `nbgrader "
+                f"generate_feedback {name}` so that their feedback does too"
+            )
 
 
 def _extension(args: argparse.Namespace) -> int:
@@ -95,8 +105,9 @@ def _extension(args: argparse.Namespace) -> int:
     root = Path(args.root).resolve()
     if not (root / "nbgrader_config.py").is_file():
         raise ValueError(f"{root} is not an nbgrader course directory (no nbgrader_config.py)")
-    db = args.db or (f"sqlite:///{root / 'gradebook.db'}" if (root / "gradebook.db").is_file()
-                     else None)  # fmt: skip
+    db = args.db or (
+        f"sqlite:///{root / 'gradebook.db'}" if (root / "gradebook.db").is_file() else None
+    )
     course = Course(root, database_url(db) if db else "")
     name = course.config.get("LatePolicy", {}).get("extensions_file", EXTENSIONS_FILE)
     path = extensions_path(course.config, name)
@@ -129,8 +140,10 @@ def _penalties_now(course: Any, student: str, assignment: str | None) -> None:
         changed = [n for n in names if reassess_penalties(course.config, gb, n, [student])]
     for name in changed:
         refresh_pages(course, name, [student])
-        _say(f"{name}: {student}'s late penalty changed; run `nbgrader generate_feedback {name}` "
-             "so that their feedback shows it")  # fmt: skip
+        _say(
+            f"{name}: {student}'s late penalty changed; run `nbgrader generate_feedback {name}` "
+            "so that their feedback shows it"
+        )
 
 
 def _add_extension(sub: Any) -> None:
@@ -232,16 +245,19 @@ def _regrade(args: argparse.Namespace) -> int:
         answer(course, args.id, why=args.why, who=who, score=args.score)
         _say(f"answered request {args.id} as {who!r}; the feedback of its student was made again")
         if not (args.by or signed.strip()):
-            _say('(signed with your login; c.RegradeNote.answered_by = "..." in '
-                 "nbgrader_config.py, or --by, signs with the name students read)")  # fmt: skip
+            _say(
+                '(signed with your login; c.RegradeNote.answered_by = "..." in '
+                "nbgrader_config.py, or --by, signs with the name students read)"
+            )
     else:
         found = requests(course.url, args.assignment)
         if not args.all and not any(r.status == "open" for r in found):
             _say(f"no open requests ({len(found)} answered; --all lists them with their trail)")
         for r in found:
             if r.status == "open" or args.all:
-                _say(f"{r.id:>4}  {r.status:<8} {r.student:<16} {r.assignment} {r.part}: "
-                      f"{r.reason}")  # fmt: skip
+                _say(
+                    f"{r.id:>4}  {r.status:<8} {r.student:<16} {r.assignment} {r.part}: {r.reason}"
+                )
                 for e in r.log:
                     _say(f"      {e['at']} {e['who']}: {change(e)}. {e['why']}")
     return 0
@@ -304,8 +320,10 @@ def _similarity(args: argparse.Namespace) -> int:
         _say(f"not compared: {sid}: {why}")
     for group in found.clusters[:10]:
         _say(f"similar group of {len(group)}: {' ~ '.join(group)}")
-    _say(f"{len(above)} pair(s) at or above {threshold:g} of {len(found.pairs)} sharing "
-          f"code; {found.table}  {found.page}")  # fmt: skip
+    _say(
+        f"{len(above)} pair(s) at or above {threshold:g} of {len(found.pairs)} sharing "
+        f"code; {found.table}  {found.page}"
+    )
     return 0
 
 
@@ -328,8 +346,7 @@ def _add_similarity(sub: Any) -> None:
         default=None,
         help="similarity (0-1) from which a pair is shown side by side (0.7)",
     )
-    p.add_argument("--top", type=int, default=None,
-                   help="the most pairs shown side by side (50)")  # fmt: skip
+    p.add_argument("--top", type=int, default=None, help="the most pairs shown side by side (50)")
     p.add_argument("--root", default=".", help="the nbgrader course directory (default: .)")
     p.set_defaults(func=_similarity)
 
@@ -412,5 +429,10 @@ def _leaderboard(args: argparse.Namespace) -> int:
 def add_parser(sub: Any, verb: str) -> None:
     """Declare ``coursepkg VERB``'s arguments on ``sub`` (argparse subparsers), one of
     :data:`COMMANDS`."""
-    {"extension": _add_extension, "export": _add_export, "regrade": _add_regrade,
-     "similarity": _add_similarity, "leaderboard": _add_leaderboard}[verb](sub)  # fmt: skip
+    {
+        "extension": _add_extension,
+        "export": _add_export,
+        "regrade": _add_regrade,
+        "similarity": _add_similarity,
+        "leaderboard": _add_leaderboard,
+    }[verb](sub)

@@ -393,8 +393,10 @@ def _report_html(report: Report) -> str:
     rows = []
     for cell in report.cells:
         if cell.status == "hidden":
-            rows.append(f"<div>[hidden] {html.escape(cell.grade_id)}: {_points(cell.points)} "
-                        "points, graded later</div>")  # fmt: skip
+            rows.append(
+                f"<div>[hidden] {html.escape(cell.grade_id)}: {_points(cell.points)} "
+                "points, graded later</div>"
+            )
             continue
         mark, colour = marks.get(cell.status, ("SKIP", "#6d6d6d"))
         message = "".join(

@@ -163,11 +163,14 @@ def insert_ai_policy(notebook: str | Path, text: str, default: bool) -> None:
     ]
     note = (
         "\n\n*This is the course's default policy (coursepkg's): your instructor has not set one "
-        "of their own.*" if default else ""
-    )  # fmt: skip
+        "of their own.*"
+        if default
+        else ""
+    )
     cell = nbformat.v4.new_markdown_cell(f"{_AI_HEADING}\n\n{text}{note}")
-    cell.metadata.update(deletable=False, editable=False,
-                         coursepkg={"ai_policy": "default" if default else "course"})  # fmt: skip
+    cell.metadata.update(
+        deletable=False, editable=False, coursepkg={"ai_policy": "default" if default else "course"}
+    )
     if nb.get("nbformat_minor", 0) >= 5:
         cell["id"] = "ai-use-policy"  # the same in every release (nbformat's would be random)
     else:
@@ -363,11 +366,15 @@ def build_student_kit(root: str | Path, out: str | Path, *, release: str = "exer
         leaked = find_leaks(source, notebook) if source.is_file() else []
         markers = [m for m in ("BEGIN SOLUTION", HIDDEN_MARK, "END HIDDEN TESTS") if m in text]
         if leaked or markers:
-            raise ValueError(f"{notebook} leaks {len(leaked)} secret line(s) and {markers}: "
-                             "run `coursepkg release` again; no kit was written")  # fmt: skip
+            raise ValueError(
+                f"{notebook} leaks {len(leaked)} secret line(s) and {markers}: "
+                "run `coursepkg release` again; no kit was written"
+            )
     if not (project / "pyproject.toml").is_file():
-        raise ValueError(f"no pyproject.toml beside {package}: build the kit from the course's "
-                         "repository (a clone, or the installed editable checkout)")  # fmt: skip
+        raise ValueError(
+            f"no pyproject.toml beside {package}: build the kit from the course's "
+            "repository (a clone, or the installed editable checkout)"
+        )
     files: dict[str, Path] = {"pyproject.toml": project / "pyproject.toml"}
     if (project / "README.md").is_file():
         files["README.md"] = project / "README.md"
@@ -394,8 +401,11 @@ def build_student_kit(root: str | Path, out: str | Path, *, release: str = "exer
     with zipfile.ZipFile(out) as kit:
         names = [n.split("/", 1)[1] for n in kit.namelist()]
     allowed = ("coursepkg/", "exercises/", "jupyter/student/")
-    stray = [n for n in names if not n.startswith(allowed)
-             and n not in ("pyproject.toml", "README.md", "STUDENTS.md")]  # fmt: skip
+    stray = [
+        n
+        for n in names
+        if not n.startswith(allowed) and n not in ("pyproject.toml", "README.md", "STUDENTS.md")
+    ]
     if stray or any(Path(n).name == SECRET_FILE for n in names):
         Path(out).unlink()
         raise ValueError(f"the kit would hold {stray}: nothing was written")

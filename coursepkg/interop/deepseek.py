@@ -175,10 +175,17 @@ def from_hf_deepseek_v3(model: nn.Module) -> DecoderOnlyLM:
 
 # What the way back needs of the reference's config: DeepSeek-V3's block, whatever its sizes.
 _SHAPE = dict(
-    norm_first=True, use_final_norm=True, norm="rmsnorm", positional="rope",
-    scale_embeddings=False, bias=False, qk_norm=False, sliding_window=None,
-    layer_norm_eps=_LATENT_EPS, hf=HFOptions(),
-)  # fmt: skip
+    norm_first=True,
+    use_final_norm=True,
+    norm="rmsnorm",
+    positional="rope",
+    scale_embeddings=False,
+    bias=False,
+    qk_norm=False,
+    sliding_window=None,
+    layer_norm_eps=_LATENT_EPS,
+    hf=HFOptions(),
+)
 _SHAPE_OF_EXPERTS = {"moe.router": "sigmoid", "moe.every": 1}
 _ACTIVATION_TO_HF = {ours: theirs for theirs, ours in GATED_FROM_HF.items() if theirs != "swish"}
 
@@ -214,25 +221,40 @@ def _deepseek_fields(c: TransformerConfig) -> dict[str, Any]:
     # The DeepseekV3Config fields of the reference's config (_moe_fields and
     # deepseek_v3_config read backwards).
     fields = dict(
-        vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.d_ff,
-        num_hidden_layers=c.n_layers, num_attention_heads=c.n_heads,
-        num_key_value_heads=c.n_heads, kv_lora_rank=c.latent.kv_rank,
-        q_lora_rank=c.latent.q_rank, qk_rope_head_dim=c.latent.d_rope,
-        qk_nope_head_dim=c.head_dim_k, v_head_dim=c.head_dim_v,
-        hidden_act=_ACTIVATION_TO_HF[c.activation], max_position_embeddings=c.max_len,
-        rms_norm_eps=c.layer_norm_eps, tie_word_embeddings=c.tie_embeddings,
+        vocab_size=c.vocab_size,
+        hidden_size=c.d_model,
+        intermediate_size=c.d_ff,
+        num_hidden_layers=c.n_layers,
+        num_attention_heads=c.n_heads,
+        num_key_value_heads=c.n_heads,
+        kv_lora_rank=c.latent.kv_rank,
+        q_lora_rank=c.latent.q_rank,
+        qk_rope_head_dim=c.latent.d_rope,
+        qk_nope_head_dim=c.head_dim_k,
+        v_head_dim=c.head_dim_v,
+        hidden_act=_ACTIVATION_TO_HF[c.activation],
+        max_position_embeddings=c.max_len,
+        rms_norm_eps=c.layer_norm_eps,
+        tie_word_embeddings=c.tie_embeddings,
         rope_parameters=dict(rope_type="default", rope_theta=c.rope.theta),
-        rope_interleave=c.rope.pairs == "interleaved", attention_bias=False,
-        attention_dropout=c.attention_dropout, first_k_dense_replace=c.n_layers,
-    )  # fmt: skip
+        rope_interleave=c.rope.pairs == "interleaved",
+        attention_bias=False,
+        attention_dropout=c.attention_dropout,
+        first_k_dense_replace=c.n_layers,
+    )
     if c.moe is not None:
         m = c.moe
         fields.update(
-            first_k_dense_replace=m.first_dense, n_routed_experts=m.n_experts,
-            num_experts_per_tok=m.top_k, moe_intermediate_size=c.expert_d_ff,
-            n_shared_experts=m.shared_experts, n_group=m.groups, topk_group=m.top_groups,
-            routed_scaling_factor=m.scale, norm_topk_prob=m.renormalize,
-        )  # fmt: skip
+            first_k_dense_replace=m.first_dense,
+            n_routed_experts=m.n_experts,
+            num_experts_per_tok=m.top_k,
+            moe_intermediate_size=c.expert_d_ff,
+            n_shared_experts=m.shared_experts,
+            n_group=m.groups,
+            topk_group=m.top_groups,
+            routed_scaling_factor=m.scale,
+            norm_topk_prob=m.renormalize,
+        )
     return fields
 
 

@@ -236,13 +236,22 @@ def from_hf_qwen3_moe(model: nn.Module) -> DecoderOnlyLM:
 
 # What each way back needs of the reference's config, beyond the common block (a Llama's).
 _BLOCK = {
-    "norm_first": True, "use_final_norm": True, "norm": "rmsnorm", "positional": "rope",
-    "rope.pairs": "halves", "activation": "swiglu", "scale_embeddings": False, "hf": HFOptions(),
-}  # fmt: skip
+    "norm_first": True,
+    "use_final_norm": True,
+    "norm": "rmsnorm",
+    "positional": "rope",
+    "rope.pairs": "halves",
+    "activation": "swiglu",
+    "scale_embeddings": False,
+    "hf": HFOptions(),
+}
 _SOFTMAX_ROUTER = {
-    "moe.router": "softmax", "moe.groups": 1, "moe.top_groups": 1, "moe.scale": 1.0,
+    "moe.router": "softmax",
+    "moe.groups": 1,
+    "moe.top_groups": 1,
+    "moe.scale": 1.0,
     "moe.shared_experts": 0,
-}  # fmt: skip
+}
 
 
 def _check_shape(lm: Any, family: str, needs: dict[str, Any]) -> Any:
@@ -312,9 +321,13 @@ def to_hf_mixtral(lm: DecoderOnlyLM, **hf_overrides: Any) -> nn.Module:
         "lm is not Mixtral shaped: moe=None (no experts); use to_hf_llama",
     )
     needs = {
-        "qk_norm": False, "bias": False, "moe.every": 1, "moe.first_dense": 0,
-        "moe.renormalize": True, **_SOFTMAX_ROUTER,
-    }  # fmt: skip
+        "qk_norm": False,
+        "bias": False,
+        "moe.every": 1,
+        "moe.first_dense": 0,
+        "moe.renormalize": True,
+        **_SOFTMAX_ROUTER,
+    }
     c = _check_shape(lm, "Mixtral", needs)
     fields = dict(
         intermediate_size=c.expert_d_ff,

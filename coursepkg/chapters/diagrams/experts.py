@@ -42,8 +42,15 @@ def moe_routing_diagram(n_experts: int = 6, chosen: tuple[int, ...] = (1, 4)) ->
     for e in range(n_experts):
         y = 5.6 - gap * e
         on = e in chosen
-        box(ax, 7.6, y, 2.6, 0.7, f"expert {e}" + ("" if on else " (idle)"),
-            "ffn" if on else "#eeeeee")  # fmt: skip
+        box(
+            ax,
+            7.6,
+            y,
+            2.6,
+            0.7,
+            f"expert {e}" + ("" if on else " (idle)"),
+            "ffn" if on else "#eeeeee",
+        )
         if on:
             arrow(ax, (2.5, 2.2), (6.3, y), colour=PALETTE["blue"], lw=1.6)
             arrow(ax, (8.9, y), (12.0, 2.6), colour=PALETTE["blue"], lw=1.6)

@@ -72,12 +72,26 @@ def sharding_diagram(ranks: int = 2) -> Figure:
                 left = x0 + (r * width if shard else 0.0)
                 y = y_top - (k + 1) * row
                 ax.add_patch(
-                    Rectangle((left, y), width, row * 0.9, facecolor=COLOURS[role],
-                              edgecolor="#444444", linewidth=0.8, zorder=2)
-                )  # fmt: skip
+                    Rectangle(
+                        (left, y),
+                        width,
+                        row * 0.9,
+                        facecolor=COLOURS[role],
+                        edgecolor="#444444",
+                        linewidth=0.8,
+                        zorder=2,
+                    )
+                )
                 label = f"{name}/{ranks}" if shard else name
-                ax.text(left + width / 2, y + row * 0.45, label, ha="center", va="center",
-                        fontsize=9, zorder=3)  # fmt: skip
+                ax.text(
+                    left + width / 2,
+                    y + row * 0.45,
+                    label,
+                    ha="center",
+                    va="center",
+                    fontsize=9,
+                    zorder=3,
+                )
         ax.text(
             x0 + length / 2,
             bottom - 0.6,
@@ -133,13 +147,19 @@ def model_parallel_diagram(stages: int = 3, micro: int = 4) -> Figure:
         The figure: 2 ranks' matrix halves and one all-reduce box; an S x 2(M + S - 1) grid of
         slots, 2 S M of them filled.
     """
-    table = pipeline_schedule(stages, micro)
     fig, ax = canvas(
         (7.0, 3.8),
         (-0.4, 22.0),
         (-1.6, 9.4),
         "Splitting the model: tensor and pipeline parallelism",
     )
+    _tensor_parallel_panel(ax)
+    _pipeline_panel(ax, stages, micro)
+    return fig
+
+
+def _tensor_parallel_panel(ax) -> None:
+    # The left panel: one feed-forward network's two matrices split over 2 ranks.
     ax.text(3.9, 8.6, "tensor parallel (one FFN, 2 ranks)", ha="center", fontsize=9)
     box(ax, 3.9, 7.6, 3.2, 0.7, "x  (B, L, D)", "tensor")
     for r, x in enumerate((1.9, 5.9)):
@@ -150,24 +170,51 @@ def model_parallel_diagram(stages: int = 3, micro: int = 4) -> Figure:
         arrow(ax, (x, 5.45), (x, 4.45))
         arrow(ax, (x, 3.55), (3.9, 2.45), colour=PALETTE["blue"])
     box(ax, 3.9, 2.0, 6.6, 0.8, "all-reduce: y = y0 + y1", PALETTE["sky"])
-    ax.text(3.9, 0.6, "each rank: half of W1, W2\nand of the hidden layer", ha="center",
-            va="center", fontsize=9)  # fmt: skip
-    ax.text(15.6, 8.6, f"pipeline ({stages} stages, {micro} micro-batches)", ha="center",
-            fontsize=9)  # fmt: skip
+    ax.text(
+        3.9,
+        0.6,
+        "each rank: half of W1, W2\nand of the hidden layer",
+        ha="center",
+        va="center",
+        fontsize=9,
+    )
+
+
+def _pipeline_panel(ax, stages: int, micro: int) -> None:
+    # The right panel: the schedule of micro-batches over the stages, the bubble blank.
+    table = pipeline_schedule(stages, micro)
+    ax.text(
+        15.6, 8.6, f"pipeline ({stages} stages, {micro} micro-batches)", ha="center", fontsize=9
+    )
     cell, x0, y0 = 0.8, 10.0 - 0.3, 7.9
     for s, slots in enumerate(table):
-        ax.text(x0 - 0.2, y0 - (s + 0.5) * cell * 1.4, f"stage {s}", ha="right", va="center",
-                fontsize=9)  # fmt: skip
+        ax.text(
+            x0 - 0.2, y0 - (s + 0.5) * cell * 1.4, f"stage {s}", ha="right", va="center", fontsize=9
+        )
         for t, job in enumerate(slots):
             fill = COLOURS["attention"] if job.startswith("F") else COLOURS["ffn"]
             y = y0 - (s + 1) * cell * 1.4
             ax.add_patch(
-                Rectangle((x0 + t * cell, y), cell, cell * 1.3, facecolor=fill if job else "white",
-                          edgecolor="#555555", linewidth=0.6, zorder=2)
-            )  # fmt: skip
+                Rectangle(
+                    (x0 + t * cell, y),
+                    cell,
+                    cell * 1.3,
+                    facecolor=fill if job else "white",
+                    edgecolor="#555555",
+                    linewidth=0.6,
+                    zorder=2,
+                )
+            )
             if job:
-                ax.text(x0 + (t + 0.5) * cell, y + cell * 0.65, job, ha="center", va="center",
-                        fontsize=9, zorder=3)  # fmt: skip
+                ax.text(
+                    x0 + (t + 0.5) * cell,
+                    y + cell * 0.65,
+                    job,
+                    ha="center",
+                    va="center",
+                    fontsize=9,
+                    zorder=3,
+                )
     bubble = (stages - 1) / (micro + stages - 1)
     ax.text(
         15.6,
@@ -178,7 +225,6 @@ def model_parallel_diagram(stages: int = 3, micro: int = 4) -> Figure:
         va="center",
         fontsize=9,
     )
-    return fig
 
 
 def ring_schedule(ranks: int) -> list[list[int]]:

@@ -55,10 +55,14 @@ def loss_mask_diagram(
     for x, (text, keep) in enumerate(zip(tokens, learned, strict=True)):
         ax.add_patch(
             Rectangle(
-                (x, 0.0), 0.92, 3.0, facecolor=LOSS_MASK_FILLS[bool(keep)],
-                edgecolor="#555555", linewidth=0.6,
+                (x, 0.0),
+                0.92,
+                3.0,
+                facecolor=LOSS_MASK_FILLS[bool(keep)],
+                edgecolor="#555555",
+                linewidth=0.6,
             )
-        )  # fmt: skip
+        )
         label = text.strip() or "space"
         ax.text(x + 0.46, 1.5, label, ha="center", va="center", rotation=90, fontsize=9)
     for x, (label, keep) in enumerate((("learned", True), ("given", False))):

@@ -283,14 +283,20 @@ def check_train_bpe(report: CheckReport, impl: Any, thorough: bool, seed: int | 
         where = f"(corpus: {name})"
         student = _call_train(impl, text, vocab_size, specials, where)
         _compare_training(report, student, corpus)
-    report.ok("the same merges, in the same order, and the same vocab as the reference on: "
-              + "; ".join(c[0] for c in _corpora(thorough, seed)))  # fmt: skip
+    report.ok(
+        "the same merges, in the same order, and the same vocab as the reference on: "
+        + "; ".join(c[0] for c in _corpora(thorough, seed))
+    )
     overlap = OVERLAP_CORPUS
     _compare_training(report, _call_train(impl, *overlap[1:], f"(corpus: {overlap[0]})"), overlap)
     report.ok("where special tokens overlap (<s> and <s></s>), the longer one is cut out whole")
     if thorough:
-        corpus = ("the first 60,000 characters of Tiny Shakespeare", _shakespeare()[:60000],
-                  600, [EOT])  # fmt: skip
+        corpus = (
+            "the first 60,000 characters of Tiny Shakespeare",
+            _shakespeare()[:60000],
+            600,
+            [EOT],
+        )
         student, lines = _count_train(impl, corpus, LINE_BUDGET)
         if student is None:
             report.fail(
@@ -299,8 +305,10 @@ def check_train_bpe(report: CheckReport, impl: Any, thorough: bool, seed: int | 
                 "not every occurrence, and update only the words a merge touches."
             )
         _compare_training(report, student, corpus)
-        report.ok(f"a 60,000-character corpus trained in {lines:,} lines of Python run (budget "
-                  f"{LINE_BUDGET:,})")  # fmt: skip
+        report.ok(
+            f"a 60,000-character corpus trained in {lines:,} lines of Python run (budget "
+            f"{LINE_BUDGET:,})"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -423,8 +431,10 @@ def check_tokenizer(report: CheckReport, impl: Any, thorough: bool, seed: int | 
     for name, text, vocab_size, specials in [*corpora, OVERLAP_CORPUS]:
         training = _reference_training(text, vocab_size, tuple(specials))
         _check_one_tokenizer(report, impl, name, training, specials)
-    report.ok("encode gives the reference's ids (special tokens, whitespace runs, multi-byte "
-              "characters, merges in rank order)")  # fmt: skip
+    report.ok(
+        "encode gives the reference's ids (special tokens, whitespace runs, multi-byte "
+        "characters, merges in rank order)"
+    )
     report.ok("decode inverts encode, and a character cut in the middle decodes to U+FFFD")
     if thorough:
         gpt2 = _Reference.gpt2()

@@ -436,9 +436,17 @@ def _self_attention_spec(
         mine, run = guarded(student, item), module_runner(ref, bug_args(cfg))
         tolerance = _tolerance(dtype)
         run_self_attention_cases(
-            report, mine, ref, cfg, *rest, item=item, bugs=bugs, run=run, hint=hint,
+            report,
+            mine,
+            ref,
+            cfg,
+            *rest,
+            item=item,
+            bugs=bugs,
+            run=run,
+            hint=hint,
             tolerance=tolerance,
-        )  # fmt: skip
+        )
 
     return ModuleSpec(
         item=item,

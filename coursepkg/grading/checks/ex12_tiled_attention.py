@@ -82,23 +82,80 @@ def _sample(rng: random.Random) -> Config:
 register_configs(
     TILED_ITEM,
     visible=[
-        {"B": 1, "H": 2, "L": 7, "S": 10, "Dk": 4, "Dv": 3, "bq": 3, "bk": 4, "causal": False,
-         "mask": "none"},
-        {"B": 2, "L": 6, "S": 9, "Dk": 8, "Dv": 5, "bq": 4, "bk": 2, "causal": False,
-         "mask": "padding"},
-        {"B": 1, "H": 2, "L": 5, "S": 9, "Dk": 4, "Dv": 4, "bq": 2, "bk": 4, "causal": True,
-         "mask": "none"},
-        {"B": 2, "L": 8, "S": 8, "Dk": 4, "Dv": 2, "bq": 3, "bk": 3, "causal": True,
-         "mask": "padding"},
+        {
+            "B": 1,
+            "H": 2,
+            "L": 7,
+            "S": 10,
+            "Dk": 4,
+            "Dv": 3,
+            "bq": 3,
+            "bk": 4,
+            "causal": False,
+            "mask": "none",
+        },
+        {
+            "B": 2,
+            "L": 6,
+            "S": 9,
+            "Dk": 8,
+            "Dv": 5,
+            "bq": 4,
+            "bk": 2,
+            "causal": False,
+            "mask": "padding",
+        },
+        {
+            "B": 1,
+            "H": 2,
+            "L": 5,
+            "S": 9,
+            "Dk": 4,
+            "Dv": 4,
+            "bq": 2,
+            "bk": 4,
+            "causal": True,
+            "mask": "none",
+        },
+        {
+            "B": 2,
+            "L": 8,
+            "S": 8,
+            "Dk": 4,
+            "Dv": 2,
+            "bq": 3,
+            "bk": 3,
+            "causal": True,
+            "mask": "padding",
+        },
     ],
     extra=[
-        {"B": 1, "L": 1, "S": 1, "Dk": 1, "Dv": 1, "bq": 4, "bk": 4, "causal": False,
-         "mask": "none"},
-        {"B": 1, "H": 3, "L": 4, "S": 13, "Dk": 6, "Dv": 3, "bq": 5, "bk": 5, "causal": True,
-         "mask": "padding"},
+        {
+            "B": 1,
+            "L": 1,
+            "S": 1,
+            "Dk": 1,
+            "Dv": 1,
+            "bq": 4,
+            "bk": 4,
+            "causal": False,
+            "mask": "none",
+        },
+        {
+            "B": 1,
+            "H": 3,
+            "L": 4,
+            "S": 13,
+            "Dk": 6,
+            "Dv": 3,
+            "bq": 5,
+            "bk": 5,
+            "causal": True,
+            "mask": "padding",
+        },
     ],
     sample=_sample,
-)  # fmt: skip
+)
 
 _FORBID = {
     "extra": [(tiled_attention, "coursepkg.efficient_attention.tiled_attention")],
@@ -146,8 +203,9 @@ def _run(function: Any, inputs: Inputs, call: Callable[..., Any] | None = None) 
         out = call(function.apply, *leaves, mask, causal, block_q, block_k)
         if isinstance(out, tuple):
             raise CheckFailure(_RETURNS_A_TUPLE)
-        out = expect_tensor(out, "the output of your TiledAttention.apply", (*q.shape[:-1],
-                            v.size(-1)))  # fmt: skip
+        out = expect_tensor(
+            out, "the output of your TiledAttention.apply", (*q.shape[:-1], v.size(-1))
+        )
         if not out.requires_grad:
             raise CheckFailure(
                 "the output of your TiledAttention.apply has no gradient: return it from "
@@ -235,12 +293,18 @@ def _compare(
         mine[0],
         expected[0],
         f"your output ({where})",
-        diagnosis=output_diagnosis or (lambda: diagnose(
-            _first(student), TILED_BUGS, inputs, run=lambda f, a: _run(f, a)[0],
-            reference_output=expected[0],
-        )),
+        diagnosis=output_diagnosis
+        or (
+            lambda: diagnose(
+                _first(student),
+                TILED_BUGS,
+                inputs,
+                run=lambda f, a: _run(f, a)[0],
+                reference_output=expected[0],
+            )
+        ),
         hint=_OUTPUT_HINT,
-    )  # fmt: skip
+    )
     for name, grad, want in zip(("query", "key", "value"), mine[1:], expected[1:], strict=True):
         tolerance = {}
         if gradients is not None:
@@ -316,8 +380,7 @@ def _each_device(
         for cfg in cfgs:
             for dtype in (torch.float32, torch.float64):
                 inputs = _inputs(gen, cfg, dtype, device)
-                _compare(report, student, inputs, f"{describe(cfg)}, {dtype_name(dtype)}, "
-                         f"{device}")  # fmt: skip
+                _compare(report, student, inputs, f"{describe(cfg)}, {dtype_name(dtype)}, {device}")
         masked = _fully_masked(gen, cfgs[0], device)
         _compare(report, student, masked, f"a query that may attend no key, {device}")
         plain = _inputs(gen, cfgs[0], torch.float32, device)
@@ -344,8 +407,9 @@ def check_tiled_attention(report: CheckReport, impl: Any, thorough: bool, seed: 
     _expect_function(report, impl)
 
     def student(*inputs: Any) -> tuple:
-        return _run(impl, inputs, lambda fn, *args, **kw: call_student(fn, *args, item=TILED_ITEM,
-                                                                      **kw))  # fmt: skip
+        return _run(
+            impl, inputs, lambda fn, *args, **kw: call_student(fn, *args, item=TILED_ITEM, **kw)
+        )
 
     cfgs = configs(TILED_ITEM, thorough, seed)
     with forbidden_calls(TILED_ITEM, **_FORBID):

@@ -251,8 +251,9 @@ def correct_param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 
 def param_groups_decays_vectors(model, weight_decay):
-    return [{"params": [p for p in model.parameters() if p.requires_grad],
-             "weight_decay": weight_decay}]  # fmt: skip
+    return [
+        {"params": [p for p in model.parameters() if p.requires_grad], "weight_decay": weight_decay}
+    ]
 
 
 def param_groups_bias_by_name(model, weight_decay):
@@ -267,8 +268,12 @@ def param_groups_bias_by_name(model, weight_decay):
 
 
 def param_groups_vectors_left_out(model, weight_decay):
-    return [{"params": [p for p in model.parameters() if p.requires_grad and p.dim() >= 2],
-             "weight_decay": weight_decay}]  # fmt: skip
+    return [
+        {
+            "params": [p for p in model.parameters() if p.requires_grad and p.dim() >= 2],
+            "weight_decay": weight_decay,
+        }
+    ]
 
 
 PARAM_GROUPS_BUGS = [

@@ -128,9 +128,11 @@ register_configs(
         {"in": 4, "out": 7, "r": 3, "alpha": 12.0},
     ],
     extra=[{"in": 16, "out": 3, "r": 8, "alpha": 16.0}],
-    sample=lambda rng: {**_rand(rng, **{"in": (1, 12), "out": (1, 12), "r": (1, 6)}),
-                        "alpha": float(rng.choice([1, 2, 8, 16, 32]))},
-)  # fmt: skip
+    sample=lambda rng: {
+        **_rand(rng, **{"in": (1, 12), "out": (1, 12), "r": (1, 6)}),
+        "alpha": float(rng.choice([1, 2, 8, 16, 32])),
+    },
+)
 register_configs(
     DPO_ITEM,
     visible=[{"B": 4, "beta": 0.1}, {"B": 1, "beta": 0.5}, {"B": 6, "beta": 2.0}],
@@ -173,9 +175,12 @@ register_configs(
         {"B": 6, "T": 4, "clip": 0.3, "kl": 0.04},
     ],
     extra=[{"B": 2, "T": 8, "clip": 0.2, "kl": 0.0}],
-    sample=lambda rng: {**_rand(rng, B=(2, 6), T=(3, 9)), "clip": rng.choice([0.1, 0.2, 0.3]),
-                        "kl": rng.choice([0.01, 0.1, 0.5])},
-)  # fmt: skip
+    sample=lambda rng: {
+        **_rand(rng, B=(2, 6), T=(3, 9)),
+        "clip": rng.choice([0.1, 0.2, 0.3]),
+        "kl": rng.choice([0.01, 0.1, 0.5]),
+    },
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -385,8 +390,10 @@ def check_dpo_loss(report: CheckReport, impl: Any, thorough: bool, seed: int | N
                 return dpo_reference(pc, pr, rc, rr, beta)
 
             bound = [lambda *xs, fn=bug.impl: loss(*xs, fn=fn) for bug in DPO_BUGS]
-            bugs = [BugVariant(b.id, b.item, b.description, b.advice, f) for b, f in
-                    zip(DPO_BUGS, bound, strict=True)]  # fmt: skip
+            bugs = [
+                BugVariant(b.id, b.item, b.description, b.advice, f)
+                for b, f in zip(DPO_BUGS, bound, strict=True)
+            ]
             _check_loss(report, loss, DPO_ITEM, reference, bugs, logps, [0, 1], where)
             _check_no_reference_gradient(report, impl, logps, beta, where)
     report.ok("-log sigmoid(beta * margin), the margin chosen minus rejected, mean over pairs")
@@ -428,8 +435,9 @@ def check_token_entropy(report: CheckReport, impl: Any, thorough: bool, seed: in
         for dtype in DTYPES:
             inputs = [_logits(config, seed, 600 + index, dtype)]
             where = f"({describe(config)}, {dtype})"
-            _check_loss(report, impl, ENTROPY_ITEM, entropy_reference, ENTROPY_BUGS, inputs, [0],
-                        where)  # fmt: skip
+            _check_loss(
+                report, impl, ENTROPY_ITEM, entropy_reference, ENTROPY_BUGS, inputs, [0], where
+            )
     report.ok("H = -sum_v p_v log p_v over the last dimension, in nats, one per position")
     report.ok("finite where a probability is 0 in floating point (log p from log-softmax)")
 
@@ -460,10 +468,20 @@ def check_masked_mean(report: CheckReport, impl: Any, thorough: bool, seed: int 
             def bind(fn: Callable, dim: int | None = dim) -> Callable:
                 return lambda x, mask: fn(x, mask, dim)
 
-            bugs = [BugVariant(b.id, b.item, b.description, b.advice, bind(b.impl))
-                    for b in MASKED_MEAN_BUGS]  # fmt: skip
-            _check_loss(report, bind(impl), MASKED_MEAN_ITEM, bind(masked_mean_reference), bugs,
-                        inputs, [0], where)  # fmt: skip
+            bugs = [
+                BugVariant(b.id, b.item, b.description, b.advice, bind(b.impl))
+                for b in MASKED_MEAN_BUGS
+            ]
+            _check_loss(
+                report,
+                bind(impl),
+                MASKED_MEAN_ITEM,
+                bind(masked_mean_reference),
+                bugs,
+                inputs,
+                [0],
+                where,
+            )
     report.ok("only the kept entries count, in the sum and in the count")
     report.ok("along a dimension, each slice is divided by its own count of kept entries")
 
@@ -481,8 +499,9 @@ def check_grpo_clip_loss(report: CheckReport, impl: Any, thorough: bool, seed: i
             def bind(fn: Callable, clip: float = clip) -> Callable:
                 return lambda *xs: fn(*xs, clip)
 
-            bugs = [BugVariant(b.id, b.item, b.description, b.advice, bind(b.impl))
-                    for b in PG_BUGS]  # fmt: skip
+            bugs = [
+                BugVariant(b.id, b.item, b.description, b.advice, bind(b.impl)) for b in PG_BUGS
+            ]
             student = bind(impl)
             inputs = [lp, old, adv]
             _check_loss(report, student, PG_ITEM, bind(pg_reference), bugs, inputs, [0], where)
@@ -561,12 +580,15 @@ def check_grpo_loss(report: CheckReport, impl: Any, thorough: bool, seed: int | 
             def bind(fn: Callable, clip: float = clip, kl: float = kl) -> Callable:
                 return lambda lp, old, ref, adv, mask: fn(lp, old, ref, adv, mask, clip, kl)
 
-            bugs = [BugVariant(b.id, b.item, b.description, b.advice, bind(b.impl))
-                    for b in GRPO_BUGS]  # fmt: skip
+            bugs = [
+                BugVariant(b.id, b.item, b.description, b.advice, bind(b.impl)) for b in GRPO_BUGS
+            ]
             student = bind(impl)
             _check_loss(report, student, GRPO_ITEM, bind(grpo_reference), bugs, inputs, [0], where)
-            constants = {1: ("old_logprobs", "grpo.old_gradient"),
-                         2: ("ref_logprobs", "grpo.reference_gradient")}  # fmt: skip
+            constants = {
+                1: ("old_logprobs", "grpo.old_gradient"),
+                2: ("ref_logprobs", "grpo.reference_gradient"),
+            }
             _constants_take_no_gradient(report, student, GRPO_ITEM, inputs, constants, where)
     report.ok("min(ratio A, clip(ratio) A) per token, minus kl_coef times Schulman's k3")
     report.ok("old_logprobs and ref_logprobs take no gradient: only the policy's do")

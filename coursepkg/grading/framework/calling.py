@@ -178,8 +178,11 @@ def expect_number(value: Any, what: str) -> float:
         return float(value.detach().reshape(()).item())
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         return float(value)
-    kind = f"a tensor of shape {tuple(value.shape)}" if isinstance(value, Tensor) else (
-        type(value).__name__)  # fmt: skip
+    kind = (
+        f"a tensor of shape {tuple(value.shape)}"
+        if isinstance(value, Tensor)
+        else (type(value).__name__)
+    )
     raise CheckFailure(f"{what} should be one number, but your code returned {kind}.")
 
 

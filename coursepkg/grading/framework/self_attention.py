@@ -275,10 +275,13 @@ def norm_gains_stage(
             f"the output of your {item} with random gains in {' and '.join(norms)} (causal "
             f"mask; {describe(cfg)})",
             diagnosis=lambda: diagnose(
-                mine, bugs, (x, mask), run=module_runner(reference, bug_args(cfg)),
+                mine,
+                bugs,
+                (x, mask),
+                run=module_runner(reference, bug_args(cfg)),
                 reference_output=expected,
             ),
             hint=f"Each of {', '.join(norms)} normalises the input of its own sub-layer.",
-        )  # fmt: skip
+        )
 
     return Stage(run, ok=(f"the norms' own gains are used where they belong ({', '.join(norms)})",))

@@ -53,8 +53,10 @@ def _rows(path: Path) -> list[dict[str, str]]:
         reader = csv.DictReader(f)
         missing = [k for k in ("student", "hours") if k not in (reader.fieldnames or [])]
         if missing:
-            raise ValueError(f"{path} has no {', '.join(missing)} column (expected the header "
-                             f"{','.join(FIELDS)})")  # fmt: skip
+            raise ValueError(
+                f"{path} has no {', '.join(missing)} column (expected the header "
+                f"{','.join(FIELDS)})"
+            )
         rows = []
         for line, row in enumerate(reader, start=2):
             row = {k: (row.get(k) or "").strip() for k in FIELDS}
@@ -63,8 +65,10 @@ def _rows(path: Path) -> list[dict[str, str]]:
             except ValueError:
                 hours = -1.0
             if not row["student"] or not hours >= 0:
-                raise ValueError(f"{path}, line {line}: expected a student and hours >= 0, got "
-                                 f"{row['student']!r} and {row['hours']!r}")  # fmt: skip
+                raise ValueError(
+                    f"{path}, line {line}: expected a student and hours >= 0, got "
+                    f"{row['student']!r} and {row['hours']!r}"
+                )
             rows.append(row)
     return rows
 
@@ -117,14 +121,21 @@ def grant_extension(
     """
     path = Path(path)
     if not student.strip() or not hours >= 0:
-        raise ValueError(f"an extension needs a student and hours >= 0, got {student!r} and "
-                         f"{hours!r}")  # fmt: skip
+        raise ValueError(
+            f"an extension needs a student and hours >= 0, got {student!r} and {hours!r}"
+        )
     rows = _rows(path) if path.is_file() else []
     which = (student.strip(), (assignment or "").strip())
     rows = [r for r in rows if (r["student"], r["assignment"].replace("*", "")) != which]
     if hours > 0:
-        rows.append({"student": which[0], "assignment": which[1], "hours": f"{hours:g}",
-                     "note": note.strip()})  # fmt: skip
+        rows.append(
+            {
+                "student": which[0],
+                "assignment": which[1],
+                "hours": f"{hours:g}",
+                "note": note.strip(),
+            }
+        )
     rows.sort(key=lambda r: (r["student"], r["assignment"]))
     text = io.StringIO()
     writer = csv.DictWriter(text, FIELDS, lineterminator="\n")

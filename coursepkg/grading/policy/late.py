@@ -237,8 +237,10 @@ def describe_lateness(config: Any, submission: Any) -> str:
         if hours:
             lines.append(f"- Your extension for this assignment: {hours:g} hours.")
         lines.append(f"- The course's policy: {policy.describe()}.")
-    lines.append(f"- Penalty: {penalty:g} point(s) off (your score: {final_score(submission):g}"
-                 f" of {submission.max_score:g}).")  # fmt: skip
+    lines.append(
+        f"- Penalty: {penalty:g} point(s) off (your score: {final_score(submission):g}"
+        f" of {submission.max_score:g})."
+    )
     return "\n".join(lines)
 
 

@@ -29,8 +29,10 @@ def change(entry: dict) -> str:
 def _regrades(rows: list[dict]) -> str:
     opened = [r for r in rows if r["status"] == "open"]
     answered = [r for r in rows if r["status"] != "open"]
-    parts = [f"<h2 id='regrades'>Regrade requests</h2><p>{len(opened)} open, "
-             f"{len(answered)} answered.</p>"]  # fmt: skip
+    parts = [
+        f"<h2 id='regrades'>Regrade requests</h2><p>{len(opened)} open, "
+        f"{len(answered)} answered.</p>"
+    ]
     if opened:
         cells = "".join(
             f"<tr class='open-request'><td>{r['id']}</td><td>{html.escape(r['student'])}</td>"

@@ -54,7 +54,8 @@ def _tables() -> tuple[Any, Any, Any]:
     Column, Table = sa.Column, sa.Table  # noqa: N806 - SQLAlchemy's own names read best
     metadata = sa.MetaData()
     request = Table(
-        "coursepkg_regrade_request", metadata,
+        "coursepkg_regrade_request",
+        metadata,
         Column("id", sa.Integer, primary_key=True, autoincrement=True),
         Column("uid", sa.String(64), unique=True, nullable=False),
         Column("assignment", sa.String(128), nullable=False),
@@ -63,9 +64,10 @@ def _tables() -> tuple[Any, Any, Any]:
         Column("reason", sa.Text, nullable=False),
         Column("requested_at", sa.DateTime, nullable=False),
         Column("status", sa.String(16), nullable=False),
-    )  # fmt: skip
+    )
     log = Table(
-        "coursepkg_regrade_log", metadata,
+        "coursepkg_regrade_log",
+        metadata,
         Column("id", sa.Integer, primary_key=True, autoincrement=True),
         Column("request_id", sa.Integer, sa.ForeignKey(f"{request.name}.id"), nullable=False),
         Column("who", sa.String(128), nullable=False),
@@ -73,7 +75,7 @@ def _tables() -> tuple[Any, Any, Any]:
         Column("old_score", sa.Float),
         Column("new_score", sa.Float),
         Column("why", sa.Text, nullable=False),
-    )  # fmt: skip
+    )
     return metadata, request, log
 
 
@@ -181,9 +183,15 @@ def add_requests(course: Any, files: list[Path]) -> list[int]:
                 found = conn.execute(select(table.c.id).where(table.c.uid == fields["id"]))
                 known = found.scalar()
                 if known is None:
-                    row = dict(uid=fields["id"], assignment=fields["assignment"],
-                               student=fields["student"], part=fields["part"], reason=reason,
-                               requested_at=when.replace(tzinfo=None), status="open")  # fmt: skip
+                    row = dict(
+                        uid=fields["id"],
+                        assignment=fields["assignment"],
+                        student=fields["student"],
+                        part=fields["part"],
+                        reason=reason,
+                        requested_at=when.replace(tzinfo=None),
+                        status="open",
+                    )
                     known = conn.execute(insert(table).values(**row)).inserted_primary_key[0]
             ids.append(int(known))
     finally:
@@ -207,14 +215,24 @@ def requests(url: str, assignment: str | None = None, student: str | None = None
         if student:
             query = query.where(table.c.student == student)
         with engine.connect() as conn:
-            found = [Request(r.id, r.assignment, r.student, r.part, r.reason, r.requested_at,
-                             r.status, []) for r in conn.execute(query)]  # fmt: skip
+            found = [
+                Request(
+                    r.id, r.assignment, r.student, r.part, r.reason, r.requested_at, r.status, []
+                )
+                for r in conn.execute(query)
+            ]
             for entry in conn.execute(select(log).order_by(log.c.id)):
                 for r in found:
                     if r.id == entry.request_id:
-                        r.log.append({"who": entry.who, "at": f"{entry.at:%Y-%m-%d %H:%M} UTC",
-                                      "old": entry.old_score, "new": entry.new_score,
-                                      "why": entry.why})  # fmt: skip
+                        r.log.append(
+                            {
+                                "who": entry.who,
+                                "at": f"{entry.at:%Y-%m-%d %H:%M} UTC",
+                                "old": entry.old_score,
+                                "new": entry.new_score,
+                                "why": entry.why,
+                            }
+                        )
     finally:
         engine.dispose()
     return found
@@ -238,16 +256,30 @@ def store_requests(url: str, assignment: str, student: str, found: list[Request]
             conn.execute(delete(log).where(log.c.request_id.in_(old)))
             conn.execute(delete(table).where(table.c.id.in_(old)))
             for r in found:
-                conn.execute(insert(table).values(id=r.id, uid=f"copy-{r.id}",
-                                                  assignment=r.assignment, student=r.student,
-                                                  part=r.part, reason=r.reason,
-                                                  requested_at=r.requested_at,
-                                                  status=r.status))  # fmt: skip
+                conn.execute(
+                    insert(table).values(
+                        id=r.id,
+                        uid=f"copy-{r.id}",
+                        assignment=r.assignment,
+                        student=r.student,
+                        part=r.part,
+                        reason=r.reason,
+                        requested_at=r.requested_at,
+                        status=r.status,
+                    )
+                )
                 for e in r.log:
                     at = datetime.datetime.strptime(e["at"], "%Y-%m-%d %H:%M UTC")
-                    conn.execute(insert(log).values(request_id=r.id, who=e["who"], at=at,
-                                                    old_score=e["old"], new_score=e["new"],
-                                                    why=e["why"]))  # fmt: skip
+                    conn.execute(
+                        insert(log).values(
+                            request_id=r.id,
+                            who=e["who"],
+                            at=at,
+                            old_score=e["old"],
+                            new_score=e["new"],
+                            why=e["why"],
+                        )
+                    )
     finally:
         engine.dispose()
 
@@ -291,9 +323,16 @@ def record_answer(
                 # the penalty is a share of the points: it follows the new score
                 reassess_penalties(course.config, gb, row.assignment, [row.student])
         with engine.begin() as conn:
-            conn.execute(insert(log).values(request_id=request_id, who=who, at=_now(),
-                                            old_score=old, new_score=score,
-                                            why=why.strip()))  # fmt: skip
+            conn.execute(
+                insert(log).values(
+                    request_id=request_id,
+                    who=who,
+                    at=_now(),
+                    old_score=old,
+                    new_score=score,
+                    why=why.strip(),
+                )
+            )
             conn.execute(update(table).where(table.c.id == request_id).values(status="answered"))
     finally:
         engine.dispose()
@@ -340,9 +379,11 @@ def _request_link(assignment: str, student: str, part: str) -> str:
     packed = base64.b64encode(json.dumps(data, separators=(",", ":")).encode()).decode()
     href = "data:application/json;base64," + packed
     name = f"regrade-{student}-{assignment}-{part}.json"  # two students' files never collide
-    box = (f'<textarea class="regrade-reason" rows="2" cols="60" aria-label="your reason for '
-           f'{html.escape(part)}" placeholder="Why this part deserves another look" '
-           f'oninput="{html.escape(_FILL_REASON)}"></textarea>')  # fmt: skip
+    box = (
+        f'<textarea class="regrade-reason" rows="2" cols="60" aria-label="your reason for '
+        f'{html.escape(part)}" placeholder="Why this part deserves another look" '
+        f'oninput="{html.escape(_FILL_REASON)}"></textarea>'
+    )
     link = f'<a download="{html.escape(name)}" href="{html.escape(href)}">{html.escape(part)}</a>'
     return f'<span class="regrade-request">{box} {link}</span>'
 
@@ -357,9 +398,10 @@ def feedback_text(found: list[Request], assignment: str, student: str, parts: li
             continue
         last = r.log[-1]
         change = (
-            f"score unchanged ({last['old']:g})" if last["new"] is None
+            f"score unchanged ({last['old']:g})"
+            if last["new"] is None
             else f"score {last['old']:g} \u2192 {last['new']:g}"
-        )  # fmt: skip
+        )
         lines.append(asked + f"Answered by {last['who']} on {last['at']}: {change}. {last['why']}")
     lines += [
         "" if found else "You have asked for no regrade of this assignment.",
@@ -367,10 +409,10 @@ def feedback_text(found: list[Request], assignment: str, student: str, parts: li
         "To ask for a regrade of one part, write your reason in the box beside it below, click "
         "the part's name to download its request file, and send that file to your instructor "
         "(or run `coursepkg regrade request "
-        f"{assignment} PART --student {student} --reason \"...\"`, which writes the same file):",
+        f'{assignment} PART --student {student} --reason "..."`, which writes the same file):',
         "",
         *(f"- {_request_link(assignment, student, p)}" for p in parts),
-    ]  # fmt: skip
+    ]
     return "\n".join(lines)
 
 

@@ -145,8 +145,11 @@ def _columns(gb: Any, assignments: list[str], parts: bool, config: Any = None) -
         for nb in assignment.notebooks:
             for cell in nb.grade_cells:
                 cells[f"{nb.name}/{cell.name}"] = Column(
-                    f"{name}: {cell.name}" if len(assignment.notebooks) == 1 else
-                    f"{name}: {nb.name}/{cell.name}", float(cell.max_score))  # fmt: skip
+                    f"{name}: {cell.name}"
+                    if len(assignment.notebooks) == 1
+                    else f"{name}: {nb.name}/{cell.name}",
+                    float(cell.max_score),
+                )
         for student in gb.students:
             try:
                 sub = gb.find_submission(name, student.id)
@@ -209,9 +212,16 @@ def _header(fmt: str, columns: list[Column], extra: list[str]) -> list[list[str]
             ["Points Possible", "", "", "", "", *(f"{c.max_points:g}" for c in columns)],
         ]
     if fmt == "gradescope":
-        titles = [t for c in columns for t in (c.title, f"{c.title} - Max Points") + (
-            (f"{c.title} - Submission Time", f"{c.title} - Lateness (H:M:S)")
-            if c.handed_in is not None else ())]  # fmt: skip
+        titles = [
+            t
+            for c in columns
+            for t in (c.title, f"{c.title} - Max Points")
+            + (
+                (f"{c.title} - Submission Time", f"{c.title} - Lateness (H:M:S)")
+                if c.handed_in is not None
+                else ()
+            )
+        ]
         return [[*GRADESCOPE_IDENTITY, *titles, "Total Lateness (H:M:S)"]]
     return [["student_id", *extra, *(c.title for c in columns)]]
 
@@ -243,10 +253,13 @@ def _check_mapping(
     header = {k for row in mapping.values() for k in row}
     absent = [k for k in expected if k not in header]
     warnings = (
-        [f"the mapping has no column {', '.join(map(repr, absent))} (a {fmt} column; "
-         f"its columns: {', '.join(sorted(header)) or 'none'}): left empty in the file"]
-        if absent else []
-    )  # fmt: skip
+        [
+            f"the mapping has no column {', '.join(map(repr, absent))} (a {fmt} column; "
+            f"its columns: {', '.join(sorted(header)) or 'none'}): left empty in the file"
+        ]
+        if absent
+        else []
+    )
     for sid in sorted(set(students) & set(mapping)):
         if not any(mapping[sid].get(k) for k in needed):
             raise ValueError(

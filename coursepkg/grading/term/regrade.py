@@ -103,10 +103,16 @@ def _rewrite_report(course: Any, assignment: str, student: str, path: Path) -> N
     if not path.is_file():
         return
     old = json.loads(path.read_text(encoding="utf-8"))
-    result = StudentResult(student, graded=old["graded"], reason=old["reason"],
-                           seconds=old["seconds"], attempts=old["attempts"])  # fmt: skip
-    report = student_report(course.root, assignment, course.url, result,
-                            course.notebooks(assignment))  # fmt: skip
+    result = StudentResult(
+        student,
+        graded=old["graded"],
+        reason=old["reason"],
+        seconds=old["seconds"],
+        attempts=old["attempts"],
+    )
+    report = student_report(
+        course.root, assignment, course.url, result, course.notebooks(assignment)
+    )
     path.write_text(json.dumps(report, indent=1), encoding="utf-8")
 
 

@@ -156,21 +156,37 @@ def compare(sources: dict[str, str], template: str = "", normalised: bool = True
         if template.strip():
             ignore = Path(scratch) / "template.py.txt"
             ignore.write_text(template + "\n", encoding="utf-8")
-        manifest = {"files": list(names), "ignore": str(ignore) if ignore else None,
-                    "language": "python"}  # fmt: skip
+        manifest = {
+            "files": list(names),
+            "ignore": str(ignore) if ignore else None,
+            "language": "python",
+        }
         run = subprocess.run(
-            [node, str(SCRIPT)], input=json.dumps(manifest), capture_output=True, text=True,
-            timeout=1800, env={**os.environ, "DOLOS_LIB": (DOLOS_DIR / _LIB).as_uri()},
-        )  # fmt: skip
+            [node, str(SCRIPT)],
+            input=json.dumps(manifest),
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            env={**os.environ, "DOLOS_LIB": (DOLOS_DIR / _LIB).as_uri()},
+        )
     if run.returncode != 0:
         raise ValueError(f"Dolos failed (exit status {run.returncode}): {run.stderr[-1500:]}")
     order = {label: i for i, label in enumerate(sources)}
     found: dict[tuple[str, str], Pair] = {}
     for p in json.loads(run.stdout)["pairs"]:
         fragments = [(_region(f["left"]), _region(f["right"])) for f in p["fragments"]]
-        pair = Pair(names[p["left"]], names[p["right"]], p["similarity"], p["longest"],
-                    p["leftCovered"], p["rightCovered"], p["leftTotal"], p["rightTotal"],
-                    fragments, dolos=p["similarity"])  # fmt: skip
+        pair = Pair(
+            names[p["left"]],
+            names[p["right"]],
+            p["similarity"],
+            p["longest"],
+            p["leftCovered"],
+            p["rightCovered"],
+            p["leftTotal"],
+            p["rightTotal"],
+            fragments,
+            dolos=p["similarity"],
+        )
         if order[pair.left] > order[pair.right]:
             pair = _swapped(pair)
         found[(pair.left, pair.right)] = pair
@@ -188,9 +204,19 @@ def _region(r: dict) -> tuple[int, int, int, int]:
 
 
 def _swapped(p: Pair) -> Pair:
-    return Pair(p.right, p.left, p.similarity, p.longest, p.right_covered, p.left_covered,
-                p.right_total, p.left_total, [(b, a) for a, b in p.fragments], p.dolos,
-                p.normal)  # fmt: skip
+    return Pair(
+        p.right,
+        p.left,
+        p.similarity,
+        p.longest,
+        p.right_covered,
+        p.left_covered,
+        p.right_total,
+        p.left_total,
+        [(b, a) for a, b in p.fragments],
+        p.dolos,
+        p.normal,
+    )
 
 
 def clusters(pairs: list[Pair], threshold: float) -> list[list[str]]:
@@ -218,8 +244,7 @@ def clusters(pairs: list[Pair], threshold: float) -> list[list[str]]:
     groups: dict[str, list[str]] = {}
     for s in parent:
         groups.setdefault(root(s), []).append(s)
-    return sorted((sorted(g) for g in groups.values() if len(g) > 1),
-                  key=lambda g: (-len(g), g))  # fmt: skip
+    return sorted((sorted(g) for g in groups.values() if len(g) > 1), key=lambda g: (-len(g), g))
 
 
 @dataclass
@@ -310,19 +335,50 @@ def similarity_report(
     out = root / "reports" / assignment
     out.mkdir(parents=True, exist_ok=True)
     table = out / "similarity.csv"
-    with table.open("w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["rank", "student_a", "student_b", "similarity", "dolos", "normal_form",
-                    "longest_fragment", "covered_a", "covered_b", "total_a", "total_b",
-                    "at_or_above_threshold", "identical"])  # fmt: skip
-        for i, p in enumerate(pairs, start=1):
-            w.writerow([i, p.left, p.right, f"{p.similarity:.4f}", f"{p.dolos:.4f}",
-                        f"{p.normal:.4f}", p.longest, p.left_covered, p.right_covered,
-                        p.left_total, p.right_total, int(p.similarity >= threshold),
-                        int((p.left, p.right) in same)])  # fmt: skip
+    _write_table(table, pairs, same, threshold)
     page = out / "similarity.html"
-    page.write_text(_render(assignment, found, sources, template, threshold, top),
-                    encoding="utf-8")  # fmt: skip
+    page.write_text(_render(assignment, found, sources, template, threshold, top), encoding="utf-8")
     build_dashboard(root)
     found.table, found.page = table, page
     return found
+
+
+def _write_table(table: Path, pairs: list, same: set, threshold: float) -> None:
+    # similarity.csv: one row per pair sharing code, most similar first.
+    with table.open("w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(
+            [
+                "rank",
+                "student_a",
+                "student_b",
+                "similarity",
+                "dolos",
+                "normal_form",
+                "longest_fragment",
+                "covered_a",
+                "covered_b",
+                "total_a",
+                "total_b",
+                "at_or_above_threshold",
+                "identical",
+            ]
+        )
+        for i, p in enumerate(pairs, start=1):
+            w.writerow(
+                [
+                    i,
+                    p.left,
+                    p.right,
+                    f"{p.similarity:.4f}",
+                    f"{p.dolos:.4f}",
+                    f"{p.normal:.4f}",
+                    p.longest,
+                    p.left_covered,
+                    p.right_covered,
+                    p.left_total,
+                    p.right_total,
+                    int(p.similarity >= threshold),
+                    int((p.left, p.right) in same),
+                ]
+            )

@@ -172,8 +172,7 @@ def _canonical_call(node: ast.Call) -> ast.AST:
     if name == "matmul" and len(node.args) == 2 and not node.keywords:
         return ast.BinOp(node.args[0], ast.MatMult(), node.args[1])
     if name in _METHODS and node.args and not isinstance(node.args[0], ast.Starred):
-        node = ast.Call(ast.Attribute(node.args[0], name, ast.Load()), node.args[1:],
-                        node.keywords)  # fmt: skip
+        node = ast.Call(ast.Attribute(node.args[0], name, ast.Load()), node.args[1:], node.keywords)
     func = node.func
     if not isinstance(func, ast.Attribute):
         return node
@@ -242,10 +241,14 @@ def _anonymous_exact(node: ast.AST) -> str:
 
 def _loads(tree: ast.AST) -> tuple[set[str], set[str]]:
     """The names read anywhere in ``tree``, and the attribute names read."""
-    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
-             and not isinstance(n.ctx, ast.Store)}  # fmt: skip
-    attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
-             and not isinstance(n.ctx, ast.Store)}  # fmt: skip
+    names = {
+        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Store)
+    }
+    attrs = {
+        n.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute) and not isinstance(n.ctx, ast.Store)
+    }
     return names, attrs
 
 
@@ -269,8 +272,13 @@ def _drop_unused(tree: ast.Module) -> bool:
             body = getattr(node, field, None)
             if not isinstance(body, list) or not body or not isinstance(body[0], ast.stmt):
                 continue
-            kept = [s for s in body if not (isinstance(s, ast.Assign)
-                    and all(_unused(t, names, attrs) for t in s.targets))]  # fmt: skip
+            kept = [
+                s
+                for s in body
+                if not (
+                    isinstance(s, ast.Assign) and all(_unused(t, names, attrs) for t in s.targets)
+                )
+            ]
             if len(kept) < len(body):
                 dropped = True
                 setattr(node, field, kept or [ast.Pass()])
@@ -291,10 +299,13 @@ def _inline_once(tree: ast.Module) -> None:
         i = 0
         while i < len(body) - 1:
             stmt, nxt = body[i], body[i + 1]
-            if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-                    and isinstance(stmt.targets[0], ast.Name)
-                    and counts.get(stmt.targets[0].id) == 2
-                    and _replace_name(nxt, stmt.targets[0].id, stmt.value)):  # fmt: skip
+            if (
+                isinstance(stmt, ast.Assign)
+                and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)
+                and counts.get(stmt.targets[0].id) == 2
+                and _replace_name(nxt, stmt.targets[0].id, stmt.value)
+            ):
                 del body[i]
                 continue
             i += 1

@@ -90,8 +90,9 @@ def _score(p: Pair, found: Similarity) -> str:
     return f"{p.similarity:.3f}{same}"
 
 
-def _side_by_side(i: int, p: Pair, found: Similarity, sources: dict[str, str],
-                  given: set[str]) -> str:  # fmt: skip
+def _side_by_side(
+    i: int, p: Pair, found: Similarity, sources: dict[str, str], given: set[str]
+) -> str:
     sides = "".join(
         f"<div><h4>{html.escape(who)}</h4><pre>"
         f"{marked(sources[who], [f[k] for f in p.fragments], given)}</pre></div>"
@@ -119,8 +120,14 @@ def _clusters(found: Similarity, threshold: float) -> str:
     )
 
 
-def page(assignment: str, found: Similarity, sources: dict[str, str], template: str,
-         threshold: float, top: int) -> str:  # fmt: skip
+def page(
+    assignment: str,
+    found: Similarity,
+    sources: dict[str, str],
+    template: str,
+    threshold: float,
+    top: int,
+) -> str:
     """The whole page (see the module's docstring)."""
     pairs = found.pairs
     above = [p for p in pairs if p.similarity >= threshold]
@@ -134,18 +141,23 @@ def page(assignment: str, found: Similarity, sources: dict[str, str], template: 
         + (f"<td><a href='#pair-{i}'>side by side</a></td>" if i <= len(shown) else "<td></td>")
         + "</tr>"
         for i, p in enumerate(pairs[:TABLE_ROWS], start=1)
-    )  # fmt: skip
+    )
     more = (
         f"<p>The {TABLE_ROWS} most similar of {len(pairs)} pairs; similarity.csv lists them "
-        "all.</p>" if len(pairs) > TABLE_ROWS else ""
-    )  # fmt: skip
+        "all.</p>"
+        if len(pairs) > TABLE_ROWS
+        else ""
+    )
     details = "".join(_side_by_side(rank[id(p)], p, found, sources, given) for p in shown)
     items = "".join(
         f"<li>{html.escape(sid)}: {html.escape(why)}</li>" for sid, why in found.unreadable.items()
     )
     unread = f"<p>Not compared (could not be read):</p><ul class='unreadable'>{items}</ul>"
-    capped = f" The {top} most similar of them are shown side by side (--top)." if len(
-        above) > top else ""  # fmt: skip
+    capped = (
+        f" The {top} most similar of them are shown side by side (--top)."
+        if len(above) > top
+        else ""
+    )
     return (
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Similar submissions: "
         f"{html.escape(assignment)}</title><style>{_STYLE}</style></head><body>"

@@ -2,18 +2,20 @@
 own test file holds what is particular to it): each catalogued mistake, handed in as a
 student's answer, fails the check that lists it, which names the mistake by its id, says the
 mistake's sentence (its description and advice; a mistake named by a forbidden call: its id)
-and signs the failure with its own name."""
+and signs the failure with its own name; and the untouched stub of what each check grades
+says, in one line, that it is not implemented yet."""
 
 from __future__ import annotations
 
 import inspect
+from importlib import import_module
 
 import grading_impls_decoder
 import pytest
 import torch
 from student_code import named_text, student_impl
 
-from coursepkg.grading import CheckFailure
+from coursepkg.grading import CheckFailure, NotImplementedYet
 from coursepkg.grading.framework import diagnosis_message
 from coursepkg.grading.framework.registry import CheckEntry, registered_checks
 from coursepkg.stubs import ASSIGNMENTS
@@ -57,3 +59,18 @@ def test_every_catalogued_mistake_is_caught_and_named(entry, bug):
     assert info.value.diagnosis == bug.id, str(info.value)
     assert info.value.check == entry.name
     assert named_text(bug, diagnosis_message(bug)) in str(info.value)  # its advice included
+
+
+STUBS = [
+    (entry, getattr(import_module(f"coursepkg.stubs.{entry.assignment}"), entry.implements))
+    for entry in registered_checks()
+]
+
+
+@pytest.mark.parametrize(("entry", "stub"), STUBS, ids=[entry.name for entry, _ in STUBS])
+def test_the_untouched_stub_is_not_implemented_yet(entry, stub):
+    with pytest.raises(NotImplementedYet) as info:
+        entry.check(stub)
+    said = str(info.value)
+    assert f"{entry.implements} is not implemented yet" in said, said
+    assert "\n" not in said and "Traceback" not in said

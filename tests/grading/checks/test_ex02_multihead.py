@@ -1,7 +1,7 @@
 """Tests of the ex02 check (``checks/ex02_multihead.py``): its catalogue (each mistake rerun:
-test_check_protocol.py), the reference and independent correct classes pass, the stub says "not
-implemented yet", hidden shapes depend on the seed, PyTorch's attention and the reference are
-named, and a parameter gap or a missing gradient is explained."""
+test_check_protocol.py), the reference and independent correct classes pass, hidden shapes depend
+on the seed, PyTorch's attention and the reference are named, and a parameter gap or a missing
+gradient is explained."""
 
 from __future__ import annotations
 
@@ -12,10 +12,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import coursepkg.attention as ref
-from coursepkg.grading import CheckFailure, NotImplementedYet
+from coursepkg.grading import CheckFailure
 from coursepkg.grading.checks import ex02_multihead as ex02
 from coursepkg.grading.framework import configs, weights
-from coursepkg.stubs import ex02_multihead
 
 
 @pytest.fixture(autouse=True)
@@ -37,13 +36,6 @@ def test_catalogue_ids_are_unique_and_cover_the_issue():
         "mha.merge_wrong_order",
     ):
         assert required in ids
-
-
-def test_untouched_stub_is_not_implemented_yet():
-    with pytest.raises(NotImplementedYet) as info:
-        ex02.check_multi_head_attention(ex02_multihead.MultiHeadAttention)
-    assert "not implemented yet" in str(info.value)
-    assert "\n" not in str(info.value)
 
 
 def test_thorough_configs_depend_on_the_seed():

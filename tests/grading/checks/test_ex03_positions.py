@@ -1,6 +1,6 @@
 """Tests of the ex03 check: its catalogue (each mistake rerun: test_check_protocol.py), the
-reference and two independent tables pass, the stub says "not implemented yet", hidden sizes depend
-on the seed, and a call to the reference table is named."""
+reference and two independent tables pass, hidden sizes depend on the seed, and a call to the
+reference table is named."""
 
 from __future__ import annotations
 
@@ -8,11 +8,10 @@ import grading_impls_encoder as impls
 import pytest
 import torch
 
-from coursepkg.grading import CheckFailure, NotImplementedYet
+from coursepkg.grading import CheckFailure
 from coursepkg.grading.checks import ex03_positions as positions
 from coursepkg.grading.framework import configs
 from coursepkg.positional import sinusoidal_table
-from coursepkg.stubs import ex03_positions
 
 
 def test_each_mistake_really_differs_from_the_reference():
@@ -29,11 +28,6 @@ def test_each_mistake_really_differs_from_the_reference():
 def test_correct_tables_pass(impl, seed):
     result = positions.check_positional_encoding(impl, thorough=seed is not None, seed=seed)
     assert result.passed
-
-
-def test_untouched_stub_is_not_implemented_yet():
-    with pytest.raises(NotImplementedYet, match="not implemented yet"):
-        positions.check_positional_encoding(ex03_positions.sinusoidal_positional_encoding)
 
 
 def test_thorough_configs_depend_on_the_seed():

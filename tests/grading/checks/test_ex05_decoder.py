@@ -1,6 +1,6 @@
 """Tests of the ex05 checks (causal mask, decoder layer): correct solutions written differently
-from the reference pass, its catalogue (each mistake rerun: test_check_protocol.py), stubs say "not
-implemented yet", and forbidden shortcuts are named."""
+from the reference pass, its catalogue (each mistake rerun: test_check_protocol.py), and forbidden
+shortcuts are named."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from torch import Tensor, nn
 
 from coursepkg.grading import (
     CheckFailure,
-    NotImplementedYet,
     catalogue,
     check_causal_mask,
     check_decoder_layer,
@@ -24,7 +23,6 @@ from coursepkg.grading.framework import configs
 from coursepkg.layers import DecoderLayer as ReferenceDecoderLayer
 from coursepkg.layers import LayerNorm as ReferenceLayerNorm
 from coursepkg.masks import causal_mask
-from coursepkg.stubs import ex05_decoder as stub
 
 
 def _layer_with(forward=None, **pieces) -> type:
@@ -70,13 +68,6 @@ def test_causal_mask_wrong_shape_is_reported() -> None:
         check_causal_mask(lambda n: torch.ones(n, n + 1, dtype=torch.bool).tril())
 
 
-def test_causal_mask_stub_is_not_implemented_yet() -> None:
-    with pytest.raises(NotImplementedYet) as info:
-        check_causal_mask(stub.causal_mask)
-    assert "not implemented yet" in str(info.value)
-    assert "Traceback" not in str(info.value)
-
-
 def test_causal_mask_calling_the_reference_is_named() -> None:
     with pytest.raises(CheckFailure, match="calls coursepkg.masks.causal_mask"):
         check_causal_mask(lambda n: causal_mask(n))
@@ -107,12 +98,6 @@ def test_decoder_layer_thorough_mode_uses_seeded_configs() -> None:
     assert a != b
     assert a[:3] == configs("decoder_layer")
     assert check_decoder_layer(impls.DecoderLayerLoop, thorough=True, seed=1).passed
-
-
-def test_decoder_layer_stub_is_not_implemented_yet() -> None:
-    with pytest.raises(NotImplementedYet) as info:
-        check_decoder_layer(stub.DecoderLayer)
-    assert "DecoderLayer is not implemented yet" in str(info.value)
 
 
 def test_reference_decoder_layer_is_rejected() -> None:

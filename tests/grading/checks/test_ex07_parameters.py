@@ -11,14 +11,12 @@ import torch
 from coursepkg import Transformer, TransformerConfig, count_parameters
 from coursepkg.grading import (
     CheckFailure,
-    NotImplementedYet,
     catalogue,
     check_parameter_count,
 )
 from coursepkg.grading.checks import ex07_parameters as grading
 from coursepkg.grading.checks import ex07_parameters_mistakes as mistakes
 from coursepkg.grading.framework import configs
-from coursepkg.stubs import ex07_parameters as stub
 
 
 @pytest.mark.parametrize(
@@ -68,11 +66,6 @@ def test_two_mistakes_at_once_are_explained_part_by_part() -> None:
     text = str(info.value)
     assert info.value.diagnosis is None
     assert "counts a V·D embedding matrix" in text and "misses" in text
-
-
-def test_parameter_count_stub_is_not_implemented_yet() -> None:
-    with pytest.raises(NotImplementedYet, match="not implemented yet"):
-        check_parameter_count(stub.transformer_parameter_count)
 
 
 def test_calling_the_reference_count_is_named() -> None:

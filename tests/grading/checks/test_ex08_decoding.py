@@ -1,6 +1,6 @@
 """Tests of the ex08 checks (greedy decoding, beam search): the reference and independent decoders
-pass, its catalogue (each mistake rerun: test_check_protocol.py), the cases are not trivial, stubs
-say "not implemented yet", calling the reference decoders is named."""
+pass, its catalogue (each mistake rerun: test_check_protocol.py), the cases are not trivial,
+calling the reference decoders is named."""
 
 from __future__ import annotations
 
@@ -11,14 +11,12 @@ import torch
 from coursepkg.decoding import beam_search, greedy_decode
 from coursepkg.grading import (
     CheckFailure,
-    NotImplementedYet,
     catalogue,
     check_beam_search,
     check_greedy_decode,
 )
 from coursepkg.grading.checks import ex08_decoding as grading
 from coursepkg.grading.framework import configs
-from coursepkg.stubs import ex08_decoding as stub
 
 BOS, EOS = grading.BOS, grading.EOS
 
@@ -88,11 +86,6 @@ def test_greedy_failure_shows_the_rows() -> None:
         check_greedy_decode(grading.GREEDY_BUGS[0].impl)
 
 
-def test_greedy_stub_is_not_implemented_yet() -> None:
-    with pytest.raises(NotImplementedYet, match="not implemented yet"):
-        check_greedy_decode(stub.greedy_decode)
-
-
 def test_greedy_calling_the_reference_is_named() -> None:
     with pytest.raises(CheckFailure, match="calls coursepkg.decoding.greedy_decode"):
         check_greedy_decode(lambda *args: greedy_decode(*args))
@@ -142,11 +135,6 @@ def test_beam_thorough_mode_with_two_seeds() -> None:
     a, b = configs(grading.BEAM_ITEM, True, 0), configs(grading.BEAM_ITEM, True, 1)
     assert a != b and a[:4] == configs(grading.BEAM_ITEM)
     assert check_beam_search(impls.beam_tensor, thorough=True, seed=1).passed
-
-
-def test_beam_stub_is_not_implemented_yet() -> None:
-    with pytest.raises(NotImplementedYet, match="not implemented yet"):
-        check_beam_search(stub.beam_search)
 
 
 def test_beam_calling_the_reference_is_named() -> None:

@@ -1,7 +1,6 @@
 """Tests of the ex10 checks (BPE training, Tokenizer): the reference and independent solutions in
 other styles pass, a mistake planted in another style is named by its own id only (each catalogued
-one's rerun: test_check_protocol.py), stubs say "not implemented yet", calling the reference is
-named."""
+one's rerun: test_check_protocol.py), calling the reference is named."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ from hypothesis import strategies as st
 
 from coursepkg.grading import (
     CheckFailure,
-    NotImplementedYet,
     catalogue,
     check_tokenizer,
     check_train_bpe,
@@ -21,7 +19,6 @@ from coursepkg.grading.checks import ex10_tokenizer as grading
 from coursepkg.grading.checks.ex10_tokenizer_mistakes import (
     plain_train_bpe,
 )
-from coursepkg.stubs import ex10_tokenizer as stub
 from coursepkg.tokenizer import Tokenizer, train_bpe
 
 # ---------------------------------------------------------------------------------------------
@@ -86,11 +83,6 @@ def test_train_unknown_mistake_is_reported_without_a_name() -> None:
     with pytest.raises(CheckFailure, match="your merges differ") as info:
         check_train_bpe(impls.train_first_seen_ties)
     assert info.value.diagnosis is None
-
-
-def test_train_stub_is_not_implemented_yet() -> None:
-    with pytest.raises(NotImplementedYet, match="not implemented yet"):
-        check_train_bpe(stub.train_bpe)
 
 
 def test_train_calling_the_reference_is_named() -> None:
@@ -164,11 +156,6 @@ def test_tokenizer_mistake_in_another_style_is_named(cls, bug_id) -> None:
     with pytest.raises(CheckFailure) as info:
         check_tokenizer(cls)
     assert info.value.diagnosis == bug_id
-
-
-def test_tokenizer_stub_is_not_implemented_yet() -> None:
-    with pytest.raises(NotImplementedYet, match="not implemented yet"):
-        check_tokenizer(stub.Tokenizer)
 
 
 def test_tokenizer_wrapping_the_reference_is_named() -> None:

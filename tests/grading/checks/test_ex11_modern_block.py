@@ -1,8 +1,8 @@
 """Tests of the ex11 checks (``checks/ex11_modern_block.py``): its catalogue (each mistake rerun
 and named by its own id: test_check_protocol.py), independent correct solutions in two styles
 (Llama's and Meta's/nanoGPT's) pass in visible and thorough mode, the same styles with a habit that
-is wrong here get its id, the stubs say "not implemented yet", the catalogue's correct modules are
-the reference's, and a cache of H heads or a call to the reference is told."""
+is wrong here get its id, the catalogue's correct modules are the reference's, and a cache of H
+heads or a call to the reference is told."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import torch
 
 from coursepkg.grading import (
     CheckFailure,
-    NotImplementedYet,
     check_apply_rope,
     check_grouped_query_attention,
     check_modern_block,
@@ -24,7 +23,6 @@ from coursepkg.grading.framework import configs, decode_with_cache, modern_block
 from coursepkg.layers import PositionwiseFeedForward, RMSNorm
 from coursepkg.masks import causal_mask
 from coursepkg.positional import apply_rope
-from coursepkg.stubs import ex11_modern_block as stub
 
 CHECKS = {
     catalogue.RMS_NORM_ITEM: check_rms_norm,
@@ -94,23 +92,6 @@ def test_a_mistake_in_another_style_is_named(check, impl, bug_id):
     with pytest.raises(CheckFailure) as info:
         check(impl)
     assert info.value.diagnosis == bug_id, str(info.value)
-
-
-@pytest.mark.parametrize(
-    ("check", "impl"),
-    [
-        (check_rms_norm, stub.RMSNorm),
-        (check_apply_rope, stub.apply_rope),
-        (check_swiglu, stub.SwiGLU),
-        (check_grouped_query_attention, stub.GroupedQueryAttention),
-        (check_modern_block, stub.ModernDecoderBlock),
-    ],
-    ids=lambda x: x.__name__,
-)
-def test_untouched_stub_is_not_implemented_yet(check, impl):
-    with pytest.raises(NotImplementedYet) as info:
-        check(impl)
-    assert "not implemented yet" in str(info.value) and "\n" not in str(info.value)
 
 
 def test_the_pairing_mistake_says_which_layout_was_written():

@@ -1,8 +1,8 @@
 """Tests of the ex12 check (``checks/ex12_tiled_attention.py``): its catalogue (each mistake rerun
 and named by its own id: test_check_protocol.py) (on CUDA too when there is one), three independent
 correct styles pass in visible and thorough mode, the same styles with a mistake get its id, the
-stub says "not implemented yet", the catalogue's correct Function is the reference's
-``tiled_attention`` and SDPA, and the visible shapes hold the cases the issue asks for."""
+catalogue's correct Function is the reference's ``tiled_attention`` and SDPA, and the visible
+shapes hold the cases the issue asks for."""
 
 from __future__ import annotations
 
@@ -15,12 +15,11 @@ import torch.nn.functional as F
 from student_code import student_impl
 
 from coursepkg.efficient_attention import tiled_attention
-from coursepkg.grading import CheckFailure, NotImplementedYet, check_tiled_attention
+from coursepkg.grading import CheckFailure, check_tiled_attention
 from coursepkg.grading.checks import ex12_tiled_attention as check_module
 from coursepkg.grading.checks import ex12_tiled_attention_mistakes as catalogue
 from coursepkg.grading.framework import configs
 from coursepkg.masks import causal_mask
-from coursepkg.stubs import ex12_tiled_attention as stub
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -72,12 +71,6 @@ def test_a_mistake_in_another_style_is_named(impl, bug_id):
     with pytest.raises(CheckFailure) as info:
         check_tiled_attention(impl)
     assert info.value.diagnosis == bug_id, str(info.value)
-
-
-def test_untouched_stub_is_not_implemented_yet():
-    with pytest.raises(NotImplementedYet) as info:
-        check_tiled_attention(stub.TiledAttention)
-    assert "not implemented yet" in str(info.value) and "\n" not in str(info.value)
 
 
 def test_a_class_that_is_not_an_autograd_function_is_told():

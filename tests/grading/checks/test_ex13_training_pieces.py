@@ -1,8 +1,7 @@
 """Tests of the ex13 checks (``checks/ex13_training_pieces.py``): its catalogue (each mistake rerun
 and named by its own id: test_check_protocol.py), independent correct answers in several styles
-pass in visible and thorough mode, the same styles with a mistake get its id, the untouched stubs
-say "not implemented yet", and the catalogue's correct pieces are the reference's and PyTorch's (so
-a variant differs by its own mistake only)."""
+pass in visible and thorough mode, the same styles with a mistake get its id, and the catalogue's
+correct pieces are the reference's and PyTorch's (so a variant differs by its own mistake only)."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ import torch
 from coursepkg import optim
 from coursepkg.grading import (
     CheckFailure,
-    NotImplementedYet,
     check_adamw,
     check_clip_grad_norm,
     check_param_groups,
@@ -24,7 +22,6 @@ from coursepkg.grading import (
 from coursepkg.grading.checks import ex13_training_pieces as check_module
 from coursepkg.grading.checks import ex13_training_pieces_mistakes as catalogue
 from coursepkg.grading.framework import configs
-from coursepkg.stubs import ex13_training_pieces as stub
 
 CHECK_OF = {
     bug.id: entry.check
@@ -110,23 +107,6 @@ def test_a_mistake_in_another_style_is_named(check, impl, bug_id, seed):
     with pytest.raises(CheckFailure) as info:
         check(impl, thorough=seed is not None, seed=seed)
     assert info.value.diagnosis == bug_id, str(info.value)
-
-
-@pytest.mark.parametrize(
-    ("check", "impl"),
-    [
-        (check_adamw, stub.AdamW),
-        (check_param_groups, stub.param_groups),
-        (check_warmup_cosine_lr, stub.warmup_cosine_lr),
-        (check_clip_grad_norm, stub.clip_grad_norm_),
-        (check_training_state, stub.TrainingState),
-    ],
-    ids=lambda x: x.__name__,
-)
-def test_untouched_stubs_are_not_implemented_yet(check, impl):
-    with pytest.raises(NotImplementedYet) as info:
-        check(impl)
-    assert "not implemented yet" in str(info.value) and "\n" not in str(info.value)
 
 
 def test_the_reference_s_own_pieces_are_named_as_calls():

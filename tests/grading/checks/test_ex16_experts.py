@@ -1,8 +1,8 @@
 """Tests of the ex16 checks (``checks/ex16_experts.py``): its catalogue (each mistake rerun and
 named by its own id: test_check_protocol.py), independent correct solutions (Hugging Face's
 Qwen3-MoE router and Mixtral loss, Switch's loss, DeepSeek's down-projection) pass in visible and
-thorough mode, public habits that are wrong here get their id, the stubs say "not implemented yet",
-and a call to the course's own router or a wrong return type is told."""
+thorough mode, public habits that are wrong here get their id, and a call to the course's own
+router or a wrong return type is told."""
 
 from __future__ import annotations
 
@@ -12,13 +12,11 @@ import torch
 
 from coursepkg.grading import (
     CheckFailure,
-    NotImplementedYet,
     check_compress_latent,
     check_load_balancing_loss,
     check_route_top_k,
 )
 from coursepkg.grading.checks import ex16_experts_mistakes as catalogue
-from coursepkg.stubs import ex16_experts as stub
 
 CHECKS = {
     catalogue.ROUTER_ITEM: check_route_top_k,
@@ -67,21 +65,6 @@ def test_a_mistake_in_another_style_is_named(check, impl, bug_id):
     with pytest.raises(CheckFailure) as info:
         check(impl)
     assert info.value.diagnosis == bug_id, str(info.value)
-
-
-@pytest.mark.parametrize(
-    ("check", "impl"),
-    [
-        (check_route_top_k, stub.route_top_k),
-        (check_load_balancing_loss, stub.load_balancing_loss),
-        (check_compress_latent, stub.compress_latent),
-    ],
-    ids=lambda x: x.__name__,
-)
-def test_untouched_stub_is_not_implemented_yet(check, impl):
-    with pytest.raises(NotImplementedYet) as info:
-        check(impl)
-    assert "not implemented yet" in str(info.value) and "\n" not in str(info.value)
 
 
 def test_calling_the_course_s_router_and_returning_one_tensor_are_told():
