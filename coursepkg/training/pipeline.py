@@ -15,8 +15,12 @@ The stages, in order (:data:`STAGES`), each in its own folder of the run:
 
 Each stage writes its outputs, then ``done.json`` (its figures); a rerun skips every stage whose
 ``done.json`` is there, so a run killed at any point resumes where it stopped. ``--budget`` scales
-every stage (:func:`plan`). The model itself is trained on GPT-2's BPE, the tokenizer
-``coursepkg train``, ``finetune`` and ``serve`` share; the learned tokenizer is measured beside it.
+every stage (:func:`plan`). The model's tokenizer is recorded in its checkpoint (``coursepkg
+train --tokenizer`` takes GPT-2's ``bpe`` or a learned BPE's folder, which the run keeps a copy
+of); the evaluation, the report and ``coursepkg serve`` read it from the run. The model is still
+trained on GPT-2's BPE: ``coursepkg finetune`` fits a chat model to GPT-2's tokenizer only
+(``posttrain/trainer.py``'s ``chat_tokenizer()``), until it takes the base's
+(:func:`~coursepkg.posttrain.chat.recorded_chat_tokenizer`).
 """
 
 from __future__ import annotations
@@ -226,8 +230,8 @@ def _pretrain(
     folder: Path, corpus: Path, sizes: dict[str, Any], settings: PipelineSettings
 ) -> dict[str, Any]:
     """Pretrain with :func:`coursepkg.training.train`; held-out bits per byte."""
-    from coursepkg.tokenizer import Tokenizer
     from coursepkg.training import TrainSettings, train
+    from coursepkg.training.data import recorded_tokenizer
 
     data = folder / "train_text.txt"
     text = (corpus / "train.txt").read_text(encoding="utf-8")[: sizes["pretrain_chars"]]
@@ -255,9 +259,15 @@ def _pretrain(
     )
     result = train(run, resume=(folder / "checkpoint.pt").exists(), progress=True)
     held = (corpus / "val.txt").read_text(encoding="utf-8")[: sizes["eval_chars"]]
-    bpb = heldout_bits_per_byte(result.model, Tokenizer.gpt2(), held, sizes["block_size"])
+    tokenizer = recorded_tokenizer(run.tokenizer, folder / "checkpoint.pt")
+    bpb = heldout_bits_per_byte(result.model, tokenizer, held, sizes["block_size"])
     last = [r for r in result.rows if r["val_loss"] is not None]
     return {
+        "tokenizer": {
+            "name": "learned" if run.tokenizer != "bpe" else "GPT-2",
+            "vocab_size": len(tokenizer),
+            "bytes_per_token": _bytes_per_token(tokenizer, held),
+        },
         "steps": steps,
         "model": sizes["model"],
         "parameters": sum(p.numel() for p in result.model.parameters()),
@@ -379,9 +389,10 @@ def _answer(model: Any, tokenizer: Any, prompt: str, max_new: int) -> str:
 def _evaluate(folder: Path, run: Path, sizes: dict[str, Any]) -> dict[str, Any]:
     """Per-task held-out accuracy of the base (before) and chat (after) model; bits per byte
     of both on the held-out corpus."""
-    from coursepkg.posttrain.trainer import chat_tokenizer, load_base
+    from coursepkg.posttrain.chat import recorded_chat_tokenizer
+    from coursepkg.posttrain.trainer import base_file, load_base
 
-    tokenizer = chat_tokenizer()
+    tokenizer = recorded_chat_tokenizer(base_file(run / "finetune"))[0]
     rows = [json.loads(line) for line in (run / "chat_data" / "heldout.jsonl").open()]
     held = (run / "corpus" / "val.txt").read_text(encoding="utf-8")[: sizes["eval_chars"]]
     result: dict[str, Any] = {"accuracy": {}, "examples": [], "heldout_bits_per_byte": {}}
@@ -412,6 +423,11 @@ def _report_markdown(run: Path, figures: dict[str, dict[str, Any]], budget: floa
     """The report card as markdown."""
     corpus, tok, pre = figures["corpus"], figures["tokenizer"], figures["pretrain"]
     chat, ft, ev = figures["chat_data"], figures["finetune"], figures["evaluate"]
+    model_tok = pre.get("tokenizer") or {  # a run from before the model's tokenizer was recorded
+        "name": "GPT-2",
+        "vocab_size": 50257,
+        "bytes_per_token": tok["gpt2_bytes_per_token"],
+    }
     lines = [
         f"# Report card: {run.name}",
         "",
@@ -428,8 +444,10 @@ def _report_markdown(run: Path, figures: dict[str, dict[str, Any]], budget: floa
         "## Tokenizer",
         f"A byte-level BPE of {tok['merges']:,} merges learned on {tok['trained_on_chars']:,} "
         f"characters: {tok['bytes_per_token']:.2f} held-out bytes per token against GPT-2's "
-        f"{tok['gpt2_bytes_per_token']:.2f} (50,000 merges). The model below uses GPT-2's, "
-        "the tokenizer `coursepkg train`, `finetune` and `serve` share.",
+        f"{tok['gpt2_bytes_per_token']:.2f} (50,000 merges).",
+        f"**The model's tokenizer: {model_tok['name']}**, {model_tok['vocab_size']:,} ids, "
+        f"{model_tok['bytes_per_token']:.2f} held-out bytes per token; `coursepkg finetune`, "
+        "the evaluation and `coursepkg serve` read it from the run.",
         f"Longest learned tokens: {', '.join(repr(t) for t in tok['longest_tokens'])}.",
         "",
         "## Pretraining",

@@ -146,6 +146,12 @@ def test_killed_between_stages_it_resumes_without_redoing_them(tmp_path):
     heldout = {json.loads(line)["prompt"] for line in (run / "chat_data" / "heldout.jsonl").open()}
     assert heldout and not heldout & trained
 
+    from coursepkg.posttrain.chat import CHAT_TOKENS
     from coursepkg.serving.http.engine import load_served_model
 
-    assert load_served_model(run / "finetune").chat
+    served = load_served_model(run / "finetune")
+    model_tok = json.loads((run / "pretrain" / "done.json").read_text())["tokenizer"]
+    assert f"{model_tok['vocab_size']:,} ids, {model_tok['bytes_per_token']:.2f} held-out" in report
+    assert served.chat and len(served.tokenizer) == model_tok["vocab_size"] + len(CHAT_TOKENS)
+    probe = (run / "corpus" / "val.txt").read_text()[:300]
+    assert served.tokenizer.decode(served.tokenizer.encode(probe)) == probe
