@@ -51,9 +51,10 @@ log = logging.getLogger(__name__)
 #: The stages, in the order they run; each is a folder of the run holding ``done.json`` when done.
 STAGES = ("corpus", "tokenizer", "pretrain", "chat_data", "finetune", "evaluate", "report")
 DONE = "done.json"
-#: The tokenizer the pipeline's model is trained on: GPT-2's, until ``coursepkg finetune`` fits
-#: a chat model to a learned one (the module's docstring says why).
-MODEL_TOKENIZER = "bpe"
+#: The tokenizer the pipeline's model is trained on, ``"gpt2"`` or ``"learned"`` (the tokenizer
+#: stage's): GPT-2's until ``coursepkg finetune`` fits a chat model to a learned one (the
+#: module's docstring says why).
+MODEL_TOKENIZER = "gpt2"
 
 
 @dataclass
@@ -182,6 +183,15 @@ def heldout_bits_per_byte(model: Any, tokenizer: Any, text: str, block_size: int
     return nats / math.log(2) / n_bytes
 
 
+def _model_tokenizer(run: Path) -> tuple[str, float]:
+    """What ``coursepkg train --tokenizer`` gets for the model (:data:`MODEL_TOKENIZER`), and
+    that tokenizer's held-out bytes per token."""
+    tok = json.loads((run / "tokenizer" / DONE).read_text())
+    if MODEL_TOKENIZER == "learned":
+        return str((run / "tokenizer").resolve()), tok["bytes_per_token"]
+    return "bpe", tok["gpt2_bytes_per_token"]
+
+
 def _sized(folder: Path, size: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """A stage's sizing: ``folder/budget.json`` when there (a resumed stage keeps its steps),
     else ``size()``, written there first."""
@@ -199,20 +209,20 @@ def _size_pretraining(
     from coursepkg.training.data import make_tokenizer
 
     sample = (corpus / "train.txt").read_text(encoding="utf-8")[:20_000]
-    measured = measure(sizes, make_tokenizer(MODEL_TOKENIZER, ""), sample)
+    measured = measure(sizes, make_tokenizer(_model_tokenizer(corpus.parent)[0], ""), sample)
     left = settings.budget - spent - sum(measured.values()) * 5  # the measuring itself
     return {"left": left, "measured": measured, **size_pretraining(left, sizes, measured, bpt)}
 
 
 def _pretrain(
-    folder: Path, corpus: Path, sizes: dict[str, Any], settings: PipelineSettings, spent: float,
-    bpt: float,
-) -> dict[str, Any]:  # fmt: skip
+    folder: Path, corpus: Path, sizes: dict[str, Any], settings: PipelineSettings, spent: float
+) -> dict[str, Any]:
     """Pretrain with :func:`coursepkg.training.train`, for the steps the budget's time left
     allows on this machine; held-out bits per byte."""
     from coursepkg.training import TrainSettings, train
     from coursepkg.training.data import recorded_tokenizer
 
+    bpt = _model_tokenizer(corpus.parent)[1]
     sized = _sized(folder, lambda: _size_pretraining(corpus, sizes, settings, spent, bpt))
     data = folder / "train_text.txt"
     text = (corpus / "train.txt").read_text(encoding="utf-8")[: sized["pretrain_chars"]]
@@ -221,7 +231,7 @@ def _pretrain(
     run = TrainSettings(
         data=str(data),
         out=str(folder),
-        tokenizer=MODEL_TOKENIZER,
+        tokenizer=_model_tokenizer(corpus.parent)[0],
         steps=steps,
         batch_size=sizes["batch_size"],
         block_size=sizes["block_size"],
@@ -245,7 +255,7 @@ def _pretrain(
     last = [r for r in result.rows if r["val_loss"] is not None]
     return {
         "tokenizer": {
-            "name": "learned" if run.tokenizer != "bpe" else "GPT-2",
+            "name": "learned" if MODEL_TOKENIZER == "learned" else "GPT-2",
             "vocab_size": len(tokenizer),
             "bytes_per_token": _bytes_per_token(tokenizer, held),
         },
@@ -337,7 +347,7 @@ def _finetune(
     from coursepkg.training.budget import size_finetuning
 
     before = json.loads((run / "pretrain" / "budget.json").read_text())
-    bpt = json.loads((run / "tokenizer" / DONE).read_text())["gpt2_bytes_per_token"]
+    bpt = _model_tokenizer(run)[1]
     left = settings.budget - spent
     sized = _sized(
         folder, lambda: {"left": left, **size_finetuning(left, sizes, before["measured"], bpt)}
@@ -545,14 +555,11 @@ def run_pipeline(
     def spent() -> float:  # the seconds of the stages done so far (a resumed run's too)
         return sum(f["seconds"] for f in figures.values())
 
-    def bpt() -> float:  # the model tokenizer's held-out bytes per token
-        return figures["tokenizer"]["gpt2_bytes_per_token"]
-
     _write_json(run / "plan.json", {"budget": settings.budget, **sizes})
     work: dict[str, Callable[[Path], dict[str, Any]]] = {
         "corpus": lambda f: _corpus(f, settings),
         "tokenizer": lambda f: _tokenizer(f, run / "corpus", sizes),
-        "pretrain": lambda f: _pretrain(f, run / "corpus", sizes, settings, spent(), bpt()),
+        "pretrain": lambda f: _pretrain(f, run / "corpus", sizes, settings, spent()),
         "chat_data": lambda f: _chat_data(f, run / "corpus", sizes, settings.seed),
         "finetune": lambda f: _finetune(f, run, sizes, settings, spent()),
         "evaluate": lambda f: _evaluate(f, run, sizes),

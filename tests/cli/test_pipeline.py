@@ -187,3 +187,18 @@ def test_killed_between_stages_it_resumes_without_redoing_them(tmp_path):
     assert served.chat and len(served.tokenizer) == model_tok["vocab_size"] + len(CHAT_TOKENS)
     probe = (run / "corpus" / "val.txt").read_text()[:300]
     assert served.tokenizer.decode(served.tokenizer.encode(probe)) == probe
+
+
+@pytest.mark.parametrize("mode", ["gpt2", "learned"])
+def test_the_model_is_trained_on_the_tokenizer_chosen(tmp_path, monkeypatch, mode):
+    from coursepkg.training import pipeline
+
+    (tmp_path / "tokenizer").mkdir()
+    figures = {"bytes_per_token": 3.5, "gpt2_bytes_per_token": 4.25}
+    (tmp_path / "tokenizer" / "done.json").write_text(json.dumps(figures))
+    monkeypatch.setattr(pipeline, "MODEL_TOKENIZER", mode)
+    spec, bpt = pipeline._model_tokenizer(tmp_path)
+    if mode == "gpt2":
+        assert (spec, bpt) == ("bpe", 4.25)
+    else:
+        assert (Path(spec), bpt) == ((tmp_path / "tokenizer").resolve(), 3.5)
