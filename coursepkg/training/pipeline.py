@@ -209,9 +209,13 @@ def _size_pretraining(
     from coursepkg.training.data import make_tokenizer
 
     sample = (corpus / "train.txt").read_text(encoding="utf-8")[:20_000]
+    start = time.perf_counter()
     measured = measure(sizes, make_tokenizer(_model_tokenizer(corpus.parent)[0], ""), sample)
-    left = settings.budget - spent - sum(measured.values()) * 5  # the measuring itself
-    return {"left": left, "measured": measured, **size_pretraining(left, sizes, measured, bpt)}
+    measuring = time.perf_counter() - start  # spent too
+    left = settings.budget - spent - measuring
+    sized = size_pretraining(left, sizes, measured, bpt)
+    sized["seconds"]["pretrain"] += measuring
+    return {"left": left, "measured": measured, "measuring": measuring, **sized}
 
 
 def _pretrain(
