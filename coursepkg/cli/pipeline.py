@@ -55,7 +55,8 @@ def _add_pipeline(sub: Any) -> None:
 
 
 def _pipeline(args: argparse.Namespace) -> int:
-    from coursepkg.training.pipeline import PipelineSettings, parse_budget, run_pipeline
+    from coursepkg.training.budget import parse_budget
+    from coursepkg.training.pipeline import PipelineSettings, run_pipeline
 
     logging.basicConfig(level=logging.INFO, format="coursepkg pipeline: %(message)s")
     settings = PipelineSettings(

@@ -21,7 +21,8 @@ COMMANDS = {
 
 _HELP = {
     "out": "the run's folder: tokens, log.csv, loss.png, checkpoint.pt, samples.txt",
-    "tokenizer": "char (characters) or bpe (GPT-2's byte-level BPE)",
+    "tokenizer": "char (characters), bpe (GPT-2's byte-level BPE) or the folder of a learned BPE "
+    "(vocab.json, merges.txt)",
     "batch_size": "windows per optimiser step, over all ranks and micro-steps",
     "block_size": "tokens per window (context length)",
     "grad_accum": "micro-steps whose gradients are summed before each update",

@@ -26,6 +26,7 @@ from typing import Any
 from ..tokenizer import Tokenizer, bytes_to_unicode
 
 __all__ = [
+    "CHAT_PREFIX",
     "CHAT_TEMPLATE",
     "CHAT_TOKENS",
     "END_OF_TURN",
@@ -37,6 +38,7 @@ __all__ = [
     "hf_chat_tokenizer",
     "jsonl_records",
     "read_chat_jsonl",
+    "recorded_chat_tokenizer",
     "render_chat",
     "role_marker",
     "with_chat_tokens",
@@ -55,6 +57,11 @@ def role_marker(role: str) -> str:
 
 #: Every special token the template writes.
 CHAT_TOKENS = (*(role_marker(role) for role in ROLES), END_OF_TURN)
+
+#: The tokenizer a chat model records: ``"bpe-chat"`` alone is GPT-2's with the chat tokens;
+#: this prefix then a folder is a BPE its base learned on a corpus, with the chat tokens.
+CHAT_BPE = "bpe-chat"
+CHAT_PREFIX = "bpe-chat:"
 
 #: :func:`render_chat` as a Jinja template, for ``transformers``' ``apply_chat_template``.
 CHAT_TEMPLATE = (
@@ -157,6 +164,34 @@ def with_chat_tokens(tokenizer: Tokenizer) -> Tokenizer:
     """
     extra = [t for t in CHAT_TOKENS if t not in tokenizer.special_tokens]
     return Tokenizer(tokenizer.vocab, tokenizer.merges, [*tokenizer.special_tokens, *extra])
+
+
+def recorded_chat_tokenizer(checkpoint: str | os.PathLike) -> tuple[Tokenizer, str, bool]:
+    """The chat tokenizer of the model saved in ``checkpoint``: its run's own BPE (GPT-2's, or
+    one learned on its corpus, read from the run) with the chat tokens.
+
+    Args:
+        checkpoint: a ``coursepkg train`` checkpoint or a ``coursepkg finetune`` ``model.pt``
+            (a Hugging Face folder gets GPT-2's, as ``coursepkg finetune`` fits it to).
+
+    Returns:
+        The tokenizer, the name a fine-tune of this model records (:data:`CHAT_BPE`, or
+        :data:`CHAT_PREFIX` and the learned tokenizer's folder), and whether the model was
+        already a chat model.
+
+    Raises:
+        ValueError: a run whose tokenizer is not saved (``char``) or cannot be found.
+    """
+    from ..training.checkpoint import load_checkpoint
+    from ..training.data import recorded_tokenizer
+
+    kind = "bpe"
+    if not os.path.isdir(checkpoint):
+        kind = load_checkpoint(checkpoint).get("identity", {}).get("tokenizer", "char")
+    chat = kind == CHAT_BPE or kind.startswith(CHAT_PREFIX)
+    base = "bpe" if kind == CHAT_BPE else kind.removeprefix(CHAT_PREFIX)
+    name = CHAT_BPE if base == "bpe" else CHAT_PREFIX + base
+    return with_chat_tokens(recorded_tokenizer(base, checkpoint)), name, chat
 
 
 def _check_chat_tokens(tokenizer: Tokenizer) -> dict[str, int]:

@@ -23,11 +23,23 @@ from torch import Tensor
 from coursepkg.data.vocab import CharVocab
 from coursepkg.tokenizer import Tokenizer
 
-__all__ = ["TokenData", "get_batch", "make_tokenizer", "prepare_tokens", "read_corpus"]
+__all__ = [
+    "TOKENIZER_FILES",
+    "TokenData",
+    "get_batch",
+    "is_tokenizer_folder",
+    "make_tokenizer",
+    "prepare_tokens",
+    "read_corpus",
+    "recorded_tokenizer",
+]
 
 log = logging.getLogger(__name__)
 
 _FORMAT = 1  # bump when the files' layout changes
+#: A learned tokenizer's folder: :meth:`~coursepkg.tokenizer.Tokenizer.save`'s two files.
+TOKENIZER_FILES = ("vocab.json", "merges.txt")
+_END_OF_TEXT = "<|endoftext|>"
 
 
 def read_corpus(path: str | Path) -> str:
@@ -48,13 +60,27 @@ def read_corpus(path: str | Path) -> str:
     raise ValueError(f"data must be a text file or a folder, got {str(path)!r} (not found)")
 
 
+def is_tokenizer_folder(path: str | Path) -> bool:
+    """Whether ``path`` is a folder holding a saved BPE (:data:`TOKENIZER_FILES`)."""
+    return all((Path(path) / name).is_file() for name in TOKENIZER_FILES)
+
+
+def _load_folder(folder: Path) -> Tokenizer:
+    """The BPE saved in ``folder``; ``<|endoftext|>`` is special when its vocabulary has it."""
+    vocab, merges = (folder / name for name in TOKENIZER_FILES)
+    special = [_END_OF_TEXT] if _END_OF_TEXT in json.loads(vocab.read_text("utf-8")) else []
+    return Tokenizer.from_files(vocab, merges, special)
+
+
 def make_tokenizer(name: str, text: str) -> CharVocab | Tokenizer:
     """The tokenizer a run uses: the one seam where another tokenizer plugs in.
 
     Args:
         name: ``"char"``: the corpus' characters (:class:`~coursepkg.data.vocab.CharVocab`);
             ``"bpe"``: GPT-2's byte-level BPE (:meth:`coursepkg.tokenizer.Tokenizer.gpt2`, the
-            course's tokenizer loaded with GPT-2's shipped vocabulary and merges: 50,257 ids).
+            course's tokenizer loaded with GPT-2's shipped vocabulary and merges: 50,257 ids);
+            otherwise a folder holding a BPE learned on a corpus (``vocab.json`` and
+            ``merges.txt``, as :meth:`~coursepkg.tokenizer.Tokenizer.save` writes them).
         text: the corpus (the characters' vocabulary is built from it).
 
     Returns:
@@ -64,7 +90,42 @@ def make_tokenizer(name: str, text: str) -> CharVocab | Tokenizer:
         return CharVocab.from_corpus(text)
     if name == "bpe":
         return Tokenizer.gpt2()
-    raise ValueError(f"tokenizer must be 'char' or 'bpe', got {name!r}")
+    if is_tokenizer_folder(name):
+        return _load_folder(Path(name))
+    raise ValueError(
+        f"tokenizer must be 'char', 'bpe' or a folder holding {' and '.join(TOKENIZER_FILES)}, "
+        f"got {name!r}"
+    )
+
+
+def recorded_tokenizer(name: str, checkpoint: str | Path) -> Tokenizer:
+    """The BPE tokenizer a checkpoint's run recorded (its identity's ``tokenizer``).
+
+    A learned tokenizer travels with its run: :func:`prepare_tokens` copies its files into the
+    run's ``tokens/`` folder, read first; the folder the run was given is the fallback.
+
+    Args:
+        name: ``"bpe"`` (GPT-2's) or the learned tokenizer's folder, as the run recorded it.
+        checkpoint: the checkpoint file whose run recorded ``name``.
+
+    Raises:
+        ValueError: ``"char"`` or another name whose vocabulary is not saved, or a learned
+            tokenizer found neither beside the checkpoint nor where the run read it.
+    """
+    if name == "bpe":
+        return Tokenizer.gpt2()
+    if name == "char":
+        raise ValueError(
+            f"{str(checkpoint)!r} was trained with the 'char' tokenizer, whose vocabulary is "
+            "not saved with it; train with --tokenizer bpe or a learned tokenizer's folder"
+        )
+    for folder in (Path(checkpoint).parent / "tokens", Path(name)):
+        if is_tokenizer_folder(folder):
+            return _load_folder(folder)
+    raise ValueError(
+        f"{str(checkpoint)!r} was trained with the tokenizer {name!r}, found neither in "
+        f"{str(Path(checkpoint).parent / 'tokens')!r} nor at {name!r}"
+    )
 
 
 @dataclass
@@ -111,8 +172,13 @@ def prepare_tokens(
         The :class:`TokenData`.
     """
     text = read_corpus(data)
-    digest = hashlib.sha256(f"{tokenizer}\0{val_fraction}\0{text}".encode()).hexdigest()
     vocab = make_tokenizer(tokenizer, text)
+    learned = b"".join(
+        (Path(tokenizer) / n).read_bytes()
+        for n in TOKENIZER_FILES
+        if tokenizer not in ("char", "bpe")
+    )  # a learned tokenizer's files: its name alone would not see them change
+    digest = hashlib.sha256(f"{tokenizer}\0{val_fraction}\0{text}".encode() + learned).hexdigest()
     if len(vocab) > 2**16:
         raise ValueError(
             f"the token files hold uint16 ids: vocab size must be <= 65536, got {len(vocab)}"
@@ -130,6 +196,8 @@ def prepare_tokens(
         folder.mkdir(parents=True, exist_ok=True)
         _write_array(folder / "train.bin", ids[:split])
         _write_array(folder / "val.bin", ids[split:])
+        if learned:  # the run carries its tokenizer (recorded_tokenizer reads it there)
+            vocab.save(*(folder / n for n in TOKENIZER_FILES))
         meta = {"format": _FORMAT, "digest": digest, "train": split, "val": len(ids) - split}
         tmp = meta_path.with_name(f".meta.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(meta))

@@ -15,8 +15,15 @@ The stages, in order (:data:`STAGES`), each in its own folder of the run:
 
 Each stage writes its outputs, then ``done.json`` (its figures); a rerun skips every stage whose
 ``done.json`` is there, so a run killed at any point resumes where it stopped. ``--budget`` scales
-every stage (:func:`plan`). The model itself is trained on GPT-2's BPE, the tokenizer
-``coursepkg train``, ``finetune`` and ``serve`` share; the learned tokenizer is measured beside it.
+every stage (:func:`coursepkg.training.budget.plan`); the training steps are sized from this
+machine's measured costs when each training stage starts (:mod:`coursepkg.training.budget`),
+and the report sets the planned seconds beside the real ones. The model's tokenizer is recorded
+in its checkpoint (``coursepkg train --tokenizer`` takes GPT-2's ``bpe`` or a learned BPE's
+folder, which the run keeps a copy of); the evaluation, the report and ``coursepkg serve`` read
+it from the run. The model is still trained on GPT-2's BPE (:data:`MODEL_TOKENIZER`): ``coursepkg
+finetune`` fits a chat model to GPT-2's tokenizer only (``posttrain/trainer.py``'s
+``chat_tokenizer()``), until it takes the base's
+(:func:`~coursepkg.posttrain.chat.recorded_chat_tokenizer`).
 """
 
 from __future__ import annotations
@@ -35,34 +42,19 @@ from typing import Any
 
 import torch
 
-__all__ = [
-    "STAGES",
-    "PipelineSettings",
-    "chat_tasks",
-    "heldout_bits_per_byte",
-    "parse_budget",
-    "plan",
-    "run_pipeline",
-]
+from coursepkg.training.budget import plan
+
+__all__ = ["STAGES", "PipelineSettings", "chat_tasks", "heldout_bits_per_byte", "run_pipeline"]
 
 log = logging.getLogger(__name__)
 
 #: The stages, in the order they run; each is a folder of the run holding ``done.json`` when done.
 STAGES = ("corpus", "tokenizer", "pretrain", "chat_data", "finetune", "evaluate", "report")
 DONE = "done.json"
-_UNITS = {"s": 1, "m": 60, "h": 3600}
-
-
-def parse_budget(text: str) -> float:
-    """``"90s"``, ``"5m"``, ``"1h"`` or ``"1.5h"`` (a bare number is seconds) as seconds.
-
-    Raises:
-        ValueError: text that is not a positive number with an optional s/m/h unit.
-    """
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", str(text))
-    if not match or float(match.group(1)) <= 0:
-        raise ValueError(f"budget must be a positive time such as 90s, 5m or 1h, got {text!r}")
-    return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+#: The tokenizer the pipeline's model is trained on, ``"gpt2"`` or ``"learned"`` (the tokenizer
+#: stage's): GPT-2's until ``coursepkg finetune`` fits a chat model to a learned one (the
+#: module's docstring says why).
+MODEL_TOKENIZER = "gpt2"
 
 
 @dataclass
@@ -89,37 +81,6 @@ class PipelineSettings:
     def __post_init__(self) -> None:
         if isinstance(self.budget, bool) or not self.budget > 0:
             raise ValueError(f"budget must be > 0 seconds, got {self.budget!r}")
-
-
-def plan(budget: float) -> dict[str, Any]:
-    """Every stage's size for a run of ``budget`` seconds, from assumed step times (0.25 s per
-    pretraining step of the small model, 0.6 s of the large: estimates, not yet calibrated; a
-    loaded machine is slower). Budgets under a minute are smoke runs: a few tiny steps.
-
-    Returns:
-        merges, tokenizer_chars, pretrain_chars, eval_chars, model, block_size, batch_size,
-        pretrain_steps, finetune_steps, conversations (per task), heldout (per task).
-    """
-    large, smoke = budget >= 1800, budget < 60
-    step_s = 0.6 if large else 0.25
-    model = (
-        dict(d_model=128, n_heads=4, d_ff=512, n_layers=4)
-        if large
-        else dict(d_model=64, n_heads=4, d_ff=256, n_layers=2)
-    )
-    return {
-        "merges": int(min(4000, max(50, budget))),
-        "tokenizer_chars": int(min(2_000_000, max(20_000, budget * 500))),
-        "pretrain_chars": int(min(20_000_000, max(20_000, budget * 4000))),
-        "eval_chars": int(min(200_000, max(400, budget * 60))),
-        "model": {**model, "positional": "rope", "activation": "gelu", "dropout": 0.0},
-        "block_size": 32 if smoke else 128 if large else 64,
-        "batch_size": 2 if smoke else 16,
-        "pretrain_steps": 3 if smoke else int(0.5 * budget / step_s),
-        "finetune_steps": 3 if smoke else int(0.2 * budget / step_s),
-        "conversations": int(min(2000, max(8, budget))),
-        "heldout": int(min(100, max(2, budget / 20))),
-    }
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -222,21 +183,59 @@ def heldout_bits_per_byte(model: Any, tokenizer: Any, text: str, block_size: int
     return nats / math.log(2) / n_bytes
 
 
-def _pretrain(
-    folder: Path, corpus: Path, sizes: dict[str, Any], settings: PipelineSettings
-) -> dict[str, Any]:
-    """Pretrain with :func:`coursepkg.training.train`; held-out bits per byte."""
-    from coursepkg.tokenizer import Tokenizer
-    from coursepkg.training import TrainSettings, train
+def _model_tokenizer(run: Path) -> tuple[str, float]:
+    """What ``coursepkg train --tokenizer`` gets for the model (:data:`MODEL_TOKENIZER`), and
+    that tokenizer's held-out bytes per token."""
+    tok = json.loads((run / "tokenizer" / DONE).read_text())
+    if MODEL_TOKENIZER == "learned":
+        return str((run / "tokenizer").resolve()), tok["bytes_per_token"]
+    return "bpe", tok["gpt2_bytes_per_token"]
 
+
+def _sized(folder: Path, size: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """A stage's sizing: ``folder/budget.json`` when there (a resumed stage keeps its steps),
+    else ``size()``, written there first."""
+    path = folder / "budget.json"
+    if not path.is_file():
+        _write_json(path, size())
+    return json.loads(path.read_text())
+
+
+def _size_pretraining(
+    corpus: Path, sizes: dict[str, Any], settings: PipelineSettings, spent: float, bpt: float
+) -> dict[str, Any]:
+    """Measure this machine, then size pretraining to the budget's time left."""
+    from coursepkg.training.budget import measure, size_pretraining
+    from coursepkg.training.data import make_tokenizer
+
+    sample = (corpus / "train.txt").read_text(encoding="utf-8")[:20_000]
+    start = time.perf_counter()
+    measured = measure(sizes, make_tokenizer(_model_tokenizer(corpus.parent)[0], ""), sample)
+    measuring = time.perf_counter() - start  # spent too
+    left = settings.budget - spent - measuring
+    sized = size_pretraining(left, sizes, measured, bpt)
+    sized["seconds"]["pretrain"] += measuring
+    return {"left": left, "measured": measured, "measuring": measuring, **sized}
+
+
+def _pretrain(
+    folder: Path, corpus: Path, sizes: dict[str, Any], settings: PipelineSettings, spent: float
+) -> dict[str, Any]:
+    """Pretrain with :func:`coursepkg.training.train`, for the steps the budget's time left
+    allows on this machine; held-out bits per byte."""
+    from coursepkg.training import TrainSettings, train
+    from coursepkg.training.data import recorded_tokenizer
+
+    bpt = _model_tokenizer(corpus.parent)[1]
+    sized = _sized(folder, lambda: _size_pretraining(corpus, sizes, settings, spent, bpt))
     data = folder / "train_text.txt"
-    text = (corpus / "train.txt").read_text(encoding="utf-8")[: sizes["pretrain_chars"]]
+    text = (corpus / "train.txt").read_text(encoding="utf-8")[: sized["pretrain_chars"]]
     data.write_text(text, encoding="utf-8")
-    steps = sizes["pretrain_steps"]
+    steps = sized["pretrain_steps"]
     run = TrainSettings(
         data=str(data),
         out=str(folder),
-        tokenizer="bpe",
+        tokenizer=_model_tokenizer(corpus.parent)[0],
         steps=steps,
         batch_size=sizes["batch_size"],
         block_size=sizes["block_size"],
@@ -255,10 +254,17 @@ def _pretrain(
     )
     result = train(run, resume=(folder / "checkpoint.pt").exists(), progress=True)
     held = (corpus / "val.txt").read_text(encoding="utf-8")[: sizes["eval_chars"]]
-    bpb = heldout_bits_per_byte(result.model, Tokenizer.gpt2(), held, sizes["block_size"])
+    tokenizer = recorded_tokenizer(run.tokenizer, folder / "checkpoint.pt")
+    bpb = heldout_bits_per_byte(result.model, tokenizer, held, sizes["block_size"])
     last = [r for r in result.rows if r["val_loss"] is not None]
     return {
+        "tokenizer": {
+            "name": "learned" if MODEL_TOKENIZER == "learned" else "GPT-2",
+            "vocab_size": len(tokenizer),
+            "bytes_per_token": _bytes_per_token(tokenizer, held),
+        },
         "steps": steps,
+        "planned_seconds": sized["seconds"]["pretrain"],
         "model": sizes["model"],
         "parameters": sum(p.numel() for p in result.model.parameters()),
         "train_loss": result.rows[-1]["loss"] if result.rows else None,
@@ -337,12 +343,20 @@ def _chat_data(folder: Path, corpus: Path, sizes: dict[str, Any], seed: int) -> 
 
 
 def _finetune(
-    folder: Path, run: Path, sizes: dict[str, Any], settings: PipelineSettings
+    folder: Path, run: Path, sizes: dict[str, Any], settings: PipelineSettings, spent: float
 ) -> dict[str, Any]:
-    """Fine-tune the pretrained model on the conversations with SFT."""
+    """Fine-tune the pretrained model on the conversations with SFT, for the steps the time
+    really left allows (measured when pretraining started)."""
     from coursepkg.posttrain.trainer import FinetuneSettings, finetune
+    from coursepkg.training.budget import size_finetuning
 
-    steps = sizes["finetune_steps"]
+    before = json.loads((run / "pretrain" / "budget.json").read_text())
+    bpt = _model_tokenizer(run)[1]
+    left = settings.budget - spent
+    sized = _sized(
+        folder, lambda: {"left": left, **size_finetuning(left, sizes, before["measured"], bpt)}
+    )
+    steps = sized["finetune_steps"]
     job = FinetuneSettings(
         base=str(run / "pretrain"),
         data=str(run / "chat_data" / "train.jsonl"),
@@ -357,7 +371,11 @@ def _finetune(
         device=settings.device,
     )
     result = finetune(job, resume=(folder / "checkpoint.pt").exists(), progress=True)
-    return {"steps": steps, "final_loss": result.rows[-1]["loss"] if result.rows else None}
+    return {
+        "steps": steps,
+        "planned_seconds": sized["seconds"]["finetune"],
+        "final_loss": result.rows[-1]["loss"] if result.rows else None,
+    }
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -379,9 +397,10 @@ def _answer(model: Any, tokenizer: Any, prompt: str, max_new: int) -> str:
 def _evaluate(folder: Path, run: Path, sizes: dict[str, Any]) -> dict[str, Any]:
     """Per-task held-out accuracy of the base (before) and chat (after) model; bits per byte
     of both on the held-out corpus."""
-    from coursepkg.posttrain.trainer import chat_tokenizer, load_base
+    from coursepkg.posttrain.chat import recorded_chat_tokenizer
+    from coursepkg.posttrain.trainer import base_file, load_base
 
-    tokenizer = chat_tokenizer()
+    tokenizer = recorded_chat_tokenizer(base_file(run / "finetune"))[0]
     rows = [json.loads(line) for line in (run / "chat_data" / "heldout.jsonl").open()]
     held = (run / "corpus" / "val.txt").read_text(encoding="utf-8")[: sizes["eval_chars"]]
     result: dict[str, Any] = {"accuracy": {}, "examples": [], "heldout_bits_per_byte": {}}
@@ -408,15 +427,35 @@ def _evaluate(folder: Path, run: Path, sizes: dict[str, Any]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- the report
 
 
+def _budget_lines(figures: dict[str, dict[str, Any]], budget: float) -> list[str]:
+    """The report's lines on time: the budget, each stage's seconds, planned against actual."""
+    total = sum(figures[s]["seconds"] for s in STAGES[:-1])
+    return [
+        f"Budget {budget:.0f} s; the stages took {total:.1f} s ({total / budget:.2f}x the "
+        "budget): " + ", ".join(f"{s} {figures[s]['seconds']:.1f} s" for s in STAGES[:-1]) + ".",
+        "",
+        *(
+            f"- {s}: {figures[s]['steps']} steps, sized from this machine's measured step time "
+            f"to {figures[s]['planned_seconds']:.1f} s; took {figures[s]['seconds']:.1f} s."
+            for s in ("pretrain", "finetune")
+            if "planned_seconds" in figures[s]
+        ),
+    ]
+
+
 def _report_markdown(run: Path, figures: dict[str, dict[str, Any]], budget: float) -> str:
     """The report card as markdown."""
     corpus, tok, pre = figures["corpus"], figures["tokenizer"], figures["pretrain"]
     chat, ft, ev = figures["chat_data"], figures["finetune"], figures["evaluate"]
+    model_tok = pre.get("tokenizer") or {  # a run from before the model's tokenizer was recorded
+        "name": "GPT-2",
+        "vocab_size": 50257,
+        "bytes_per_token": tok["gpt2_bytes_per_token"],
+    }
     lines = [
         f"# Report card: {run.name}",
         "",
-        f"Budget {budget:.0f} s; wall time of the stages run: "
-        + ", ".join(f"{s} {figures[s]['seconds']:.1f} s" for s in STAGES[:-1]),
+        *_budget_lines(figures, budget),
         "",
         "## Data",
         f"Source: {corpus['source']}.",
@@ -428,8 +467,10 @@ def _report_markdown(run: Path, figures: dict[str, dict[str, Any]], budget: floa
         "## Tokenizer",
         f"A byte-level BPE of {tok['merges']:,} merges learned on {tok['trained_on_chars']:,} "
         f"characters: {tok['bytes_per_token']:.2f} held-out bytes per token against GPT-2's "
-        f"{tok['gpt2_bytes_per_token']:.2f} (50,000 merges). The model below uses GPT-2's, "
-        "the tokenizer `coursepkg train`, `finetune` and `serve` share.",
+        f"{tok['gpt2_bytes_per_token']:.2f} (50,000 merges).",
+        f"**The model's tokenizer: {model_tok['name']}**, {model_tok['vocab_size']:,} ids, "
+        f"{model_tok['bytes_per_token']:.2f} held-out bytes per token; `coursepkg finetune`, "
+        "the evaluation and `coursepkg serve` read it from the run.",
         f"Longest learned tokens: {', '.join(repr(t) for t in tok['longest_tokens'])}.",
         "",
         "## Pretraining",
@@ -513,17 +554,21 @@ def run_pipeline(
     run = Path(settings.out)
     run.mkdir(parents=True, exist_ok=True)
     sizes = plan(settings.budget)
+    figures: dict[str, dict[str, Any]] = {}
+
+    def spent() -> float:  # the seconds of the stages done so far (a resumed run's too)
+        return sum(f["seconds"] for f in figures.values())
+
     _write_json(run / "plan.json", {"budget": settings.budget, **sizes})
     work: dict[str, Callable[[Path], dict[str, Any]]] = {
         "corpus": lambda f: _corpus(f, settings),
         "tokenizer": lambda f: _tokenizer(f, run / "corpus", sizes),
-        "pretrain": lambda f: _pretrain(f, run / "corpus", sizes, settings),
+        "pretrain": lambda f: _pretrain(f, run / "corpus", sizes, settings, spent()),
         "chat_data": lambda f: _chat_data(f, run / "corpus", sizes, settings.seed),
-        "finetune": lambda f: _finetune(f, run, sizes, settings),
+        "finetune": lambda f: _finetune(f, run, sizes, settings, spent()),
         "evaluate": lambda f: _evaluate(f, run, sizes),
         "report": lambda f: _report(run, settings.budget),
     }
-    figures = {}
     for stage in STAGES:
         folder = run / stage
         marker = folder / DONE

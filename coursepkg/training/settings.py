@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from coursepkg.config import TransformerConfig
+from coursepkg.training.data import is_tokenizer_folder
 
 __all__ = ["GPT_DEFAULTS", "TrainSettings", "load_settings", "model_config"]
 
@@ -43,7 +44,8 @@ class TrainSettings:
     Attributes:
         data: a text file, or a folder whose ``*.txt`` files are read in sorted order.
         out: the run's folder (tokens, log, plot, checkpoint, samples).
-        tokenizer: ``"char"`` (characters) or ``"bpe"`` (GPT-2's byte-level BPE).
+        tokenizer: ``"char"`` (characters), ``"bpe"`` (GPT-2's byte-level BPE) or the folder
+            of a BPE learned on a corpus (``vocab.json``, ``merges.txt``; the run keeps a copy).
         steps: optimiser steps.
         batch_size: windows per optimiser step, over all ranks and micro-steps.
         block_size: tokens per window (the context length).
@@ -120,8 +122,11 @@ class TrainSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if self.tokenizer not in ("char", "bpe"):
-            raise ValueError(f"tokenizer must be 'char' or 'bpe', got {self.tokenizer!r}")
+        if self.tokenizer not in ("char", "bpe") and not is_tokenizer_folder(self.tokenizer):
+            raise ValueError(
+                "tokenizer must be 'char', 'bpe' or a folder holding vocab.json and merges.txt, "
+                f"got {self.tokenizer!r}"
+            )
         if self.parallel not in PARALLEL:
             raise ValueError(f"parallel must be one of {PARALLEL}, got {self.parallel!r}")
         for flag in ("checkpoint_activations", "compile"):

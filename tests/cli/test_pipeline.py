@@ -18,13 +18,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from coursepkg import cli
-from coursepkg.training.pipeline import (
-    STAGES,
-    chat_tasks,
-    heldout_bits_per_byte,
+from coursepkg.training.budget import (
+    LOOP_OVERHEAD,
+    MIN_STEPS,
+    TrainingCosts,
     parse_budget,
     plan,
+    size_pretraining,
+    size_steps,
 )
+from coursepkg.training.pipeline import STAGES, chat_tasks, heldout_bits_per_byte
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,9 +47,34 @@ def test_parse_budget_refuses_and_names_the_text(text):
 @given(st.floats(1, 20_000), st.floats(1, 20_000))
 def test_a_larger_budget_never_plans_less(a, b):
     small, large = plan(min(a, b)), plan(max(a, b))
-    for key in ("merges", "pretrain_steps", "finetune_steps", "conversations", "heldout"):
+    for key in ("merges", "pretrain_chars", "conversations", "heldout"):
         assert large[key] >= small[key] >= 1, key
     assert large["model"]["positional"] == "rope"  # coursepkg serve batches rotary models only
+
+
+seconds = st.floats(0.001, 10.0)
+
+
+@given(st.floats(0, 1e5), st.floats(0, 1e5), seconds, seconds, st.floats(0, 100))
+def test_more_time_never_buys_fewer_steps_and_the_steps_fit(a, b, pre, fine, fixed):
+    costs = TrainingCosts(pre, fine, fixed)
+    small, large = size_steps(min(a, b), costs), size_steps(max(a, b), costs)
+    for key in ("pretrain_steps", "finetune_steps"):
+        assert large[key] >= small[key] >= MIN_STEPS
+    cost = LOOP_OVERHEAD * (pre * large["pretrain_steps"] + fine * large["finetune_steps"])
+    if large["pretrain_steps"] > MIN_STEPS and large["finetune_steps"] > MIN_STEPS:
+        assert fixed + cost <= max(a, b) * (1 + 1e-9)  # never planned past the time left
+
+
+@given(st.floats(60, 7200), seconds, st.floats(0, 1e-4))
+def test_pretraining_is_planned_within_the_time_left(left, step, encode):
+    sizes = plan(left)
+    measured = {"pretrain_step": step, "finetune_step": step / 2, "token": step / 10,
+                "encode_char": encode}  # fmt: skip
+    sized = size_pretraining(left, sizes, measured, bpt=4.0)
+    if min(sized["pretrain_steps"], sized["finetune_steps"]) > MIN_STEPS:
+        assert sum(sized["seconds"].values()) <= left * 1.001
+    assert 20_000 <= sized["pretrain_chars"] <= sizes["pretrain_chars"]
 
 
 def test_the_full_budget_learns_a_few_thousand_merges():
@@ -140,12 +168,37 @@ def test_killed_between_stages_it_resumes_without_redoing_them(tmp_path):
         assert (run / stage / "done.json").stat().st_mtime_ns == mtime, stage
     report = (run / "report.md").read_text()
     assert "held-out bits per byte" in report and "| arithmetic |" in report
+    for stage in ("pretrain", "finetune"):  # sized once, kept by the resumed run
+        steps = json.loads((run / stage / "budget.json").read_text())[f"{stage}_steps"]
+        assert json.loads((run / stage / "done.json").read_text())["steps"] == steps
+        assert f"- {stage}: {steps} steps, sized from this machine's measured" in report
     assert "</table>" in (run / "report.html").read_text()
     trained = {json.loads(line)["messages"][0]["content"]
                for line in (run / "chat_data" / "train.jsonl").open()}  # fmt: skip
     heldout = {json.loads(line)["prompt"] for line in (run / "chat_data" / "heldout.jsonl").open()}
     assert heldout and not heldout & trained
 
+    from coursepkg.posttrain.chat import CHAT_TOKENS
     from coursepkg.serving.http.engine import load_served_model
 
-    assert load_served_model(run / "finetune").chat
+    served = load_served_model(run / "finetune")
+    model_tok = json.loads((run / "pretrain" / "done.json").read_text())["tokenizer"]
+    assert f"{model_tok['vocab_size']:,} ids, {model_tok['bytes_per_token']:.2f} held-out" in report
+    assert served.chat and len(served.tokenizer) == model_tok["vocab_size"] + len(CHAT_TOKENS)
+    probe = (run / "corpus" / "val.txt").read_text()[:300]
+    assert served.tokenizer.decode(served.tokenizer.encode(probe)) == probe
+
+
+@pytest.mark.parametrize("mode", ["gpt2", "learned"])
+def test_the_model_is_trained_on_the_tokenizer_chosen(tmp_path, monkeypatch, mode):
+    from coursepkg.training import pipeline
+
+    (tmp_path / "tokenizer").mkdir()
+    figures = {"bytes_per_token": 3.5, "gpt2_bytes_per_token": 4.25}
+    (tmp_path / "tokenizer" / "done.json").write_text(json.dumps(figures))
+    monkeypatch.setattr(pipeline, "MODEL_TOKENIZER", mode)
+    spec, bpt = pipeline._model_tokenizer(tmp_path)
+    if mode == "gpt2":
+        assert (spec, bpt) == ("bpe", 4.25)
+    else:
+        assert (Path(spec), bpt) == ((tmp_path / "tokenizer").resolve(), 3.5)

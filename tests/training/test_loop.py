@@ -232,7 +232,7 @@ def test_settings_from_yaml_toml_and_flags(tmp_path, corpus):
         load_settings(None, data=str(corpus), stepz=3)
     with pytest.raises(ValueError, match="not TransformerConfig fields"):
         train(tiny(corpus, tmp_path / "bad", model={"d_modle": 3}), progress=False)
-    with pytest.raises(ValueError, match="tokenizer must be 'char' or 'bpe', got 'wordpiece'"):
+    with pytest.raises(ValueError, match="tokenizer must be 'char', 'bpe' or a fold.*'wordpiece'"):
         train(tiny(corpus, tmp_path / "wp", tokenizer="wordpiece"), progress=False)
     with pytest.raises(ValueError, match="batch_size=6 must be divisible"):
         train(tiny(corpus, tmp_path / "acc", batch_size=6, grad_accum=4), progress=False)

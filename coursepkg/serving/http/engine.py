@@ -24,9 +24,11 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from ...posttrain.trainer import CHAT_BPE, base_file, chat_tokenizer, load_base
+from ...posttrain.chat import recorded_chat_tokenizer
+from ...posttrain.trainer import base_file, load_base
 from ...tokenizer import Tokenizer
 from ...training.checkpoint import load_checkpoint
+from ...training.data import recorded_tokenizer
 from ..sampling import SamplingParams, sample_token
 from ..scheduler import ContinuousBatcher, Request, Running
 
@@ -50,7 +52,7 @@ class ServedModel:
     Attributes:
         name: the id clients ask for (``model`` in a request).
         model: a :class:`~coursepkg.DecoderOnlyLM` with rotary positions, in eval mode.
-        tokenizer: the course BPE tokenizer it was trained with.
+        tokenizer: the course BPE tokenizer it was trained with (GPT-2's or a learned one).
         chat: whether the tokenizer has the chat template's special tokens (a fine-tuned model).
         stop_ids: the ids that end an answer (``<|end|>`` and ``<|endoftext|>``).
     """
@@ -68,7 +70,9 @@ class ServedModel:
 
 
 def load_served_model(path: str | Path, name: str | None = None) -> ServedModel:
-    """Load a ``coursepkg train --tokenizer bpe`` or ``coursepkg finetune`` checkpoint.
+    """Load a ``coursepkg train --tokenizer bpe`` (or ``--tokenizer FOLDER``: a learned BPE) or
+    ``coursepkg finetune`` checkpoint, with the tokenizer its run recorded (a learned one is
+    read from the run's ``tokens/`` folder, where the run keeps a copy).
 
     Args:
         path: the run's folder or its ``model.pt``/``checkpoint.pt``.
@@ -89,13 +93,9 @@ def load_served_model(path: str | Path, name: str | None = None) -> ServedModel:
     file = base_file(path)
     if file.is_dir():
         raise ValueError(f"{str(path)!r} is a Hugging Face folder; serve a coursepkg checkpoint")
-    kind = load_checkpoint(file).get("identity", {}).get("tokenizer", "char")
-    if kind not in ("bpe", CHAT_BPE):
-        raise ValueError(
-            f"{str(file)!r} was trained with the {kind!r} tokenizer, whose vocabulary is not "
-            "saved with it; serve a model trained with --tokenizer bpe (or fine-tuned from one)"
-        )
-    tokenizer = chat_tokenizer() if kind == CHAT_BPE else Tokenizer.gpt2()
+    tokenizer, _, chat = recorded_chat_tokenizer(file)
+    if not chat:  # a pretrained model is served with its run's tokenizer alone
+        tokenizer = recorded_tokenizer(load_checkpoint(file)["identity"]["tokenizer"], file)
     model, _ = load_base(file, tokenizer)
     if model.config.positional != "rope":
         raise ValueError(
@@ -109,7 +109,7 @@ def load_served_model(path: str | Path, name: str | None = None) -> ServedModel:
         label,
         model.eval(),
         tokenizer,
-        kind == CHAT_BPE,
+        chat,
         frozenset(tokenizer.encode(t)[0] for t in stops),
     )
 
