@@ -41,7 +41,16 @@ from ..training.checkpoint import check_compatible, load_checkpoint, save_checkp
 from ..training.distributed import Dist, setup, teardown
 from ..training.schemes import make_scheme
 from ..training.settings import PARALLEL
-from .chat import CHAT_TOKENS, END_OF_TURN, ChatExample, chat_records, encode_chat, with_chat_tokens
+from .chat import (
+    CHAT_BPE,
+    CHAT_TOKENS,
+    END_OF_TURN,
+    ChatExample,
+    chat_records,
+    encode_chat,
+    recorded_chat_tokenizer,
+    with_chat_tokens,
+)
 from .dpo import dpo_pairs_loss, encode_preference, frozen_copy, preference_records
 from .grpo import group_advantages, grpo_loss, per_token_logprobs, sample_groups
 from .lora import add_lora, lora_modules, merge_lora
@@ -55,8 +64,6 @@ __all__ = ["FinetuneResult", "FinetuneSettings", "chat_tokenizer", "finetune", "
 log = logging.getLogger(__name__)
 
 MODEL = "model.pt"
-#: The tokenizer name ``model.pt`` records: GPT-2's BPE with the chat tokens.
-CHAT_BPE = "bpe-chat"
 SFT_FIELDS = ("step", "lr", "loss")
 DPO_FIELDS = ("step", "lr", "loss", "margin", "accuracy")
 GRPO_FIELDS = ("step", "lr", "loss", "reward", "kl")
@@ -349,6 +356,8 @@ class _FineTuning:
     examples: list[Any]
     pad_id: int
     reward: Any = None
+    tokenizer: Any = None  # the base's own BPE with the chat tokens
+    tokenizer_name: str = CHAT_BPE  # what model.pt records
 
     @property
     def net(self) -> DecoderOnlyLM:
@@ -419,7 +428,10 @@ def _start(settings: FinetuneSettings, dist: Dist, resume: bool) -> _FineTuning:
         raise ValueError(
             f"batch_size={settings.batch_size} must be divisible by the {dist.world_size} ranks"
         )
-    tokenizer = chat_tokenizer()
+    try:  # the base's own tokenizer: GPT-2's, or the BPE its run learned
+        tokenizer, name, _ = recorded_chat_tokenizer(base_file(settings.base))
+    except ValueError:  # a base without a saved BPE: load_base says why it cannot be used
+        tokenizer, name = chat_tokenizer(), CHAT_BPE
     reward = load_reward(settings.reward) if settings.grpo else None
     net, base_digest = load_base(settings.base, tokenizer)
     examples = load_examples(settings, tokenizer, net.config.max_len)
@@ -447,7 +459,7 @@ def _start(settings: FinetuneSettings, dist: Dist, resume: bool) -> _FineTuning:
     run = lifecycle.Run(out, dist, net, scheme, batches, identity, _fields(settings, net.config))
     if saved is not None:
         lifecycle.restore(run, saved)
-    return _FineTuning(settings, run, reference, examples, pad_id, reward)
+    return _FineTuning(settings, run, reference, examples, pad_id, reward, tokenizer, name)
 
 
 def _step(job: _FineTuning, lr: float) -> dict[str, float]:
@@ -511,7 +523,7 @@ def _grpo_loss(job: _FineTuning, mine: list[GRPOPrompt]) -> tuple[Tensor, dict[s
     rollouts = sample_groups(
         job.net, [p.ids for p in mine], s.group_size, s.max_new_tokens, end, end, s.temperature
     )
-    tokenizer = chat_tokenizer()
+    tokenizer = job.tokenizer
     rewards = [
         score(
             job.reward, tokenizer.decode(a[:-1] if a[-1:] == [end] else a), mine[i // s.group_size]
@@ -545,7 +557,7 @@ def _finish(job: _FineTuning) -> FinetuneResult:
     }
     plain.load_state_dict(state)
     if done and run.dist.is_main:
-        identity = {"tokenizer": CHAT_BPE, "config": dataclasses.asdict(plain.config)}
+        identity = {"tokenizer": job.tokenizer_name, "config": dataclasses.asdict(plain.config)}
         save_checkpoint(run.out / MODEL, {"identity": identity, "model": state})
     rows = run.rows if run.dist.is_main else []
     return FinetuneResult(plain.eval().cpu(), rows, Path(job.settings.out))

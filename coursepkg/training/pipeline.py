@@ -20,9 +20,8 @@ machine's measured costs when each training stage starts (:mod:`coursepkg.traini
 and the report sets the planned seconds beside the real ones. The model's tokenizer is recorded
 in its checkpoint (``coursepkg train --tokenizer`` takes GPT-2's ``bpe`` or a learned BPE's
 folder, which the run keeps a copy of); the evaluation, the report and ``coursepkg serve`` read
-it from the run. The model is still trained on GPT-2's BPE (:data:`MODEL_TOKENIZER`): ``coursepkg
-finetune`` fits a chat model to GPT-2's tokenizer only (``posttrain/trainer.py``'s
-``chat_tokenizer()``), until it takes the base's
+it from the run. The model is trained on the BPE the pipeline learned (:data:`MODEL_TOKENIZER`),
+and ``coursepkg finetune`` keeps the base's own tokenizer, with the chat tokens added
 (:func:`~coursepkg.posttrain.chat.recorded_chat_tokenizer`).
 """
 
@@ -51,10 +50,9 @@ log = logging.getLogger(__name__)
 #: The stages, in the order they run; each is a folder of the run holding ``done.json`` when done.
 STAGES = ("corpus", "tokenizer", "pretrain", "chat_data", "finetune", "evaluate", "report")
 DONE = "done.json"
-#: The tokenizer the pipeline's model is trained on, ``"gpt2"`` or ``"learned"`` (the tokenizer
-#: stage's): GPT-2's until ``coursepkg finetune`` fits a chat model to a learned one (the
-#: module's docstring says why).
-MODEL_TOKENIZER = "gpt2"
+#: The tokenizer the pipeline's model is trained on, ``"learned"`` (the tokenizer stage's BPE)
+#: or ``"gpt2"`` (GPT-2's, kept to compare with).
+MODEL_TOKENIZER = "learned"
 
 
 @dataclass
