@@ -50,6 +50,7 @@ def tiny(corpus: Path, out: Path, **changes) -> TrainSettings:
     return TrainSettings(**{**base, **changes})
 
 
+@pytest.mark.slow  # make test; left out of make test-fast (issue 70)
 def test_command_writes_log_plot_samples_and_reuses_tokens(corpus, tmp_path, capsys):
     out = tmp_path / "run"
     args = ["train", str(corpus), "--out", str(out), "--steps", "8", "--batch-size", "4"]
