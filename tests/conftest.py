@@ -16,7 +16,7 @@ from collections.abc import Callable
 import budgets
 import pytest
 import torch
-from processes import end_leftovers, machine_factor
+from processes import die_with_parent, end_leftovers, machine_factor
 from real_parts import postgres_server  # noqa: F401 - one PostgreSQL server per test process
 
 from coursepkg import DecoderOnlyLM, Transformer, TransformerConfig
@@ -172,13 +172,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """SIGTERM (a CI job's timeout, ``kill``) stops pytest as Ctrl-C does, so that its
-    session ends what the tests started (:func:`pytest_sessionfinish`) instead of leaving it."""
+    session ends what the tests started (:func:`pytest_sessionfinish`) instead of leaving it.
+    An xdist worker gets SIGTERM when its controller ends, even by SIGKILL
+    (:func:`processes.die_with_parent`), so no worker outlives the run."""
 
     def stop(signum: int, _frame: object) -> None:
         raise KeyboardInterrupt(f"pytest received {signal.Signals(signum).name}")
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, stop)
+    if hasattr(config, "workerinput"):  # an xdist worker: it ends when its pytest is killed
+        die_with_parent(signal.SIGTERM)
 
 
 @pytest.hookimpl(optionalhook=True)

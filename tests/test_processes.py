@@ -5,8 +5,10 @@ nothing progresses, naming the stuck step; the machine factor is measured and >=
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -60,3 +62,39 @@ def test_the_machine_factor_is_measured_and_can_be_fixed(monkeypatch):
     monkeypatch.setenv("COURSE_TIME_FACTOR", "0.5")
     with pytest.raises(ValueError, match="COURSE_TIME_FACTOR must be a number >= 1, got '0.5'"):
         machine_factor()
+
+
+# A test that starts a command (in a session of its own) and says both pids, then waits forever,
+# deaf to Ctrl-C (as a test is in a step that handles SIGINT itself): execnet's own answer to a
+# vanished controller (SIGINT, then os._exit 15 s later) would end the worker but not the command.
+WAITS = """import os, signal, sys, time
+from processes import Command
+
+def test_waits(tmp_path):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    cmd = Command([sys.executable, "-c", "import time; time.sleep(3600)"], what="a sleeper")
+    (tmp_path.parent.parent / "pids").write_text(f"{os.getpid()} {cmd.proc.pid}")
+    time.sleep(3600)
+"""
+
+
+@pytest.mark.slow  # two pytest processes start (torch imported twice)
+@pytest.mark.timeout(300)
+def test_an_xdist_worker_and_what_its_test_started_end_when_pytest_is_killed(tmp_path):
+    """SIGKILL to pytest's main process (a CI job killed): its worker gets SIGTERM at once (the
+    course's conftest arms it, :func:`processes.die_with_parent`), stops as on Ctrl-C and ends
+    the command its test started."""
+    tests = Path(__file__).resolve().parent
+    (tmp_path / "test_waits.py").write_text(WAITS)
+    pids = tmp_path / "base" / "pids"
+    path = os.pathsep.join([str(tests), str(tests / "fixtures"), os.environ.get("PYTHONPATH", "")])
+    args = [sys.executable, "-m", "pytest", "-c", os.devnull, "--rootdir", str(tmp_path),
+            "-p", "conftest", "-p", "no:cacheprovider", "-n", "1", "-q",
+            f"--basetemp={tmp_path / 'base'}", str(tmp_path / "test_waits.py")]  # fmt: skip
+    with Command(args, what="pytest -n 1", env={**os.environ, "PYTHONPATH": path}) as main:
+        text = wait_until(lambda: pids.is_file() and pids.read_text(), "the worker's pids",
+                          idle=120, progress=main.sizes)  # fmt: skip
+        started = [psutil.Process(int(p)) for p in text.split()]
+        main.proc.kill()
+        _gone, alive = psutil.wait_procs(started, timeout=budget(60))
+        assert not alive, f"left running after pytest was killed: {alive}"

@@ -34,3 +34,9 @@ def test_no_page_took_more_than_twice_its_budget():
     ]
     over = [v.message() for v in verdicts if v.over]
     assert not over, "pages over their time budget (tests/budget.toml):\n" + "\n".join(over)
+
+
+def test_every_page_budget_names_a_page_of_the_book():
+    # A page renamed or removed would leave its budget behind and the new name unbudgeted.
+    stale = [name for name in budgets.load()["pages"] if not (ROOT / name).is_file()]
+    assert not stale, f"tests/budget.toml budgets pages that do not exist: {stale}"

@@ -6,6 +6,7 @@ from coursepkg.chapters.data_effect import DataEffect, compare_raw_and_curated, 
 from coursepkg.curation import curate
 
 
+@pytest.mark.slow  # make test; left out of make test-fast (issue 70)
 def test_the_crawl_is_reproducible_and_holds_each_kind_of_page():
     pages = web_corpus(n_pages=30, seed=1)
     assert pages == web_corpus(n_pages=30, seed=1)
@@ -36,6 +37,7 @@ def test_the_verdict_needs_a_gap_beyond_the_spread(raw, curated, word):
     assert effect.verdict() == word
 
 
+@pytest.mark.slow  # make test; left out of make test-fast (issue 70)
 def test_a_tiny_run_scores_both_corpora_on_the_same_budget(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSEPKG_CACHE_DIR", str(tmp_path))
     effect = compare_raw_and_curated(

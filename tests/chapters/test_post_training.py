@@ -109,6 +109,7 @@ def test_the_drift_is_zero_against_itself_and_positive_after_a_change(tokenizer)
     assert response_kl(moved, model, batch) > 1e-3
 
 
+@pytest.mark.slow  # make test; left out of make test-fast (issue 70)
 def test_the_run_measures_every_stage_and_reuses_its_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSEPKG_CACHE_DIR", str(tmp_path))
     run = post_training_run(cache="save", **TINY)

@@ -43,6 +43,7 @@ def test_a_group_of_equal_rewards_teaches_nothing(scale_by_std):
     assert advantages[1].abs().sum() > 0
 
 
+@pytest.mark.slow  # make test; left out of make test-fast (issue 70)
 def test_the_group_std_is_bessel_corrected_as_trl_s():
     trl_utils = pytest.importorskip("trl.trainer.utils")
     g = torch.Generator().manual_seed(21)

@@ -255,6 +255,7 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.mark.slow  # make test; left out of make test-fast (issue 70)
 def test_attention_model_learns_reversal(one_thread: None) -> None:
     torch.manual_seed(0)
     vocab = 12

@@ -50,6 +50,7 @@ def tiny(corpus: Path, out: Path, **changes) -> TrainSettings:
     return TrainSettings(**{**base, **changes})
 
 
+@pytest.mark.slow  # make test; left out of make test-fast (issue 70)
 def test_command_writes_log_plot_samples_and_reuses_tokens(corpus, tmp_path, capsys):
     out = tmp_path / "run"
     args = ["train", str(corpus), "--out", str(out), "--steps", "8", "--batch-size", "4"]
@@ -238,6 +239,7 @@ def test_settings_from_yaml_toml_and_flags(tmp_path, corpus):
         train(tiny(corpus, tmp_path / "acc", batch_size=6, grad_accum=4), progress=False)
 
 
+@pytest.mark.slow  # make test; left out of make test-fast (issue 70)
 def test_bpe_tokens_are_gpt2s_ids_and_the_samples_decode_to_text(corpus, tmp_path):
     out = tmp_path / "bpe"
     result = train(tiny(corpus, out, tokenizer="bpe", steps=4, checkpoint_every=4), progress=False)

@@ -66,7 +66,11 @@ def test_the_corpus_is_large_and_mixed():
     }
 
 
-@pytest.mark.parametrize("thorough", [False, True], ids=["visible", "thorough"])
+# The thorough mode (the checks' larger draws) runs in `make test`; `make test-fast` the visible.
+THOROUGH = pytest.param(True, marks=pytest.mark.slow)
+
+
+@pytest.mark.parametrize("thorough", [False, THOROUGH], ids=["visible", "thorough"])
 @pytest.mark.parametrize("entry", corpus.CORPUS, ids=lambda e: e.id)
 def test_corpus_entry_gets_its_verdict_and_named_mistake(entry, thorough):
     outcome = corpus.run(entry, thorough)

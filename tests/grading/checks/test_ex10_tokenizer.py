@@ -79,6 +79,7 @@ def test_train_mistake_in_another_style_is_named(impl, bug_id) -> None:
     assert info.value.diagnosis == bug_id
 
 
+@pytest.mark.slow  # make test; left out of make test-fast (issue 70)
 def test_train_unknown_mistake_is_reported_without_a_name() -> None:
     with pytest.raises(CheckFailure, match="your merges differ") as info:
         check_train_bpe(impls.train_first_seen_ties)
@@ -117,6 +118,7 @@ def grading_free(fn):
     return wrapped
 
 
+@pytest.mark.slow  # make test; left out of make test-fast (issue 70)
 def test_train_vocab_in_the_wrong_order_is_explained() -> None:
     def specials_first(text, size, specials=None):
         vocab, merges = impls.train_recount(text, size, specials)

@@ -169,6 +169,7 @@ def test_an_unlikely_sample_says_how_unlikely():
 
 
 @pytest.mark.parametrize("design", ["a", "b", "c", "d"])
+@pytest.mark.slow  # make test; left out of make test-fast (issue 70)
 def test_the_chi_square_test_fails_a_correct_rule_as_often_as_its_level(design):
     """The correct rule (Hugging Face's style), run 200 times at the check's 10,000 draws per
     pair: at the level 1% the test fails it twice in expectation, and more than 8 times with

@@ -84,6 +84,7 @@ def course(tmp_path_factory) -> _Course:
     return course
 
 
+@pytest.mark.slow  # make test; left out of make test-fast (issue 70)
 def test_the_standing_reaches_the_private_gradebook_whole(course, tmp_path):
     state = pickle.loads(pickle.dumps(standing(course, "ex01", "bob")))  # as Dask ships it
     assert state.grades == {

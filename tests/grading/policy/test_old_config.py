@@ -62,6 +62,7 @@ def test_the_old_names_are_the_policies_own_classes():
 
 
 @pytest.mark.parametrize("where", ["term", "policy"])
+@pytest.mark.slow  # make test; left out of make test-fast (issue 70)
 def test_an_old_config_still_grades_and_explains_the_penalty(gradebook, tmp_path, where):
     from nbgrader.api import Gradebook
     from nbgrader.preprocessors import AssignLatePenalties

@@ -38,6 +38,7 @@ def _coursepkg(*args: str) -> str:
         ("", None, "login"),
     ],
 )
+@pytest.mark.slow  # make test; left out of make test-fast (issue 70)
 def test_an_answer_is_signed_with_the_courses_name(tmp_path, monkeypatch, setting, by, signed):
     from nbgrader.api import Gradebook
 

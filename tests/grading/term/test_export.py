@@ -112,6 +112,7 @@ def gradebook(request, tmp_path):
     return url, mapping
 
 
+@pytest.mark.slow  # make test; left out of make test-fast (issue 70)
 def test_canvas_layout_and_scores(gradebook, tmp_path):
     url, mapping = gradebook
     out = export(url, COURSE, None, "canvas", tmp_path / "canvas.csv",
@@ -240,6 +241,7 @@ def test_gradescope_says_how_late_after_the_extensions_and_the_parts_add_up(tmp_
     assert row["ex01_attention - Lateness (H:M:S)"] == "30:00:00"  # no extension known there
 
 
+@pytest.mark.slow  # make test; left out of make test-fast (issue 70)
 def test_the_exported_score_is_the_points_less_the_penalty_never_below_zero(tmp_path):
     url = database_url(real_parts.new_sqlite_gradebook(tmp_path / "gradebook.db"))
     _fill(url, {})
