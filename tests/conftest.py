@@ -43,6 +43,8 @@ LONGEST_FILES = {
     "tests/e2e/test_student_journey.py": 210,
     "tests/e2e/test_browser.py": 147,
     "tests/grading/term/test_course_folder.py": 100,
+    "tests/grading/classroom/test_capstone.py": 150,
+    "tests/grading/checks/test_check_protocol.py": 120,
     "tests/grading/checks/test_ex09_hostile.py": 56,
     "tests/grading/term/test_similarity.py": 56,
 }
