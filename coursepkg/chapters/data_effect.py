@@ -23,8 +23,8 @@ import torch
 from torch import Tensor
 
 from coursepkg.chapters.run_cache import cache_file, check_cache_mode, reuse_run, save_run
-from coursepkg.chapters.token_lm import bits_per_byte
-from coursepkg.chapters.train import fit, seed_everything
+from coursepkg.chapters.token_lm import bits_per_byte, fit_on_windows
+from coursepkg.chapters.train import seed_everything
 from coursepkg.config import TransformerConfig
 from coursepkg.curation import ExtractionError, curate, to_text
 from coursepkg.data.text import load_tinyshakespeare
@@ -168,19 +168,15 @@ def _train_and_score(train: Tensor, heldout: Tensor, settings: dict[str, Any], s
     config = TransformerConfig(vocab_size=256, **settings["model"])
     model = DecoderOnlyLM(config)
     block, batch = settings["block_size"], settings["batch_size"]
-
-    def windows():
-        while True:
-            start = torch.randint(0, len(train) - block - 1, (batch,), generator=generator)
-            rows = start[:, None] + torch.arange(block + 1)  # (B, L + 1)
-            yield train[rows[:, :-1]], train[rows[:, 1:]]  # (B, L), (B, L)
-
-    def loss_fn(m: DecoderOnlyLM, pair: tuple[Tensor, Tensor]) -> Tensor:
-        x, y = pair
-        return torch.nn.functional.cross_entropy(m(x).flatten(0, 1), y.flatten())
-
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings["lr"], weight_decay=0.0)
-    fit(model, windows(), loss_fn, steps=settings["steps"], optimizer=optimizer, progress=False)
+    fit_on_windows(
+        model,
+        train,
+        block=block,
+        batch=batch,
+        steps=settings["steps"],
+        lr=settings["lr"],
+        generator=generator,
+    )
     model.eval()
     return bits_per_byte(model, heldout, torch.ones(256, dtype=torch.long), block)[0]
 

@@ -24,8 +24,8 @@ from scipy.optimize import minimize
 from torch import Tensor
 
 from coursepkg.chapters.run_cache import cache_file, check_cache_mode, reuse_run, save_run
-from coursepkg.chapters.token_lm import bits_per_byte
-from coursepkg.chapters.train import fit, seed_everything
+from coursepkg.chapters.token_lm import bits_per_byte, fit_on_windows
+from coursepkg.chapters.train import seed_everything
 from coursepkg.config import TransformerConfig
 from coursepkg.data.text import load_tinyshakespeare
 from coursepkg.model import DecoderOnlyLM
@@ -175,20 +175,16 @@ def _train(train: Tensor, heldout: Tensor, d_model: int, steps: int, settings: d
     generator = seed_everything(settings["seed"])
     model = DecoderOnlyLM(_config(d_model, settings))
     block, batch = settings["block_size"], settings["batch_size"]
-
-    def windows():
-        while True:
-            start = torch.randint(0, len(train) - block - 1, (batch,), generator=generator)
-            rows = start[:, None] + torch.arange(block + 1)  # (B, L + 1)
-            yield train[rows[:, :-1]], train[rows[:, 1:]]  # (B, L), (B, L)
-
-    def loss_fn(m: DecoderOnlyLM, pair: tuple[Tensor, Tensor]) -> Tensor:
-        x, y = pair
-        return torch.nn.functional.cross_entropy(m(x).flatten(0, 1), y.flatten())
-
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings["lr"], weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps, settings["lr"] / 10)
-    fit(model, windows(), loss_fn, steps, optimizer=optimizer, scheduler=schedule, progress=False)
+    fit_on_windows(
+        model,
+        train,
+        block=block,
+        batch=batch,
+        steps=steps,
+        lr=settings["lr"],
+        generator=generator,
+        min_lr=settings["lr"] / 10,
+    )
     model.eval()
     bpb = bits_per_byte(model, heldout, torch.ones(256, dtype=torch.long), block)[0]
     params = sum(p.numel() for p in model.parameters())

@@ -63,6 +63,51 @@ class TokenLMRun:
     )
 
 
+def fit_on_windows(
+    model: DecoderOnlyLM,
+    ids: Tensor,
+    *,
+    block: int,
+    batch: int,
+    steps: int,
+    lr: float,
+    generator: torch.Generator,
+    min_lr: float | None = None,
+) -> None:
+    """Train ``model`` to predict each next id of random windows of ``ids`` with AdamW (no
+    weight decay): the training step of chapter runs that only differ by their model and text.
+
+    Args:
+        model: a decoder-only LM over ``ids``' vocabulary.
+        ids: the training text as ids.
+        block: the window's length L.
+        batch: windows per step B.
+        steps: optimiser steps.
+        lr: the learning rate.
+        generator: draws the windows' starts.
+        min_lr: when given, the rate decays to it along a cosine over ``steps``.
+
+    Shape:
+        ids (N,); each step reads (B, L + 1) ids.
+    """
+
+    def windows():
+        while True:
+            start = torch.randint(0, len(ids) - block - 1, (batch,), generator=generator)
+            rows = start[:, None] + torch.arange(block + 1)  # (B, L + 1)
+            yield ids[rows[:, :-1]], ids[rows[:, 1:]]  # (B, L), (B, L)
+
+    def loss_fn(m: DecoderOnlyLM, pair: tuple[Tensor, Tensor]) -> Tensor:
+        x, y = pair
+        return torch.nn.functional.cross_entropy(m(x).flatten(0, 1), y.flatten())
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    schedule = None
+    if min_lr is not None:
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, steps, min_lr)
+    fit(model, windows(), loss_fn, steps, optimizer=optimizer, scheduler=schedule, progress=False)
+
+
 def bits_per_byte(
     model: DecoderOnlyLM, ids: Tensor, token_bytes: Tensor, block_size: int
 ) -> tuple[float, float]:
