@@ -145,7 +145,8 @@ def _check_absent(group: str, key: str, flat: dict) -> None:
             )
 
 
-# The options of one block besides its sizes D, H, F and dropout (BlockConfig.of takes these).
+# The options of one block besides its sizes D, H, F and dropout (BlockConfig.of takes these);
+# a list of names, read as a paragraph (one a line would be ten lines of nothing else).
 _BLOCK_OPTIONS = (
     "norm_first", "d_k", "d_v", "attention_dropout", "activation", "bias", "layer_norm_eps",
     "norm", "n_kv_heads", "qk_norm",

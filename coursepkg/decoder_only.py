@@ -261,8 +261,10 @@ class DecoderOnlyLM(nn.Module):
         attn_mask = as_mask(attn_mask)  # a PackedMask is checked as its dense (T, S) mask
         b, n = tokens.shape
         if token_mask is not None:
-            raise ValueError("attn_mask replaces the mask built from token_mask: "
-                             "give attn_mask without token_mask")  # fmt: skip
+            raise ValueError(
+                "attn_mask replaces the mask built from token_mask: "
+                "give attn_mask without token_mask"
+            )
         keys = n if cache is None else cache.keys_after(n)  # with a cache: cached + new
         if attn_mask.dtype != torch.bool or tuple(attn_mask.shape) not in (
             (b, 1, n, keys),

@@ -267,9 +267,13 @@ class MoEFeedForward(nn.Module):
             routing = route_top_k(logits, self.top_k, self.renormalize)
         else:
             routing = route_sigmoid(
-                logits, self.top_k, self.choice_bias, self.groups, self.top_groups,
+                logits,
+                self.top_k,
+                self.choice_bias,
+                self.groups,
+                self.top_groups,
                 self.renormalize,
-            )  # fmt: skip
+            )
         if self.scale == 1.0:
             return routing
         return Routing(routing.probs, routing.experts, routing.weights * self.scale)

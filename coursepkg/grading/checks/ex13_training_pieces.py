@@ -8,16 +8,13 @@ and :mod:`coursepkg.optim`'s; a resumed run must equal an uninterrupted one bit 
 
 from __future__ import annotations
 
-import io
 import math
-import numbers
 import random
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ... import optim as reference
@@ -38,6 +35,7 @@ from ..framework import (
     randn,
     register_configs,
 )
+from ..framework.resume import resume_run, run_uninterrupted
 from .ex13_training_pieces_mistakes import (
     ADAMW_BUGS,
     ADAMW_ITEM,
@@ -92,12 +90,15 @@ register_configs(
     ],
     extra=[{"T": 12, "lr": 1e-1, "b1": 0.95, "b2": 0.99, "eps": 1e-8, "wd": 1.0, "g": 3.0}],
     sample=lambda rng: {
-        "T": rng.randint(2, 10), "lr": rng.choice([1e-3, 1e-2, 5e-2]),
-        "b1": rng.choice([0.0, 0.5, 0.9]), "b2": rng.choice([0.9, 0.99, 0.999]),
-        "eps": rng.choice([1e-8, 1e-4]), "wd": rng.choice([0.01, 0.1, 0.3]),
+        "T": rng.randint(2, 10),
+        "lr": rng.choice([1e-3, 1e-2, 5e-2]),
+        "b1": rng.choice([0.0, 0.5, 0.9]),
+        "b2": rng.choice([0.9, 0.99, 0.999]),
+        "eps": rng.choice([1e-8, 1e-4]),
+        "wd": rng.choice([0.01, 0.1, 0.3]),
         "g": rng.choice([0.1, 1.0, 5.0]),
     },
-)  # fmt: skip
+)
 register_configs(
     PARAM_GROUPS_ITEM,
     visible=[{"wd": 0.1}, {"wd": 0.01}, {"wd": 0.5}],
@@ -113,10 +114,12 @@ register_configs(
     ],
     extra=[{"max_lr": 3e-4, "warmup": 0, "total": 20, "min_lr": 3e-5}],
     sample=lambda rng: {
-        "max_lr": rng.choice([1e-4, 3e-4, 1e-3, 1.0]), "warmup": rng.randint(0, 20),
-        "total": rng.randint(21, 80), "min_lr": rng.choice([0.0, 1e-5, 1e-4]),
+        "max_lr": rng.choice([1e-4, 3e-4, 1e-3, 1.0]),
+        "warmup": rng.randint(0, 20),
+        "total": rng.randint(21, 80),
+        "min_lr": rng.choice([0.0, 1e-5, 1e-4]),
     },
-)  # fmt: skip
+)
 register_configs(
     CLIP_ITEM,
     visible=[
@@ -147,10 +150,12 @@ def _adamw_gradients(cfg: Config, seed: int | None, dtype: torch.dtype) -> tuple
     gen = generator(seed, salt=131)
     weights = [randn(gen, *s, dtype=dtype) for s in SHAPES]
     grads = [
-        [None if (i == 3 and t == 0) else cfg["g"] * randn(gen, *s, dtype=dtype)
-         for i, s in enumerate(SHAPES)]
+        [
+            None if (i == 3 and t == 0) else cfg["g"] * randn(gen, *s, dtype=dtype)
+            for i, s in enumerate(SHAPES)
+        ]
         for t in range(cfg["T"])
-    ]  # fmt: skip
+    ]
     return weights, grads
 
 
@@ -165,8 +170,14 @@ def _adamw_trajectory(optimizer_class: Any, inputs: tuple, call: Callable | None
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg["wd"]},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-    opt = call(optimizer_class, groups, lr=cfg["lr"], betas=(cfg["b1"], cfg["b2"]),
-               eps=cfg["eps"], weight_decay=0.01)  # fmt: skip
+    opt = call(
+        optimizer_class,
+        groups,
+        lr=cfg["lr"],
+        betas=(cfg["b1"], cfg["b2"]),
+        eps=cfg["eps"],
+        weight_decay=0.01,
+    )
     rows = []
     for t, step_grads in enumerate(grads):
         for g, group in enumerate(opt.param_groups):
@@ -192,8 +203,13 @@ def _adamw_mistake(student: Callable, inputs: tuple, expected: Tensor) -> BugVar
     if bug is not None:
         return bug
     probe = (_ADAMW_PROBE, *_adamw_gradients(_ADAMW_PROBE, None, torch.float64))
-    bug = diagnose(student, ADAMW_BUGS, probe, run=_adamw_trajectory,
-                   reference_output=_adamw_trajectory(_torch_adamw, probe))  # fmt: skip
+    bug = diagnose(
+        student,
+        ADAMW_BUGS,
+        probe,
+        run=_adamw_trajectory,
+        reference_output=_adamw_trajectory(_torch_adamw, probe),
+    )
     if bug is not None and diagnose(student, [bug], inputs, run=_adamw_trajectory) is bug:
         return bug
     return None
@@ -205,8 +221,9 @@ def _torch_adamw(params, **kw):
 
 def _expect_optimizer(impl: Any) -> None:
     if impl in (torch.optim.AdamW, reference.AdamW) or getattr(impl, "step", None) in (
-        torch.optim.Adam.step, reference.AdamW.step
-    ):  # fmt: skip
+        torch.optim.Adam.step,
+        reference.AdamW.step,
+    ):
         raise _builtin_failure(ADAMW_ITEM, ADAMW_BUGS, "PyTorch's (or the course's) AdamW")
     if not (isinstance(impl, type) and issubclass(impl, torch.optim.Optimizer)):
         raise CheckFailure(
@@ -224,8 +241,9 @@ def check_adamw(report: CheckReport, impl: Any, thorough: bool, seed: int | None
     _expect_optimizer(impl)
 
     def student(*inputs: Any) -> Tensor:
-        return _adamw_trajectory(impl, inputs, lambda fn, *a, **kw: call_student(
-            fn, *a, item=ADAMW_ITEM, **kw))  # fmt: skip
+        return _adamw_trajectory(
+            impl, inputs, lambda fn, *a, **kw: call_student(fn, *a, item=ADAMW_ITEM, **kw)
+        )
 
     cfgs = configs(ADAMW_ITEM, thorough, seed)
     with forbidden_calls(ADAMW_ITEM, **_FORBID):
@@ -234,15 +252,18 @@ def check_adamw(report: CheckReport, impl: Any, thorough: bool, seed: int | None
                 inputs = (cfg, *_adamw_gradients(cfg, seed, dtype))
                 expected = _adamw_trajectory(_torch_adamw, inputs)
                 expect_close(
-                    report, student(*inputs), expected,
+                    report,
+                    student(*inputs),
+                    expected,
                     f"the trajectory of your parameters (row t: after step t + 1 of {cfg['T']}; "
                     f"{describe(cfg)}, {dtype_name(dtype)})",
                     diagnosis=lambda inputs=inputs, expected=expected: _adamw_mistake(
-                        student, inputs, expected),
+                        student, inputs, expected
+                    ),
                     hint="Expected torch.optim.AdamW's updates: decoupled decay w -= lr * wd * w, "
                     "then m and v, their bias corrections with t from 1, lr * m_hat / "
                     "(sqrt(v_hat) + eps), each group's own lr and weight_decay.",
-                )  # fmt: skip
+                )
     report.ok(f"equals torch.optim.AdamW step by step on {len(cfgs)} settings (float32, float64)")
     report.ok("decoupled decay, bias correction, each group's lr and weight_decay read every step")
 
@@ -292,9 +313,11 @@ def _decay_table(groups: Any, model: nn.Module) -> Tensor:
 
 
 @public_check(
-    assignment="ex13_training_pieces", implements="param_groups", bugs=PARAM_GROUPS_BUGS,
+    assignment="ex13_training_pieces",
+    implements="param_groups",
+    bugs=PARAM_GROUPS_BUGS,
     kind="function",
-)  # fmt: skip
+)
 def check_param_groups(report: CheckReport, impl: Any, thorough: bool, seed: int | None) -> None:
     """Check the student's ``param_groups(model, weight_decay)``: on a model with an embedding
     tied to its output layer, biases, a LayerNorm, a gain named ``gain``, a 3-D kernel and a
@@ -319,8 +342,9 @@ def check_param_groups(report: CheckReport, impl: Any, thorough: bool, seed: int
                 continue
             i = int((got.nan_to_num(-1.0) != expected).nonzero()[0])
             mine = "no group" if math.isnan(got[i]) else f"weight_decay {got[i].item():g}"
-            bug = diagnose(student, PARAM_GROUPS_BUGS, (cfg["wd"],), run=table,
-                           reference_output=expected)  # fmt: skip
+            bug = diagnose(
+                student, PARAM_GROUPS_BUGS, (cfg["wd"],), run=table, reference_output=expected
+            )
             report.fail(
                 f"with weight_decay={cfg['wd']:g}, your groups give {names[i]} {mine}, expected "
                 f"{expected[i].item():g} (matrices: weight_decay; biases and gains: 0.0).",
@@ -370,8 +394,13 @@ def check_warmup_cosine_lr(
             if not bool(bad.any()):
                 continue
             s = int(bad.nonzero()[0])
-            bug = diagnose(student, WARMUP_COSINE_BUGS, (cfg,), run=lambda f, a: _curve(f, *a),
-                           reference_output=expected)  # fmt: skip
+            bug = diagnose(
+                student,
+                WARMUP_COSINE_BUGS,
+                (cfg,),
+                run=lambda f, a: _curve(f, *a),
+                reference_output=expected,
+            )
             report.fail(
                 f"warmup_cosine_lr({s}, max_lr={cfg['max_lr']:g}, warmup_steps={cfg['warmup']}, "
                 f"total_steps={cfg['total']}, min_lr={cfg['min_lr']:g}) returned "
@@ -424,8 +453,9 @@ def _clip_explain(student: Callable, inputs: tuple, expected: tuple, tol: dict) 
     return (_ONE_PASS if right else ""), None
 
 
-@public_check(assignment="ex13_training_pieces", implements="clip_grad_norm_", bugs=CLIP_BUGS,
-              kind="function")  # fmt: skip
+@public_check(
+    assignment="ex13_training_pieces", implements="clip_grad_norm_", bugs=CLIP_BUGS, kind="function"
+)
 def check_clip_grad_norm(report: CheckReport, impl: Any, thorough: bool, seed: int | None) -> None:
     """Check the student's ``clip_grad_norm_(parameters, max_norm)`` against
     :func:`coursepkg.optim.clip_grad_norm_` (equal to PyTorch's): the gradients after clipping
@@ -448,11 +478,13 @@ def check_clip_grad_norm(report: CheckReport, impl: Any, thorough: bool, seed: i
                 tol = {"rtol": rtol, "atol": 1e-7}
                 for k, what in enumerate(_CLIP_OUTPUTS):
                     expect_close(
-                        report, got[k], expected[k],
+                        report,
+                        got[k],
+                        expected[k],
                         f"{what} ({describe(cfg)}, {dtype_name(dtype)})",
                         explain=lambda i=inputs, e=expected, t=tol: _clip_explain(student, i, e, t),
                         **tol,
-                    )  # fmt: skip
+                    )
     report.ok("one global norm, every gradient scaled by min(1, max_norm / norm)")
     report.ok("returns the norm before clipping; parameters without a gradient skipped")
 
@@ -505,95 +537,25 @@ def check_training_state(report: CheckReport, impl: Any, thorough: bool, seed: i
             got = run(impl, inputs, student=True)
             if torch.equal(got, expected):
                 continue
-            bug = diagnose(lambda *a: run(impl, a, True), RESUME_BUGS, inputs, run=run,
-                           reference_output=expected)  # fmt: skip
+            bug = diagnose(
+                lambda *a: run(impl, a, True),
+                RESUME_BUGS,
+                inputs,
+                run=run,
+                reference_output=expected,
+            )
             err = float((got - expected).abs().max())
             report.fail(
                 f"after resuming at step {cfg['stop']} of {cfg['steps']} (dropout p={cfg['p']}), "
                 f"your run's weights differ from the uninterrupted run's by up to {err:.3g}; "
                 "they must be equal bit for bit."
-                + ("" if bug else "\nSave and restore the weights, the optimizer's state, the "
-                   "step, the batch generator's state and torch's global RNG state."),
+                + (
+                    ""
+                    if bug
+                    else "\nSave and restore the weights, the optimizer's state, the "
+                    "step, the batch generator's state and torch's global RNG state."
+                ),
                 bug,
-            )  # fmt: skip
+            )
     report.ok(f"resumes bit for bit after {', '.join(str(c['stop']) for c in cfgs)} steps")
     report.ok("weights, optimizer state, step, data position and RNG state all restored")
-
-
-def _roundtrip(state: Any) -> Any:
-    """``state`` written with ``torch.save`` and read back (a copy, as from a file)."""
-    buffer = io.BytesIO()
-    try:
-        torch.save(state, buffer)
-    except Exception as exc:  # noqa: BLE001 - reported to the student
-        raise CheckFailure(
-            f"torch.save cannot write what your capture returned ({type(exc).__name__}: {exc}); "
-            "return a dict of tensors, numbers, lists and dicts (no functions, no open files)."
-        ) from None
-    buffer.seek(0)
-    return torch.load(buffer, weights_only=False)
-
-
-# ---------------------------------------------------------------------------------------------
-# The interrupted run of check_training_state
-# ---------------------------------------------------------------------------------------------
-
-
-def _setup(cfg: Config, seed: int, offset: int) -> tuple[nn.Module, Any, torch.Generator]:
-    """Model, optimizer and batch generator, seeded from ``seed + offset``; torch's global RNG
-    left at a state of the same seed (the resumed run's ``offset`` moves all of them)."""
-    base = 7 * seed + offset
-    torch.manual_seed(base)
-    # dropout draws from torch's global RNG; the LayerNorm makes an undecayed group
-    model = nn.Sequential(nn.Linear(6, 8), nn.LayerNorm(8), nn.Dropout(cfg["p"]), nn.Linear(8, 3))
-    optimizer = reference.AdamW(reference.param_groups(model, 0.1), lr=1e-2)
-    batches = torch.Generator().manual_seed(base + 1)
-    torch.manual_seed(base + 2)  # the dropout masks
-    return model, optimizer, batches
-
-
-def _train(run: tuple, data: tuple[Tensor, Tensor], start: int, stop: int, cfg: Config) -> None:
-    """Updates ``start`` to ``stop - 1``: rows drawn from ``batches``, the schedule's rate,
-    clipping to 1, an AdamW step."""
-    model, optimizer, batches = run
-    x, y = data
-    for step in range(start, stop):
-        lr = reference.warmup_cosine_lr(step, 1e-2, 2, cfg["steps"] - 1, 1e-3)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        rows = torch.randint(len(x), (8,), generator=batches)  # (8,)
-        with torch.enable_grad():  # diagnose reruns the variants under no_grad
-            loss = F.mse_loss(model(x[rows]), y[rows])
-            optimizer.zero_grad()
-            loss.backward()
-        reference.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-
-
-def _data(seed: int) -> tuple[Tensor, Tensor]:
-    gen = generator(seed, salt=137)
-    return randn(gen, 48, 6), randn(gen, 48, 3)  # (48, 6), (48, 3)
-
-
-def run_uninterrupted(cfg: Config, seed: int) -> Tensor:
-    """The weights after ``cfg["steps"]`` updates in one go."""
-    run = _setup(cfg, seed, 0)
-    _train(run, _data(seed), 0, cfg["steps"], cfg)
-    return nn.utils.parameters_to_vector(run[0].parameters()).detach()  # (P,)
-
-
-def resume_run(capture: Callable, restore: Callable, cfg: Config, seed: int) -> Tensor:
-    """The weights after ``cfg["stop"]`` updates, a capture, a round trip through
-    ``torch.save``, a restore into a new run and the updates from the step restore returns."""
-    data = _data(seed)
-    first = _setup(cfg, seed, 0)
-    _train(first, data, 0, cfg["stop"], cfg)
-    state = _roundtrip(capture(first[0], first[1], cfg["stop"], first[2]))
-    second = _setup(cfg, seed, 100)
-    step = restore(state, *second)
-    if isinstance(step, bool) or not isinstance(step, numbers.Integral):
-        raise CheckFailure(
-            f"restore should return the step to continue from (an int), got {type(step).__name__}."
-        )
-    _train(second, data, int(step), cfg["steps"], cfg)
-    return nn.utils.parameters_to_vector(second[0].parameters()).detach()  # (P,)

@@ -28,7 +28,8 @@ from ..framework.post_training import (
     pg_reference,
 )
 
-__all__ = [  # each item's name and mistakes, and all of them
+# each item's name and mistakes, and all of them: pairs read as a table, not one a line
+__all__ = [
     "SFT_ITEM", "SFT_BUGS", "LORA_ITEM", "LORA_BUGS", "DPO_ITEM", "DPO_BUGS", "ENTROPY_ITEM",
     "ENTROPY_BUGS", "MASKED_MEAN_ITEM", "MASKED_MEAN_BUGS", "ADVANTAGES_ITEM", "ADVANTAGES_BUGS",
     "PG_ITEM", "PG_BUGS", "GRPO_ITEM", "GRPO_BUGS", "BUGS",
