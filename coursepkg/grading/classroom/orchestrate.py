@@ -278,8 +278,8 @@ def _run(batch: _Batch, jobs: list[GradeJob], window: int, progress: bool, conso
 
     name = batch.assignment.name
     todo = list(reversed(jobs))
-    bar = tqdm(total=len(jobs), desc=f"grading {name}", unit="nb", disable=not progress,
-               file=console or sys.stderr)  # fmt: skip
+    shown = {"disable": not progress, "file": console or sys.stderr}
+    bar = tqdm(total=len(jobs), desc=f"grading {name}", unit="nb", **shown)
     try:
         with bar:
             running = as_completed(
@@ -311,13 +311,17 @@ def _finish(batch: _Batch, chosen: list[str], notebooks: list[str], reports: Pat
         reports=reports,
         dashboard=build_dashboard(book.root),
         sandbox=sandbox_summary(batch.statuses),
-        due=_due(book, assignment)
-        + (
-            f" (it replaced the gradebook's {replaced:%Y-%m-%d %H:%M} UTC: LatePolicy.due_dates "
-            "in nbgrader_config.py wins)"
-            if replaced is not None
-            else ""
-        ),  # fmt: skip
+        due=_due(book, assignment) + _replaced_note(replaced),
+    )
+
+
+def _replaced_note(replaced: Any) -> str:
+    """What the summary adds when the policy's due date replaced the gradebook's (None: none)."""
+    if replaced is None:
+        return ""
+    return (
+        f" (it replaced the gradebook's {replaced:%Y-%m-%d %H:%M} UTC: LatePolicy.due_dates "
+        "in nbgrader_config.py wins)"
     )
 
 
@@ -351,6 +355,15 @@ def _submissions(root: Path, assignment: str, students: list[str] | None) -> lis
     if not chosen:
         raise ValueError(f"no submissions of {assignment!r} in {root / 'submitted'}")
     return chosen
+
+
+def _start_fork_servers(client: Any, fork: bool) -> None:
+    """With ``fork``, a fork server on each worker, started first: it imports torch and the
+    checks while the client prepares the jobs."""
+    if fork:
+        from .worker import GradingPlugin
+
+        client.register_plugin(GradingPlugin())
 
 
 def grade_class(
@@ -403,29 +416,25 @@ def grade_class(
     start = time.perf_counter()
     root = Path(course).resolve()
     url = gradebook.reachable_url(root, db_url)
-    limits = course_limits(root, cell_timeout=cell_timeout, notebook_timeout=notebook_timeout,
-                           memory_mb=memory_mb, disk_mb=disk_mb, shm_mb=shm_mb)  # fmt: skip
+    sizes = dict(cell_timeout=cell_timeout, notebook_timeout=notebook_timeout, memory_mb=memory_mb)
+    limits = course_limits(root, **sizes, disk_mb=disk_mb, shm_mb=shm_mb)
     chosen = _submissions(root, assignment, students)
     book = _checked_course(root, url, assignment)
     stop = _Stop()
     with stop.installed():
         with connect(scheduler, workers) as client:  # reachable, before anything is written
-            if fork:  # first: the fork servers import torch while the client prepares the jobs
-                from .worker import GradingPlugin
-
-                client.register_plugin(GradingPlugin())
+            _start_fork_servers(client, fork)
             notebooks = book.notebooks(assignment)
             replaced = apply_due_date(book, assignment)  # the policy's, before the workers
             reports = root / "reports" / assignment
             (reports / "logs").mkdir(parents=True, exist_ok=True)
             n_workers = len(client.scheduler_info()["workers"]) or 1
             threads = max(1, (os.cpu_count() or 1) // n_workers) if not scheduler else 1
-            shipped = _assignment(book, assignment, notebooks, threads=threads, fork=fork,
-                                  **limits)  # fmt: skip
+            shipped = _assignment(book, assignment, notebooks, threads=threads, fork=fork, **limits)
             batch = _Batch(client, shipped, book, stop)
             grade_start = time.perf_counter()
-            _run(batch, [_job(book, assignment, sid, notebooks) for sid in chosen], 4 * n_workers,
-                 progress, console)  # fmt: skip
+            jobs = [_job(book, assignment, sid, notebooks) for sid in chosen]
+            _run(batch, jobs, 4 * n_workers, progress, console)
             grade_seconds = time.perf_counter() - grade_start
         result = _finish(batch, chosen, notebooks, reports, replaced)
         result.grade_seconds, result.workers = grade_seconds, n_workers
