@@ -47,7 +47,12 @@ from ..framework import (
     randn,
     register_configs,
 )
-from ..framework.ranks import probe_loopback, stderr_without_hostname_warning
+from ..framework.ranks import (
+    probe_loopback,
+    rank_errors,
+    stderr_without_hostname_warning,
+    where_ranks_were,
+)
 from .ex15_data_parallel_mistakes import (
     BUCKETED_BUGS,
     BUCKETED_ITEM,
@@ -76,9 +81,17 @@ JOIN_S = 30.0
 #: hang is reported by the launch, which knows the step each rank was in
 COLLECTIVE_TIMEOUT_S = 120.0
 _COLLECTIVES = (
-    "broadcast", "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-    "reduce_scatter_tensor", "reduce", "barrier", "send", "recv",
-)  # fmt: skip
+    "broadcast",
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "reduce",
+    "barrier",
+    "send",
+    "recv",
+)
 
 for _item in (NAIVE_DDP_ITEM, BUCKETED_ITEM, ZERO_ITEM):
     register_configs(
@@ -86,10 +99,12 @@ for _item in (NAIVE_DDP_ITEM, BUCKETED_ITEM, ZERO_ITEM):
         visible=[{"steps": 3, "batch": 8, "seed": 0, "bucket_bytes": 150}],
         extra=[{"steps": 4, "batch": 6, "seed": 11, "bucket_bytes": 130}],
         sample=lambda rng: {
-            "steps": rng.randint(2, 4), "batch": rng.choice([4, 6, 8]),
-            "seed": rng.randint(1, 999), "bucket_bytes": rng.choice([130, 140, 150]),
+            "steps": rng.randint(2, 4),
+            "batch": rng.choice([4, 6, 8]),
+            "seed": rng.randint(1, 999),
+            "bucket_bytes": rng.choice([130, 140, 150]),
         },
-    )  # fmt: skip
+    )
 
 
 class Probe(nn.Module):
@@ -137,8 +152,10 @@ def _vector(model: nn.Module) -> Tensor:
 #: gradient, as an unused parameter is: the task says it steps with zeros; skipping it, as
 #: ``torch.optim.AdamW`` does for a whole parameter a rank owns, passes too.
 NO_GRAD_STEP = 1
-_NO_GRAD_NOTE = (f"\n(At step {NO_GRAD_STEP + 1} the check leaves gain without a gradient, "
-                 "p.grad is None: the task says to use zeros for it.)")  # fmt: skip
+_NO_GRAD_NOTE = (
+    f"\n(At step {NO_GRAD_STEP + 1} the check leaves gain without a gradient, "
+    "p.grad is None: the task says to use zeros for it.)"
+)
 
 
 def train_alone(item: str, cfg: Config, zeros: bool = True) -> Tensor:
@@ -180,10 +197,15 @@ class _Watch:
         """Watch every collective of ``torch.distributed``, called as ``dist.all_reduce`` or
         by a name the student's module imported (``from torch.distributed import ...``); in
         this rank only (a forked copy of the student's namespace)."""
-        namespaces = {
-            id(fn.__globals__): fn.__globals__
-            for fn in vars(impl).values() if hasattr(fn, "__globals__")
-        } if isinstance(impl, type) else {}  # fmt: skip
+        namespaces = (
+            {
+                id(fn.__globals__): fn.__globals__
+                for fn in vars(impl).values()
+                if hasattr(fn, "__globals__")
+            }
+            if isinstance(impl, type)
+            else {}
+        )
         for name in _COLLECTIVES:
             plain = getattr(dist, name)
             watched = self._watched(name, plain)
@@ -251,8 +273,11 @@ def _train(item: str, impl: Any, cfg: Config, watch: _Watch, student: bool) -> d
     else:
         _broadcast_start(model)
         wrapper = call(impl, model, cfg["bucket_bytes"]) if item == BUCKETED_ITEM else None
-    optimizer = call(impl, list(model.parameters()), 0.05) if item == ZERO_ITEM else (
-        _optimizer(item, list(model.parameters())))  # fmt: skip
+    optimizer = (
+        call(impl, list(model.parameters()), 0.05)
+        if item == ZERO_ITEM
+        else (_optimizer(item, list(model.parameters())))
+    )
     xs, ys = _batches(cfg)
     size = cfg["batch"] // world
     for step, (x, y) in enumerate(zip(xs, ys, strict=True)):
@@ -328,24 +353,6 @@ def _rank_main(rank: int, port: int, out: str, job: tuple) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _errors(out: Path) -> list[tuple[str, str]]:
-    files = sorted(out.glob("rank*.error"), key=lambda f: f.stat().st_mtime_ns)
-    return [tuple(json.loads(f.read_text())) for f in files]  # type: ignore[misc]
-
-
-def _where(out: Path) -> str:
-    notes = []
-    for rank in range(WORLD):
-        note = out / f"rank{rank}.where"
-        if (out / f"rank{rank}.pt").exists():
-            notes.append(f"rank {rank} had finished")
-        elif note.exists():
-            notes.append(f"rank {rank} was in {note.read_text()}")
-        elif not (out / f"rank{rank}.joined").exists():
-            notes.append(f"rank {rank} had not joined the group")
-    return "; ".join(notes)
-
-
 def _raise_error(kind: str, message: str, item: str) -> None:
     if kind == "todo":
         raise NotImplementedYet(item)
@@ -393,8 +400,14 @@ def _launch_ranks(item: str, impl: Any, cfg: Config, variants: list[BugVariant] 
         return _launch_once(item, impl, cfg, variants, deadline, None)
 
 
-def _launch_once(item: str, impl: Any, cfg: Config, variants: list[BugVariant] | None,
-                 deadline: float, join_s: float | None):  # fmt: skip
+def _launch_once(
+    item: str,
+    impl: Any,
+    cfg: Config,
+    variants: list[BugVariant] | None,
+    deadline: float,
+    join_s: float | None,
+):
     """One launch of the ranks, until ``deadline`` (``time.monotonic``); with ``join_s``, raise
     :class:`_NotJoined` if the ranks have not all joined the group that many seconds in."""
     try:
@@ -419,14 +432,14 @@ def _launch_once(item: str, impl: Any, cfg: Config, variants: list[BugVariant] |
         join_by = None if join_s is None else time.monotonic() + join_s
         try:
             running = [p.sentinel for p in ranks]
-            while running and not _errors(out):
+            while running and not rank_errors(out):
                 if join_by is not None and time.monotonic() >= join_by:
                     if not all((out / f"rank{r}.joined").exists() for r in range(WORLD)):
                         raise _NotJoined
                     join_by = None
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    where = _where(out)
+                    where = where_ranks_were(out, WORLD)
                     if "torch.distributed." not in where:  # no rank in a collective: no evidence
                         raise RuntimeError(
                             f"the {WORLD} ranks did not finish within {TIMEOUT_S:g} s and none "
@@ -441,8 +454,8 @@ def _launch_once(item: str, impl: Any, cfg: Config, variants: list[BugVariant] |
                     )
                 done = wait_for(running, timeout=min(left, 0.5))
                 running = [s for s in running if s not in done]
-            if _errors(out):
-                _raise_error(*_errors(out)[0], item)
+            if rank_errors(out):
+                _raise_error(*rank_errors(out)[0], item)
             return [torch.load(out / f"rank{r}.pt") for r in range(WORLD)]
         finally:
             for process in ranks:
@@ -495,11 +508,13 @@ def _compare(
     expected = alone[0]
     apart = float((got[1] - got[0]).abs().max())
     off = max(float((g - expected).abs().max()) for g in got)
-    what = (f"after {cfg['steps']} steps ({describe(cfg)}), " + (
+    what = f"after {cfg['steps']} steps ({describe(cfg)}), " + (
         f"the ranks' weights differ from each other by up to {apart:.3g}: they no longer hold "
-        "one model" if apart > _TOLERANCE["atol"] else
-        f"the ranks agree but their weights differ by up to {off:.3g} from one process's, "
-        "started from rank 0's model and trained on the whole batch"))  # fmt: skip
+        "one model"
+        if apart > _TOLERANCE["atol"]
+        else f"the ranks agree but their weights differ by up to {off:.3g} from one process's, "
+        "started from rank 0's model and trained on the whole batch"
+    )
     report.fail(what[0].upper() + what[1:] + ".", _diagnose(item, ranks, cfg, bugs))
 
 
@@ -535,8 +550,11 @@ def check_bucketed_ddp(report: CheckReport, impl: Any, thorough: bool, seed: int
         ranks = launch(BUCKETED_ITEM, impl, cfg, None)
         unwaited = max(r["unwaited"] for r in ranks)
         if unwaited:
-            report.fail(f"{unwaited} of your asynchronous all-reduces were never waited on "
-                        f"({describe(cfg)}).", no_wait)  # fmt: skip
+            report.fail(
+                f"{unwaited} of your asynchronous all-reduces were never waited on "
+                f"({describe(cfg)}).",
+                no_wait,
+            )
         if min(r["during_backward"] for r in ranks) == 0:
             report.fail(
                 "none of your all-reduces started during backward (async_op=True, from a hook): "
@@ -567,8 +585,10 @@ def check_sharded_adamw(report: CheckReport, impl: Any, thorough: bool, seed: in
         _compare(report, ZERO_ITEM, ranks, cfg, ZERO_BUGS)
         state = [r["student"]["state"] for r in ranks]
         if None in state:
-            report.fail("ShardedAdamW should keep its torch.optim.AdamW, over this rank's shard "
-                        "only, as self.optimizer.")  # fmt: skip
+            report.fail(
+                "ShardedAdamW should keep its torch.optim.AdamW, over this rank's shard "
+                "only, as self.optimizer."
+            )
         if sum(state) > most:
             report.fail(
                 f"your optimizers keep {' + '.join(map(str, state))} numbers of state on the "

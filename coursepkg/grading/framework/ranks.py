@@ -1,19 +1,22 @@
 """What a check that forks ranks joined over gloo needs from the machine: the loopback network
 (:func:`probe_loopback`, so that a sandbox without it is said to be the machine's, not the
 student's), and a stderr the ranks may write to without failing a notebook's test cell
-(:func:`stderr_without_hostname_warning`). Nothing here imports the rest of the framework.
+(:func:`stderr_without_hostname_warning`), and reading what the ranks left in their folder
+(:func:`rank_errors`, :func:`where_ranks_were`). Nothing here imports the rest of the framework.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import sys
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
-__all__ = ["probe_loopback", "stderr_without_hostname_warning"]
+__all__ = ["probe_loopback", "rank_errors", "stderr_without_hostname_warning", "where_ranks_were"]
 
 
 def probe_loopback() -> None:
@@ -49,3 +52,24 @@ def stderr_without_hostname_warning() -> Iterator[None]:
             kept = b"".join(line for line in lines if _HOSTNAME_WARNING not in line)
             if kept:
                 os.write(2, kept)
+
+
+def rank_errors(out: Path) -> list[tuple[str, str]]:
+    """The ``[kind, message]`` pairs the ranks wrote to ``out/rank<r>.error``, oldest first."""
+    files = sorted(out.glob("rank*.error"), key=lambda f: f.stat().st_mtime_ns)
+    return [tuple(json.loads(f.read_text())) for f in files]  # type: ignore[misc]
+
+
+def where_ranks_were(out: Path, world: int) -> str:
+    """Where each of ``world`` ranks was, from the files it left in ``out``: ``rank<r>.pt``
+    (finished), ``rank<r>.where`` (the call it was in), ``rank<r>.joined`` (in the group)."""
+    notes = []
+    for rank in range(world):
+        note = out / f"rank{rank}.where"
+        if (out / f"rank{rank}.pt").exists():
+            notes.append(f"rank {rank} had finished")
+        elif note.exists():
+            notes.append(f"rank {rank} was in {note.read_text()}")
+        elif not (out / f"rank{rank}.joined").exists():
+            notes.append(f"rank {rank} had not joined the group")
+    return "; ".join(notes)
