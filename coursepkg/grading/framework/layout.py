@@ -151,10 +151,6 @@ def _pick(leaves: list[_Leaf], count: int, others: list[_Leaf], keys: Counter) -
     return fitting[:count]
 
 
-def _finding(id_: str, sentence: str) -> tuple[str, str]:
-    return id_, sentence
-
-
 def _norm_findings(mine: list[_Leaf], ref: list[_Leaf]) -> tuple[list[tuple[str, str]], int]:
     """Findings on normalisations, and the parameter gap they account for."""
     found: list[tuple[str, str]] = []
@@ -164,7 +160,7 @@ def _norm_findings(mine: list[_Leaf], ref: list[_Leaf]) -> tuple[list[tuple[str,
         if len(extra) < len(mine) - len(ref):
             extra = mine[len(ref) :]
         found.append(
-            _finding(
+            (
                 "layout.extra_norm",
                 f"{_subject(extra, 'is a normalisation', 'are normalisations')} the task's "
                 f"module does not have (you have {len(mine)}, the task {len(ref)}; a query/key "
@@ -175,7 +171,7 @@ def _norm_findings(mine: list[_Leaf], ref: list[_Leaf]) -> tuple[list[tuple[str,
         mine_paths = {leaf.path for leaf in mine}
         missing = [leaf for leaf in ref if leaf.path not in mine_paths] or ref[len(mine) :]
         found.append(
-            _finding(
+            (
                 "layout.missing_norm",
                 f"your module has {len(mine)} normalisation layers where the task's has "
                 f"{len(ref)} ({_names(missing[: len(ref) - len(mine)])} in the reference)",
@@ -185,7 +181,7 @@ def _norm_findings(mine: list[_Leaf], ref: list[_Leaf]) -> tuple[list[tuple[str,
     biased_ref = [leaf for leaf in ref if leaf.bias]
     if len(mine) == len(ref) and biased_mine and not biased_ref:
         found.append(
-            _finding(
+            (
                 "layout.norm_bias",
                 f"{_subject(biased_mine, 'has', 'have')} a bias (a LayerNorm's) where the "
                 "task's normalisation has only a gain",
@@ -193,7 +189,7 @@ def _norm_findings(mine: list[_Leaf], ref: list[_Leaf]) -> tuple[list[tuple[str,
         )
     elif len(mine) == len(ref) and biased_ref and not biased_mine:
         found.append(
-            _finding(
+            (
                 "layout.norm_without_bias",
                 f"{_subject(mine, 'has', 'have')} only a gain where the task's normalisation "
                 "also has a bias",
@@ -222,7 +218,7 @@ def _width_finding(extra: Counter, missing: Counter, every: Counter) -> tuple[st
     uses = sum(n for key, n in every.items() if want in key)
     if swapped != extra or uses != sum(n for key, n in missing.items() if want in key):
         return None
-    return _finding(
+    return (
         "layout.hidden_width",
         f"your hidden layer is {have} wide where the task's is {want} (the width argument the "
         "constructor is given; not a rule such as 4·D or Llama's 8D/3 rounded up)",
@@ -244,7 +240,7 @@ def _linear_findings(mine: list[_Leaf], ref: list[_Leaf]) -> tuple[list[tuple[st
         lost = _pick(ref, sum(missing.values()), mine, missing)
         text = f"nothing of yours stands for the reference's {_with_shapes(lost)}"
         found.append(
-            _finding(
+            (
                 "layout.missing_projection",
                 f"your module has {len(mine)} weight matrices where the task's has {len(ref)}: "
                 + text,
@@ -254,7 +250,7 @@ def _linear_findings(mine: list[_Leaf], ref: list[_Leaf]) -> tuple[list[tuple[st
         more = _pick(mine, sum(extra.values()), ref, extra)
         counts = f"{len(mine)} weight matrices against {len(ref)}: {_with_shapes(more)}"
         found.append(
-            _finding(
+            (
                 "layout.extra_projection",
                 f"{_subject(more, 'has', 'have')} no counterpart in the task's module ({counts})",
             )
@@ -270,7 +266,7 @@ def _linear_findings(mine: list[_Leaf], ref: list[_Leaf]) -> tuple[list[tuple[st
             else:
                 surplus.append(leaf)
         found.append(
-            _finding(
+            (
                 "layout.extra_bias",
                 f"{_subject(surplus, 'has a bias', 'have biases')} where the task's linear "
                 "layers have none",
@@ -278,7 +274,7 @@ def _linear_findings(mine: list[_Leaf], ref: list[_Leaf]) -> tuple[list[tuple[st
         )
     elif len(biased_mine) < len(biased_ref) and not (missing or extra):
         found.append(
-            _finding(
+            (
                 "layout.missing_bias",
                 f"{len(biased_ref) - len(biased_mine)} of your linear layers have no bias where "
                 "the task's do",
