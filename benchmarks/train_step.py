@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import alternate, matmul_peak_flops, median, setup_threads  # noqa: E402
 
 from coursepkg import Transformer, TransformerConfig  # noqa: E402
-from coursepkg.model import TokenEmbedding  # noqa: E402
+from coursepkg.model_parts import TokenEmbedding  # noqa: E402
 from coursepkg.positional import SinusoidalPositionalEncoding  # noqa: E402
 
 

@@ -45,7 +45,7 @@ _HOMES = {
     "causal_mask": ".masks",
     "padding_mask": ".masks",
     "Decoder": ".model",
-    "DecoderOnlyLM": ".model",
+    "DecoderOnlyLM": ".decoder_only",
     "Encoder": ".model",
     "EncoderDecoder": ".model",
     "Transformer": ".model",
@@ -101,7 +101,7 @@ __all__ = [
 
 def __getattr__(name: str):  # noqa: ANN202 - any of the package's names
     """Import ``name`` from its module on first use (PEP 562); a submodule's name imports the
-    submodule (``coursepkg.model.TokenEmbedding`` after ``import coursepkg``, as before)."""
+    submodule (``coursepkg.model_parts.TokenEmbedding`` after ``import coursepkg``, as before)."""
     from importlib import import_module
     from importlib.util import find_spec
 

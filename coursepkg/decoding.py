@@ -1,8 +1,8 @@
 """Generation: batched greedy decoding and beam search for the encoder-decoder model.
 
 The key/value cache they use lives in :mod:`coursepkg.kv_cache`; sampling a next token
-(:func:`sample_next`) lives with :meth:`~coursepkg.DecoderOnlyLM.generate` in
-:mod:`coursepkg.model`. Both are re-exported here.
+(:func:`~coursepkg.decoder_only.sample_next`) lives with
+:meth:`~coursepkg.DecoderOnlyLM.generate` in :mod:`coursepkg.decoder_only`.
 
 Dimension legend: B batch, K beam size, H heads, T generated length, S source length,
 V vocabulary. Token masks are bool, True = real token.
@@ -17,8 +17,8 @@ import torch
 from torch import Tensor
 
 from ._validation import check_tokens
-from .kv_cache import AttentionCache, KVCache
-from .model import Transformer, sample_next
+from .kv_cache import KVCache
+from .model import Transformer
 
 LENGTH_NORMS = ("power", "gnmt")
 #: When beam search stops a source: once K hypotheses have finished (the convention of GNMT and
@@ -359,11 +359,4 @@ def _hyp_len(hyp: list[int]) -> int:
     return max(len(hyp) - 1, 1)
 
 
-__all__ = [
-    "AttentionCache",
-    "KVCache",
-    "beam_search",
-    "greedy_decode",
-    "length_penalty",
-    "sample_next",
-]
+__all__ = ["beam_search", "greedy_decode", "length_penalty"]

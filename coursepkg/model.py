@@ -1,6 +1,6 @@
 """The encoder-decoder models: the Encoder and Decoder stacks, :class:`EncoderDecoder` (on
 embeddings) and the :class:`Transformer` of "Attention Is All You Need". The GPT-style
-:class:`~coursepkg.decoder_only.DecoderOnlyLM` has its own module and is importable from here too.
+:class:`~coursepkg.decoder_only.DecoderOnlyLM` has its own module.
 
 Dimension legend: B batch, S source length, L target length, D d_model, V vocabulary.
 At model level masks are *token* masks (B, S)/(B, L), bool, True = real token; the causal
@@ -16,13 +16,11 @@ from torch import Tensor, nn
 
 from ._validation import check_float, check_token_mask, check_tokens
 from .config import TransformerConfig
-from .decoder_only import DecoderOnlyLM, sample_next
 from .fast_attention import FastDropout
 from .kv_cache import KVCache
 from .layers import DecoderLayer, EncoderLayer
 from .masks import causal_mask, key_mask
 from .model_parts import (
-    TokenEmbedding,
     add_logits_bias,
     final_norm,
     init_linear_weights,
@@ -30,18 +28,7 @@ from .model_parts import (
     token_embedding,
 )
 
-__all__ = [
-    "Decoder",
-    "DecoderOnlyLM",
-    "Encoder",
-    "EncoderDecoder",
-    "TokenEmbedding",
-    "Transformer",
-    "init_linear_weights",
-    "make_positions",
-    "sample_next",
-    "token_embedding",
-]
+__all__ = ["Decoder", "Encoder", "EncoderDecoder", "Transformer"]
 
 
 class Encoder(nn.Module):

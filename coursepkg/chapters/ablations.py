@@ -25,7 +25,7 @@ from coursepkg.chapters.train import History, fit, seed_everything
 from coursepkg.config import TransformerConfig
 from coursepkg.data.text import char_lm_batches
 from coursepkg.data.vocab import CharVocab
-from coursepkg.model import DecoderOnlyLM
+from coursepkg.decoder_only import DecoderOnlyLM
 
 __all__ = ["BASE", "Variant", "position_losses", "train_variant"]
 

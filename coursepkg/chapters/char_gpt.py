@@ -24,7 +24,7 @@ from coursepkg.chapters.train import History, fit, seed_everything
 from coursepkg.config import TransformerConfig
 from coursepkg.data.text import char_lm_batches, load_tinyshakespeare
 from coursepkg.data.vocab import CharVocab
-from coursepkg.model import DecoderOnlyLM
+from coursepkg.decoder_only import DecoderOnlyLM
 
 __all__ = ["CharGPT", "count_bigram", "next_char_loss", "shakespeare_split", "train_char_gpt"]
 

@@ -28,7 +28,7 @@ from coursepkg.chapters.train import seed_everything
 from coursepkg.config import TransformerConfig
 from coursepkg.curation import ExtractionError, curate, to_text
 from coursepkg.data.text import load_tinyshakespeare
-from coursepkg.model import DecoderOnlyLM
+from coursepkg.decoder_only import DecoderOnlyLM
 
 __all__ = ["DataEffect", "compare_raw_and_curated", "web_corpus"]
 

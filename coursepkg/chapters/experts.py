@@ -27,7 +27,7 @@ from coursepkg.config import TransformerConfig
 from coursepkg.config_groups import LatentConfig, MoEConfig
 from coursepkg.data.text import char_lm_batches, load_tinyshakespeare
 from coursepkg.data.vocab import CharVocab
-from coursepkg.model import DecoderOnlyLM
+from coursepkg.decoder_only import DecoderOnlyLM
 from coursepkg.moe import expert_load
 
 __all__ = [

@@ -24,8 +24,8 @@ import torch
 from torch import Tensor, nn
 
 from ..data.vocab import CharVocab
+from ..decoder_only import DecoderOnlyLM
 from ..masks import causal_mask
-from ..model import DecoderOnlyLM
 from .run_cache import cache_file, check_cache_mode, reuse_run, save_run
 from .train import fit, seed_everything
 

@@ -21,8 +21,8 @@ import torch
 from torch import Tensor
 
 from .._validation import check_tokens
+from ..decoder_only import DecoderOnlyLM
 from ..masks import causal_mask
-from ..model import DecoderOnlyLM
 
 __all__ = [
     "ResidualStream",

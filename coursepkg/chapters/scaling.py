@@ -28,7 +28,7 @@ from coursepkg.chapters.token_lm import bits_per_byte, fit_on_windows
 from coursepkg.chapters.train import seed_everything
 from coursepkg.config import TransformerConfig
 from coursepkg.data.text import load_tinyshakespeare
-from coursepkg.model import DecoderOnlyLM
+from coursepkg.decoder_only import DecoderOnlyLM
 
 __all__ = ["ScalingLaw", "ScalingStudy", "count_params", "fit_scaling_law", "scaling_study"]
 

@@ -25,7 +25,7 @@ from coursepkg.chapters.run_cache import cache_file, check_cache_mode, reuse_run
 from coursepkg.chapters.train import History, fit, seed_everything
 from coursepkg.config import TransformerConfig
 from coursepkg.data.text import load_tinyshakespeare
-from coursepkg.model import DecoderOnlyLM
+from coursepkg.decoder_only import DecoderOnlyLM
 from coursepkg.tokenizer import Tokenizer, train_bpe
 
 __all__ = ["TokenLMRun", "bits_per_byte", "compare_tokenizations", "encode_seconds_by_length"]

@@ -18,9 +18,10 @@ import torch
 from torch import Tensor, nn
 
 from ..config import HFOptions, TransformerConfig
+from ..decoder_only import DecoderOnlyLM
 from ..encoder_only import EncoderOnlyLM
 from ..layers import LayerNorm
-from ..model import DecoderOnlyLM, Transformer
+from ..model import Transformer
 from .common import copy_linear, copy_tensor, placed_like, require, transformers_module
 
 __all__ = [

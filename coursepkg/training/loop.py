@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from coursepkg.config import TransformerConfig
+from coursepkg.decoder_only import DecoderOnlyLM, sample_next
 from coursepkg.functional import cross_entropy
-from coursepkg.model import DecoderOnlyLM, sample_next
 from coursepkg.moe import MoEFeedForward, expert_load, update_choice_bias
 from coursepkg.parallel.checkpointing import checkpoint_blocks
 from coursepkg.training.checkpoint import check_compatible

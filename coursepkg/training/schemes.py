@@ -26,7 +26,7 @@ import torch.distributed as tdist
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from coursepkg.model import DecoderOnlyLM
+from coursepkg.decoder_only import DecoderOnlyLM
 from coursepkg.optim import AdamW, clip_grad_norm_, param_groups
 from coursepkg.parallel.comm import flatten, shard_bounds
 from coursepkg.parallel.ddp import BucketedDDP, NaiveDDP

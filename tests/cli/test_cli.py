@@ -177,12 +177,12 @@ def test_a_bad_value_is_a_clear_error_without_a_traceback():
 
 
 def test_the_lazy_package_root_still_reaches_its_submodules_as_attributes():
-    """`import coursepkg` then `coursepkg.model.X` worked when the root imported eagerly; the
+    """`import coursepkg` then `coursepkg.model_parts.X` worked when the root imported eagerly; the
     lazy root (PEP 562) imports a submodule named as an attribute, and unknown names still
     raise AttributeError."""
     code = (
         "import coursepkg\n"
-        "assert coursepkg.model.TokenEmbedding.__name__ == 'TokenEmbedding'\n"
+        "assert coursepkg.model_parts.TokenEmbedding.__name__ == 'TokenEmbedding'\n"
         "assert callable(coursepkg.masks.causal_mask)\n"
         "assert not hasattr(coursepkg, 'no_such_module')\n"
         "assert not hasattr(coursepkg, '__wrapped__')\n"

@@ -10,9 +10,10 @@ import torch
 
 from coursepkg import RopeConfig, TransformerConfig
 from coursepkg.attention import MultiHeadAttention
+from coursepkg.decoder_only import DecoderOnlyLM
 from coursepkg.encoder_only import EncoderOnlyLM
 from coursepkg.fast_attention import FastMultiHeadAttention
-from coursepkg.model import DecoderOnlyLM, Transformer
+from coursepkg.model import Transformer
 from coursepkg.positional import RopeAngles, rope_frequencies
 
 V = 53
