@@ -42,15 +42,9 @@ from ..framework import (
     register_configs,
     run_mask_properties,
 )
-from .ex01_attention_mistakes import ADDITIVE_BUGS, ADDITIVE_ITEM, BUGS, SDPA_BUGS, SDPA_ITEM
+from .ex01_attention_mistakes import ADDITIVE_BUGS, ADDITIVE_ITEM, SDPA_BUGS, SDPA_ITEM
 
-__all__ = [
-    "ADDITIVE_BUGS",
-    "BUGS",
-    "SDPA_BUGS",
-    "check_additive_score",
-    "check_scaled_dot_product_attention",
-]
+__all__ = ["check_additive_score", "check_scaled_dot_product_attention"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,9 +28,9 @@ from ..framework import (
     register_configs,
     run_attention_cases,
 )
-from .ex02_multihead_mistakes import BUGS, MHA_BUGS, MHA_ITEM
+from .ex02_multihead_mistakes import MHA_BUGS, MHA_ITEM
 
-__all__ = ["BUGS", "MHA_BUGS", "check_multi_head_attention"]
+__all__ = ["check_multi_head_attention"]
 
 
 # ---------------------------------------------------------------------------------------------

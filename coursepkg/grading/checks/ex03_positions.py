@@ -27,9 +27,9 @@ from ..framework import (
     public_check,
     register_configs,
 )
-from .ex03_positions_mistakes import BUGS, PE_BUGS, PE_ITEM, pe_halves_not_interleaved
+from .ex03_positions_mistakes import PE_BUGS, PE_ITEM, pe_halves_not_interleaved
 
-__all__ = ["BUGS", "PE_BUGS", "check_positional_encoding"]
+__all__ = ["check_positional_encoding"]
 
 #: ``(rtol, atol)`` for the table, compared in float64. A correct float32 implementation
 #: computes the angle pos * freq with a relative error of ~6e-8, so its absolute error grows

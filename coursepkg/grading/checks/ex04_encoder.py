@@ -63,7 +63,6 @@ from ..framework import (
     run_mask_properties,
 )
 from .ex04_encoder_mistakes import (
-    BUGS,
     ENC_BUGS,
     ENC_ITEM,
     FFN_BUGS,
@@ -72,15 +71,7 @@ from .ex04_encoder_mistakes import (
     LN_ITEM,
 )
 
-__all__ = [
-    "BUGS",
-    "ENC_BUGS",
-    "FFN_BUGS",
-    "LN_BUGS",
-    "check_encoder_layer",
-    "check_feed_forward",
-    "check_layer_norm",
-]
+__all__ = ["check_encoder_layer", "check_feed_forward", "check_layer_norm"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -61,7 +61,6 @@ from ..framework import (
     run_mask_properties,
 )
 from .ex05_decoder_mistakes import (
-    BUGS,
     CAUSAL_MASK_BUGS,
     CAUSAL_MASK_ITEM,
     DECODER_LAYER_BUGS,
@@ -69,7 +68,7 @@ from .ex05_decoder_mistakes import (
     SUBLAYERS,
 )
 
-__all__ = ["BUGS", "check_causal_mask", "check_decoder_layer"]
+__all__ = ["check_causal_mask", "check_decoder_layer"]
 
 
 # ---------------------------------------------------------------------------------------------

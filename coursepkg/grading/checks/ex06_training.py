@@ -43,14 +43,13 @@ from ..framework import (
     register_configs,
 )
 from .ex06_training_mistakes import (
-    BUGS,
     LABEL_SMOOTHING_BUGS,
     LABEL_SMOOTHING_ITEM,
     NOAM_LR_BUGS,
     NOAM_LR_ITEM,
 )
 
-__all__ = ["BUGS", "check_label_smoothing", "check_noam_lr"]
+__all__ = ["check_label_smoothing", "check_noam_lr"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,14 +42,13 @@ from ..framework import (
     register_configs,
 )
 from .ex07_parameters_mistakes import (
-    BUGS,
     PARAMETER_COUNT_BUGS,
     PARAMETER_COUNT_ITEM,
     POSITIONAL,
     reference_config,
 )
 
-__all__ = ["BUGS", "PARAMETER_COUNT_BUGS", "check_parameter_count"]
+__all__ = ["check_parameter_count"]
 
 
 def _parts(kw: dict[str, Any]) -> dict[str, tuple[int, str]]:

@@ -43,7 +43,6 @@ from .ex08_decoding_mistakes import (
     BEAM_BUGS,
     BEAM_ITEM,
     BOS,
-    BUGS,
     EOS,
     GREEDY_BUGS,
     GREEDY_ITEM,
@@ -51,7 +50,7 @@ from .ex08_decoding_mistakes import (
     pad_id,
 )
 
-__all__ = ["BOS", "BUGS", "EOS", "check_beam_search", "check_greedy_decode", "decoding_case"]
+__all__ = ["check_beam_search", "check_greedy_decode", "decoding_case"]
 
 _VOCAB = 10
 _POOL = 32  # candidate sources a case's batch is picked from

@@ -1,7 +1,8 @@
 """Checks of ex09_training_run: a Transformer the student assembles from their own pieces, trains
 in the notebook within a CPU budget, and decodes greedily; graded on a held-out set of dates.
 
-The notebook's locked setup cell calls :func:`watch_training`, which installs (once per kernel,
+The notebook's locked setup cell calls
+:func:`~coursepkg.grading.framework.watch.watch_training`, which installs (once per kernel,
 for good: audit hooks cannot be removed) an audit hook and a global optimiser-step hook. From
 then on they record what grading needs to know about how the model came to be:
 
@@ -17,7 +18,7 @@ then on they record what grading needs to know about how the model came to be:
 CPU budget (the kernel's own CPU time, ``resource.getrusage``), and exact-match accuracy of the
 student's ``greedy_decode`` on dates generated from a seed that only the hidden test holds. When
 the model falls short it diagnoses the classic training mistakes from the model's behaviour
-and the training record (:data:`BUGS`, in :mod:`.ex09_training_run_mistakes`).
+and the training record (``BUGS``, in :mod:`.ex09_training_run_mistakes`).
 :func:`check_accuracy_band` awards the higher bands from the same run; :func:`check_own_pieces`
 finds reference stand-ins.
 
@@ -58,22 +59,10 @@ from ..framework.watch import (
     TrainingWatch,
     current_watch,
     kernel_cpu_seconds,
-    watch_training,
 )
-from .ex09_training_run_mistakes import BUGS, named
+from .ex09_training_run_mistakes import named
 
-__all__ = [
-    "BANDS",
-    "BUGS",
-    "CPU_BUDGET_SECONDS",
-    "TrainingRun",
-    "TrainingWatch",
-    "check_accuracy_band",
-    "check_own_pieces",
-    "check_training_run",
-    "kernel_cpu_seconds",
-    "watch_training",
-]
+__all__ = ["BANDS", "TrainingRun", "check_accuracy_band", "check_own_pieces", "check_training_run"]
 
 #: Exact-match accuracies the hidden tests award points for.
 BANDS = (0.90, 0.97, 0.99)

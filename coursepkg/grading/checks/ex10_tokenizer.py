@@ -32,9 +32,9 @@ from ..framework import (
     forbidden_calls,
     public_check,
 )
-from .ex10_tokenizer_mistakes import BPE_BUGS, BPE_ITEM, BUGS, TOKENIZER_BUGS, TOKENIZER_ITEM
+from .ex10_tokenizer_mistakes import BPE_BUGS, BPE_ITEM, TOKENIZER_BUGS, TOKENIZER_ITEM
 
-__all__ = ["BUGS", "check_tokenizer", "check_train_bpe"]
+__all__ = ["check_tokenizer", "check_train_bpe"]
 
 EOT = "<|endoftext|>"
 

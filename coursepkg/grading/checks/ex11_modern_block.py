@@ -48,7 +48,6 @@ from ..framework import (
 )
 from ..framework.modern_blocks import ReferenceBlock, ReferenceGQA
 from .ex11_modern_block_mistakes import (
-    BUGS,
     GQA_BUGS,
     GQA_ITEM,
     MODERN_BLOCK_BUGS,
@@ -62,7 +61,6 @@ from .ex11_modern_block_mistakes import (
 )
 
 __all__ = [
-    "BUGS",
     "check_apply_rope",
     "check_grouped_query_attention",
     "check_modern_block",

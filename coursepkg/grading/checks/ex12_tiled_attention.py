@@ -38,9 +38,9 @@ from ..framework import (
     random_keep,
     register_configs,
 )
-from .ex12_tiled_attention_mistakes import BUGS, TILED_BUGS, TILED_ITEM
+from .ex12_tiled_attention_mistakes import TILED_BUGS, TILED_ITEM
 
-__all__ = ["BUGS", "SCALED_QUERIES", "check_tiled_attention", "devices"]
+__all__ = ["SCALED_QUERIES", "check_tiled_attention", "devices"]
 
 Config = dict[str, Any]
 Inputs = tuple[Any, ...]  # (query, key, value, mask, causal, block_q, block_k, grad_out)

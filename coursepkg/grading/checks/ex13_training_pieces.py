@@ -39,7 +39,6 @@ from ..framework.resume import resume_run, run_uninterrupted
 from .ex13_training_pieces_mistakes import (
     ADAMW_BUGS,
     ADAMW_ITEM,
-    BUGS,
     CLIP_BUGS,
     CLIP_ITEM,
     PARAM_GROUPS_BUGS,
@@ -54,7 +53,6 @@ from .ex13_training_pieces_mistakes import (
 )
 
 __all__ = [
-    "BUGS",
     "check_adamw",
     "check_clip_grad_norm",
     "check_param_groups",

@@ -78,7 +78,6 @@ from .ex14_post_training_mistakes import (
 )
 
 __all__ = [
-    "BUGS",
     "check_dpo_loss",
     "check_group_advantages",
     "check_grpo_loss",

@@ -56,14 +56,13 @@ from ..framework.ranks import (
 from .ex15_data_parallel_mistakes import (
     BUCKETED_BUGS,
     BUCKETED_ITEM,
-    BUGS,
     NAIVE_DDP_BUGS,
     NAIVE_DDP_ITEM,
     ZERO_BUGS,
     ZERO_ITEM,
 )
 
-__all__ = ["BUGS", "check_bucketed_ddp", "check_naive_ddp", "check_sharded_adamw", "train_alone"]
+__all__ = ["check_bucketed_ddp", "check_naive_ddp", "check_sharded_adamw", "train_alone"]
 
 Config = dict[str, Any]
 

@@ -42,14 +42,13 @@ from ..framework import (
 from .ex16_experts_mistakes import (
     AUX_LOSS_BUGS,
     AUX_LOSS_ITEM,
-    BUGS,
     LATENT_BUGS,
     LATENT_ITEM,
     ROUTER_BUGS,
     ROUTER_ITEM,
 )
 
-__all__ = ["BUGS", "check_compress_latent", "check_load_balancing_loss", "check_route_top_k"]
+__all__ = ["check_compress_latent", "check_load_balancing_loss", "check_route_top_k"]
 
 Config = dict[str, Any]
 

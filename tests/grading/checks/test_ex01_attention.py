@@ -12,9 +12,10 @@ import torch.nn.functional as F
 import coursepkg.attention as ref
 from coursepkg.grading import CheckFailure
 from coursepkg.grading.checks import ex01_attention as ex01
+from coursepkg.grading.checks import ex01_attention_mistakes as mistakes
 from coursepkg.grading.framework import configs
 
-ATTENTION_BUGS = [*ex01.SDPA_BUGS, *ex01.ADDITIVE_BUGS]
+ATTENTION_BUGS = [*mistakes.SDPA_BUGS, *mistakes.ADDITIVE_BUGS]
 
 
 @pytest.fixture(autouse=True)

@@ -14,6 +14,7 @@ from torch import nn
 import coursepkg.attention as ref
 from coursepkg.grading import CheckFailure
 from coursepkg.grading.checks import ex02_multihead as ex02
+from coursepkg.grading.checks import ex02_multihead_mistakes as mistakes
 from coursepkg.grading.framework import configs, weights
 
 
@@ -28,7 +29,7 @@ def _one_thread():
 
 
 def test_catalogue_ids_are_unique_and_cover_the_issue():
-    ids = [b.id for b in ex02.MHA_BUGS]
+    ids = [b.id for b in mistakes.MHA_BUGS]
     assert len(ids) == len(set(ids))
     for required in (
         "mha.split_without_transpose",

@@ -10,6 +10,7 @@ import torch
 
 from coursepkg.grading import CheckFailure
 from coursepkg.grading.checks import ex03_positions as positions
+from coursepkg.grading.checks import ex03_positions_mistakes as mistakes
 from coursepkg.grading.framework import configs
 from coursepkg.positional import sinusoidal_table
 
@@ -17,7 +18,7 @@ from coursepkg.positional import sinusoidal_table
 def test_each_mistake_really_differs_from_the_reference():
     # A variant equal to the reference could never be told apart: each must differ on the
     # probe table the diagnosis falls back to.
-    for bug in positions.BUGS:
+    for bug in mistakes.BUGS:
         assert not torch.allclose(bug.impl(*positions._PROBE), sinusoidal_table(*positions._PROBE))
 
 

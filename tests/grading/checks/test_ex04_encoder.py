@@ -14,8 +14,9 @@ from torch import nn
 from coursepkg import layers
 from coursepkg.attention import MultiHeadAttention as ReferenceMHA
 from coursepkg.grading import CheckFailure, NotImplementedYet
-from coursepkg.grading.checks import ex02_multihead as attention
+from coursepkg.grading.checks import ex02_multihead_mistakes as attention_mistakes
 from coursepkg.grading.checks import ex04_encoder as encoder
+from coursepkg.grading.checks import ex04_encoder_mistakes as encoder_mistakes
 from coursepkg.grading.framework import configs, weights
 from coursepkg.stubs import ex02_multihead
 
@@ -30,8 +31,8 @@ def _one_thread():
 
 
 def test_catalogue_covers_the_issue():
-    ids = {b.id for b in encoder.BUGS}
-    assert len(ids) == len(encoder.BUGS)
+    ids = {b.id for b in encoder_mistakes.BUGS}
+    assert len(ids) == len(encoder_mistakes.BUGS)
     assert {
         "ln.unbiased_variance",
         "ln.eps_outside_sqrt",
@@ -110,7 +111,9 @@ def encoder_with(attn=impls.HeadLoopMHA, ffn=impls.ClampFFN, norm=impls.VarMeanL
 
 
 def _bug(bug_id):
-    return next(b.impl for b in [*encoder.BUGS, *attention.MHA_BUGS] if b.id == bug_id)
+    return next(
+        b.impl for b in [*encoder_mistakes.BUGS, *attention_mistakes.MHA_BUGS] if b.id == bug_id
+    )
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from coursepkg.grading import (
     check_causal_mask,
     check_decoder_layer,
 )
-from coursepkg.grading.checks import ex05_decoder as grading
+from coursepkg.grading.checks import ex05_decoder_mistakes as mistakes
 from coursepkg.grading.framework import configs
 from coursepkg.layers import DecoderLayer as ReferenceDecoderLayer
 from coursepkg.layers import LayerNorm as ReferenceLayerNorm
@@ -239,8 +239,8 @@ def test_float64_inputs_must_give_float64_outputs() -> None:
 
 def test_catalogue_lists_the_decoder_bugs() -> None:
     ids = {bug.id for bug in catalogue()}
-    assert {bug.id for bug in grading.BUGS} <= ids
-    assert len({bug.id for bug in grading.BUGS}) == len(grading.BUGS)
+    assert {bug.id for bug in mistakes.BUGS} <= ids
+    assert len({bug.id for bug in mistakes.BUGS}) == len(mistakes.BUGS)
 
 
 def test_unknown_wiring_mistake_points_to_forward() -> None:

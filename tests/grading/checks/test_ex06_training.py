@@ -16,6 +16,7 @@ from coursepkg.grading import (
     check_noam_lr,
 )
 from coursepkg.grading.checks import ex06_training as grading
+from coursepkg.grading.checks import ex06_training_mistakes as mistakes
 from coursepkg.grading.framework import configs
 from coursepkg.schedule import label_smoothed_cross_entropy, noam_lr
 
@@ -154,4 +155,4 @@ def test_label_smoothing_thorough_configs_depend_on_the_seed() -> None:
 
 
 def test_catalogue_lists_the_training_bugs() -> None:
-    assert {bug.id for bug in grading.BUGS} <= {bug.id for bug in catalogue()}
+    assert {bug.id for bug in mistakes.BUGS} <= {bug.id for bug in catalogue()}

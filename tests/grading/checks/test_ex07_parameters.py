@@ -49,7 +49,7 @@ def test_reference_configs_match_the_instantiated_models() -> None:
 
 def test_gap_is_explained_by_name() -> None:
     with pytest.raises(CheckFailure) as info:
-        check_parameter_count(grading.BUGS[1].impl)  # no LayerNorms
+        check_parameter_count(mistakes.BUGS[1].impl)  # no LayerNorms
     text = str(info.value)
     assert "lower by 30,720" in text
     assert "misses the LayerNorms (30,720 = 2·D per LayerNorm" in text
@@ -107,4 +107,4 @@ def test_thorough_configs_depend_on_the_seed() -> None:
 
 
 def test_catalogue_lists_the_parameter_bugs() -> None:
-    assert {bug.id for bug in grading.BUGS} <= {bug.id for bug in catalogue()}
+    assert {bug.id for bug in mistakes.BUGS} <= {bug.id for bug in catalogue()}

@@ -16,9 +16,10 @@ from coursepkg.grading import (
     check_greedy_decode,
 )
 from coursepkg.grading.checks import ex08_decoding as grading
+from coursepkg.grading.checks import ex08_decoding_mistakes as mistakes
 from coursepkg.grading.framework import configs
 
-BOS, EOS = grading.BOS, grading.EOS
+BOS, EOS = mistakes.BOS, mistakes.EOS
 
 
 def _padded(a: torch.Tensor, width: int) -> torch.Tensor:
@@ -148,7 +149,7 @@ def test_beam_must_return_tokens_and_scores() -> None:
 
 
 def test_catalogue_lists_the_decoding_bugs() -> None:
-    assert {bug.id for bug in grading.BUGS} <= {bug.id for bug in catalogue()}
+    assert {bug.id for bug in mistakes.BUGS} <= {bug.id for bug in catalogue()}
 
 
 def test_beam_near_ties_are_accepted_and_other_rows_are_not() -> None:

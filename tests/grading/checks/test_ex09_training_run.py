@@ -14,11 +14,11 @@ from torch import nn
 
 from coursepkg.grading import CheckFailure
 from coursepkg.grading.checks.ex09_training_run import (
-    BUGS,
     TrainingRun,
     check_accuracy_band,
     check_own_pieces,
 )
+from coursepkg.grading.checks.ex09_training_run_mistakes import BUGS
 
 # Each scenario is a fresh Python process that imports torch and trains a little; they run side
 # by side, and on a busy machine the lot takes minutes.

@@ -16,6 +16,7 @@ from coursepkg.grading import (
     check_train_bpe,
 )
 from coursepkg.grading.checks import ex10_tokenizer as grading
+from coursepkg.grading.checks import ex10_tokenizer_mistakes as mistakes
 from coursepkg.grading.checks.ex10_tokenizer_mistakes import (
     plain_train_bpe,
 )
@@ -210,9 +211,9 @@ def test_tokenizer_returning_a_string_is_explained() -> None:
 
 def test_catalogue_lists_every_ex10_mistake_once() -> None:
     ids = [b.id for b in catalogue()]
-    for bug in grading.BUGS:
+    for bug in mistakes.BUGS:
         assert ids.count(bug.id) == 1
-    assert {b.id for b in grading.BUGS} == {
+    assert {b.id for b in mistakes.BUGS} == {
         "bpe.merges_across_pretokens",
         "bpe.special_tokens_merged",
         "bpe.ties_reversed",
