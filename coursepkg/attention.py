@@ -408,7 +408,3 @@ class AdditiveAttention(nn.Module):
                 f"keys_proj must have shape (B, S, A) = {(batch, src_len, self.attn_dim)}, "
                 f"got {tuple(keys_proj.shape)}"
             )
-
-
-# Attention at length has its own module; its kernels are reachable here too.
-from .efficient_attention import linear_attention, tiled_attention  # noqa: E402, F401

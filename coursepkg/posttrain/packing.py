@@ -6,9 +6,10 @@
 **Packing** (:func:`pack_examples`) puts several examples one after the other in a window, so no
 compute is spent on padding. Each token gets its example's *segment* number; the
 **document mask** (:func:`document_mask`) lets a token attend only to earlier tokens of its own
-segment (True = may attend, as everywhere in the course), and :func:`segment_positions` restarts
-the positions at each segment. With both, a packed example's logits are those it gets alone
-(:func:`packed_logits`; exactly so for rotary positions, which take any position per token).
+segment (True = may attend, as everywhere in the course), and
+:func:`~coursepkg.masks.segment_positions` restarts the positions at each segment. With both, a
+packed example's logits are those it gets alone (:func:`packed_logits`; exactly so for rotary
+positions, which take any position per token).
 
 Dimension legend: B rows, L (or W, the window) positions.
 """
@@ -32,7 +33,6 @@ __all__ = [
     "pack_examples",
     "packed_logits",
     "pad_batch",
-    "segment_positions",
 ]
 
 
@@ -167,7 +167,7 @@ def packed_logits(model: DecoderOnlyLM, tokens: Tensor, segments: Tensor) -> Ten
     """Next-token logits of packed windows, each segment seeing only itself.
 
     The model runs with :func:`document_mask` in place of its causal mask and, for rotary
-    positions, :func:`segment_positions`. A model with a position table (learned or
+    positions, :func:`~coursepkg.masks.segment_positions`. A model with a position table (learned or
     sinusoidal) adds positions 0..W-1 along the window whatever the segments: attention still
     stays inside each segment, but a later segment's logits then differ from its logits alone.
 

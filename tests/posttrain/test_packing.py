@@ -6,15 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from coursepkg.masks import causal_mask
+from coursepkg.masks import causal_mask, segment_positions
 from coursepkg.posttrain.chat import ChatExample, encode_chat
-from coursepkg.posttrain.packing import (
-    document_mask,
-    pack_examples,
-    packed_logits,
-    pad_batch,
-    segment_positions,
-)
+from coursepkg.posttrain.packing import document_mask, pack_examples, packed_logits, pad_batch
 
 PAD = 0
 

@@ -62,7 +62,6 @@ from .confine import (
     NOT_UNDER_GRADER,
     deny_network,
     die_with_parent,
-    landlock_abi,
     limit_memory,
     limit_processes,
     loopback_up,
@@ -84,8 +83,6 @@ __all__ = [
     "STATUS_ENV",
     "OUTPUT_LIMIT",
     "install_guard",
-    "landlock_abi",
-    "restrict_files",
     "write_kernelspec",
 ]
 
