@@ -15,7 +15,37 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor
 
-__all__ = ["AttentionCache", "KVCache", "LayerCache", "SlidingWindowCache"]
+__all__ = [
+    "AttentionCache",
+    "KVCache",
+    "LayerCache",
+    "SlidingWindowCache",
+    "check_room",
+    "preallocate",
+]
+
+
+def check_room(capacity: int, length: int, n_new: int) -> None:
+    """Raise a ValueError when a preallocated cache holding ``length`` of its ``capacity``
+    positions cannot take ``n_new`` more (every fixed-capacity cache checks this first)."""
+    if length + n_new > capacity:
+        raise ValueError(
+            f"the cache holds at most capacity={capacity} positions; "
+            f"{length} are cached and {n_new} more were given"
+        )
+
+
+def preallocate(k: Tensor, v: Tensor, capacity: int) -> tuple[Tensor, Tensor]:
+    """Empty key and value storage for ``capacity`` positions, like ``k`` and ``v``.
+
+    Shape:
+        k (B, H, n, Dk), v (B, H, n, Dv) -> (B, H, capacity, Dk), (B, H, capacity, Dv).
+    """
+    b, h = k.shape[:2]
+    return (
+        k.new_empty(b, h, capacity, k.size(3)),  # (B, H, capacity, Dk)
+        v.new_empty(b, h, capacity, v.size(3)),  # (B, H, capacity, Dv)
+    )
 
 
 class LayerCache(ABC):
@@ -111,17 +141,9 @@ class AttentionCache(LayerCache):
     def _write(self, k: Tensor, v: Tensor) -> None:
         # Copy the new positions into the preallocated storage; k and v become views of it.
         start, end = self.length, self.length + k.size(2)
-        if end > self.capacity:
-            raise ValueError(
-                f"the cache holds at most capacity={self.capacity} positions; "
-                f"{start} are cached and {k.size(2)} more were given"
-            )
+        check_room(self.capacity, start, k.size(2))
         if self._storage is None:
-            b, h = k.shape[:2]
-            self._storage = (
-                k.new_empty(b, h, self.capacity, k.size(3)),  # (B, H, capacity, Dk)
-                v.new_empty(b, h, self.capacity, v.size(3)),  # (B, H, capacity, Dv)
-            )
+            self._storage = preallocate(k, v, self.capacity)
         k_all, v_all = self._storage
         k_all.narrow(2, start, end - start).copy_(k)
         v_all.narrow(2, start, end - start).copy_(v)

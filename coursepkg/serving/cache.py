@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from ..kv_cache import LayerCache
+from ..kv_cache import LayerCache, check_room, preallocate
 
 __all__ = ["CroppableCache", "CroppableLayerCache"]
 
@@ -44,17 +44,9 @@ class CroppableLayerCache(LayerCache):
             k (B, H, n, Dk), v (B, H, n, Dv) -> (B, H, S, Dk), (B, H, S, Dv).
         """
         start, end = self.length, self.length + k.size(2)
-        if end > self.capacity:
-            raise ValueError(
-                f"the cache holds at most capacity={self.capacity} positions; "
-                f"{start} are cached and {k.size(2)} more were given"
-            )
+        check_room(self.capacity, start, k.size(2))
         if self.storage is None:
-            b, h = k.shape[:2]
-            self.storage = (
-                k.new_empty(b, h, self.capacity, k.size(3)),  # (B, H, capacity, Dk)
-                v.new_empty(b, h, self.capacity, v.size(3)),  # (B, H, capacity, Dv)
-            )
+            self.storage = preallocate(k, v, self.capacity)
         for store, new in zip(self.storage, (k, v), strict=True):
             store.narrow(2, start, end - start).copy_(new)
         self.length = end

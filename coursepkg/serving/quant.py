@@ -30,6 +30,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from ..kv_cache import check_room
 from .cache import CroppableCache, CroppableLayerCache
 
 __all__ = [
@@ -323,11 +324,7 @@ class Int8LayerCache(CroppableLayerCache):
             k (B, H, n, Dk), v (B, H, n, Dv) -> (B, H, S, Dk), (B, H, S, Dv).
         """
         start, end = self.length, self.length + k.size(2)
-        if end > self.capacity:
-            raise ValueError(
-                f"the cache holds at most capacity={self.capacity} positions; "
-                f"{start} are cached and {k.size(2)} more were given"
-            )
+        check_room(self.capacity, start, k.size(2))
         if self.storage is None:
             b, h = k.shape[:2]
             self.storage = tuple(

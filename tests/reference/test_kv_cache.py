@@ -65,6 +65,29 @@ def test_keys_after_counts_the_keys_update_returns(make, steps) -> None:
         assert fixed is None
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda c: AttentionCache(capacity=c),
+        serving_cache.CroppableLayerCache,
+        quant.Int8LayerCache,
+    ],
+    ids=["preallocated", "croppable", "int8"],
+)
+@pytest.mark.parametrize("capacity, first", [(5, 5), (5, 2), (1, 1)])
+def test_a_full_preallocated_cache_refuses_more_and_keeps_what_it_holds(
+    make, capacity, first
+) -> None:
+    cache = make(capacity)
+    k, v = cache.update(torch.randn(1, 2, first, 4), torch.randn(1, 2, first, 3))
+    held = k.clone(), v.clone()
+    extra = capacity - first + 1  # one position more than the room left
+    with pytest.raises(ValueError, match=rf"capacity={capacity}.*{first} are cached.*{extra} more"):
+        cache.update(torch.randn(1, 2, extra, 4), torch.randn(1, 2, extra, 3))
+    assert cache.length == first
+    torch.testing.assert_close((cache.k, cache.v), held)
+
+
 @pytest.mark.parametrize("name", ["attention.py", "fast_attention.py"])
 def test_attention_reads_caches_through_the_protocol_only(name) -> None:
     tree = ast.parse((PACKAGE / name).read_text())
