@@ -20,10 +20,13 @@ from ..moe import MoEFeedForward
 
 __all__ = [
     "GATED_FROM_HF",
+    "copy_layer_norms",
     "copy_linear",
     "copy_mlp",
     "copy_mlp_back",
     "copy_tensor",
+    "decoder_fields",
+    "finish_from_hf",
     "placed_like",
     "require",
     "rope_theta_of",
@@ -87,6 +90,53 @@ def rope_theta_of(c: Any, family: str) -> float:
         f"{family}: rope_type {kind!r} is not supported (the reference implements plain RoPE)",
     )
     return float(params.get("rope_theta", getattr(c, "rope_theta", 10000.0)))
+
+
+def decoder_fields(c: Any) -> dict[str, Any]:
+    """The reference config's fields that every Hugging Face decoder it reads (Llama, Qwen3,
+    Mistral, Mixtral, DeepSeek-V3) sets the same way: a pre-norm RMSNorm stack with a final
+    norm, RoPE, a gated feed-forward and unscaled embeddings.
+
+    Args:
+        c: the Hugging Face config (``hidden_act`` already checked against ``GATED_FROM_HF``).
+
+    Returns:
+        Keyword arguments for :class:`~coursepkg.TransformerConfig`; each family adds its
+        attention's sizes, its RoPE, its bias and its experts.
+    """
+    return dict(
+        vocab_size=c.vocab_size,
+        d_model=c.hidden_size,
+        n_heads=c.num_attention_heads,
+        d_ff=c.intermediate_size,
+        n_layers=c.num_hidden_layers,
+        dropout=0.0,
+        attention_dropout=c.attention_dropout,
+        max_len=c.max_position_embeddings,
+        norm_first=True,
+        final_norm=True,
+        norm="rmsnorm",
+        layer_norm_eps=c.rms_norm_eps,
+        positional="rope",
+        activation=GATED_FROM_HF[c.hidden_act],
+        scale_embeddings=False,
+        tie_embeddings=c.tie_word_embeddings,
+    )
+
+
+def copy_layer_norms(dst: nn.Module, src: nn.Module, name: str) -> None:
+    """A Hugging Face decoder layer's two RMSNorms (``src``) into the reference layer ``dst``."""
+    copy_tensor(dst.norm1.weight, src.input_layernorm.weight, f"{name}.input_layernorm")
+    copy_tensor(dst.norm2.weight, src.post_attention_layernorm.weight, f"{name}.post_attention_ln")
+
+
+def finish_from_hf(lm: nn.Module, model: nn.Module, tied: bool) -> nn.Module:
+    """The final norm and (untied) head of the Hugging Face ``model`` copied into ``lm``, then
+    ``lm`` placed like ``model``: the last step of every ``from_hf_*`` of a decoder."""
+    copy_tensor(lm.norm.weight, model.model.norm.weight, "norm")
+    if not tied:
+        copy_tensor(lm.lm_head.weight, model.lm_head.weight, "lm_head")
+    return placed_like(lm, model)
 
 
 def copy_mlp(ffn: nn.Module, mlp: nn.Module, name: str) -> None:

@@ -30,9 +30,12 @@ from ..decoder_only import DecoderOnlyLM
 from ..moe import MoEFeedForward
 from .common import (
     GATED_FROM_HF,
+    copy_layer_norms,
     copy_mlp,
     copy_mlp_back,
     copy_tensor,
+    decoder_fields,
+    finish_from_hf,
     placed_like,
     require,
     rope_theta_of,
@@ -97,33 +100,18 @@ def deepseek_v3_config(hf_config: Any) -> TransformerConfig:
         f"{_LATENT_EPS}; the reference has one epsilon",
     )
     return TransformerConfig(
+        **decoder_fields(c),
         **_moe_fields(c),
-        vocab_size=c.vocab_size,
-        d_model=c.hidden_size,
-        n_heads=c.num_attention_heads,
         d_k=c.qk_nope_head_dim,
         d_v=c.v_head_dim,
         latent=LatentConfig(
             kv_rank=c.kv_lora_rank, q_rank=c.q_lora_rank, d_rope=c.qk_rope_head_dim
         ),
-        d_ff=c.intermediate_size,
-        n_layers=c.num_hidden_layers,
-        dropout=0.0,
-        attention_dropout=c.attention_dropout,
-        max_len=c.max_position_embeddings,
-        norm_first=True,
-        final_norm=True,
-        norm="rmsnorm",
-        layer_norm_eps=c.rms_norm_eps,
-        positional="rope",
         rope=RopeConfig(
             theta=rope_theta_of(c, "DeepseekV3"),
             pairs="interleaved" if c.rope_interleave else "halves",
         ),
-        activation=GATED_FROM_HF[c.hidden_act],
         bias=False,
-        scale_embeddings=False,
-        tie_embeddings=c.tie_word_embeddings,
     )
 
 
@@ -163,14 +151,8 @@ def from_hf_deepseek_v3(model: nn.Module) -> DecoderOnlyLM:
                 getattr(dst.self_attn, mine).weight, theirs.weight, f"{name}.self_attn.{hf}"
             )
         _copy_deepseek_mlp(dst.ffn, src.mlp, name)
-        copy_tensor(dst.norm1.weight, src.input_layernorm.weight, f"{name}.input_layernorm")
-        copy_tensor(
-            dst.norm2.weight, src.post_attention_layernorm.weight, f"{name}.post_attention_ln"
-        )
-    copy_tensor(lm.norm.weight, body.norm.weight, "norm")
-    if not tied:
-        copy_tensor(lm.lm_head.weight, model.lm_head.weight, "lm_head")
-    return placed_like(lm, model)
+        copy_layer_norms(dst, src, name)
+    return finish_from_hf(lm, model, tied)
 
 
 # What the way back needs of the reference's config: DeepSeek-V3's block, whatever its sizes.

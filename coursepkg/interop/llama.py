@@ -27,10 +27,13 @@ from ..config_groups import MoEConfig, RopeConfig
 from ..decoder_only import DecoderOnlyLM
 from .common import (
     GATED_FROM_HF,
+    copy_layer_norms,
     copy_linear,
     copy_mlp,
     copy_mlp_back,
     copy_tensor,
+    decoder_fields,
+    finish_from_hf,
     placed_like,
     require,
     rope_theta_of,
@@ -99,28 +102,13 @@ def llama_config(hf_config: Any, family: str = "Llama") -> TransformerConfig:
     )
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     return TransformerConfig(
+        **decoder_fields(c),
         **_moe_fields(c, family),
-        vocab_size=c.vocab_size,
-        d_model=c.hidden_size,
-        n_heads=c.num_attention_heads,
         n_kv_heads=c.num_key_value_heads,
         d_k=head_dim,
         d_v=head_dim,
-        d_ff=c.intermediate_size,
-        n_layers=c.num_hidden_layers,
-        dropout=0.0,
-        attention_dropout=c.attention_dropout,
-        max_len=c.max_position_embeddings,
-        norm_first=True,
-        final_norm=True,
-        norm="rmsnorm",
-        layer_norm_eps=c.rms_norm_eps,
-        positional="rope",
         rope=RopeConfig(theta=rope_theta_of(c, family), pairs="halves"),
-        activation=GATED_FROM_HF[c.hidden_act],
         bias=attention_bias,
-        scale_embeddings=False,
-        tie_embeddings=c.tie_word_embeddings,
         qk_norm=family in ("Qwen3", "Qwen3MoE"),
         sliding_window=_sliding_window(c, family),
     )
@@ -169,14 +157,8 @@ def _from_hf(model: nn.Module, family: str) -> DecoderOnlyLM:
             copy_tensor(ours.q_norm.weight, theirs.q_norm.weight, f"{name}.self_attn.q_norm")
             copy_tensor(ours.k_norm.weight, theirs.k_norm.weight, f"{name}.self_attn.k_norm")
         copy_mlp(dst.ffn, src.mlp, name)
-        copy_tensor(dst.norm1.weight, src.input_layernorm.weight, f"{name}.input_layernorm")
-        copy_tensor(
-            dst.norm2.weight, src.post_attention_layernorm.weight, f"{name}.post_attention_ln"
-        )
-    copy_tensor(lm.norm.weight, body.norm.weight, "norm")
-    if not tied:
-        copy_tensor(lm.lm_head.weight, model.lm_head.weight, "lm_head")
-    return placed_like(lm, model)
+        copy_layer_norms(dst, src, name)
+    return finish_from_hf(lm, model, tied)
 
 
 def from_hf_llama(model: nn.Module) -> DecoderOnlyLM:
