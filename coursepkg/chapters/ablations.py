@@ -21,7 +21,7 @@ from torch import Tensor
 
 from coursepkg.chapters.char_gpt import next_char_loss, shakespeare_split
 from coursepkg.chapters.run_cache import cache_file, check_cache_mode, reuse_run, save_run
-from coursepkg.chapters.train import History, fit, seed_everything
+from coursepkg.chapters.train import History, fit_warmup_decay, seed_everything
 from coursepkg.config import TransformerConfig
 from coursepkg.data.text import char_lm_batches
 from coursepkg.data.vocab import CharVocab
@@ -121,20 +121,15 @@ def train_variant(
     result = Variant(DecoderOnlyLM(config), vocab, History(), heldout_ids)
     if cache == "reuse" and reuse_run(path, lambda saved: _restore(result, saved)):
         return result
-
-    def schedule(step: int) -> float:  # linear warm-up, then linear decay to 10%
-        return min(1.0, (step + 1) / warmup_steps) * max(0.1, 1 - step / steps)
-
-    heldout = windows["held-out"][:2]
-    optimizer = torch.optim.Adam(result.model.parameters(), lr=lr)
-    result.history = fit(
+    result.history = fit_warmup_decay(
         result.model,
         char_lm_batches(train_ids, vocab, block_size, batch_size, generator=generator),
         next_char_loss,
+        next_char_loss,
+        windows["held-out"][:2],
         steps=steps,
-        optimizer=optimizer,
-        scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, schedule),
-        eval_fn=lambda m: {"held-out": sum(next_char_loss(m, b).item() for b in heldout) / 2},
+        lr=lr,
+        warmup=warmup_steps,
         eval_every=50,
         progress=progress,
         desc="variant",

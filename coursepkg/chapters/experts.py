@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from coursepkg.chapters.run_cache import cache_file, check_cache_mode, reuse_run, save_run
-from coursepkg.chapters.train import History, fit, seed_everything
+from coursepkg.chapters.train import History, fit_warmup_decay, seed_everything
 from coursepkg.config import TransformerConfig
 from coursepkg.config_groups import LatentConfig, MoEConfig
 from coursepkg.data.text import char_lm_batches, load_tinyshakespeare
@@ -174,11 +174,6 @@ def train_experts_run(
     run = ExpertsRun(DecoderOnlyLM(config), vocab, History(), heldout)
     if cache == "reuse" and reuse_run(path, lambda saved: _restore(run, saved)):
         return run
-    warmup = max(1, steps // 10)
-
-    def schedule(step: int) -> float:  # linear warm-up, then linear decay to 10%
-        return min(1.0, (step + 1) / warmup) * max(0.1, 1 - step / steps)
-
     lm_losses: list[float] = []
 
     def loss_fn(model: DecoderOnlyLM, batch: tuple[Tensor, Tensor]) -> Tensor:
@@ -186,17 +181,16 @@ def train_experts_run(
         lm_losses.append(loss.item())
         return loss + coef * model.load_balancing_loss() if coef else loss
 
-    optimizer = torch.optim.Adam(run.model.parameters(), lr=lr)
-    run.history = fit(
+    run.history = fit_warmup_decay(
         run.model,
         char_lm_batches(train_ids, vocab, block_size, batch_size, generator=generator),
         loss_fn,
+        _lm_loss,
+        heldout,
         steps=steps,
-        optimizer=optimizer,
-        scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, schedule),
-        eval_fn=lambda m: {"held-out": sum(_lm_loss(m, b).item() for b in heldout) / 2},
+        lr=lr,
+        warmup=max(1, steps // 10),
         eval_every=25,
-        progress=False,
     )
     run.history.loss = lm_losses[: len(run.history.loss)]  # without the auxiliary term
     if path is not None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-__all__ = ["History", "fit", "seed_everything"]
+__all__ = ["History", "fit", "fit_warmup_decay", "seed_everything"]
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +182,56 @@ def fit(
         model.eval()
         history.seconds = time.perf_counter() - start
     return history
+
+
+def fit_warmup_decay(
+    model: nn.Module,
+    batches: Iterable,
+    loss_fn: Callable[[nn.Module, object], Tensor],
+    heldout_loss: Callable[[nn.Module, object], Tensor],
+    heldout: list,
+    *,
+    steps: int,
+    lr: float,
+    warmup: int,
+    eval_every: int,
+    progress: bool = False,
+    desc: str = "training",
+) -> History:
+    """:func:`fit` with the chapters' small-run recipe: Adam at ``lr``, a linear warm-up over
+    ``warmup`` steps, then a linear decay to 10% of ``lr`` at the last step.
+
+    Args:
+        model, batches, loss_fn, steps, eval_every, progress, desc: as :func:`fit`'s.
+        heldout_loss: ``heldout_loss(model, batch) -> scalar``, the loss the held-out score is.
+        heldout: the fixed held-out batches; ``"held-out"`` in the history is their mean loss.
+        lr: the peak learning rate.
+        warmup: warm-up steps (>= 1).
+
+    Returns:
+        The :class:`History` of the run.
+    """
+
+    def schedule(step: int) -> float:  # linear warm-up, then linear decay to 10%
+        return min(1.0, (step + 1) / warmup) * max(0.1, 1 - step / steps)
+
+    def evaluate(m: nn.Module) -> dict[str, float]:
+        return {"held-out": sum(heldout_loss(m, b).item() for b in heldout) / len(heldout)}
+
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    return fit(
+        model,
+        batches,
+        loss_fn,
+        steps,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        eval_fn=evaluate,
+        eval_every=eval_every,
+        progress=progress,
+        desc=desc,
+    )
 
 
 def _next_batch(source: Iterator, step: int, steps: int) -> object:
