@@ -43,15 +43,22 @@ class CroppableLayerCache(LayerCache):
         Shape:
             k (B, H, n, Dk), v (B, H, n, Dv) -> (B, H, S, Dk), (B, H, S, Dv).
         """
-        start, end = self.length, self.length + k.size(2)
-        check_room(self.capacity, start, k.size(2))
+        check_room(self.capacity, self.length, k.size(2))
         if self.storage is None:
-            self.storage = preallocate(k, v, self.capacity)
-        for store, new in zip(self.storage, (k, v), strict=True):
-            store.narrow(2, start, end - start).copy_(new)
-        self.length = end
+            self.storage = self._allocate(k, v)
+        self._store(self.length, k, v)
+        self.length += k.size(2)
         self._views()
         return self.k, self.v
+
+    def _allocate(self, k: Tensor, v: Tensor) -> tuple:
+        # the storage for ``capacity`` positions (a subclass may store another way)
+        return preallocate(k, v, self.capacity)
+
+    def _store(self, start: int, k: Tensor, v: Tensor) -> None:
+        # this call's keys/values into the storage from position ``start`` on
+        for store, new in zip(self.storage, (k, v), strict=True):
+            store.narrow(2, start, new.size(2)).copy_(new)
 
     def crop(self, length: int) -> None:
         """Forget every position from ``length`` on."""

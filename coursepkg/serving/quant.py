@@ -30,7 +30,6 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from ..kv_cache import check_room
 from .cache import CroppableCache, CroppableLayerCache
 
 __all__ = [
@@ -317,30 +316,23 @@ class Int8LayerCache(CroppableLayerCache):
     for values).
     """
 
-    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Quantize and append this call's keys/values; return all held so far, dequantized.
-
-        Shape:
-            k (B, H, n, Dk), v (B, H, n, Dv) -> (B, H, S, Dk), (B, H, S, Dv).
-        """
-        start, end = self.length, self.length + k.size(2)
-        check_room(self.capacity, start, k.size(2))
-        if self.storage is None:
-            b, h = k.shape[:2]
-            self.storage = tuple(
-                (
-                    x.new_empty(b, h, self.capacity, x.size(3), dtype=torch.int8),  # codes
-                    x.new_empty(b, h, self.capacity, 1),  # scales
-                )
-                for x in (k, v)
+    def _allocate(self, k: Tensor, v: Tensor) -> tuple:
+        b, h = k.shape[:2]
+        return tuple(
+            (
+                x.new_empty(b, h, self.capacity, x.size(3), dtype=torch.int8),  # codes
+                x.new_empty(b, h, self.capacity, 1),  # scales
             )
+            for x in (k, v)
+        )
+
+    def _store(self, start: int, k: Tensor, v: Tensor) -> None:
+        # quantize: update() then returns all held so far, dequantized (_views)
         for (codes, scales), new in zip(self.storage, (k, v), strict=True):
+            n = new.size(2)
             scale = new.abs().amax(-1, keepdim=True).clamp(min=1e-12) / 127  # (B, H, n, 1)
-            codes.narrow(2, start, end - start).copy_((new / scale).round().clamp(-127, 127))
-            scales.narrow(2, start, end - start).copy_(scale)
-        self.length = end
-        self._views()
-        return self.k, self.v
+            codes.narrow(2, start, n).copy_((new / scale).round().clamp(-127, 127))
+            scales.narrow(2, start, n).copy_(scale)
 
     def _views(self) -> None:
         n = self.length
