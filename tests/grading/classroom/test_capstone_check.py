@@ -4,12 +4,20 @@ a recipe through the grader itself (real confined processes, no mocks)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from coursepkg.grading.classroom.capstone import VERDICTS, CapstoneRules, recipe_from_notebook
+from coursepkg.grading.classroom import capstone_check
+from coursepkg.grading.classroom.capstone import (
+    VERDICTS,
+    CapstoneRules,
+    corpus_splits,
+    grade_entry,
+    recipe_from_notebook,
+)
 from coursepkg.grading.classroom.capstone_check import SELF_CHECK_RULES, check_capstone_recipe
 from coursepkg.grading.framework.results import NotImplementedYet
 from coursepkg.stubs import ex19_capstone as stub
@@ -64,10 +72,26 @@ def test_an_untouched_config_is_not_implemented_yet_without_a_run():
 
 
 @pytest.mark.slow
-def test_the_course_recipe_passes_and_an_untouched_train_is_not_implemented(tmp_path, monkeypatch):
+def test_the_course_recipe_passes_its_check_and_the_graders_run_of_the_notebook(
+    tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)  # as in a student's folder
     recipe = _recipe(SOLUTION)
     result = check_capstone_recipe(recipe["config"], recipe["train"])
     assert result.passed and "capstone.ok" in str(result), str(result)
-    with pytest.raises(NotImplementedYet, match="train is not implemented yet"):
-        check_capstone_recipe(recipe["config"], stub.train)
+    # The notebook as `coursepkg leaderboard --grade` runs it: its setup imports nothing that
+    # opens a file outside the run's view, and its check cells are left out.
+    train, held_out, protected = corpus_splits()
+    entry = grade_entry(
+        "course",
+        recipe_from_notebook(SOLUTION),
+        train[: capstone_check.TRAIN_BYTES],
+        held_out,
+        SELF_CHECK_RULES,
+        protected,
+        tmp_path,
+        capstone_check.SCORE_BYTES,
+    )
+    assert entry["verdict"] == "capstone.ok", entry["detail"]
+    checked = float(re.search(r"([0-9.]+) held-out bits per byte", str(result)).group(1))
+    assert entry["scores"][0] == pytest.approx(checked, abs=1e-3)  # one seed, one score
