@@ -29,4 +29,5 @@ ASSIGNMENTS = (
     "ex16_experts",
     "ex17_serving",
     "ex18_data",
+    "ex19_capstone",
 )

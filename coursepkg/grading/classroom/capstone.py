@@ -386,15 +386,28 @@ def grade_recipe(
     return CapstoneResult(full, scores, detail, float(rules.points.get(full, 0.0)), runs)
 
 
+#: The released notebook's cells that check the recipe rather than define it (nbgrader's
+#: grade ids): the grader never runs them in a recipe's process.
+_CHECK_CELLS = ("check_notebook",)
+
+
+def _is_check_cell(cell: Any) -> bool:
+    """An nbgrader test cell (graded, not an answer) or the notebook's self-check cell."""
+    grading = cell.get("metadata", {}).get("nbgrader", {})
+    test = grading.get("grade", False) and not grading.get("solution", False)
+    return bool(test) or grading.get("grade_id") in _CHECK_CELLS
+
+
 def recipe_from_notebook(notebook: str | Path) -> str:
-    """A submitted notebook's recipe: its code cells, in order, without IPython's magics and
-    shell lines (``%``, ``!``), which a recipe file cannot run."""
+    """A submitted notebook's recipe: its code cells, in order, without the cells that only
+    check it (nbgrader's test cells, the self-check) and without IPython's magics and shell
+    lines (``%``, ``!``), which a recipe file cannot run."""
     import nbformat
 
     nb = nbformat.read(str(notebook), as_version=4)
     cells = []
     for cell in nb.cells:
-        if cell.cell_type == "code":
+        if cell.cell_type == "code" and not _is_check_cell(cell):
             lines = cell.source.splitlines()
             cells.append("\n".join(x for x in lines if not x.lstrip().startswith(("%", "!"))))
     return "\n\n".join(cells) + "\n"

@@ -48,8 +48,9 @@ def _one_thread():
 
 def test_every_assignment_s_mistakes_are_here():
     # ex09's mistakes cannot be rerun (a training run): its check gathers its own evidence.
+    # ex19 (the capstone) has no pieces to diagnose: its grader names a verdict per recipe.
     assignments = {entry.assignment for entry, _ in MISTAKES}
-    assert assignments == set(ASSIGNMENTS) - {"ex09_training_run"}
+    assert assignments == set(ASSIGNMENTS) - {"ex09_training_run", "ex19_capstone"}
 
 
 @pytest.mark.parametrize(("entry", "bug"), MISTAKES, ids=[bug.id for _, bug in MISTAKES])
