@@ -273,17 +273,18 @@ ASSIGNMENTS = _ONLY or list(ALL_ASSIGNMENTS)
 # handed in to both is generated in both (seconds), and each folder's export keeps its own rows.
 FOLDERS = 2
 STUDENTS = ("solved", "untouched", "buggy")
-# Seconds a graded solution takes (its kernel's start included), measured 2026-11-29 with
-# nbclient at load 11-14 on 2 cores (absolute values inflated, the ratios hold); an assignment
-# not listed counts as DEFAULT_WEIGHT. The buggy notebook runs the same checks, the untouched one
-# only its kernel's start and imports (UNTOUCHED_WEIGHT). A new assignment with a heavy notebook
-# gets an entry here.
+# Seconds a graded solution takes (its kernel's start included). ex01-ex08: measured 2026-11-29
+# with nbclient at load 11-14 on 2 cores (absolute values inflated, the ratios hold); ex09-ex11:
+# the earlier weights (6, 2 and 2 times an ordinary assignment) in those units. An assignment not
+# listed counts as DEFAULT_WEIGHT. The buggy notebook runs the same checks, the untouched one only
+# its kernel's start and imports (UNTOUCHED_WEIGHT). A new assignment with a heavy notebook gets an
+# entry here.
 WEIGHT = {
     "ex05_decoder": 80.0,
     "ex08_decoding": 290.0,
-    "ex09_training_run": 200.0,
-    "ex10_tokenizer": 60.0,
-    "ex11_modern_block": 60.0,
+    "ex09_training_run": 170.0,
+    "ex10_tokenizer": 56.0,
+    "ex11_modern_block": 56.0,
 }
 DEFAULT_WEIGHT = 28.0
 UNTOUCHED_WEIGHT = 15.0
