@@ -273,21 +273,25 @@ ASSIGNMENTS = _ONLY or list(ALL_ASSIGNMENTS)
 # handed in to both is generated in both (seconds), and each folder's export keeps its own rows.
 FOLDERS = 2
 STUDENTS = ("solved", "untouched", "buggy")
-# Seconds a graded solution takes (its kernel's start included). ex01-ex08: measured 2026-11-29
-# with nbclient at load 11-14 on 2 cores (absolute values inflated, the ratios hold); ex09-ex11:
-# the earlier weights (6, 2 and 2 times an ordinary assignment) in those units. An assignment not
-# listed counts as DEFAULT_WEIGHT. The buggy notebook runs the same checks, the untouched one only
-# its kernel's start and imports (UNTOUCHED_WEIGHT). A new assignment with a heavy notebook gets an
-# entry here.
+# Seconds a graded notebook takes (its kernel's start included), measured 2026-11-29 at load
+# 12-15 on 2 cores, so inflated about tenfold, but the ratios are what counts: the buggy
+# notebooks' times in nbgrader's run (the gaps between autograded/ files; ex08's and ex05's
+# solutions, which take longer than their buggy notebooks, with nbclient; ex09's buggy notebook
+# trains as long as its solution). An assignment not listed counts as DEFAULT_WEIGHT; an
+# untouched notebook runs only its kernel's start and imports (UNTOUCHED_WEIGHT). A new
+# assignment with a heavy notebook gets an entry here.
 WEIGHT = {
-    "ex05_decoder": 80.0,
-    "ex08_decoding": 290.0,
-    "ex09_training_run": 170.0,
-    "ex10_tokenizer": 56.0,
-    "ex11_modern_block": 56.0,
+    "ex05_decoder": 60.0,
+    "ex08_decoding": 220.0,
+    "ex09_training_run": 850.0,
+    "ex10_tokenizer": 52.0,
+    "ex11_modern_block": 80.0,
+    "ex13_training_pieces": 84.0,
+    "ex15_data_parallel": 73.0,
+    "ex17_serving": 51.0,
 }
-DEFAULT_WEIGHT = 28.0
-UNTOUCHED_WEIGHT = 15.0
+DEFAULT_WEIGHT = 40.0
+UNTOUCHED_WEIGHT = 20.0
 
 
 def _weight(aid: str, student: str) -> float:
