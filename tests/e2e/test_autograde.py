@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -230,6 +231,18 @@ def _points(nb, item: str | None = None) -> float:
     )
 
 
+# Set when the fixture is interrupted (Ctrl-C, SIGTERM): the folders' threads, which a signal
+# does not reach, then end their nbgrader command and its kernels at once, instead of grading on
+# while pytest waits for them.
+_INTERRUPTED = threading.Event()
+
+
+def _progress(course: Path) -> tuple[int, float]:
+    if _INTERRUPTED.is_set():
+        raise KeyboardInterrupt("the test was interrupted")  # processes.run ends the command
+    return files_under(course)
+
+
 def _nbgrader(course: Path, *args: str) -> str:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     run = processes.run(
@@ -237,7 +250,7 @@ def _nbgrader(course: Path, *args: str) -> str:
         cwd=course,
         env=env,
         idle=900,  # without a new line of nbgrader's log or a file written in the course
-        progress=lambda: files_under(course),
+        progress=lambda: _progress(course),
     )
     assert run.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{run.stdout}\n{run.stderr}"
     return run.stdout + run.stderr
@@ -355,7 +368,11 @@ def graded_class(tmp_path_factory):
     folders = _folders(list(ASSIGNMENTS))
     courses = [tmp_path_factory.mktemp("class") for _ in folders]
     with ThreadPoolExecutor(max_workers=len(folders)) as pool:
-        graded = list(pool.map(_grade_folder, courses, folders))
+        try:
+            graded = list(pool.map(_grade_folder, courses, folders))
+        except BaseException:  # one folder failed, or pytest was stopped: end the other's work
+            _INTERRUPTED.set()
+            raise
     rows = {key: row for part in graded for key, row in part.items()}
     home = {item: course for course, items in zip(courses, folders, strict=True) for item in items}
     # Every assignment graded for all three students, each submission in one folder only.
