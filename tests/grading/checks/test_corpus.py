@@ -22,10 +22,11 @@ def test_the_corpus_is_large_and_mixed():
     ids = [e.id for e in corpus.CORPUS]
     assert len(ids) == len(set(ids)) >= 40
     assert sum(e.passes for e in corpus.CORPUS) >= 15
-    # A wrong entry names its mistake, except a stranger's with two mistakes at once (None):
-    # those count as unnamed in the corpus line, and are few.
-    unnamed = [e.id for e in corpus.CORPUS if not e.passes and e.named is None]
-    assert len(unnamed) <= 5, unnamed
+    # A wrong entry names its mistake, except those marked None (two mistakes at once, or a
+    # mistake no check names yet): they count as unnamed in the corpus line, and are few.
+    wrong = [e for e in corpus.CORPUS if not e.passes]
+    unnamed = [e.id for e in wrong if e.named is None]
+    assert len(unnamed) <= 0.1 * len(wrong), unnamed
     assert not any(e.named for e in corpus.CORPUS if e.passes)
     # Every check is exercised.
     assert {e.check for e in corpus.CORPUS} >= {
@@ -96,5 +97,5 @@ def test_corpus_entry_gets_its_verdict_and_named_mistake(entry, thorough):
     assert outcome.passed == entry.passes, outcome.message
     if not entry.passes and entry.named is not None:
         assert outcome.named_right(entry), (entry.named, outcome.diagnosis, outcome.message)
-    elif not entry.passes:  # two mistakes at once: no single catalogued name may be given
+    elif not entry.passes:  # unnamed: no catalogued name may be given
         assert outcome.diagnosis is None, outcome.message
