@@ -31,7 +31,7 @@ CASES = {
 }
 
 
-def _run(args: list[str]) -> tuple[float, float]:
+def run_child(args: list[str]) -> tuple[float, float]:
     """Wall and CPU seconds of one child process running ``python ARGS``."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -47,11 +47,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
     rounds = parser.parse_args().rounds
-    _run(CASES["coursepkg --help"])  # warm the file cache once
+    run_child(CASES["coursepkg --help"])  # warm the file cache once
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in CASES}
     for _ in range(rounds):
         for name, args in CASES.items():
-            times[name].append(_run(args))
+            times[name].append(run_child(args))
     base_wall = statistics.median(w for w, _ in times["python -c pass"])
     base_cpu = statistics.median(c for _, c in times["python -c pass"])
     print(f"{rounds} rounds, load average {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores")

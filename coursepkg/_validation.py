@@ -75,6 +75,23 @@ def broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     return all(s in (1, t) for s, t in zip(shape, tail, strict=True))
 
 
+def broadcast_shape(name_a: str, a: tuple[int, ...], name_b: str, b: tuple[int, ...]) -> tuple:
+    """The shape ``a`` and ``b`` broadcast to, as ``torch.broadcast_shapes(a, b)``, in plain
+    Python: that call's first use imports sympy for its symbolic-shape guards (about a second,
+    the largest part of the first attention call in ``coursepkg check``).
+
+    Raises:
+        ValueError: the shapes do not broadcast (the message names both).
+    """
+    rank = max(len(a), len(b))
+    a_full, b_full = (1,) * (rank - len(a)) + tuple(a), (1,) * (rank - len(b)) + tuple(b)
+    if any(x != y and 1 not in (x, y) for x, y in zip(a_full, b_full, strict=True)):
+        raise ValueError(
+            f"{name_a} of shape {tuple(a)} and {name_b} of shape {tuple(b)} do not broadcast"
+        )
+    return tuple(y if x == 1 else x for x, y in zip(a_full, b_full, strict=True))
+
+
 def check_attention_mask(name: str, mask: object, target: tuple[int, ...]) -> Tensor:
     """Raise unless ``mask`` is a bool tensor broadcastable to ``target`` (True = may attend)."""
     check_tensor(name, mask)

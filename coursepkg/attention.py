@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._validation import check_attention_mask, check_float
+from ._validation import broadcast_shape, check_attention_mask, check_float
 from .config import head_sizes
 from .kv_cache import LayerCache
 from .masks import PackedMask, as_mask
@@ -49,7 +49,9 @@ def _check_qkv(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None) -
             f"and value {tuple(value.shape)}"
         )
     if mask is not None:
-        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+        batch = broadcast_shape(
+            "query's batch dimensions", query.shape[:-2], "key's", key.shape[:-2]
+        )
         check_attention_mask("mask", mask, (*batch, query.size(-2), key.size(-2)))
 
 

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -153,9 +154,31 @@ def load_notebook(path: str | Path) -> NotebookNode:
         ) from None
     if not isinstance(data, dict) or "cells" not in data or data.get("nbformat") != 4:
         raise NotebookError(f"{path}: valid JSON but not a Jupyter notebook (nbformat 4)")
+    _import_jupyter()
     import nbformat
 
     return nbformat.reads(text, as_version=4)
+
+
+def _import_jupyter() -> None:
+    """Import nbformat and nbclient without ``rfc3987_syntax``.
+
+    nbformat imports jsonschema, whose format checkers import ``rfc3987_syntax`` when it is
+    installed (Jupyter Server's events pull it in), and that module builds a Lark grammar for
+    IRIs at import: about 2 s of CPU, the largest part of ``coursepkg check``'s own start-up,
+    for a format no notebook schema uses. The module is hidden during this import only, so
+    jsonschema skips its ``iri`` format here and any later import of it still works.
+    """
+    if "nbclient" in sys.modules:
+        return
+    hide = "rfc3987_syntax" not in sys.modules
+    if hide:
+        sys.modules["rfc3987_syntax"] = None  # type: ignore[assignment]  # import -> ImportError
+    try:
+        import nbclient  # noqa: F401 - imports nbformat and jsonschema
+    finally:
+        if hide and sys.modules.get("rfc3987_syntax", 0) is None:
+            del sys.modules["rfc3987_syntax"]
 
 
 def _nbgrader(cell: NotebookNode) -> dict:
@@ -283,6 +306,7 @@ def _execute(
         What stopped the run early ("" when nothing did), the indices of the cells that
         started (in order) and of those that finished.
     """
+    _import_jupyter()
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 

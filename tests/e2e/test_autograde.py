@@ -32,6 +32,7 @@ import pytest
 from processes import files_under
 
 from coursepkg.grading import catalogue
+from coursepkg.grading.notebook import run_notebook
 from coursepkg.stubs import ASSIGNMENTS as ALL_ASSIGNMENTS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -427,3 +428,28 @@ def test_feedback_hides_the_hidden_tests_code(aid, graded_class):
         feedback = _feedback(home, student, aid)
         assert "BEGIN HIDDEN TESTS" not in feedback
         assert "thorough=True" not in feedback
+
+
+@pytest.mark.parametrize("student", ["solved", "buggy"])
+def test_coursepkg_check_gives_the_graders_points_and_states_the_hand_graded_ones(
+    student, graded_class
+):
+    """``coursepkg check`` (the student's self-check) on the very notebook nbgrader graded: the
+    same points on every test cell (so the same verdicts), and the points left to a person are
+    the gradebook's manually graded ones. ex01, whose check takes seconds; a solved notebook
+    holds its hidden tests, so every test cell is compared."""
+    aid = "ex01_attention"
+    if aid not in ASSIGNMENTS:
+        pytest.skip(f"COURSE_AUTOGRADE_ONLY leaves out {aid}")
+    from nbgrader.api import Gradebook
+
+    home, _ = graded_class
+    report = run_notebook(home[aid] / "submitted" / student / aid / f"{aid}.ipynb")
+    with Gradebook(f"sqlite:///{home[aid] / 'gradebook.db'}") as gradebook:
+        grades = gradebook.find_submission_notebook(aid, aid, student).grades
+        graders = {g.name: g.auto_score for g in grades if g.auto_score is not None}
+        by_hand = sum(g.max_score for g in grades if g.auto_score is None)
+    assert not report.problem
+    assert {c.grade_id: c.score for c in report.cells} == graders
+    assert report.by_hand == by_hand > 0
+    assert (report.score < report.max_score) == (student == "buggy")

@@ -241,6 +241,24 @@ def test_check_cli_prints_each_test_and_a_total():
     assert "IPKernelApp" not in cli.stderr  # the kernel's startup warnings are not the student's
 
 
+def test_check_reads_a_notebook_and_loads_the_kernel_client_without_torch():
+    """``coursepkg check``'s own process reads the notebook and imports nbclient, and only the
+    kernel imports torch and the notebook's checks (torch, the other assignments' checks and
+    the IRI grammar jsonschema would build cost about 10 s of CPU before). A fresh process,
+    since this one has imported them all."""
+    code = (
+        "import sys\n"
+        "from coursepkg.grading.notebook import load_notebook\n"
+        f"nb = load_notebook({str(_source('ex01_attention'))!r})\n"
+        "import nbclient\n"
+        "heavy = {'torch', 'coursepkg.grading.checks.ex01_attention', 'rfc3987_syntax', 'lark'}\n"
+        "print(sorted(heavy & set(sys.modules)), len(nb.cells))\n"
+    )
+    out = processes.run([sys.executable, "-c", code], idle=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[]", str(len(load_notebook(_source("ex01_attention")).cells))]
+
+
 def test_a_notebook_asks_for_its_cell_time_limit_in_its_metadata():
     assert cell_timeout({"metadata": {}}) == DEFAULT_CELL_TIMEOUT
     assert cell_timeout({"metadata": {"coursepkg": {"cell_timeout": 900}}}) == 900

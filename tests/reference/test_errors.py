@@ -28,7 +28,7 @@ from coursepkg import (
     parameter_breakdown,
     scaled_dot_product_attention,
 )
-from coursepkg._validation import broadcasts_to
+from coursepkg._validation import broadcast_shape, broadcasts_to
 
 V = 11
 
@@ -378,3 +378,18 @@ def test_the_mask_broadcast_rule_is_torchs() -> None:
                 except RuntimeError:
                     want = False
                 assert broadcasts_to(shape, target) == want, (shape, target)
+
+
+def test_broadcast_shape_is_torchs() -> None:
+    """``broadcast_shape`` (attention's batch check, in plain Python) gives
+    ``torch.broadcast_shapes(a, b)`` for every pair of shapes up to rank 3 built from the sizes
+    0, 1, 3, and a ValueError naming both shapes where torch refuses them."""
+    shapes = [s for rank in range(4) for s in itertools.product((0, 1, 3), repeat=rank)]
+    for a, b in itertools.product(shapes, repeat=2):
+        try:
+            want = tuple(torch.broadcast_shapes(a, b))
+        except RuntimeError:
+            with pytest.raises(ValueError, match=rf"a of shape \({a[0]}.*b of shape"):
+                broadcast_shape("a", a, "b", b)
+            continue
+        assert broadcast_shape("a", a, "b", b) == want, (a, b)

@@ -137,6 +137,18 @@ def aux_loss_experts_squared_with_sum(probs: Tensor, experts: Tensor, n_experts:
     return n_experts**2 * (f * probs.mean(dim=0)).sum()
 
 
+def aux_loss_fraction_of_choices(probs: Tensor, experts: Tensor, n_experts: int) -> Tensor:
+    """f_i over the T * k choices (they sum to 1), not over the T tokens: the loss / k."""
+    f = _fractions(experts, n_experts).to(probs) / experts.size(1)  # (E,)
+    return n_experts * (f * probs.mean(dim=0)).sum()
+
+
+def aux_loss_first_choice_only(probs: Tensor, experts: Tensor, n_experts: int) -> Tensor:
+    """f_i counts each token's first choice only (Switch's k = 1 formula kept for k > 1)."""
+    f = _fractions(experts[:, :1], n_experts).to(probs)  # (E,)
+    return n_experts * (f * probs.mean(dim=0)).sum()
+
+
 def aux_loss_probs_of_chosen_only(probs: Tensor, experts: Tensor, n_experts: int) -> Tensor:
     """P_i averages only the probabilities of the chosen experts (zeros for the others)."""
     chosen = torch.zeros_like(probs).scatter(1, experts, 1.0)  # (T, E): 1 where chosen
@@ -170,6 +182,23 @@ AUX_LOSS_BUGS: list[BugVariant] = [
         "Take P as probs.mean(dim=0): every token's probability for every expert, chosen or not.",
         aux_loss_probs_of_chosen_only,
     ),
+    BugVariant(
+        "aux_loss.fraction_of_choices",
+        AUX_LOSS_ITEM,
+        "f_i is divided by the T * k choices (so the f_i sum to 1) instead of by the T "
+        "tokens (they sum to k): the loss is k times too small, its smallest value 1 instead "
+        "of k",
+        "f_i = (the (token, choice) pairs sent to expert i) / T, with T = probs.size(0).",
+        aux_loss_fraction_of_choices,
+    ),
+    BugVariant(
+        "aux_loss.first_choice_only",
+        AUX_LOSS_ITEM,
+        "f_i counts only each token's first choice (Switch's formula for k = 1): with k > 1 "
+        "the other choices' load is not balanced",
+        "Count every one of a token's k choices: bincount over experts.reshape(-1), divided by T.",
+        aux_loss_first_choice_only,
+    ),
 ]
 
 
@@ -178,9 +207,9 @@ AUX_LOSS_BUGS: list[BugVariant] = [
 # ---------------------------------------------------------------------------------------------
 
 
-def _rotate(part: Tensor, positions: Tensor, theta: float) -> Tensor:
-    """RoPE in the rotate-half pairing on a (B, L, W) tensor, as one head."""
-    return apply_rope(part[:, None], positions, theta, "halves")[:, 0]  # (B, L, W)
+def _rotate(part: Tensor, positions: Tensor, theta: float, pairs: str = "halves") -> Tensor:
+    """RoPE in the rotate-half pairing (or ``pairs``) on a (B, L, W) tensor, as one head."""
+    return apply_rope(part[:, None], positions, theta, pairs)[:, 0]  # (B, L, W)
 
 
 def latent_rope_with_latent(
@@ -215,6 +244,24 @@ def latent_rotation_reversed(
     """The key part turned the other way (rotate-half's sign flipped: angle -pos * w_i)."""
     latent, k_rope = (x @ w_down.T).split([kv_rank, w_down.size(0) - kv_rank], dim=-1)
     return latent, _rotate(k_rope, -positions, theta)
+
+
+def latent_interleaved_pairs(
+    x: Tensor, w_down: Tensor, kv_rank: int, positions: Tensor, theta: float = 10000.0
+) -> tuple[Tensor, Tensor]:
+    """The key part rotated in pairs of neighbouring columns (2i, 2i + 1), the paper's and
+    GPT-J's layout, instead of column i with column i + Dr/2."""
+    latent, k_rope = (x @ w_down.T).split([kv_rank, w_down.size(0) - kv_rank], dim=-1)
+    return latent, _rotate(k_rope, positions, theta, "interleaved")
+
+
+def latent_angle_exponent_halved(
+    x: Tensor, w_down: Tensor, kv_rank: int, positions: Tensor, theta: float = 10000.0
+) -> tuple[Tensor, Tensor]:
+    """Frequencies theta^(-i/Dr), the 2 of the exponent left out: theta^(-i/Dr) is
+    sqrt(theta)^(-2i/Dr), so this is the right rotation with base sqrt(theta)."""
+    latent, k_rope = (x @ w_down.T).split([kv_rank, w_down.size(0) - kv_rank], dim=-1)
+    return latent, _rotate(k_rope, positions, theta**0.5)
 
 
 LATENT_BUGS: list[BugVariant] = [
@@ -255,6 +302,27 @@ LATENT_BUGS: list[BugVariant] = [
         "x * cos + rotate_half(x) * sin with rotate_half(x) = cat(-x2, x1): pair (a, b) "
         "becomes (a cos - b sin, b cos + a sin).",
         latent_rotation_reversed,
+    ),
+    BugVariant(
+        "latent.interleaved_pairs",
+        LATENT_ITEM,
+        "the key part is rotated in pairs of neighbouring columns (2i, 2i + 1), the layout "
+        "of the RoPE paper and GPT-J; this task pairs column i with column i + Dr/2 (the "
+        "rotate-half layout of DeepSeek's and Hugging Face's code), and a cached key must be "
+        "turned as the queries that meet it are",
+        "Pair column i with column i + Dr/2: a, b = k[..., :Dr//2], k[..., Dr//2:], then "
+        "cat(a cos - b sin, b cos + a sin).",
+        latent_interleaved_pairs,
+    ),
+    BugVariant(
+        "latent.angle_exponent_halved",
+        LATENT_ITEM,
+        "the frequencies are theta^(-i/Dr), the 2 of the exponent left out: pair i turns by "
+        "pos * theta^(-i/Dr), so the slow pairs turn too fast (the rotation of base "
+        "sqrt(theta))",
+        "Pair i turns by the angle pos * theta^(-2i/Dr), for i = 0 .. Dr/2 - 1: "
+        "theta ** (-2 * torch.arange(Dr // 2) / Dr).",
+        latent_angle_exponent_halved,
     ),
 ]
 

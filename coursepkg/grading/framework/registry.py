@@ -16,6 +16,7 @@ When the student's code calls a built-in the exercise asks them to write (a
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -122,8 +123,17 @@ def public_check(
     return register
 
 
+def _load_every_check() -> None:
+    """Have the grading package import every check module (its ``load_every_check``): it
+    imports each when first used, and this module cannot import it (the package imports this
+    one). The package is always imported before its subpackages, so it is looked up, not
+    imported."""
+    sys.modules[__name__.rsplit(".", 2)[0]].load_every_check()
+
+
 def registered_checks() -> list[CheckEntry]:
     """Every public check, in the order the assignments define them."""
+    _load_every_check()
     return sorted(_REGISTRY.values(), key=lambda entry: entry.assignment)
 
 
@@ -136,9 +146,11 @@ def catalogue() -> list[BugVariant]:
 def mistakes_of(check: str) -> tuple[BugVariant, ...]:
     """The known mistakes of the check named ``check``: how a later assignment's check names
     the mistake of a piece that an earlier assignment grades, without importing that
-    assignment's module (the package imports every check before any check runs).
+    assignment's module (the package imports every check first when that one is not yet).
 
     Raises:
         KeyError: no check of that name is registered.
     """
+    if check not in _REGISTRY:
+        _load_every_check()
     return _REGISTRY[check].bugs

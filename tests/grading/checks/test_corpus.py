@@ -22,7 +22,11 @@ def test_the_corpus_is_large_and_mixed():
     ids = [e.id for e in corpus.CORPUS]
     assert len(ids) == len(set(ids)) >= 40
     assert sum(e.passes for e in corpus.CORPUS) >= 15
-    assert all(e.named for e in corpus.CORPUS if not e.passes)
+    # A wrong entry names its mistake, except those marked None (two mistakes at once, or a
+    # mistake no check names yet): they count as unnamed in the corpus line, and are few.
+    wrong = [e for e in corpus.CORPUS if not e.passes]
+    unnamed = [e.id for e in wrong if e.named is None]
+    assert len(unnamed) <= 0.1 * len(wrong), unnamed
     assert not any(e.named for e in corpus.CORPUS if e.passes)
     # Every check is exercised.
     assert {e.check for e in corpus.CORPUS} >= {
@@ -63,6 +67,21 @@ def test_the_corpus_is_large_and_mixed():
         "check_grpo_clip_loss",
         "check_group_advantages",
         "check_grpo_loss",
+        "check_temperature_scale",
+        "check_top_k_filter",
+        "check_top_p_filter",
+        "check_min_p_filter",
+        "check_repetition_penalty",
+        "check_residual_distribution",
+        "check_speculative_accept",
+        "check_exact_line_dedup",
+        "check_word_shingles",
+        "check_lsh_candidate_pairs",
+        "check_gopher_failures",
+        "check_mask_emails",
+        "check_mask_phone_numbers",
+        "check_mask_ipv4",
+        "check_minhash_signature",
     }
 
 
@@ -76,5 +95,7 @@ def test_corpus_entry_gets_its_verdict_and_named_mistake(entry, thorough):
     outcome = corpus.run(entry, thorough)
     assert not outcome.checker_error, outcome.message
     assert outcome.passed == entry.passes, outcome.message
-    if not entry.passes:
+    if not entry.passes and entry.named is not None:
         assert outcome.named_right(entry), (entry.named, outcome.diagnosis, outcome.message)
+    elif not entry.passes:  # unnamed: no catalogued name may be given
+        assert outcome.diagnosis is None, outcome.message

@@ -27,7 +27,7 @@ CHECKS = {
 
 def test_the_issue_s_mistakes_are_catalogued_once_each():
     ids = [b.id for b in catalogue.BUGS]
-    assert len(ids) == len(set(ids)) == 11
+    assert len(ids) == len(set(ids)) == 15
     assert {b.item for b in catalogue.BUGS} == set(CHECKS)
     assert {"router.topk_before_softmax", "aux_loss.no_expert_factor"} <= set(ids)
     assert "latent.rope_with_latent" in ids

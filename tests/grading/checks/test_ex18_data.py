@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import random
 
-import grading_impls_data as impls
 import numpy as np
 import pytest
 
@@ -71,38 +70,8 @@ def test_the_issue_s_mistakes_are_catalogued_once_each():
     } <= set(ids)
 
 
-STYLES = [
-    (check_exact_line_dedup, impls.plain_line_dedup, impls.hashed_line_dedup),
-    (check_word_shingles, impls.plain_shingles, impls.zip_shingles),
-    (check_minhash_signature, impls.salted_minhash, impls.numpy_minhash),
-    (check_lsh_candidate_pairs, impls.plain_lsh, impls.bucket_lsh),
-    (check_gopher_failures, impls.plain_gopher, impls.table_gopher),
-    (check_mask_emails, impls.compact_emails),
-    (check_mask_phone_numbers, impls.compact_phones),
-    (check_mask_ipv4, impls.compact_ipv4, impls.split_ipv4),
-]
-
-
-@pytest.mark.parametrize(
-    ("check", "impl"),
-    [(check, impl) for check, *styles in STYLES for impl in styles],
-    ids=lambda x: x.__name__,
-)
-@pytest.mark.parametrize("seed", [None, 3], ids=["visible", "thorough"])
-def test_correct_answers_in_other_styles_pass(check, impl, seed):
-    if impl is impls.salted_minhash and seed is not None:
-        seed = None  # one keyed hash per shingle and position: the visible pairs are enough
-    result = check(impl, thorough=seed is not None, seed=seed)
-    assert result.passed and result.messages
-
-
-@pytest.mark.parametrize(
-    ("item", "impl", "expected"), impls.STRANGERS, ids=lambda x: getattr(x, "__name__", x)
-)
-def test_strangers_answers_get_their_verdicts(item, impl, expected):
-    with pytest.raises(CheckFailure) as info:
-        CHECKS[item](impl)
-    assert info.value.diagnosis == expected, str(info.value)
+# Correct answers in two styles and the strangers' mistakes (grading_impls_data.py) are
+# entries of the corpus (grading_corpus.py), run by test_corpus.py.
 
 
 @pytest.mark.parametrize("item", list(CHECKS))
