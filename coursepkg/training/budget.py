@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ import torch
 
 __all__ = [
     "TrainingCosts",
+    "fixed_or",
     "measure",
     "parse_budget",
     "plan",
@@ -250,3 +252,23 @@ def size_finetuning(
     steps = size_steps(left, costs)["finetune_steps"]
     fine = steps * LOOP_OVERHEAD * costs.finetune_step
     return {"finetune_steps": steps, "seconds": {"finetune": fine, "evaluate": evaluation}}
+
+
+def fixed_or(
+    sizes: dict[str, Any], stage: str, size: Callable[[], dict[str, Any]]
+) -> dict[str, Any]:
+    """``stage``'s sizing: the steps ``sizes`` fixes (``pretrain_steps``, ``finetune_steps``: a
+    run that is the same on every machine, the book's), else ``size()`` (measured, sized).
+
+    Args:
+        sizes: the run's plan (:func:`plan`), with the fixed steps when there are any.
+        stage: ``"pretrain"`` or ``"finetune"``.
+        size: what sizes the stage from the machine.
+
+    Returns:
+        ``<stage>_steps``, ``pretrain_chars`` and ``seconds`` (None for fixed steps: no plan).
+    """
+    key = f"{stage}_steps"
+    if key not in sizes:
+        return size()
+    return {key: sizes[key], "pretrain_chars": sizes["pretrain_chars"], "seconds": {stage: None}}

@@ -16,13 +16,13 @@ The stages, in order (:data:`STAGES`), each in its own folder of the run:
 Each stage writes its outputs, then ``done.json`` (its figures); a rerun skips every stage whose
 ``done.json`` is there, so a run killed at any point resumes where it stopped. ``--budget`` scales
 every stage (:func:`coursepkg.training.budget.plan`); the training steps are sized from this
-machine's measured costs when each training stage starts (:mod:`coursepkg.training.budget`),
-and the report sets the planned seconds beside the real ones. The model's tokenizer is recorded
-in its checkpoint (``coursepkg train --tokenizer`` takes GPT-2's ``bpe`` or a learned BPE's
-folder, which the run keeps a copy of); the evaluation, the report and ``coursepkg serve`` read
-it from the run. The model is trained on the BPE the pipeline learned (:data:`MODEL_TOKENIZER`),
-and ``coursepkg finetune`` keeps the base's own tokenizer, with the chat tokens added
-(:func:`~coursepkg.posttrain.chat.recorded_chat_tokenizer`).
+machine's measured costs when each training stage starts (:mod:`coursepkg.training.budget`;
+``PipelineSettings.sizes`` may fix them), and the report sets planned beside real seconds. The
+model's tokenizer is recorded in its checkpoint (``coursepkg train --tokenizer`` takes GPT-2's
+``bpe`` or a learned BPE's folder, which the run keeps a copy of); the evaluation, the report and
+``coursepkg serve`` read it from the run. The model is trained on the BPE the pipeline learned
+(:data:`MODEL_TOKENIZER`), and ``coursepkg finetune`` keeps the base's own tokenizer, with the chat
+tokens added (:func:`~coursepkg.posttrain.chat.recorded_chat_tokenizer`).
 """
 
 from __future__ import annotations
@@ -41,9 +41,16 @@ from typing import Any
 
 import torch
 
-from coursepkg.training.budget import plan
+from coursepkg.training.budget import fixed_or, plan
 
-__all__ = ["STAGES", "PipelineSettings", "chat_tasks", "heldout_bits_per_byte", "run_pipeline"]
+__all__ = [
+    "STAGES",
+    "PipelineSettings",
+    "chat_tasks",
+    "greedy_answer",
+    "heldout_bits_per_byte",
+    "run_pipeline",
+]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +74,9 @@ class PipelineSettings:
         cache: where ``coursepkg data prepare`` keeps downloaded archives.
         seed: seeds the training runs and the generated conversations' split.
         device: ``"cpu"``, ``"cuda"`` or ``"auto"``.
+        sizes: entries that replace :func:`~coursepkg.training.budget.plan`'s, and
+            ``pretrain_steps``/``finetune_steps`` to fix the steps instead of sizing them from
+            the machine (a run that is the same on every machine: the book's).
     """
 
     out: str = "runs/pipeline"
@@ -75,6 +85,7 @@ class PipelineSettings:
     cache: str = str(Path.home() / ".cache" / "coursepkg")
     seed: int = 0
     device: str = "auto"
+    sizes: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.budget, bool) or not self.budget > 0:
@@ -225,7 +236,11 @@ def _pretrain(
     from coursepkg.training.data import recorded_tokenizer
 
     bpt = _model_tokenizer(corpus.parent)[1]
-    sized = _sized(folder, lambda: _size_pretraining(corpus, sizes, settings, spent, bpt))
+
+    def size() -> dict[str, Any]:
+        return _size_pretraining(corpus, sizes, settings, spent, bpt)
+
+    sized = _sized(folder, lambda: fixed_or(sizes, "pretrain", size))
     data = folder / "train_text.txt"
     text = (corpus / "train.txt").read_text(encoding="utf-8")[: sized["pretrain_chars"]]
     data.write_text(text, encoding="utf-8")
@@ -351,9 +366,11 @@ def _finetune(
     before = json.loads((run / "pretrain" / "budget.json").read_text())
     bpt = _model_tokenizer(run)[1]
     left = settings.budget - spent
-    sized = _sized(
-        folder, lambda: {"left": left, **size_finetuning(left, sizes, before["measured"], bpt)}
-    )
+
+    def size() -> dict[str, Any]:
+        return size_finetuning(left, sizes, before["measured"], bpt)
+
+    sized = _sized(folder, lambda: {"left": left, **fixed_or(sizes, "finetune", size)})
     steps = sized["finetune_steps"]
     job = FinetuneSettings(
         base=str(run / "pretrain"),
@@ -379,7 +396,7 @@ def _finetune(
 # ----------------------------------------------------------------------------- evaluation
 
 
-def _answer(model: Any, tokenizer: Any, prompt: str, max_new: int) -> str:
+def greedy_answer(model: Any, tokenizer: Any, prompt: str, max_new: int) -> str:
     """The model's greedy answer to ``prompt`` as a one-turn chat, cut at its end of turn."""
     from coursepkg.posttrain.chat import render_chat
     from coursepkg.serving.generate import generate
@@ -409,7 +426,7 @@ def _evaluate(folder: Path, run: Path, sizes: dict[str, Any]) -> dict[str, Any]:
         total: Counter[str] = Counter()
         for row in rows:
             max_new = len(tokenizer.encode(row["answer"])) + 3
-            said = _answer(model, tokenizer, row["prompt"], max_new)
+            said = greedy_answer(model, tokenizer, row["prompt"], max_new)
             total[row["task"]] += 1
             right[row["task"]] += said == row["answer"]
             if label == "after" and len(result["examples"]) < 9:
@@ -436,7 +453,7 @@ def _budget_lines(figures: dict[str, dict[str, Any]], budget: float) -> list[str
             f"- {s}: {figures[s]['steps']} steps, sized from this machine's measured step time "
             f"to {figures[s]['planned_seconds']:.1f} s; took {figures[s]['seconds']:.1f} s."
             for s in ("pretrain", "finetune")
-            if "planned_seconds" in figures[s]
+            if figures[s].get("planned_seconds") is not None
         ),
     ]
 
@@ -551,7 +568,7 @@ def run_pipeline(
     """
     run = Path(settings.out)
     run.mkdir(parents=True, exist_ok=True)
-    sizes = plan(settings.budget)
+    sizes = {**plan(settings.budget), **(settings.sizes or {})}
     figures: dict[str, dict[str, Any]] = {}
 
     def spent() -> float:  # the seconds of the stages done so far (a resumed run's too)

@@ -22,12 +22,19 @@ from coursepkg.training.budget import (
     LOOP_OVERHEAD,
     MIN_STEPS,
     TrainingCosts,
+    fixed_or,
     parse_budget,
     plan,
     size_pretraining,
     size_steps,
 )
-from coursepkg.training.pipeline import STAGES, chat_tasks, heldout_bits_per_byte
+from coursepkg.training.pipeline import (
+    STAGES,
+    PipelineSettings,
+    chat_tasks,
+    heldout_bits_per_byte,
+    run_pipeline,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,6 +82,34 @@ def test_pretraining_is_planned_within_the_time_left(left, step, encode):
     if min(sized["pretrain_steps"], sized["finetune_steps"]) > MIN_STEPS:
         assert sum(sized["seconds"].values()) <= left * 1.001
     assert 20_000 <= sized["pretrain_chars"] <= sizes["pretrain_chars"]
+
+
+@given(st.sampled_from(["pretrain", "finetune"]), st.integers(1, 10_000))
+def test_fixed_steps_are_taken_as_they_are_and_nothing_is_measured(stage, steps):
+    def measuring():
+        raise AssertionError("a stage with fixed steps measured the machine")
+
+    sizes = {**plan(300), f"{stage}_steps": steps}
+    sized = fixed_or(sizes, stage, measuring)
+    assert sized[f"{stage}_steps"] == steps and sized["seconds"] == {stage: None}
+    assert fixed_or(plan(300), stage, lambda: {"sized": True}) == {"sized": True}
+
+
+def test_a_run_of_fixed_sizes_takes_those_steps_and_reports_no_plan(tmp_path):
+    corpus = tmp_path / "text.txt"
+    corpus.write_text((ROOT / "coursepkg/data/tinyshakespeare.txt").read_text()[:20_000])
+    sizes = dict(merges=20, tokenizer_chars=5000, pretrain_chars=5000, eval_chars=400,
+                 conversations=4, heldout=1, block_size=64, batch_size=2,
+                 pretrain_steps=4, finetune_steps=3)  # fmt: skip
+    settings = PipelineSettings(out=str(tmp_path / "run"), budget=1, corpus=str(corpus),
+                                device="cpu", sizes=sizes)  # fmt: skip
+    figures = run_pipeline(settings, say=lambda line: None)
+    assert (figures["pretrain"]["steps"], figures["finetune"]["steps"]) == (4, 3)
+    assert figures["tokenizer"]["merges"] == 20
+    assert figures["pretrain"]["planned_seconds"] is None
+    assert sum(figures["evaluate"]["heldout_prompts"].values()) == 3  # one per task
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "4 steps" in report and "sized from this machine" not in report
 
 
 def test_the_full_budget_learns_a_few_thousand_merges():
