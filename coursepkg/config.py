@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from .config_groups import LatentConfig, MoEConfig, RopeConfig, positive_int
 
 _POSITIONAL = ("sinusoidal", "learned", "rope", "alibi")
-_ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
+_ACTIVATIONS = ("relu", "relu2", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 _SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
 _NORMS = ("layernorm", "rmsnorm")
 
@@ -262,8 +262,9 @@ class TransformerConfig:
     share_embeddings: bool = True  # one embedding matrix for source and target (shared vocab)
     tie_embeddings: bool = True  # output projection reuses the target embedding matrix
     pad_id: int | None = None  # padding id; when set, models derive token masks from it
-    activation: str = "relu"  # FFN non-linearity: "relu" (paper), "gelu" (exact, BERT),
-    # "gelu_tanh" (GPT-2's tanh approximation) or "silu" (swish, Marian/OPUS-MT)
+    activation: str = "relu"  # FFN non-linearity: "relu" (paper), "relu2" (ReLU squared, So et
+    # al. 2021's Primer; nanochat), "gelu" (exact, BERT), "gelu_tanh" (GPT-2's tanh
+    # approximation) or "silu" (swish, Marian/OPUS-MT)
     bias: bool = True  # biases in the attention projections, FFN linears and LayerNorms
     layer_norm_eps: float = 1e-5  # epsilon inside the LayerNorm square root
     attention_dropout: float = 0.0  # dropout on attention weights: none in the paper (Sec. 5.4);

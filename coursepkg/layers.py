@@ -109,9 +109,15 @@ def make_norm(norm: str, d_model: int, eps: float, bias: bool) -> LayerNorm | RM
     raise ValueError(f"norm must be 'layernorm' or 'rmsnorm', got {norm!r}")
 
 
+def relu_squared(x: Tensor) -> Tensor:
+    """ReLU(x)^2, the feed-forward activation of Primer (So et al. 2021) and nanochat."""
+    return F.relu(x).square()
+
+
 # The feed-forward activations by name (also used by the BERT-style encoder's heads).
 ACTIVATIONS = {
     "relu": F.relu,
+    "relu2": relu_squared,
     "gelu": F.gelu,
     "gelu_tanh": partial(F.gelu, approximate="tanh"),
     "silu": F.silu,
@@ -133,9 +139,9 @@ class PositionwiseFeedForward(nn.Module):
         d_ff: inner width F (the hidden width of each branch when gated).
         dropout: dropout after the activation (after the product when gated), as
             ``nn.TransformerEncoderLayer`` does.
-        activation: "relu" (paper), "gelu" (exact), "gelu_tanh" (its tanh approximation, as
-            in GPT-2), "silu" (x * sigmoid(x), also called swish; Marian), or the gated
-            "swiglu" and "geglu".
+        activation: "relu" (paper), "relu2" (ReLU squared), "gelu" (exact), "gelu_tanh"
+            (its tanh approximation, as in GPT-2), "silu" (x * sigmoid(x), also called swish;
+            Marian), or the gated "swiglu" and "geglu".
         bias: whether the linears have biases.
 
     Submodules ``linear1`` (W1, D -> F, the activated branch: Hugging Face's ``gate_proj``),

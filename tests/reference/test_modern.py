@@ -109,6 +109,19 @@ def test_gated_feed_forward_by_hand(kind: str, bias: bool, d: int, f: int, seed:
     assert feed_forward_parameters(config) == sum(p.numel() for p in ffn.parameters())
 
 
+@settings(max_examples=15, deadline=None)
+@given(d=st.integers(1, 12), f=st.integers(1, 20), seed=st.integers(0, 2**16))
+def test_relu_squared_feed_forward_by_hand(d: int, f: int, seed: int) -> None:
+    """ "relu2" (Primer, nanochat): W2 relu(W1 x + b1)^2 + b2, two matrices like "relu"."""
+    torch.manual_seed(seed)
+    ffn = PositionwiseFeedForward(d, f, activation="relu2").double()
+    x = torch.randn(2, 3, d, dtype=torch.float64)
+    hidden = torch.relu(x @ ffn.linear1.weight.T + ffn.linear1.bias)
+    torch.testing.assert_close(ffn(x), hidden**2 @ ffn.linear2.weight.T + ffn.linear2.bias)
+    config = TransformerConfig(vocab_size=5, d_model=d, n_heads=1, d_ff=f, activation="relu2")
+    assert feed_forward_parameters(config) == sum(p.numel() for p in ffn.parameters())
+
+
 def test_gate_is_on_the_first_branch() -> None:
     # W1 = 1, W3 = 2: silu(x) * 2x, which the gate on the wrong branch (x * silu(2x)) is not
     ffn = PositionwiseFeedForward(1, 1, activation="swiglu", bias=False)
