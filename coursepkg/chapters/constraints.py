@@ -47,7 +47,7 @@ from coursepkg.chapters.train import seed_everything
 from coursepkg.config import TransformerConfig
 from coursepkg.config_groups import MoEConfig
 from coursepkg.data.text import load_tinyshakespeare
-from coursepkg.model import DecoderOnlyLM
+from coursepkg.decoder_only import DecoderOnlyLM
 
 __all__ = [
     "CONSTRAINTS",

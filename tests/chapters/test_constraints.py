@@ -24,7 +24,7 @@ from coursepkg.chapters.constraints import (
     muon_parameters,
     winner_changes,
 )
-from coursepkg.model import DecoderOnlyLM
+from coursepkg.decoder_only import DecoderOnlyLM
 
 
 def _settings(d_model: int, experts: int = 4, top_k: int = 2) -> dict:
