@@ -42,7 +42,8 @@ CHAPTERS = {
     "19_experts": "ex16",
     "20_post_training": "ex14",
     "21_training_across_machines": "ex15",
-    "23_text_to_chat": None,
+    "22_text_to_chat": None,
+    "23_capstone": "ex19",
 }
 PART_ONE = [c for c in CHAPTERS if c < "07"]
 PART_TWO = [c for c in CHAPTERS if c >= "07"]
