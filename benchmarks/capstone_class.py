@@ -5,6 +5,9 @@ that spread.
     PYTHONPATH=$PWD .venv/bin/python benchmarks/capstone_class.py --budget-s 30 --workers 2
 
 A small class for the overhead at an instructor's budget: ``--honest 4 --no-bad``.
+``--dask``: the class graded as ``coursepkg leaderboard --grade`` grades it, one task a student on
+a Dask LocalCluster of ``--workers`` workers (``grade_class``), its verdicts checked; the overhead
+figures need the thread pool's run records, so they are printed without ``--dask`` only.
 
 The class (24 by default): honest recipes of several sizes, step counts and learning rates
 (the first is the baseline), and one of each bad kind in ``tests/fixtures/capstone_recipes.py``.
@@ -52,6 +55,7 @@ def main() -> None:
         "--honest", type=int, default=len(HONEST), help="honest recipes (the baseline first)"
     )
     parser.add_argument("--no-bad", action="store_true", help="leave out the bad recipes")
+    parser.add_argument("--dask", action="store_true", help="grade on a Dask LocalCluster")
     args = parser.parse_args()
     train, held_out, protected = corpus_splits()
     train = train[:200_000]
@@ -63,6 +67,9 @@ def main() -> None:
     }
     for name, source in {} if args.no_bad else recipes.BAD.items():
         submissions[name] = (source, recipes.EXPECTED[name])
+
+    if args.dask:
+        return _grade_on_dask(submissions, folder, rules, protected, args.workers)
 
     def grade(item):
         name, (source, _) = item
@@ -107,6 +114,26 @@ def main() -> None:
     entries = [{"student": n, "verdict": r.verdict, "scores": r.scores} for n, r in results.items()]
     rows = leaderboard_rows(entries, base)
     print("records:", [r["student"] for r in rows if r["record"]])
+
+
+def _grade_on_dask(submissions: dict, folder: Path, rules, protected, workers: int) -> None:
+    """Grade the class with ``grade_class`` on a LocalCluster; print each verdict."""
+    from coursepkg.grading.classroom.capstone import grade_class
+    from coursepkg.grading.classroom.orchestrate import connect
+
+    paths = {
+        name: recipes.write(folder, name, source, held_out=protected[0])
+        for name, (source, _) in submissions.items()
+    }
+    started = time.monotonic()
+    with connect(None, workers) as client:
+        entries = grade_class(paths, rules, None, ROOT, 16_384, client)
+    right = 0
+    for entry in entries:
+        expected = submissions[entry["student"]][1]
+        right += entry["verdict"] == expected
+        print(f"{entry['student']:22s} {entry['verdict']:32s} expected {expected}")
+    print(f"verdicts right on Dask: {right}/{len(entries)} in {time.monotonic() - started:.0f} s")
 
 
 if __name__ == "__main__":
