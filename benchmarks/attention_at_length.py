@@ -20,11 +20,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import alternate, median, setup_threads  # noqa: E402
 
-from coursepkg.attention import (  # noqa: E402
-    linear_attention,
-    scaled_dot_product_attention,
-    tiled_attention,
-)
+from coursepkg.attention import scaled_dot_product_attention  # noqa: E402
+from coursepkg.efficient_attention import linear_attention, tiled_attention  # noqa: E402
 
 
 def kernels(q, k, v, block: int) -> dict:
