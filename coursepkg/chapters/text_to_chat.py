@@ -109,8 +109,9 @@ def text_to_chat_run(cache: str | None = "reuse", seed: int = 0) -> dict[str, An
         return saved
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
+        # no progress bars: a page keeps its outputs, and a bar's redraws would stay as lines
         settings = PipelineSettings(
-            out=str(run), budget=BUDGET, seed=seed, device="cpu", sizes=SIZES
+            out=str(run), budget=BUDGET, seed=seed, device="cpu", sizes=SIZES, progress=False
         )
         figures = run_pipeline(settings, say=log.info)
         lines = (run / "chat_data" / "heldout.jsonl").read_text().splitlines()

