@@ -444,8 +444,9 @@ def test_coursepkg_check_gives_the_graders_points_and_states_the_hand_graded_one
     from nbgrader.api import Gradebook
 
     home, _ = graded_class
-    report = run_notebook(home[aid] / "submitted" / student / aid / f"{aid}.ipynb")
-    with Gradebook(f"sqlite:///{home[aid] / 'gradebook.db'}") as gradebook:
+    course = home[aid, student]  # the course folder that graded this student's notebook
+    report = run_notebook(course / "submitted" / student / aid / f"{aid}.ipynb")
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
         grades = gradebook.find_submission_notebook(aid, aid, student).grades
         graders = {g.name: g.auto_score for g in grades if g.auto_score is not None}
         by_hand = sum(g.max_score for g in grades if g.auto_score is None)
