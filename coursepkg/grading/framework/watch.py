@@ -12,6 +12,7 @@ objects. :mod:`coursepkg.grading.checks.ex09_training_run` grades from that reco
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import resource
@@ -66,6 +67,16 @@ def _matplotlib_dirs() -> tuple[str, ...]:
     paths = [str(home / d / "matplotlib") for d in (".cache", ".config")]
     paths += [os.environ["MPLCONFIGDIR"]] if os.environ.get("MPLCONFIGDIR") else []
     return tuple(os.path.realpath(p) + os.sep for p in paths)
+
+
+def _compiled_module(path: str) -> bool:
+    """Whether ``path`` is Python's bytecode cache of a module whose source sits beside it
+    (``pkg/__pycache__/mod.cpython-311.pyc`` of ``pkg/mod.py``): what an import reads."""
+    try:
+        source = importlib.util.source_from_cache(path)
+    except ValueError:  # not a __pycache__/*.pyc path
+        return False
+    return os.path.isfile(source)
 
 
 def kernel_cpu_seconds() -> float:
@@ -164,6 +175,9 @@ def _install(watch: TrainingWatch, limit: float) -> None:
         if real.endswith(".py") and real.startswith((ipykernel_tmp, package)):
             # Source for tracebacks and warnings: IPython's copies of the notebook's cells,
             # and coursepkg's own modules (an editable install lives outside site-packages).
+            return
+        if real.startswith(package) and _compiled_module(real):
+            # coursepkg's own modules imported after the setup cell (its imports are lazy)
             return
         flag(f"read the file {real}")
 
