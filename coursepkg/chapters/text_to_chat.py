@@ -111,7 +111,13 @@ def text_to_chat_run(cache: str | None = "reuse", seed: int = 0) -> dict[str, An
         run = Path(tmp) / "run"
         # no progress bars: a page keeps its outputs, and a bar's redraws would stay as lines
         settings = PipelineSettings(
-            out=str(run), budget=BUDGET, seed=seed, device="cpu", sizes=SIZES, progress=False
+            out=str(run),
+            budget=BUDGET,
+            seed=seed,
+            device="cpu",
+            sizes=SIZES,
+            progress=False,
+            serve=False,  # the page does not start a server; `coursepkg pipeline` measures it
         )
         figures = run_pipeline(settings, say=log.info)
         lines = (run / "chat_data" / "heldout.jsonl").read_text().splitlines()

@@ -13,7 +13,7 @@ __all__ = ["COMMANDS", "add_parser"]
 #: The commands of this home and their line in ``coursepkg --help``.
 COMMANDS = {
     "pipeline": "from real text to a chat model: corpus, tokenizer, pretraining, fine-tuning, "
-    "evaluation and a report card",
+    "evaluation, serving and a report card",
 }
 
 
@@ -28,10 +28,11 @@ def _add_pipeline(sub: Any) -> None:
     p = sub.add_parser(
         "pipeline",
         help="from real text to a chat model: corpus, tokenizer, pretraining, fine-tuning, "
-        "evaluation and a report card",
+        "evaluation, serving and a report card",
         description="Prepare the corpus, learn a BPE tokenizer, pretrain a GPT (coursepkg "
         "train's code), fine-tune it into a chat model on generated conversations (coursepkg "
-        "finetune's code), evaluate each stage and write OUT/report.md and OUT/report.html. "
+        "finetune's code), evaluate each stage, measure the chat model served by coursepkg serve "
+        "and write OUT/report.md and OUT/report.html. "
         "Each stage ends with OUT/STAGE/done.json; a rerun skips the stages done. Serve the "
         "result with `coursepkg serve OUT/finetune`.",
     )
@@ -69,10 +70,17 @@ def _pipeline(args: argparse.Namespace) -> int:
     )
     figures = run_pipeline(settings, say=lambda line: sys.stdout.write(line + "\n"))
     after = figures["evaluate"]["accuracy"]["after"]
+    serve = figures["serve"]
+    served = (
+        f"served: {serve['greedy_equal']}/{serve['requests']} greedy answers equal offline, "
+        f"{serve['ratio']:.2f}x throughput all at once; "
+        if "ratio" in serve
+        else ""
+    )
     out = Path(args.out)
     sys.stdout.write(
         f"held-out bits per byte {figures['pretrain']['heldout_bits_per_byte']:.3f}; chat "
-        f"accuracy {', '.join(f'{t} {a:.0%}' for t, a in after.items())}; report "
+        f"accuracy {', '.join(f'{t} {a:.0%}' for t, a in after.items())}; {served}report "
         f"{out / 'report.md'}; serve with: coursepkg serve {out / 'finetune'}\n"
     )
     return 0

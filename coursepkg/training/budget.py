@@ -42,6 +42,9 @@ MIN_STEPS = 3
 #: A chat example's length in tokens (a question, its answer and the markers), the greedy
 #: tokens the evaluation asks per answer, and the seconds of loading models and writing files.
 CHAT_LENGTH, ANSWER_TOKENS, SETTLE = 24, 8, 3.0
+#: The serve stage: seconds to start ``coursepkg serve`` in a process of its own (an estimate:
+#: its imports and the model's loading), and the rounds of its requests of each kind.
+SERVER_START, SERVE_ROUNDS = 10.0, 2
 _UNITS = {"s": 1, "m": 60, "h": 3600}
 
 
@@ -64,7 +67,9 @@ def plan(budget: float) -> dict[str, Any]:
 
     Returns:
         merges, tokenizer_chars, pretrain_chars (the most; the steps may need less),
-        eval_chars, model, block_size, batch_size, conversations and heldout (per task).
+        eval_chars, model, block_size, batch_size, conversations and heldout (per task),
+        serve_requests and serve_tokens (the serve stage's held-out prompts and each one's
+        token limit).
     """
     large, smoke = budget >= 1800, budget < 60
     model = (
@@ -82,6 +87,8 @@ def plan(budget: float) -> dict[str, Any]:
         "batch_size": 2 if smoke else 16,
         "conversations": int(min(2000, max(8, budget))),
         "heldout": int(min(100, max(2, budget / 20))),
+        "serve_requests": int(min(16, max(2, budget / 60))),
+        "serve_tokens": 24,
     }
 
 
@@ -211,6 +218,14 @@ def _evaluation_seconds(sizes: dict[str, Any], measured: dict[str, float], bpt: 
     return answers + 2 * max(1.0, windows) * measured["pretrain_step"] / 3
 
 
+def _serving_seconds(sizes: dict[str, Any], measured: dict[str, float]) -> float:
+    """The serve stage: a server started, the answers generated offline once, then
+    :data:`SERVE_ROUNDS` rounds of them one at a time and all at once (each counted as one at a
+    time, at most ``serve_tokens`` greedy tokens an answer: an upper bound)."""
+    answers = sizes["serve_requests"] * sizes["serve_tokens"] * measured["token"]
+    return SERVER_START + answers * (1 + 2 * SERVE_ROUNDS)
+
+
 def size_pretraining(
     left: float, sizes: dict[str, Any], measured: dict[str, float], bpt: float
 ) -> dict[str, Any]:
@@ -225,7 +240,8 @@ def size_pretraining(
     """
     batch = sizes["batch_size"] * sizes["block_size"]
     evaluation = _evaluation_seconds(sizes, measured, bpt)
-    after = evaluation + SETTLE + measured["pretrain_step"]  # + pretraining's own bits per byte
+    serving = _serving_seconds(sizes, measured)
+    after = evaluation + serving + SETTLE + measured["pretrain_step"]  # + its bits per byte
     costs = TrainingCosts(measured["pretrain_step"], measured["finetune_step"], after)
     steps = size_steps(left, costs)["pretrain_steps"]
     chars = int(min(sizes["pretrain_chars"], max(20_000, 1.1 * steps * batch * bpt)))
@@ -235,7 +251,8 @@ def size_pretraining(
     )
     pre = steps["pretrain_steps"] * LOOP_OVERHEAD * costs.pretrain_step + encoding
     fine = steps["finetune_steps"] * LOOP_OVERHEAD * costs.finetune_step
-    seconds = {"pretrain": pre, "finetune": fine, "evaluate": evaluation, "other": SETTLE}
+    seconds = {"pretrain": pre, "finetune": fine, "evaluate": evaluation, "serve": serving}
+    seconds["other"] = SETTLE
     return {**steps, "pretrain_chars": chars, "seconds": seconds}
 
 
@@ -245,13 +262,16 @@ def size_finetuning(
     """Fine-tuning's steps for the ``left`` seconds really left when it starts.
 
     Returns:
-        ``finetune_steps`` and ``seconds`` (fine-tuning's and the evaluation's planned).
+        ``finetune_steps`` and ``seconds`` (fine-tuning's, the evaluation's and the serve
+        stage's planned).
     """
     evaluation = _evaluation_seconds(sizes, measured, bpt)
-    costs = TrainingCosts(0.0, measured["finetune_step"], evaluation + SETTLE)
+    serving = _serving_seconds(sizes, measured)
+    costs = TrainingCosts(0.0, measured["finetune_step"], evaluation + serving + SETTLE)
     steps = size_steps(left, costs)["finetune_steps"]
     fine = steps * LOOP_OVERHEAD * costs.finetune_step
-    return {"finetune_steps": steps, "seconds": {"finetune": fine, "evaluate": evaluation}}
+    seconds = {"finetune": fine, "evaluate": evaluation, "serve": serving}
+    return {"finetune_steps": steps, "seconds": seconds}
 
 
 def fixed_or(

@@ -11,7 +11,10 @@ The stages, in order (:data:`STAGES`), each in its own folder of the run:
 - ``chat_data``: generated conversations (arithmetic, spelling, dates), with held-out prompts.
 - ``finetune``: :func:`coursepkg.posttrain.trainer.finetune` (what ``coursepkg finetune`` runs).
 - ``evaluate``: per-task accuracy of the base and the chat model on the held-out prompts.
-- ``report``: ``report.md`` and ``report.html`` in the run folder.
+- ``serve``: the chat model served by ``coursepkg serve`` and measured through the ``openai``
+  client: greedy answers against offline generation, all at once against one at a time.
+- ``report``: ``report.md`` and ``report.html`` in the run folder
+  (:mod:`coursepkg.training.report_card`).
 
 Each stage writes its outputs, then ``done.json`` (its figures); a rerun skips every stage whose
 ``done.json`` is there, so a run killed at any point resumes where it stopped. ``--budget`` scales
@@ -41,7 +44,8 @@ from typing import Any
 
 import torch
 
-from coursepkg.training.budget import fixed_or, plan
+from coursepkg.training.budget import SERVE_ROUNDS, fixed_or, plan
+from coursepkg.training.report_card import write_report
 
 __all__ = [
     "STAGES",
@@ -55,7 +59,16 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: The stages, in the order they run; each is a folder of the run holding ``done.json`` when done.
-STAGES = ("corpus", "tokenizer", "pretrain", "chat_data", "finetune", "evaluate", "report")
+STAGES = (
+    "corpus",
+    "tokenizer",
+    "pretrain",
+    "chat_data",
+    "finetune",
+    "evaluate",
+    "serve",
+    "report",
+)
 DONE = "done.json"
 #: The tokenizer the pipeline's model is trained on, ``"learned"`` (the tokenizer stage's BPE)
 #: or ``"gpt2"`` (GPT-2's, kept to compare with).
@@ -77,6 +90,8 @@ class PipelineSettings:
         sizes: entries replacing :func:`~coursepkg.training.budget.plan`'s; ``pretrain_steps`` and
             ``finetune_steps`` fix the steps instead of sizing them from the machine (the book's).
         progress: show each stage's progress bar (the book's page, which keeps outputs, hides them).
+        serve: measure the chat model served by ``coursepkg serve`` (the serve stage starts the
+            server in a process of its own; the book's page skips it).
     """
 
     out: str = "runs/pipeline"
@@ -87,6 +102,7 @@ class PipelineSettings:
     device: str = "auto"
     sizes: dict[str, Any] | None = None
     progress: bool = True
+    serve: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.budget, bool) or not self.budget > 0:
@@ -440,116 +456,16 @@ def _evaluate(folder: Path, run: Path, sizes: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-# ----------------------------------------------------------------------------- the report
+def _serve(run: Path, sizes: dict[str, Any], serve: bool) -> dict[str, Any]:
+    """The chat model served by ``coursepkg serve`` and measured through the ``openai`` client
+    on held-out prompts (:func:`coursepkg.serving.http.load.measure_serving`)."""
+    from coursepkg.serving.http.load import measure_serving
 
-
-def _budget_lines(figures: dict[str, dict[str, Any]], budget: float) -> list[str]:
-    """The report's lines on time: the budget, each stage's seconds, planned against actual."""
-    total = sum(figures[s]["seconds"] for s in STAGES[:-1])
-    return [
-        f"Budget {budget:.0f} s; the stages took {total:.1f} s ({total / budget:.2f}x the "
-        "budget): " + ", ".join(f"{s} {figures[s]['seconds']:.1f} s" for s in STAGES[:-1]) + ".",
-        "",
-        *(
-            f"- {s}: {figures[s]['steps']} steps, sized from this machine's measured step time "
-            f"to {figures[s]['planned_seconds']:.1f} s; took {figures[s]['seconds']:.1f} s."
-            for s in ("pretrain", "finetune")
-            if figures[s].get("planned_seconds") is not None
-        ),
-    ]
-
-
-def _report_markdown(run: Path, figures: dict[str, dict[str, Any]], budget: float) -> str:
-    """The report card as markdown."""
-    corpus, tok, pre = figures["corpus"], figures["tokenizer"], figures["pretrain"]
-    chat, ft, ev = figures["chat_data"], figures["finetune"], figures["evaluate"]
-    model_tok = pre.get("tokenizer") or {  # a run from before the model's tokenizer was recorded
-        "name": "GPT-2",
-        "vocab_size": 50257,
-        "bytes_per_token": tok["gpt2_bytes_per_token"],
-    }
-    lines = [
-        f"# Report card: {run.name}",
-        "",
-        *_budget_lines(figures, budget),
-        "",
-        "## Data",
-        f"Source: {corpus['source']}.",
-        "",
-        "| split | characters | bytes |",
-        "|---|---|---|",
-        *(f"| {s} | {r['chars']:,} | {r['bytes']:,} |" for s, r in corpus["splits"].items()),
-        "",
-        "## Tokenizer",
-        f"A byte-level BPE of {tok['merges']:,} merges learned on {tok['trained_on_chars']:,} "
-        f"characters: {tok['bytes_per_token']:.2f} held-out bytes per token against GPT-2's "
-        f"{tok['gpt2_bytes_per_token']:.2f} (50,000 merges).",
-        f"**The model's tokenizer: {model_tok['name']}**, {model_tok['vocab_size']:,} ids, "
-        f"{model_tok['bytes_per_token']:.2f} held-out bytes per token; `coursepkg finetune`, "
-        "the evaluation and `coursepkg serve` read it from the run.",
-        f"Longest learned tokens: {', '.join(repr(t) for t in tok['longest_tokens'])}.",
-        "",
-        "## Pretraining",
-        f"{pre['parameters']:,} parameters ({pre['model']}), {pre['steps']} steps: training "
-        f"loss {pre['train_loss']:.3f}, held-out loss {pre['val_loss']:.3f}; **held-out bits "
-        f"per byte {pre['heldout_bits_per_byte']:.3f}** on the corpus' held-out documents.",
-        "",
-        "![loss curves](pretrain/loss.png)",
-        "",
-        "Sample:",
-        "",
-        "```",
-        pre["sample"],
-        "```",
-        "",
-        "## Fine-tuning",
-        f"SFT for {ft['steps']} steps on generated conversations "
-        + ", ".join(f"{t}: {c['train']}" for t, c in chat["tasks"].items())
-        + f"; final loss {ft['final_loss']:.3f}.",
-        "",
-        "## Chat accuracy on held-out prompts (greedy, exact answer)",
-        "",
-        "| task | prompts | before (base) | after (chat) |",
-        "|---|---|---|---|",
-        *(
-            f"| {t} | {n} | {ev['accuracy']['before'][t]:.0%} | {ev['accuracy']['after'][t]:.0%} |"
-            for t, n in ev["heldout_prompts"].items()
-        ),
-        "",
-        f"Held-out bits per byte: base {ev['heldout_bits_per_byte']['before']:.3f}, chat "
-        f"{ev['heldout_bits_per_byte']['after']:.3f}.",
-        "",
-        "| task | prompt | expected | the chat model said |",
-        "|---|---|---|---|",
-        *(
-            f"| {e['task']} | {e['prompt']} | {e['answer']} | {e['said'] or '(nothing)'} |"
-            for e in ev["examples"]
-        ),
-        "",
-        "## Serving",
-        f"`coursepkg serve {run / 'finetune'}` serves the chat model over the OpenAI API and a "
-        "chat page.",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def _report(run: Path, budget: float) -> dict[str, Any]:
-    """Write ``report.md`` and ``report.html`` at the top of the run."""
-    from markdown_it import MarkdownIt
-
-    figures = {s: json.loads((run / s / DONE).read_text()) for s in STAGES[:-1]}
-    text = _report_markdown(run, figures, budget)
-    (run / "report.md").write_text(text, encoding="utf-8")
-    body = MarkdownIt("commonmark").enable("table").render(text)
-    page = (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{run.name}</title>"
-        "<style>body{font-family:sans-serif;max-width:60em;margin:auto}"
-        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}"
-        f"</style></head><body>{body}</body></html>"
-    )
-    (run / "report.html").write_text(page, encoding="utf-8")
-    return {"files": ["report.md", "report.html"]}
+    if not serve:
+        return {"skipped": "PipelineSettings.serve is False"}
+    rows = [json.loads(line) for line in (run / "chat_data" / "heldout.jsonl").open()]
+    prompts = [r["prompt"] for r in rows][: sizes["serve_requests"]]
+    return measure_serving(run / "finetune", prompts, sizes["serve_tokens"], SERVE_ROUNDS)
 
 
 # ----------------------------------------------------------------------------- the run
@@ -583,7 +499,8 @@ def run_pipeline(
         "chat_data": lambda f: _chat_data(f, run / "corpus", sizes, settings.seed),
         "finetune": lambda f: _finetune(f, run, sizes, settings, spent()),
         "evaluate": lambda f: _evaluate(f, run, sizes),
-        "report": lambda f: _report(run, settings.budget),
+        "serve": lambda f: _serve(run, sizes, settings.serve),
+        "report": lambda f: write_report(run, dict(figures), settings.budget),
     }
     for stage in STAGES:
         folder = run / stage

@@ -35,6 +35,7 @@ from coursepkg.training.pipeline import (
     heldout_bits_per_byte,
     run_pipeline,
 )
+from coursepkg.training.report_card import _serving_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,7 +55,7 @@ def test_parse_budget_refuses_and_names_the_text(text):
 @given(st.floats(1, 20_000), st.floats(1, 20_000))
 def test_a_larger_budget_never_plans_less(a, b):
     small, large = plan(min(a, b)), plan(max(a, b))
-    for key in ("merges", "pretrain_chars", "conversations", "heldout"):
+    for key in ("merges", "pretrain_chars", "conversations", "heldout", "serve_requests"):
         assert large[key] >= small[key] >= 1, key
     assert large["model"]["positional"] == "rope"  # coursepkg serve batches rotary models only
 
@@ -110,6 +111,22 @@ def test_a_run_of_fixed_sizes_takes_those_steps_and_reports_no_plan(tmp_path):
     assert sum(figures["evaluate"]["heldout_prompts"].values()) == 3  # one per task
     report = (tmp_path / "run" / "report.md").read_text()
     assert "4 steps" in report and "sized from this machine" not in report
+    # the serve stage: the chat model behind `coursepkg serve`, through the openai client
+    serve = figures["serve"]
+    assert serve["requests"] == plan(1)["serve_requests"] == 2  # of the 3 held-out prompts
+    assert serve["greedy_equal"] == 2, serve
+    for kind in ("one at a time", "all at once"):
+        assert 0 < serve[kind]["latency_p50"] <= serve[kind]["latency_p99"]
+        assert serve[kind]["ttft_p50"] <= serve[kind]["latency_p50"] + 1e-9
+    assert "**2 of 2** served answers equal" in report
+    assert f"**{serve['ratio']:.2f}x**" in report
+
+
+def test_a_run_that_skips_serving_says_so_in_its_report(tmp_path):
+    figures = {"serve": {"skipped": "PipelineSettings.serve is False", "seconds": 0.0}}
+    assert _serving_lines(figures["serve"]) == [
+        "Not measured in this run (PipelineSettings.serve is False)."
+    ]
 
 
 def test_the_full_budget_learns_a_few_thousand_merges():

@@ -6,6 +6,9 @@
 - :mod:`.protocol`: OpenAI's request bodies and error object.
 - :mod:`.app`: the FastAPI application (:func:`create_app`): ``/v1/chat/completions``,
   ``/v1/completions``, ``/v1/models``, ``/health`` and the chat page at ``/``.
+- :mod:`.launch`: the server started as a child process (:class:`~.launch.ServerProcess`).
+- :mod:`.load`: the server measured through the ``openai`` client (greedy answers against
+  offline generation; all at once against one at a time).
 
 ``docs/serving.md`` shows the command, the ``openai`` client against it and the errors.
 """
