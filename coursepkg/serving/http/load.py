@@ -36,9 +36,17 @@ def percentile(values: list[float], q: float) -> float:
 def offline_answers(checkpoint: str | Path, prompts: list[str], max_tokens: int) -> list[dict]:
     """Each prompt as a one-turn chat, answered greedily by the model in this process alone.
 
+    Args:
+        checkpoint: the served model (what ``coursepkg serve`` takes).
+        prompts: one user message each.
+        max_tokens: each answer's limit, lowered where the prompt leaves less of the context.
+
     Returns:
-        One ``{"text", "tokens"}`` per prompt: the answer cut at the first stop token, and how
-        many tokens came before it.
+        One ``{"text", "tokens", "max_tokens"}`` per prompt: the answer cut at the first stop
+        token, how many tokens came before it, and the limit it was given.
+
+    Raises:
+        ValueError: a prompt that fills the model's whole context (it is named).
     """
     from coursepkg.posttrain.chat import render_chat
     from coursepkg.serving.generate import generate
@@ -49,11 +57,18 @@ def offline_answers(checkpoint: str | Path, prompts: list[str], max_tokens: int)
     for prompt in prompts:
         text = render_chat([{"role": "user", "content": prompt}], add_generation_prompt=True)
         ids = served.tokenizer.encode(text)
+        limit = min(max_tokens, served.context - len(ids))
+        if limit < 1:
+            raise ValueError(
+                f"the prompt {prompt!r} is {len(ids)} tokens as a chat, the model's whole "
+                f"context of {served.context}: no room for an answer"
+            )
         with torch.no_grad():
-            out = generate(served.model, torch.tensor([ids]), max_tokens)  # (1, L + max_tokens)
+            out = generate(served.model, torch.tensor([ids]), limit)  # (1, L + limit)
         new = out[0, len(ids) :].tolist()
         cut = next((i for i, t in enumerate(new) if t in served.stop_ids), len(new))
-        answers.append({"text": served.tokenizer.decode(new[:cut]), "tokens": cut})
+        text = served.tokenizer.decode(new[:cut])
+        answers.append({"text": text, "tokens": cut, "max_tokens": limit})
     return answers
 
 
@@ -76,17 +91,17 @@ async def _one(client: Any, model: str, prompt: str, max_tokens: int) -> dict[st
     return {"text": text, "latency": end - start, "ttft": (first or end) - start}
 
 
-async def _round(client: Any, model: str, prompts: list[str], max_tokens: int, together: bool):
+async def _round(client: Any, model: str, requests: list[tuple[str, int]], together: bool):
     start = time.perf_counter()
     if together:
-        rows = await asyncio.gather(*(_one(client, model, p, max_tokens) for p in prompts))
+        rows = await asyncio.gather(*(_one(client, model, p, n) for p, n in requests))
     else:
-        rows = [await _one(client, model, p, max_tokens) for p in prompts]
+        rows = [await _one(client, model, p, n) for p, n in requests]
     return {"wall": time.perf_counter() - start, "rows": list(rows)}
 
 
 async def alternated_rounds(
-    url: str, model: str, prompts: list[str], max_tokens: int, rounds: int
+    url: str, model: str, requests: list[tuple[str, int]], rounds: int
 ) -> dict[str, list[dict[str, Any]]]:
     """``rounds`` rounds of the prompts one at a time, then all at once, alternated, after a
     warm-up round (the first calls pay one-off costs).
@@ -94,8 +109,7 @@ async def alternated_rounds(
     Args:
         url: the server's ``http://127.0.0.1:PORT``.
         model: the served model's id.
-        prompts: one chat request each.
-        max_tokens: each request's limit.
+        requests: ``(prompt, max_tokens)`` pairs, one chat request each.
         rounds: rounds of each kind (>= 1).
 
     Returns:
@@ -107,11 +121,11 @@ async def alternated_rounds(
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
-    await _round(client, model, prompts[:4], max_tokens, True)
+    await _round(client, model, requests[:4], True)
     results: dict[str, list[dict[str, Any]]] = {"one at a time": [], "all at once": []}
     for _ in range(rounds):
         for label, together in (("one at a time", False), ("all at once", True)):
-            results[label].append(await _round(client, model, prompts, max_tokens, together))
+            results[label].append(await _round(client, model, requests, together))
     await client.close()
     return results
 
@@ -152,7 +166,7 @@ def measure_serving(
     Args:
         checkpoint: a chat model (a ``coursepkg finetune`` run folder).
         prompts: the requests, one user message each.
-        max_tokens: each request's limit.
+        max_tokens: each request's limit (lowered where a prompt leaves less of the context).
         rounds: alternated rounds of each kind.
 
     Returns:
@@ -163,10 +177,9 @@ def measure_serving(
     if not prompts:
         raise ValueError("measure_serving needs at least one prompt")
     offline = offline_answers(checkpoint, prompts, max_tokens)
+    requests = [(p, a["max_tokens"]) for p, a in zip(prompts, offline, strict=True)]
     with ServerProcess(checkpoint, "--max-batch", str(len(prompts))) as server:
-        results = asyncio.run(
-            alternated_rounds(server.url, server.name, prompts, max_tokens, rounds)
-        )
+        results = asyncio.run(alternated_rounds(server.url, server.name, requests, rounds))
     equal = sum(
         all(r["rows"][i]["text"] == want["text"] for rs in results.values() for r in rs)
         for i, want in enumerate(offline)
