@@ -4,7 +4,9 @@ planted beside coursepkg's modules still is."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import py_compile
 import subprocess
 import sys
 import textwrap
@@ -31,10 +33,9 @@ def _violations(code: str) -> list[str]:
 
 
 def test_a_coursepkg_module_imported_after_the_setup_cell_from_its_bytecode_is_not_a_read():
-    import coursepkg.data.text  # noqa: F401  (writes its __pycache__ if it was not there)
-
-    cached = list((ROOT / "coursepkg" / "data" / "__pycache__").glob("text.*.pyc"))
-    assert cached, "the import above leaves the module's bytecode behind"
+    source = ROOT / "coursepkg" / "data" / "text.py"
+    cached = Path(py_compile.compile(str(source), importlib.util.cache_from_source(str(source))))
+    assert cached.is_file() and cached.parent.name == "__pycache__"
     assert _violations("import coursepkg.data.text") == []
 
 
