@@ -1,6 +1,6 @@
 """Checks of ex13_training_pieces: AdamW, its parameter groups, the warm-up + cosine schedule,
 clipping by global norm and a resumable training state; the catalogue of mistakes they name is
-in :mod:`.ex13_training_pieces_mistakes`.
+in :mod:`.ex13_training_pieces_mistakes` (written by concept in :mod:`.ex13_mistakes`).
 
 The expected numbers are ``torch.optim.AdamW``'s (which :class:`coursepkg.optim.AdamW` equals)
 and :mod:`coursepkg.optim`'s; a resumed run must equal an uninterrupted one bit for bit.
@@ -36,21 +36,17 @@ from ..framework import (
     register_configs,
 )
 from ..framework.resume import resume_run, run_uninterrupted
-from .ex13_training_pieces_mistakes import (
+from .ex13_mistakes.clipping import CLIP_BUGS, CLIP_ITEM, TORCH_CLIP
+from .ex13_mistakes.optimiser import (
     ADAMW_BUGS,
     ADAMW_ITEM,
-    CLIP_BUGS,
-    CLIP_ITEM,
     PARAM_GROUPS_BUGS,
     PARAM_GROUPS_ITEM,
-    RESUME_BUGS,
-    RESUME_ITEM,
     TORCH_ADAM_STEP,
-    TORCH_CLIP,
-    WARMUP_COSINE_BUGS,
-    WARMUP_COSINE_ITEM,
     correct_param_groups,
 )
+from .ex13_mistakes.resume import RESUME_BUGS, RESUME_ITEM
+from .ex13_mistakes.schedule import WARMUP_COSINE_BUGS, WARMUP_COSINE_ITEM
 
 __all__ = [
     "check_adamw",
