@@ -42,7 +42,7 @@ def _one_thread():
 
 def test_the_issue_s_mistakes_are_catalogued_once_each():
     ids = [b.id for b in catalogue.BUGS]
-    assert len(ids) == len(set(ids)) == len(CHECK_OF) == 26
+    assert len(ids) == len(set(ids)) == len(CHECK_OF) == 30
     assert {
         "adamw.l2_decay",
         "adamw.no_bias_correction",
@@ -108,6 +108,29 @@ def test_a_mistake_in_another_style_is_named(check, impl, bug_id, seed):
     with pytest.raises(CheckFailure) as info:
         check(impl, thorough=seed is not None, seed=seed)
     assert info.value.diagnosis == bug_id, str(info.value)
+
+
+def _clip_needs_a_list(parameters, max_norm):
+    grads = [parameters[i].grad for i in range(len(parameters))]  # an iterator has no len()
+    return torch.stack([g.norm() for g in grads if g is not None]).norm()
+
+
+def _clip_rejects_large_gradients(parameters, max_norm):
+    for p in parameters:
+        if p.grad is not None and p.grad.abs().max() > max_norm:
+            raise ValueError("gradient too large")
+    return torch.tensor(0.0)
+
+
+@pytest.mark.parametrize("impl", [_clip_needs_a_list, _clip_rejects_large_gradients])
+def test_a_crash_the_missing_gradient_did_not_cause_is_not_named_after_it(impl):
+    # clip.grad_none_crashes needs the evidence that the same call without that parameter
+    # runs and is right; these raise without it too, and stay the student's errors.
+    with pytest.raises(CheckFailure) as info:
+        check_clip_grad_norm(impl)
+    said = str(info.value)
+    assert info.value.diagnosis is None, said
+    assert "clip_grad_norm_ raised" in said and "checker itself failed" not in said
 
 
 def test_the_reference_s_own_pieces_are_named_as_calls():

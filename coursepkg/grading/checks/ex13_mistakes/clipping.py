@@ -35,12 +35,29 @@ def clip_grad_norm_per_tensor(parameters, max_norm):
     return total
 
 
-def clip_grad_norm_norms_added(parameters, max_norm):
-    grads = [p.grad for p in parameters if p.grad is not None]
-    total = torch.stack([g.norm() for g in grads]).sum()  # not sqrt(sum of squares)
+def _scale_by(grads, total, max_norm):
+    """Every gradient scaled by min(1, max_norm / total), ``total`` however it was computed."""
     for g in grads:
         g.mul_((max_norm / (total + 1e-6)).clamp(max=1.0))
     return total
+
+
+def clip_grad_norm_norms_added(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = torch.stack([g.norm() for g in grads]).sum()  # not sqrt(sum of squares)
+    return _scale_by(grads, total, max_norm)
+
+
+def clip_grad_norm_l1_norm(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = torch.stack([g.abs().sum() for g in grads]).sum()  # the L1 norm, not the L2
+    return _scale_by(grads, total, max_norm)
+
+
+def clip_grad_norm_grad_none_crashes(parameters, max_norm):
+    params = list(parameters)
+    total = torch.cat([p.grad.reshape(-1) for p in params]).norm()  # None.reshape raises
+    return _scale_by([p.grad for p in params], total, max_norm)
 
 
 def clip_grad_norm_always_scales(parameters, max_norm):
@@ -101,5 +118,25 @@ CLIP_BUGS = [
         "Compute the global norm and scale the gradients yourself.",
         clip_grad_norm_builtin,
         calls=(TORCH_CLIP,),
+    ),
+    BugVariant(
+        "clip.l1_norm",
+        CLIP_ITEM,
+        "the global norm is the L1 norm (the sum of the gradients' absolute values) instead of "
+        "the L2 norm (the square root of the sum of their squares), so it is larger and the "
+        "gradients are clipped too often and too hard",
+        "total = sqrt(sum of g ** 2 over every element of every gradient), e.g. "
+        "torch.stack([g.norm() for g in grads]).norm().",
+        clip_grad_norm_l1_norm,
+    ),
+    BugVariant(
+        "clip.grad_none_crashes",
+        CLIP_ITEM,
+        "your code fails on a parameter whose .grad is None (one the loss does not reach, or a "
+        "frozen one; the check passes one): the same call without that parameter runs and "
+        "gives the right gradients",
+        "Skip the parameters without a gradient, as torch.nn.utils.clip_grad_norm_ does: "
+        "grads = [p.grad for p in parameters if p.grad is not None].",
+        clip_grad_norm_grad_none_crashes,
     ),
 ]

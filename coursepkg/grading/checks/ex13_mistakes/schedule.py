@@ -63,6 +63,24 @@ def warmup_cosine_lr_decay_from_zero(step, max_lr, warmup_steps, total_steps, mi
     return _cosine(step, max_lr, 0, total_steps, min_lr)  # r counted from step 0
 
 
+def warmup_cosine_lr_decay_over_all_steps(step, max_lr, warmup_steps, total_steps, min_lr):
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    if step > total_steps:
+        return min_lr
+    r = (step - warmup_steps) / total_steps  # the warm-up's steps counted in: ends above min_lr
+    return min_lr + (max_lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * r))
+
+
+def warmup_cosine_lr_linear_decay(step, max_lr, warmup_steps, total_steps, min_lr):
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    if step > total_steps:
+        return min_lr
+    r = (step - warmup_steps) / (total_steps - warmup_steps)
+    return max_lr - (max_lr - min_lr) * r  # a straight line, not half a cosine
+
+
 WARMUP_COSINE_BUGS = [
     BugVariant(
         "warmup_cosine.warmup_off_by_one",
@@ -102,5 +120,24 @@ WARMUP_COSINE_BUGS = [
         "so the decay starts below max_lr",
         "Use r = (step - warmup_steps) / (total_steps - warmup_steps).",
         warmup_cosine_lr_decay_from_zero,
+    ),
+    BugVariant(
+        "warmup_cosine.decay_over_all_steps",
+        WARMUP_COSINE_ITEM,
+        "the cosine's progress r is divided by total_steps instead of by the number of decay "
+        "steps (total_steps - warmup_steps), so at total_steps the cosine has not reached "
+        "min_lr and the learning rate then drops to it in one step",
+        "Use r = (step - warmup_steps) / (total_steps - warmup_steps): r goes from 0 at the end "
+        "of the warm-up to 1 at total_steps.",
+        warmup_cosine_lr_decay_over_all_steps,
+    ),
+    BugVariant(
+        "warmup_cosine.linear_decay",
+        WARMUP_COSINE_ITEM,
+        "the learning rate falls along a straight line from max_lr to min_lr instead of along "
+        "half a cosine (which stays near max_lr longer and flattens out near min_lr)",
+        "Use min_lr + (max_lr - min_lr) * (1 + cos(pi * r)) / 2 with r = (step - warmup_steps) "
+        "/ (total_steps - warmup_steps).",
+        warmup_cosine_lr_linear_decay,
     ),
 ]
