@@ -33,6 +33,11 @@ def dpo_loss_beta_left_out(pc, pr, rc, rr, beta):
     return dpo_reference(pc, pr, rc, rr, 1.0)
 
 
+def dpo_loss_beta_on_chosen_only(pc, pr, rc, rr, beta):
+    margin = beta * (pc - rc.detach()) - (pr - rr.detach())  # (B,): beta on one side only
+    return -F.logsigmoid(margin).mean()
+
+
 def dpo_loss_beta_outside(pc, pr, rc, rr, beta):
     margin = (pc - rc.detach()) - (pr - rr.detach())  # (B,)
     return -(beta * F.logsigmoid(margin)).mean()
@@ -78,5 +83,12 @@ DPO_BUGS = mistakes(
         "nothing holds the policy near where it started",
         "Subtract the reference's log-ratio: beta * ((pi_w - ref_w) - (pi_l - ref_l)).",
         dpo_loss_no_reference,
+    ),
+    (
+        "dpo.beta_on_chosen_only",
+        "beta multiplies only the chosen answer's log-ratio, not the difference of the two "
+        "log-ratios, so the rejected answer is held to the reference with weight 1",
+        "Put the whole margin in the parentheses: beta * ((pi_w - ref_w) - (pi_l - ref_l)).",
+        dpo_loss_beta_on_chosen_only,
     ),
 )

@@ -104,6 +104,11 @@ def group_advantages_zero_std(rewards, eps=1e-4):
     return centred / rewards.std(dim=1, keepdim=True)  # 0 / 0 for an equal group
 
 
+def group_advantages_population_std(rewards, eps=1e-4):
+    centred = rewards - rewards.mean(dim=1, keepdim=True)  # (P, G)
+    return centred / (rewards.std(dim=1, unbiased=False, keepdim=True) + eps)  # over G, not G - 1
+
+
 def group_advantages_not_centred(rewards, eps=1e-4):
     return rewards / (rewards.std(dim=1, keepdim=True) + eps)
 
@@ -195,6 +200,13 @@ ADVANTAGES_BUGS = mistakes(
         "std, then the mean of the raw rewards is taken away, which centres nothing",
         "Subtract the group's mean first, then divide by std + eps: (r - mean) / (std + eps).",
         group_advantages_baseline_after_scaling,
+    ),
+    (
+        "advantages.population_std",
+        "the standard deviation divides by G (the population's) instead of G - 1 (the "
+        "unbiased one the task asks for), so the advantages are sqrt(G / (G - 1)) too large",
+        "Use rewards.std(dim=1, keepdim=True) (unbiased, G - 1), as torch.std does by default.",
+        group_advantages_population_std,
     ),
 )
 

@@ -50,6 +50,11 @@ class LoRALinear_scaled_by_alpha(LoRAReference):
         return self.base(x) + self.alpha * ((x @ self.lora_A.T) @ self.lora_B.T)
 
 
+class LoRALinear_scale_inverted(LoRAReference):
+    def forward(self, x: Tensor) -> Tensor:
+        return self.base(x) + (self.r / self.alpha) * ((x @ self.lora_A.T) @ self.lora_B.T)
+
+
 class LoRALinear_base_not_frozen(LoRAReference):
     def __init__(self, base: nn.Linear, r: int, alpha: float) -> None:
         super().__init__(base, r, alpha)
@@ -90,5 +95,11 @@ LORA_BUGS = mistakes(
         "the base layer's weight still takes gradients, so fine-tuning changes it too",
         "Set requires_grad_(False) on every parameter of base.",
         LoRALinear_base_not_frozen,
+    ),
+    (
+        "lora.scale_inverted",
+        "the change is scaled by r / alpha instead of alpha / r",
+        "Multiply the low-rank change by alpha / r: y = base(x) + (alpha / r) * x A^T B^T.",
+        LoRALinear_scale_inverted,
     ),
 )

@@ -49,6 +49,12 @@ def sft_loss_divided_by_positions(logits, tokens, loss_mask, token_mask):
     return torch.where(mask, losses, torch.zeros_like(losses)).sum() / mask.numel()
 
 
+def sft_loss_divided_by_batch(logits, tokens, loss_mask, token_mask):
+    losses = token_losses(logits, tokens)  # (B, L-1)
+    mask = loss_mask[:, 1:]  # (B, L-1)
+    return torch.where(mask, losses, torch.zeros_like(losses)).sum() / logits.size(0)
+
+
 def sft_loss_not_shifted(logits, tokens, loss_mask, token_mask):
     losses = F.cross_entropy(logits.flatten(0, 1), tokens.flatten(), reduction="none")
     return _masked_mean(losses.view_as(tokens), loss_mask)  # logits at t against token t
@@ -102,5 +108,12 @@ SFT_BUGS = mistakes(
         "and the token after it (end of turn or padding) is counted",
         "Shift the mask with the targets: loss_mask[:, 1:].",
         sft_loss_mask_not_shifted,
+    ),
+    (
+        "sft.divided_by_batch",
+        "the response tokens' losses are summed and divided by the batch size B instead of by "
+        "the number of response tokens, so the loss grows with the answers' length",
+        "Divide the sum by the number of targets loss_mask[:, 1:] keeps (mask.sum()).",
+        sft_loss_divided_by_batch,
     ),
 )
