@@ -59,6 +59,10 @@ def masked_mean_all_entries(x, mask, dim=None):
     return x.mean() if dim is None else x.mean(dim=dim)  # the masked entries averaged too
 
 
+def masked_mean_dim_ignored(x, mask, dim=None):
+    return x[mask].mean()  # one mean over every kept entry, whatever dim says
+
+
 def masked_mean_divided_by_all(x, mask, dim=None):
     kept = torch.where(mask, x, torch.zeros_like(x))
     return kept.mean() if dim is None else kept.mean(dim=dim)  # zeros kept out, but counted
@@ -325,6 +329,14 @@ MASKED_MEAN_BUGS = mistakes(
         "whole tensor instead of that slice's",
         "Count along the same dimension: mask.sum(dim=dim).",
         masked_mean_count_over_all,
+    ),
+    (
+        "masked_mean.dim_ignored",
+        "dim is ignored: the mean is taken over every kept entry of x, one number, instead "
+        "of along dim (one mean per slice, each divided by its own count of kept entries)",
+        "With dim, sum x * mask and mask along that dimension only: (x * mask).sum(dim) / "
+        "mask.sum(dim).",
+        masked_mean_dim_ignored,
     ),
 )
 
