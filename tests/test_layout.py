@@ -219,6 +219,8 @@ TESTED_ELSEWHERE = {
     "stubs": "exercises",  # the stubs are the notebooks' answer cells
     "chapters/diagrams": "chapters",  # test_diagrams.py, beside the chapters' runs
     "serving/http": "serving",  # the server's tests beside the engine's
+    "grading/checks/ex13_mistakes": "grading/checks",  # ex13's catalogue, tested with its check
+    "grading/checks/ex14_mistakes": "grading/checks",  # ex14's catalogue, tested with its check
 }
 # Folders still without tests of their own (none now). Remove a folder from here once its
 # tests folder exists.

@@ -14,6 +14,7 @@ the leading dims; n and m are the rows of a query block and of a key block.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -268,6 +269,32 @@ class TiledAttention_delta_left_out(TiledFunction):
         return torch.zeros_like(delta)  # dS = P * dP: softmax's Jacobian without its - D term
 
 
+class TiledAttention_mask_not_in_backward(TiledFunction):
+    @classmethod
+    def run_backward(cls, q, k, v, out, lse, grad_out, tiles):
+        unmasked = copy.copy(tiles)
+        unmasked.mask = None  # the recomputed scores lose the padding mask (causal kept)
+        return super().run_backward(q, k, v, out, lse, grad_out, unmasked)
+
+
+class TiledAttention_backward_unscaled(TiledFunction):
+    @classmethod
+    def run_backward(cls, q, k, v, out, lse, grad_out, tiles):
+        grad_q, grad_k, grad_v = super().run_backward(q, k, v, out, lse, grad_out, tiles)
+        root = math.sqrt(q.size(-1))  # dS K and dS^T Q without their 1 / sqrt(Dk)
+        return grad_q * root, grad_k * root, grad_v
+
+
+class _FullKeyBlocksTiling(Tiling):
+    def key_blocks(self) -> list[tuple[int, int]]:
+        stop = self.S - self.S % self.block_k  # the shorter last block of keys never visited
+        return [(j, j + self.block_k) for j in range(0, stop, self.block_k)]
+
+
+class TiledAttention_last_key_block_dropped(TiledFunction):
+    tiling = _FullKeyBlocksTiling
+
+
 class TiledAttention_builtin_sdpa(TiledFunction):
     @classmethod
     def run_forward(cls, q, k, v, tiles):
@@ -373,6 +400,32 @@ TILED_BUGS: list[BugVariant] = [
         "dS = P * (dP - D) with D = rowsum(dO * O), is left out",
         "Compute D = rowsum(dO * O) per query row and use dS = P * (dP - D) (times the scale).",
         TiledAttention_delta_left_out,
+    ),
+    BugVariant(
+        "tiled.mask_not_in_backward",
+        TILED_ITEM,
+        "the backward pass recomputes the scores without the padding mask, so the weights "
+        "exp(s - lse) of masked keys are not 0 there: the output is right but the gradients "
+        "flow into keys and values the queries never attended",
+        "Apply the same mask (and the causal test) to the recomputed scores in backward as in "
+        "forward, -inf where a query may not attend.",
+        TiledAttention_mask_not_in_backward,
+    ),
+    BugVariant(
+        "tiled.backward_unscaled",
+        TILED_ITEM,
+        "the backward pass leaves out the 1 / sqrt(Dk) of the scores: the gradients of the "
+        "queries and the keys are sqrt(Dk) times too large (the values' gradient is right)",
+        "The scores are Q K^T / sqrt(Dk), so dQ = dS K / sqrt(Dk) and dK = dS^T Q / sqrt(Dk).",
+        TiledAttention_backward_unscaled,
+    ),
+    BugVariant(
+        "tiled.last_key_block_dropped",
+        TILED_ITEM,
+        "the loop over key blocks stops before the last, shorter block when block_k does not "
+        "divide S, so the last keys are never attended",
+        "Loop over range(0, S, block_k) and end each block at min(j + block_k, S).",
+        TiledAttention_last_key_block_dropped,
     ),
     BugVariant(
         "tiled.builtin_sdpa",

@@ -1,6 +1,6 @@
 """Checks of ex13_training_pieces: AdamW, its parameter groups, the warm-up + cosine schedule,
 clipping by global norm and a resumable training state; the catalogue of mistakes they name is
-in :mod:`.ex13_training_pieces_mistakes`.
+in :mod:`.ex13_training_pieces_mistakes` (written by concept in :mod:`.ex13_mistakes`).
 
 The expected numbers are ``torch.optim.AdamW``'s (which :class:`coursepkg.optim.AdamW` equals)
 and :mod:`coursepkg.optim`'s; a resumed run must equal an uninterrupted one bit for bit.
@@ -22,6 +22,8 @@ from ..framework import (
     BugVariant,
     CheckFailure,
     CheckReport,
+    ForbiddenCall,
+    NotImplementedYet,
     call_student,
     configs,
     describe,
@@ -36,21 +38,17 @@ from ..framework import (
     register_configs,
 )
 from ..framework.resume import resume_run, run_uninterrupted
-from .ex13_training_pieces_mistakes import (
+from .ex13_mistakes.clipping import CLIP_BUGS, CLIP_ITEM, TORCH_CLIP
+from .ex13_mistakes.optimiser import (
     ADAMW_BUGS,
     ADAMW_ITEM,
-    CLIP_BUGS,
-    CLIP_ITEM,
     PARAM_GROUPS_BUGS,
     PARAM_GROUPS_ITEM,
-    RESUME_BUGS,
-    RESUME_ITEM,
     TORCH_ADAM_STEP,
-    TORCH_CLIP,
-    WARMUP_COSINE_BUGS,
-    WARMUP_COSINE_ITEM,
     correct_param_groups,
 )
+from .ex13_mistakes.resume import RESUME_BUGS, RESUME_ITEM
+from .ex13_mistakes.schedule import WARMUP_COSINE_BUGS, WARMUP_COSINE_ITEM
 
 __all__ = [
     "check_adamw",
@@ -416,6 +414,7 @@ def check_warmup_cosine_lr(
 # ---------------------------------------------------------------------------------------------
 
 
+_CLIP_BUG = {bug.id: bug for bug in CLIP_BUGS}
 _ONE_PASS = "The parameters come as a one-pass iterator: make a list before walking them twice."
 #: The task allows adding 1e-6 to the norm in max_norm / norm (as PyTorch does) or not: clipping
 #: (norm >= max_norm), the two differ relatively by at most this / max_norm, added to the rtol.
@@ -423,16 +422,20 @@ _ALLOWED_EPS = 1e-6
 _CLIP_OUTPUTS = ("the vector of your clipped gradients", "the norm you return")
 
 
-def _clipped(fn: Callable, inputs: tuple, call: Callable | None = None, one_pass=True) -> tuple:
+def _clipped(
+    fn: Callable, inputs: tuple, call: Callable | None = None, one_pass=True, no_grad=True
+) -> tuple:
     """(every gradient after clipping, flattened; the norm returned) for one set of grads,
-    the parameters given as a one-pass iterator (or, not ``one_pass``, those with a gradient
-    as a list)."""
+    the parameters given as a one-pass iterator with one parameter whose grad is None among
+    them (or, not ``one_pass``, those with a gradient as a list; not ``no_grad``, the same
+    iterator without the parameter whose grad is None)."""
     grads, max_norm = inputs
     call = call or (lambda f, *a: f(*a))
     params = [nn.Parameter(torch.zeros_like(g)) for g in grads]
     for p, g in zip(params, grads, strict=True):
         p.grad = g.clone()
-    params.insert(2, nn.Parameter(torch.zeros(3, dtype=grads[0].dtype)))  # its grad is None
+    if no_grad:
+        params.insert(2, nn.Parameter(torch.zeros(3, dtype=grads[0].dtype)))  # its grad is None
     given = iter(params) if one_pass else [p for p in params if p.grad is not None]
     norm = expect_number(call(fn, given, max_norm), "the norm clip_grad_norm_ returns")
     flat = torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None])  # (P,)
@@ -451,6 +454,25 @@ def _clip_explain(student: Callable, inputs: tuple, expected: tuple, tol: dict) 
     return (_ONE_PASS if right else ""), None
 
 
+def _clip_or_crash(
+    report: CheckReport, student: Callable, inputs: tuple, expected: tuple, tol: dict
+) -> tuple:
+    """The student's clipping; when their code raises, the failure, named
+    ``clip.grad_none_crashes`` when the same call without the parameter whose grad is None
+    runs and gives the reference's gradients (that parameter is what made it raise)."""
+    try:
+        return student(*inputs)
+    except (NotImplementedYet, ForbiddenCall):
+        raise
+    except CheckFailure as failure:
+        try:
+            right = torch.allclose(student(*inputs, no_grad=False)[0], expected[0], **tol)
+        except CheckFailure:  # it fails without that parameter too: not that
+            right = False
+        report.fail(failure.message, _CLIP_BUG["clip.grad_none_crashes"] if right else None)
+        raise  # not reached: report.fail raises
+
+
 @public_check(
     assignment="ex13_training_pieces", implements="clip_grad_norm_", bugs=CLIP_BUGS, kind="function"
 )
@@ -462,8 +484,8 @@ def check_clip_grad_norm(report: CheckReport, impl: Any, thorough: bool, seed: i
     if impl in (torch.nn.utils.clip_grad_norm_, reference.clip_grad_norm_):
         raise _builtin_failure(CLIP_ITEM, CLIP_BUGS, "PyTorch's (or the course's) clip_grad_norm_")
 
-    def student(*inputs: Any, one_pass: bool = True) -> tuple[Tensor, Tensor]:
-        return _clipped(impl, inputs, partial(call_student, item=CLIP_ITEM), one_pass=one_pass)
+    def student(*inputs: Any, **given: bool) -> tuple[Tensor, Tensor]:
+        return _clipped(impl, inputs, partial(call_student, item=CLIP_ITEM), **given)
 
     gen = generator(seed, salt=133)
     with forbidden_calls(CLIP_ITEM, **_FORBID):
@@ -471,9 +493,9 @@ def check_clip_grad_norm(report: CheckReport, impl: Any, thorough: bool, seed: i
             for dtype in (torch.float32, torch.float64):
                 inputs = ([cfg["g"] * randn(gen, *s, dtype=dtype) for s in SHAPES], cfg["max_norm"])
                 expected = _clipped(reference.clip_grad_norm_, inputs)
-                got = student(*inputs)
                 rtol = (1e-5 if dtype == torch.float32 else 1e-9) + _ALLOWED_EPS / cfg["max_norm"]
                 tol = {"rtol": rtol, "atol": 1e-7}
+                got = _clip_or_crash(report, student, inputs, expected, tol)
                 for k, what in enumerate(_CLIP_OUTPUTS):
                     expect_close(
                         report,

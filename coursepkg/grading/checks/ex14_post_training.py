@@ -7,9 +7,10 @@ Each loss is compared in value and in gradient (float32 and float64) on inputs w
 catalogued mistakes differ from the answer: prompts and padding of different lengths in every
 row, ratios far enough from 1 to be clipped, a group whose rewards are all equal, logits so far
 apart that some probabilities are 0 in floating point, masks that keep a different number of
-entries in each row and column. The LoRA layer
-is run with the reference's weights copied in by name, and its behaviour before training and the
-gradients of its base layer are looked at. The catalogue is :mod:`.ex14_post_training_mistakes`.
+entries in each row and column. The LoRA layer is run with the reference's weights copied in
+by name, and its behaviour before training and the gradients of its base layer are looked at.
+The catalogue is :mod:`.ex14_post_training_mistakes` (written by concept in
+:mod:`.ex14_mistakes`).
 
 Dimension legend: B batch, L length, V vocabulary, P prompts, G answers per prompt, T targets.
 """
@@ -57,25 +58,22 @@ from ..framework.post_training import (
     pg_reference,
     sft_reference,
 )
-from .ex14_post_training_mistakes import (
+from .ex14_mistakes.dpo import DPO_BUGS, DPO_ITEM
+from .ex14_mistakes.grpo import (
     ADVANTAGES_BUGS,
     ADVANTAGES_ITEM,
-    BUGS,
-    DPO_BUGS,
-    DPO_ITEM,
     ENTROPY_BUGS,
     ENTROPY_ITEM,
     GRPO_BUGS,
     GRPO_ITEM,
-    LORA_BUGS,
-    LORA_ITEM,
     MASKED_MEAN_BUGS,
     MASKED_MEAN_ITEM,
     PG_BUGS,
     PG_ITEM,
-    SFT_BUGS,
-    SFT_ITEM,
 )
+from .ex14_mistakes.lora import LORA_BUGS, LORA_ITEM
+from .ex14_mistakes.sft import SFT_BUGS, SFT_ITEM
+from .ex14_post_training_mistakes import BUGS
 
 __all__ = [
     "check_dpo_loss",

@@ -177,7 +177,7 @@ class BucketedDDPSteps:
             offset = 0
             for p in params:
                 chunk = flat[offset : offset + p.numel()]  # (numel of p,)
-                p.grad = (chunk / dist.get_world_size()).view_as(p).clone()
+                p.grad = self.averaged(chunk).view_as(p).clone()
                 offset += p.numel()
         self.launched = []
 
@@ -188,10 +188,19 @@ class BucketedDDPSteps:
     def wait(self, handle) -> None:
         handle.wait()
 
+    def averaged(self, summed: Tensor) -> Tensor:
+        """The mean over the ranks of what the all-reduce summed."""
+        return summed / dist.get_world_size()
+
 
 class BucketedDDP_no_wait(BucketedDDPSteps):  # noqa: N801
     def wait(self, handle):
         pass  # the flat tensor is read while its all-reduce may still be running
+
+
+class BucketedDDP_summed(BucketedDDPSteps):  # noqa: N801
+    def averaged(self, summed):
+        return summed  # the sum over the ranks written back, not the mean
 
 
 class BucketedDDP_last_bucket_not_flushed(BucketedDDPSteps):  # noqa: N801
@@ -218,6 +227,15 @@ BUCKETED_BUGS = [
         "In sync_gradients, launch the bucket still being filled (if it holds any parameter) "
         "before waiting on the handles.",
         BucketedDDP_last_bucket_not_flushed,
+    ),
+    BugVariant(
+        "bucketed.summed",
+        BUCKETED_ITEM,
+        "the buckets' all-reduced gradients are written back as they come, the sum over the "
+        "ranks, not divided by the world size: every step is N times too large",
+        "Divide each bucket's all-reduced tensor by dist.get_world_size() before copying it "
+        "back into the gradients.",
+        BucketedDDP_summed,
     ),
 ]
 

@@ -21,6 +21,7 @@ from coursepkg.grading import (
 )
 from coursepkg.grading.checks import ex13_training_pieces as check_module
 from coursepkg.grading.checks import ex13_training_pieces_mistakes as catalogue
+from coursepkg.grading.checks.ex13_mistakes import optimiser, resume
 from coursepkg.grading.framework import configs
 
 CHECK_OF = {
@@ -41,7 +42,7 @@ def _one_thread():
 
 def test_the_issue_s_mistakes_are_catalogued_once_each():
     ids = [b.id for b in catalogue.BUGS]
-    assert len(ids) == len(set(ids)) == len(CHECK_OF) == 26
+    assert len(ids) == len(set(ids)) == len(CHECK_OF) == 30
     assert {
         "adamw.l2_decay",
         "adamw.no_bias_correction",
@@ -109,6 +110,29 @@ def test_a_mistake_in_another_style_is_named(check, impl, bug_id, seed):
     assert info.value.diagnosis == bug_id, str(info.value)
 
 
+def _clip_needs_a_list(parameters, max_norm):
+    grads = [parameters[i].grad for i in range(len(parameters))]  # an iterator has no len()
+    return torch.stack([g.norm() for g in grads if g is not None]).norm()
+
+
+def _clip_rejects_large_gradients(parameters, max_norm):
+    for p in parameters:
+        if p.grad is not None and p.grad.abs().max() > max_norm:
+            raise ValueError("gradient too large")
+    return torch.tensor(0.0)
+
+
+@pytest.mark.parametrize("impl", [_clip_needs_a_list, _clip_rejects_large_gradients])
+def test_a_crash_the_missing_gradient_did_not_cause_is_not_named_after_it(impl):
+    # clip.grad_none_crashes needs the evidence that the same call without that parameter
+    # runs and is right; these raise without it too, and stay the student's errors.
+    with pytest.raises(CheckFailure) as info:
+        check_clip_grad_norm(impl)
+    said = str(info.value)
+    assert info.value.diagnosis is None, said
+    assert "clip_grad_norm_ raised" in said and "checker itself failed" not in said
+
+
 def test_the_reference_s_own_pieces_are_named_as_calls():
     with pytest.raises(CheckFailure) as info:
         check_adamw(optim.AdamW)
@@ -118,22 +142,22 @@ def test_the_reference_s_own_pieces_are_named_as_calls():
     assert info.value.diagnosis == "clip.builtin"
 
 
-@pytest.mark.parametrize("cfg", configs(catalogue.ADAMW_ITEM, True, 3), ids=str)
+@pytest.mark.parametrize("cfg", configs(optimiser.ADAMW_ITEM, True, 3), ids=str)
 def test_the_catalogue_s_adamw_is_torch_s_and_the_reference_s(cfg):
     inputs = (cfg, *check_module._adamw_gradients(cfg, 3, torch.float64))
     expected = check_module._adamw_trajectory(check_module._torch_adamw, inputs)
-    for optimizer in (catalogue.AdamWSteps, optim.AdamW):
+    for optimizer in (optimiser.AdamWSteps, optim.AdamW):
         got = check_module._adamw_trajectory(optimizer, inputs)
         torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-14)
 
 
 def test_the_catalogue_s_groups_and_resume_are_the_reference_s():
     model = check_module._GroupsProbe()
-    mine = check_module._decay_table(catalogue.correct_param_groups(model, 0.3), model)
+    mine = check_module._decay_table(optimiser.correct_param_groups(model, 0.3), model)
     theirs = check_module._decay_table(optim.param_groups(model, 0.3), model)
     assert torch.equal(mine, theirs) and set(mine.tolist()) == {0.0, 0.3}
-    cfg = configs(catalogue.RESUME_ITEM)[0]
-    resumed = check_module.resume_run(catalogue.ResumeSteps.capture, catalogue.ResumeSteps.restore,
+    cfg = configs(resume.RESUME_ITEM)[0]
+    resumed = check_module.resume_run(resume.ResumeSteps.capture, resume.ResumeSteps.restore,
                                       cfg, 0)  # fmt: skip
     assert torch.equal(resumed, check_module.run_uninterrupted(cfg, 0))
 
@@ -141,11 +165,11 @@ def test_the_catalogue_s_groups_and_resume_are_the_reference_s():
 def test_each_resume_mistake_changes_the_weights():
     """The interrupted run really depends on each piece of the state (dropout is on, the
     batches are random, Adam has moments and the schedule warms up)."""
-    cfg = configs(catalogue.RESUME_ITEM)[0]
+    cfg = configs(resume.RESUME_ITEM)[0]
     whole = check_module.run_uninterrupted(cfg, 0)
     finals = [
         check_module.resume_run(bug.impl.capture, bug.impl.restore, cfg, 0)
-        for bug in catalogue.RESUME_BUGS
+        for bug in resume.RESUME_BUGS
     ]
     assert all(not torch.equal(f, whole) for f in finals)
     assert all(not torch.equal(a, b) for i, a in enumerate(finals) for b in finals[i + 1 :])

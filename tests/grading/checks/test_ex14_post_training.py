@@ -12,17 +12,18 @@ import torch
 from coursepkg import grading
 from coursepkg.grading import CheckFailure
 from coursepkg.grading.checks import ex14_post_training_mistakes as catalogue
+from coursepkg.grading.checks.ex14_mistakes import dpo, grpo, lora, sft
 from coursepkg.grading.framework import post_training as references
 
 CHECK_OF_ITEM = {
-    catalogue.SFT_ITEM: grading.check_sft_loss,
-    catalogue.LORA_ITEM: grading.check_lora_linear,
-    catalogue.DPO_ITEM: grading.check_dpo_loss,
-    catalogue.ENTROPY_ITEM: grading.check_token_entropy,
-    catalogue.MASKED_MEAN_ITEM: grading.check_masked_mean,
-    catalogue.PG_ITEM: grading.check_grpo_clip_loss,
-    catalogue.ADVANTAGES_ITEM: grading.check_group_advantages,
-    catalogue.GRPO_ITEM: grading.check_grpo_loss,
+    sft.SFT_ITEM: grading.check_sft_loss,
+    lora.LORA_ITEM: grading.check_lora_linear,
+    dpo.DPO_ITEM: grading.check_dpo_loss,
+    grpo.ENTROPY_ITEM: grading.check_token_entropy,
+    grpo.MASKED_MEAN_ITEM: grading.check_masked_mean,
+    grpo.PG_ITEM: grading.check_grpo_clip_loss,
+    grpo.ADVANTAGES_ITEM: grading.check_group_advantages,
+    grpo.GRPO_ITEM: grading.check_grpo_loss,
 }
 ANSWERS = {
     grading.check_sft_loss: [impls.sft_labels_minus_100, impls.sft_gather_and_index],
@@ -124,14 +125,14 @@ def test_a_mistake_in_another_style_is_named(check, impl, bug_id):
 def test_the_catalogue_s_answers_are_the_reference_s(check):
     item = next(item for item, c in CHECK_OF_ITEM.items() if c is check)
     reference = {
-        catalogue.SFT_ITEM: references.sft_reference,
-        catalogue.LORA_ITEM: references.LoRAReference,
-        catalogue.DPO_ITEM: references.dpo_reference,
-        catalogue.ENTROPY_ITEM: references.entropy_reference,
-        catalogue.MASKED_MEAN_ITEM: references.masked_mean_reference,
-        catalogue.PG_ITEM: references.pg_reference,
-        catalogue.ADVANTAGES_ITEM: references.advantages_reference,
-        catalogue.GRPO_ITEM: references.grpo_reference,
+        sft.SFT_ITEM: references.sft_reference,
+        lora.LORA_ITEM: references.LoRAReference,
+        dpo.DPO_ITEM: references.dpo_reference,
+        grpo.ENTROPY_ITEM: references.entropy_reference,
+        grpo.MASKED_MEAN_ITEM: references.masked_mean_reference,
+        grpo.PG_ITEM: references.pg_reference,
+        grpo.ADVANTAGES_ITEM: references.advantages_reference,
+        grpo.GRPO_ITEM: references.grpo_reference,
     }[item]
     assert check(reference, thorough=True, seed=5).passed
 
@@ -139,7 +140,7 @@ def test_the_catalogue_s_answers_are_the_reference_s(check):
 def test_an_equal_group_is_in_the_visible_rewards():
     # the zero-std mistake shows only on a group whose rewards are all equal
     with pytest.raises(CheckFailure) as info:
-        grading.check_group_advantages(catalogue.group_advantages_zero_std)
+        grading.check_group_advantages(grpo.group_advantages_zero_std)
     assert "nan" in str(info.value).lower()
     rewards = torch.tensor([[1.0, 1.0, 1.0]])
     assert torch.equal(references.advantages_reference(rewards), torch.zeros(1, 3))
@@ -148,7 +149,7 @@ def test_an_equal_group_is_in_the_visible_rewards():
 def test_the_entropy_inputs_underflow_a_probability_in_both_dtypes():
     # the log-of-softmax mistake shows only where a probability is exactly 0
     with pytest.raises(CheckFailure) as info:
-        grading.check_token_entropy(catalogue.token_entropy_log_of_softmax)
+        grading.check_token_entropy(grpo.token_entropy_log_of_softmax)
     assert "nan" in str(info.value).lower()
     for dtype, gap in ((torch.float32, 120.0), (torch.float64, 800.0)):
         logits = torch.tensor([[gap, 0.0, -1.0]], dtype=dtype)

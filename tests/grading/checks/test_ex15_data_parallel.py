@@ -45,7 +45,7 @@ def _no_rank_left():
 
 def test_the_issue_s_mistakes_are_catalogued_once_each():
     ids = [b.id for b in catalogue.BUGS]
-    assert len(ids) == len(set(ids)) == len(CHECK_OF) == 10
+    assert len(ids) == len(set(ids)) == len(CHECK_OF) == 11
     assert {
         "naive_ddp.summed",
         "naive_ddp.broadcast_wrong_rank",

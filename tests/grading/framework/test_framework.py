@@ -34,7 +34,7 @@ GRADING = ROOT / "coursepkg" / "grading"
 #: The part of grading/ this layout covers (classroom, sandbox, fork server and notebook
 #: runner are the class grader's, with their own tests).
 CHECK_FILES = sorted([GRADING / "__init__.py", *(GRADING / "framework").glob("*.py")]) + sorted(
-    (GRADING / "checks").glob("*.py")
+    (GRADING / "checks").rglob("*.py")  # a catalogue's concept modules too (checks/ex13_mistakes)
 )
 
 
@@ -127,8 +127,9 @@ def test_no_private_name_is_imported_from_another_module(path):
 
 def test_every_assignment_has_its_checks_and_its_catalogue():
     """checks/exNN_x.py holds the configurations and public checks, checks/exNN_x_mistakes.py
-    the catalogue, and checks/ nothing else; ``BUGS`` in the catalogue is every mistake the
-    assignment's checks name."""
+    the catalogue (which may gather it from a folder of concept modules, checks/ex13_mistakes/),
+    and checks/ nothing else; ``BUGS`` in the catalogue is every mistake the assignment's checks
+    name."""
     registered: dict[str, set[str]] = {}
     for entry in registered_checks():
         registered.setdefault(entry.assignment, set()).update(b.id for b in entry.bugs)
@@ -217,11 +218,20 @@ def _checks_imported(path: Path) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("path", sorted((GRADING / "checks").glob("ex*.py")), ids=lambda p: p.name)
+CHECK_MODULES = sorted(
+    [*(GRADING / "checks").glob("ex*.py"), *(GRADING / "checks").glob("ex*/*.py")]
+)
+
+
+@pytest.mark.parametrize("path", CHECK_MODULES, ids=lambda p: p.relative_to(GRADING).as_posix())
 def test_a_check_module_imports_no_other_check_module(path):
     """Shared pieces live in framework/; a check module imports the framework, the reference
-    and its own catalogue, never another check module (a catalogue imports none)."""
-    own = set() if path.stem.endswith("_mistakes") else {f"{path.stem}_mistakes"}
+    and its own catalogue, never another check module (a catalogue imports none but the
+    folder of concept modules it gathers, checks/exNN_mistakes/)."""
+    folder = path.parent.name if path.parent.name.startswith("ex") else None
+    own = {f"{(folder or path.stem)[:4]}_mistakes"}  # exNN_mistakes/: the concept modules
+    if folder is None and not path.stem.endswith("_mistakes"):
+        own.add(f"{path.stem}_mistakes")
     others = _checks_imported(path) - own
     assert not others, f"{path.name} imports {sorted(others)}"
 
