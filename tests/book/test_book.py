@@ -42,6 +42,7 @@ CHAPTERS = {
     "19_experts": "ex16",
     "20_post_training": "ex14",
     "21_training_across_machines": "ex15",
+    "22_data_and_scale": "ex18",
 }
 PART_ONE = [c for c in CHAPTERS if c < "07"]
 PART_TWO = [c for c in CHAPTERS if c >= "07"]
