@@ -10,13 +10,12 @@ import json
 import pytest
 
 from coursepkg.chapters.constraints import CONSTRAINTS, PAIRS
+from coursepkg.chapters.data_effect import DataEffect
+from coursepkg.chapters.scaling import ScalingLaw, ScalingStudy
 from coursepkg.chapters.shipped import PROVENANCE_FIELDS, REQUIRED, load_results, write_results
 
-#: the results shipped so far (the scaling grid's file joins when its command has written it)
-SHIPPED = ("constraints",)
 
-
-@pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.parametrize("name", sorted(REQUIRED))
 def test_each_shipped_file_loads_with_its_provenance(name):
     shipped = load_results(name)
     provenance = shipped["provenance"]
@@ -77,3 +76,18 @@ def test_what_is_written_is_read_back_with_non_finite_numbers_as_null(tmp_path):
     shipped = load_results("data_effect", path)
     assert shipped["result"]["settings"] == {"seeds": [0, 1], "z": None}
     assert shipped["provenance"]["command"] == "benchmarks/data_effect.py"
+
+
+def test_the_shipped_scaling_study_and_data_effect_hold_what_the_page_reads():
+    study = ScalingStudy(**load_results("scaling")["result"])
+    law = ScalingLaw(**study.law)
+    assert len(study.runs) == len(study.settings["widths"]) * len(study.settings["steps"]) >= 5
+    assert {"d_model", "steps", "params", "tokens", "bpb"} <= set(study.runs[0])
+    assert {"params", "tokens", "bpb", "predicted", "error"} <= set(study.check)
+    assert study.check["predicted"] == pytest.approx(
+        law.predict(study.check["params"], study.check["tokens"])
+    )
+    effect = DataEffect(**load_results("data_effect")["result"])
+    assert len(effect.bpb["raw"]) == len(effect.bpb["curated"]) == len(effect.settings["seeds"])
+    assert effect.corpus_bytes["curated"] < effect.corpus_bytes["raw"]
+    assert effect.verdict() in ("better", "worse", "no clear difference")
