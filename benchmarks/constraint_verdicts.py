@@ -4,16 +4,20 @@ parameter count and fixed CPU time (one thread), over several seeds, in held-out
 A winner is named only where the difference of means exceeds two combined standard errors.
 
 Run: ``.venv/bin/python benchmarks/constraint_verdicts.py [--cache save] [--steps 200]
-[--seeds 0 1 2]`` (``--cache save`` keeps the grid for the chapter, which reads it with
-``cache="reuse"``).
+[--seeds 0 1 2] [--write FILE]`` (``--cache save`` keeps the grid for a later ``--cache
+reuse``; ``--write`` writes the result and its provenance as JSON, as the book ships it in
+``coursepkg/chapters/results/constraints.json``, read by ``coursepkg.chapters.shipped``).
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 import time
 
 from coursepkg.chapters.constraints import CONSTRAINTS, PAIRS, constraint_verdicts, winner_changes
+from coursepkg.chapters.shipped import write_results
 
 
 def main() -> None:
@@ -21,6 +25,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--cache", choices=["save", "reuse"], default=None)
+    parser.add_argument("--write", default=None, help="write the result as JSON to this file")
     args = parser.parse_args()
     start, cpu = time.perf_counter(), time.process_time()
     result = constraint_verdicts(steps=args.steps, seeds=tuple(args.seeds), cache=args.cache)
@@ -38,9 +43,17 @@ def main() -> None:
             )
         changes = winner_changes([rows[c]["winner"] for c in CONSTRAINTS])
         print(f"  the winner {'changes' if changes else 'does not change'} with the constraint")
-    print(
-        f"wall time {time.perf_counter() - start:.0f} s, CPU time {time.process_time() - cpu:.0f} s"
-    )
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    print(f"wall time {wall:.0f} s, CPU time {cpu:.0f} s")
+    if args.write:
+        write_results(
+            args.write,
+            result,
+            command="benchmarks/constraint_verdicts.py " + shlex.join(sys.argv[1:]),
+            settings=result["settings"],
+            cpu_seconds=cpu,
+            wall_seconds=wall,
+        )
 
 
 if __name__ == "__main__":

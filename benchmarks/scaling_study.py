@@ -4,15 +4,21 @@ predicts for a budget ``--budget-factor`` times the grid's largest, that run mad
 prediction's error. Not a speed comparison: every figure is a held-out loss in bits per byte.
 
 Run: ``.venv/bin/python benchmarks/scaling_study.py [--cache reuse] [--widths 32 48 64 96]
-[--steps 150 300 600]`` (``--cache save`` keeps the runs for the next ``--cache reuse``).
+[--steps 150 300 600] [--write FILE]`` (``--cache save`` keeps the runs for the next ``--cache
+reuse``; ``--write`` writes the result and its provenance as JSON, as the book ships it in
+``coursepkg/chapters/results/scaling.json``, read by ``coursepkg.chapters.shipped``).
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 import time
+from dataclasses import asdict
 
 from coursepkg.chapters.scaling import scaling_study
+from coursepkg.chapters.shipped import write_results
 
 
 def main() -> None:
@@ -21,8 +27,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, nargs="+", default=[150, 300, 600])
     parser.add_argument("--budget-factor", type=float, default=3.0)
     parser.add_argument("--cache", choices=["save", "reuse"], default=None)
+    parser.add_argument("--write", default=None, help="write the result as JSON to this file")
     args = parser.parse_args()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     study = scaling_study(
         widths=tuple(args.widths),
         steps=tuple(args.steps),
@@ -51,7 +58,17 @@ def main() -> None:
         f"measured {check['bpb']:.4f} bpb, predicted {check['predicted']:.4f}, error "
         f"{check['error']:+.4f} ({100 * check['error'] / check['predicted']:+.1f}%)"
     )
-    print(f"wall time {time.perf_counter() - start:.0f} s")
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    print(f"wall time {wall:.0f} s, CPU time {cpu:.0f} s")
+    if args.write:
+        write_results(
+            args.write,
+            asdict(study),
+            command="benchmarks/scaling_study.py " + shlex.join(sys.argv[1:]),
+            settings=study.settings,
+            cpu_seconds=cpu,
+            wall_seconds=wall,
+        )
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ RENAMED = {
     "book/14_attention_at_length": "book/15_attention_at_length",
     "book/15_modern_decoder": "book/16_modern_decoder",
     "book/16_training_for_real": "book/17_training_for_real",
+    "book/23_capstone": "book/24_capstone",
 }
 
 #: what marks a file as a redirect this extension wrote (so a rebuild may replace it)

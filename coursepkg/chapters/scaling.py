@@ -30,7 +30,14 @@ from coursepkg.config import TransformerConfig
 from coursepkg.data.text import load_tinyshakespeare
 from coursepkg.decoder_only import DecoderOnlyLM
 
-__all__ = ["ScalingLaw", "ScalingStudy", "count_params", "fit_scaling_law", "scaling_study"]
+__all__ = [
+    "ScalingLaw",
+    "ScalingStudy",
+    "count_params",
+    "fit_scaling_law",
+    "grid_run",
+    "scaling_study",
+]
 
 #: The Huber loss's delta on log losses (Hoffmann et al. 2022, appendix D.2).
 HUBER_DELTA = 1e-3
@@ -191,6 +198,26 @@ def _train(train: Tensor, heldout: Tensor, d_model: int, steps: int, settings: d
     return dict(d_model=d_model, steps=steps, params=params, tokens=steps * batch * block, bpb=bpb)
 
 
+def _splits(heldout_bytes: int) -> tuple[Tensor, Tensor]:
+    """Tiny Shakespeare's bytes: the first 90% (training), ``heldout_bytes`` of the rest."""
+    text = load_tinyshakespeare()
+    data = torch.tensor(list(text.encode("utf-8")), dtype=torch.long)  # (N,)
+    split = int(0.9 * len(data))
+    return data[:split], data[split:][:heldout_bytes]
+
+
+def grid_run(d_model: int, steps: int, settings: dict[str, Any]) -> dict[str, float]:
+    """One run of the study's grid made again, alone: the width ``d_model`` trained ``steps``
+    steps with a study's ``settings`` (:attr:`ScalingStudy.settings`).
+
+    Returns:
+        The run's ``d_model``, ``steps``, ``params``, ``tokens`` and held-out ``bpb``, as in
+        :attr:`ScalingStudy.runs`.
+    """
+    train, heldout = _splits(settings["heldout_bytes"])
+    return _train(train, heldout, d_model, steps, settings)
+
+
 def _nearest_width(n_target: float, settings: dict[str, Any]) -> int:
     """The width (a multiple of 8 from 16 to 512) whose model's size is nearest ``n_target``
     on a log scale."""
@@ -246,10 +273,7 @@ def scaling_study(
     saved: dict[str, Any] = {}
     if cache == "reuse" and reuse_run(path, saved.update):
         return ScalingStudy(**saved)
-    text = load_tinyshakespeare()
-    data = torch.tensor(list(text.encode("utf-8")), dtype=torch.long)  # (N,)
-    split = int(0.9 * len(data))
-    train, heldout = data[:split], data[split:][:heldout_bytes]
+    train, heldout = _splits(heldout_bytes)
     runs = [_train(train, heldout, w, s, settings) for w in widths for s in steps]
     n, d, bpb = (np.array([r[k] for r in runs], dtype=float) for k in ("params", "tokens", "bpb"))
     law = fit_scaling_law(n, d, bpb)

@@ -43,7 +43,8 @@ CHAPTERS = {
     "20_post_training": "ex14",
     "21_training_across_machines": "ex15",
     "22_text_to_chat": None,
-    "23_capstone": "ex19",
+    "23_data_and_scale": "ex18",
+    "24_capstone": "ex19",
 }
 PART_ONE = [c for c in CHAPTERS if c < "07"]
 PART_TWO = [c for c in CHAPTERS if c >= "07"]

@@ -45,7 +45,7 @@ def _hrefs(text: str) -> dict[str, list[str]]:
 
 def test_every_old_name_leads_to_a_page_of_the_book_and_none_is_a_page_again():
     pages = _toc_pages()
-    assert len(redirects.RENAMED) == 6
+    assert len(redirects.RENAMED) == 7
     for old, new in redirects.RENAMED.items():
         assert new in pages, f"{old} -> {new}: not in _toc.yml"
         assert (ROOT / f"{new}.md").is_file(), new

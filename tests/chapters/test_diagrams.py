@@ -102,6 +102,7 @@ CONCEPTUAL = [
     "logit_lens_diagram",
     "lora_diagram",
     "loss_mask_diagram",
+    "lsh_bands_diagram",
     "masks_diagram",
     "memory_per_parameter_diagram",
     "mlm_corruption_diagram",
@@ -678,3 +679,22 @@ def test_dense_vs_routed_lights_k_experts(n_experts, top_k, close_figures):
     colours = [to_hex(p.get_facecolor()) for p in lit]
     assert len(colours) == n_experts
     assert colours.count(colours[0]) == top_k
+
+
+def test_lsh_bands_show_each_position_and_a_candidate_only_where_a_band_agrees(close_figures):
+    sig_a, sig_b = diagrams.data.LSH_EXAMPLE
+    fig = diagrams.lsh_bands_diagram(sig_a, sig_b, bands=4)
+    agree = sum(a == b for a, b in zip(sig_a, sig_b, strict=True))
+    fills = diagrams.data.LSH_FILLS
+    assert len(_patches(fig, Rectangle, fills[True])) == 2 * agree
+    assert len(_patches(fig, Rectangle, fills[False])) == 2 * (len(sig_a) - agree)
+    texts = _texts(fig)
+    same = [a == b for a, b in zip(sig_a, sig_b, strict=True)]
+    whole = [all(same[i : i + 4]) for i in (0, 4, 8, 12)]
+    assert sum(t.endswith("\ncandidate") for t in texts) == sum(whole) == 1
+    assert sum(t.endswith("\nno match") for t in texts) == 3
+    assert sum(t == f"{sig_a[0] % 100:02d}" for t in texts) >= 2  # each value, written out
+    with pytest.raises(ValueError, match="divide"):
+        diagrams.lsh_bands_diagram(sig_a, sig_b, bands=3)
+    with pytest.raises(ValueError, match="one length"):
+        diagrams.lsh_bands_diagram(sig_a, sig_b[:-1])

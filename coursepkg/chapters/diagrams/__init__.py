@@ -27,6 +27,8 @@ label is plain ASCII text, so the drawing looks the same on any machine.
   on post-training).
 * :mod:`~coursepkg.chapters.diagrams.parallel`: who holds what under DDP, ZeRO-1 and FSDP; tensor
   and pipeline parallelism (the chapter on training across machines).
+* :mod:`~coursepkg.chapters.diagrams.data`: LSH's bands over two MinHash signatures (the chapter
+  on data and scale).
 """
 
 from coursepkg.chapters.diagrams.architecture import (
@@ -54,6 +56,7 @@ from coursepkg.chapters.diagrams.costs import (
     linear_attention_state_diagram,
     memory_per_parameter_diagram,
 )
+from coursepkg.chapters.diagrams.data import lsh_bands_diagram
 from coursepkg.chapters.diagrams.experts import latent_attention_diagram, moe_routing_diagram
 from coursepkg.chapters.diagrams.generation import (
     attention_patterns_diagram,
@@ -147,6 +150,7 @@ __all__ = [
     "sharding_diagram",
     "block_table_diagram",
     "latent_attention_diagram",
+    "lsh_bands_diagram",
     "moe_routing_diagram",
     "speculative_diagram",
     "checkpoint_diagram",
