@@ -72,7 +72,10 @@ def redirect_page(old: str, new: str, suffix: str = ".html") -> str:
 
 
 def write_redirects(
-    outdir: str | Path, table: dict[str, str] | None = None, suffix: str = ".html"
+    outdir: str | Path,
+    table: dict[str, str] | None = None,
+    suffix: str = ".html",
+    pages: set[str] | None = None,
 ) -> list[Path]:
     """Write a redirect page at each old address of ``table`` under ``outdir``.
 
@@ -80,17 +83,27 @@ def write_redirects(
         outdir: the HTML build's output folder (``_build/html``).
         table: old docname -> new docname (default: :data:`RENAMED`).
         suffix: the builder's file suffix.
+        pages: the docnames of the build that wrote ``outdir``, when known: a file at an old
+            address that is none of them is what an earlier build left of the page before it
+            moved (an incremental build after a rename), and is replaced. Without them, any
+            file that is not an earlier redirect counts as a page.
 
     Returns:
         The files written, in the table's order.
 
     Raises:
-        FileExistsError: a page the build wrote (not an earlier redirect) holds an old address.
+        FileExistsError: a page of the book (not an earlier redirect, nor a page an earlier
+            build left behind) holds an old address.
     """
     written = []
     for old, new in (RENAMED if table is None else table).items():
         path = Path(outdir) / f"{old}{suffix}"
-        if path.exists() and MARK not in path.read_text(encoding="utf-8", errors="replace"):
+        if pages is not None:
+            is_page = old in pages
+        else:
+            text = path.read_text(encoding="utf-8", errors="replace") if path.exists() else MARK
+            is_page = MARK not in text
+        if is_page:
             raise FileExistsError(
                 f"redirects: {path} is a page of the book, so the old address {old!r} cannot "
                 f"redirect to {new!r}; remove the entry from RENAMED or rename the page"
@@ -108,7 +121,7 @@ def _write_after_html_build(app, exception) -> None:
     missing = {old: new for old, new in RENAMED.items() if new not in docs}
     if missing:
         raise ValueError(f"redirects: RENAMED points to pages the book does not have: {missing}")
-    write_redirects(app.outdir, RENAMED, app.builder.out_suffix)
+    write_redirects(app.outdir, RENAMED, app.builder.out_suffix, pages=docs)
 
 
 def setup(app):

@@ -94,6 +94,17 @@ def test_a_rebuild_replaces_its_redirects_but_never_a_page(tmp_path):
     assert "a chapter" in (tmp_path / f"{old}.html").read_text()
 
 
+def test_a_page_an_earlier_build_left_at_an_old_address_is_replaced(tmp_path):
+    """An incremental build after a rename: the page's old file is still in the output."""
+    old, new = next(iter(redirects.RENAMED.items()))
+    (tmp_path / f"{old}.html").parent.mkdir(parents=True)
+    (tmp_path / f"{old}.html").write_text("<html><body>the chapter before it moved</body></html>")
+    redirects.write_redirects(tmp_path, {old: new}, pages={new, "book/index"})
+    assert redirects.MARK in (tmp_path / f"{old}.html").read_text()
+    with pytest.raises(FileExistsError, match=re.escape(repr(old))):  # a page again: refused
+        redirects.write_redirects(tmp_path, {old: new}, pages={old, new})
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_an_old_url_opens_the_new_page_at_the_same_anchor(tmp_path):
