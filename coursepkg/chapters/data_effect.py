@@ -50,6 +50,13 @@ _FOREIGN = [
 ]
 
 
+#: The share of Tiny Shakespeare the synthetic crawl is made from (the rest is the held-out play).
+CRAWL_SHARE = 0.9
+#: How many of the crawl's pages are crawled again, and how many times each (half of the copies
+#: exact, half with one line changed).
+MIRRORED, MIRROR_COPIES = 20, 6
+
+
 def _passages(text: str, size: int) -> list[str]:
     """``text`` cut at blank lines into passages of about ``size`` characters."""
     passages, current = [], []
@@ -80,18 +87,18 @@ def web_corpus(n_pages: int = 160, seed: int = 0) -> list[tuple[str, bytes]]:
         seed: seeds every choice.
 
     Returns:
-        (name, bytes) pairs: each passage as a page, 20 of them crawled 6 times more (3 exact
-        copies, 3 with one line changed), 40 spam pages, 12 pages in other languages, 4 empty
-        pages and 4 binary files, shuffled.
+        (name, bytes) pairs: each passage as a page, :data:`MIRRORED` of them crawled
+        :data:`MIRROR_COPIES` times more (half exact copies, half with one line changed),
+        40 spam pages, 12 pages in other languages, 4 empty pages and 4 binary files, shuffled.
     """
     rng = random.Random(seed)
     text = load_tinyshakespeare()
-    passages = _passages(text[: int(0.9 * len(text))], 1500)
+    passages = _passages(text[: int(CRAWL_SHARE * len(text))], 1500)
     passages = rng.sample(passages, min(n_pages, len(passages)))
     pages = [(f"play/{i:04d}.html", _page(p, rng)) for i, p in enumerate(passages)]
-    for i, p in enumerate(passages[:20]):
-        for copy in range(6):
-            edited = p if copy < 3 else p.replace("\n", f"\n[{copy}] ", 1)
+    for i, p in enumerate(passages[:MIRRORED]):
+        for copy in range(MIRROR_COPIES):
+            edited = p if copy < MIRROR_COPIES // 2 else p.replace("\n", f"\n[{copy}] ", 1)
             pages.append((f"mirror{copy}/{i:04d}.html", _page(edited, rng)))
     for i in range(40):
         words = " ".join(
@@ -234,7 +241,7 @@ def compare_raw_and_curated(
     result = curate(pages, min_quality=None, line_min_chars=30)
     corpora = {"raw": _raw_text(pages), "curated": "\n\n".join(t for _, t in result.kept)}
     text = load_tinyshakespeare()
-    heldout = _bytes(text[int(0.9 * len(text)) :][:heldout_bytes])
+    heldout = _bytes(text[int(CRAWL_SHARE * len(text)) :][:heldout_bytes])
     bpb = {
         name: [_train_and_score(_bytes(corpus), heldout, settings, seed) for seed in seeds]
         for name, corpus in corpora.items()
