@@ -54,6 +54,9 @@ c.GenerateFeedback.preprocessors = [
 
 # Autograding: the longest one cell may run (the checks take seconds; a stuck notebook stops here).
 c.ExecutePreprocessor.timeout = 120
+# The longest a kernel may take to start (Validate and autograde start one each time): nbgrader's
+# 60 s is too short on a busy course server, where a start that fails is an error to the student.
+c.ExecutePreprocessor.startup_timeout = 300
 
 # Feedback is made again each time, so scores given by hand in the formgrader after a first
 # `generate_feedback` reach the students (nbgrader would otherwise skip the existing feedback).

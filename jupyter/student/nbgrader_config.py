@@ -17,3 +17,7 @@ if os.environ.get("COURSE_EXCHANGE"):
 # JupyterLab's root folder, but would fetch into the folder JupyterLab was started from (the
 # repository under `make lab`) if assignment_dir kept its default ".".
 c.Exchange.assignment_dir = os.getcwd()
+
+# Validate starts a kernel each time; nbgrader's 60 s for it to start is too short on a busy
+# machine (a course server at a deadline), where a late start would read as a failed validation.
+c.ExecutePreprocessor.startup_timeout = 300

@@ -254,6 +254,9 @@ def _submission(course: Path, student: str) -> tuple[str, float, dict[str, tuple
         return nb.id, nb.score, grades
 
 
+# What a dialog says (Validate's verdict), for a failure message.
+_DIALOG = "document.querySelector('.jp-Dialog')?.innerText ?? 'no dialog is open'"
+
 # The submitted assignment's row in the Assignment List, and its feedback link.
 _ROW = "document.querySelector('#submitted_assignments_list')?.innerText ?? ''"
 _LINK = (
@@ -293,6 +296,26 @@ def _fetch_feedback(j: Journey, folder: Path) -> list[Path]:
 @pytest.mark.slow  # about 3 minutes: make test hands its file out first
 @pytest.mark.timeout(1200)
 def test_student_and_instructor_journey(tmp_path):
+    timings: dict[str, float] = {}
+    try:
+        _journey(tmp_path, timings)
+    except (Exception, pytest.fail.Exception) as err:
+        # Which step the journey stopped in, and what the servers said: a failure seen only in
+        # CI's log must be diagnosable from it.
+        done = ", ".join(f"{name} ({s} s)" for name, s in timings.items()) or "none"
+        logs = "".join(
+            f"\n--- the end of {log.name} ---\n{log.read_text(errors='replace')[-1500:]}"
+            for log in (tmp_path / "student-lab.log", tmp_path / "formgrader.log")
+            if log.is_file()
+        )
+        raise AssertionError(
+            f"the journey stopped after the steps {done}: {type(err).__name__}: "
+            f"{str(err)[:1500]}{logs}"
+        ) from err
+
+
+def _journey(tmp_path: Path, timings: dict[str, float]) -> None:
+    """The steps of the module's docstring; ``timings`` gets each finished step's seconds."""
     chromium = find_chromium()
     if chromium is None:
         if os.environ.get("COURSE_REQUIRE_BROWSER"):
@@ -336,7 +359,6 @@ def test_student_and_instructor_journey(tmp_path):
         "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
     }
     # The instructor releases ex01 to the exchange.
-    timings: dict[str, float] = {}
     t = time.monotonic()
     _run([str(BIN / "coursepkg"), "release", AID, "--root", str(course)], course, instructor)
     _run([str(BIN / "nbgrader"), "release_assignment", AID], course, instructor)
@@ -449,7 +471,7 @@ def test_student_and_instructor_journey(tmp_path):
         j.click(".jp-Toolbar-item button, .jp-Toolbar-item jp-button", "Validate")
         assert j.wait("document.querySelector('.jp-Dialog')?.innerText.includes('Success')"
                       " || document.querySelector('.jp-Dialog')?.innerText.includes('passed')",
-                      300), "Validate did not succeed"  # fmt: skip
+                      300), f"Validate did not succeed: {j.js(_DIALOG)[:1500]}"  # fmt: skip
         j.step("validate")
         j.click(".jp-Dialog button", "Ok")
         assert j.wait("!document.querySelector('.jp-Dialog')", 30)
