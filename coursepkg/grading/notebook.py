@@ -10,6 +10,7 @@ not reached are reported as not run.
 
 from __future__ import annotations
 
+import atexit
 import html
 import json
 import math
@@ -343,7 +344,10 @@ def _execute(
     except Exception as err:  # noqa: BLE001 - reported, e.g. a kernel that does not start
         if not ready:
             # nbclient 0.11 cleans a kernel that never answered up twice, and the second
-            # time's AssertionError hides the first error: say what happened instead
+            # time's AssertionError hides the first error: say what happened instead. Its
+            # clean-up at exit would fail the same way and print that error when this
+            # process ends: nothing is left to clean, so it is taken off.
+            atexit.unregister(client._cleanup_kernel)
             problem = (
                 f"the Python kernel did not start within {startup_timeout:g} s (a very busy "
                 f"machine, or a broken Jupyter installation); run the check again "
