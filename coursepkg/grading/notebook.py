@@ -17,6 +17,7 @@ import math
 import os
 import re
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -297,17 +298,43 @@ def run_notebook(
     return report
 
 
+#: Kernel starts tried before a check gives up: a kernel that dies or stays silent before it
+#: answers has run none of the notebook (another process may have taken one of the ports it
+#: was given, or the machine is too busy for it to answer in time), so starting it again is safe.
+KERNEL_STARTS = 3
+
+
 def _execute(
     nb: NotebookNode, path: Path, timeout: float, startup_timeout: float
 ) -> tuple[str, list[int], set[int]]:
     """Run every cell of ``nb`` (in place, errors kept as outputs) in a fresh kernel started
-    in the notebook's folder.
+    in the notebook's folder; a kernel that never answers is started again, up to
+    :data:`KERNEL_STARTS` times.
 
     Returns:
         What stopped the run early ("" when nothing did), the indices of the cells that
         started (in order) and of those that finished.
     """
     _import_jupyter()
+    for _ in range(KERNEL_STARTS):
+        began = time.monotonic()
+        problem, started, finished, ready = _execute_once(nb, path, timeout, startup_timeout)
+        if ready:
+            return problem, started, finished
+    waited = time.monotonic() - began
+    why = "died before it answered" if waited < startup_timeout else "did not answer"
+    problem = (
+        f"the Python kernel did not start within {startup_timeout:g} s: it {why}, "
+        f"{KERNEL_STARTS} times (a very busy machine, or a broken Jupyter installation); "
+        f"run the check again ({problem})"
+    )
+    return problem, started, finished
+
+
+def _execute_once(
+    nb: NotebookNode, path: Path, timeout: float, startup_timeout: float
+) -> tuple[str, list[int], set[int], bool]:
+    """One kernel start and run of :func:`_execute`; also whether the kernel answered."""
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
@@ -342,20 +369,16 @@ def _execute(
             "as sys.exit() or os._exit()); the cells after it were not run"
         )
     except Exception as err:  # noqa: BLE001 - reported, e.g. a kernel that does not start
+        problem = f"{type(err).__name__}: {err}"
         if not ready:
             # nbclient 0.11 cleans a kernel that never answered up twice, and the second
-            # time's AssertionError hides the first error: say what happened instead. Its
-            # clean-up at exit would fail the same way and print that error when this
-            # process ends: nothing is left to clean, so it is taken off.
+            # time's AssertionError hides the first error (the caller says what happened
+            # instead). Its clean-up at exit would fail the same way and print that error
+            # when this process ends: nothing is left to clean, so it is taken off.
             atexit.unregister(client._cleanup_kernel)
-            problem = (
-                f"the Python kernel did not start within {startup_timeout:g} s (a very busy "
-                f"machine, or a broken Jupyter installation); run the check again "
-                f"({type(err).__name__}: {err})"
-            )
         else:
-            problem = f"the notebook could not be run: {type(err).__name__}: {err}"
-    return problem, started, finished
+            problem = f"the notebook could not be run: {problem}"
+    return problem, started, finished, bool(ready)
 
 
 def _first_error(nb: NotebookNode, test_indices: set[int]) -> tuple[int, str] | None:

@@ -197,6 +197,35 @@ def test_check_says_when_the_kernel_never_started(tmp_path):
     assert "AssertionError" not in done.stderr, done.stderr
 
 
+def test_check_starts_a_kernel_again_when_the_first_dies_before_answering(tmp_path, monkeypatch):
+    # The first start of the "python3" kernel exits at once (as one whose port another process
+    # took does); the next starts are the real kernel. No cell ran in the first, so the check
+    # starts it again and the notebook is checked as usual.
+    spec = tmp_path / "jupyter" / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    marker = tmp_path / "first-start"
+    start = (
+        "import os, sys\n"
+        f"marker = {str(marker)!r}\n"
+        "if not os.path.exists(marker):\n"
+        "    open(marker, 'w').close()\n"
+        "    sys.exit(1)\n"
+        "from ipykernel.kernelapp import launch_new_instance\n"
+        "sys.argv = ['ipykernel', '-f', sys.argv[1]]\n"
+        "launch_new_instance()\n"
+    )
+    argv = [sys.executable, "-c", start, "{connection_file}"]
+    (spec / "kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": "flaky", "language": "python"})
+    )
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    path = _notebook(tmp_path, "x = 1", test="assert x == 1")
+    report = run_notebook(path, timeout=60)
+    assert marker.is_file()  # the first start did exit
+    assert report.problem == "", report.problem
+    assert [c.status for c in report.cells] == ["passed"], report.format()
+
+
 def test_check_reports_a_dead_kernel(tmp_path):
     path = _notebook(tmp_path, "import os\nos._exit(3)")
     report = run_notebook(path, timeout=60)
