@@ -33,7 +33,7 @@ from .ex15_data_parallel_mistakes import (
     ZERO_BUGS,
     ZERO_ITEM,
 )
-from .ex15_parts.ranks import WORLD, launch
+from .ex15_parts.ranks import WORLD, RankFailure, launch
 from .ex15_parts.training import Config, Probe, train_alone
 
 __all__ = ["check_bucketed_ddp", "check_naive_ddp", "check_sharded_adamw"]
@@ -52,6 +52,7 @@ for _item in (NAIVE_DDP_ITEM, BUCKETED_ITEM, ZERO_ITEM):
     )
 
 _TOLERANCE = dict(rtol=1e-5, atol=1e-6)
+_NAMED_BY_EVIDENCE = ("bucketed.no_wait", "zero.unpadded_shards")
 
 
 def _runs(cfgs: list[Config]) -> str:
@@ -66,8 +67,9 @@ def _diagnose(
     item: str, student: list[dict], cfg: Config, bugs: list[BugVariant]
 ) -> BugVariant | None:
     """The variant whose weights equal the student's on every rank (a second launch runs
-    them all; the race of ``bucketed.no_wait`` is named by its handles, not here)."""
-    rerun = [b for b in bugs if b.id != "bucketed.no_wait"]
+    them all but those named by what the ranks show: the race of ``bucketed.no_wait`` by its
+    handles, the crash of ``zero.unpadded_shards`` by :func:`_unpadded_shards`)."""
+    rerun = [b for b in bugs if b.id not in _NAMED_BY_EVIDENCE]
     ranks = launch(item, None, cfg, rerun)
     for bug in rerun:
         if all(
@@ -163,7 +165,10 @@ def check_sharded_adamw(report: CheckReport, impl: Any, thorough: bool, seed: in
     # more), and a step count per tensor on every rank at most
     most = 2 * (numel + WORLD) + WORLD * len(params)
     for cfg in cfgs:
-        ranks = launch(ZERO_ITEM, impl, cfg, None)
+        try:
+            ranks = launch(ZERO_ITEM, impl, cfg, None)
+        except RankFailure as failure:
+            report.fail(failure.message, _unpadded_shards(failure, numel))
         _compare(report, ZERO_ITEM, ranks, cfg, ZERO_BUGS)
         state = [r["student"]["state"] for r in ranks]
         if None in state:
@@ -179,3 +184,15 @@ def check_sharded_adamw(report: CheckReport, impl: Any, thorough: bool, seed: in
                 "its slice only."
             )
     report.ok(f"AdamW's state split over the ranks ({sum(state)} numbers in all, not {WORLD} x)")
+
+
+def _unpadded_shards(failure: RankFailure, numel: int) -> BugVariant | None:
+    """``zero.unpadded_shards``, on the ranks' evidence only: the error came out of an
+    all-gather, and the ranks' shards (what their ``optimizer`` s step) differ in length and
+    hold the ``numel`` elements exactly once, no padding. Any other crash stays unnamed."""
+    shards = failure.shards
+    if not failure.where.startswith("torch.distributed.all_gather") or None in shards:
+        return None
+    if len(set(shards)) > 1 and sum(shards) == numel:
+        return next(b for b in ZERO_BUGS if b.id == "zero.unpadded_shards")
+    return None

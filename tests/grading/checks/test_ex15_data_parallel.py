@@ -47,7 +47,7 @@ def _no_rank_left():
 
 def test_the_issue_s_mistakes_are_catalogued_once_each():
     ids = [b.id for b in catalogue.BUGS]
-    assert len(ids) == len(set(ids)) == len(CHECK_OF) == 11
+    assert len(ids) == len(set(ids)) == len(CHECK_OF) == 12
     assert {
         "naive_ddp.summed",
         "naive_ddp.broadcast_wrong_rank",
@@ -137,6 +137,39 @@ def test_an_unsharded_optimizer_is_told():
     with pytest.raises(CheckFailure, match="numbers of state on the 2 ranks") as info:
         check_sharded_adamw(impls.UnshardedAdamW)
     assert info.value.diagnosis is None
+
+
+class _PaddedGatheredUnpadded(catalogue.ShardedAdamWSteps):
+    def gather(self):
+        full = torch.empty(self.numel)  # equal, padded slices gathered into too few elements
+        dist.all_gather_single(full, self.shard.detach())
+        return full
+
+
+class _UnpaddedRaisesBeforeTheGather(catalogue.ShardedAdamW_unpadded):
+    def step(self):
+        raise ValueError("a bad shard")  # unequal slices, but not what raised
+
+
+@pytest.mark.parametrize(
+    ("impl", "raised"),
+    [
+        (catalogue.ShardedAdamW_unpadded, "RuntimeError"),
+        (_PaddedGatheredUnpadded, "RuntimeError"),
+        (_UnpaddedRaisesBeforeTheGather, "ValueError"),
+    ],
+    ids=lambda x: getattr(x, "__name__", x),
+)
+def test_unpadded_shards_are_named_only_when_the_gather_raised_on_unequal_slices(impl, raised):
+    """The student's error is always the message (never the checker's); it is named
+    zero.unpadded_shards only when it came out of the all-gather and the ranks' shards
+    differ in length and hold the 59 elements once."""
+    with pytest.raises(CheckFailure) as info:
+        check_sharded_adamw(impl)
+    assert not isinstance(info.value, CheckerError)
+    assert f"ShardedAdamW raised {raised}" in str(info.value)
+    named = impl is catalogue.ShardedAdamW_unpadded
+    assert info.value.diagnosis == ("zero.unpadded_shards" if named else None), str(info.value)
 
 
 class _WaitsForNobody(catalogue.NaiveDDPSteps):

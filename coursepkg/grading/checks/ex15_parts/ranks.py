@@ -37,7 +37,15 @@ from ...framework.ranks import (
 from ..ex15_data_parallel_mistakes import NAIVE_DDP_ITEM, ZERO_ITEM
 from .training import Config, optimizer_for, train_rank
 
-__all__ = ["COLLECTIVE_TIMEOUT_S", "JOIN_S", "TIMEOUT_S", "WORLD", "Watch", "launch"]
+__all__ = [
+    "COLLECTIVE_TIMEOUT_S",
+    "JOIN_S",
+    "TIMEOUT_S",
+    "WORLD",
+    "RankFailure",
+    "Watch",
+    "launch",
+]
 
 WORLD = 2  #: ranks per launch
 #: seconds for a whole launch: a guard against a hang, far above a launch's time even on a
@@ -56,6 +64,7 @@ _COLLECTIVES = (
     "broadcast",
     "all_reduce",
     "all_gather",
+    "all_gather_single",
     "all_gather_into_tensor",
     "reduce_scatter",
     "reduce_scatter_tensor",
@@ -67,11 +76,13 @@ _COLLECTIVES = (
 
 
 class Watch:
-    """One rank's notes: where it is (a file the parent reads if time runs out) and the
-    asynchronous all-reduces it launched, during backward or not, waited on or not."""
+    """One rank's notes: where it is (a file the parent reads if time runs out or the rank
+    fails), the length of the shard its ShardedAdamW steps, and the asynchronous all-reduces
+    it launched, during backward or not, waited on or not."""
 
     def __init__(self, out: Path, rank: int) -> None:
         self.file, self.phase, self.in_backward = out / f"rank{rank}.where", "starting", False
+        self.shard_file = out / f"rank{rank}.shard"
         self.handles: list[_Handle] = []
         self.during_backward = 0
 
@@ -79,6 +90,10 @@ class Watch:
         self.phase = phase if not collective else self.phase
         where = f"torch.distributed.{collective}, called from {self.phase}"
         self.file.write_text(where if collective else phase)
+
+    def keep_shard(self, numel: int | None) -> None:
+        """Note the number of elements this rank's optimizer steps (None: not known)."""
+        self.shard_file.write_text(json.dumps(numel))
 
     def install(self, impl: Any) -> None:
         """Watch every collective of ``torch.distributed``, called as ``dist.all_reduce`` or
@@ -167,11 +182,36 @@ def _rank_main(rank: int, port: int, out: str, job: tuple) -> None:
         os._exit(0)  # no atexit handler of the parent (a notebook's kernel) runs in a rank
 
 
-def _raise_error(kind: str, message: str, item: str) -> None:
+class RankFailure(CheckFailure):
+    """The student's code raised on a rank, with what the ranks showed when it did.
+
+    Args:
+        message: the student's error, as the rank reported it.
+        where: where the rank that failed was (``torch.distributed.<collective>, called from
+            ...`` when the error came out of a collective).
+        shards: each rank's shard length (:meth:`Watch.keep_shard`), None where unknown.
+    """
+
+    def __init__(self, message: str, where: str, shards: list[int | None]) -> None:
+        super().__init__(message)
+        self.where, self.shards = where, shards
+
+
+def _read(file: Path) -> Any:
+    return json.loads(file.read_text()) if file.exists() else None
+
+
+def _raise_error(kind: str, message: str, item: str, out: Path) -> None:
     if kind == "todo":
         raise NotImplementedYet(item)
     if kind == "failure":
-        raise CheckFailure(message)
+        first = min(out.glob("rank*.error"), key=lambda f: f.stat().st_mtime_ns)
+        where = out / first.name.replace(".error", ".where")
+        raise RankFailure(
+            message,
+            where.read_text() if where.exists() else "",
+            [_read(out / f"rank{r}.shard") for r in range(WORLD)],
+        )
     raise RuntimeError(f"a rank of the checker failed: {message}")
 
 
@@ -269,7 +309,7 @@ def _launch_once(
                 done = wait_for(running, timeout=min(left, 0.5))
                 running = [s for s in running if s not in done]
             if rank_errors(out):
-                _raise_error(*rank_errors(out)[0], item)
+                _raise_error(*rank_errors(out)[0], item, out)
             return [torch.load(out / f"rank{r}.pt") for r in range(WORLD)]
         finally:
             for process in ranks:

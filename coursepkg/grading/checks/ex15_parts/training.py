@@ -23,6 +23,7 @@ __all__ = [
     "batches",
     "model_for",
     "optimizer_for",
+    "shard_numel",
     "state_numel",
     "train_alone",
     "train_rank",
@@ -130,6 +131,8 @@ def train_rank(item: str, impl: Any, cfg: Config, watch: Any, student: bool) -> 
         if item == ZERO_ITEM
         else (optimizer_for(item, list(model.parameters())))
     )
+    if item == ZERO_ITEM:  # before the first all-reduce: every rank's is kept when one fails
+        watch.keep_shard(shard_numel(getattr(optimizer, "optimizer", None)))
     xs, ys = batches(cfg)
     size = cfg["batch"] // world
     for step, (x, y) in enumerate(zip(xs, ys, strict=True)):
@@ -157,6 +160,13 @@ def train_rank(item: str, impl: Any, cfg: Config, watch: Any, student: bool) -> 
             raise CheckFailure(failure.message + _NO_GRAD_NOTE) from None
     state = getattr(optimizer, "optimizer", None) if item == ZERO_ITEM else None
     return {"weights": weights_vector(model), "state": state_numel(state)}
+
+
+def shard_numel(optimizer: Any) -> int | None:
+    """The number of elements ``optimizer`` steps (None unless a torch optimizer)."""
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        return None
+    return sum(p.numel() for group in optimizer.param_groups for p in group["params"])
 
 
 def state_numel(optimizer: Any) -> int | None:
