@@ -221,6 +221,7 @@ TESTED_ELSEWHERE = {
     "serving/http": "serving",  # the server's tests beside the engine's
     "grading/checks/ex13_mistakes": "grading/checks",  # ex13's catalogue, tested with its check
     "grading/checks/ex14_mistakes": "grading/checks",  # ex14's catalogue, tested with its check
+    "grading/checks/ex15_parts": "grading/checks",  # ex15's ranks and training, with its check
 }
 # Folders still without tests of their own (none now). Remove a folder from here once its
 # tests folder exists.

@@ -7,7 +7,9 @@ overrides the one step it gets wrong, named ``<Item>_<mistake>``. The evidence: 
 each variant on the same ranks, models and batches as the student's code and names a mistake
 when its weights after the steps match the student's on every rank; a bucketed all-reduce
 whose handle is never waited on is named by the handle itself (the check watches
-``dist.all_reduce``), since its numbers depend on a race.
+``dist.all_reduce``), since its numbers depend on a race, and a sharded AdamW whose unpadded
+slices crash the all-gather by what the ranks show when it does (the error came out of the
+all-gather, and the ranks' shards differ in length and hold every element once).
 """
 
 from __future__ import annotations
@@ -315,6 +317,18 @@ class ShardedAdamW_no_all_gather(ShardedAdamWSteps):  # noqa: N801
         return full
 
 
+class ShardedAdamW_unpadded(ShardedAdamWSteps):  # noqa: N801
+    def bounds(self):
+        size = self.numel // self.world  # no padding: the last rank's slice takes the rest
+        hi = self.numel if self.rank == self.world - 1 else (self.rank + 1) * size
+        return self.rank * size, hi
+
+    def gather(self):
+        full = torch.empty(self.numel)  # (numel,): the slices differ in length, so this raises
+        dist.all_gather_single(full, self.shard.detach())
+        return full
+
+
 ZERO_BUGS = [
     BugVariant(
         "zero.wrong_slice",
@@ -342,6 +356,17 @@ ZERO_BUGS = [
         "After the optimizer's step, dist.all_gather_single every rank's slice into the "
         "flat vector and copy all of it into the parameters.",
         ShardedAdamW_no_all_gather,
+    ),
+    BugVariant(
+        "zero.unpadded_shards",
+        ZERO_ITEM,
+        "the flat vector is cut without padding, so when N does not divide the number of "
+        "elements the ranks' slices differ in length, and the all-gather, which needs one "
+        "length on every rank, raises",
+        "Pad the flat vector with zeros to a multiple of N, give every rank a slice of "
+        "ceil(numel / N) elements, all-gather into N * ceil(numel / N) elements and copy the "
+        "first numel back into the parameters.",
+        ShardedAdamW_unpadded,
     ),
 ]
 

@@ -26,6 +26,8 @@ from coursepkg.grading import (
 )
 from coursepkg.grading.checks import ex15_data_parallel as check_module
 from coursepkg.grading.checks import ex15_data_parallel_mistakes as catalogue
+from coursepkg.grading.checks.ex15_parts import ranks as ranks_module
+from coursepkg.grading.checks.ex15_parts.training import train_alone
 from coursepkg.grading.framework import configs
 from coursepkg.grading.framework.ranks import stderr_without_hostname_warning
 
@@ -45,7 +47,7 @@ def _no_rank_left():
 
 def test_the_issue_s_mistakes_are_catalogued_once_each():
     ids = [b.id for b in catalogue.BUGS]
-    assert len(ids) == len(set(ids)) == len(CHECK_OF) == 11
+    assert len(ids) == len(set(ids)) == len(CHECK_OF) == 12
     assert {
         "naive_ddp.summed",
         "naive_ddp.broadcast_wrong_rank",
@@ -121,7 +123,7 @@ def test_a_zero_gradient_and_none_differ_so_the_check_sees_it():
     """Skipping the parameter (torch's AdamW on a whole parameter) and stepping it with zeros
     move its weights apart: the rule is checked, not hidden by the tolerance."""
     cfg = configs(catalogue.ZERO_ITEM, False, None)[0]
-    zeros, skipped = (check_module.train_alone(catalogue.ZERO_ITEM, cfg, z) for z in (True, False))
+    zeros, skipped = (train_alone(catalogue.ZERO_ITEM, cfg, z) for z in (True, False))
     assert not check_module._same(zeros, skipped)
 
 
@@ -135,6 +137,39 @@ def test_an_unsharded_optimizer_is_told():
     with pytest.raises(CheckFailure, match="numbers of state on the 2 ranks") as info:
         check_sharded_adamw(impls.UnshardedAdamW)
     assert info.value.diagnosis is None
+
+
+class _PaddedGatheredUnpadded(catalogue.ShardedAdamWSteps):
+    def gather(self):
+        full = torch.empty(self.numel)  # equal, padded slices gathered into too few elements
+        dist.all_gather_single(full, self.shard.detach())
+        return full
+
+
+class _UnpaddedRaisesBeforeTheGather(catalogue.ShardedAdamW_unpadded):
+    def step(self):
+        raise ValueError("a bad shard")  # unequal slices, but not what raised
+
+
+@pytest.mark.parametrize(
+    ("impl", "raised"),
+    [
+        (catalogue.ShardedAdamW_unpadded, "RuntimeError"),
+        (_PaddedGatheredUnpadded, "RuntimeError"),
+        (_UnpaddedRaisesBeforeTheGather, "ValueError"),
+    ],
+    ids=lambda x: getattr(x, "__name__", x),
+)
+def test_unpadded_shards_are_named_only_when_the_gather_raised_on_unequal_slices(impl, raised):
+    """The student's error is always the message (never the checker's); it is named
+    zero.unpadded_shards only when it came out of the all-gather and the ranks' shards
+    differ in length and hold the 59 elements once."""
+    with pytest.raises(CheckFailure) as info:
+        check_sharded_adamw(impl)
+    assert not isinstance(info.value, CheckerError)
+    assert f"ShardedAdamW raised {raised}" in str(info.value)
+    named = impl is catalogue.ShardedAdamW_unpadded
+    assert info.value.diagnosis == ("zero.unpadded_shards" if named else None), str(info.value)
 
 
 class _WaitsForNobody(catalogue.NaiveDDPSteps):
@@ -155,7 +190,7 @@ class _FailsOnOneRank(catalogue.NaiveDDPSteps):
 def test_a_collective_that_never_returns_is_stopped_and_named(monkeypatch):
     # long enough for both ranks to reach their collectives on a loaded machine: a launch that
     # ends with no rank in a collective is the checker's error, not this verdict
-    monkeypatch.setattr(check_module, "TIMEOUT_S", 30.0)
+    monkeypatch.setattr(ranks_module, "TIMEOUT_S", 30.0)
     with pytest.raises(CheckFailure) as info:
         check_naive_ddp(_WaitsForNobody)
     message = str(info.value)
@@ -173,7 +208,7 @@ class _SleepsOutsideCollectives(catalogue.NaiveDDPSteps):
 
 
 def test_a_launch_out_of_time_with_no_rank_in_a_collective_is_the_checkers_error(monkeypatch):
-    monkeypatch.setattr(check_module, "TIMEOUT_S", 3.0)
+    monkeypatch.setattr(ranks_module, "TIMEOUT_S", 3.0)
     with pytest.raises(CheckerError) as info:
         check_naive_ddp(_SleepsOutsideCollectives)
     assert "none was waiting in a collective" in str(info.value)
@@ -192,9 +227,9 @@ def test_the_runs_differ_and_repeat(item):
     """The visible and extra runs differ (another seed, batch and length), and one process's
     run is repeatable (the ranks and the reference build the same models and batches)."""
     first, extra = configs(item, True, 0)[:2]
-    a, b = check_module.train_alone(item, first), check_module.train_alone(item, extra)
+    a, b = train_alone(item, first), train_alone(item, extra)
     assert a.shape == (59,) and not torch.allclose(a, b)
-    assert torch.equal(a, check_module.train_alone(item, first))
+    assert torch.equal(a, train_alone(item, first))
 
 
 def test_the_ranks_stderr_passes_on_all_but_pytorchs_hostname_warning(capfd):
@@ -226,15 +261,15 @@ def test_ranks_that_stall_before_joining_are_started_once_more(monkeypatch, tmp_
     again, and a correct answer passes."""
     flag = tmp_path / "stalled once"
     monkeypatch.setattr(dist, "init_process_group", _stalls_before_joining(flag))
-    monkeypatch.setattr(check_module, "JOIN_S", 3.0)
+    monkeypatch.setattr(ranks_module, "JOIN_S", 3.0)
     check_naive_ddp(catalogue.NaiveDDPSteps)
     assert flag.exists()  # the first launch did stall
 
 
 def test_ranks_that_never_join_are_the_checkers_error(monkeypatch):
     monkeypatch.setattr(dist, "init_process_group", _stalls_before_joining(None))
-    monkeypatch.setattr(check_module, "JOIN_S", 2.0)
-    monkeypatch.setattr(check_module, "TIMEOUT_S", 6.0)
+    monkeypatch.setattr(ranks_module, "JOIN_S", 2.0)
+    monkeypatch.setattr(ranks_module, "TIMEOUT_S", 6.0)
     with pytest.raises(CheckerError) as info:
         check_naive_ddp(catalogue.NaiveDDPSteps)
     message = str(info.value)
