@@ -64,6 +64,7 @@ TRAINING_PAGES = [
     "19_experts",
     "20_post_training",
     "21_training_across_machines",
+    "22_text_to_chat",
 ]
 #: glued figure -> the least value the book claims for it under every setting
 REQUIRED = {
