@@ -36,6 +36,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from coursepkg.chapters.shipped import write_results
+
 ROOT = Path(__file__).resolve().parent.parent
 MIRROR = Path("/work/.mirror/karpathy+nanoGPT/repo")
 NANOGPT_FILES = ("train.py", "model.py", "configurator.py", "config/train_shakespeare_char.py")
@@ -171,9 +173,10 @@ def ours_heldout(out: Path, text: str) -> float:
     return heldout_loss(model, vocab.encode(text[int(len(text) * 0.9) :]), 64)
 
 
-def init_report(folder: Path, text: str) -> None:
+def init_report(folder: Path, text: str) -> dict[str, dict[str, float]]:
     """Both models as initialised, before any step: parameters, the scale of what the token
-    embedding hands the first block, of the residual projections, and the held-out loss."""
+    embedding hands the first block, of the residual projections, and the held-out loss
+    (printed, and returned by model)."""
     sys.path.insert(0, str(folder))
     from model import GPT, GPTConfig  # nanoGPT's own model.py
 
@@ -208,6 +211,10 @@ def init_report(folder: Path, text: str) -> None:
         print(f"init {name:8s} {params:,} parameters; token embedding std {float(embed):.3f}, "
               f"attention output projection std {float(proj):.4f}; held-out loss {loss:.3f} "
               f"(uniform: {np.log(len(chars)):.3f})")  # fmt: skip
+    uniform = float(np.log(len(chars)))
+    return {name: {"parameters": params, "embedding_std": float(embed), "out_proj_std": float(proj),
+                   "heldout": float(loss), "uniform": uniform}
+            for name, (params, embed, proj, loss) in rows.items()}  # fmt: skip
 
 
 def first_reaching(curve: list[tuple[int, float]], target: float) -> int | None:
@@ -225,6 +232,11 @@ def main() -> None:
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="wall time, or the CPU time of the processes")  # fmt: skip
     parser.add_argument("--json", help="write the figures here too")
+    parser.add_argument(
+        "--write",
+        help="write them with their provenance as the book's shipped result (chapter 22): "
+        "coursepkg/chapters/results/nanogpt.json",
+    )
     parser.add_argument("--init-only", action="store_true", help="compare the initial models")
     args = parser.parse_args()
     EVAL["eval_interval"] = min(args.eval_interval, args.iters)
@@ -233,7 +245,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         folder = nanogpt_folder(args.nanogpt, work)
-        init_report(folder, text)
+        init = init_report(folder, text)
         if args.init_only:
             return
         prepare_data(text, folder)
@@ -247,11 +259,26 @@ def main() -> None:
                 out = work / f"{variant}{r}"
                 result = run_ours(work / "input.txt", args.iters, out, OURS[variant], env)
                 runs[f"ours:{variant}"].append({**result, "heldout": ours_heldout(out, text)})
-    report(runs, args)
+    summary = report(runs, args)
+    if args.write:
+        settings = {**SHAPE, **EVAL, "iters": args.iters, "rounds": args.rounds,
+                    "threads": args.threads, "clock": args.clock, "ours": args.ours}  # fmt: skip
+        write_results(
+            args.write,
+            {**summary, "init": init, "settings": settings},
+            command="benchmarks/nanogpt_compare.py " + " ".join(sys.argv[1:]),
+            settings=settings,
+            cpu_seconds=sum(sum(x["cpu"]) for x in runs.values()),
+            wall_seconds=sum(sum(x["wall"]) for x in runs.values()),
+        )
 
 
-def report(runs: dict[str, list[dict]], args: argparse.Namespace) -> None:
-    """Print (and write with ``--json``) each run's time, held-out loss and time to target."""
+def report(runs: dict[str, list[dict]], args: argparse.Namespace) -> dict:
+    """Print (and write with ``--json``) each run's time, held-out loss and time to target.
+
+    Returns:
+        ``{"iters", "target", "runs": {name: figures}}``.
+    """
     target = max(statistics.median(x["heldout"] for x in rs) for rs in runs.values())
     base = statistics.median(x[args.clock] for x in runs["nanoGPT"])
     print(f"{args.iters} steps, {args.rounds} round(s), {args.threads} thread(s), clock "
@@ -271,6 +298,7 @@ def report(runs: dict[str, list[dict]], args: argparse.Namespace) -> None:
               f"{shown} (steps {steps})")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps({"iters": args.iters, "target": target, **summary}))
+    return {"iters": args.iters, "target": target, "runs": summary}
 
 
 if __name__ == "__main__":

@@ -41,6 +41,11 @@ REQUIRED: dict[str, tuple[tuple[str, ...], str]] = {
         ("bpb", "corpus_bytes", "removed", "details", "settings"),
         "benchmarks/data_effect.py --write coursepkg/chapters/results/data_effect.json",
     ),
+    "nanogpt": (
+        ("iters", "target", "runs", "init", "settings"),
+        "benchmarks/nanogpt_compare.py --iters 2000 --threads 1 --clock cpu "
+        "--write coursepkg/chapters/results/nanogpt.json",
+    ),
 }
 
 #: What every file's provenance holds.
