@@ -227,11 +227,12 @@ CHECK_MODULES = sorted(
 def test_a_check_module_imports_no_other_check_module(path):
     """Shared pieces live in framework/; a check module imports the framework, the reference
     and its own catalogue, never another check module (a catalogue imports none but the
-    folder of concept modules it gathers, checks/exNN_mistakes/)."""
+    folder of concept modules it gathers, checks/exNN_mistakes/; a check split by concept
+    imports its own pieces, checks/exNN_parts/)."""
     folder = path.parent.name if path.parent.name.startswith("ex") else None
     own = {f"{(folder or path.stem)[:4]}_mistakes"}  # exNN_mistakes/: the concept modules
     if folder is None and not path.stem.endswith("_mistakes"):
-        own.add(f"{path.stem}_mistakes")
+        own |= {f"{path.stem}_mistakes", f"{path.stem[:4]}_parts"}
     others = _checks_imported(path) - own
     assert not others, f"{path.name} imports {sorted(others)}"
 
