@@ -30,6 +30,7 @@ It wraps the one call myst-nb's ``cache`` execution mode makes to execute a page
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextvars
 import os
 import signal
@@ -156,6 +157,9 @@ def _execute_once(nb, cwd, timeout, allow_errors) -> ExecutionResult:
     except RuntimeError as err:
         if client._cells_started or "before replying to kernel_info" not in str(err):
             raise
+        # nbclient's clean-up at exit would fail a second time on this kernel and print a bare
+        # AssertionError when the process ends: nothing is left to clean, so it is taken off.
+        atexit.unregister(client._cleanup_kernel)
         error = KernelNeverAnswered(f"{_page.get()}: the kernel died before it answered ({err})")
         exc_string = traceback.format_exc()
     return ExecutionResult(nb, cwd, time.monotonic() - started, error, exc_string)
