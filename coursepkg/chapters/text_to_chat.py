@@ -27,7 +27,15 @@ from coursepkg.training.pipeline import PipelineSettings, greedy_answer, run_pip
 from .measure import verdict
 from .run_cache import cache_file, check_cache_mode, reuse_run, save_run
 
-__all__ = ["BUDGET", "SIZES", "accuracy_change", "glued", "loss_figure", "text_to_chat_run"]
+__all__ = [
+    "BUDGET",
+    "SIZES",
+    "accuracy_change",
+    "glued",
+    "loss_figure",
+    "nanogpt_glued",
+    "text_to_chat_run",
+]
 
 log = logging.getLogger(__name__)
 
@@ -213,3 +221,30 @@ def glued(run: dict[str, Any]) -> dict[str, Any]:
         out[f"tc_change_{task}"] = accuracy_change(before, after)
     out |= {f"tc_said_{k}": v or "(nothing)" for k, v in run["exchange"].items()}
     return out
+
+
+def nanogpt_glued(result: dict[str, Any]) -> dict[str, float]:
+    """The figures the page quotes from the shipped nanoGPT comparison (prefix ``tc_nano_``).
+
+    Args:
+        result: the ``result`` of ``load_results("nanogpt")`` (``benchmarks/nanogpt_compare.py``'s
+            runs: ``nanoGPT``, ``ours:defaults``, ``ours:no-scale-no-bias``; and ``init``).
+
+    Returns:
+        Held-out losses, CPU-time ratios against nanoGPT, and the initial models' embedding
+        scales and held-out losses.
+    """
+    runs, init = result["runs"], result["init"]
+    base, mine, fixed = runs["nanoGPT"], runs["ours:defaults"], runs["ours:no-scale-no-bias"]
+    return {
+        "tc_nano_loss": base["heldout"][0],
+        "tc_nano_ours_loss": mine["heldout"][0],
+        "tc_nano_cpu_ratio": mine["cpu"][0] / base["cpu"][0],
+        "tc_nano_fixed_loss": fixed["heldout"][0],
+        "tc_nano_fixed_ratio": fixed["time_to_target_s"] / base["time_to_target_s"],
+        "tc_nano_std_ours": init["ours"]["embedding_std"],
+        "tc_nano_std_theirs": init["nanoGPT"]["embedding_std"],
+        "tc_nano_init_ours": init["ours"]["heldout"],
+        "tc_nano_init_theirs": init["nanoGPT"]["heldout"],
+        "tc_nano_uniform": init["ours"]["uniform"],
+    }
