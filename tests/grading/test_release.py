@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from coursepkg.grading.classroom.preprocessors import HideHiddenTestOutputs
 from coursepkg.grading.release import (
     DEFAULT_AI_POLICY,
+    FeedbackExporter,
     build_student_kit,
     course_secret,
     generate_release,
@@ -50,6 +51,30 @@ def _cell(source: str, outputs: list) -> nbformat.NotebookNode:
                                  "points": 2, "locked": True}  # fmt: skip
     cell.outputs = [nbformat.from_dict(o) for o in outputs]
     return cell
+
+
+def test_feedback_pages_are_the_same_with_templates_compiled_once(monkeypatch):
+    # Each student's feedback gets a new exporter; its templates are compiled once a process.
+    import jinja2
+
+    nb = nbformat.read(ROOT / "solutions" / "ex01_attention" / "ex01_attention.ipynb", 4)
+    compiled = []
+    compile_ = jinja2.Environment.compile
+
+    def counting(self, *args, **kwargs):
+        compiled.append(args[1] if len(args) > 1 else kwargs.get("name"))
+        return compile_(self, *args, **kwargs)
+
+    monkeypatch.setattr(jinja2.Environment, "compile", counting)
+    fresh = FeedbackExporter()
+    fresh.environment.bytecode_cache = None  # compiles every template itself
+    expected, _ = fresh.from_notebook_node(nbformat.from_dict(nb))
+    assert len(compiled) >= 5  # nbconvert's template and those it extends
+    first, _ = FeedbackExporter().from_notebook_node(nbformat.from_dict(nb))
+    n_compiled = len(compiled)
+    second, _ = FeedbackExporter().from_notebook_node(nbformat.from_dict(nb))
+    assert len(compiled) == n_compiled  # the second exporter compiled nothing
+    assert first == second == expected
 
 
 def test_a_hidden_cells_error_keeps_its_name_and_message_only():

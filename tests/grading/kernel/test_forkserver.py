@@ -114,6 +114,25 @@ def test_a_forked_kernel_is_a_fresh_process_of_its_own(setup):
     assert out1[1].split()[1] != out2[1].split()[1]
 
 
+def test_the_checks_are_imported_by_the_server_not_by_each_kernel(setup):
+    # What the server imported before forking, it froze (gc.freeze), so the kernel's collector
+    # holds none of those modules' namespaces; a module the kernel imports itself is held.
+    # Every check module (the guard reads every check before the first cell) and torch must be
+    # the server's: importing them is the cost the server spares each kernel.
+    code = [
+        "import gc, sys, coursepkg.grading as g, json.tool\n"
+        "held = {id(o) for o in gc.get_objects()}\n"
+        "homes = sorted({'coursepkg.grading' + h for h in g._HOMES.values()})\n"
+        "print(sorted(n for n in homes + ['torch'] if id(sys.modules[n].__dict__) in held))\n"
+        "print(len(homes), id(sys.modules['json.tool'].__dict__) in held)",
+    ]
+    _, out = asyncio.run(_session(setup["work"], code))
+    imported_by_kernel, counts = out[0].splitlines()
+    assert imported_by_kernel == "[]"
+    n_homes, control = counts.split()
+    assert int(n_homes) > 15 and control == "True"  # the test sees a kernel's own import
+
+
 @pytest.mark.skipif(landlock_abi() < 1, reason="Landlock is not available on this kernel")
 def test_a_forked_kernel_is_confined_like_a_fresh_one(setup):
     secret = setup["course"] / "solutions" / "secret.txt"
