@@ -117,13 +117,15 @@ def test_a_forked_kernel_is_a_fresh_process_of_its_own(setup):
 def test_the_checks_are_imported_by_the_server_not_by_each_kernel(setup):
     # What the server imported before forking, it froze (gc.freeze), so the kernel's collector
     # holds none of those modules' namespaces; a module the kernel imports itself is held.
-    # Every check module (the guard reads every check before the first cell) and torch must be
-    # the server's: importing them is the cost the server spares each kernel.
+    # Every check module (the guard reads every check before the first cell) and what the
+    # server preloads (torch, ipykernel's pieces) must be the server's: importing them is the
+    # cost the server spares each kernel.
     code = [
         "import gc, sys, coursepkg.grading as g, json.tool\n"
+        f"PRELOAD = {forkserver.PRELOAD}\n"
         "held = {id(o) for o in gc.get_objects()}\n"
         "homes = sorted({'coursepkg.grading' + h for h in g._HOMES.values()})\n"
-        "print(sorted(n for n in homes + ['torch'] if id(sys.modules[n].__dict__) in held))\n"
+        "print(sorted(n for n in homes + list(PRELOAD) if id(sys.modules[n].__dict__) in held))\n"
         "print(len(homes), id(sys.modules['json.tool'].__dict__) in held)",
     ]
     _, out = asyncio.run(_session(setup["work"], code))
