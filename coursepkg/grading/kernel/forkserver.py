@@ -158,8 +158,14 @@ def _preload() -> None:
     """Import :data:`PRELOAD`, then freeze what the imports made: it lives as long as the
     server and every kernel, so the kernels' collections skip it and its pages stay shared
     with the server (Python's advice for a process that forks without exec)."""
-    for name in PRELOAD:
-        __import__(name)
+    # debugpy (under ipykernel.debugger) warns as it is imported that frozen modules may hide
+    # breakpoints: true of every kernel, of no use in a grader's log; said off while importing.
+    os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+    try:
+        for name in PRELOAD:
+            __import__(name)
+    finally:
+        del os.environ["PYDEVD_DISABLE_FILE_VALIDATION"]
     # What every kernel's guard reads before the first cell (sandbox.install_guard takes each
     # check_* name of coursepkg.grading): every assignment's checks and their catalogues (the
     # post-training ones import transformers), imported once here instead of in each kernel
