@@ -96,6 +96,7 @@ def test_fixed_steps_are_taken_as_they_are_and_nothing_is_measured(stage, steps)
     assert fixed_or(plan(300), stage, lambda: {"sized": True}) == {"sized": True}
 
 
+@pytest.mark.slow  # the whole pipeline, a server and its client: `make test`, not test-fast
 def test_a_run_of_fixed_sizes_takes_those_steps_and_reports_no_plan(tmp_path):
     corpus = tmp_path / "text.txt"
     corpus.write_text((ROOT / "coursepkg/data/tinyshakespeare.txt").read_text()[:20_000])
