@@ -9,7 +9,7 @@ timed alternately in one run:
   tokenizer built fresh so no cache is warm: ours vs Hugging Face's BPE vs tiktoken, ids asserted
   identical. Target: ours at least as fast as Hugging Face's. Our warm-cache time is printed too.
 * the worst case, one chunk of 1k/10k/100k random letters a-j (no space, so one pre-token):
-  ours vs our plain merge loop (``heap_above=None``, the encoding before the heap) vs Hugging
+  ours vs our plain merge loop (``long_above=None``, the encoding before the heap) vs Hugging
   Face, one-thread CPU time, with the growth exponent from 1k to 100k. Targets: exponent <= 1.1,
   ours at most Hugging Face's time on 100k.
 * peak memory of ``encode_iterable`` over a 100 MB file made by repeating the corpus, in a child
@@ -155,14 +155,14 @@ def bench_encoding(text: str, rounds: int) -> dict:
 
 def bench_long_chunk(rounds: int, plain_up_to: int) -> dict:
     """One pre-token of n random letters a-j (the worst case: no space to cut at), encoded
-    by ours (the heap above 64 characters), our plain merge loop (heap_above=None, what
+    by ours (the heap above 64 characters), our plain merge loop (long_above=None, what
     encoding was before), and Hugging Face's BPE; one-thread CPU time, caches off."""
     import random
     import time
 
     gpt2 = Tokenizer.gpt2()
     ours = Tokenizer(gpt2.vocab, gpt2.merges, [EOT], cache_size=0)
-    plain = Tokenizer(gpt2.vocab, gpt2.merges, [EOT], cache_size=0, heap_above=None)
+    plain = Tokenizer(gpt2.vocab, gpt2.merges, [EOT], cache_size=0, long_above=None)
     hf = hf_gpt2()
     rng = random.Random(0)
     out = {}

@@ -337,7 +337,7 @@ def encode_seconds_by_length(
     """
     rng = random.Random(seed)
     made = {
-        name: Tokenizer(tokenizer.vocab, tokenizer.merges, cache_size=0, heap_above=above)
+        name: Tokenizer(tokenizer.vocab, tokenizer.merges, cache_size=0, long_above=above)
         for name, above in (("plain loop", None), ("heap", 0))
     }
     out: dict[str, list[float]] = {"length": list(lengths), "plain loop": [], "heap": []}

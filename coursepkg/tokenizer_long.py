@@ -1,0 +1,249 @@
+"""Long pre-tokens encoded in about linear time: the engine room above :mod:`coursepkg.tokenizer`.
+
+Why it exists: the plain merge loop (``Tokenizer._encode_pretoken``, what the book shows) rereads
+the whole pre-token for every merge, so one chunk without spaces (a URL, base64, DNA, a minified
+line) of n bytes costs up to n^2 steps. The ids here are the plain loop's, on every input.
+
+Two routes, chosen once per vocabulary by :func:`long_chunk_encoder`:
+
+* :func:`merge_by_heap`, the same merges found by a heap of candidate pairs over a linked list:
+  n log n, and correct for any list of merges;
+* :class:`Backtracker`, which builds the ids left to right without merging at all (the
+  "backtracking" encoder of GitHub's ``bpe`` crate, written afresh here): about one dictionary
+  look-up per output token once its tables are warm. It needs a vocabulary where each merge
+  ranks after the merges that made its two parts and no token is made twice (true of GPT-2's and
+  of :func:`~coursepkg.tokenizer.train_bpe`'s); other vocabularies take the heap.
+
+Why backtracking gives BPE's ids. Call two tokens a *valid pair* when BPE on their bytes, one
+after the other, gives back exactly these two tokens (no merge across the boundary). The
+encoding of a text is the only sequence of *reachable* tokens (BPE on a token's bytes gives the
+token) whose neighbours are all valid pairs: a merge across a boundary happens in the whole text
+exactly when it happens between those two tokens alone, since until then each token's bytes
+merge as they would alone. So a depth-first search that tries, at each position, the tokens that
+are a prefix of the rest, longest first, keeps one only if it makes a valid pair with the token
+before it, and backs up when nothing fits, finds that sequence; remembering which (position,
+token) choices led nowhere keeps it from redoing work.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Mapping, Sequence
+from itertools import pairwise
+
+__all__ = ["Backtracker", "long_chunk_encoder", "merge_by_heap"]
+
+#: (left id, right id) -> (rank, merged id, the pair), as ``Tokenizer._ranks`` holds them.
+Ranks = Mapping[tuple[int, int], tuple[int, int, tuple[int, int]]]
+
+
+def merge_by_heap(ids: list[int], ranks: Ranks, n_merges: int) -> list[int]:
+    """The plain merge loop's ids in O(n log n) time, for any list of merges.
+
+    The symbols form a linked list, the candidate pairs a heap by (rank, position); a merge
+    touches its neighbours only, stale entries are skipped when popped. One rank merges left to
+    right as :func:`~coursepkg.tokenizer.merge_pair` does; a lower rank made meanwhile (merges
+    out of order) waits until the rank being merged is done, as in the plain loop.
+
+    Args:
+        ids: the pre-token's byte ids.
+        ranks: (left id, right id) -> (rank, merged id, the pair).
+        n_merges: the number of merges (every rank is below it).
+
+    Returns:
+        The merged ids.
+    """
+    ids = [*ids, -1]  # ids[n] and ids[-1] read as -1: no pair
+    n = len(ids) - 1
+    after, before = list(range(1, n + 1)), list(range(-1, n))  # the linked list
+    none = (n_merges, 0, None)  # a pair that is no merge ranks after them all
+    heap = [ranks[p][0] * n + i for i, p in enumerate(pairwise(ids)) if p in ranks]
+    heapq.heapify(heap)  # each entry is rank * n + position: one int, quick to compare
+    waiting, current = [], -1  # lower-rank pairs made while `current` merges
+    while heap or waiting:
+        if waiting and (not heap or heap[0] // n != current):  # `current` is done
+            for entry in waiting:
+                heapq.heappush(heap, entry)
+            waiting.clear()
+        rank, left = divmod(heapq.heappop(heap), n)
+        right = after[left]
+        pair = (ids[left], ids[right])
+        if ranks.get(pair, none)[0] != rank:
+            continue  # stale: a neighbour merged since it was pushed
+        current, merged = rank, ranks[pair][1]
+        ids[left], ids[right], after[left] = merged, -1, after[right]
+        before[after[right]] = left  # before[n] is a spare slot
+        for i, pair in (
+            (before[left], (ids[before[left]], merged)),
+            (left, (merged, ids[after[left]])),
+        ):
+            new = ranks.get(pair, none)[0]
+            if new < current:
+                waiting.append(new * n + i)
+            elif new < none[0]:
+                heapq.heappush(heap, new * n + i)
+    return [token for token in ids if token >= 0]
+
+
+class Backtracker:
+    """BPE's ids of a long pre-token, built left to right (see the module's docstring for why).
+
+    ``outputs`` holds the tokens BPE can output (a byte, or a token BPE on whose bytes gives it).
+    Built once per vocabulary: each token's rank (its merge's; bytes rank below all) and its two
+    parts, a byte trie of the tokens BPE can output, and for each token the longest such token
+    that is a proper prefix of it. Valid pairs are worked out on demand and remembered.
+
+    Args:
+        vocab: id -> bytes (non-negative ids).
+        ranks: (left id, right id) -> (rank, merged id, the pair), as the tokenizer holds them.
+        byte_ids: the id of each byte value 0-255.
+
+    Raises:
+        ValueError: the merges break the order this needs (a merge ranked before one that makes
+            its part, or one token made by two merges): encode such a vocabulary by
+            :func:`merge_by_heap`.
+    """
+
+    def __init__(self, vocab: Mapping[int, bytes], ranks: Ranks, byte_ids: Sequence[int]) -> None:
+        if min(vocab) < 0:
+            raise ValueError(f"the backtracker needs ids >= 0, the vocab has {min(vocab)}")
+        self._size = size = max(vocab) + 1
+        self._pair_rank = {pair: rank for pair, (rank, _, _) in ranks.items()}
+        self._no_merge = max((r for r, _, _ in ranks.values()), default=-1) + 1
+        self._rank = [self._no_merge] * size  # a token no merge makes is never output
+        self._split = [(t, t) for t in range(size)]
+        for token in byte_ids:
+            self._rank[token] = -1
+        outputs = set(byte_ids)  # the tokens BPE can output: bytes and reachable merges
+        for rank, merged, (left, right) in sorted(ranks.values()):
+            if max(self._rank[left], self._rank[right]) >= rank:
+                raise ValueError(
+                    f"merge {rank} joins {vocab[left]!r} and {vocab[right]!r}, and one of them "
+                    "is made by a later merge or by none (merges out of order)"
+                )
+            if self._rank[merged] != self._no_merge:
+                raise ValueError(f"{vocab[merged]!r} is made by two merges")
+            self._rank[merged], self._split[merged] = rank, (left, right)
+            if left in outputs and right in outputs and self._pair_ok(left, right, rank):
+                outputs.add(merged)  # BPE on its bytes gives it
+        self._length = [len(vocab.get(t, b"")) for t in range(size)]
+        self._longest = max(self._length[t] for t in outputs)
+        self.outputs = frozenset(outputs)
+        self._trie, self._shorter = self._build_trie(vocab, outputs)
+        self._valid: dict[int, bool] = {}
+
+    def _build_trie(self, vocab: Mapping[int, bytes], outputs: set[int]) -> tuple[dict, list[int]]:
+        """A trie of ``outputs``' bytes whose node ``[-1]`` is the longest output token that is a
+        prefix of the node's path, and for each token the next shorter such prefix (-1: none)."""
+        root: dict = {-1: -1}
+        for token in sorted(outputs, key=lambda t: len(vocab[t])):  # shorter ones first
+            node = root
+            for byte in vocab[token]:
+                child = node.get(byte)
+                if child is None:
+                    child = node[byte] = {-1: node[-1]}
+                node = child
+            node[-1] = token
+        shorter = [-1] * self._size
+        for token in outputs:
+            node, best = root, -1
+            for byte in vocab[token][:-1]:
+                node = node[byte]
+                best = node[-1]
+            shorter[token] = best
+        return root, shorter
+
+    def _pair_ok(self, left: int, right: int, limit: int | None = None) -> bool:
+        """Whether BPE on ``left``'s bytes then ``right``'s gives ``[left, right]`` (using merges
+        ranked below ``limit`` only), both being reachable.
+
+        Undo the merges in the reverse order BPE made them: the pieces on each side of the
+        boundary are, over time, the chain of right parts of ``left`` and of left parts of
+        ``right``. A merge across the boundary happens if some pair of pieces that sit there
+        together is a merge ranked before either piece is merged away: strictly before on the
+        left, and at the same rank on the right too (the left occurrence of a rank merges first).
+        """
+        rank, split, pair_rank = self._rank, self._split, self._pair_rank
+        limit = self._no_merge if limit is None else limit
+        while True:
+            if pair_rank.get((left, right), limit) < limit:
+                return False  # this pair merges across the boundary
+            if rank[left] > rank[right]:  # `left` was made last: undo it
+                limit = min(limit, rank[left])
+                left = split[left][1]
+            elif rank[right] >= 0:  # `right` was made last (or in the same pass, after)
+                limit = min(limit, rank[right] + 1)
+                right = split[right][0]
+            else:
+                return True  # two bytes, and no merge joined them in time
+
+    def encode(self, data: bytes) -> list[int]:
+        """The BPE ids of ``data`` (one pre-token's bytes).
+
+        Args:
+            data: the bytes.
+
+        Returns:
+            The ids, equal to the plain merge loop's.
+        """
+        size, length, shorter, valid = self._size, self._length, self._shorter, self._valid
+        root, longest = self._trie, self._longest
+        out: list[int] = []
+        failed: set[int] = set()  # end * size + token: placing it there led nowhere
+        n, pos, prev, candidate = len(data), 0, -1, None
+        while pos < n:
+            if candidate is None:  # the longest token that starts the rest
+                node = root
+                for byte in data[pos : pos + longest]:
+                    child = node.get(byte)
+                    if child is None:
+                        break
+                    node = child
+                candidate = node[-1]
+            while candidate >= 0:  # try the tokens starting at pos, longest first
+                key = prev * size + candidate
+                ok = valid.get(key)
+                if ok is None:
+                    ok = valid[key] = prev < 0 or self._pair_ok(prev, candidate)
+                if ok:
+                    end = pos + length[candidate]
+                    if not (failed and end * size + candidate in failed):
+                        break
+                candidate = shorter[candidate]
+            if candidate >= 0:
+                out.append(candidate)
+                pos, prev, candidate = end, candidate, None
+            else:  # nothing fits after `prev`: take it back, try its shorter prefixes
+                failed.add(pos * size + prev)
+                out.pop()
+                pos -= length[prev]
+                candidate, prev = shorter[prev], out[-1] if out else -1
+        return out
+
+
+def long_chunk_encoder(
+    vocab: Mapping[int, bytes], ranks: Ranks, byte_ids: Sequence[int], *, heap: bool = False
+) -> Callable[[bytes], list[int]]:
+    """The encoder of long pre-tokens for this vocabulary: the backtracker when its merges allow
+    it, else the heap.
+
+    Args:
+        vocab: id -> bytes.
+        ranks: (left id, right id) -> (rank, merged id, the pair).
+        byte_ids: the id of each byte value 0-255.
+        heap: take the heap even where the backtracker would do.
+
+    Returns:
+        A function from a pre-token's bytes to its ids.
+    """
+    if not heap:
+        try:
+            return Backtracker(vocab, ranks, byte_ids).encode
+        except ValueError:
+            pass  # merges out of order or a token made twice: the heap copes with both
+    n_merges = max((r for r, _, _ in ranks.values()), default=0) + 1
+
+    def by_heap(data: bytes) -> list[int]:
+        return merge_by_heap([byte_ids[b] for b in data], ranks, n_merges)
+
+    return by_heap
