@@ -126,15 +126,23 @@ class Backtracker:
             self._rank[merged], self._split[merged] = rank, (left, right)
             if left in outputs and right in outputs and self._pair_ok(left, right, rank):
                 outputs.add(merged)  # BPE on its bytes gives it
-        self._length = [len(vocab.get(t, b"")) for t in range(size)]
+        self._length = [len(vocab.get(t, b"")) for t in range(size)] + [0]  # [size]: the start
         self._longest = max(self._length[t] for t in outputs)
         self.outputs = frozenset(outputs)
-        self._trie, self._shorter = self._build_trie(vocab, outputs)
-        self._valid: dict[int, bool] = {}
+        self._first, self._shorter = self._build_trie(vocab, outputs)
+        self._choice: dict[int, int] = {}  # prev * (size + 1) + token -> see _first_fit
 
-    def _build_trie(self, vocab: Mapping[int, bytes], outputs: set[int]) -> tuple[dict, list[int]]:
-        """A trie of ``outputs``' bytes whose node ``[-1]`` is the longest output token that is a
-        prefix of the node's path, and for each token the next shorter such prefix (-1: none)."""
+    def _build_trie(
+        self, vocab: Mapping[int, bytes], outputs: set[int]
+    ) -> tuple[list[list], list[int]]:
+        """A trie of ``outputs``' bytes and, for each token, the longest output token that is a
+        proper prefix of it (-1: none; ``[size]`` is the start of the text).
+
+        Each node knows the longest output token that is a prefix of its path. Nodes are dicts
+        (``node[-1]`` is that token) except at depths 1 and 2, the ones every look-up reads:
+        there they are lists indexed by the next byte (``[256]``: None, read past the end,
+        ``[257]``: the token), as list indexing costs less than a dict's ``get``.
+        """
         root: dict = {-1: -1}
         for token in sorted(outputs, key=lambda t: len(vocab[t])):  # shorter ones first
             node = root
@@ -144,14 +152,23 @@ class Backtracker:
                     child = node[byte] = {-1: node[-1]}
                 node = child
             node[-1] = token
-        shorter = [-1] * self._size
+        shorter = [-1] * (self._size + 1)
         for token in outputs:
             node, best = root, -1
             for byte in vocab[token][:-1]:
                 node = node[byte]
                 best = node[-1]
             shorter[token] = best
-        return root, shorter
+
+        def as_list(node: dict, child=lambda node: node) -> list:
+            row = [None] * 258
+            for byte, below in node.items():
+                if byte >= 0:
+                    row[byte] = child(below)
+            row[257] = node[-1]
+            return row
+
+        return [as_list(root[b], as_list) for b in range(256)], shorter
 
     def _pair_ok(self, left: int, right: int, limit: int | None = None) -> bool:
         """Whether BPE on ``left``'s bytes then ``right``'s gives ``[left, right]`` (using merges
@@ -177,8 +194,56 @@ class Backtracker:
             else:
                 return True  # two bytes, and no merge joined them in time
 
+    def _first_fit(self, prev: int, token: int) -> int:
+        """The first of ``token`` and its shorter prefixes that may follow ``prev`` (-1: none),
+        remembered by pair; anything may follow the start of the text (``prev`` = size)."""
+        if token < 0:
+            return -1
+        key = prev * (self._size + 1) + token
+        fit = self._choice.get(key)
+        if fit is None:
+            if len(self._choice) > 1 << 20:
+                self._choice.clear()  # bounded memory, whatever the texts seen
+            fit = token
+            if prev != self._size:
+                while fit >= 0 and not self._pair_ok(prev, fit):
+                    fit = self._shorter[fit]
+            self._choice[key] = fit
+        return fit
+
+    def _back_up(
+        self, out: list[int], pos: int, candidate: int, failed: set[int], dead: bytearray
+    ) -> tuple[int, int, int]:
+        """The depth-first search where the loop of :meth:`encode` is stuck: after ``out``'s
+        last token, ending at ``pos``, try ``candidate`` and its shorter prefixes; where none
+        leads anywhere, take that token back and try its own shorter prefixes, and so on,
+        remembering each (position, token) that led nowhere. Returns the next
+        ``(pos, prev, token)`` to try."""
+        length, shorter, stride = self._length, self._shorter, self._size + 1
+        prev = out[-1]
+        while True:
+            while candidate >= 0:
+                token = self._first_fit(prev, candidate)
+                if token < 0:
+                    break
+                end = pos + length[token]
+                if not (dead[end] and end * stride + token in failed):
+                    return pos, prev, token
+                candidate = shorter[token]
+            if prev == self._size:
+                raise RuntimeError("no encoding found: the backtracker's assumptions failed")
+            failed.add(pos * stride + prev)
+            dead[pos] = 1
+            out.pop()
+            pos -= length[prev]
+            candidate, prev = shorter[prev], out[-1]
+
     def encode(self, data: bytes) -> list[int]:
         """The BPE ids of ``data`` (one pre-token's bytes).
+
+        The loop holds a token chosen at ``pos`` (it may follow ``prev``) and keeps it only once
+        some token may follow it (a look-ahead of one token); when none may, a shorter prefix
+        takes its place; deeper dead ends go to :meth:`_back_up`.
 
         Args:
             data: the bytes.
@@ -186,39 +251,46 @@ class Backtracker:
         Returns:
             The ids, equal to the plain merge loop's.
         """
-        size, length, shorter, valid = self._size, self._length, self._shorter, self._valid
-        root, longest = self._trie, self._longest
-        out: list[int] = []
-        failed: set[int] = set()  # end * size + token: placing it there led nowhere
-        n, pos, prev, candidate = len(data), 0, -1, None
-        while pos < n:
-            if candidate is None:  # the longest token that starts the rest
-                node = root
-                for byte in data[pos : pos + longest]:
-                    child = node.get(byte)
-                    if child is None:
-                        break
-                    node = child
-                candidate = node[-1]
-            while candidate >= 0:  # try the tokens starting at pos, longest first
-                key = prev * size + candidate
-                ok = valid.get(key)
-                if ok is None:
-                    ok = valid[key] = prev < 0 or self._pair_ok(prev, candidate)
-                if ok:
-                    end = pos + length[candidate]
-                    if not (failed and end * size + candidate in failed):
-                        break
-                candidate = shorter[candidate]
-            if candidate >= 0:
-                out.append(candidate)
-                pos, prev, candidate = end, candidate, None
-            else:  # nothing fits after `prev`: take it back, try its shorter prefixes
-                failed.add(pos * size + prev)
-                out.pop()
-                pos -= length[prev]
-                candidate, prev = shorter[prev], out[-1] if out else -1
-        return out
+        start, length, shorter, choice = self._size, self._length, self._shorter, self._choice
+        stride, first_fit, first, longest = start + 1, self._first_fit, self._first, self._longest
+        n, codes = len(data), [*data, 256, 256]  # 256: past the end, no child
+        out: list[int] = []  # out[0] will be the start of the text: anything may follow it
+        dead, failed = bytearray(n + 1), set()  # failed: end * stride + token, led nowhere
+        pos, prev, token = 0, start, start
+        while True:
+            end = pos + length[token]
+            if end == n:
+                out.append(token)
+                return out[1:]
+            row = first[codes[end]]  # the longest output token starting at `end`
+            row2 = row[codes[end + 1]]
+            if row2 is None:
+                candidate = row[257]
+            else:
+                node = row2[codes[end + 2]]
+                if node is None:
+                    candidate = row2[257]
+                else:
+                    for byte in data[end + 3 : end + longest]:
+                        child = node.get(byte)
+                        if child is None:
+                            break
+                        node = child
+                    candidate = node[-1]
+            after = choice.get(token * stride + candidate)
+            if after is None:
+                after = first_fit(token, candidate)
+            if after >= 0 and not dead[end + length[after]]:
+                out.append(token)
+                pos, prev, token = end, token, after
+                continue
+            if after < 0:  # nothing may follow `token`: a shorter one in its place
+                shorter_token = first_fit(prev, shorter[token])
+                if shorter_token >= 0 and not dead[pos + length[shorter_token]]:
+                    token = shorter_token
+                    continue
+            out.append(token)
+            pos, prev, token = self._back_up(out, end, candidate, failed, dead)
 
 
 def long_chunk_encoder(
