@@ -278,7 +278,9 @@ class Backtracker:
                 pos, prev, token = end, token, after
                 continue
             if after < 0:  # nothing may follow `token`: a shorter one in its place
-                shorter_token = first_fit(prev, shorter[token])
+                shorter_token = choice.get(prev * stride + shorter[token])
+                if shorter_token is None:
+                    shorter_token = first_fit(prev, shorter[token])
                 if shorter_token >= 0 and not dead[pos + length[shorter_token]]:
                     token = shorter_token
                     continue
