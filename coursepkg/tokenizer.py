@@ -574,6 +574,10 @@ class Tokenizer:
                 ) from None
         return b"".join(pieces).decode("utf-8", errors="replace")
 
+    def __getstate__(self) -> dict:
+        """Pickled (or deep-copied) without the long-chunk encoder: it is rebuilt on first use."""
+        return self.__dict__ | {"_long": None}
+
     def __len__(self) -> int:
         return len(self.vocab)
 

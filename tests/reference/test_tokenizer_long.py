@@ -5,6 +5,8 @@ assumptions may fail."""
 
 from __future__ import annotations
 
+import copy
+import pickle
 from itertools import pairwise
 
 import pytest
@@ -200,3 +202,14 @@ def test_one_vocabulary_builds_its_backtracker_once(gpt2) -> None:
     assert isinstance(first.__self__, Backtracker) and first.__self__ is again.__self__
     heap = long_chunk_encoder(gpt2.vocab, gpt2._ranks, gpt2._byte_ids, heap=True)
     assert not hasattr(heap, "__self__") and heap(b"abcabc") == first(b"abcabc")
+
+
+def test_tokenizer_pickles_after_a_long_chunk(trained: Tokenizer) -> None:
+    """The encoder of long chunks (a closure for the heap) stays out of the pickle."""
+    vocab = {i: bytes([i]) for i in range(256)} | {256: b"ab", 257: b"aba"}
+    text = "abab" * 40
+    made = Tokenizer(trained.vocab, trained.merges), Tokenizer(vocab, [(b"ab", b"a"), (b"a", b"b")])
+    for tok in made:  # by the backtracker, by the heap (merges out of order)
+        ids = tok.encode(text)
+        again = pickle.loads(pickle.dumps(tok))
+        assert again.encode(text) == copy.deepcopy(tok).encode(text) == ids
