@@ -140,8 +140,10 @@ class Backtracker:
 
         Each node knows the longest output token that is a prefix of its path. Nodes are dicts
         (``node[-1]`` is that token) except at depths 1 and 2, the ones every look-up reads:
-        there they are lists indexed by the next byte (``[256]``: None, read past the end,
-        ``[257]``: the token), as list indexing costs less than a dict's ``get``.
+        there they are lists indexed by the next byte (``[256]``: read past the end, ``[257]``:
+        the token), as list indexing costs less than a dict's ``get``. A missing child is None,
+        except below depth 1, where it is a childless list holding its parent's token, so that a
+        look-up always reads two levels without a test.
         """
         root: dict = {-1: -1}
         shorter = [-1] * (self._size + 1)
@@ -153,15 +155,17 @@ class Backtracker:
                     node = parent[byte] = {-1: parent[-1]}
             node[-1], shorter[token] = token, parent[-1]
 
-        def as_list(node: dict, child=lambda node: node) -> list:
-            row = [None] * 258
+        def as_list(node: dict, child=lambda node: node, missing=None) -> list:
+            row = [missing] * 257 + [node[-1]]
             for byte, below in node.items():
                 if byte >= 0:
                     row[byte] = child(below)
-            row[257] = node[-1]
             return row
 
-        return [as_list(root[b], as_list) for b in range(256)], shorter
+        def depth_one(node: dict) -> list:  # a missing child reads as a leaf with its token
+            return as_list(node, as_list, missing=[None] * 257 + [node[-1]])
+
+        return [depth_one(root[b]) for b in range(256)], shorter
 
     def _pair_ok(self, left: int, right: int, limit: int | None = None) -> bool:
         """Whether BPE on ``left``'s bytes then ``right``'s gives ``[left, right]`` (using merges
@@ -255,21 +259,17 @@ class Backtracker:
             if end == n:
                 out.append(token)
                 return out[1:]
-            row = first[codes[end]]  # the longest output token starting at `end`
-            row2 = row[codes[end + 1]]
-            if row2 is None:
+            row = first[codes[end]][codes[end + 1]]  # the longest output token at `end`
+            node = row[codes[end + 2]]
+            if node is None:
                 candidate = row[257]
             else:
-                node = row2[codes[end + 2]]
-                if node is None:
-                    candidate = row2[257]
-                else:
-                    for byte in data[end + 3 : end + longest]:
-                        child = node.get(byte)
-                        if child is None:
-                            break
-                        node = child
-                    candidate = node[-1]
+                for byte in data[end + 3 : end + longest]:
+                    child = node.get(byte)
+                    if child is None:
+                        break
+                    node = child
+                candidate = node[-1]
             after = choice.get(token * stride + candidate)
             if after is None:
                 after = first_fit(token, candidate)
