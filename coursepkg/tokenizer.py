@@ -28,7 +28,7 @@ from itertools import pairwise
 import regex
 from tqdm.auto import tqdm
 
-from coursepkg.tokenizer_long import long_chunk_encoder
+from coursepkg.tokenizer_long import LongChunkEncoder
 
 __all__ = [
     "GPT2_PATTERN",
@@ -302,10 +302,11 @@ class Tokenizer:
         long_above: pre-tokens of more characters than this are encoded by :meth:`_encode_long`
             (about linear time) rather than by the plain loop (n^2, quicker when short); None:
             never.
-        long_route: ``"auto"``: long pre-tokens are built left to right by
-            :class:`~coursepkg.tokenizer_long.Backtracker` where the merges allow it, else merged
-            by a heap; ``"heap"``: always by the heap
-            (:func:`~coursepkg.tokenizer_long.merge_by_heap`).
+        long_route: ``"auto"``: long pre-tokens are merged by a heap
+            (:func:`~coursepkg.tokenizer_long.merge_by_heap`) until they add up to
+            :data:`~coursepkg.tokenizer_long.BUILD_AFTER` bytes, then built left to right by
+            :class:`~coursepkg.tokenizer_long.Backtracker` where the merges allow it; ``"heap"``,
+            ``"backtrack"``: always that route (the second fails where the merges forbid it).
     """
 
     def __init__(
@@ -336,8 +337,10 @@ class Tokenizer:
         self._cache_size = cache_size
         if long_above is not None and (not isinstance(long_above, int) or long_above < 0):
             raise ValueError(f"long_above must be None or an int >= 0, got {long_above!r}")
-        if long_route not in ("auto", "heap"):
-            raise ValueError(f'long_route must be "auto" or "heap", got {long_route!r}')
+        if long_route not in ("auto", "heap", "backtrack"):
+            raise ValueError(
+                f'long_route must be "auto", "heap" or "backtrack", got {long_route!r}'
+            )
         self._long_above = math.inf if long_above is None else long_above
         self._long_route, self._long = long_route, None
 
@@ -476,9 +479,7 @@ class Tokenizer:
         lives in :mod:`coursepkg.tokenizer_long`, built for this vocabulary on first use.
         """
         if self._long is None:
-            self._long = long_chunk_encoder(
-                self.vocab, self._ranks, self._byte_ids, heap=self._long_route == "heap"
-            )
+            self._long = LongChunkEncoder(self.vocab, self._ranks, self._byte_ids, self._long_route)
         return self._long(pretoken.encode("utf-8"))
 
     def _encode_ordinary(self, text: str, out: list[int]) -> None:
@@ -575,7 +576,8 @@ class Tokenizer:
         return b"".join(pieces).decode("utf-8", errors="replace")
 
     def __getstate__(self) -> dict:
-        """Pickled (or deep-copied) without the long-chunk encoder: it is rebuilt on first use."""
+        """Pickled (or deep-copied) without the long-chunk encoder (its backtracker is large):
+        it is made again on first use."""
         return self.__dict__ | {"_long": None}
 
     def __len__(self) -> int:

@@ -4,7 +4,7 @@ Why it exists: the plain merge loop (``Tokenizer._encode_pretoken``, what the bo
 the whole pre-token for every merge, so one chunk without spaces (a URL, base64, DNA, a minified
 line) of n bytes costs up to n^2 steps. The ids here are the plain loop's, on every input.
 
-Two routes, chosen once per vocabulary by :func:`long_chunk_encoder`:
+Two routes, chosen by :class:`LongChunkEncoder`:
 
 * :func:`merge_by_heap`, the same merges found by a heap of candidate pairs over a linked list:
   n log n, and correct for any list of merges;
@@ -12,7 +12,8 @@ Two routes, chosen once per vocabulary by :func:`long_chunk_encoder`:
   "backtracking" encoder of GitHub's ``bpe`` crate, written afresh here): about one dictionary
   look-up per output token once its tables are warm. It needs a vocabulary where each merge
   ranks after the merges that made its two parts and no token is made twice (true of GPT-2's and
-  of :func:`~coursepkg.tokenizer.train_bpe`'s); other vocabularies take the heap.
+  of :func:`~coursepkg.tokenizer.train_bpe`'s); other vocabularies take the heap, and so do the
+  first long pre-tokens (building its tables costs more than the heap spends on a few).
 
 Why backtracking gives BPE's ids. Call two tokens a *valid pair* when BPE on their bytes, one
 after the other, gives back exactly these two tokens (no merge across the boundary). The
@@ -28,10 +29,10 @@ token) choices led nowhere keeps it from redoing work.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from itertools import pairwise
 
-__all__ = ["Backtracker", "long_chunk_encoder", "merge_by_heap"]
+__all__ = ["BUILD_AFTER", "Backtracker", "LongChunkEncoder", "merge_by_heap"]
 
 #: (left id, right id) -> (rank, merged id, the pair), as ``Tokenizer._ranks`` holds them.
 Ranks = Mapping[tuple[int, int], tuple[int, int, tuple[int, int]]]
@@ -292,38 +293,67 @@ class Backtracker:
 #: ``Tokenizer.gpt2()``, a copy with chat tokens added) share one (GPT-2's: ~0.8 s, ~36 MB).
 _BUILT: dict[tuple, Backtracker] = {}
 
+#: The "auto" route merges long pre-tokens by the heap until they add up to this many bytes, then
+#: builds the backtracker: its tables cost GPT-2 about what the heap spends on ~200k bytes.
+BUILD_AFTER = 100_000
 
-def long_chunk_encoder(
-    vocab: Mapping[int, bytes], ranks: Ranks, byte_ids: Sequence[int], *, heap: bool = False
-) -> Callable[[bytes], list[int]]:
-    """The encoder of long pre-tokens for this vocabulary: the backtracker when its merges allow
-    it, else the heap.
+
+def _shared_backtracker(
+    vocab: Mapping[int, bytes], ranks: Ranks, byte_ids: Sequence[int]
+) -> Backtracker:
+    """The backtracker of this vocabulary, built once (ValueError where the merges forbid it)."""
+    key = (tuple(vocab.items()), tuple(ranks.values()), tuple(byte_ids))
+    if key not in _BUILT:
+        built = Backtracker(vocab, ranks, byte_ids)
+        if len(_BUILT) >= 2:
+            del _BUILT[next(iter(_BUILT))]  # the oldest
+        _BUILT[key] = built
+    return _BUILT[key]
+
+
+class LongChunkEncoder:
+    """Encodes long pre-tokens of one vocabulary by the route asked for.
 
     Args:
         vocab: id -> bytes.
         ranks: (left id, right id) -> (rank, merged id, the pair).
         byte_ids: the id of each byte value 0-255.
-        heap: take the heap even where the backtracker would do.
+        route: ``"heap"``; ``"backtrack"`` (ValueError where the merges forbid it); ``"auto"``:
+            the heap until ``build_after`` bytes have come, then the backtracker where the
+            merges allow it.
+        build_after: see ``route``.
 
-    Returns:
-        A function from a pre-token's bytes to its ids.
+    ``backtracker`` is the :class:`Backtracker` in use, None while the heap is.
     """
-    if not heap:
-        key = (tuple(vocab.items()), tuple(ranks.values()), tuple(byte_ids))
-        if key in _BUILT:
-            return _BUILT[key].encode
-        try:
-            built = Backtracker(vocab, ranks, byte_ids)
-        except ValueError:
-            pass  # merges out of order or a token made twice: the heap copes with both
-        else:
-            if len(_BUILT) >= 2:
-                del _BUILT[next(iter(_BUILT))]  # the oldest
-            _BUILT[key] = built
-            return built.encode
-    n_merges = max((r for r, _, _ in ranks.values()), default=0) + 1
 
-    def by_heap(data: bytes) -> list[int]:
-        return merge_by_heap([byte_ids[b] for b in data], ranks, n_merges)
+    def __init__(
+        self,
+        vocab: Mapping[int, bytes],
+        ranks: Ranks,
+        byte_ids: Sequence[int],
+        route: str,
+        build_after: int = BUILD_AFTER,
+    ) -> None:
+        if route not in ("auto", "heap", "backtrack"):
+            raise ValueError(f'route must be "auto", "heap" or "backtrack", got {route!r}')
+        self._vocab, self._ranks, self._byte_ids = vocab, ranks, byte_ids
+        self._n_merges = max((r for r, _, _ in ranks.values()), default=0) + 1
+        self._seen: int | None = None if route == "heap" else 0  # None: never build
+        self._build_after = build_after
+        self.backtracker = None
+        if route == "backtrack":
+            self.backtracker = _shared_backtracker(vocab, ranks, byte_ids)
 
-    return by_heap
+    def __call__(self, data: bytes) -> list[int]:
+        """The ids of one pre-token's bytes."""
+        if self.backtracker is None and self._seen is not None:
+            self._seen += len(data)
+            if self._seen >= self._build_after:
+                try:
+                    self.backtracker = _shared_backtracker(self._vocab, self._ranks, self._byte_ids)
+                except ValueError:  # merges out of order or a token made twice
+                    self._seen = None  # the heap copes with both
+        if self.backtracker is not None:
+            return self.backtracker.encode(data)
+        ids = [self._byte_ids[b] for b in data]
+        return merge_by_heap(ids, self._ranks, self._n_merges)

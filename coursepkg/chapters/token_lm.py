@@ -341,13 +341,13 @@ def encode_seconds_by_length(
     routes = {
         "plain loop": {"long_above": None},
         "heap": {"long_above": 0, "long_route": "heap"},
-        "backtracking": {"long_above": 0},
+        "backtracking": {"long_above": 0, "long_route": "backtrack"},
     }
     made = {
         name: Tokenizer(tokenizer.vocab, tokenizer.merges, cache_size=0, **options)
         for name, options in routes.items()
     }
-    made["backtracking"].encode("ab")  # builds its tables
+    made["backtracking"].encode("ab")  # builds its tables (once per vocabulary)
     out: dict[str, list[float]] = {"length": list(lengths)} | {name: [] for name in made}
     for n in lengths:
         text = "".join(rng.choice("abcdefghij") for _ in range(n))

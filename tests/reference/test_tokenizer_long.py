@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from coursepkg.data import load_tinyshakespeare
 from coursepkg.tokenizer import Tokenizer, merge_pair, train_bpe
-from coursepkg.tokenizer_long import Backtracker, long_chunk_encoder, merge_by_heap
+from coursepkg.tokenizer_long import BUILD_AFTER, Backtracker, LongChunkEncoder, merge_by_heap
 
 pytest.importorskip("tokenizers")
 pytest.importorskip("tiktoken")
@@ -43,7 +43,7 @@ def routes(gpt2: Tokenizer) -> dict[str, Tokenizer]:
     return {
         name: Tokenizer(gpt2.vocab, gpt2.merges, [EOT], cache_size=0, **options)
         for name, options in {
-            "backtracker": dict(long_above=0),
+            "backtracker": dict(long_above=0, long_route="backtrack"),
             "heap": dict(long_above=0, long_route="heap"),
             "plain": dict(long_above=None),
         }.items()
@@ -52,7 +52,7 @@ def routes(gpt2: Tokenizer) -> dict[str, Tokenizer]:
 
 @pytest.fixture(scope="module")
 def gpt2_backtracker(gpt2: Tokenizer) -> Backtracker:
-    return long_chunk_encoder(gpt2.vocab, gpt2._ranks, gpt2._byte_ids).__self__
+    return LongChunkEncoder(gpt2.vocab, gpt2._ranks, gpt2._byte_ids, "backtrack").backtracker
 
 
 # ------------------------------------------------------------------ GPT-2
@@ -190,25 +190,50 @@ def test_unreachable_token_never_output_by_hand() -> None:
 
 
 def test_bad_long_route() -> None:
-    with pytest.raises(ValueError, match='long_route must be "auto" or "heap", got \'fast\''):
+    with pytest.raises(
+        ValueError, match="long_route must be .auto., .heap. or .backtrack., got 'fast'"
+    ):
         Tokenizer({i: bytes([i]) for i in range(256)}, [], long_route="fast")
 
 
 def test_one_vocabulary_builds_its_backtracker_once(gpt2) -> None:
     copy = Tokenizer(dict(gpt2.vocab), list(gpt2.merges), [EOT])
     first, again = (
-        long_chunk_encoder(tok.vocab, tok._ranks, tok._byte_ids) for tok in (gpt2, copy)
+        LongChunkEncoder(tok.vocab, tok._ranks, tok._byte_ids, "backtrack") for tok in (gpt2, copy)
     )
-    assert isinstance(first.__self__, Backtracker) and first.__self__ is again.__self__
-    heap = long_chunk_encoder(gpt2.vocab, gpt2._ranks, gpt2._byte_ids, heap=True)
-    assert not hasattr(heap, "__self__") and heap(b"abcabc") == first(b"abcabc")
+    assert isinstance(first.backtracker, Backtracker) and first.backtracker is again.backtracker
+    heap = LongChunkEncoder(gpt2.vocab, gpt2._ranks, gpt2._byte_ids, "heap")
+    assert heap(b"abcabc" * 500) == first(b"abcabc" * 500)
+    assert heap.backtracker is None
+
+
+def test_auto_route_takes_the_heap_until_enough_bytes_came(trained: Tokenizer) -> None:
+    auto, heap = (
+        LongChunkEncoder(trained.vocab, trained._ranks, trained._byte_ids, route, 1000)
+        for route in ("auto", "heap")
+    )
+    chunk = b"abcab" * 50
+    for _ in range(3):
+        assert auto(chunk) == heap(chunk) and auto.backtracker is None
+    assert auto(chunk) == heap(chunk)  # the fourth reaches 1000 bytes
+    assert isinstance(auto.backtracker, Backtracker) and heap.backtracker is None
+    vocab = {i: bytes([i]) for i in range(256)} | {256: b"ab", 257: b"aba"}
+    tok = Tokenizer(vocab, [(b"ab", b"a"), (b"a", b"b")])  # merges out of order: the heap stays
+    auto = LongChunkEncoder(tok.vocab, tok._ranks, tok._byte_ids, "auto", 1000)
+    assert auto(b"ab" * 500) == [256] * 500 and auto.backtracker is None
+    with pytest.raises(ValueError, match="merges out of order"):
+        LongChunkEncoder(tok.vocab, tok._ranks, tok._byte_ids, "backtrack")
+    assert BUILD_AFTER > 1000  # the default waits longer
 
 
 def test_tokenizer_pickles_after_a_long_chunk(trained: Tokenizer) -> None:
-    """The encoder of long chunks (a closure for the heap) stays out of the pickle."""
+    """The encoder of long chunks (the backtracker is large) stays out of the pickle."""
     vocab = {i: bytes([i]) for i in range(256)} | {256: b"ab", 257: b"aba"}
     text = "abab" * 40
-    made = Tokenizer(trained.vocab, trained.merges), Tokenizer(vocab, [(b"ab", b"a"), (b"a", b"b")])
+    made = (
+        Tokenizer(trained.vocab, trained.merges, long_route="backtrack"),
+        Tokenizer(vocab, [(b"ab", b"a"), (b"a", b"b")]),
+    )
     for tok in made:  # by the backtracker, by the heap (merges out of order)
         ids = tok.encode(text)
         again = pickle.loads(pickle.dumps(tok))
