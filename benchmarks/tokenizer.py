@@ -9,9 +9,11 @@ timed alternately in one run:
   tokenizer built fresh so no cache is warm: ours vs Hugging Face's BPE vs tiktoken, ids asserted
   identical. Target: ours at least as fast as Hugging Face's. Our warm-cache time is printed too.
 * the worst case, one chunk of 1k/10k/100k random letters a-j (no space, so one pre-token):
-  ours vs our plain merge loop (``heap_above=None``, the encoding before the heap) vs Hugging
-  Face, one-thread CPU time, with the growth exponent from 1k to 100k. Targets: exponent <= 1.1,
-  ours at most Hugging Face's time on 100k.
+  ours (the backtracker of ``coursepkg.tokenizer_long``) vs our heap (``long_route="heap"``, the
+  encoding before it) vs our plain merge loop (``long_above=None``, the encoding before the heap)
+  vs Hugging Face, one-thread CPU time, with the growth exponents from 1k to 100k; and the first
+  call of fresh tokenizers on another 100k letters (ours builds the backtracker's tables then).
+  Targets: exponent <= 1.1, ours at most Hugging Face's time on 100k.
 * peak memory of ``encode_iterable`` over a 100 MB file made by repeating the corpus, in a child
   process. Target: under 100 MB above the memory at its start.
 
@@ -155,36 +157,53 @@ def bench_encoding(text: str, rounds: int) -> dict:
 
 def bench_long_chunk(rounds: int, plain_up_to: int) -> dict:
     """One pre-token of n random letters a-j (the worst case: no space to cut at), encoded
-    by ours (the heap above 64 characters), our plain merge loop (heap_above=None, what
-    encoding was before), and Hugging Face's BPE; one-thread CPU time, caches off."""
+    by ours (the backtracker above 64 characters), our heap (what encoding was before it), our
+    plain merge loop (long_above=None, what it was before the heap), and Hugging Face's BPE;
+    one-thread CPU time, caches off."""
     import random
     import time
 
     gpt2 = Tokenizer.gpt2()
-    ours = Tokenizer(gpt2.vocab, gpt2.merges, [EOT], cache_size=0)
-    plain = Tokenizer(gpt2.vocab, gpt2.merges, [EOT], cache_size=0, heap_above=None)
+    made = {
+        name: Tokenizer(gpt2.vocab, gpt2.merges, [EOT], cache_size=0, **options)
+        for name, options in {
+            "ours": {},
+            "heap": {"long_route": "heap"},
+            "plain": {"long_above": None},
+        }.items()
+    }
     hf = hf_gpt2()
     rng = random.Random(0)
-    out = {}
+    cold = "".join(random.Random(1).choice("abcdefghij") for _ in range(100_000))
+    first = {}
+    for name, encode in (("ours", made["ours"].encode), ("hf", hf.encode)):
+        start = time.thread_time()
+        encode(cold)  # ours: builds the backtracker's tables, meets every pair for the first time
+        first[name] = time.thread_time() - start
+    out = {"first_call_s": first["ours"], "hf_first_call_s": first["hf"]}
+    print(f"  first call of a fresh tokenizer on another 100000 letters (ours builds its tables):"
+          f" ours {first['ours']:.2f} s, Hugging Face {first['hf']:.2f} s")  # fmt: skip
     for n in (1_000, 10_000, 100_000):
         text = "".join(rng.choice("abcdefghij") for _ in range(n))
-        if not ours.encode(text) == hf.encode(text).ids:
-            raise SystemExit(f"ours and Hugging Face's ids differ on {n} letters")
-        calls = {"ours": partial(ours.encode, text), "hf": partial(hf.encode, text)}
+        if not made["ours"].encode(text) == made["heap"].encode(text) == hf.encode(text).ids:
+            raise SystemExit(f"ours, our heap and Hugging Face's ids differ on {n} letters")
+        calls = {name: partial(made[name].encode, text) for name in ("ours", "heap")}
+        calls["hf"] = partial(hf.encode, text)
         if n <= plain_up_to:
-            calls["plain"] = partial(plain.encode, text)
-        times = alternate(calls, rounds if n < 100_000 else max(1, rounds // 2), 1,
-                          clock=time.thread_time)  # fmt: skip
+            calls["plain"] = partial(made["plain"].encode, text)
+        times = alternate(calls, rounds, 1, clock=time.thread_time)
         row = {name: median(t) for name, t in times.items()}
         row["ratio_vs_hf"] = row["ours"] / row["hf"]
+        row["heap_ratio_vs_hf"] = row["heap"] / row["hf"]
         out[n] = row
         plain_s = f"plain loop {row['plain']:.3f} s, " if "plain" in row else ""
         print(
-            f"  {n:>7} letters: ours {row['ours']:.4f} s, {plain_s}Hugging Face "
-            f"{row['hf']:.4f} s; ours / HF time {row['ratio_vs_hf']:.2f}x (target <= 1x)"
+            f"  {n:>7} letters: ours {row['ours']:.4f} s, heap {row['heap']:.4f} s, {plain_s}"
+            f"Hugging Face {row['hf']:.4f} s; time / HF's: ours {row['ratio_vs_hf']:.2f}x "
+            f"(target <= 1x), heap {row['heap_ratio_vs_hf']:.2f}x"
         )
-    sizes = sorted(out)
-    for name in ("ours", "hf", "plain"):
+    sizes = [n for n in out if isinstance(n, int)]
+    for name in ("ours", "heap", "hf", "plain"):
         have = [n for n in sizes if name in out[n]]
         if len(have) > 1:
             times = [out[n][name] for n in have]

@@ -28,6 +28,8 @@ from itertools import pairwise
 import regex
 from tqdm.auto import tqdm
 
+from coursepkg.tokenizer_long import LongChunkEncoder
+
 __all__ = [
     "GPT2_PATTERN",
     "Tokenizer",
@@ -297,8 +299,14 @@ class Tokenizer:
         merges: the merged pairs in rank order; both parts and their join must be in ``vocab``.
         special_tokens: strings encoded as one id each; those missing from ``vocab`` get new ids.
         cache_size: how many pre-tokens the encode cache keeps.
-        heap_above: pre-tokens of more characters than this merge by :meth:`_encode_long`
-            (time n log n) rather than by the plain loop (n^2, quicker when short); None: never.
+        long_above: pre-tokens of more characters than this are encoded by :meth:`_encode_long`
+            (about linear time) rather than by the plain loop (n^2, quicker when short); None:
+            never.
+        long_route: ``"auto"``: long pre-tokens are merged by a heap
+            (:func:`~coursepkg.tokenizer_long.merge_by_heap`) until they add up to
+            :data:`~coursepkg.tokenizer_long.BUILD_AFTER` bytes, then built left to right by
+            :class:`~coursepkg.tokenizer_long.Backtracker` where the merges allow it; ``"heap"``,
+            ``"backtrack"``: always that route (the second fails where the merges forbid it).
     """
 
     def __init__(
@@ -308,7 +316,8 @@ class Tokenizer:
         special_tokens: Iterable[str] | None = None,
         *,
         cache_size: int = 1 << 16,
-        heap_above: int | None = 64,
+        long_above: int | None = 64,
+        long_route: str = "auto",
     ) -> None:
         self.vocab = dict(vocab)
         self.merges = list(merges)
@@ -326,9 +335,14 @@ class Tokenizer:
         self._ranks = self._rank_merges()
         self._cache: dict[str, list[int]] = {}
         self._cache_size = cache_size
-        if heap_above is not None and (not isinstance(heap_above, int) or heap_above < 0):
-            raise ValueError(f"heap_above must be None or an int >= 0, got {heap_above!r}")
-        self._heap_above = math.inf if heap_above is None else heap_above
+        if long_above is not None and (not isinstance(long_above, int) or long_above < 0):
+            raise ValueError(f"long_above must be None or an int >= 0, got {long_above!r}")
+        if long_route not in ("auto", "heap", "backtrack"):
+            raise ValueError(
+                f'long_route must be "auto", "heap" or "backtrack", got {long_route!r}'
+            )
+        self._long_above = math.inf if long_above is None else long_above
+        self._long_route, self._long = long_route, None
 
     def _invert_vocab(self) -> dict[bytes, int]:
         id_of: dict[bytes, int] = {}
@@ -441,7 +455,7 @@ class Tokenizer:
 
     def _encode_pretoken(self, pretoken: str) -> list[int]:
         """The ids of one pre-token: its bytes, merged by rank until no merge applies."""
-        if len(pretoken) > self._heap_above:  # each pass below reads the whole pre-token: n^2
+        if len(pretoken) > self._long_above:  # each pass below reads the whole pre-token: n^2
             return self._encode_long(pretoken)
         ids = [self._byte_ids[b] for b in pretoken.encode("utf-8")]
         ranks = self._ranks
@@ -458,44 +472,15 @@ class Tokenizer:
         return ids
 
     def _encode_long(self, pretoken: str) -> list[int]:
-        """:meth:`_encode_pretoken`'s ids in O(n log n) time, for long pre-tokens.
+        """:meth:`_encode_pretoken`'s ids for a long pre-token, in about linear time.
 
-        Why it exists: the plain loop rereads the pre-token for each merge, so a chunk without
-        spaces (a URL, base64, DNA) of n bytes costs ~n^2 steps. Here the symbols form a linked
-        list, the candidate pairs a heap by (rank, position); a merge touches its neighbours
-        only, stale entries are skipped when popped. One rank merges left to right as in
-        :func:`merge_pair`; a lower rank made meanwhile (merges out of order) waits for it.
+        Why it exists: the loop above rereads the pre-token for each merge, so one chunk without
+        spaces (a URL, base64, DNA) of n bytes costs up to n^2 steps. The encoder that avoids it
+        lives in :mod:`coursepkg.tokenizer_long`, built for this vocabulary on first use.
         """
-        ids = [self._byte_ids[b] for b in pretoken.encode("utf-8")] + [-1]  # ids[n], ids[-1]: -1
-        ranks, n = self._ranks, len(ids) - 1
-        after, before = list(range(1, n + 1)), list(range(-1, n))  # the linked list
-        none = (len(self.merges), 0, None)  # a pair that is no merge ranks after them all
-        heap = [ranks[p][0] * n + i for i, p in enumerate(pairwise(ids)) if p in ranks]
-        heapq.heapify(heap)  # each entry is rank * n + position: one int, quick to compare
-        waiting, current = [], -1  # lower-rank pairs made while `current` merges
-        while heap or waiting:
-            if waiting and (not heap or heap[0] // n != current):  # `current` is done
-                for entry in waiting:
-                    heapq.heappush(heap, entry)
-                waiting.clear()
-            rank, left = divmod(heapq.heappop(heap), n)
-            right = after[left]
-            pair = (ids[left], ids[right])
-            if ranks.get(pair, none)[0] != rank:
-                continue  # stale: a neighbour merged since it was pushed
-            current, merged = rank, ranks[pair][1]
-            ids[left], ids[right], after[left] = merged, -1, after[right]
-            before[after[right]] = left  # before[n] is a spare slot
-            for i, pair in (
-                (before[left], (ids[before[left]], merged)),
-                (left, (merged, ids[after[left]])),
-            ):
-                new = ranks.get(pair, none)[0]
-                if new < current:
-                    waiting.append(new * n + i)
-                elif new < none[0]:
-                    heapq.heappush(heap, new * n + i)
-        return [token for token in ids if token >= 0]
+        if self._long is None:
+            self._long = LongChunkEncoder(self.vocab, self._ranks, self._byte_ids, self._long_route)
+        return self._long(pretoken.encode("utf-8"))
 
     def _encode_ordinary(self, text: str, out: list[int]) -> None:
         """Append the ids of ``text`` (no special tokens in it) to ``out``."""
@@ -589,6 +574,11 @@ class Tokenizer:
                     f"(ints in [0, {max(vocab) + 1}))"
                 ) from None
         return b"".join(pieces).decode("utf-8", errors="replace")
+
+    def __getstate__(self) -> dict:
+        """Pickled (or deep-copied) without the long-chunk encoder (its backtracker is large):
+        it is made again on first use."""
+        return self.__dict__ | {"_long": None}
 
     def __len__(self) -> int:
         return len(self.vocab)

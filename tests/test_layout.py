@@ -197,6 +197,7 @@ ROOT_MODULES = {
     "rnn.py",
     "schedule.py",
     "tokenizer.py",
+    "tokenizer_long.py",
 }
 ROOT_FOLDERS = {
     "chapters",

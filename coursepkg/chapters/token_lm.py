@@ -317,13 +317,14 @@ def encode_seconds_by_length(
     seed: int = 0,
     min_time: float = 0.01,
 ) -> dict[str, list[float]]:
-    """Seconds to encode one chunk of ``n`` random letters a-j, by the plain merge loop and by
-    the heap (:meth:`~coursepkg.tokenizer.Tokenizer._encode_long`), for each ``n``.
+    """Seconds to encode one chunk of ``n`` random letters a-j, by the plain merge loop, by the
+    heap (:func:`~coursepkg.tokenizer_long.merge_by_heap`) and by the backtracker
+    (:class:`~coursepkg.tokenizer_long.Backtracker`), for each ``n``.
 
     Letters without a space are one pre-token, the worst case of the plain loop: each of its
-    passes rereads the whole chunk. Both tokenizers share ``tokenizer``'s merges and keep no
-    cache, so each call merges from scratch (``tests/reference/test_tokenizer.py`` holds their
-    ids equal).
+    passes rereads the whole chunk. The tokenizers share ``tokenizer``'s merges and keep no
+    cache, so each call encodes from scratch (``tests/reference/test_tokenizer_long.py`` holds
+    their ids equal); the backtracker's tables are built before the timing.
 
     Args:
         tokenizer: gives the vocabulary and the merges (GPT-2's in the chapter).
@@ -333,14 +334,21 @@ def encode_seconds_by_length(
         min_time: a call shorter than this is repeated (:func:`~.measure.best_seconds`).
 
     Returns:
-        ``{"length": lengths, "plain loop": seconds, "heap": seconds}``, in ``lengths``' order.
+        ``{"length": lengths, "plain loop": seconds, "heap": seconds, "backtracking":
+        seconds}``, in ``lengths``' order.
     """
     rng = random.Random(seed)
-    made = {
-        name: Tokenizer(tokenizer.vocab, tokenizer.merges, cache_size=0, heap_above=above)
-        for name, above in (("plain loop", None), ("heap", 0))
+    routes = {
+        "plain loop": {"long_above": None},
+        "heap": {"long_above": 0, "long_route": "heap"},
+        "backtracking": {"long_above": 0, "long_route": "backtrack"},
     }
-    out: dict[str, list[float]] = {"length": list(lengths), "plain loop": [], "heap": []}
+    made = {
+        name: Tokenizer(tokenizer.vocab, tokenizer.merges, cache_size=0, **options)
+        for name, options in routes.items()
+    }
+    made["backtracking"].encode("ab")  # builds its tables (once per vocabulary)
+    out: dict[str, list[float]] = {"length": list(lengths)} | {name: [] for name in made}
     for n in lengths:
         text = "".join(rng.choice("abcdefghij") for _ in range(n))
         calls = {name: partial(t.encode, text) for name, t in made.items()}

@@ -14,9 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coursepkg.data import load_tinyshakespeare
 from coursepkg.tokenizer import (
-    GPT2_PATTERN,
     Tokenizer,
     bytes_to_unicode,
     pretokenize,
@@ -42,37 +40,6 @@ SAMPLES = {
     "special": f"first document{EOT}second document {EOT}{EOT} third{EOT}",
     "mixed": "日本語のテキスト 中文 한국어 Ελληνικά русский ١٢٣ 123456789",
 }
-
-
-@pytest.fixture(scope="module")
-def gpt2() -> Tokenizer:
-    return Tokenizer.gpt2()
-
-
-@pytest.fixture(scope="module")
-def hf_gpt2():
-    from tokenizers import decoders, models, pre_tokenizers
-
-    with (
-        resources.as_file(GPT2_DIR / "vocab.json") as vocab,
-        resources.as_file(GPT2_DIR / "merges.txt") as merges,
-    ):
-        tok = tokenizers.Tokenizer(models.BPE.from_file(str(vocab), str(merges)))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([EOT])
-    return tok
-
-
-@pytest.fixture(scope="module")
-def tiktoken_gpt2(gpt2: Tokenizer):
-    ranks = {token: index for index, token in gpt2.vocab.items() if index != 50256}
-    return tiktoken.Encoding(
-        name="gpt2-offline",
-        pat_str=GPT2_PATTERN,
-        mergeable_ranks=ranks,
-        special_tokens={EOT: 50256},
-    )
 
 
 # ------------------------------------------------------------------ GPT-2, id for id
@@ -189,70 +156,6 @@ def _small_tokenizer(specials: tuple[str, ...]) -> Tokenizer:
     return _SMALL[specials]
 
 
-# ------------------------------------------------------------------ long chunks: the heap
-@pytest.fixture(scope="module")
-def heap_and_plain(gpt2: Tokenizer) -> tuple[Tokenizer, Tokenizer]:
-    """GPT-2's tokenizer merging every pre-token by the heap, and never; no cache in either."""
-    return tuple(
-        Tokenizer(gpt2.vocab, gpt2.merges, [EOT], cache_size=0, heap_above=above)
-        for above in (0, None)
-    )
-
-
-LETTERS = st.text(alphabet=st.sampled_from("abcdefghij"), min_size=1, max_size=300)
-
-
-@settings(max_examples=150, deadline=None, suppress_health_check=FIXTURES)
-@given(LETTERS | st.binary(max_size=200).map(lambda b: b.decode("latin-1")) | st.text())
-def test_heap_merges_equal_the_plain_loop(heap_and_plain, tiktoken_gpt2, text: str) -> None:
-    heap, plain = heap_and_plain
-    ids = heap.encode(text)
-    assert ids == plain.encode(text)
-    assert ids == tiktoken_gpt2.encode(text, allowed_special="all")
-
-
-@settings(max_examples=15, deadline=None, suppress_health_check=FIXTURES)
-@given(st.text(alphabet=st.sampled_from("abcdefghij+/="), min_size=65, max_size=3000))
-def test_long_spaceless_chunks_equal_hf_and_tiktoken(gpt2, hf_gpt2, tiktoken_gpt2, text) -> None:
-    ids = gpt2.encode(text)  # one pre-token longer than heap_above: merged by the heap
-    assert ids == hf_gpt2.encode(text).ids
-    assert ids == tiktoken_gpt2.encode(text, allowed_special="all")
-    assert gpt2.decode(ids) == text
-
-
-def test_held_out_text_equal_by_heap_plain_and_hf(heap_and_plain, hf_gpt2) -> None:
-    text = load_tinyshakespeare()[-20_000:]  # the end, which the chapter holds out
-    heap, plain = heap_and_plain
-    ids = heap.encode(text)
-    assert ids == plain.encode(text) == hf_gpt2.encode(text).ids
-    assert all(heap.encode(text) == hf_gpt2.encode(text).ids for text in SAMPLES.values())
-
-
-@settings(max_examples=80, deadline=None)
-@given(st.data())
-def test_heap_equals_plain_loop_with_merges_out_of_order(data) -> None:
-    """A merge may rank before the merge that makes its part: the heap must then finish the
-    rank it is merging before the lower rank it made, exactly as the plain loop does."""
-    tokens, merges = [b"a", b"b"], []
-    for _ in range(data.draw(st.integers(1, 12))):
-        left, right = data.draw(st.sampled_from(tokens)), data.draw(st.sampled_from(tokens))
-        merges.append((left, right))
-        tokens += [left + right] if left + right not in tokens else []
-    merges = data.draw(st.permutations(merges))
-    vocab = {i: bytes([i]) for i in range(256)} | {256 + i: t for i, t in enumerate(tokens[2:])}
-    text = b"".join(data.draw(st.lists(st.sampled_from(tokens), max_size=12))).decode()
-    heap, plain = (Tokenizer(vocab, merges, heap_above=above) for above in (0, None))
-    assert heap.encode(text) == plain.encode(text)
-
-
-def test_ab_ab_with_out_of_order_merges_by_hand() -> None:
-    """'abab': the plain loop merges both (a, b) first, then nothing ranks (ab, a)."""
-    vocab = {i: bytes([i]) for i in range(256)} | {256: b"ab", 257: b"aba"}
-    merges = [(b"ab", b"a"), (b"a", b"b")]
-    for above in (0, None):
-        assert Tokenizer(vocab, merges, heap_above=above).encode("abab") == [256, 256]
-
-
 # ------------------------------------------------------------------ files
 def test_save_and_load_round_trip(tmp_path: Path) -> None:
     vocab, merges = train_bpe("héllo wörld, hello world! " * 20, 300, [EOT])
@@ -300,8 +203,8 @@ def test_bad_input_errors(tmp_path: Path) -> None:
     (tmp_path / "merges.txt").write_text("a b\n", encoding="utf-8")
     with pytest.raises(ValueError, match="all 256 single bytes"):
         Tokenizer.from_files(tmp_path / "vocab.json", tmp_path / "merges.txt")
-    with pytest.raises(ValueError, match="heap_above must be None or an int >= 0, got -1"):
-        Tokenizer(vocab, [], heap_above=-1)
+    with pytest.raises(ValueError, match="long_above must be None or an int >= 0, got -1"):
+        Tokenizer(vocab, [], long_above=-1)
     tok = Tokenizer(vocab, [])
     with pytest.raises(TypeError, match="text must be a str"):
         tok.encode(b"abc")
