@@ -19,9 +19,11 @@ Everything runs twice: with the course's SQLite gradebook, and with a PostgreSQL
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import datetime
 import html
+import io
 import json
 import os
 import re
@@ -36,7 +38,9 @@ import pytest
 import real_parts
 from browser import Browser, chromium_or_skip
 from grading_hostile import points
+from processes import files_under
 
+from coursepkg.cli import main
 from coursepkg.grading.classroom.gradebook import database_url
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -80,16 +84,29 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def coursepkg(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
-    run = processes.run([str(BIN / "coursepkg"), *args], env=_env(), idle=900)  # fmt: skip
+    """``coursepkg ARGS`` (``export``, ``regrade``) run by the console script's ``main`` in this
+    process: they read and write the gradebook and the course's pages only, and a process of
+    their own would spend about 8 s of CPU importing torch and nbgrader, some twenty times per
+    gradebook. ``test_course_folder.py`` runs each of them as the command."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as stop:  # argparse's usage errors
+            code = stop.code
+    run = subprocess.CompletedProcess(["coursepkg", *args], code, out.getvalue(), err.getvalue())
     if ok:
         assert run.returncode == 0, f"coursepkg {args[0]} failed:\n{run.stdout}\n{run.stderr}"
     return run
 
 
 def grade(where: list[str], *args: str) -> str:
-    return coursepkg("grade", AID, *where, "--workers", "2", "--no-progress",
-                     "--cell-timeout", "60", "--notebook-timeout", "300", "--memory-mb", "2048",
-                     *args).stdout  # fmt: skip
+    """``coursepkg grade`` on the class, as the command (its workers, kernels and pages)."""
+    run = processes.run([str(BIN / "coursepkg"), "grade", AID, *where, "--workers", "2",
+                         "--no-progress", "--cell-timeout", "60", "--notebook-timeout", "300",
+                         "--memory-mb", "2048", *args], env=_env(), idle=900)  # fmt: skip
+    assert run.returncode == 0, f"coursepkg grade failed:\n{run.stdout}\n{run.stderr}"
+    return run.stdout
 
 
 def feedback_text(course: Path, student: str) -> str:
@@ -382,8 +399,8 @@ def test_the_penalty_follows_hand_scores_and_regrade_answers(course, tmp_path):
     for sid, written in (("twodays", 2), ("capped", 1), ("ontime", 2)):
         _hand_score(course, sid, written)
     db = ["--CourseDirectory.db_url=" + course["url"]]
-    run = subprocess.run([str(BIN / "nbgrader"), "generate_feedback", AID, *db], cwd=root,
-                         env=_env(), capture_output=True, text=True, timeout=600)  # fmt: skip
+    run = processes.run([str(BIN / "nbgrader"), "generate_feedback", AID, *db], cwd=root,
+                        env=_env(), idle=600, progress=lambda: files_under(root))  # fmt: skip
     assert run.returncode == 0, run.stderr
     said = []
     for sid, grade_now in expected.items():
