@@ -115,11 +115,25 @@ def feedback_text(course: Path, student: str) -> str:
     return " ".join(text.split())
 
 
+@pytest.fixture(scope="module")
+def released(tmp_path_factory) -> Path:
+    """A course folder with ex01's source and its release (``nbgrader generate_assignment``,
+    about 13 s of CPU on a busy machine), made once: each gradebook's course is a copy. The
+    late policy is added after (it is read when grading, not by the release)."""
+    folder = tmp_path_factory.mktemp("release")
+    shutil.copy(ROOT / "nbgrader_config.py", folder / "nbgrader_config.py")
+    shutil.copytree(ROOT / "solutions" / AID, folder / "solutions" / AID)
+    processes.run([str(BIN / "nbgrader"), "generate_assignment", AID, "--force"], cwd=folder,
+                   env=_env(), check=True, idle=300)  # fmt: skip
+    return folder
+
+
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
-def course(request, tmp_path_factory):
+def course(request, tmp_path_factory, released):
     from nbgrader.api import Gradebook
 
     course = tmp_path_factory.mktemp("term")
+    shutil.copytree(released, course, dirs_exist_ok=True)
     if request.param == "postgresql":
         url = request.getfixturevalue("postgres")["url"]
         where = ["--root", str(course), "--db", url]
@@ -127,9 +141,6 @@ def course(request, tmp_path_factory):
         url, where = f"sqlite:///{course / 'gradebook.db'}", ["--root", str(course)]
     config = (ROOT / "nbgrader_config.py").read_text(encoding="utf-8")
     (course / "nbgrader_config.py").write_text(config + POLICY, encoding="utf-8")
-    shutil.copytree(ROOT / "solutions" / AID, course / "solutions" / AID)
-    processes.run([str(BIN / "nbgrader"), "generate_assignment", AID, "--force"], cwd=course,
-                   env=_env(), check=True, idle=300)  # fmt: skip
     source = nbformat.read(str(course / "solutions" / AID / f"{AID}.ipynb"), as_version=4)
     for sid, (hours, _) in LATENESS.items():
         folder = course / "submitted" / sid / AID
