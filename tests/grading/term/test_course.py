@@ -19,9 +19,11 @@ Everything runs twice: with the course's SQLite gradebook, and with a PostgreSQL
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import datetime
 import html
+import io
 import json
 import os
 import re
@@ -36,7 +38,9 @@ import pytest
 import real_parts
 from browser import Browser, chromium_or_skip
 from grading_hostile import points
+from processes import files_under
 
+from coursepkg.cli import main
 from coursepkg.grading.classroom.gradebook import database_url
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -80,16 +84,29 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def coursepkg(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
-    run = processes.run([str(BIN / "coursepkg"), *args], env=_env(), idle=900)  # fmt: skip
+    """``coursepkg ARGS`` (``export``, ``regrade``) run by the console script's ``main`` in this
+    process: they read and write the gradebook and the course's pages only, and a process of
+    their own would spend about 8 s of CPU importing torch and nbgrader, some twenty times per
+    gradebook. ``test_course_folder.py`` runs each of them as the command."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as stop:  # argparse's usage errors
+            code = stop.code
+    run = subprocess.CompletedProcess(["coursepkg", *args], code, out.getvalue(), err.getvalue())
     if ok:
         assert run.returncode == 0, f"coursepkg {args[0]} failed:\n{run.stdout}\n{run.stderr}"
     return run
 
 
 def grade(where: list[str], *args: str) -> str:
-    return coursepkg("grade", AID, *where, "--workers", "2", "--no-progress",
-                     "--cell-timeout", "60", "--notebook-timeout", "300", "--memory-mb", "2048",
-                     *args).stdout  # fmt: skip
+    """``coursepkg grade`` on the class, as the command (its workers, kernels and pages)."""
+    run = processes.run([str(BIN / "coursepkg"), "grade", AID, *where, "--workers", "2",
+                         "--no-progress", "--cell-timeout", "60", "--notebook-timeout", "300",
+                         "--memory-mb", "2048", *args], env=_env(), idle=900)  # fmt: skip
+    assert run.returncode == 0, f"coursepkg grade failed:\n{run.stdout}\n{run.stderr}"
+    return run.stdout
 
 
 def feedback_text(course: Path, student: str) -> str:
@@ -98,11 +115,25 @@ def feedback_text(course: Path, student: str) -> str:
     return " ".join(text.split())
 
 
+@pytest.fixture(scope="module")
+def released(tmp_path_factory) -> Path:
+    """A course folder with ex01's source and its release (``nbgrader generate_assignment``,
+    about 13 s of CPU on a busy machine), made once: each gradebook's course is a copy. The
+    late policy is added after (it is read when grading, not by the release)."""
+    folder = tmp_path_factory.mktemp("release")
+    shutil.copy(ROOT / "nbgrader_config.py", folder / "nbgrader_config.py")
+    shutil.copytree(ROOT / "solutions" / AID, folder / "solutions" / AID)
+    processes.run([str(BIN / "nbgrader"), "generate_assignment", AID, "--force"], cwd=folder,
+                   env=_env(), check=True, idle=300)  # fmt: skip
+    return folder
+
+
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
-def course(request, tmp_path_factory):
+def course(request, tmp_path_factory, released):
     from nbgrader.api import Gradebook
 
     course = tmp_path_factory.mktemp("term")
+    shutil.copytree(released, course, dirs_exist_ok=True)
     if request.param == "postgresql":
         url = request.getfixturevalue("postgres")["url"]
         where = ["--root", str(course), "--db", url]
@@ -110,9 +141,6 @@ def course(request, tmp_path_factory):
         url, where = f"sqlite:///{course / 'gradebook.db'}", ["--root", str(course)]
     config = (ROOT / "nbgrader_config.py").read_text(encoding="utf-8")
     (course / "nbgrader_config.py").write_text(config + POLICY, encoding="utf-8")
-    shutil.copytree(ROOT / "solutions" / AID, course / "solutions" / AID)
-    processes.run([str(BIN / "nbgrader"), "generate_assignment", AID, "--force"], cwd=course,
-                   env=_env(), check=True, idle=300)  # fmt: skip
     source = nbformat.read(str(course / "solutions" / AID / f"{AID}.ipynb"), as_version=4)
     for sid, (hours, _) in LATENESS.items():
         folder = course / "submitted" / sid / AID
@@ -382,8 +410,8 @@ def test_the_penalty_follows_hand_scores_and_regrade_answers(course, tmp_path):
     for sid, written in (("twodays", 2), ("capped", 1), ("ontime", 2)):
         _hand_score(course, sid, written)
     db = ["--CourseDirectory.db_url=" + course["url"]]
-    run = subprocess.run([str(BIN / "nbgrader"), "generate_feedback", AID, *db], cwd=root,
-                         env=_env(), capture_output=True, text=True, timeout=600)  # fmt: skip
+    run = processes.run([str(BIN / "nbgrader"), "generate_feedback", AID, *db], cwd=root,
+                        env=_env(), idle=600, progress=lambda: files_under(root))  # fmt: skip
     assert run.returncode == 0, run.stderr
     said = []
     for sid, grade_now in expected.items():
