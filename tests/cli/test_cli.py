@@ -125,6 +125,26 @@ def test_help_and_argument_errors_import_neither_torch_nor_nbgrader():
         assert code == 2 and "coursepkg" in err and "error: " in err, (verb, err)
 
 
+_CONSOLE = """
+import json, sys
+sys.argv = ["coursepkg", *json.loads(sys.argv[1])]
+from coursepkg.cli import main
+code = main()  # as the console script calls it: no argv
+grammar = sys.modules.get("rfc3987_syntax", "not imported")
+print(json.dumps([code, "jsonschema" in sys.modules, repr(grammar)]))
+"""
+
+
+def test_a_command_skips_jsonschemas_iri_grammar(tmp_path):
+    # `regrade list` imports nbgrader (hence jsonschema) and answers from an empty folder; the
+    # IRI grammar (~2 s of CPU) is never built: its import is made to fail, which jsonschema
+    # takes as "not installed" (the grader's processes do the same)
+    args = ["regrade", "list", "--root", str(tmp_path)]
+    run = processes.run([sys.executable, "-c", _CONSOLE, json.dumps(args)], what="regrade list")
+    code, imported_jsonschema, grammar = json.loads(run.stdout.strip().splitlines()[-1])
+    assert imported_jsonschema and grammar == "None", (code, grammar, run.stderr[-2000:])
+
+
 def test_the_similarity_defaults_in_the_help_are_the_reports():
     # read from the module's source: importing it imports the grader (nbgrader, torch)
     source = (Path(cli.__file__).parents[1] / "grading" / "term" / "similarity.py").read_text()
