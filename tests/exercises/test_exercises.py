@@ -226,6 +226,37 @@ def test_check_starts_a_kernel_again_when_the_first_dies_before_answering(tmp_pa
     assert [c.status for c in report.cells] == ["passed"], report.format()
 
 
+def test_the_checks_kernel_loads_the_extension_that_skips_its_last_collection(tmp_path):
+    """The check's kernel loads ``load_ipython_extension`` (so it ends without walking torch's
+    objects once more) and the notebook's namespace gets nothing from it."""
+    path = _notebook(
+        tmp_path,
+        "loaded = set(get_ipython().extension_manager.loaded)",
+        test="assert 'coursepkg.grading.notebook' in loaded, loaded\n"
+        "assert not {'gc', 'atexit', 'load_ipython_extension'} & set(dir())",
+    )
+    report = run_notebook(path, timeout=60)
+    assert [c.status for c in report.cells] == ["passed"], report.format()
+
+
+def test_the_extension_freezes_the_kernels_objects_at_exit():
+    """At exit, after the extension's handler (handlers run last registered, first run), the
+    objects are frozen: the interpreter's last collection skips them."""
+    code = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: sys.stdout.write(f'frozen {gc.get_freeze_count()}'))\n"
+        "from coursepkg.grading.notebook import load_ipython_extension\n"
+        "print('before', gc.get_freeze_count())\n"
+        "load_ipython_extension(None)\n"
+        "print('after', gc.get_freeze_count())\n"
+    )
+    out = processes.run([sys.executable, "-c", code], idle=60)
+    assert out.returncode == 0, out.stderr
+    words = out.stdout.split()
+    assert words[:4] == ["before", "0", "after", "0"], out.stdout  # nothing frozen until exit
+    assert words[4] == "frozen" and int(words[5]) > 1000, out.stdout
+
+
 def test_check_reports_a_dead_kernel(tmp_path):
     path = _notebook(tmp_path, "import os\nos._exit(3)")
     report = run_notebook(path, timeout=60)
