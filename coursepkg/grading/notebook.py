@@ -334,6 +334,14 @@ KERNEL_ARGUMENTS = [
 ]
 
 
+#: The threads of the check's kernel, as ``coursepkg grade`` gives each kernel by default (one
+#: worker per core, ``cores // workers`` threads each): the notebook runs as it is graded. Its
+#: checks' tensors are tiny, and torch's thread pool only waits on them: on a busy 2-core
+#: machine (load 5) a softmax of 210 numbers took 12 ms with 2 threads, waiting for the
+#: second, and 28 us with 1. A student's own ``OMP_NUM_THREADS`` is kept.
+KERNEL_THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
 def load_ipython_extension(ipython: object) -> None:
     """Let the check's kernel end without its last garbage collection (an IPython extension,
     which :data:`KERNEL_ARGUMENTS` loads).
@@ -368,7 +376,10 @@ def _start_kernel(path: Path) -> Any:
         arguments = list(KERNEL_ARGUMENTS)
         if manager.ipykernel:  # as nbclient does: the kernel's history in memory
             arguments.append("--HistoryManager.hist_file=:memory:")
-        run_sync(manager.start_kernel)(extra_arguments=arguments, cwd=str(path.resolve().parent))
+        env = {**KERNEL_THREADS, **os.environ}  # the environment's own setting wins
+        run_sync(manager.start_kernel)(
+            extra_arguments=arguments, cwd=str(path.resolve().parent), env=env
+        )
     except Exception as err:  # noqa: BLE001 - reported by _execute, which starts another
         return err
     return manager

@@ -227,13 +227,23 @@ def test_check_starts_a_kernel_again_when_the_first_dies_before_answering(tmp_pa
     assert [c.status for c in report.cells] == ["passed"], report.format()
 
 
-def test_the_checks_kernel_loads_the_extension_that_skips_its_last_collection(tmp_path):
-    """The check's kernel loads ``load_ipython_extension`` (so it ends without walking torch's
-    objects once more) and the notebook's namespace gets nothing from it."""
+@pytest.mark.parametrize("own", [None, "3"])
+def test_the_checks_kernel_runs_as_a_graded_one_and_skips_its_last_collection(
+    own, tmp_path, monkeypatch
+):
+    """The check's kernel gets the threads a graded kernel gets by default (one), unless the
+    student's environment sets them; it loads ``load_ipython_extension`` (so it ends without
+    walking torch's objects once more), and the notebook's namespace gets nothing from it."""
+    if own is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", own)
     path = _notebook(
         tmp_path,
+        "import os\nthreads = os.environ.get('OMP_NUM_THREADS')\n"
         "loaded = set(get_ipython().extension_manager.loaded)",
-        test="assert 'coursepkg.grading.notebook' in loaded, loaded\n"
+        test=f"assert threads == {own or '1'!r}, threads\n"
+        "assert 'coursepkg.grading.notebook' in loaded, loaded\n"
         "assert not {'gc', 'atexit', 'load_ipython_extension'} & set(dir())",
     )
     report = run_notebook(path, timeout=60)
