@@ -31,9 +31,10 @@ CASES = {
 }
 
 
-def run_child(args: list[str]) -> tuple[float, float]:
-    """Wall and CPU seconds of one child process running ``python ARGS``."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def run_child(args: list[str], root: Path = ROOT) -> tuple[float, float]:
+    """Wall and CPU seconds of one child process running ``python ARGS`` with the ``coursepkg``
+    of the checkout ``root`` (this one by default)."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run([sys.executable, *args], env=env, capture_output=True, check=False)

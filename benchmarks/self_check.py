@@ -10,7 +10,9 @@ the wall clock), with the load average. The target (issue 68): a median of 5 s w
 solved ex01 on a quiet 2-core machine.
 
 Run: ``.venv/bin/python benchmarks/self_check.py --rounds 5`` (about a minute on a quiet
-machine), or ``--notebook PATH`` for another notebook.
+machine), or ``--notebook PATH`` for another notebook. ``--peer DIR`` adds the same check run
+with the ``coursepkg`` of another checkout (an earlier commit: ``git worktree add DIR COMMIT``),
+in the same rounds: a before/after that the machine's load hits alike.
 """
 
 from __future__ import annotations
@@ -31,23 +33,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--notebook", type=Path, default=NOTEBOOK)
+    parser.add_argument("--peer", type=Path, help="another checkout whose check runs beside")
     args = parser.parse_args()
+    check = ["-m", "coursepkg.cli", "check", str(args.notebook.resolve())]
     cases = {
-        "python -c pass": ["-c", "pass"],
-        'python -c "import torch"': ["-c", "import torch"],
-        f"coursepkg check {args.notebook.name}": [
-            "-m",
-            "coursepkg.cli",
-            "check",
-            str(args.notebook),
-        ],
+        "python -c pass": (["-c", "pass"], ROOT),
+        'python -c "import torch"': (["-c", "import torch"], ROOT),
+        f"coursepkg check {args.notebook.name}": (check, ROOT),
     }
-    run_child(cases['python -c "import torch"'])  # warm the file cache once
+    if args.peer is not None:
+        if not (args.peer / "coursepkg" / "grading" / "notebook.py").is_file():
+            parser.error(f"--peer {args.peer}: not a checkout of this course (no coursepkg)")
+        cases[f"  the same, coursepkg of {args.peer.name}"] = (check, args.peer.resolve())
+    run_child(["-c", "import torch"])  # warm the file cache once
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
     loads = []
     for _ in range(args.rounds):
-        for name, case in cases.items():
-            times[name].append(run_child(case))
+        for name, (case, root) in cases.items():
+            times[name].append(run_child(case, root))
         loads.append(os.getloadavg()[0])
     print(f"{args.rounds} rounds, load average {min(loads):.1f}-{max(loads):.1f}, "
           f"{os.cpu_count()} cores")  # fmt: skip

@@ -11,6 +11,7 @@ not reached are reported as not run.
 from __future__ import annotations
 
 import atexit
+import gc
 import html
 import json
 import math
@@ -20,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # nbformat is imported where a notebook is read: the kernel that only
     # runs check_notebook()'s "nothing checked here" skips its ~2 s import (jsonschema's formats)
@@ -32,6 +33,7 @@ __all__ = [
     "Report",
     "check_notebook",
     "find_test_cells",
+    "load_ipython_extension",
     "load_notebook",
     "run_notebook",
 ]
@@ -141,6 +143,12 @@ def load_notebook(path: str | Path) -> NotebookNode:
         NotebookError: the file is missing, empty, not JSON, or not an nbformat-4 notebook.
     """
     path = Path(path)
+    return _parse(_notebook_text(path))
+
+
+def _notebook_text(path: Path) -> str:
+    """The text of the notebook at ``path``, once it is known to be JSON of nbformat 4 (what
+    :func:`load_notebook` raises otherwise, before anything slow is imported or started)."""
     if not path.is_file():
         raise NotebookError(f"{path}: no such file")
     text = path.read_text(encoding="utf-8", errors="replace")
@@ -156,6 +164,11 @@ def load_notebook(path: str | Path) -> NotebookNode:
         ) from None
     if not isinstance(data, dict) or "cells" not in data or data.get("nbformat") != 4:
         raise NotebookError(f"{path}: valid JSON but not a Jupyter notebook (nbformat 4)")
+    return text
+
+
+def _parse(text: str) -> NotebookNode:
+    """A notebook's text, checked by :func:`_notebook_text`, read by nbformat."""
     _import_jupyter()
     import nbformat
 
@@ -264,9 +277,17 @@ def run_notebook(
         NotebookError: the file cannot be read as a notebook.
     """
     path = Path(path)
-    nb = load_notebook(path)
-    timeout = cell_timeout(nb) if timeout is None else timeout
-    problem, started, finished = _execute(nb, path, timeout, startup_timeout)
+    text = _notebook_text(path)
+    # The kernel starts first: it imports ipykernel (then the notebook's torch) on one core
+    # while this process imports nbformat and nbclient and reads the notebook on the other.
+    kernel = _start_kernel(path)
+    try:
+        nb = _parse(text)
+        timeout = cell_timeout(nb) if timeout is None else timeout
+    except BaseException:
+        _stop_kernel(kernel)
+        raise
+    problem, started, finished = _execute(nb, path, timeout, startup_timeout, kernel)
     report = Report(path=path, problem=problem)
     report.by_hand = sum(
         float(_nbgrader(c).get("points", 0) or 0)
@@ -304,21 +325,95 @@ def run_notebook(
 KERNEL_STARTS = 3
 
 
+#: The check's kernel: its own startup warnings (ipykernel's note that it talks over local TCP)
+#: are not the student's to act on (their code's output still shows in the report), and it
+#: loads this module as an IPython extension (:func:`load_ipython_extension`) to exit at once.
+KERNEL_ARGUMENTS = [
+    "--IPKernelApp.log_level=ERROR",
+    f"--IPKernelApp.extra_extensions={__name__}",
+]
+
+
+#: The threads of the check's kernel, as ``coursepkg grade`` gives each kernel by default (one
+#: worker per core, ``cores // workers`` threads each): the notebook runs as it is graded. Its
+#: checks' tensors are tiny, and torch's thread pool only waits on them: on a busy 2-core
+#: machine (load 5) a softmax of 210 numbers took 12 ms with 2 threads, waiting for the
+#: second, and 28 us with 1. A student's own ``OMP_NUM_THREADS`` is kept.
+KERNEL_THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def load_ipython_extension(ipython: object) -> None:
+    """Let the check's kernel end without its last garbage collection (an IPython extension,
+    which :data:`KERNEL_ARGUMENTS` loads).
+
+    When a Python process ends, it collects its garbage one last time, walking every object
+    its imports made, torch's above all: about a second, which ``coursepkg check`` waited for
+    after the notebook's last cell. Freezing the objects (``gc.freeze``) at exit skips that
+    walk and nothing else: the exit handlers the notebook registered (a ``weakref.finalize``,
+    multiprocessing's clean-up) run before it, the kernel's own after it, and objects no cycle
+    holds are still freed, their files flushed and closed; only garbage in reference cycles
+    is left to the operating system, as Python allows at exit. The report does not depend on it.
+
+    Args:
+        ipython: the kernel's shell (unused: nothing is added to the notebook's namespace).
+    """
+    atexit.register(gc.freeze)
+
+
+def _start_kernel(path: Path) -> Any:
+    """Start the check's "python3" kernel in the notebook's folder, without waiting for it to
+    answer (nbclient waits for that before the first cell).
+
+    Returns:
+        Its kernel manager (jupyter_client's asynchronous one, as nbclient's own), or the
+        error that kept it from starting, which :func:`_execute` counts as a failed start.
+    """
+    from jupyter_client.manager import AsyncKernelManager
+    from jupyter_core.utils import run_sync
+
+    try:
+        manager = AsyncKernelManager(kernel_name="python3")
+        arguments = list(KERNEL_ARGUMENTS)
+        if manager.ipykernel:  # as nbclient does: the kernel's history in memory
+            arguments.append("--HistoryManager.hist_file=:memory:")
+        env = {**KERNEL_THREADS, **os.environ}  # the environment's own setting wins
+        run_sync(manager.start_kernel)(
+            extra_arguments=arguments, cwd=str(path.resolve().parent), env=env
+        )
+    except Exception as err:  # noqa: BLE001 - reported by _execute, which starts another
+        return err
+    return manager
+
+
+def _stop_kernel(kernel: Any) -> None:
+    """End a kernel :func:`_start_kernel` started for a notebook that is not run after all."""
+    if isinstance(kernel, Exception):
+        return
+    from jupyter_core.utils import run_sync
+
+    try:
+        run_sync(kernel.shutdown_kernel)(now=True)
+    except RuntimeError:  # jupyter_client's "No kernel is running!": it has already ended
+        pass
+
+
 def _execute(
-    nb: NotebookNode, path: Path, timeout: float, startup_timeout: float
+    nb: NotebookNode, path: Path, timeout: float, startup_timeout: float, kernel: Any
 ) -> tuple[str, list[int], set[int]]:
-    """Run every cell of ``nb`` (in place, errors kept as outputs) in a fresh kernel started
-    in the notebook's folder; a kernel that never answers is started again, up to
-    :data:`KERNEL_STARTS` times.
+    """Run every cell of ``nb`` (in place, errors kept as outputs) in ``kernel``, started by
+    :func:`_start_kernel` in the notebook's folder; a kernel that never answers is replaced by
+    a fresh one, up to :data:`KERNEL_STARTS` starts in all.
 
     Returns:
         What stopped the run early ("" when nothing did), the indices of the cells that
         started (in order) and of those that finished.
     """
     _import_jupyter()
-    for _ in range(KERNEL_STARTS):
+    for start in range(KERNEL_STARTS):
+        if start:
+            kernel = _start_kernel(path)
         began = time.monotonic()
-        problem, started, finished, ready = _execute_once(nb, path, timeout, startup_timeout)
+        problem, started, finished, ready = _execute_once(nb, timeout, startup_timeout, kernel)
         if ready:
             return problem, started, finished
     waited = time.monotonic() - began
@@ -332,23 +427,23 @@ def _execute(
 
 
 def _execute_once(
-    nb: NotebookNode, path: Path, timeout: float, startup_timeout: float
+    nb: NotebookNode, timeout: float, startup_timeout: float, kernel: Any
 ) -> tuple[str, list[int], set[int], bool]:
-    """One kernel start and run of :func:`_execute`; also whether the kernel answered."""
+    """One run of :func:`_execute` in one started kernel; also whether the kernel answered."""
+    if isinstance(kernel, Exception):
+        return f"{type(kernel).__name__}: {kernel}", [], set(), False
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     client = NotebookClient(
         nb,
+        km=kernel,
         timeout=timeout,
         startup_timeout=math.ceil(startup_timeout),  # nbclient takes whole seconds
         kernel_name="python3",
-        # The kernel's own startup warnings (ipykernel's note that it talks over local TCP)
-        # are not the student's to act on; their code's output still shows in the report.
-        extra_arguments=["--IPKernelApp.log_level=ERROR"],
         allow_errors=True,
-        resources={"metadata": {"path": str(path.resolve().parent)}},
     )
+    client.owns_km = True  # started for this client: it shuts the kernel down as its own
     started: list[int] = []
     finished: set[int] = set()
     ready: list[bool] = []  # the kernel answered (nbclient's on_notebook_start)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import nbformat
 import processes
+import psutil
 import pytest
 
 from coursepkg.grading.notebook import (
@@ -226,6 +227,64 @@ def test_check_starts_a_kernel_again_when_the_first_dies_before_answering(tmp_pa
     assert [c.status for c in report.cells] == ["passed"], report.format()
 
 
+@pytest.mark.parametrize("own", [None, "3"])
+def test_the_checks_kernel_runs_as_a_graded_one_and_skips_its_last_collection(
+    own, tmp_path, monkeypatch
+):
+    """The check's kernel gets the threads a graded kernel gets by default (one), unless the
+    student's environment sets them; it loads ``load_ipython_extension`` (so it ends without
+    walking torch's objects once more), and the notebook's namespace gets nothing from it."""
+    if own is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", own)
+    path = _notebook(
+        tmp_path,
+        "import os\nthreads = os.environ.get('OMP_NUM_THREADS')\n"
+        "loaded = set(get_ipython().extension_manager.loaded)",
+        test=f"assert threads == {own or '1'!r}, threads\n"
+        "assert 'coursepkg.grading.notebook' in loaded, loaded\n"
+        "assert not {'gc', 'atexit', 'load_ipython_extension'} & set(dir())",
+    )
+    report = run_notebook(path, timeout=60)
+    assert [c.status for c in report.cells] == ["passed"], report.format()
+
+
+def test_check_runs_from_inside_a_kernel_as_in_jupyterlab(tmp_path):
+    """``check_notebook()`` in JupyterLab runs the check inside a kernel, whose event loop is
+    running: the check's own kernel starts and runs the saved notebook all the same."""
+    inner = _notebook(tmp_path, "x = 1", test="assert x == 1")
+    outer_dir = tmp_path / "outer"
+    outer_dir.mkdir()
+    code = (
+        "from coursepkg.grading.notebook import run_notebook\n"
+        f"inner = run_notebook({str(inner)!r}, timeout=60)"
+    )
+    outer = _notebook(
+        outer_dir, code, test="assert [c.status for c in inner.cells] == ['passed'], inner.format()"
+    )
+    report = run_notebook(outer, timeout=120)
+    assert [c.status for c in report.cells] == ["passed"], report.format()
+
+
+def test_the_extension_freezes_the_kernels_objects_at_exit():
+    """At exit, after the extension's handler (handlers run last registered, first run), the
+    objects are frozen: the interpreter's last collection skips them."""
+    code = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: sys.stdout.write(f'frozen {gc.get_freeze_count()}'))\n"
+        "from coursepkg.grading.notebook import load_ipython_extension\n"
+        "print('before', gc.get_freeze_count())\n"
+        "load_ipython_extension(None)\n"
+        "print('after', gc.get_freeze_count())\n"
+    )
+    out = processes.run([sys.executable, "-c", code], idle=60)
+    assert out.returncode == 0, out.stderr
+    words = out.stdout.split()
+    assert words[:4] == ["before", "0", "after", "0"], out.stdout  # nothing frozen until exit
+    assert words[4] == "frozen" and int(words[5]) > 1000, out.stdout
+
+
 def test_check_reports_a_dead_kernel(tmp_path):
     path = _notebook(tmp_path, "import os\nos._exit(3)")
     report = run_notebook(path, timeout=60)
@@ -297,6 +356,20 @@ def test_check_reads_a_notebook_and_loads_the_kernel_client_without_torch():
     out = processes.run([sys.executable, "-c", code], idle=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["[]", str(len(load_notebook(_source("ex01_attention")).cells))]
+
+
+def test_a_notebook_rejected_after_its_kernel_started_leaves_no_kernel(tmp_path):
+    """The check starts the kernel before nbformat reads the notebook (to overlap the two): a
+    notebook that nbformat's reading then rejects (a bad cell time limit) ends that kernel."""
+    path = _notebook(tmp_path, "x = 1")
+    nb = json.loads(path.read_text())
+    nb["metadata"]["coursepkg"] = {"cell_timeout": "900"}
+    path.write_text(json.dumps(nb))
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(NotebookError, match="cell_timeout"):
+        run_notebook(path)
+    after = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    assert not [p for p in after if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], after
 
 
 def test_a_notebook_asks_for_its_cell_time_limit_in_its_metadata():
