@@ -14,18 +14,20 @@ Dimension legend: B windows, L characters per window, V vocabulary.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from coursepkg.chapters.char_gpt import next_char_loss, shakespeare_split
-from coursepkg.chapters.run_cache import cache_file, check_cache_mode, reuse_run, save_run
 from coursepkg.chapters.train import History, fit_warmup_decay, seed_everything
 from coursepkg.config import TransformerConfig
 from coursepkg.data.text import char_lm_batches
 from coursepkg.data.vocab import CharVocab
 from coursepkg.decoder_only import DecoderOnlyLM
+
+from .run_cache import cache_file, check_cache_mode, restore_run, reuse_run, run_record, save_run
 
 __all__ = ["BASE", "Variant", "position_losses", "train_variant"]
 
@@ -119,7 +121,7 @@ def train_variant(
     path = cache_file(settings, "ablation") if cache is not None else None
     generator = seed_everything(seed)
     result = Variant(DecoderOnlyLM(config), vocab, History(), heldout_ids)
-    if cache == "reuse" and reuse_run(path, lambda saved: _restore(result, saved)):
+    if cache == "reuse" and reuse_run(path, partial(restore_run, result)):
         return result
     result.history = fit_warmup_decay(
         result.model,
@@ -135,16 +137,8 @@ def train_variant(
         desc="variant",
     )
     if path is not None:
-        saved = {"model": result.model.state_dict(), "history": asdict(result.history)}
-        save_run(path, saved, "the trained variant")
+        save_run(path, run_record(result), "the trained variant")
     return result
-
-
-def _restore(result: Variant, saved: dict[str, Any]) -> None:
-    """Put a saved variant's weights and history in place (the model in eval mode)."""
-    result.model.load_state_dict(saved["model"])
-    result.history = History(**saved["history"])
-    result.model.eval()
 
 
 def position_losses(

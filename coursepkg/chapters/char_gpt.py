@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import partial
 from types import SimpleNamespace
 from typing import Any
@@ -19,12 +19,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from coursepkg.chapters.run_cache import cache_file, check_cache_mode, reuse_run, save_run
 from coursepkg.chapters.train import History, fit, seed_everything
 from coursepkg.config import TransformerConfig
 from coursepkg.data.text import char_lm_batches, load_tinyshakespeare
 from coursepkg.data.vocab import CharVocab
 from coursepkg.decoder_only import DecoderOnlyLM
+
+from .run_cache import cache_file, check_cache_mode, restore_run, reuse_run, run_record, save_run
 
 __all__ = ["CharGPT", "count_bigram", "next_char_loss", "shakespeare_split", "train_char_gpt"]
 
@@ -154,8 +155,7 @@ def train_char_gpt(
     batches = char_lm_batches(train_ids, vocab, block_size, batch_size, generator=generator)
     _train_char_gpt(result, batches, SimpleNamespace(**settings), progress)
     if path is not None:
-        saved = {"model": model.state_dict(), "history": asdict(result.history)}
-        save_run(path, {**saved, "seconds": result.seconds}, "the trained GPT")
+        save_run(path, {**run_record(result), "seconds": result.seconds}, "the trained GPT")
     return result
 
 
@@ -231,10 +231,9 @@ def _train_char_gpt(
 
 
 def _restore_char_gpt(result: CharGPT, saved: dict[str, Any]) -> None:
-    """Put a saved GPT's weights and measurements in place (the model in eval mode)."""
-    result.model.load_state_dict(saved["model"])
-    result.history, result.seconds = History(**saved["history"]), saved["seconds"]
-    result.model.eval()
+    """Put a saved GPT's weights, history and time in place (the model in eval mode)."""
+    restore_run(result, saved)
+    result.seconds = saved["seconds"]
 
 
 def count_bigram(ids: Tensor, vocab_size: int, smoothing: float = 1.0) -> Tensor:

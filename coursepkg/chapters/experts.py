@@ -21,7 +21,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from coursepkg.chapters.run_cache import cache_file, check_cache_mode, reuse_run, save_run
 from coursepkg.chapters.train import History, fit_warmup_decay, seed_everything
 from coursepkg.config import TransformerConfig
 from coursepkg.config_groups import LatentConfig, MoEConfig
@@ -29,6 +28,8 @@ from coursepkg.data.text import char_lm_batches, load_tinyshakespeare
 from coursepkg.data.vocab import CharVocab
 from coursepkg.decoder_only import DecoderOnlyLM
 from coursepkg.moe import expert_load
+
+from .run_cache import cache_file, check_cache_mode, restore_run, reuse_run, run_record, save_run
 
 __all__ = [
     "ATTENTION",
@@ -172,7 +173,7 @@ def train_experts_run(
     path = cache_file(settings, "experts") if cache is not None else None
     generator = seed_everything(seed)
     run = ExpertsRun(DecoderOnlyLM(config), vocab, History(), heldout)
-    if cache == "reuse" and reuse_run(path, lambda saved: _restore(run, saved)):
+    if cache == "reuse" and reuse_run(path, functools.partial(restore_run, run)):
         return run
     lm_losses: list[float] = []
 
@@ -194,16 +195,8 @@ def train_experts_run(
     )
     run.history.loss = lm_losses[: len(run.history.loss)]  # without the auxiliary term
     if path is not None:
-        saved = {"model": run.model.state_dict(), "history": asdict(run.history)}
-        save_run(path, saved, "the experts run")
+        save_run(path, run_record(run), "the experts run")
     return run
-
-
-def _restore(run: ExpertsRun, saved: dict[str, Any]) -> None:
-    """Put a saved run's weights and history in place (the model in eval mode)."""
-    run.model.load_state_dict(saved["model"])
-    run.history = History(**saved["history"])
-    run.model.eval()
 
 
 @torch.no_grad()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import partial
 from types import SimpleNamespace
 from typing import Any
@@ -25,12 +25,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from coursepkg.chapters.run_cache import (
-    cache_file,
-    check_cache_mode,
-    reuse_run,
-    save_run,
-)
 from coursepkg.chapters.train import History, fit, seed_everything
 from coursepkg.config import TransformerConfig
 from coursepkg.data.batching import Seq2SeqBatch, pad_sequences
@@ -39,6 +33,8 @@ from coursepkg.data.vocab import BOS_ID, EOS_ID, PAD_ID, CharVocab
 from coursepkg.decoding import beam_search, greedy_decode
 from coursepkg.model import Transformer
 from coursepkg.schedule import label_smoothed_cross_entropy, noam_scheduler
+
+from .run_cache import cache_file, check_cache_mode, restore_run, reuse_run, run_record, save_run
 
 __all__ = [
     "DateTranslator",
@@ -439,9 +435,8 @@ def _average_into(model: torch.nn.Module, states: list[dict[str, Tensor]]) -> No
 def _translator_record(translator: DateTranslator) -> dict[str, Any]:
     """What the cache keeps of a trained translator."""
     return {
-        "model": translator.model.state_dict(),
+        **run_record(translator),
         "checkpoints": translator.checkpoints,
-        "history": asdict(translator.history),
         "accuracy": translator.accuracy,
         "seconds": translator.seconds,
     }
@@ -449,8 +444,6 @@ def _translator_record(translator: DateTranslator) -> dict[str, Any]:
 
 def _restore_translator(translator: DateTranslator, saved: dict[str, Any]) -> None:
     """Put a saved translator's weights and measurements in place (the model in eval mode)."""
-    translator.model.load_state_dict(saved["model"])
-    translator.history = History(**saved["history"])
+    restore_run(translator, saved)
     translator.accuracy, translator.seconds = saved["accuracy"], saved["seconds"]
     translator.checkpoints = saved["checkpoints"]
-    translator.model.eval()

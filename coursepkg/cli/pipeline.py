@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .data import add_cache_option
+
 __all__ = ["COMMANDS", "add_parser"]
 
 #: The commands of this home and their line in ``coursepkg --help``.
@@ -27,8 +29,7 @@ def _add_pipeline(sub: Any) -> None:
     """The ``coursepkg pipeline`` subcommand."""
     p = sub.add_parser(
         "pipeline",
-        help="from real text to a chat model: corpus, tokenizer, pretraining, fine-tuning, "
-        "evaluation, serving and a report card",
+        help=COMMANDS["pipeline"],
         description="Prepare the corpus, learn a BPE tokenizer, pretrain a GPT (coursepkg "
         "train's code), fine-tune it into a chat model on generated conversations (coursepkg "
         "finetune's code), evaluate each stage, measure the chat model served by coursepkg serve "
@@ -45,11 +46,7 @@ def _add_pipeline(sub: Any) -> None:
         help="a text file, or a folder with train.txt and val.txt (default: coursepkg data "
         "prepare's corpus)",
     )
-    p.add_argument(
-        "--cache",
-        default=str(Path.home() / ".cache" / "coursepkg"),
-        help="where downloaded archives are kept (default ~/.cache/coursepkg)",
-    )
+    add_cache_option(p)
     p.add_argument("--seed", type=int, default=0, help="seeds training and the chat data's split")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (default auto)")
     p.set_defaults(func=_pipeline)

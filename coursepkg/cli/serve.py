@@ -33,7 +33,7 @@ def _add_serve(sub: Any) -> None:
     """The ``coursepkg serve`` subcommand."""
     p = sub.add_parser(
         "serve",
-        help="serve a trained model over an OpenAI-compatible HTTP API, with a chat page",
+        help=COMMANDS["serve"],
         description="Serve CHECKPOINT (a `coursepkg finetune` run, or a `coursepkg train "
         "--tokenizer bpe --model positional=rope` run) at /v1/chat/completions, "
         "/v1/completions and /v1/models, as OpenAI's API (streaming as server-sent events), "

@@ -17,7 +17,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 
-from coursepkg.chapters.diagrams.primitives import COLOURS, PALETTE, arrow, box, canvas, shape
+from coursepkg.chapters.diagrams.primitives import COLOURS, PALETTE, arrow, box, canvas, note, shape
 
 __all__ = ["encoder_decoder_diagram", "gqa_grouping_diagram", "multi_head_diagram"]
 
@@ -260,13 +260,12 @@ def multi_head_diagram() -> Figure:
     _box(ax, col[4], heads_y, w, 0.6, "x WO   (D x D)", "ffn")
     arrow(ax, (col[4], heads_y - 0.3), (col[4], heads_y - 1.1))
     _shape(ax, col[4], heads_y - 1.3, "output (B, L, D)", ha="center")
-    ax.text(
+    note(
+        ax,
         col[2],
         -0.35,
         "H x Dk = D: the heads split the width, so together they cost about one full-width head",
-        ha="center",
-        fontsize=8.5,
-        style="italic",
+        size=8.5,
     )
     ax.set_xlim(-1.0, 20.0)
     ax.set_ylim(-0.6, 5.0)
@@ -325,13 +324,11 @@ def gqa_grouping_diagram(n_heads: int = 8, n_kv_heads: int = 2) -> Figure:
             fills[j % len(fills)],
             size=9,
         )
-    ax.text(
+    note(
+        ax,
         width / 2,
         -0.6,
         f"the cache keeps Hkv = {n_kv_heads} heads of keys and values: "
         f"{group} times smaller than with H",
-        ha="center",
-        fontsize=9,
-        style="italic",
     )
     return fig

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Circle
 
 from coursepkg.attention import MultiHeadAttention
-from coursepkg.chapters.diagrams.primitives import PALETTE, arrow, box, canvas, grid, shape
+from coursepkg.chapters.diagrams.primitives import PALETTE, arrow, box, canvas, grid, note, shape
 from coursepkg.positional import sinusoidal_table
 
 __all__ = [
@@ -75,13 +75,11 @@ def recurrence_diagram(steps: int = 5) -> Figure:
         "attention",
     )
     ax.text(-0.7, 2.9, "RNN", ha="left", va="center", fontsize=9, weight="bold")
-    ax.text(
+    note(
+        ax,
         1.5 * (steps - 1) / 2 + 0.6,
         -1.2,
         f"RNN: {steps} steps in sequence (red arrows); attention: 1 step, every z from every x",
-        ha="center",
-        fontsize=9,
-        style="italic",
     )
     return fig
 
@@ -116,14 +114,12 @@ def gradient_path_diagram(steps: int = 6) -> Figure:
     arrow(ax, (last - 0.5, 0.6), (1.1, 0.6), colour=PALETTE["blue"], lw=1.4)
     ax.text((last + 0.6) / 2, 0.85, "attention: one weight", ha="center", fontsize=9)
     box(ax, 0.6, 0.6, 1.0, 0.55, "x1", "embed")
-    ax.text(
+    note(
+        ax,
         (last + 0.6) / 2,
         -0.8,
         f"RNN: J2 J3 ... J{steps}, a product of {steps - 1} matrices: it shrinks or grows "
         "geometrically",
-        ha="center",
-        fontsize=9,
-        style="italic",
     )
     return fig
 
@@ -154,14 +150,12 @@ def additive_score_diagram() -> Figure:
     arrow(ax, (4.7, 1.8), (5.6, 2.7))
     for a, b in ((6.3, 6.7), (8.1, 8.45), (9.75, 10.15), (11.45, 11.85), (13.55, 14.15)):
         arrow(ax, (a, 2.9), (b, 2.9))
-    ax.text(
+    note(
+        ax,
         7.5,
         0.1,
         "s(t-1): the decoder's state; h_j: the encoder's, for each source position j;\n"
         "e_tj = v . tanh(s(t-1) W + h_j U);  c_t = sum over j of a_tj h_j",
-        ha="center",
-        fontsize=9,
-        style="italic",
     )
     return fig
 
@@ -239,7 +233,7 @@ def attention_products_diagram() -> Figure:
     box(ax, 16.3, 1.7, 1.5, 0.9, "output", "output")
     arrow(ax, (15.3, 1.7), (15.55, 1.7))
     ax.text(8.5, 3.05, "V: (S, Dv) enters at the last product", ha="center", fontsize=9)
-    ax.text(8.5, -0.3, "each row of weights sums to 1", ha="center", fontsize=9, style="italic")
+    note(ax, 8.5, -0.3, "each row of weights sums to 1")
     return fig
 
 
@@ -308,14 +302,7 @@ def head_parameters_diagram(d_model: int = 512, n_heads: int = 8) -> Figure:
             f"{name}\n{cols} x {rows} + {rows}\n{count:,}",
             "attention",
         )
-    ax.text(
-        7.0,
-        -0.5,
-        f"total {total:,} = 4 D^2 + 4 D; the heads only slice these matrices",
-        ha="center",
-        fontsize=9,
-        style="italic",
-    )
+    note(ax, 7.0, -0.5, f"total {total:,} = 4 D^2 + 4 D; the heads only slice these matrices")
     return fig
 
 

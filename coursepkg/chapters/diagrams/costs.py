@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from coursepkg.chapters.diagrams.primitives import arrow, box, canvas
+from coursepkg.chapters.diagrams.primitives import arrow, box, canvas, note
 
 __all__ = [
     "flops_per_weight_diagram",
@@ -43,13 +43,11 @@ def flops_per_weight_diagram() -> Figure:
     arrow(ax, (2.2, 2.2), (5.0, 1.1))
     arrow(ax, (7.0, 2.2), (7.0, 1.1))
     arrow(ax, (11.9, 2.2), (9.0, 1.1))
-    ax.text(
+    note(
+        ax,
         7.0,
         -0.5,
         "N: the weights a token multiplies (embeddings are looked up, not multiplied)",
-        ha="center",
-        fontsize=9,
-        style="italic",
     )
     return fig
 
@@ -81,13 +79,11 @@ def memory_per_parameter_diagram(n_params: int = 124_439_808) -> Figure:
             x += 0.6 * size
         total = sum(size for _, size in parts)
         ax.text(x + 0.3, y, f"{total} B: {total * n_params / 1e9:.2f} GB", va="center", fontsize=9)
-    ax.text(
+    note(
+        ax,
         4.4,
         -0.6,
         f"w: weight, g: gradient, m+v: Adam's moments; {n_params:,} parameters, no activations",
-        ha="center",
-        fontsize=9,
-        style="italic",
     )
     return fig
 
@@ -113,13 +109,11 @@ def grad_accumulation_diagram(micro: int = 4) -> Figure:
     box(ax, 6.0, 1.0, 4.4, 0.8, ".grad += each backward", "ffn")
     box(ax, 11.6, 1.0, 3.0, 0.8, "one optimiser\nstep, zero_grad", "state")
     arrow(ax, (8.2, 1.0), (10.1, 1.0))
-    ax.text(
+    note(
+        ax,
         6.5,
         -0.5,
         f"dividing each loss by {micro} makes the sum the mean over all micro-batches",
-        ha="center",
-        fontsize=9,
-        style="italic",
     )
     return fig
 
@@ -139,12 +133,10 @@ def linear_attention_state_diagram() -> Figure:
         arrow(ax, (x, 2.38), (x, 1.68))
         if j:
             arrow(ax, (x - 2.1, 1.2), (x - 1.2, 1.2))
-    ax.text(
+    note(
+        ax,
         7.0,
         -0.3,
         "state j = state j-1 + phi(k_j)^T v_j;  out_j = phi(q_j) state j / normaliser",
-        ha="center",
-        fontsize=9,
-        style="italic",
     )
     return fig

@@ -7,7 +7,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from coursepkg.chapters.diagrams.primitives import PALETTE, arrow, box, canvas, shape
+from coursepkg.chapters.diagrams.primitives import PALETTE, arrow, box, canvas, note, shape
 
 __all__ = ["latent_attention_diagram", "moe_routing_diagram"]
 
@@ -56,14 +56,12 @@ def moe_routing_diagram(n_experts: int = 6, chosen: tuple[int, ...] = (1, 4)) ->
             arrow(ax, (8.9, y), (12.0, 2.6), colour=PALETTE["blue"], lw=1.6)
             ax.text(10.1, y + 0.25, f"w{e}", fontsize=9)
     box(ax, 12.8, 2.2, 2.6, 1.2, "sum of\nw_e FFN_e(x)\n(D,)", "output")
-    ax.text(
+    note(
+        ax,
         7.3,
         -0.55,
         f"E = {n_experts} experts stored, k = {len(chosen)} run: the weights of all, "
         f"the arithmetic of {len(chosen)}",
-        ha="center",
-        fontsize=9,
-        style="italic",
     )
     return fig
 
@@ -102,12 +100,10 @@ def latent_attention_diagram() -> Figure:
     arrow(ax, (11.7, 3.9), (12.1, 3.6))
     box(ax, 13.4, 2.0, 2.6, 0.7, "shared by H heads", "ffn")
     arrow(ax, (8.7, 2.0), (12.1, 2.0))
-    ax.text(
+    note(
+        ax,
         7.3,
         -0.45,
         "cached per token and layer: Dc + Dr numbers, against 2 H Dk for multi-head attention",
-        ha="center",
-        fontsize=9,
-        style="italic",
     )
     return fig

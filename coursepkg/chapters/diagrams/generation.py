@@ -9,7 +9,7 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Circle
 
-from coursepkg.chapters.diagrams.primitives import PALETTE, arrow, box, canvas, grid
+from coursepkg.chapters.diagrams.primitives import PALETTE, arrow, box, canvas, grid, note
 from coursepkg.masks import causal_mask
 
 __all__ = [
@@ -219,14 +219,7 @@ def residual_stream_diagram(layers: int = 2) -> Figure:
         ax.text(x + 0.7, y, "+", ha="center", va="center", fontsize=10, zorder=4)
         arrow(ax, (x + 0.6, 1.95), (x + 0.7, y + 0.2))
     box(ax, width - 1.0, y, 1.6, 0.6, "unembedding", "output")
-    ax.text(
-        width / 2,
-        -0.1,
-        "the stream: (B, T, D), the same width from first layer to last",
-        ha="center",
-        fontsize=9,
-        style="italic",
-    )
+    note(ax, width / 2, -0.1, "the stream: (B, T, D), the same width from first layer to last")
     return fig
 
 

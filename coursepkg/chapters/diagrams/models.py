@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from coursepkg.chapters.diagrams.primitives import PALETTE, arrow, box, canvas, shape
+from coursepkg.chapters.diagrams.primitives import PALETTE, arrow, box, canvas, note, shape
 
 __all__ = [
     "dense_vs_routed_diagram",
@@ -51,14 +51,7 @@ def training_step_diagram() -> Figure:
     )
     roles = ("tensor", "attention", "output", "ffn", "norm", "state")
     _chain(ax, labels, 1.0, 1.2, 2.3, 0.6, roles)
-    ax.text(
-        8.5,
-        -0.6,
-        "then the schedule sets the next step's learning rate",
-        ha="center",
-        fontsize=9,
-        style="italic",
-    )
+    note(ax, 8.5, -0.6, "then the schedule sets the next step's learning rate")
     return fig
 
 
@@ -126,14 +119,12 @@ def greedy_trap_diagram(first=(0.6, 0.4), second=((0.4, 0.3), (0.9, 0.1))) -> Fi
                 else (PALETTE["blue"] if k == best else "#333333")
             )
             arrow(ax, (5.5, y), (7.5, yy), colour=colour)
-    ax.text(
+    note(
+        ax,
         7.0,
         -0.9,
         f"red: greedy ({products[greedy]:.2f}); green box, blue arrow: the best "
         f"sequence ({products[best]:.2f})",
-        ha="center",
-        fontsize=9,
-        style="italic",
     )
     return fig
 
@@ -163,14 +154,7 @@ def mlm_corruption_diagram(chosen: float = 0.15, mask: float = 0.8, random: floa
         label = f"{name}: {share:.0%} of those\n= {chosen * share:.1%} of all"
         box(ax, 2.4 + 4.6 * i, 1.2, 4.4, 0.8, label, role)
     arrow(ax, (start + 7.0 * chosen, 2.45), (7.0, 1.65))
-    ax.text(
-        7.0,
-        0.1,
-        "the loss is taken at the chosen positions only",
-        ha="center",
-        fontsize=9,
-        style="italic",
-    )
+    note(ax, 7.0, 0.1, "the loss is taken at the chosen positions only")
     return fig
 
 
@@ -194,14 +178,7 @@ def next_token_diagram(text: str = "to be or") -> Figure:
         box(ax, x, 2.0, 1.2, 0.6, shown[i], "embed")
         box(ax, x, 0.4, 1.2, 0.6, shown[i + 1], "output")
         arrow(ax, (x, 1.68), (x, 0.72))
-    ax.text(
-        0.7 * n,
-        -0.35,
-        f"{n - 1} predictions from one window of {n} characters",
-        ha="center",
-        fontsize=9,
-        style="italic",
-    )
+    note(ax, 0.7 * n, -0.35, f"{n - 1} predictions from one window of {n} characters")
     return fig
 
 
@@ -275,14 +252,7 @@ def logit_lens_diagram(n_layers: int = 4) -> Figure:
         arrow(ax, (7.9, y), (8.8, y))
         if k:
             arrow(ax, (2.0, y - 0.75), (2.0, y - 0.35))
-    ax.text(
-        6.0,
-        1.1 * n_layers + 0.9,
-        "the last row is the model's own output",
-        ha="center",
-        fontsize=9,
-        style="italic",
-    )
+    note(ax, 6.0, 1.1 * n_layers + 0.9, "the last row is the model's own output")
     return fig
 
 
@@ -316,14 +286,7 @@ def ffn_memory_diagram(d_model: int = 4, d_ff: int = 6, fired: int = 2) -> Figur
         arrow(ax, (6.1, y), (8.1, y), lw=1.8 if strong else 0.6)
         arrow(ax, (9.9, y), (12.0, 2.4), lw=1.8 if strong else 0.6)
     box(ax, 13.1, 2.4, 2.0, 0.9, "written\nback", "output")
-    ax.text(
-        7.1,
-        -0.35,
-        "key u: column u of W1;  value u: row u of W2;  weight: ReLU(x . key u)",
-        ha="center",
-        fontsize=9,
-        style="italic",
-    )
+    note(ax, 7.1, -0.35, "key u: column u of W1;  value u: row u of W2;  weight: ReLU(x . key u)")
     return fig
 
 
@@ -355,14 +318,7 @@ def dense_vs_routed_diagram(n_experts: int = 8, top_k: int = 2) -> Figure:
         ha="center",
         fontsize=9,
     )
-    ax.text(
-        7.0,
-        -0.4,
-        "lit: the experts the router picked for one token",
-        ha="center",
-        fontsize=9,
-        style="italic",
-    )
+    note(ax, 7.0, -0.4, "lit: the experts the router picked for one token")
     return fig
 
 
@@ -388,12 +344,10 @@ def dpo_pair_diagram() -> Figure:
     arrow(ax, (7.1, 2.1), (8.2, 1.7))
     arrow(ax, (7.1, 0.9), (8.2, 1.3))
     arrow(ax, (11.8, 1.5), (12.4, 1.5))
-    ax.text(
+    note(
+        ax,
         7.0,
         -0.5,
         "ratio: an answer's log-probability under the policy minus under the reference",
-        ha="center",
-        fontsize=9,
-        style="italic",
     )
     return fig

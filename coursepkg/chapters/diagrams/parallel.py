@@ -11,7 +11,7 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from coursepkg.chapters.diagrams.primitives import COLOURS, PALETTE, arrow, box, canvas
+from coursepkg.chapters.diagrams.primitives import COLOURS, PALETTE, arrow, box, canvas, note
 
 __all__ = [
     "SHARDED",
@@ -100,14 +100,7 @@ def sharding_diagram(ranks: int = 2) -> Figure:
             va="center",
             fontsize=9,
         )
-    ax.text(
-        9.8,
-        bottom - 1.9,
-        "P parameters, G gradients, O optimizer state (Adam's m and v)",
-        ha="center",
-        fontsize=9,
-        style="italic",
-    )
+    note(ax, 9.8, bottom - 1.9, "P parameters, G gradients, O optimizer state (Adam's m and v)")
     return fig
 
 

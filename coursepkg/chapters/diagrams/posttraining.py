@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from torch import nn
 
-from coursepkg.chapters.diagrams.primitives import COLOURS, arrow, box, canvas
+from coursepkg.chapters.diagrams.primitives import COLOURS, arrow, box, canvas, note
 from coursepkg.posttrain.lora import LoRALinear
 
 __all__ = ["EXAMPLE", "LOSS_MASK_FILLS", "lora_diagram", "loss_mask_diagram"]
@@ -110,13 +110,11 @@ def lora_diagram(d_in: int = 64, d_out: int = 64, r: int = 4, alpha: float = 8.0
     arrow(ax, (8.5, 0.7), (9.1, 0.7))
     arrow(ax, (10.7, 0.9), (11.0, 1.8))
     arrow(ax, (11.6, 2.2), (12.5, 2.2))
-    ax.text(
+    note(
+        ax,
         7.0,
         -0.65,
         f"trained: {trained} numbers (r (in + out)); frozen: {frozen}. B starts at zero, so "
         "y = x W at step 0",
-        ha="center",
-        fontsize=9,
-        style="italic",
     )
     return fig

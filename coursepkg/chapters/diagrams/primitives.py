@@ -1,4 +1,5 @@
-"""The drawing pieces every diagram shares: a canvas, boxes, arrows, shape notes and grids.
+"""The drawing pieces every diagram shares: a canvas, boxes, arrows, shape notes, italic notes
+and grids.
 
 Colours come from the Okabe-Ito palette, which stays distinguishable under the common colour
 vision deficiencies; every box also carries a text label, so no meaning rests on colour alone.
@@ -11,7 +12,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
-__all__ = ["COLOURS", "PALETTE", "arrow", "box", "canvas", "grid", "shape"]
+__all__ = ["COLOURS", "PALETTE", "arrow", "box", "canvas", "grid", "note", "shape"]
 
 # Okabe-Ito, by name: the strong colours for lines and marks.
 PALETTE = {
@@ -103,6 +104,19 @@ def arrow(ax: Axes, start, end, style="-|>", colour="#333333", rad=0.0, lw=1.1, 
 def shape(ax: Axes, x: float, y: float, text: str, ha: str = "left", size: float = 9.0) -> None:
     """A shape annotation such as ``(B, S, D)`` in monospace, next to an arrow."""
     ax.text(x, y, text, ha=ha, va="center", fontsize=size, family="monospace", color="#1f4e8c")
+
+
+def note(ax: Axes, x: float, y: float, text: str, size: float = 9.0) -> None:
+    """An italic note centred on (x, y): what the reader should see in the drawing.
+
+    Args:
+        ax: the axes.
+        x: the note's horizontal centre, in drawing units.
+        y: its text baseline (matplotlib's default vertical alignment), in drawing units.
+        text: the note (``\n`` between lines).
+        size: the font size in points.
+    """
+    ax.text(x, y, text, ha="center", fontsize=size, style="italic")
 
 
 def grid(ax: Axes, cells, x0: float, y0: float, colours: dict, cell: float = 0.4) -> int:

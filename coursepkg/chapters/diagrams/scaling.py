@@ -11,7 +11,7 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Circle, Rectangle
 
-from coursepkg.chapters.diagrams.primitives import PALETTE, arrow, box, canvas, grid
+from coursepkg.chapters.diagrams.primitives import PALETTE, arrow, box, canvas, grid, note
 from coursepkg.config import TransformerConfig
 from coursepkg.masks import causal_mask
 from coursepkg.params import layer_breakdown, parameter_breakdown
@@ -111,14 +111,12 @@ def tiled_attention_diagram(blocks: int = 4, row: int = 1, done: int = 2) -> Fig
             size=9,
         )
     arrow(ax, (done + 0.5, blocks - row - 0.5), (7.9, blocks - 0.5 - 1.15 * done), rad=0.15)
-    ax.text(
+    note(
+        ax,
         7.0,
         -1.3,
         "per tile: m grows to the new max, l and O are rescaled by exp(m_old - m)\n"
         "and the tile's terms added; at the end O / l is the exact output",
-        ha="center",
-        fontsize=9,
-        style="italic",
     )
     return fig
 
@@ -221,14 +219,7 @@ def norm_placement_diagram() -> Figure:
         ax.plot([x, x - 2.0, x - 2.0], [0.55, 0.55, plus], color=skip, lw=2.5, zorder=1)
         arrow(ax, (x - 2.0, plus), (x - 0.3, plus), colour=skip, lw=2.5)
         ax.text(x, 5.75, "x out", ha="center", va="bottom", fontsize=9)
-    ax.text(
-        7.0,
-        -0.5,
-        "green: the skip path; pre-norm leaves it free of any norm, end to end",
-        ha="center",
-        fontsize=9,
-        style="italic",
-    )
+    note(ax, 7.0, -0.5, "green: the skip path; pre-norm leaves it free of any norm, end to end")
     return fig
 
 

@@ -13,7 +13,7 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Circle, Rectangle
 
-from coursepkg.chapters.diagrams.primitives import PALETTE, arrow, box, canvas, grid
+from coursepkg.chapters.diagrams.primitives import PALETTE, arrow, box, canvas, grid, note
 from coursepkg.masks import causal_mask
 
 __all__ = [
@@ -115,13 +115,11 @@ def qkv_lookup_diagram(scores=(0.3, 2.0, 0.8, -0.6)) -> Figure:
         box(ax, 11.0, y, 1.3, 0.6, f"v{r + 1}", "ffn")
         arrow(ax, (11.65, y), (12.6, top - (n - 1) / 2), colour=PALETTE["grey"], lw=0.8)
     box(ax, 13.3, top - (n - 1) / 2, 1.4, 0.9, "sum of\nw x v", "output")
-    ax.text(
+    note(
+        ax,
         7.0,
         -0.45,
         "s = q.k / sqrt(Dk); a hard lookup returns one value, attention blends them all",
-        ha="center",
-        fontsize=9,
-        style="italic",
     )
     return fig
 
@@ -270,22 +268,8 @@ def teacher_forcing_diagram(length: int = 4) -> Figure:
                     rad=-0.25,
                     ls="--",
                 )
-    ax.text(
-        2.0 * length / 2,
-        3.35,
-        "all L positions in one pass, each reads the true prefix",
-        ha="center",
-        fontsize=9,
-        style="italic",
-    )
-    ax.text(
-        2.0 * length / 2,
-        -0.15,
-        "L passes, each reads the model's own previous guess",
-        ha="center",
-        fontsize=9,
-        style="italic",
-    )
+    note(ax, 2.0 * length / 2, 3.35, "all L positions in one pass, each reads the true prefix")
+    note(ax, 2.0 * length / 2, -0.15, "L passes, each reads the model's own previous guess")
     return fig
 
 

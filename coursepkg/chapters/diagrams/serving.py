@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from matplotlib.figure import Figure
 
-from coursepkg.chapters.diagrams.primitives import COLOURS, canvas, grid
+from coursepkg.chapters.diagrams.primitives import COLOURS, canvas, grid, note
 from coursepkg.masks import PackedMask
 from coursepkg.serving.paged import BlockTable, PagedKVCache
 
@@ -191,12 +191,10 @@ def packed_mask_diagram(
     ax.text(-0.2, -rows * cell / 2, "new\ntokens\n(L)", ha="right", va="center", fontsize=9)
     ax.text(cols * cell / 2, 0.35, "keys (S), request after request", ha="center", fontsize=9)
     kept = int(dense.sum())
-    ax.text(
+    note(
+        ax,
         cols * cell / 2,
         -rows * cell - 0.45,
         f"{kept} of {rows * cols} scores are kept; attending by request computes little more",
-        ha="center",
-        fontsize=9,
-        style="italic",
     )
     return fig

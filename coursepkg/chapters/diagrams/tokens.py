@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from coursepkg.chapters.diagrams.primitives import box, canvas
+from coursepkg.chapters.diagrams.primitives import box, canvas, note
 from coursepkg.tokenizer import bytes_to_unicode, pretokenize
 
 __all__ = [
@@ -37,14 +37,7 @@ def pretokens_diagram(text: str = "Hello world's 2024!") -> Figure:
         width = 13.6 * len(chunk) / total
         box(ax, x + width / 2, 1.0, max(width - 0.15, 0.5), 0.8, chunk.replace(" ", "_"), "embed")
         x += width
-    ax.text(
-        7.0,
-        -0.3,
-        f"{len(chunks)} pre-tokens ( _ is a space)",
-        ha="center",
-        fontsize=9,
-        style="italic",
-    )
+    note(ax, 7.0, -0.3, f"{len(chunks)} pre-tokens ( _ is a space)")
     return fig
 
 
@@ -82,12 +75,5 @@ def bytes_diagram(text: str = "café") -> Figure:
             label = f"{b}\n{shown}"
             box(ax, x + 0.75, 0.8, 1.3, 0.9, label, "state" if len(raw) > 1 else "stack")
             x += 1.5
-    ax.text(
-        0.75 * len(data),
-        -0.5,
-        f"{len(text)} characters, {len(data)} bytes",
-        ha="center",
-        fontsize=9,
-        style="italic",
-    )
+    note(ax, 0.75 * len(data), -0.5, f"{len(text)} characters, {len(data)} bytes")
     return fig

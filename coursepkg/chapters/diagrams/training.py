@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from coursepkg.chapters.diagrams.primitives import PALETTE, arrow, box, canvas
+from coursepkg.chapters.diagrams.primitives import PALETTE, arrow, box, canvas, note
 
 __all__ = ["CHECKPOINT_PARTS", "checkpoint_diagram", "ddp_diagram", "weight_tying_diagram"]
 
@@ -44,13 +44,11 @@ def weight_tying_diagram() -> Figure:
     ax.text(12.0, 2.2, "score every token", ha="right", fontsize=9)
     arrow(ax, (5.3, 2.6), (3.3, 3.6), colour=PALETTE["blue"], lw=1.6)
     arrow(ax, (8.7, 2.6), (10.5, 3.6), colour=PALETTE["blue"], lw=1.6)
-    ax.text(
+    note(
+        ax,
         7.0,
         -0.4,
         "V x D parameters stored once; a token's input and output vectors are the same row",
-        ha="center",
-        fontsize=9,
-        style="italic",
     )
     return fig
 
