@@ -292,7 +292,7 @@ def measure_roofline(
 ) -> Roofline:
     """The machine's roofs and ``lm``'s decoding steps at ``batches`` (see
     :func:`decode_points`; ``mib`` is the copy's size, :func:`stream_copy_bandwidth`)."""
-    bandwidth = stream_copy_bandwidth(mib, rounds + 2)
+    bandwidth = stream_copy_bandwidth(mib, 10)  # a copy is short: more rounds, a surer best
     peak = matmul_peak_flops()
     points = decode_points(lm, batches, context, steps, rounds)
     return Roofline(bandwidth, peak, tuple(points))
@@ -328,6 +328,7 @@ def draw_roofline(ax: Axes, roofline: Roofline, extra: Sequence[RooflinePoint] =
     marked = [(p, "o") for p in roofline.points] + [(p, "s") for p in extra]
     for (point, marker), colour in zip(marked, itertools.cycle(colours)):
         ax.loglog(point.intensity, point.flops_per_s, marker, color=colour, ms=8, label=point.label)
+    ax.set_ylim(top=2 * roofline.peak_flops)  # room for the flat roof's label
     ax.set_xlabel("arithmetic intensity (FLOP per byte read)")
     ax.set_ylabel("attained FLOP/s")
     ax.legend(fontsize=9, loc="lower right")
