@@ -17,7 +17,13 @@ with ``coursepkg.chapters.roofline`` (the serving chapter's page calls the same 
   those bytes per second reach (target >= 50% in fp32);
 * the same step at batch 4 and 16 (fp32, ``--batches``): the weights are read once per step
   for all rows, so the intensity grows with the batch and the step moves from the bandwidth
-  roof towards the arithmetic one.
+  roof towards the arithmetic one;
+* the peer that says where a batch-1 step loses time against streaming its weights: the bare
+  matrix-vector products of the step (every linear layer's weight and the output layer, in the
+  model's order, on a random vector), timed alternately with the step in the same rounds; the
+  step's time over theirs is the cost of everything else (attention over the cache, norms,
+  activations, the argmax, Python). ``--profile`` also prints the step's operators
+  (torch.profiler, self CPU time).
 
 Writes the roofline (intensity against attained FLOP/s, log-log) to ``--png``.
 Threads: ``--threads`` (2 by default, this machine's cores). Clock: wall time (a bandwidth
@@ -33,11 +39,13 @@ import sys
 from pathlib import Path
 
 import torch
+from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import setup_threads  # noqa: E402
 
 from coursepkg import DecoderOnlyLM  # noqa: E402
+from coursepkg.chapters.measure import best_seconds  # noqa: E402
 from coursepkg.chapters.roofline import (  # noqa: E402
     decode_points,
     draw_roofline,
@@ -54,6 +62,44 @@ def report(point, bandwidth: float, target: bool) -> str:
             f"at {point.intensity:.2f} FLOP/byte")  # fmt: skip
 
 
+def step_against_matmuls(lm, context: int, steps: int, rounds: int) -> dict[str, float]:
+    """Seconds of one batch-1 decoding step and of its bare matrix-vector products, best of
+    ``rounds`` calls of ``steps`` each, timed alternately."""
+    prompt = torch.randint(0, lm.config.vocab_size, (1, context))
+    weights = [(m.weight, m.bias) for m in lm.modules() if isinstance(m, torch.nn.Linear)]
+    vectors = {w.size(1): torch.ones(1, 1, w.size(1)) for w, _ in weights}  # (1, 1, in)
+    with torch.inference_mode():
+        cache = lm.new_cache(capacity=context + 1 + rounds * steps)
+        state = [lm(prompt, cache=cache)[:, -1:].argmax(-1)]  # (1, 1)
+
+        def step() -> None:
+            for _ in range(steps):
+                state[0] = lm(state[0], cache=cache)[:, -1:].argmax(-1)  # (1, 1)
+
+        def matmuls() -> None:
+            for _ in range(steps):
+                for weight, bias in weights:
+                    F.linear(vectors[weight.size(1)], weight, bias)  # (1, 1, out)
+
+        seconds = best_seconds({"step": step, "matmuls": matmuls}, rounds)
+    return {name: s / steps for name, s in seconds.items()}
+
+
+def profile_step(lm, context: int, steps: int) -> str:
+    """The operators of ``steps`` batch-1 decoding steps, by self CPU time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    prompt = torch.randint(0, lm.config.vocab_size, (1, context))
+    with torch.inference_mode():
+        cache = lm.new_cache(capacity=context + steps + 1)
+        token = lm(prompt, cache=cache)[:, -1:].argmax(-1)  # (1, 1)
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            for _ in range(steps):
+                token = lm(token, cache=cache)[:, -1:].argmax(-1)  # (1, 1)
+    averages = prof.key_averages(group_by_input_shape=True)
+    return averages.table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=40)
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -62,6 +108,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--mib", type=int, default=512)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batches", type=int, nargs="*", default=[4, 16])
+    parser.add_argument("--profile", action="store_true", help="print a step's operators")
     parser.add_argument(
         "--png", type=Path, default=Path(__file__).parent / "figures" / "decode_roofline.png"
     )
@@ -76,6 +123,12 @@ def main(argv=None) -> dict:
           f"fp32 matmul peak {peak:.1f} GFLOP/s; {args.threads} threads")  # fmt: skip
     for point in roof.points:
         print(report(point, roof.bandwidth, point.batch == 1))
+    peer = step_against_matmuls(lm, args.context, args.steps, args.rounds)
+    print(f"  fp32 batch-1 step {1e3 * peer['step']:.2f} ms against its bare matrix-vector "
+          f"products {1e3 * peer['matmuls']:.2f} ms, alternated: the rest costs "
+          f"{100 * (peer['step'] / peer['matmuls'] - 1):.0f}% more")  # fmt: skip
+    if args.profile:
+        print(profile_step(lm, args.context, args.steps))
     half = lm.to(torch.bfloat16)  # last: the conversion is in place
     (bf16,) = decode_points(half, [1], args.context, args.steps, args.rounds, label="bf16")
     print(report(bf16, roof.bandwidth, False))
