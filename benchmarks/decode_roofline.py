@@ -11,10 +11,10 @@ with ``coursepkg.chapters.roofline`` (the serving chapter's page calls the same 
 * coursepkg's ``DecoderOnlyLM`` of GPT-2 small's shape (12 layers, D=768, 12 heads, F=3072,
   V=50,257, tied head; ``roofline.gpt2_small_config``, random weights, nothing downloaded)
   decoding one token at a time from a KV cache holding ``--context`` positions, in fp32 and in
-  bf16: the time per token (best of rounds of ``--steps`` steps), the bytes a token must read
-  (``roofline.decode_step_bytes``: every weight, the tied embedding once as the output layer,
-  one position row, and the cache's keys and values) and the share of the measured bandwidth
-  those bytes per second reach (target >= 50% in fp32);
+  bf16: the time per token (the best of ``--rounds`` x ``--steps`` steps timed one by one),
+  the bytes a token must read (``roofline.decode_step_bytes``: every weight, the tied
+  embedding once as the output layer, one position row, and the cache's keys and values) and
+  the share of the measured bandwidth those bytes per second reach (target >= 50% in fp32);
 * the same step at batch 4 and 16 (fp32, ``--batches``): the weights are read once per step
   for all rows, so the intensity grows with the batch and the step moves from the bandwidth
   roof towards the arithmetic one;
@@ -64,25 +64,22 @@ def report(point, bandwidth: float, target: bool) -> str:
 
 def step_against_matmuls(lm, context: int, steps: int, rounds: int) -> dict[str, float]:
     """Seconds of one batch-1 decoding step and of its bare matrix-vector products, best of
-    ``rounds`` calls of ``steps`` each, timed alternately."""
+    ``rounds`` x ``steps`` of each, timed one by one, alternately."""
     prompt = torch.randint(0, lm.config.vocab_size, (1, context))
     weights = [(m.weight, m.bias) for m in lm.modules() if isinstance(m, torch.nn.Linear)]
     vectors = {w.size(1): torch.ones(1, 1, w.size(1)) for w, _ in weights}  # (1, 1, in)
     with torch.inference_mode():
-        cache = lm.new_cache(capacity=context + 1 + rounds * steps)
+        cache = lm.new_cache(capacity=context + 1 + rounds * steps)  # one step a call
         state = [lm(prompt, cache=cache)[:, -1:].argmax(-1)]  # (1, 1)
 
         def step() -> None:
-            for _ in range(steps):
-                state[0] = lm(state[0], cache=cache)[:, -1:].argmax(-1)  # (1, 1)
+            state[0] = lm(state[0], cache=cache)[:, -1:].argmax(-1)  # (1, 1)
 
         def matmuls() -> None:
-            for _ in range(steps):
-                for weight, bias in weights:
-                    F.linear(vectors[weight.size(1)], weight, bias)  # (1, 1, out)
+            for weight, bias in weights:
+                F.linear(vectors[weight.size(1)], weight, bias)  # (1, 1, out)
 
-        seconds = best_seconds({"step": step, "matmuls": matmuls}, rounds)
-    return {name: s / steps for name, s in seconds.items()}
+        return best_seconds({"step": step, "matmuls": matmuls}, rounds * steps)
 
 
 def profile_step(lm, context: int, steps: int) -> str:

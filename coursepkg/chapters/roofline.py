@@ -13,8 +13,8 @@ once for all B rows, so the intensity grows with B and the step climbs towards t
 - :func:`decode_step_bytes` and :func:`decode_step_flops`: what one decoding step must read and
   compute, counted from the model (the tied output layer once, the key/value cache per row).
 - :func:`decode_points` times decoding steps at several batch sizes; :func:`measure_roofline`
-  does all of it in one call (the page's and ``benchmarks/decode_roofline.py``'s), and
-  :func:`draw_roofline` draws the result.
+  does all of it in one call (the page's and ``benchmarks/decode_roofline.py``'s), the copy
+  timed beside the steps in the same rounds, and :func:`draw_roofline` draws the result.
 
 Timings are wall-clock seconds on whatever machine runs them (a bandwidth needs the wall
 clock); nothing here asserts an order or a share.
@@ -25,7 +25,7 @@ Dimension legend: B batch, S cached positions, D ``d_model``, V vocabulary.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -73,11 +73,16 @@ def stream_copy_bandwidth(mib: int = 512, rounds: int = 5) -> float:
     Returns:
         The measured bandwidth in bytes per second.
     """
+    copy, moved = _copy_call(mib)
+    return moved / best_seconds({"copy": copy}, rounds)["copy"]
+
+
+def _copy_call(mib: int) -> tuple[Callable[[], object], int]:
+    # STREAM's copy of two mib MiB float32 tensors, and the bytes it moves (read + write).
     src = torch.randn(mib * 2**18)  # mib MiB of float32
     dst = torch.empty_like(src)
     dst.copy_(src)  # touch every page once, so the timed copies do not fault them in
-    seconds = best_seconds({"copy": lambda: dst.copy_(src)}, rounds)["copy"]
-    return 2 * src.numel() * src.element_size() / seconds
+    return (lambda: dst.copy_(src)), 2 * src.numel() * src.element_size()
 
 
 def matmul_peak_flops(size: int = 1024, rounds: int = 10) -> float:
@@ -234,24 +239,35 @@ def decode_points(
 
     Each batch size gets its own preallocated cache: one ``context``-token prompt is prefilled
     once and its cache copied to every row (the step's cost does not depend on what the cache
-    holds), then one untimed step. A timed call runs ``steps`` steps; the rounds time every
-    batch size in turn (:func:`~coursepkg.chapters.measure.best_seconds`), and the best call
-    over ``steps`` is a step's time. The bytes and FLOPs are counted at the middle of the
-    timed steps' context (the cache grows by one a step).
+    holds), then one untimed step. Then ``rounds`` x ``steps`` steps are timed one by one,
+    every batch size in turn (:func:`~coursepkg.chapters.measure.best_seconds`), and the best
+    is a step's time: on a shared machine a single step is more often left undisturbed than a
+    run of several (the copy is timed alike, one copy at a time). The bytes and FLOPs are
+    counted at the middle of the timed steps' context (the cache grows by one a step).
 
     Args:
         lm: the model, in eval mode and the dtype to measure.
         batches: the batch sizes.
         context: the prompt's length.
-        steps: decoding steps per timed call.
-        rounds: timed calls per batch size.
+        steps: with ``rounds``, how many steps are timed per batch size (``rounds * steps``).
+        rounds: see ``steps``.
         label: the points' label, before ", batch B".
 
     Returns:
         One :class:`RooflinePoint` per batch size, in order.
     """
+    with torch.inference_mode():
+        seconds = best_seconds(_step_calls(lm, batches, context, rounds * steps), rounds * steps)
+    return _points(lm, batches, seconds, context + 1 + (rounds * steps + 1) // 2, label)
+
+
+def _step_calls(
+    lm: DecoderOnlyLM, batches: Sequence[int], context: int, n_steps: int
+) -> dict[Hashable, Callable[[], object]]:
+    # batch -> one decoding step of that batch, from its own cache of a prefilled prompt (after
+    # one untimed step), with room for n_steps more; call under inference_mode.
     prompt = torch.randint(0, lm.config.vocab_size, (1, context))  # (1, S)
-    capacity = context + 1 + rounds * steps
+    capacity = context + 1 + n_steps
 
     def stepper(batch: int):
         cache = lm.new_cache(capacity=capacity)
@@ -261,20 +277,22 @@ def decode_points(
         state = [lm(token, cache=cache)[:, -1:].argmax(-1)]  # (B, 1): the untimed step
 
         def run() -> None:
-            for _ in range(steps):
-                state[0] = lm(state[0], cache=cache)[:, -1:].argmax(-1)  # (B, 1)
+            state[0] = lm(state[0], cache=cache)[:, -1:].argmax(-1)  # (B, 1)
 
         return run
 
-    with torch.inference_mode():
-        calls = {b: stepper(b) for b in batches}
-        seconds = best_seconds(calls, rounds)
-    middle = context + 1 + (rounds * steps + 1) // 2
+    return {b: stepper(b) for b in batches}
+
+
+def _points(
+    lm: DecoderOnlyLM, batches: Sequence[int], seconds: dict, middle: int, label: str
+) -> list[RooflinePoint]:
+    # The measured steps as points, their bytes and FLOPs counted at context ``middle``.
     return [
         RooflinePoint(
             f"{label}, batch {b}",
             b,
-            seconds[b] / steps,
+            seconds[b],
             decode_step_bytes(lm, b, middle),
             decode_step_flops(lm, b, middle),
         )
@@ -291,11 +309,19 @@ def measure_roofline(
     mib: int = 512,
 ) -> Roofline:
     """The machine's roofs and ``lm``'s decoding steps at ``batches`` (see
-    :func:`decode_points`; ``mib`` is the copy's size, :func:`stream_copy_bandwidth`)."""
-    bandwidth = stream_copy_bandwidth(mib, 10)  # a copy is short: more rounds, a surer best
+    :func:`decode_points`; ``mib`` is the copy's size, :func:`stream_copy_bandwidth`).
+
+    The copy is timed in the same rounds as the steps, one copy beside each step of every
+    batch size: on a shared machine the bandwidth and the steps then meet the same load.
+    """
     peak = matmul_peak_flops()
-    points = decode_points(lm, batches, context, steps, rounds)
-    return Roofline(bandwidth, peak, tuple(points))
+    n = rounds * steps
+    copy, moved = _copy_call(mib)
+    with torch.inference_mode():
+        calls = {"copy": copy, **_step_calls(lm, batches, context, n)}
+        seconds = best_seconds(calls, n)
+    points = _points(lm, batches, seconds, context + 1 + (n + 1) // 2, "fp32")
+    return Roofline(moved / seconds["copy"], peak, tuple(points))
 
 
 def draw_roofline(ax: Axes, roofline: Roofline, extra: Sequence[RooflinePoint] = ()) -> None:
