@@ -2,21 +2,28 @@
 
 Batch-1 decoding reads every weight once per token and does two FLOPs per weight read (one
 multiply-add), an arithmetic intensity of 0.5 FLOP/byte in fp32: far below what the CPU's
-arithmetic could sustain, so its speed limit is memory bandwidth. This measures, in one run:
+arithmetic could sustain, so its speed limit is memory bandwidth. This measures, in one run,
+with ``coursepkg.chapters.roofline`` (the serving chapter's page calls the same functions):
 
 * the machine's memory bandwidth, STREAM's copy: ``dst.copy_(src)`` of two ``--mib`` MiB fp32
   tensors (larger than the L3 cache), counted as 2 x the size (read + write), best of rounds;
-* the fp32 matmul peak (``common.matmul_peak_flops``), the roof's flat part;
+* the fp32 matmul peak (``roofline.matmul_peak_flops``), the roof's flat part;
 * coursepkg's ``DecoderOnlyLM`` of GPT-2 small's shape (12 layers, D=768, 12 heads, F=3072,
-  V=50,257, tied head; random weights from ``transformers.GPT2Config()``, nothing downloaded)
+  V=50,257, tied head; ``roofline.gpt2_small_config``, random weights, nothing downloaded)
   decoding one token at a time from a KV cache holding ``--context`` positions, in fp32 and in
-  bf16: the time per token (best of rounds of ``--steps`` steps), the bytes a token must read
-  (every weight, the tied embedding once as the output layer, one position row, and the cache's
-  keys and values: 2 x layers x S x D elements) and the share of the measured bandwidth those
-  bytes per second reach (target >= 50% in fp32);
+  bf16: the time per token (the best of ``--rounds`` x ``--steps`` steps timed one by one),
+  the bytes a token must read (``roofline.decode_step_bytes``: every weight, the tied
+  embedding once as the output layer, one position row, and the cache's keys and values) and
+  the share of the measured bandwidth those bytes per second reach (target >= 50% in fp32);
 * the same step at batch 4 and 16 (fp32, ``--batches``): the weights are read once per step
   for all rows, so the intensity grows with the batch and the step moves from the bandwidth
-  roof towards the arithmetic one.
+  roof towards the arithmetic one;
+* the peer that says where a batch-1 step loses time against streaming its weights: the bare
+  matrix-vector products of the step (every linear layer's weight and the output layer, in the
+  model's order, on a random vector), timed alternately with the step in the same rounds; the
+  step's time over theirs is the cost of everything else (attention over the cache, norms,
+  activations, the argmax, Python). ``--profile`` also prints the step's operators
+  (torch.profiler, self CPU time).
 
 Writes the roofline (intensity against attained FLOP/s, log-log) to ``--png``.
 Threads: ``--threads`` (2 by default, this machine's cores). Clock: wall time (a bandwidth
@@ -28,94 +35,66 @@ Run: ``.venv/bin/python benchmarks/decode_roofline.py [--rounds N] [--png PATH]`
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import time
 from pathlib import Path
 
 import torch
+from torch.nn import functional as F
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import matmul_peak_flops, setup_threads  # noqa: E402
+from common import setup_threads  # noqa: E402
+
+from coursepkg import DecoderOnlyLM  # noqa: E402
+from coursepkg.chapters.measure import best_seconds  # noqa: E402
+from coursepkg.chapters.roofline import (  # noqa: E402
+    decode_points,
+    draw_roofline,
+    gpt2_small_config,
+    measure_roofline,
+)
 
 
-def stream_copy_bandwidth(mib: int, rounds: int) -> float:
-    """Bytes per second of ``dst.copy_(src)``, counted as read + write (STREAM's copy)."""
-    src = torch.randn(mib * 2**18)
-    dst = torch.empty_like(src)
-    dst.copy_(src)  # touch the pages once
-    best = float("inf")
-    for _ in range(rounds):
-        start = time.perf_counter()
-        dst.copy_(src)
-        best = min(best, time.perf_counter() - start)
-    return 2 * src.numel() * src.element_size() / best
+def report(point, bandwidth: float, target: bool) -> str:
+    return (f"  {point.label:>15}: {1e3 * point.seconds:7.2f} ms a step, "
+            f"{point.bytes / 1e6:6.1f} MB read, {point.bytes_per_s / 1e9:5.2f} GB/s = "
+            f"{100 * point.share(bandwidth):3.0f}% of the copy bandwidth"
+            f"{' (target >= 50%)' if target else ''}; {point.flops_per_s / 1e9:5.1f} GFLOP/s "
+            f"at {point.intensity:.2f} FLOP/byte")  # fmt: skip
 
 
-def gpt2_small():
-    import transformers
-
-    from coursepkg.interop import from_hf_gpt2
-
-    transformers.logging.set_verbosity_error()
-    torch.manual_seed(0)
-    return from_hf_gpt2(transformers.GPT2LMHeadModel(transformers.GPT2Config())).eval()
-
-
-def step_cost(lm, batch: int, context: int) -> tuple[float, float]:
-    """(bytes read, FLOPs) of one decoding step of ``batch`` rows at ``context`` cached positions:
-    the weights once (the position table one row a row), the cache's keys and values per row,
-    2 FLOPs per weight and row, and attention's 2 x 2 x S x D per layer and row."""
-    cfg = lm.config
-    e = next(lm.parameters()).element_size()
-    positions = lm.positions.weight
-    weights = sum(p.numel() for p in lm.parameters()) - positions.numel() + batch * cfg.d_model
-    cache = 2 * cfg.n_layers * context * cfg.d_model * batch
-    matmul = sum(
-        p.numel() for n, p in lm.named_parameters() if p.dim() == 2 and "positions" not in n
-    )
-    flops = 2 * matmul * batch + 4 * cfg.n_layers * context * cfg.d_model * batch
-    return float((weights + cache) * e), float(flops)
-
-
-def seconds_per_step(lm, batch: int, context: int, steps: int, rounds: int) -> float:
-    """Best over ``rounds`` of the mean time of ``steps`` one-token steps, after one
-    ``context``-token prompt per row fills the cache (the rounds follow one another, so the
-    cache grows by ``steps`` a round)."""
-    prompt = torch.randint(0, lm.config.vocab_size, (batch, context))
-    best = float("inf")
+def step_against_matmuls(lm, context: int, steps: int, rounds: int) -> dict[str, float]:
+    """Seconds of one batch-1 decoding step and of its bare matrix-vector products, best of
+    ``rounds`` x ``steps`` of each, timed one by one, alternately."""
+    prompt = torch.randint(0, lm.config.vocab_size, (1, context))
+    weights = [(m.weight, m.bias) for m in lm.modules() if isinstance(m, torch.nn.Linear)]
+    vectors = {w.size(1): torch.ones(1, 1, w.size(1)) for w, _ in weights}  # (1, 1, in)
     with torch.inference_mode():
-        cache = lm.new_cache(capacity=context + rounds * steps)
-        token = lm(prompt, cache=cache)[:, -1:].argmax(-1)  # (B, 1)
-        for _ in range(rounds):
-            start = time.perf_counter()
+        cache = lm.new_cache(capacity=context + 1 + rounds * steps)  # one step a call
+        state = [lm(prompt, cache=cache)[:, -1:].argmax(-1)]  # (1, 1)
+
+        def step() -> None:
+            state[0] = lm(state[0], cache=cache)[:, -1:].argmax(-1)  # (1, 1)
+
+        def matmuls() -> None:
+            for weight, bias in weights:
+                F.linear(vectors[weight.size(1)], weight, bias)  # (1, 1, out)
+
+        return best_seconds({"step": step, "matmuls": matmuls}, rounds * steps)
+
+
+def profile_step(lm, context: int, steps: int) -> str:
+    """The operators of ``steps`` batch-1 decoding steps, by self CPU time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    prompt = torch.randint(0, lm.config.vocab_size, (1, context))
+    with torch.inference_mode():
+        cache = lm.new_cache(capacity=context + steps + 1)
+        token = lm(prompt, cache=cache)[:, -1:].argmax(-1)  # (1, 1)
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
             for _ in range(steps):
-                token = lm(token, cache=cache)[:, -1:].argmax(-1)  # (B, 1)
-            best = min(best, (time.perf_counter() - start) / steps)
-    return best
-
-
-def draw(path: Path, bandwidth: float, peak: float, points: list[dict]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    ridge = peak / bandwidth
-    xs = [0.05, ridge, max(1000.0, 10 * ridge)]
-    roof = f"roof: {bandwidth / 1e9:.1f} GB/s copy, {peak / 1e9:.0f} GFLOP/s matmul"
-    ax.loglog(xs, [min(peak, bandwidth * x) for x in xs], color="black", lw=1.5, label=roof)
-    for p in points:
-        ax.loglog(p["intensity"], p["flops_per_s"], p["marker"], color=p["color"], ms=8,
-                  label=p["label"])  # fmt: skip
-    ax.set_xlabel("arithmetic intensity (FLOP per byte read)")
-    ax.set_ylabel("attained FLOP/s")
-    ax.set_title("Decoding GPT-2 small on this CPU, under the roofline")
-    ax.legend(fontsize=9, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+                token = lm(token, cache=cache)[:, -1:].argmax(-1)  # (1, 1)
+    averages = prof.key_averages(group_by_input_shape=True)
+    return averages.table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=40)
 
 
 def main(argv=None) -> dict:
@@ -126,37 +105,46 @@ def main(argv=None) -> dict:
     parser.add_argument("--mib", type=int, default=512)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batches", type=int, nargs="*", default=[4, 16])
+    parser.add_argument("--profile", action="store_true", help="print a step's operators")
     parser.add_argument(
         "--png", type=Path, default=Path(__file__).parent / "figures" / "decode_roofline.png"
     )
     args = parser.parse_args(argv)
     setup_threads(args.threads)
-    bandwidth = stream_copy_bandwidth(args.mib, args.rounds + 2)
-    peak = matmul_peak_flops()
-    print(f"STREAM copy ({args.mib} MiB x 2): {bandwidth / 1e9:.2f} GB/s; "
-          f"fp32 matmul peak {peak / 1e9:.1f} GFLOP/s; {args.threads} threads")  # fmt: skip
-    lm = gpt2_small()
-    out, points = {"bandwidth": bandwidth, "peak_flops": peak}, []
-    runs = [("fp32", torch.float32, b) for b in [1, *args.batches]]
-    runs.append(("bf16", torch.bfloat16, 1))  # last: the conversion is in place
-    for name, dtype, batch in runs:
-        model = lm.to(dtype)
-        seconds = seconds_per_step(model, batch, args.context, args.steps, args.rounds)
-        read, flops = step_cost(model, batch, args.context + args.rounds * args.steps // 2)
-        share = read / seconds / bandwidth
-        row = dict(seconds=seconds, bytes=read, flops=flops, share=share,
-                   intensity=flops / read, flops_per_s=flops / seconds)  # fmt: skip
-        out[f"{name}_b{batch}"] = row
-        print(f"  {name} batch {batch:>2}: {1e3 * seconds:7.2f} ms a step, {read / 1e6:6.1f} MB "
-              f"read, {read / seconds / 1e9:5.2f} GB/s = {100 * share:3.0f}% of the copy "
-              f"bandwidth{' (target >= 50%)' if (name, batch) == ('fp32', 1) else ''}; "
-              f"{flops / seconds / 1e9:5.1f} GFLOP/s at {flops / read:.2f} FLOP/byte")  # fmt: skip
-        marker = "o" if batch == 1 else "s"
-        color = {"fp32": "#0072B2", "bf16": "#D55E00"}[name] if batch == 1 else None
-        points.append(dict(row, marker=marker, color=color, label=f"{name}, batch {batch}"))
+    torch.manual_seed(0)
+    lm = DecoderOnlyLM(gpt2_small_config()).eval()
+    batches = [1, *args.batches]
+    roof = measure_roofline(lm, batches, args.context, args.steps, args.rounds, args.mib)
+    peak = roof.peak_flops / 1e9
+    print(f"STREAM copy ({args.mib} MiB x 2): {roof.bandwidth / 1e9:.2f} GB/s; "
+          f"fp32 matmul peak {peak:.1f} GFLOP/s; {args.threads} threads")  # fmt: skip
+    for point in roof.points:
+        print(report(point, roof.bandwidth, point.batch == 1))
+    peer = step_against_matmuls(lm, args.context, args.steps, args.rounds)
+    print(f"  fp32 batch-1 step {1e3 * peer['step']:.2f} ms against its bare matrix-vector "
+          f"products {1e3 * peer['matmuls']:.2f} ms, alternated: "
+          f"{peer['step'] / peer['matmuls']:.2f} times their time")  # fmt: skip
+    if args.profile:
+        print(profile_step(lm, args.context, args.steps))
+    half = lm.to(torch.bfloat16)  # last: the conversion is in place
+    (bf16,) = decode_points(half, [1], args.context, args.steps, args.rounds, label="bf16")
+    print(report(bf16, roof.bandwidth, False))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    draw_roofline(ax, roof, [bf16])
+    ax.set_title("Decoding GPT-2 small on this CPU, under the roofline")
+    fig.tight_layout()
     args.png.parent.mkdir(parents=True, exist_ok=True)
-    draw(args.png, bandwidth, peak, points)
+    fig.savefig(args.png, dpi=110)
     print(f"  roofline written to {args.png}")
+    out = {"bandwidth": roof.bandwidth, "peak_flops": roof.peak_flops}
+    for point in (*roof.points, bf16):
+        out[point.label] = dict(seconds=point.seconds, bytes=point.bytes, flops=point.flops,
+                                share=point.share(roof.bandwidth))  # fmt: skip
     return out
 
 
