@@ -38,16 +38,26 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from queue import Empty
 from typing import Any
 
+from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning import LocalProvisioner
 from nbgrader.preprocessors import Execute
+from traitlets import Type
 
 from . import sandbox
 from .confine import die_with_parent, kernel_environment, kill_process_group_cgroup
 
-__all__ = ["ForkExecute", "ForkKernelManager", "ForkProvisioner", "ForkServer", "serve"]
+__all__ = [
+    "ForkExecute",
+    "ForkKernelManager",
+    "ForkProvisioner",
+    "ForkServer",
+    "ReadyKernelClient",
+    "serve",
+]
 
 #: The module whose ``-m`` command line the server knows how to run in a forked child.
 SANDBOX_MODULE = sandbox.MODULE
@@ -415,12 +425,70 @@ class ForkProvisioner(LocalProvisioner):
         return self.connection_info
 
 
+class ReadyKernelClient(AsyncKernelClient):
+    """jupyter_client's asynchronous kernel client, ready as soon as the kernel is.
+
+    jupyter_client's ``wait_for_ready`` asks for ``kernel_info`` until the kernel replies and
+    its iopub channel is connected, then drains iopub until no message has come for 0.2 s:
+    0.2 s of idle wait in every kernel start, once per student. Here the drain ends at the
+    last message the kernel publishes for the request it answered (ipykernel's status
+    ``busy``, the reply, status ``idle``); whatever came before it is drained, as there. A
+    startup message arriving later changes nothing: nbclient keeps only the messages whose
+    parent is the cell it runs.
+    """
+
+    async def wait_for_ready(self, timeout: float | None = None) -> None:
+        """Wait until the kernel answers ``kernel_info`` and its iopub channel is connected.
+
+        Args:
+            timeout: seconds to wait (None: no limit).
+
+        Raises:
+            RuntimeError: the kernel died or did not answer within ``timeout`` (jupyter_client's
+                messages, which the grader recognises as a failed start).
+        """
+        deadline = time.monotonic() + (float("inf") if timeout is None else timeout)
+        while True:
+            self.kernel_info()
+            try:
+                reply = await self.shell_channel.get_msg(timeout=1)
+            except Empty:
+                reply = None
+            if reply is not None and reply["msg_type"] == "kernel_info_reply":
+                if await self._idle_after(reply["parent_header"].get("msg_id")):
+                    self._handle_kernel_info_reply(reply)
+                    return
+            if not await self.is_alive():
+                raise RuntimeError("Kernel died before replying to kernel_info")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Kernel didn't respond in {timeout:.0f} seconds")
+
+    async def _idle_after(self, msg_id: str | None) -> bool:
+        """Drain iopub up to the kernel's ``idle`` status for request ``msg_id``; False when
+        iopub stays silent for 0.2 s (not connected yet: the caller asks again, as
+        jupyter_client does)."""
+        while True:
+            try:
+                msg = await self.iopub_channel.get_msg(timeout=0.2)
+            except Empty:
+                return False
+            if (
+                msg["msg_type"] == "status"
+                and msg["content"].get("execution_state") == "idle"
+                and msg["parent_header"].get("msg_id") == msg_id
+            ):
+                return True
+
+
 class ForkKernelManager(AsyncKernelManager):
-    """jupyter_client's kernel manager, with :class:`ForkProvisioner` as its provisioner.
+    """jupyter_client's kernel manager, with :class:`ForkProvisioner` as its provisioner and
+    :class:`ReadyKernelClient` as its client.
 
     It talks to its kernel over Unix sockets (transport ``ipc``) in a private folder, not TCP:
     the sandbox kernel has no network beyond the loopback of a network namespace of its own.
     """
+
+    client_factory = Type(ReadyKernelClient, klass=AsyncKernelClient, config=True)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -443,6 +511,12 @@ class ForkKernelManager(AsyncKernelManager):
                 kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self
             )
         return await super()._async_pre_start_kernel(**kw)
+
+    async def _async_wait(self, pollinterval: float = 0.1) -> None:
+        # jupyter_client polls a kernel that was asked to shut down every 0.1 s; a sandbox
+        # kernel exits within some tens of ms of the request, so polling every 0.01 s (a read
+        # of the fork server's connection, or a waitpid) ends each student's run sooner.
+        await super()._async_wait(pollinterval=min(pollinterval, 0.01))
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
         pid = getattr(self.provisioner, "pid", None)

@@ -223,6 +223,37 @@ def test_the_exit_code_of_a_kernel_reaches_its_manager(setup):
     assert not alive and code == 3
 
 
+def test_a_ready_kernel_leaves_the_first_cell_only_its_own_messages(setup):
+    """ReadyKernelClient stops draining iopub at the kernel's idle status for kernel_info,
+    not after 0.2 s of silence: nothing of the start may reach the first cell's messages."""
+
+    async def run() -> tuple[type, str, list[dict]]:
+        km = forkserver.ForkKernelManager(kernel_name=KERNEL_NAME)
+        await km.start_kernel(cwd=str(setup["work"]))
+        kc = km.client()
+        kc.start_channels()
+        try:
+            await kc.wait_for_ready(timeout=budget(60))
+            msg_id = kc.execute("print('first')")
+            seen: list[dict] = []
+            while not seen or not (
+                seen[-1]["msg_type"] == "status"
+                and seen[-1]["content"]["execution_state"] == "idle"
+                and seen[-1]["parent_header"].get("msg_id") == msg_id
+            ):
+                seen.append(await kc.iopub_channel.get_msg(timeout=budget(60)))
+            return type(kc), msg_id, seen
+        finally:
+            kc.stop_channels()
+            await km.shutdown_kernel(now=False)
+
+    kind, msg_id, seen = asyncio.run(run())
+    assert kind is forkserver.ReadyKernelClient
+    assert [m["parent_header"].get("msg_id") for m in seen] == [msg_id] * len(seen)
+    assert [m["msg_type"] for m in seen][0] == "status"  # busy: the cell's first message
+    assert "first\n" in [m["content"].get("text") for m in seen]
+
+
 def _ask(path: Path, request: dict) -> dict:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.connect(str(path))
