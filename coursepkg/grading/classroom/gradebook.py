@@ -295,8 +295,8 @@ def record(course: Course, assignment: str, answer: Any, notebooks: list[str]) -
     if answer.feedback:
         _replace_folder(course.root / "feedback" / sid / assignment, answer.feedback)
     timestamp = submitted_at(course.root, assignment, sid)
-    kept = hand_grades(course, assignment, sid)
     with course.gradebook() as gb:
+        kept = hand_grades(gb, assignment, sid)
         gb.update_or_create_student(sid)
         if timestamp is not None:
             gb.update_or_create_submission(assignment, sid, timestamp=timestamp)

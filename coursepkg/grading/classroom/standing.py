@@ -84,6 +84,7 @@ def restore(
     """
     from nbgrader.api import MissingEntry
 
+    # One gradebook for the whole restore (each opening costs an engine and a schema check).
     with course.gradebook() as gb:
         try:
             gb.remove_submission(assignment, student)
@@ -102,9 +103,8 @@ def restore(
                         nb.name, g.name
                     ]
         gb.db.commit()
-    kept = hand_grades(course, assignment, student)
-    if state.timestamp is not None:  # what the client records, whatever the job's files
-        with course.gradebook() as gb:
+        kept = hand_grades(gb, assignment, student)
+        if state.timestamp is not None:  # what the client records, whatever the job's files
             gb.update_or_create_submission(assignment, student, timestamp=state.timestamp)
     store_requests(course.url, assignment, student, list(state.requests))
     return kept
@@ -123,21 +123,21 @@ def forget(course: Any, assignment: str, student: str) -> None:
     store_requests(course.url, assignment, student, [])
 
 
-def hand_grades(course: Any, assignment: str, student: str) -> dict[tuple[str, str], tuple]:
+def hand_grades(gb: Any, assignment: str, student: str) -> dict[tuple[str, str], tuple]:
     """The grades of ``student`` a grader has settled by hand (in the formgrader), keyed by
-    (notebook, cell), with the submission's timestamp and the autograder's score then."""
+    (notebook, cell), with the submission's timestamp and the autograder's score then
+    (``gb``: an open nbgrader ``Gradebook``)."""
     from nbgrader.api import MissingEntry
 
     kept: dict[tuple[str, str], tuple] = {}
-    with course.gradebook() as gb:
-        try:
-            submission = gb.find_submission(assignment, student)
-        except MissingEntry:
-            return kept
-        for nb in submission.notebooks:
-            for grade in nb.grades:
-                if grade.manual_score is not None and not grade.needs_manual_grade:
-                    kept[nb.name, grade.name] = (submission.timestamp, grade.auto_score)
+    try:
+        submission = gb.find_submission(assignment, student)
+    except MissingEntry:
+        return kept
+    for nb in submission.notebooks:
+        for grade in nb.grades:
+            if grade.manual_score is not None and not grade.needs_manual_grade:
+                kept[nb.name, grade.name] = (submission.timestamp, grade.auto_score)
     return kept
 
 

@@ -97,7 +97,8 @@ def test_the_standing_reaches_the_private_gradebook_whole(course, tmp_path):
     with course.gradebook() as src, private.gradebook() as dst:
         gradebook.copy_assignment(src, dst, "ex01")
     kept = restore(private, "ex01", "bob", state)
-    assert kept == hand_grades(course, "ex01", "bob")
+    with course.gradebook() as gb:
+        assert kept == hand_grades(gb, "ex01", "bob")
     settle(private, "ex01", "bob", kept)
     for where in (course, private):
         with where.gradebook() as gb:
