@@ -10,6 +10,7 @@ server must refuse anyone but its parent and anything but the sandbox kernel.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -48,6 +49,22 @@ def setup(tmp_path_factory):
         os.environ.pop("JUPYTER_PATH", None)
     else:
         os.environ["JUPYTER_PATH"] = old
+
+
+@contextlib.asynccontextmanager
+async def _ready_kernel(work: Path, now: bool = False):
+    """A forked sandbox kernel started in ``work`` and ready: yields its manager and client,
+    then shuts it down (``now``: killed)."""
+    km = forkserver.ForkKernelManager(kernel_name=KERNEL_NAME)
+    await km.start_kernel(cwd=str(work))
+    kc = km.client()
+    kc.start_channels()
+    try:
+        await kc.wait_for_ready(timeout=budget(60))
+        yield km, kc
+    finally:
+        kc.stop_channels()
+        await km.shutdown_kernel(now=now)
 
 
 async def _session(work: Path, code: list[str], interrupt_when: str | None = None):
@@ -204,20 +221,12 @@ def test_an_endless_cell_is_interrupted(setup):
 
 def test_the_exit_code_of_a_kernel_reaches_its_manager(setup):
     async def run() -> tuple[bool, int | None]:
-        km = forkserver.ForkKernelManager(kernel_name=KERNEL_NAME)
-        await km.start_kernel(cwd=str(setup["work"]))
-        kc = km.client()
-        kc.start_channels()
-        try:
-            await kc.wait_for_ready(timeout=budget(60))
+        async with _ready_kernel(setup["work"], now=True) as (km, kc):
             kc.execute("import os; os._exit(3)")
             deadline = time.monotonic() + budget(60)  # a bound for a very busy machine, not a wait
             while await km.is_alive() and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             return await km.is_alive(), km.provisioner.process.poll()
-        finally:
-            kc.stop_channels()
-            await km.shutdown_kernel(now=True)
 
     alive, code = asyncio.run(run())
     assert not alive and code == 3
@@ -228,12 +237,7 @@ def test_a_ready_kernel_leaves_the_first_cell_only_its_own_messages(setup):
     not after 0.2 s of silence: nothing of the start may reach the first cell's messages."""
 
     async def run() -> tuple[type, str, list[dict]]:
-        km = forkserver.ForkKernelManager(kernel_name=KERNEL_NAME)
-        await km.start_kernel(cwd=str(setup["work"]))
-        kc = km.client()
-        kc.start_channels()
-        try:
-            await kc.wait_for_ready(timeout=budget(60))
+        async with _ready_kernel(setup["work"]) as (_, kc):
             msg_id = kc.execute("print('first')")
             seen: list[dict] = []
             while not seen or not (
@@ -243,9 +247,6 @@ def test_a_ready_kernel_leaves_the_first_cell_only_its_own_messages(setup):
             ):
                 seen.append(await kc.iopub_channel.get_msg(timeout=budget(60)))
             return type(kc), msg_id, seen
-        finally:
-            kc.stop_channels()
-            await km.shutdown_kernel(now=False)
 
     kind, msg_id, seen = asyncio.run(run())
     assert kind is forkserver.ReadyKernelClient
