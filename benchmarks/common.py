@@ -8,6 +8,11 @@ from collections.abc import Callable
 
 import torch
 
+#: The clocks a benchmark may time by: wall time, or the calling thread's CPU time (with one
+#: intra-op thread, where torch computes on the calling thread, it leaves out the time spent
+#: waiting for a core on a loaded machine).
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+
 
 def setup_threads(n: int = 2) -> None:
     """Pin intra-op threads so the numbers compare across machines with the same cores."""

@@ -245,19 +245,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import alternate, median, setup_threads, time_once  # noqa: E402
+from common import CLOCKS, alternate, median, setup_threads, time_once  # noqa: E402
 
 PROMPT = 16
 # wall: elapsed time; cpu: this thread's CPU time, which leaves out waiting for a core on a
 # loaded machine (one intra-op thread computes on the calling thread): use it with --threads 1.
-CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 SHAPE = dict(
     vocab_size=1000, hidden_size=256, intermediate_size=688, num_attention_heads=8,
     num_key_value_heads=2, tie_word_embeddings=False, max_position_embeddings=512,

@@ -9,7 +9,10 @@ Part 1, side by side in one process with 2 threads: a GPT-2-shaped model (D=256,
   and AdamW), on :class:`~coursepkg.DecoderOnlyLM`;
 - theirs: ``GPT2LMHeadModel`` (random weights from a config, no dropout), ``F.cross_entropy``,
   ``torch.nn.utils.clip_grad_norm_`` and ``torch.optim.AdamW`` in a plain loop, on the same
-  batches.
+  batches. The AdamW is the one Hugging Face's ``Trainer`` picks by default
+  (``TrainingArguments().optim``: ``adamw_torch_fused`` with torch >= 2.8, PyTorch's fused
+  kernel, on the CPU too); ``--peer-adamw plain`` gives ``torch.optim.AdamW()``'s own default
+  instead (one tensor at a time on the CPU).
 
 The two are timed alternately; the ratio is ours / theirs per step (<= 1.00: ours at least as
 fast) with tokens/s for both.
@@ -40,7 +43,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import alternate, median, setup_threads  # noqa: E402
+from common import CLOCKS, alternate, median, setup_threads  # noqa: E402
 
 from coursepkg.data.text import load_tinyshakespeare  # noqa: E402
 from coursepkg.training.data import get_batch  # noqa: E402
@@ -68,8 +71,9 @@ def _settings(folder: Path, device: str = "cpu") -> TrainSettings:
     )
 
 
-def _hf_peer(vocab_size: int, device: torch.device):
-    """GPT-2 of the same shape, random weights, no dropout, AdamW from PyTorch."""
+def _hf_peer(vocab_size: int, device: torch.device, adamw: str = "fused"):
+    """GPT-2 of the same shape, random weights, no dropout, AdamW from PyTorch: fused (the
+    ``Trainer``'s default) or ``plain`` (``torch.optim.AdamW``'s own default)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(
@@ -86,7 +90,8 @@ def _hf_peer(vocab_size: int, device: torch.device):
         eos_token_id=None,
     )
     model = GPT2LMHeadModel(config).to(device).train()
-    return model, torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
+    options = {"fused": True} if adamw == "fused" else {}
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, **options)
 
 
 def _their_step(model, optimizer, run, generator, device):
@@ -113,12 +118,15 @@ def _autocast(device: torch.device):
     return contextlib.nullcontext()
 
 
-def side_by_side(rounds: int, device: str = "cpu") -> dict:
-    """Part 1: ours vs Hugging Face's, alternately, in this process."""
+def side_by_side(
+    rounds: int, device: str = "cpu", peer_adamw: str = "fused", clock: str = "wall"
+) -> dict:
+    """Part 1: ours vs Hugging Face's (its AdamW ``peer_adamw``), alternately, in this
+    process, timed by ``clock`` (:data:`common.CLOCKS`)."""
     with tempfile.TemporaryDirectory() as tmp:
         dist = setup(device)
         run = _start(_settings(Path(tmp), device), dist, resume=False)
-        model, optimizer = _hf_peer(run.net.config.vocab_size, dist.device)
+        model, optimizer = _hf_peer(run.net.config.vocab_size, dist.device, peer_adamw)
         generator = torch.Generator().manual_seed(0)
         fns = {
             "ours": lambda: _train_step(run, 1e-3),
@@ -126,7 +134,7 @@ def side_by_side(rounds: int, device: str = "cpu") -> dict:
         }
         if dist.device.type == "cuda":
             fns = {k: _synced(f) for k, f in fns.items()}
-        times = {k: median(v) for k, v in alternate(fns, rounds, warmup=2).items()}
+        times = {k: median(v) for k, v in alternate(fns, rounds, 2, CLOCKS[clock]).items()}
         teardown()
     tokens = BATCH * BLOCK
     return {
@@ -215,23 +223,37 @@ def main(argv=None) -> dict:
     parser.add_argument("--steps", type=int, default=5, help="timed steps of each DDP run")
     parser.add_argument("--ddp-rounds", type=int, default=3, help="DDP jobs of each kind")
     parser.add_argument("--skip-ddp", action="store_true")
+    parser.add_argument(
+        "--peer-adamw",
+        choices=("fused", "plain"),
+        default="fused",
+        help="Hugging Face's side: the Trainer's default fused AdamW, or torch.optim.AdamW()",
+    )
+    parser.add_argument(
+        "--clock",
+        choices=list(CLOCKS),
+        default="wall",
+        help="part 1's clock: wall (2 threads), or cpu (1 thread, its CPU time: steadier on a "
+        "loaded machine)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         setup_threads(int(os.environ.get("TRAIN_LM_THREADS", "2")))
         worker(args.steps)
         return {}
-    setup_threads(2)
+    setup_threads(1 if args.clock == "cpu" else 2)
     shape = f"D={SHAPE['d_model']} N={SHAPE['n_layers']} H={SHAPE['n_heads']}"
     print(f"GPT-2 shape {shape} context {BLOCK} batch {BATCH}, {torch.get_num_threads()} threads")
-    r = side_by_side(args.rounds)
+    print(f"Hugging Face's side: {args.peer_adamw} torch.optim.AdamW; {args.clock} clock")
+    r = side_by_side(args.rounds, peer_adamw=args.peer_adamw, clock=args.clock)
     print(f"{'':<10}{'s/step':>10}{'tokens/s':>12}")
     print(f"{'ours':<10}{r['ours_s']:>10.4f}{r['ours_tok_s']:>12.0f}")
     print(f"{'HF+AdamW':<10}{r['theirs_s']:>10.4f}{r['theirs_tok_s']:>12.0f}")
     print(f"ratio ours / theirs: {r['ratio']:.3f} (target <= 1.00)")
     results = {"cpu": r}
     if torch.cuda.is_available():
-        results["cuda"] = g = side_by_side(args.rounds, "cuda")
+        results["cuda"] = g = side_by_side(args.rounds, "cuda", args.peer_adamw)
         print(f"cuda bf16: ours {g['ours_tok_s']:.0f} tok/s, theirs {g['theirs_tok_s']:.0f} tok/s")
         peak, name = _peak(torch.cuda.get_device_name()), torch.cuda.get_device_name()
         per_token = model_flops_per_token(g["n_params"], SHAPE["n_layers"], SHAPE["d_model"], BLOCK)

@@ -183,6 +183,7 @@ ROOT_MODULES = {
     "efficient_attention.py",
     "encoder_only.py",
     "fast_attention.py",
+    "fast_optim.py",
     "functional.py",
     "kv_cache.py",
     "layers.py",

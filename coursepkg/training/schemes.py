@@ -27,7 +27,8 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from coursepkg.decoder_only import DecoderOnlyLM
-from coursepkg.optim import AdamW, clip_grad_norm_, param_groups
+from coursepkg.fast_optim import FusedAdamW, foreach_clip_grad_norm_
+from coursepkg.optim import AdamW, param_groups
 from coursepkg.parallel.comm import flatten, shard_bounds
 from coursepkg.parallel.ddp import BucketedDDP, NaiveDDP
 from coursepkg.parallel.fsdp import FSDP
@@ -54,13 +55,17 @@ class Scheme:
     Attributes:
         net: the model whose weights are saved.
         model: what the step calls (``net`` in DDP and/or compiled).
-        optimizer: the course's AdamW (or its sharded form).
+        optimizer: the course's AdamW (an ``optimizer_class``), or its sharded form.
+        optimizer_class: :class:`~coursepkg.fast_optim.FusedAdamW`, the course's AdamW by
+            PyTorch's fused kernel (one pass over the memory), or the plain
+            :class:`~coursepkg.optim.AdamW`.
         layout: the name of the checkpoint's optimizer-state layout.
         every_rank_computes: a forward needs every rank (evaluation and sampling run on all).
     """
 
     layout = "replicated"
     every_rank_computes = False
+    optimizer_class: type[AdamW] = FusedAdamW
 
     def __init__(self, net: nn.Module, settings: TrainSettings, dist: Dist) -> None:
         self.net, self.settings, self.dist = net, settings, dist
@@ -69,7 +74,7 @@ class Scheme:
 
     def _optimizer(self, groups: list[dict]):
         s = self.settings
-        return AdamW(groups, lr=s.lr, betas=(s.beta1, s.beta2))
+        return self.optimizer_class(groups, lr=s.lr, betas=(s.beta1, s.beta2))
 
     def _wrap(self) -> nn.Module:
         """``net`` in PyTorch's or the course's DDP, compiled if asked (inside the course's
@@ -101,7 +106,7 @@ class Scheme:
 
     def clip(self, max_norm: float) -> None:
         """Clip the global gradient norm to ``max_norm`` (every rank holds every gradient)."""
-        clip_grad_norm_(self.net.parameters(), max_norm)
+        foreach_clip_grad_norm_(self.net.parameters(), max_norm)
 
     def model_state(self) -> dict[str, Tensor]:
         """The weights, whole, under the plain model's names (a collective when sharded)."""
@@ -165,6 +170,7 @@ class _TorchFSDP(Scheme):
 
     layout = "fsdp"
     every_rank_computes = True
+    optimizer_class = AdamW  # the plain one: the fused kernel is untested on DTensors here
 
     def _wrap(self) -> nn.Module:
         from torch.distributed.fsdp import fully_shard

@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from adamw_cases import ADAMW_SETTINGS  # tests/fixtures
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,14 +31,7 @@ def _problem(seed: int):
 
 
 @SETTINGS
-@given(
-    seed=st.integers(0, 10_000),
-    lr=st.floats(1e-4, 1e-1),
-    beta1=st.floats(0.0, 0.99),
-    beta2=st.floats(0.5, 0.9999),
-    eps=st.floats(1e-10, 1e-3),
-    decay=st.floats(0.0, 0.5),
-)
+@given(seed=st.integers(0, 10_000), **ADAMW_SETTINGS)
 def test_adamw_equals_torch_step_for_step(seed, lr, beta1, beta2, eps, decay):
     ours_model, x, y = _problem(seed)
     ref_model, _, _ = _problem(seed)
