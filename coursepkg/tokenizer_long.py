@@ -28,14 +28,34 @@ token) choices led nowhere keeps it from redoing work.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from itertools import pairwise
 
 __all__ = ["BUILD_AFTER", "Backtracker", "LongChunkEncoder", "merge_by_heap"]
 
 #: (left id, right id) -> (rank, merged id, the pair), as ``Tokenizer._ranks`` holds them.
 Ranks = Mapping[tuple[int, int], tuple[int, int, tuple[int, int]]]
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a backtracker is built.
+
+    Why: the build makes about 100k dicts and lists (GPT-2's trie), and every 700 new ones start
+    a collection, whose older generations walk every object of the process, the vocabulary and
+    the merges included: about half the build's time. Nothing is lost: the next collection
+    after the build looks at them.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def merge_by_heap(ids: list[int], ranks: Ranks, n_merges: int) -> list[int]:
@@ -105,6 +125,9 @@ class Backtracker:
             :func:`merge_by_heap`.
     """
 
+    _REMEMBER_AT_MOST = 1 << 20  # how many answers of _first_fit the _Fits keep at most
+
+    @_collector_paused()
     def __init__(self, vocab: Mapping[int, bytes], ranks: Ranks, byte_ids: Sequence[int]) -> None:
         if min(vocab) < 0:
             raise ValueError(f"the backtracker needs ids >= 0, the vocab has {min(vocab)}")
@@ -205,9 +228,10 @@ class Backtracker:
 
     def _remember(self, prev: int, token: int) -> int:
         """:meth:`_first_fit` of ``prev`` and ``token``, kept in ``self._fits[prev]``; all the
-        answers are forgotten past a million (bounded memory, whatever the texts seen)."""
+        answers are forgotten past ``_REMEMBER_AT_MOST`` (bounded memory, whatever the texts
+        seen)."""
         self._remembered += 1
-        if self._remembered > 1 << 20:
+        if self._remembered > self._REMEMBER_AT_MOST:
             for fits in self._fits:
                 fits.clear()
             self._remembered = 1
@@ -323,9 +347,10 @@ class _Fits(dict):
         return self._backtracker._remember(self._prev, token)
 
 
-#: Backtrackers built lately, by what they were built from: tokenizers of one vocabulary (each
-#: ``Tokenizer.gpt2()``, a copy with chat tokens added) share one (GPT-2's: ~0.8 s, ~36 MB).
-_BUILT: dict[tuple, Backtracker] = {}
+#: Backtrackers built lately, after copies of what each was built from: tokenizers of one
+#: vocabulary (each ``Tokenizer.gpt2()``, a copy with chat tokens added) share one (GPT-2's:
+#: ~0.5 s, ~42 MB).
+_BUILT: list[tuple[dict, dict, list, Backtracker]] = []
 
 #: The "auto" route merges long pre-tokens by the heap until they add up to this many bytes, then
 #: builds the backtracker: its tables cost GPT-2 about what the heap spends on ~200k bytes.
@@ -335,14 +360,17 @@ BUILD_AFTER = 100_000
 def _shared_backtracker(
     vocab: Mapping[int, bytes], ranks: Ranks, byte_ids: Sequence[int]
 ) -> Backtracker:
-    """The backtracker of this vocabulary, built once (ValueError where the merges forbid it)."""
-    key = (tuple(vocab.items()), tuple(ranks.values()), tuple(byte_ids))
-    if key not in _BUILT:
-        built = Backtracker(vocab, ranks, byte_ids)
-        if len(_BUILT) >= 2:
-            del _BUILT[next(iter(_BUILT))]  # the oldest
-        _BUILT[key] = built
-    return _BUILT[key]
+    """The backtracker of this vocabulary, built once (ValueError where the merges forbid it).
+
+    Found by comparing the tables (a dict comparison runs in C: ~20 ms for GPT-2's) rather than
+    by a key made of them, whose tuples of 50k items took 40-150 ms to make and hash.
+    """
+    for built_vocab, built_ranks, built_byte_ids, built in _BUILT:
+        if built_byte_ids == list(byte_ids) and built_vocab == vocab and built_ranks == ranks:
+            return built
+    built = Backtracker(vocab, ranks, byte_ids)
+    _BUILT[:] = [*_BUILT[-1:], (dict(vocab), dict(ranks), list(byte_ids), built)]  # the last 2
+    return built
 
 
 class LongChunkEncoder:
