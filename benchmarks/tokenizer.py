@@ -173,8 +173,8 @@ def bench_long_chunk(rounds: int, plain_up_to: int) -> dict:
         }.items()
     }
     hf = hf_gpt2()
-    rng = random.Random(0)
-    cold = "".join(random.Random(1).choice("abcdefghij") for _ in range(100_000))
+    rng, cold_rng = random.Random(0), random.Random(1)
+    cold = "".join(cold_rng.choice("abcdefghij") for _ in range(100_000))
     first = {}
     for name, encode in (("ours", made["ours"].encode), ("hf", hf.encode)):
         start = time.thread_time()

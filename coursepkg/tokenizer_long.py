@@ -28,14 +28,34 @@ token) choices led nowhere keeps it from redoing work.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from itertools import pairwise
 
 __all__ = ["BUILD_AFTER", "Backtracker", "LongChunkEncoder", "merge_by_heap"]
 
 #: (left id, right id) -> (rank, merged id, the pair), as ``Tokenizer._ranks`` holds them.
 Ranks = Mapping[tuple[int, int], tuple[int, int, tuple[int, int]]]
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a backtracker is built.
+
+    Why: the build makes about 100k dicts and lists (GPT-2's trie), and every 700 new ones start
+    a collection, whose older generations walk every object of the process, the vocabulary and
+    the merges included: about half the build's time. Nothing is lost: the next collection
+    after the build looks at them.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def merge_by_heap(ids: list[int], ranks: Ranks, n_merges: int) -> list[int]:
@@ -105,6 +125,9 @@ class Backtracker:
             :func:`merge_by_heap`.
     """
 
+    _REMEMBER_AT_MOST = 1 << 20  # how many answers of _first_fit the _Fits keep at most
+
+    @_collector_paused()
     def __init__(self, vocab: Mapping[int, bytes], ranks: Ranks, byte_ids: Sequence[int]) -> None:
         if min(vocab) < 0:
             raise ValueError(f"the backtracker needs ids >= 0, the vocab has {min(vocab)}")
@@ -128,10 +151,10 @@ class Backtracker:
             if left in outputs and right in outputs and self._pair_ok(left, right, rank):
                 outputs.add(merged)  # BPE on its bytes gives it
         self._length = [len(vocab.get(t, b"")) for t in range(size)] + [0]  # [size]: the start
-        self._longest = max(self._length[t] for t in outputs)
         self.outputs = frozenset(outputs)
         self._first, self._shorter = self._build_trie(vocab, outputs)
-        self._choice: dict[int, int] = {}  # prev * (size + 1) + token -> see _first_fit
+        self._fits = [_Fits(self, prev) for prev in range(size + 1)]  # see _Fits
+        self._remembered = 0  # how many answers the _Fits hold
 
     def _build_trie(
         self, vocab: Mapping[int, bytes], outputs: set[int]
@@ -144,7 +167,8 @@ class Backtracker:
         there they are lists indexed by the next byte (``[256]``: read past the end, ``[257]``:
         the token), as list indexing costs less than a dict's ``get``. A missing child is None,
         except below depth 1, where it is a childless list holding its parent's token, so that a
-        look-up always reads two levels without a test.
+        look-up always reads two levels without a test. The root is a list too, whose ``[256]``
+        (the end of the text) finds no token (-1).
         """
         root: dict = {-1: -1}
         shorter = [-1] * (self._size + 1)
@@ -166,7 +190,8 @@ class Backtracker:
         def depth_one(node: dict) -> list:  # a missing child reads as a leaf with its token
             return as_list(node, as_list, missing=[None] * 257 + [node[-1]])
 
-        return [depth_one(root[b]) for b in range(256)], shorter
+        past_the_end = depth_one({-1: -1})
+        return [depth_one(root[b]) for b in range(256)] + [past_the_end], shorter
 
     def _pair_ok(self, left: int, right: int, limit: int | None = None) -> bool:
         """Whether BPE on ``left``'s bytes then ``right``'s gives ``[left, right]`` (using merges
@@ -193,45 +218,49 @@ class Backtracker:
                 return True  # two bytes, and no merge joined them in time
 
     def _first_fit(self, prev: int, token: int) -> int:
-        """The first of ``token`` and its shorter prefixes that may follow ``prev`` (-1: none),
-        remembered by pair; anything may follow the start of the text (``prev`` = size)."""
-        if token < 0:
-            return -1
-        key = prev * (self._size + 1) + token
-        fit = self._choice.get(key)
-        if fit is None:
-            if len(self._choice) > 1 << 20:
-                self._choice.clear()  # bounded memory, whatever the texts seen
-            fit = token
-            if prev != self._size:
-                while fit >= 0 and not self._pair_ok(prev, fit):
-                    fit = self._shorter[fit]
-            self._choice[key] = fit
+        """The first of ``token`` and its shorter prefixes that may follow ``prev`` (-1: none);
+        anything may follow the start of the text (``prev`` = size). Read it as
+        ``self._fits[prev][token]``, which works it out once."""
+        if prev != self._size:
+            while token >= 0 and not self._pair_ok(prev, token):
+                token = self._shorter[token]
+        return token
+
+    def _remember(self, prev: int, token: int) -> int:
+        """:meth:`_first_fit` of ``prev`` and ``token``, kept in ``self._fits[prev]``; all the
+        answers are forgotten past ``_REMEMBER_AT_MOST`` (bounded memory, whatever the texts
+        seen)."""
+        self._remembered += 1
+        if self._remembered > self._REMEMBER_AT_MOST:
+            for fits in self._fits:
+                fits.clear()
+            self._remembered = 1
+        fit = self._fits[prev][token] = self._first_fit(prev, token)
         return fit
 
     def _back_up(
-        self, out: list[int], pos: int, candidate: int, failed: set[int], dead: bytearray
-    ) -> tuple[int, int, int]:
+        self, out: list[int], pos: int, candidate: int, failed: set[int], dead: list[bool]
+    ) -> tuple[int, int]:
         """The depth-first search where the loop of :meth:`encode` is stuck: after ``out``'s
         last token, ending at ``pos``, try ``candidate`` and its shorter prefixes; where none
         leads anywhere, take that token back and try its own shorter prefixes, and so on,
-        remembering each (position, token) that led nowhere. Returns the next
-        ``(pos, prev, token)`` to try."""
-        length, shorter, stride = self._length, self._shorter, self._size + 1
+        remembering each (position, token) that led nowhere. Returns the next ``(pos, token)``
+        to try."""
+        length, shorter, fits, stride = self._length, self._shorter, self._fits, self._size + 1
         prev = out[-1]
         while True:
             while candidate >= 0:
-                token = self._first_fit(prev, candidate)
+                token = fits[prev][candidate]
                 if token < 0:
                     break
                 end = pos + length[token]
                 if not (dead[end] and end * stride + token in failed):
-                    return pos, prev, token
+                    return pos, token
                 candidate = shorter[token]
             if prev == self._size:
                 raise RuntimeError("no encoding found: the backtracker's assumptions failed")
             failed.add(pos * stride + prev)
-            dead[pos] = 1
+            dead[pos] = True
             out.pop()
             pos -= length[prev]
             candidate, prev = shorter[prev], out[-1]
@@ -239,9 +268,15 @@ class Backtracker:
     def encode(self, data: bytes) -> list[int]:
         """The BPE ids of ``data`` (one pre-token's bytes).
 
-        The loop holds a token chosen at ``pos`` (it may follow ``prev``) and keeps it only once
-        some token may follow it (a look-ahead of one token); when none may, a shorter prefix
-        takes its place; deeper dead ends go to :meth:`_back_up`.
+        The loop holds the token chosen last, ending at ``end``, and keeps it only once some
+        token may follow it (a look-ahead of one token); when none may, a shorter prefix takes
+        its place; deeper dead ends go to :meth:`_back_up`. ``out[-1]`` is the token before it.
+
+        This loop runs once per token, so it is written to do little: each step reads three
+        list items to find the longest token at ``end`` (the trie's lists at depths 1 and 2),
+        and one answer of ``self._fits``. Positions are added to as little as possible: an int
+        above 256 is a new object, so the bytes at ``end + 1`` and ``end + 2`` are read from
+        copies of ``codes`` shifted by one and two.
 
         Args:
             data: the bytes.
@@ -249,49 +284,73 @@ class Backtracker:
         Returns:
             The ids, equal to the plain merge loop's.
         """
-        start, length, shorter, choice = self._size, self._length, self._shorter, self._choice
-        stride, first_fit, first, longest = start + 1, self._first_fit, self._first, self._longest
-        n, codes = len(data), [*data, 256, 256]  # 256: past the end, no child
+        length, shorter, fits, first = self._length, self._shorter, self._fits, self._first
+        n, codes = len(data), [*data, 256, 256, 256]  # 256: past the end, no child
+        next_codes, after_next_codes = codes[1:], codes[2:]  # [i]: codes[i + 1], codes[i + 2]
         out: list[int] = []  # out[0] will be the start of the text: anything may follow it
-        dead, failed = bytearray(n + 1), set()  # failed: end * stride + token, led nowhere
-        pos, prev, token = 0, start, start
+        dead = [False] * (n + 1)  # dead[i]: some (i, token) is in `failed`
+        failed: set[int] = set()  # end * (size + 1) + token: led nowhere
+        token, end = self._size, 0
         while True:
-            end = pos + length[token]
-            if end == n:
-                out.append(token)
-                return out[1:]
-            row = first[codes[end]][codes[end + 1]]  # the longest output token at `end`
-            node = row[codes[end + 2]]
+            row = first[codes[end]][next_codes[end]]  # the longest output token at `end`
+            node = row[after_next_codes[end]]
             if node is None:
                 candidate = row[257]
-            else:
-                for byte in data[end + 3 : end + longest]:
-                    child = node.get(byte)
-                    if child is None:
-                        break
-                    node = child
+            else:  # a token of 3 bytes or more starts at `end`: walk the dicts
+                i = end + 3
+                child = node.get(codes[i])
+                while child is not None:
+                    node, i = child, i + 1
+                    child = node.get(codes[i])
                 candidate = node[-1]
-            after = choice.get(token * stride + candidate)
-            if after is None:
-                after = first_fit(token, candidate)
-            if after >= 0 and not dead[end + length[after]]:
+            after = fits[token][candidate]  # -1 at the end of the text (no candidate there)
+            if after >= 0:
+                after_end = end + length[after]
+                if not dead[after_end]:
+                    out.append(token)
+                    token, end = after, after_end
+                    continue
+            elif end == n:
                 out.append(token)
-                pos, prev, token = end, token, after
-                continue
-            if after < 0:  # nothing may follow `token`: a shorter one in its place
-                shorter_token = choice.get(prev * stride + shorter[token])
-                if shorter_token is None:
-                    shorter_token = first_fit(prev, shorter[token])
+                return out[1:]
+            else:  # nothing may follow `token`: a shorter one in its place
+                pos = end - length[token]
+                shorter_token = fits[out[-1]][shorter[token]]
                 if shorter_token >= 0 and not dead[pos + length[shorter_token]]:
-                    token = shorter_token
+                    token, end = shorter_token, pos + length[shorter_token]
                     continue
             out.append(token)
-            pos, prev, token = self._back_up(out, end, candidate, failed, dead)
+            pos, token = self._back_up(out, end, candidate, failed, dead)
+            end = pos + length[token]
 
 
-#: Backtrackers built lately, by what they were built from: tokenizers of one vocabulary (each
-#: ``Tokenizer.gpt2()``, a copy with chat tokens added) share one (GPT-2's: ~0.8 s, ~36 MB).
-_BUILT: dict[tuple, Backtracker] = {}
+class _Fits(dict):
+    """``fits[token]``: the first of ``token`` and its shorter prefixes that may follow the
+    token ``prev`` (:meth:`Backtracker._first_fit`), worked out on the first look-up.
+
+    Why a dict per token ``prev`` and not one dict keyed by the pair: :meth:`Backtracker.encode`
+    reads ``fits[prev][token]`` once per token, two index operations, where a key made of the
+    pair would cost arithmetic on large ints or a new tuple on every step.
+
+    Args:
+        backtracker: the :class:`Backtracker` that works the answers out.
+        prev: the token before.
+    """
+
+    __slots__ = ("_backtracker", "_prev")
+
+    def __init__(self, backtracker: Backtracker, prev: int) -> None:
+        super().__init__()
+        self._backtracker, self._prev = backtracker, prev
+
+    def __missing__(self, token: int) -> int:
+        return self._backtracker._remember(self._prev, token)
+
+
+#: Backtrackers built lately, after copies of what each was built from: tokenizers of one
+#: vocabulary (each ``Tokenizer.gpt2()``, a copy with chat tokens added) share one (GPT-2's:
+#: ~0.5 s, ~42 MB).
+_BUILT: list[tuple[dict, dict, list, Backtracker]] = []
 
 #: The "auto" route merges long pre-tokens by the heap until they add up to this many bytes, then
 #: builds the backtracker: its tables cost GPT-2 about what the heap spends on ~200k bytes.
@@ -301,14 +360,17 @@ BUILD_AFTER = 100_000
 def _shared_backtracker(
     vocab: Mapping[int, bytes], ranks: Ranks, byte_ids: Sequence[int]
 ) -> Backtracker:
-    """The backtracker of this vocabulary, built once (ValueError where the merges forbid it)."""
-    key = (tuple(vocab.items()), tuple(ranks.values()), tuple(byte_ids))
-    if key not in _BUILT:
-        built = Backtracker(vocab, ranks, byte_ids)
-        if len(_BUILT) >= 2:
-            del _BUILT[next(iter(_BUILT))]  # the oldest
-        _BUILT[key] = built
-    return _BUILT[key]
+    """The backtracker of this vocabulary, built once (ValueError where the merges forbid it).
+
+    Found by comparing the tables (a dict comparison runs in C: ~20 ms for GPT-2's) rather than
+    by a key made of them, whose tuples of 50k items took 40-150 ms to make and hash.
+    """
+    for built_vocab, built_ranks, built_byte_ids, built in _BUILT:
+        if built_byte_ids == list(byte_ids) and built_vocab == vocab and built_ranks == ranks:
+            return built
+    built = Backtracker(vocab, ranks, byte_ids)
+    _BUILT[:] = [*_BUILT[-1:], (dict(vocab), dict(ranks), list(byte_ids), built)]  # the last 2
+    return built
 
 
 class LongChunkEncoder:

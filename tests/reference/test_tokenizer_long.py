@@ -6,6 +6,7 @@ assumptions may fail."""
 from __future__ import annotations
 
 import copy
+import gc
 import pickle
 from itertools import pairwise
 
@@ -108,6 +109,35 @@ def test_every_gpt2_token_is_reachable(gpt2, gpt2_backtracker) -> None:
         assert plain_merges(ids, gpt2._ranks) == [token]
 
 
+def assert_answers_are_the_longest_fits(tok: Tokenizer, backtracker: Backtracker, prevs) -> None:
+    """Each answer kept for a token ``prev`` (candidate -> fit) is the longest of the candidate
+    and its shorter output prefixes that the plain loop, run on prev's bytes then its own,
+    gives back apart from ``prev``; -1 where none is."""
+    for prev in prevs:
+        for candidate, fit in backtracker._fits[prev].items():
+            if prev == backtracker._size:  # the start of the text: anything may follow it
+                assert fit == candidate
+                continue
+            token = candidate
+            while token != fit:  # the longer prefixes: BPE merges across the boundary
+                assert token >= 0, (prev, candidate, fit)
+                pair = [tok._byte_ids[b] for b in tok.vocab[prev] + tok.vocab[token]]
+                assert plain_merges(pair, tok._ranks) != [prev, token]
+                shorter = backtracker._shorter[token]
+                assert shorter < 0 or tok.vocab[token].startswith(tok.vocab[shorter])
+                token = shorter
+            if fit >= 0:
+                pair = [tok._byte_ids[b] for b in tok.vocab[prev] + tok.vocab[fit]]
+                assert plain_merges(pair, tok._ranks) == [prev, fit]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=FIXTURES)
+@given(LETTERS.map(str.encode) | st.binary(min_size=1, max_size=100))
+def test_gpt2_answers_kept_are_the_longest_fits(gpt2, gpt2_backtracker, data: bytes) -> None:
+    ids = gpt2_backtracker.encode(data)
+    assert_answers_are_the_longest_fits(gpt2, gpt2_backtracker, {gpt2_backtracker._size, *ids})
+
+
 # ------------------------------------------------------------------ other vocabularies
 @pytest.fixture(scope="module")
 def trained() -> Tokenizer:
@@ -126,6 +156,20 @@ def test_trained_vocab_backtracker_equals_plain_loop(trained: Tokenizer, text: s
     for token in {merged for _, merged, _ in trained._ranks.values()}:
         ids = [trained._byte_ids[b] for b in trained.vocab[token]]
         assert (plain_merges(ids, trained._ranks) == [token]) == (token in backtracker.outputs)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=FIXTURES)
+@given(st.text(alphabet=st.sampled_from("abc"), min_size=1, max_size=400), st.integers(1, 6))
+def test_answers_forgotten_past_the_bound_keep_the_ids(trained: Tokenizer, text: str, most) -> None:
+    """A backtracker that may keep ``most`` answers forgets them all when it would keep more,
+    even in the middle of a text: the ids stay the plain loop's and its memory stays bounded."""
+    backtracker = backtracker_of(trained)
+    backtracker._REMEMBER_AT_MOST = most
+    assert backtracker.encode(text.encode()) == trained.encode(text)
+    assert 0 < sum(map(len, backtracker._fits)) <= most
+    fresh = backtracker_of(trained)
+    fresh.encode(text.encode())
+    assert_answers_are_the_longest_fits(trained, fresh, range(len(fresh._fits)))
 
 
 def random_merges(data, permute: bool) -> tuple[dict[int, bytes], list[tuple[bytes, bytes]]]:
@@ -238,3 +282,36 @@ def test_tokenizer_pickles_after_a_long_chunk(trained: Tokenizer) -> None:
         ids = tok.encode(text)
         again = pickle.loads(pickle.dumps(tok))
         assert again.encode(text) == copy.deepcopy(tok).encode(text) == ids
+
+
+def test_backtrackers_are_shared_by_equal_tables_only(trained: Tokenizer) -> None:
+    def built(vocab, merges) -> Backtracker:
+        tok = Tokenizer(vocab, merges)
+        return LongChunkEncoder(tok.vocab, tok._ranks, tok._byte_ids, "backtrack").backtracker
+
+    first = built(trained.vocab, trained.merges)
+    assert built(dict(reversed(trained.vocab.items())), list(trained.merges)) is first
+    fewer = built(trained.vocab, trained.merges[:3])
+    assert fewer is not first
+    text = "abcab abcabc" * 20
+    plain = Tokenizer(trained.vocab, trained.merges[:3], long_above=None)
+    assert fewer.encode(text.encode()) == plain.encode(text) != trained.encode(text)
+
+
+def test_the_collector_is_left_as_found_after_a_build(trained: Tokenizer) -> None:
+    """Building pauses Python's garbage collector, and restores it, even when the merges refuse
+    a backtracker or when it was off already."""
+    vocab = {i: bytes([i]) for i in range(256)} | {256: b"ab", 257: b"aba"}
+    out_of_order = Tokenizer(vocab, [(b"ab", b"a"), (b"a", b"b")])
+    assert gc.isenabled()
+    backtracker_of(trained)
+    assert gc.isenabled()
+    with pytest.raises(ValueError, match="merges out of order"):
+        backtracker_of(out_of_order)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        backtracker_of(trained)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
