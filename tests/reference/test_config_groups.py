@@ -34,8 +34,8 @@ def test_a_checkpoint_of_the_flat_config_loads_and_computes_what_it_did(name) ->
     assert config.rope == RopeConfig(flat["rope_theta"], flat["rope_pairs"])
     model = DecoderOnlyLM(config).eval()
     model.load_state_dict(saved["model"])  # strict: every weight where it was
-    with torch.no_grad():
-        assert torch.equal(model(saved["tokens"]), saved["logits"])
+    with torch.no_grad():  # (B, L, V): to float32 rounding, as another CPU wrote them
+        torch.testing.assert_close(model(saved["tokens"]), saved["logits"], rtol=1e-5, atol=1e-6)
     # today's form round-trips, and a run resumes from the old identity
     assert TransformerConfig.from_dict(dataclasses.asdict(config)) == config
     check_compatible(saved["identity"], {"config": dataclasses.asdict(config)}, "old.pt")
