@@ -73,13 +73,3 @@ def greedy_pair(lm, hf, prompt: torch.Tensor, new: int, out: dict) -> dict:
 
 def median(xs: list[float]) -> float:
     return statistics.median(xs)
-
-
-def matmul_peak_flops(size: int = 1024, repeats: int = 10) -> float:
-    """Best measured fp32 FLOP/s of a square matmul (2 n^3 FLOPs) on this machine."""
-    a = torch.randn(size, size)
-    b = torch.randn(size, size)
-    for _ in range(2):
-        a @ b
-    best = min(time_once(lambda: a @ b) for _ in range(repeats))
-    return 2 * size**3 / best

@@ -21,9 +21,10 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import alternate, matmul_peak_flops, median, setup_threads  # noqa: E402
+from common import alternate, median, setup_threads  # noqa: E402
 
 from coursepkg import Transformer, TransformerConfig  # noqa: E402
+from coursepkg.chapters.roofline import matmul_peak_flops  # noqa: E402
 from coursepkg.model_parts import TokenEmbedding  # noqa: E402
 from coursepkg.positional import SinusoidalPositionalEncoding  # noqa: E402
 
