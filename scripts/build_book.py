@@ -6,10 +6,12 @@ Sphinx's parallel reading (``BOOK_JOBS`` processes, default 2); the arguments ar
 ``jupyter-book``'s own (``make book`` passes ``build . -W -n --keep-going``). The extension
 ``book/_ext/parallel_pages.py`` says why the three extensions that declare nothing are safe.
 
-At the end it prints each page executed by this build (its cold time, from the jupyter-cache
-record MyST-NB writes) with the machine factor while it ran (``tests/fixtures/processes.py``,
-sampled every 30 s by a process of its own), and writes them to ``_build/page_times.json``,
-which ``tests/book/test_page_budget.py`` holds to ``tests/budget.toml``.
+At the end it prints each page executed by this build (its cold time, as the book's execution
+watchdog records it: ``book/_ext/execution_watchdog.py`` appends a line to
+``_build/page_runs.jsonl`` for each page it executes, in whichever reader process) with the
+machine factor while it ran (``tests/fixtures/processes.py``, sampled every 30 s by a process of
+its own), and writes them to ``_build/page_times.json``, which ``tests/book/test_page_budget.py``
+holds to ``tests/budget.toml``.
 
 Usage: ``python scripts/build_book.py build . -W -n --keep-going``
 """
@@ -21,7 +23,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +35,7 @@ def _book() -> Path:
 
 
 BOOK = _book()
-CACHE = BOOK / "_build" / ".jupyter_cache"
+RUNS = BOOK / "_build" / "page_runs.jsonl"
 TIMES = BOOK / "_build" / "page_times.json"
 SAMPLES = BOOK / "_build" / "machine_factor.txt"
 
@@ -47,22 +48,18 @@ def jobs() -> int:
     return int(value)
 
 
-def page_times(since: float, samples: list[tuple[float, float]]) -> dict[str, dict[str, float]]:
-    """Each page executed since ``since`` (a Unix time): its cold seconds and the mean machine
-    factor sampled while it ran (1 without samples), from the jupyter-cache's records."""
-    from jupyter_cache import get_cache
-
-    if not CACHE.is_dir():
+def page_times(samples: list[tuple[float, float]]) -> dict[str, dict[str, float]]:
+    """Each page this build executed (:data:`RUNS`, emptied when the build starts): its cold
+    seconds and the mean machine factor sampled while it ran (1 without samples)."""
+    if not RUNS.is_file():
         return {}
     pages = {}
-    for record in get_cache(str(CACHE)).list_cache_records():
-        seconds = (record.data or {}).get("execution_seconds")
-        end = record.created.timestamp() if record.created else 0.0
-        if seconds is None or end < since:
-            continue  # executed by an earlier build
+    for line in RUNS.read_text(encoding="utf-8").splitlines():
+        run = json.loads(line)
+        seconds, end = run["seconds"], run["end"]
         during = [f for t, f in samples if end - seconds - 30 <= t <= end + 30]
-        uri = Path(record.uri)
-        name = uri.relative_to(BOOK).as_posix() if uri.is_relative_to(BOOK) else str(uri)
+        page = Path(run["page"])
+        name = page.relative_to(BOOK).as_posix() if page.is_relative_to(BOOK) else str(page)
         factor = sum(during) / len(during) if during else 1.0
         pages[name] = {"seconds": round(seconds, 1), "factor": round(max(1.0, factor), 2)}
     return pages
@@ -75,13 +72,13 @@ def _samples() -> list[tuple[float, float]]:
     return [(float(t), float(f)) for t, f in (r for r in rows if len(r) == 2)]
 
 
-def report(since: float) -> None:
+def report() -> None:
     """Print the pages this build executed, slowest first, and write :data:`TIMES`."""
-    pages = page_times(since, _samples())
+    pages = page_times(_samples())
     if not pages:
         print("build_book: no page was executed (all from the cache)")
         return
-    TIMES.write_text(json.dumps({"since": since, "pages": pages}, indent=1), encoding="utf-8")
+    TIMES.write_text(json.dumps({"pages": pages}, indent=1), encoding="utf-8")
     print(f"build_book: cold time of each page this build executed ({TIMES}):")
     for name, row in sorted(pages.items(), key=lambda kv: -kv[1]["seconds"]):
         print(f"  {row['seconds']:7.1f} s  {name}  (machine factor {row['factor']:.1f})")
@@ -94,9 +91,10 @@ def main() -> int:
     # The command imports `build_sphinx` from its module when it runs: give that module the same
     # function with `jobs` set.
     jb_sphinx.build_sphinx = functools.partial(jb_sphinx.build_sphinx, jobs=jobs())
-    since = time.time()
     SAMPLES.parent.mkdir(parents=True, exist_ok=True)
     SAMPLES.unlink(missing_ok=True)
+    RUNS.unlink(missing_ok=True)
+    os.environ["COURSEPKG_BOOK_PAGE_RUNS"] = str(RUNS)  # read by book/_ext/execution_watchdog.py
     sampler = subprocess.Popen(
         [sys.executable, str(ROOT / "tests" / "fixtures" / "processes.py"), "--sample",
          str(SAMPLES), "30"], stdin=subprocess.DEVNULL,
@@ -109,7 +107,7 @@ def main() -> int:
     finally:
         sampler.terminate()
         sampler.wait()
-    report(since)
+    report()
     return status
 
 

@@ -25,6 +25,10 @@ then), the page is started once more in a new kernel.
 
 It wraps the one call myst-nb's ``cache`` execution mode makes to execute a page
 (``single_nb_execution``, from jupyter-cache), and is a no-op for pages taken from the cache.
+Being that one call, it also records each page's cold time: where ``COURSEPKG_BOOK_PAGE_RUNS``
+names a file (``scripts/build_book.py`` sets it), each execution appends a line to it, from
+whichever reader process ran the page. (The build once read the times back from jupyter-cache's
+database instead, and a CI run found one page of six missing there, though executed.)
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextvars
+import json
 import os
 import signal
 import sys
@@ -52,6 +57,8 @@ STALL_SECONDS = float(os.environ.get("COURSEPKG_BOOK_STALL_S", "150"))
 #: CPU seconds the kernel's process tree must spend in a window to count as working.
 CPU_PROGRESS = 0.2
 _page: contextvars.ContextVar[str] = contextvars.ContextVar("page", default="?")
+#: The variable naming the file each page's execution is appended to (unset: nothing recorded).
+PAGE_RUNS = "COURSEPKG_BOOK_PAGE_RUNS"
 
 
 #: The kernels' transport: Unix sockets named after each kernel's connection file (see above).
@@ -171,6 +178,28 @@ def watched_execution(nb, cwd, timeout, allow_errors, meta_override=True, record
     if meta_override and "execution" in nb.metadata:
         timeout = nb.metadata.execution.get("timeout", timeout)
         allow_errors = nb.metadata.execution.get("allow_errors", allow_errors)
+    started = time.monotonic()
+    try:
+        result = _executed_with_retries(nb, cwd, timeout, allow_errors)
+    except BaseException:
+        _record(time.monotonic() - started, succeeded=False)
+        raise
+    _record(time.monotonic() - started, succeeded=result.err is None)
+    return result
+
+
+def _record(seconds: float, succeeded: bool) -> None:
+    """Append this page's execution (its wall seconds, retries included) to :data:`PAGE_RUNS`'s
+    file: one short write in append mode, so the lines of two readers never interleave."""
+    path = os.environ.get(PAGE_RUNS)
+    if not path:
+        return
+    row = {"page": _page.get(), "seconds": seconds, "end": time.time(), "succeeded": succeeded}
+    with open(path, "a", encoding="utf-8") as runs:
+        runs.write(json.dumps(row) + "\n")
+
+
+def _executed_with_retries(nb, cwd, timeout, allow_errors) -> ExecutionResult:
     result = _execute_once(nb, cwd, timeout, allow_errors)
     if isinstance(result.err, KernelNeverAnswered):
         sys.stderr.write(f"book: {result.err}; starting the page again in a new kernel\n")

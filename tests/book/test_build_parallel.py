@@ -85,7 +85,8 @@ def test_two_jobs_execute_the_pages_in_two_processes_with_warnings_as_errors(tmp
             assert f">{j}. Page {j}<" in html, f"page{i}'s contents do not number page {j} as {j}"
     # Each page's cold time, printed and recorded for tests/book/test_page_budget.py.
     times = json.loads((book / "_build" / "page_times.json").read_text())["pages"]
-    assert sorted(times) == sorted(f"book/page{i}.md" for i in range(1, PAGES + 1)), times
+    expected = sorted(f"book/page{i}.md" for i in range(1, PAGES + 1))
+    assert sorted(times) == expected, (times, run.stdout[-3000:], run.stderr[-3000:])
     assert all(t["seconds"] > 0 and t["factor"] >= 1 for t in times.values()), times
     assert "cold time of each page this build executed" in run.stdout, run.stdout[-3000:]
     assert all(f"book/page{i}.md" in run.stdout for i in range(1, PAGES + 1)), run.stdout[-3000:]

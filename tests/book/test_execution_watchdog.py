@@ -148,3 +148,25 @@ def test_a_kernel_that_never_answers_fails_the_page(tmp_path, monkeypatch):
     cleanups = [f for f in registered if isinstance(getattr(f, "__self__", None), NotebookClient)]
     assert len(cleanups) == 2, registered
     assert all(f in unregistered for f in cleanups), (cleanups, unregistered)
+
+
+def test_each_execution_appends_its_page_and_time_when_asked(tmp_path, monkeypatch):
+    runs = tmp_path / "page_runs.jsonl"
+    pages = {"book/ok.md": "x = 1", "book/raises.md": "raise ValueError('on purpose')"}
+    for page, code in pages.items():
+        token = watchdog._page.set(page)
+        try:
+            if page == "book/ok.md":  # unset: nothing is recorded
+                watchdog.watched_execution(_notebook(code), str(tmp_path), 900, False)
+                assert not runs.exists()
+                monkeypatch.setenv(watchdog.PAGE_RUNS, str(runs))
+            result = watchdog.watched_execution(_notebook(code), str(tmp_path), 900, False)
+        finally:
+            watchdog._page.reset(token)
+        assert (result.err is None) == (page == "book/ok.md"), result.exc_string
+    rows = [json.loads(line) for line in runs.read_text().splitlines()]
+    assert [(r["page"], r["succeeded"]) for r in rows] == [
+        ("book/ok.md", True),
+        ("book/raises.md", False),
+    ]
+    assert all(r["seconds"] > 0 for r in rows) and rows[0]["end"] <= rows[1]["end"], rows
