@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any
 
-__all__ = ["COMMANDS", "add_parser"]
+__all__ = ["ARGUMENTS", "COMMANDS"]
 
 #: The commands of this home and their line in ``coursepkg --help``.
 COMMANDS = {
@@ -46,22 +46,20 @@ def _model_option(text: str) -> tuple[str, Any]:
     return key.strip().replace("-", "_"), yaml.safe_load(value)
 
 
-def _add_train(sub: Any) -> None:
+def _add_train(p: argparse.ArgumentParser) -> None:
     """The ``coursepkg train`` subcommand."""
     import dataclasses
 
     from coursepkg.training.settings import GPT_DEFAULTS, TrainSettings
 
-    p = sub.add_parser(
-        "train",
-        help=COMMANDS["train"],
-        description="Train a GPT (chapter 12's by default) on a text file or folder of .txt "
+    p.description = (
+        "Train a GPT (chapter 12's by default) on a text file or folder of .txt "
         "files, with AdamW, warm-up + cosine, clipping and gradient accumulation; evaluate "
         "on a held-out split, log to OUT/log.csv, plot OUT/loss.png, checkpoint to "
         "OUT/checkpoint.pt and sample at the end. Under `torchrun --nproc-per-node N` the "
-        "same command trains with DistributedDataParallel (gloo on CPU, nccl on CUDA).",
-        epilog=f"model defaults: {GPT_DEFAULTS}",
+        "same command trains with DistributedDataParallel (gloo on CPU, nccl on CUDA)."
     )
+    p.epilog = f"model defaults: {GPT_DEFAULTS}"
     p.add_argument("data", nargs="?", help="a text file or a folder of .txt files")
     p.add_argument("--config", help="a YAML or TOML file of settings (flags override it)")
     for f in dataclasses.fields(TrainSettings):
@@ -116,7 +114,6 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: Any, verb: str) -> None:
-    """Declare ``coursepkg VERB``'s arguments on ``sub`` (argparse subparsers), one of
-    :data:`COMMANDS`."""
-    {"train": _add_train}[verb](sub)
+#: How each command of this home declares its arguments, on the subparser ``coursepkg``
+#: makes for it (its :data:`COMMANDS` line as help).
+ARGUMENTS = {"train": _add_train}
