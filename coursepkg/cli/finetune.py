@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .train import add_settings_flags
+
 __all__ = ["ARGUMENTS", "COMMANDS"]
 
 #: The commands of this home and their line in ``coursepkg --help``.
@@ -44,8 +46,6 @@ _HELP = {
 
 def _add_finetune(p: argparse.ArgumentParser) -> None:
     """The ``coursepkg finetune`` subcommand."""
-    import dataclasses
-
     from coursepkg.posttrain.trainer import FinetuneSettings
 
     p.description = (
@@ -58,16 +58,7 @@ def _add_finetune(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("base", help="the model to start from: a run folder, checkpoint or HF folder")
     p.add_argument("data", help="the JSONL file of conversations (or of preference pairs)")
-    for f in dataclasses.fields(FinetuneSettings):
-        if f.name in ("base", "data"):
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        text = (_HELP.get(f.name, "") + f" (default {f.default!r})").strip()
-        if f.type in ("bool", bool):
-            p.add_argument(flag, action="store_true", default=None, help=text)
-        else:
-            kind = {"int": int, "float": float, "str": str}[str(f.type)]
-            p.add_argument(flag, type=kind, help=text)
+    add_settings_flags(p, FinetuneSettings, _HELP, skip=("base", "data"))
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_finetune)

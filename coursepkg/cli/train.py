@@ -8,10 +8,12 @@ sets any :class:`~coursepkg.TransformerConfig` option. The same command runs und
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+from collections.abc import Collection
 from typing import Any
 
-__all__ = ["ARGUMENTS", "COMMANDS"]
+__all__ = ["ARGUMENTS", "COMMANDS", "add_settings_flags"]
 
 #: The commands of this home and their line in ``coursepkg --help``.
 COMMANDS = {
@@ -46,10 +48,33 @@ def _model_option(text: str) -> tuple[str, Any]:
     return key.strip().replace("-", "_"), yaml.safe_load(value)
 
 
+def add_settings_flags(
+    p: argparse.ArgumentParser, settings: type, helps: dict[str, str], skip: Collection[str]
+) -> None:
+    """Declare a flag on ``p`` for every field of the dataclass ``settings`` (``--batch-size``
+    sets ``batch_size``; a bool is a switch): ``coursepkg train``'s :class:`TrainSettings` and
+    ``coursepkg finetune``'s :class:`FinetuneSettings` alike.
+
+    Args:
+        p: the command's parser.
+        settings: the settings class (fields of type bool, int, float or str).
+        helps: a field's help, which its default follows.
+        skip: the fields given otherwise (positional arguments, ``--model``).
+    """
+    for f in dataclasses.fields(settings):
+        if f.name in skip:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        text = (helps.get(f.name, "") + f" (default {f.default!r})").strip()
+        if f.type in ("bool", bool):
+            p.add_argument(flag, action="store_true", default=None, help=text)
+        else:
+            kind = {"int": int, "float": float, "str": str}[str(f.type)]
+            p.add_argument(flag, type=kind, help=text)
+
+
 def _add_train(p: argparse.ArgumentParser) -> None:
     """The ``coursepkg train`` subcommand."""
-    import dataclasses
-
     from coursepkg.training.settings import GPT_DEFAULTS, TrainSettings
 
     p.description = (
@@ -62,16 +87,7 @@ def _add_train(p: argparse.ArgumentParser) -> None:
     p.epilog = f"model defaults: {GPT_DEFAULTS}"
     p.add_argument("data", nargs="?", help="a text file or a folder of .txt files")
     p.add_argument("--config", help="a YAML or TOML file of settings (flags override it)")
-    for f in dataclasses.fields(TrainSettings):
-        if f.name in ("data", "model"):
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        text = _HELP.get(f.name, "") + f" (default {f.default!r})"
-        if f.type in ("bool", bool):
-            p.add_argument(flag, action="store_true", default=None, help=text.strip())
-        else:
-            kind = {"int": int, "float": float, "str": str}[str(f.type)]
-            p.add_argument(flag, type=kind, help=text.strip())
+    add_settings_flags(p, TrainSettings, _HELP, skip=("data", "model"))
     p.add_argument(
         "--model",
         action="append",
