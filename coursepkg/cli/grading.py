@@ -18,7 +18,7 @@ import signal
 import sys
 from pathlib import Path
 
-__all__ = ["ARGUMENTS", "COMMANDS"]
+__all__ = ["ARGUMENTS", "COMMANDS", "add_gradebook_option"]
 
 #: The commands of this home and their line in ``coursepkg --help``.
 COMMANDS = {
@@ -129,11 +129,7 @@ def _add_grade(p: argparse.ArgumentParser) -> None:
         help="a running Dask scheduler, tcp://HOST:PORT (default: a local cluster)",
     )
     p.add_argument("--student", action="append", help="grade only this student (repeatable)")
-    p.add_argument(
-        "--db",
-        help="gradebook URL: postgresql://USER@HOST:PORT/DB or any SQLAlchemy URL (default: "
-        "sqlite gradebook.db in the course)",
-    )
+    add_gradebook_option(p)
     # Each limit's default is c.GradeLimits.<name> in the course's nbgrader_config.py, else
     # GradeLimits' own (coursepkg/grading/classroom/limits.py).
     p.add_argument(
@@ -250,6 +246,17 @@ def _kit(args: argparse.Namespace) -> int:
         "solutions/, hidden test or course secret (STUDENTS.md inside says how to install it)\n"
     )
     return 0
+
+
+def add_gradebook_option(p: argparse.ArgumentParser) -> None:
+    """Declare ``--db``, the gradebook's URL, on ``p``: the same option for ``coursepkg grade``
+    and for the instructor's term commands (:mod:`coursepkg.cli.term`), which read the grades
+    it wrote."""
+    p.add_argument(
+        "--db",
+        help="gradebook URL: postgresql://USER@HOST:PORT/DB or any SQLAlchemy URL (default: "
+        "sqlite gradebook.db in the course)",
+    )
 
 
 #: How each command of this home declares its arguments, on the subparser ``coursepkg``

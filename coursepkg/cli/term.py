@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .grading import add_gradebook_option
+
 __all__ = ["ARGUMENTS", "COMMANDS", "open_course"]
 
 #: The commands of this home and their line in ``coursepkg --help``.
@@ -32,11 +34,7 @@ def _say(line: str) -> None:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", default=".", help="the nbgrader course directory (default: .)")
-    p.add_argument(
-        "--db",
-        help="gradebook URL: postgresql://USER@HOST:PORT/DB or any SQLAlchemy URL (default: "
-        "sqlite gradebook.db in the course)",
-    )
+    add_gradebook_option(p)
 
 
 def open_course(args: argparse.Namespace) -> Any:
