@@ -46,7 +46,7 @@ from coursepkg.chapters.token_lm import bits_per_byte
 from coursepkg.chapters.train import seed_everything
 from coursepkg.config import TransformerConfig
 from coursepkg.config_groups import MoEConfig
-from coursepkg.data.text import load_tinyshakespeare
+from coursepkg.data.text import tinyshakespeare_bytes
 from coursepkg.decoder_only import DecoderOnlyLM
 
 __all__ = [
@@ -290,10 +290,7 @@ def constraint_verdicts(
         saved: dict[str, Any] = {}
         if cache == "reuse" and reuse_run(path, saved.update):
             return saved
-        text = load_tinyshakespeare()
-        ids = torch.tensor(list(text.encode("utf-8")), dtype=torch.long)  # (N,)
-        split = int(0.9 * len(ids))
-        data = (ids[:split], ids[split:][:heldout_bytes])
+        data = tinyshakespeare_bytes(heldout_bytes)
         base_arm = arm_config("ffn", 0, "data", settings)
         base = [_train(base_arm, steps, s, data, settings) for s in seeds]
         pairs = {pair: _pair_rows(pair, data, settings, base) for pair in PAIRS}

@@ -28,7 +28,7 @@ from coursepkg.chapters.run_cache import cache_file, check_cache_mode, reuse_run
 from coursepkg.chapters.token_lm import bits_per_byte, fit_on_windows
 from coursepkg.chapters.train import seed_everything
 from coursepkg.config import TransformerConfig
-from coursepkg.data.text import load_tinyshakespeare
+from coursepkg.data.text import tinyshakespeare_bytes
 from coursepkg.decoder_only import DecoderOnlyLM
 
 __all__ = [
@@ -202,14 +202,6 @@ def _train(train: Tensor, heldout: Tensor, d_model: int, steps: int, settings: d
     return dict(d_model=d_model, steps=steps, params=params, tokens=steps * batch * block, bpb=bpb)
 
 
-def _splits(heldout_bytes: int) -> tuple[Tensor, Tensor]:
-    """Tiny Shakespeare's bytes: the first 90% (training), ``heldout_bytes`` of the rest."""
-    text = load_tinyshakespeare()
-    data = torch.tensor(list(text.encode("utf-8")), dtype=torch.long)  # (N,)
-    split = int(0.9 * len(data))
-    return data[:split], data[split:][:heldout_bytes]
-
-
 def grid_run(d_model: int, steps: int, settings: dict[str, Any]) -> dict[str, float]:
     """One run of the study's grid made again, alone: the width ``d_model`` trained ``steps``
     steps with a study's ``settings`` (:attr:`ScalingStudy.settings`).
@@ -218,7 +210,7 @@ def grid_run(d_model: int, steps: int, settings: dict[str, Any]) -> dict[str, fl
         The run's ``d_model``, ``steps``, ``params``, ``tokens`` and held-out ``bpb``, as in
         :attr:`ScalingStudy.runs`.
     """
-    train, heldout = _splits(settings["heldout_bytes"])
+    train, heldout = tinyshakespeare_bytes(settings["heldout_bytes"])
     return _train(train, heldout, d_model, steps, settings)
 
 
@@ -277,7 +269,7 @@ def scaling_study(
     saved: dict[str, Any] = {}
     if cache == "reuse" and reuse_run(path, saved.update):
         return ScalingStudy(**saved)
-    train, heldout = _splits(heldout_bytes)
+    train, heldout = tinyshakespeare_bytes(heldout_bytes)
     runs = [_train(train, heldout, w, s, settings) for w in widths for s in steps]
     n, d, bpb = (np.array([r[k] for r in runs], dtype=float) for k in ("params", "tokens", "bpb"))
     law = fit_scaling_law(n, d, bpb)

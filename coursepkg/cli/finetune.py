@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
-__all__ = ["COMMANDS", "add_parser"]
+from .train import add_settings_flags
+
+__all__ = ["ARGUMENTS", "COMMANDS"]
 
 #: The commands of this home and their line in ``coursepkg --help``.
 COMMANDS = {
@@ -43,34 +44,21 @@ _HELP = {
 }
 
 
-def _add_finetune(sub: Any) -> None:
+def _add_finetune(p: argparse.ArgumentParser) -> None:
     """The ``coursepkg finetune`` subcommand."""
-    import dataclasses
-
     from coursepkg.posttrain.trainer import FinetuneSettings
 
-    p = sub.add_parser(
-        "finetune",
-        help=COMMANDS["finetune"],
-        description="Fine-tune BASE (a `coursepkg train --tokenizer bpe` run, an earlier "
+    p.description = (
+        "Fine-tune BASE (a `coursepkg train --tokenizer bpe` run, an earlier "
         "`coursepkg finetune` run, or a Hugging Face Llama/Qwen3 folder) on DATA, a JSONL "
         'file: {"messages": [...]} a line for SFT, {"prompt", "chosen", "rejected"} a line '
         'for --dpo, {"prompt", "answer"} a line for --grpo. Checkpoints to OUT/checkpoint.pt '
         "(--resume continues exactly) and writes OUT/model.pt at the end; the base is never "
-        "written. Runs under torchrun too.",
+        "written. Runs under torchrun too."
     )
     p.add_argument("base", help="the model to start from: a run folder, checkpoint or HF folder")
     p.add_argument("data", help="the JSONL file of conversations (or of preference pairs)")
-    for f in dataclasses.fields(FinetuneSettings):
-        if f.name in ("base", "data"):
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        text = (_HELP.get(f.name, "") + f" (default {f.default!r})").strip()
-        if f.type in ("bool", bool):
-            p.add_argument(flag, action="store_true", default=None, help=text)
-        else:
-            kind = {"int": int, "float": float, "str": str}[str(f.type)]
-            p.add_argument(flag, type=kind, help=text)
+    add_settings_flags(p, FinetuneSettings, _HELP, skip=("base", "data"))
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_finetune)
@@ -104,7 +92,6 @@ def _finetune(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: Any, verb: str) -> None:
-    """Declare ``coursepkg VERB``'s arguments on ``sub`` (argparse subparsers), one of
-    :data:`COMMANDS`."""
-    {"finetune": _add_finetune}[verb](sub)
+#: How each command of this home declares its arguments, on the subparser ``coursepkg``
+#: makes for it (its :data:`COMMANDS` line as help).
+ARGUMENTS = {"finetune": _add_finetune}

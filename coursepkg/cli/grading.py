@@ -17,9 +17,8 @@ import argparse
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
-__all__ = ["COMMANDS", "add_parser"]
+__all__ = ["ARGUMENTS", "COMMANDS", "add_gradebook_option"]
 
 #: The commands of this home and their line in ``coursepkg --help``.
 COMMANDS = {
@@ -30,15 +29,13 @@ COMMANDS = {
 }
 
 
-def _add_check(sub: Any) -> None:
+def _add_check(p: argparse.ArgumentParser) -> None:
     """The ``coursepkg check`` subcommand."""
-    p = sub.add_parser(
-        "check",
-        help=COMMANDS["check"],
-        description="Execute an assignment notebook top to bottom in a fresh kernel (it is not "
+    p.description = (
+        "Execute an assignment notebook top to bottom in a fresh kernel (it is not "
         "modified) and print each visible test with pass/fail, points and the check's message. "
         "Exit status 0 when every visible test passes, 1 otherwise, 2 when the file is not a "
-        "notebook.",
+        "notebook."
     )
     p.add_argument(
         "notebook", help="the .ipynb file, e.g. exercises/ex01_attention/ex01_attention.ipynb"
@@ -61,15 +58,13 @@ def _check(args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
-def _add_release(sub: Any) -> None:
+def _add_release(p: argparse.ArgumentParser) -> None:
     """The ``coursepkg release`` subcommand."""
-    p = sub.add_parser(
-        "release",
-        help=COMMANDS["release"],
-        description="Run nbgrader's generate_assignment on solutions/ into exercises/, record "
+    p.description = (
+        "Run nbgrader's generate_assignment on solutions/ into exercises/, record "
         "the assignments and their graded cells in the gradebook (what nbgrader's "
         "release_assignment, autograde and the formgrader need), and scan the result for "
-        "leaked solutions or hidden tests.",
+        "leaked solutions or hidden tests."
     )
     p.add_argument("assignment", nargs="?", default="*", help="an assignment id (default: all)")
     p.add_argument("--root", default=".", help="the course directory (default: .)")
@@ -109,12 +104,10 @@ def _release(args: argparse.Namespace) -> int:
     return 1 if leaks else 0
 
 
-def _add_grade(sub: Any) -> None:
+def _add_grade(p: argparse.ArgumentParser) -> None:
     """The ``coursepkg grade`` subcommand."""
-    p = sub.add_parser(
-        "grade",
-        help=COMMANDS["grade"],
-        description="Autograde submitted/*/ASSIGNMENT with nbgrader, students in parallel, each "
+    p.description = (
+        "Autograde submitted/*/ASSIGNMENT with nbgrader, students in parallel, each "
         "notebook in a sandboxed kernel with time and memory limits; then nbgrader's feedback "
         "and CSV export, a JSON report per student and the misconception dashboard in "
         "reports/. A broken or hostile notebook loses the points of what it breaks (0 if it "
@@ -122,7 +115,7 @@ def _add_grade(sub: Any) -> None:
         "changes another student's grade. Safe to rerun. Exit status 1 if some student's grade "
         "could not be recorded at all. The limits' defaults can be set in the course's "
         "nbgrader_config.py as c.GradeLimits.<option> (memory_mb, disk_mb, shm_mb, "
-        "cell_timeout, notebook_timeout).",
+        "cell_timeout, notebook_timeout)."
     )
     p.add_argument("assignment", help="the assignment id, e.g. ex06_training")
     p.add_argument("--root", default=".", help="the nbgrader course directory (default: .)")
@@ -136,11 +129,7 @@ def _add_grade(sub: Any) -> None:
         help="a running Dask scheduler, tcp://HOST:PORT (default: a local cluster)",
     )
     p.add_argument("--student", action="append", help="grade only this student (repeatable)")
-    p.add_argument(
-        "--db",
-        help="gradebook URL: postgresql://USER@HOST:PORT/DB or any SQLAlchemy URL (default: "
-        "sqlite gradebook.db in the course)",
-    )
+    add_gradebook_option(p)
     # Each limit's default is c.GradeLimits.<name> in the course's nbgrader_config.py, else
     # GradeLimits' own (coursepkg/grading/classroom/limits.py).
     p.add_argument(
@@ -233,16 +222,14 @@ def _grade(args: argparse.Namespace) -> int:
     return 1 if any(s.error for s in result.students) else 0
 
 
-def _add_kit(sub: Any) -> None:
+def _add_kit(p: argparse.ArgumentParser) -> None:
     """The ``coursepkg kit`` subcommand."""
-    p = sub.add_parser(
-        "kit",
-        help=COMMANDS["kit"],
-        description="Write the student kit: one zip with the course's package (coursepkg/, "
+    p.description = (
+        "Write the student kit: one zip with the course's package (coursepkg/, "
         "pyproject.toml), the released notebooks (exercises/), the students' Jupyter settings "
         "(jupyter/student/) and a STUDENTS.md on installing it. Never solutions/, the course's "
         "secret, the gradebook or students' work; every released notebook is checked for "
-        "leaked solution lines and hidden tests first (exit status 2 and no kit if any).",
+        "leaked solution lines and hidden tests first (exit status 2 and no kit if any)."
     )
     p.add_argument("--root", default=".", help="the course directory (default: .)")
     p.add_argument("--output", help="the zip to write (default: dist/coursepkg-student-kit.zip)")
@@ -261,8 +248,17 @@ def _kit(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: Any, verb: str) -> None:
-    """Declare ``coursepkg VERB``'s arguments on ``sub`` (argparse subparsers), one of
-    :data:`COMMANDS`."""
-    adders = {"check": _add_check, "release": _add_release, "grade": _add_grade, "kit": _add_kit}
-    adders[verb](sub)
+def add_gradebook_option(p: argparse.ArgumentParser) -> None:
+    """Declare ``--db``, the gradebook's URL, on ``p``: the same option for ``coursepkg grade``
+    and for the instructor's term commands (:mod:`coursepkg.cli.term`), which read the grades
+    it wrote."""
+    p.add_argument(
+        "--db",
+        help="gradebook URL: postgresql://USER@HOST:PORT/DB or any SQLAlchemy URL (default: "
+        "sqlite gradebook.db in the course)",
+    )
+
+
+#: How each command of this home declares its arguments, on the subparser ``coursepkg``
+#: makes for it (its :data:`COMMANDS` line as help).
+ARGUMENTS = {"check": _add_check, "release": _add_release, "grade": _add_grade, "kit": _add_kit}

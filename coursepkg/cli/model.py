@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
-__all__ = ["COMMANDS", "add_parser"]
+__all__ = ["ARGUMENTS", "COMMANDS"]
 
 #: The commands of this home and their line in ``coursepkg --help``.
 COMMANDS = {
@@ -23,13 +22,11 @@ COMMANDS = {
 }
 
 
-def _add_info(sub: Any) -> None:
+def _add_info(p: argparse.ArgumentParser) -> None:
     """The ``coursepkg info`` subcommand."""
-    p = sub.add_parser(
-        "info",
-        help=COMMANDS["info"],
-        description="Print the versions of coursepkg and torch, the device PyTorch would use "
-        "(cuda or cpu) and its number of threads.",
+    p.description = (
+        "Print the versions of coursepkg and torch, the device PyTorch would use "
+        "(cuda or cpu) and its number of threads."
     )
     p.set_defaults(func=_info)
 
@@ -55,14 +52,12 @@ def _info(_: argparse.Namespace) -> int:
     return 0
 
 
-def _add_params(sub: Any) -> None:
+def _add_params(p: argparse.ArgumentParser) -> None:
     """The ``coursepkg params`` subcommand."""
-    p = sub.add_parser(
-        "params",
-        help=COMMANDS["params"],
-        description="Print the parameter count of a Transformer part by part, from the closed "
+    p.description = (
+        "Print the parameter count of a Transformer part by part, from the closed "
         "forms of coursepkg.params (nothing is built): the base or big preset of the paper, "
-        "with any of its sizes changed by the flags.",
+        "with any of its sizes changed by the flags."
     )
     p.add_argument("--preset", choices=("base", "big"), default="base")
     p.add_argument("--vocab-size", type=int, default=37000)
@@ -102,7 +97,6 @@ def _params(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: Any, verb: str) -> None:
-    """Declare ``coursepkg VERB``'s arguments on ``sub`` (argparse subparsers), one of
-    :data:`COMMANDS`."""
-    {"info": _add_info, "params": _add_params}[verb](sub)
+#: How each command of this home declares its arguments, on the subparser ``coursepkg``
+#: makes for it (its :data:`COMMANDS` line as help).
+ARGUMENTS = {"info": _add_info, "params": _add_params}

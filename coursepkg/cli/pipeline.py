@@ -6,11 +6,10 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Any
 
 from .data import add_cache_option
 
-__all__ = ["COMMANDS", "add_parser"]
+__all__ = ["ARGUMENTS", "COMMANDS"]
 
 #: The commands of this home and their line in ``coursepkg --help``.
 COMMANDS = {
@@ -19,23 +18,15 @@ COMMANDS = {
 }
 
 
-def add_parser(sub: Any, verb: str) -> None:
-    """Declare ``coursepkg pipeline``'s arguments on ``sub`` (argparse subparsers), one of
-    :data:`COMMANDS`."""
-    {"pipeline": _add_pipeline}[verb](sub)
-
-
-def _add_pipeline(sub: Any) -> None:
+def _add_pipeline(p: argparse.ArgumentParser) -> None:
     """The ``coursepkg pipeline`` subcommand."""
-    p = sub.add_parser(
-        "pipeline",
-        help=COMMANDS["pipeline"],
-        description="Prepare the corpus, learn a BPE tokenizer, pretrain a GPT (coursepkg "
+    p.description = (
+        "Prepare the corpus, learn a BPE tokenizer, pretrain a GPT (coursepkg "
         "train's code), fine-tune it into a chat model on generated conversations (coursepkg "
         "finetune's code), evaluate each stage, measure the chat model served by coursepkg serve "
         "and write OUT/report.md and OUT/report.html. "
         "Each stage ends with OUT/STAGE/done.json; a rerun skips the stages done. Serve the "
-        "result with `coursepkg serve OUT/finetune`.",
+        "result with `coursepkg serve OUT/finetune`."
     )
     p.add_argument("--out", default="runs/pipeline", help="the run's folder (default %(default)s)")
     p.add_argument(
@@ -81,3 +72,8 @@ def _pipeline(args: argparse.Namespace) -> int:
         f"{out / 'report.md'}; serve with: coursepkg serve {out / 'finetune'}\n"
     )
     return 0
+
+
+#: How each command of this home declares its arguments, on the subparser ``coursepkg``
+#: makes for it (its :data:`COMMANDS` line as help).
+ARGUMENTS = {"pipeline": _add_pipeline}

@@ -13,9 +13,8 @@ import argparse
 import math
 import socket
 import sys
-from typing import Any
 
-__all__ = ["COMMANDS", "add_parser"]
+__all__ = ["ARGUMENTS", "COMMANDS"]
 
 #: The commands of this home and their line in ``coursepkg --help``.
 COMMANDS = {
@@ -23,21 +22,13 @@ COMMANDS = {
 }
 
 
-def add_parser(sub: Any, verb: str) -> None:
-    """Declare ``coursepkg serve``'s arguments on ``sub`` (argparse subparsers), one of
-    :data:`COMMANDS`."""
-    {"serve": _add_serve}[verb](sub)
-
-
-def _add_serve(sub: Any) -> None:
+def _add_serve(p: argparse.ArgumentParser) -> None:
     """The ``coursepkg serve`` subcommand."""
-    p = sub.add_parser(
-        "serve",
-        help=COMMANDS["serve"],
-        description="Serve CHECKPOINT (a `coursepkg finetune` run, or a `coursepkg train "
+    p.description = (
+        "Serve CHECKPOINT (a `coursepkg finetune` run, or a `coursepkg train "
         "--tokenizer bpe --model positional=rope` run) at /v1/chat/completions, "
         "/v1/completions and /v1/models, as OpenAI's API (streaming as server-sent events), "
-        "with continuous batching underneath; a chat page is at /.",
+        "with continuous batching underneath; a chat page is at /."
     )
     p.add_argument("checkpoint", help="a run folder, or its model.pt or checkpoint.pt")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
@@ -97,3 +88,8 @@ def _serve(args: argparse.Namespace) -> int:
     sys.stderr.flush()
     server.run(sockets=[sock])
     return 0
+
+
+#: How each command of this home declares its arguments, on the subparser ``coursepkg``
+#: makes for it (its :data:`COMMANDS` line as help).
+ARGUMENTS = {"serve": _add_serve}

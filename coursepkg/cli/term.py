@@ -13,7 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["COMMANDS", "add_parser", "open_course"]
+from .grading import add_gradebook_option
+
+__all__ = ["ARGUMENTS", "COMMANDS", "open_course"]
 
 #: The commands of this home and their line in ``coursepkg --help``.
 COMMANDS = {
@@ -32,11 +34,7 @@ def _say(line: str) -> None:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", default=".", help="the nbgrader course directory (default: .)")
-    p.add_argument(
-        "--db",
-        help="gradebook URL: postgresql://USER@HOST:PORT/DB or any SQLAlchemy URL (default: "
-        "sqlite gradebook.db in the course)",
-    )
+    add_gradebook_option(p)
 
 
 def open_course(args: argparse.Namespace) -> Any:
@@ -146,15 +144,13 @@ def _penalties_now(course: Any, student: str, assignment: str | None) -> None:
         )
 
 
-def _add_extension(sub: Any) -> None:
-    p = sub.add_parser(
-        "extension",
-        help=COMMANDS["extension"],
-        description="Extensions are often accommodations, which are private: they live in "
+def _add_extension(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Extensions are often accommodations, which are private: they live in "
         "extensions.csv in the course folder (student, assignment, hours, note), which the "
         "course's .gitignore ignores and the student kit never holds, not in the tracked "
         "nbgrader_config.py. The late policy (LatePolicy) reads it; a penalty already in the "
-        "gradebook is computed again at once.",
+        "gradebook is computed again at once."
     )
     actions = p.add_subparsers(dest="action", required=True)
     q = actions.add_parser("grant", help="grant (or change) a student's extension")
@@ -174,16 +170,14 @@ def _add_extension(sub: Any) -> None:
     q.set_defaults(func=_extension)
 
 
-def _add_export(sub: Any) -> None:
-    p = sub.add_parser(
-        "export",
-        help=COMMANDS["export"],
-        description="Read nbgrader's gradebook (SQLite or PostgreSQL) and write one CSV file: "
+def _add_export(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Read nbgrader's gradebook (SQLite or PostgreSQL) and write one CSV file: "
         "Canvas's gradebook layout (for its Import), the layout of Gradescope's grade download "
         "(Gradescope imports no grades; for what reads its downloads), or a plain CSV. One "
         "column per assignment (nbgrader's score: points less the late penalty), optionally "
         "one per graded part. Students are matched to the platform's ids by --mapping. It prints "
-        "what it wrote and what it skipped.",
+        "what it wrote and what it skipped."
     )
     p.add_argument("assignment", nargs="*", help="assignment ids, in the file's order (or --all)")
     p.add_argument(
@@ -263,16 +257,14 @@ def _regrade(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_regrade(sub: Any) -> None:
-    p = sub.add_parser(
-        "regrade",
-        help=COMMANDS["regrade"],
-        description="A student asks for a regrade of one graded part with a reason (`request` "
+def _add_regrade(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "A student asks for a regrade of one graded part with a reason (`request` "
         "writes a file to send to the instructor). The instructor records the files (`add`), "
         "lists the open requests (`list`, also in the dashboard) and answers each with a new "
         "score or a comment (`answer`). Every change is kept in the gradebook with who, when, "
         "the old and new scores and why; a new score stays through reruns of coursepkg grade, "
-        "and the student's feedback shows the answer.",
+        "and the student's feedback shows the answer."
     )
     actions = p.add_subparsers(dest="action", required=True)
     q = actions.add_parser("request", help="write a regrade request file (students)")
@@ -327,15 +319,13 @@ def _similarity(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_similarity(sub: Any) -> None:
-    p = sub.add_parser(
-        "similarity",
-        help=COMMANDS["similarity"],
-        description="Compare what each student wrote in submitted/*/ASSIGNMENT (answer cells "
+def _add_similarity(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Compare what each student wrote in submitted/*/ASSIGNMENT (answer cells "
         "and added cells; the release's stubs and given code never count) with Dolos, and "
         "write reports/ASSIGNMENT/similarity.csv and similarity.html (pairs ranked, those at "
         "or above the threshold side by side with the shared code marked), linked from the "
-        "dashboard. It is a list for a person to read, not a verdict. Needs Node.js.",
+        "dashboard. It is a list for a person to read, not a verdict. Needs Node.js."
     )
     p.add_argument("assignment", help="the assignment id, e.g. ex04_encoder")
     # The defaults are similarity.DEFAULT_THRESHOLD and DEFAULT_TOP (importing that module here
@@ -351,15 +341,13 @@ def _add_similarity(sub: Any) -> None:
     p.set_defaults(func=_similarity)
 
 
-def _add_leaderboard(sub: Any) -> None:
-    p = sub.add_parser(
-        "leaderboard",
-        help=COMMANDS["leaderboard"],
-        description="The capstone (ex19_capstone): with --grade, re-run every student's recipe "
+def _add_leaderboard(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "The capstone (ex19_capstone): with --grade, re-run every student's recipe "
         "confined under the budget, for each seed, and score it in held-out bits per byte "
         "(the results go to OUT/results.json); then rank RESULTS (or those) and write "
         "OUT/instructor.html, OUT/students.html and OUT/leaderboard.csv. A new record must beat "
-        "the standing best by --margin-nats with Welch's one-sided t-test at p < 0.01.",
+        "the standing best by --margin-nats with Welch's one-sided t-test at p < 0.01."
     )
     p.add_argument("results", nargs="?", help="a results.json written by --grade")
     p.add_argument("--grade", help="a folder of submissions: STUDENT/*.ipynb (or *.py)")
@@ -426,13 +414,12 @@ def _leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: Any, verb: str) -> None:
-    """Declare ``coursepkg VERB``'s arguments on ``sub`` (argparse subparsers), one of
-    :data:`COMMANDS`."""
-    {
-        "extension": _add_extension,
-        "export": _add_export,
-        "regrade": _add_regrade,
-        "similarity": _add_similarity,
-        "leaderboard": _add_leaderboard,
-    }[verb](sub)
+#: How each command of this home declares its arguments, on the subparser ``coursepkg``
+#: makes for it (its :data:`COMMANDS` line as help).
+ARGUMENTS = {
+    "extension": _add_extension,
+    "export": _add_export,
+    "regrade": _add_regrade,
+    "similarity": _add_similarity,
+    "leaderboard": _add_leaderboard,
+}

@@ -8,10 +8,12 @@ sets any :class:`~coursepkg.TransformerConfig` option. The same command runs und
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+from collections.abc import Collection
 from typing import Any
 
-__all__ = ["COMMANDS", "add_parser"]
+__all__ = ["ARGUMENTS", "COMMANDS", "add_settings_flags"]
 
 #: The commands of this home and their line in ``coursepkg --help``.
 COMMANDS = {
@@ -46,34 +48,46 @@ def _model_option(text: str) -> tuple[str, Any]:
     return key.strip().replace("-", "_"), yaml.safe_load(value)
 
 
-def _add_train(sub: Any) -> None:
-    """The ``coursepkg train`` subcommand."""
-    import dataclasses
+def add_settings_flags(
+    p: argparse.ArgumentParser, settings: type, helps: dict[str, str], skip: Collection[str]
+) -> None:
+    """Declare a flag on ``p`` for every field of the dataclass ``settings`` (``--batch-size``
+    sets ``batch_size``; a bool is a switch): ``coursepkg train``'s :class:`TrainSettings` and
+    ``coursepkg finetune``'s :class:`FinetuneSettings` alike.
 
+    Args:
+        p: the command's parser.
+        settings: the settings class (fields of type bool, int, float or str).
+        helps: a field's help, which its default follows.
+        skip: the fields given otherwise (positional arguments, ``--model``).
+    """
+    for f in dataclasses.fields(settings):
+        if f.name in skip:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        text = (helps.get(f.name, "") + f" (default {f.default!r})").strip()
+        if f.type in ("bool", bool):
+            p.add_argument(flag, action="store_true", default=None, help=text)
+        else:
+            kind = {"int": int, "float": float, "str": str}[str(f.type)]
+            p.add_argument(flag, type=kind, help=text)
+
+
+def _add_train(p: argparse.ArgumentParser) -> None:
+    """The ``coursepkg train`` subcommand."""
     from coursepkg.training.settings import GPT_DEFAULTS, TrainSettings
 
-    p = sub.add_parser(
-        "train",
-        help=COMMANDS["train"],
-        description="Train a GPT (chapter 12's by default) on a text file or folder of .txt "
+    p.description = (
+        "Train a GPT (chapter 12's by default) on a text file or folder of .txt "
         "files, with AdamW, warm-up + cosine, clipping and gradient accumulation; evaluate "
         "on a held-out split, log to OUT/log.csv, plot OUT/loss.png, checkpoint to "
         "OUT/checkpoint.pt and sample at the end. Under `torchrun --nproc-per-node N` the "
-        "same command trains with DistributedDataParallel (gloo on CPU, nccl on CUDA).",
-        epilog=f"model defaults: {GPT_DEFAULTS}",
+        "same command trains with DistributedDataParallel (gloo on CPU, nccl on CUDA)."
     )
+    p.epilog = f"model defaults: {GPT_DEFAULTS}"
     p.add_argument("data", nargs="?", help="a text file or a folder of .txt files")
     p.add_argument("--config", help="a YAML or TOML file of settings (flags override it)")
-    for f in dataclasses.fields(TrainSettings):
-        if f.name in ("data", "model"):
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        text = _HELP.get(f.name, "") + f" (default {f.default!r})"
-        if f.type in ("bool", bool):
-            p.add_argument(flag, action="store_true", default=None, help=text.strip())
-        else:
-            kind = {"int": int, "float": float, "str": str}[str(f.type)]
-            p.add_argument(flag, type=kind, help=text.strip())
+    add_settings_flags(p, TrainSettings, _HELP, skip=("data", "model"))
     p.add_argument(
         "--model",
         action="append",
@@ -116,7 +130,6 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: Any, verb: str) -> None:
-    """Declare ``coursepkg VERB``'s arguments on ``sub`` (argparse subparsers), one of
-    :data:`COMMANDS`."""
-    {"train": _add_train}[verb](sub)
+#: How each command of this home declares its arguments, on the subparser ``coursepkg``
+#: makes for it (its :data:`COMMANDS` line as help).
+ARGUMENTS = {"train": _add_train}

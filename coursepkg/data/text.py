@@ -23,6 +23,7 @@ __all__ = [
     "char_lm_batches",
     "load_tinyshakespeare",
     "read_verified_text",
+    "tinyshakespeare_bytes",
 ]
 
 TINYSHAKESPEARE_BYTES = 1_115_394
@@ -68,6 +69,24 @@ def load_tinyshakespeare() -> str:
     """
     resource = resources.files("coursepkg.data").joinpath("tinyshakespeare.txt")
     return read_verified_text(resource, TINYSHAKESPEARE_SHA256)
+
+
+def tinyshakespeare_bytes(heldout_bytes: int) -> tuple[Tensor, Tensor]:
+    """Tiny Shakespeare's bytes for a byte-level model: the first 90% to train on, and the
+    first ``heldout_bytes`` of the last 10% to score.
+
+    Args:
+        heldout_bytes: how much of the held-out 10% is kept.
+
+    Returns:
+        ``(train, heldout)``, long tensors of byte values 0-255.
+
+    Shape:
+        (0.9 N,) and (min(heldout_bytes, 0.1 N),), N = :data:`TINYSHAKESPEARE_BYTES`.
+    """
+    data = torch.tensor(list(load_tinyshakespeare().encode("utf-8")), dtype=torch.long)  # (N,)
+    split = int(0.9 * len(data))
+    return data[:split], data[split:][:heldout_bytes]
 
 
 def char_lm_batches(

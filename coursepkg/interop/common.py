@@ -20,6 +20,7 @@ from ..moe import MoEFeedForward
 
 __all__ = [
     "GATED_FROM_HF",
+    "check_model_class",
     "copy_layer_norms",
     "copy_linear",
     "copy_mlp",
@@ -47,6 +48,13 @@ def transformers_module() -> Any:
             "coursepkg.interop needs Hugging Face transformers: pip install 'coursepkg[interop]'"
         ) from err
     return transformers
+
+
+def check_model_class(model: object, name: str) -> None:
+    """Raise ``TypeError`` unless ``model`` is an instance of ``transformers``' class ``name``
+    (``"LlamaForCausalLM"``): what each ``from_hf_*`` reads first."""
+    if not isinstance(model, getattr(transformers_module(), name)):
+        raise TypeError(f"model must be a {name}, got {type(model).__name__}")
 
 
 def require(condition: bool, message: str) -> None:

@@ -30,6 +30,7 @@ from ..decoder_only import DecoderOnlyLM
 from ..moe import MoEFeedForward
 from .common import (
     GATED_FROM_HF,
+    check_model_class,
     copy_layer_norms,
     copy_mlp,
     copy_mlp_back,
@@ -134,9 +135,7 @@ def from_hf_deepseek_v3(model: nn.Module) -> DecoderOnlyLM:
     experts from a ``DeepseekV3ForCausalLM``; as :func:`~coursepkg.interop.from_hf_llama` (the
     logits agree at the real tokens with and without padding, and greedy generation gives
     ``generate``'s)."""
-    tf = transformers_module()
-    if not isinstance(model, tf.DeepseekV3ForCausalLM):
-        raise TypeError(f"model must be a DeepseekV3ForCausalLM, got {type(model).__name__}")
+    check_model_class(model, "DeepseekV3ForCausalLM")
     body = model.model
     tied = model.lm_head.weight is body.embed_tokens.weight
     config = deepseek_v3_config(model.config).replace(tie_embeddings=tied)

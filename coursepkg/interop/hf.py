@@ -22,7 +22,14 @@ from ..decoder_only import DecoderOnlyLM
 from ..encoder_only import EncoderOnlyLM
 from ..layers import LayerNorm
 from ..model import Transformer
-from .common import copy_linear, copy_tensor, placed_like, require, transformers_module
+from .common import (
+    check_model_class,
+    copy_linear,
+    copy_tensor,
+    placed_like,
+    require,
+    transformers_module,
+)
 
 __all__ = [
     "bert_config",
@@ -408,9 +415,7 @@ def from_hf_marian(model: nn.Module) -> Transformer:
         and :func:`~coursepkg.greedy_decode` with ``bos_id=decoder_start_token_id`` gives the
         tokens of ``model.generate(..., num_beams=1, do_sample=False)``.
     """
-    tf = transformers_module()
-    if not isinstance(model, tf.MarianMTModel):
-        raise TypeError(f"model must be a MarianMTModel, got {type(model).__name__}")
+    check_model_class(model, "MarianMTModel")
     enc, dec = model.model.encoder, model.model.decoder
     share = enc.embed_tokens.weight is dec.embed_tokens.weight
     tie = model.lm_head.weight is dec.embed_tokens.weight

@@ -27,6 +27,7 @@ from ..config_groups import MoEConfig, RopeConfig
 from ..decoder_only import DecoderOnlyLM
 from .common import (
     GATED_FROM_HF,
+    check_model_class,
     copy_layer_norms,
     copy_linear,
     copy_mlp,
@@ -173,27 +174,21 @@ def from_hf_llama(model: nn.Module) -> DecoderOnlyLM:
         position_ids=positions_from_mask(mask)).logits`` at the real tokens, and
         ``lm.generate`` gives ``model.generate``'s greedy tokens.
     """
-    tf = transformers_module()
-    if not isinstance(model, tf.LlamaForCausalLM):
-        raise TypeError(f"model must be a LlamaForCausalLM, got {type(model).__name__}")
+    check_model_class(model, "LlamaForCausalLM")
     return _from_hf(model, "Llama")
 
 
 def from_hf_qwen3(model: nn.Module) -> DecoderOnlyLM:
     """A :class:`~coursepkg.DecoderOnlyLM` (with ``qk_norm``) from a ``Qwen3ForCausalLM``; as
     :func:`from_hf_llama`."""
-    tf = transformers_module()
-    if not isinstance(model, tf.Qwen3ForCausalLM):
-        raise TypeError(f"model must be a Qwen3ForCausalLM, got {type(model).__name__}")
+    check_model_class(model, "Qwen3ForCausalLM")
     return _from_hf(model, "Qwen3")
 
 
 def from_hf_mistral(model: nn.Module) -> DecoderOnlyLM:
     """A :class:`~coursepkg.DecoderOnlyLM` (with its ``sliding_window``) from a
     ``MistralForCausalLM``; as :func:`from_hf_llama`."""
-    tf = transformers_module()
-    if not isinstance(model, tf.MistralForCausalLM):
-        raise TypeError(f"model must be a MistralForCausalLM, got {type(model).__name__}")
+    check_model_class(model, "MistralForCausalLM")
     return _from_hf(model, "Mistral")
 
 
@@ -201,18 +196,14 @@ def from_hf_mixtral(model: nn.Module) -> DecoderOnlyLM:
     """A :class:`~coursepkg.DecoderOnlyLM` with a mixture of experts on every layer from a
     ``MixtralForCausalLM``; as :func:`from_hf_llama` (in eval mode: the router's jitter noise,
     used in training only, is not carried over)."""
-    tf = transformers_module()
-    if not isinstance(model, tf.MixtralForCausalLM):
-        raise TypeError(f"model must be a MixtralForCausalLM, got {type(model).__name__}")
+    check_model_class(model, "MixtralForCausalLM")
     return _from_hf(model, "Mixtral")
 
 
 def from_hf_qwen3_moe(model: nn.Module) -> DecoderOnlyLM:
     """A :class:`~coursepkg.DecoderOnlyLM` (with ``qk_norm`` and a mixture of experts on every
     ``decoder_sparse_step``-th layer) from a ``Qwen3MoeForCausalLM``; as :func:`from_hf_llama`."""
-    tf = transformers_module()
-    if not isinstance(model, tf.Qwen3MoeForCausalLM):
-        raise TypeError(f"model must be a Qwen3MoeForCausalLM, got {type(model).__name__}")
+    check_model_class(model, "Qwen3MoeForCausalLM")
     return _from_hf(model, "Qwen3MoE")
 
 

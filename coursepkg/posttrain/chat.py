@@ -37,6 +37,7 @@ __all__ = [
     "encode_chat",
     "hf_chat_tokenizer",
     "jsonl_records",
+    "prompt_messages",
     "read_chat_jsonl",
     "recorded_chat_tokenizer",
     "render_chat",
@@ -130,6 +131,26 @@ def check_messages(messages: object, where: str = "messages") -> list[Mapping[st
     if not any(message["role"] == "assistant" for message in messages):
         raise ValueError(f"{where}: no assistant message, so there is no response to learn")
     return list(messages)
+
+
+def prompt_messages(prompt: object, where: str) -> list[Mapping[str, str]]:
+    """A record's ``prompt`` (a DPO pair's, a GRPO prompt's) as the turns before the answer.
+
+    Args:
+        prompt: a str (one user turn) or a list of messages, checked as :func:`check_messages`
+            checks a conversation (but with no assistant turn needed).
+        where: how errors name it (e.g. ``"data.jsonl, line 3"``).
+
+    Returns:
+        The messages, as a new list.
+    """
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    if not isinstance(prompt, Sequence):
+        raise ValueError(f"{where}: 'prompt' must be a str or a list of messages")
+    # check_messages wants a response; the prompt's turns are checked with a stand-in one.
+    check_messages([*prompt, {"role": "assistant", "content": ""}], where)
+    return list(prompt)
 
 
 def render_chat(messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = False) -> str:

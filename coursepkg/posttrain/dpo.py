@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..tokenizer import Tokenizer
-from .chat import ChatExample, check_messages, encode_chat, jsonl_records
+from .chat import ChatExample, encode_chat, jsonl_records, prompt_messages
 from .packing import Batch, pad_batch
 from .per_token import masked_normalize, token_log_probs
 
@@ -262,15 +262,8 @@ def _pair_of_record(record: object, where: str) -> PreferencePair:
             raise ValueError(f"{where}: {key!r} must be a str, got {type(record[key]).__name__}")
     if record["chosen"] == record["rejected"]:
         raise ValueError(f"{where}: 'chosen' and 'rejected' are the same answer")
-    prompt = record["prompt"]
-    if isinstance(prompt, str):
-        prompt = [{"role": "user", "content": prompt}]
-    elif isinstance(prompt, Sequence):
-        # check_messages wants a response; the prompt's turns are checked with a stand-in one.
-        check_messages([*prompt, {"role": "assistant", "content": ""}], where)
-    else:
-        raise ValueError(f"{where}: 'prompt' must be a str or a list of messages")
-    return PreferencePair(list(prompt), record["chosen"], record["rejected"])
+    prompt = prompt_messages(record["prompt"], where)
+    return PreferencePair(prompt, record["chosen"], record["rejected"])
 
 
 def dpo_step(

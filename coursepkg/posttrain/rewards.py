@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from ..tokenizer import Tokenizer
-from .chat import check_messages, jsonl_records, render_chat
+from .chat import jsonl_records, prompt_messages, render_chat
 
 __all__ = [
     "BUILT_IN",
@@ -154,13 +154,7 @@ def prompt_records(
         if not isinstance(record, Mapping) or "prompt" not in record:
             got = sorted(record) if isinstance(record, Mapping) else type(record).__name__
             raise ValueError(f"{where}: expected a 'prompt' key, got {got}")
-        prompt = record["prompt"]
-        if isinstance(prompt, str):
-            prompt = [{"role": "user", "content": prompt}]
-        elif isinstance(prompt, list):
-            check_messages([*prompt, {"role": "assistant", "content": ""}], where)
-        else:
-            raise ValueError(f"{where}: 'prompt' must be a str or a list of messages")
+        prompt = prompt_messages(record["prompt"], where)
         ids = tokenizer.encode(render_chat(prompt, add_generation_prompt=True))
         if len(ids) > longest:
             raise ValueError(

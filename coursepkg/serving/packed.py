@@ -59,26 +59,18 @@ class PackedPagedKVCache(PagedKVCache):
                 for one being prefilled).
             device: where the step's indices and mask live (default CPU).
         """
-        if len(n_new) != len(tables) or min(n_new, default=0) < 1:
-            raise ValueError(
-                f"n_new must be one positive count per sequence ({len(tables)}), got {n_new!r}"
-            )
-        for table, n in zip(tables, n_new, strict=True):
-            self.grow(table, table.length + n)
+        counts = self._grow_all(tables, n_new)
         past = [t.length for t in tables]
-        mask = PackedMask(n_new, [p + n for p, n in zip(past, n_new, strict=True)], device)
+        mask = PackedMask(counts, [p + n for p, n in zip(past, counts, strict=True)], device)
         seq_t, pos_t = mask.query_request, mask.query_position  # (T,): request, position
         seq_k, pos_k = mask.key_request, mask.key_position  # (S,)
-        blocks = max(len(t.blocks) for t in tables)
-        table = torch.tensor(
-            [t.blocks + [0] * (blocks - len(t.blocks)) for t in tables], device=device
-        )  # (B, blocks)
+        table = self._block_table(tables, device)  # (B, blocks)
         n_keys = seq_k.numel()
         self.length = n_keys - seq_t.numel()  # so that keys_after(T) = S
         self._packed = mask
         self._step = PagedStep(
             tables,
-            list(n_new),
+            counts,
             self._slots(table[seq_t], pos_t[:, None])[:, 0],  # (T,)
             self._slots(table[seq_k], pos_k[:, None])[:, 0],  # (S,)
             torch.ones(1, n_keys, dtype=torch.bool, device=device),  # (1, S): one row, no padding

@@ -119,13 +119,7 @@ class PagedKVCache:
             device: where the step's slots and token mask live: the model's device (default
                 CPU).
         """
-        counts = [n_new] * len(tables) if isinstance(n_new, int) else list(n_new)
-        if len(counts) != len(tables) or min(counts) < 1:
-            raise ValueError(
-                f"n_new must be one positive count per sequence ({len(tables)}), got {n_new!r}"
-            )
-        for table, n in zip(tables, counts, strict=True):
-            self.grow(table, table.length + n)
+        counts = self._grow_all(tables, n_new)
         n = max(counts)
         self.length = max(t.length for t in tables)
         width = self.length + n
@@ -137,10 +131,7 @@ class PagedKVCache:
         read_pos = (torch.arange(width, device=device) - (width - lengths)).clamp(
             min=0
         )  # (B, W): padding -> 0
-        blocks = max(len(t.blocks) for t in tables)
-        table = torch.tensor(
-            [t.blocks + [0] * (blocks - len(t.blocks)) for t in tables], device=device
-        )  # (B, blocks)
+        table = self._block_table(tables, device)  # (B, blocks)
         write = self._slots(table, new_pos.clamp(min=0))  # (B, n)
         spare = self.n_blocks * self.block_size  # the pool's one extra row, never read
         write = write.masked_fill(new_pos < lengths - new, spare)  # (B, n)
@@ -185,6 +176,24 @@ class PagedKVCache:
     def keys_after(self, n_new: int) -> int:
         """How many keys self-attention sees in this step (the padded width)."""
         return self.length + n_new
+
+    def _grow_all(self, tables: list[BlockTable], n_new: int | list[int]) -> list[int]:
+        # Each sequence's count (one for all, or one each; every one >= 1), its table grown by it.
+        counts = [n_new] * len(tables) if isinstance(n_new, int) else list(n_new)
+        if len(counts) != len(tables) or min(counts, default=0) < 1:
+            raise ValueError(
+                f"n_new must be one positive count per sequence ({len(tables)}), got {n_new!r}"
+            )
+        for table, n in zip(tables, counts, strict=True):
+            self.grow(table, table.length + n)
+        return counts
+
+    def _block_table(self, tables: list[BlockTable], device: torch.device | str | None) -> Tensor:
+        # The sequences' block ids as one tensor (B, blocks), the shorter rows padded with block 0.
+        blocks = max(len(t.blocks) for t in tables)
+        return torch.tensor(
+            [t.blocks + [0] * (blocks - len(t.blocks)) for t in tables], device=device
+        )  # (B, blocks)
 
     def _slots(self, table: Tensor, pos: Tensor) -> Tensor:
         # positions (B, *) -> their pool rows, block id * Bs + offset, via the block tables

@@ -30,7 +30,11 @@ from coursepkg.data import (
     pad_sequences,
     read_verified_text,
 )
-from coursepkg.data.text import TINYSHAKESPEARE_BYTES, TINYSHAKESPEARE_SHA256
+from coursepkg.data.text import (
+    TINYSHAKESPEARE_BYTES,
+    TINYSHAKESPEARE_SHA256,
+    tinyshakespeare_bytes,
+)
 
 
 # ---------------------------------------------------------------------- vocabulary
@@ -285,6 +289,16 @@ def test_tinyshakespeare_is_intact_and_cached() -> None:
     assert load_tinyshakespeare() is text  # read and verified once
     raw = resources.files("coursepkg.data").joinpath("tinyshakespeare.txt").read_bytes()
     assert hashlib.sha256(raw).hexdigest() == TINYSHAKESPEARE_SHA256
+
+
+@pytest.mark.parametrize("heldout_bytes", [1, 16_384, TINYSHAKESPEARE_BYTES])
+def test_the_byte_split_is_the_texts_bytes_cut_at_90_percent(heldout_bytes) -> None:
+    train, heldout = tinyshakespeare_bytes(heldout_bytes)
+    raw = list(load_tinyshakespeare().encode("utf-8"))
+    split = int(0.9 * TINYSHAKESPEARE_BYTES)
+    assert train.dtype == heldout.dtype == torch.long
+    assert train.tolist() == raw[:split]
+    assert heldout.tolist() == raw[split:][:heldout_bytes]  # the rest, cut to heldout_bytes
 
 
 def test_provenance_documented() -> None:

@@ -12,6 +12,7 @@ from coursepkg.posttrain.chat import (
     END_OF_TURN,
     encode_chat,
     hf_chat_tokenizer,
+    prompt_messages,
     read_chat_jsonl,
     render_chat,
     with_chat_tokens,
@@ -188,6 +189,29 @@ def test_a_line_that_is_not_json_is_named(tmp_path):
     path = _write(tmp_path / "chat.jsonl", ['{"prompt": "a", "response": "b"}', "{oops"])
     with pytest.raises(ValueError, match="line 2: not valid JSON"):
         read_chat_jsonl(path)
+
+
+@pytest.mark.parametrize("prompt", ["2+2?", [SYSTEM, {"role": "user", "content": "2+2?"}]])
+def test_a_prompt_is_one_user_turn_or_its_own_turns_copied(prompt):
+    """What DPO's pairs and GRPO's prompts read as the turns before the answer."""
+    messages = prompt_messages(prompt, "here")
+    if isinstance(prompt, str):
+        assert messages == [{"role": "user", "content": prompt}]
+    else:
+        assert messages == prompt and messages is not prompt
+
+
+@pytest.mark.parametrize(
+    "prompt, message",
+    [
+        (3, "here: 'prompt' must be a str or a list of messages"),
+        ({"role": "user", "content": "x"}, "here: 'prompt' must be a str or a list"),
+        ([{"role": "robot", "content": "x"}], "here: message 0 has the unknown role 'robot'"),
+    ],
+)
+def test_a_bad_prompt_is_named(prompt, message):
+    with pytest.raises(ValueError, match=message):
+        prompt_messages(prompt, "here")
 
 
 def test_gpt2s_own_vocabulary_gives_the_same_ids_through_transformers():

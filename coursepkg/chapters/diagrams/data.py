@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from coursepkg.chapters.diagrams.primitives import COLOURS, box, canvas, grid
+from coursepkg.chapters.diagrams.primitives import COLOURS, box, canvas, centred_text, grid
 
 __all__ = ["LSH_EXAMPLE", "LSH_FILLS", "lsh_bands_diagram"]
 
@@ -60,15 +60,7 @@ def lsh_bands_diagram(
     for y, (name, sig) in enumerate((("A", sig_a), ("B", sig_b))):
         ax.text(-0.2, 1.2 - (y + 0.5) * cell, f"signature {name}", ha="right", va="center")
         for j, value in enumerate(sig):
-            ax.text(
-                (j + 0.5) * cell,
-                1.2 - (y + 0.5) * cell,
-                f"{value % 100:02d}",
-                ha="center",
-                va="center",
-                fontsize=9,
-                zorder=3,
-            )
+            centred_text(ax, (j + 0.5) * cell, 1.2 - (y + 0.5) * cell, f"{value % 100:02d}")
     for band in range(bands):
         left = band * rows * cell
         ax.add_patch(

@@ -11,7 +11,15 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from coursepkg.chapters.diagrams.primitives import COLOURS, PALETTE, arrow, box, canvas, note
+from coursepkg.chapters.diagrams.primitives import (
+    COLOURS,
+    PALETTE,
+    arrow,
+    box,
+    canvas,
+    centred_text,
+    note,
+)
 
 __all__ = [
     "SHARDED",
@@ -83,23 +91,8 @@ def sharding_diagram(ranks: int = 2) -> Figure:
                     )
                 )
                 label = f"{name}/{ranks}" if shard else name
-                ax.text(
-                    left + width / 2,
-                    y + row * 0.45,
-                    label,
-                    ha="center",
-                    va="center",
-                    fontsize=9,
-                    zorder=3,
-                )
-        ax.text(
-            x0 + length / 2,
-            bottom - 0.6,
-            _COLLECTIVES[scheme],
-            ha="center",
-            va="center",
-            fontsize=9,
-        )
+                centred_text(ax, left + width / 2, y + row * 0.45, label)
+        centred_text(ax, x0 + length / 2, bottom - 0.6, _COLLECTIVES[scheme])
     note(ax, 9.8, bottom - 1.9, "P parameters, G gradients, O optimizer state (Adam's m and v)")
     return fig
 
@@ -156,21 +149,14 @@ def _tensor_parallel_panel(ax) -> None:
     ax.text(3.9, 8.6, "tensor parallel (one FFN, 2 ranks)", ha="center", fontsize=9)
     box(ax, 3.9, 7.6, 3.2, 0.7, "x  (B, L, D)", "tensor")
     for r, x in enumerate((1.9, 5.9)):
-        ax.text(x, 6.75, f"rank {r}", ha="center", va="center", fontsize=9)
+        centred_text(ax, x, 6.75, f"rank {r}")
         box(ax, x, 5.8, 3.2, 0.9, f"x W1[:, {'ab'[r]}]\n(D, F/2)", "ffn")
         box(ax, x, 4.0, 3.2, 0.9, f"h{r} W2[{'ab'[r]}, :]\n(F/2, D)", "ffn")
         arrow(ax, (3.9, 7.25), (x, 6.25))
         arrow(ax, (x, 5.45), (x, 4.45))
         arrow(ax, (x, 3.55), (3.9, 2.45), colour=PALETTE["blue"])
     box(ax, 3.9, 2.0, 6.6, 0.8, "all-reduce: y = y0 + y1", PALETTE["sky"])
-    ax.text(
-        3.9,
-        0.6,
-        "each rank: half of W1, W2\nand of the hidden layer",
-        ha="center",
-        va="center",
-        fontsize=9,
-    )
+    centred_text(ax, 3.9, 0.6, "each rank: half of W1, W2\nand of the hidden layer")
 
 
 def _pipeline_panel(ax, stages: int, micro: int) -> None:
@@ -199,24 +185,14 @@ def _pipeline_panel(ax, stages: int, micro: int) -> None:
                 )
             )
             if job:
-                ax.text(
-                    x0 + (t + 0.5) * cell,
-                    y + cell * 0.65,
-                    job,
-                    ha="center",
-                    va="center",
-                    fontsize=9,
-                    zorder=3,
-                )
+                centred_text(ax, x0 + (t + 0.5) * cell, y + cell * 0.65, job)
     bubble = (stages - 1) / (micro + stages - 1)
-    ax.text(
+    centred_text(
+        ax,
         15.6,
         y0 - stages * cell * 1.4 - 1.2,
         f"F forward, B backward, blank: idle\n"
         f"the bubble: (Spp-1)/(m+Spp-1) = {bubble:.0%} of each stage",
-        ha="center",
-        va="center",
-        fontsize=9,
     )
 
 
@@ -304,14 +280,7 @@ def ring_allreduce_diagram(ranks: int = 4) -> Figure:
                     linewidth=0.6,
                 )
             )
-            ax.text(
-                x0 + t * 0.75 + 0.35,
-                1.3 - r * 0.6,
-                f"c{chunk}",
-                ha="center",
-                va="center",
-                fontsize=9,
-            )
+            centred_text(ax, x0 + t * 0.75 + 0.35, 1.3 - r * 0.6, f"c{chunk}")
     base = 1.05 - (ranks - 1) * 0.6 - 0.3
     half = (ranks - 1) * 0.75
     ax.plot([x0 + half - 0.025] * 2, [1.65, base + 0.1], ls="--", color="#333333", lw=1.0)

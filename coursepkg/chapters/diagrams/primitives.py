@@ -1,5 +1,5 @@
-"""The drawing pieces every diagram shares: a canvas, boxes, arrows, shape notes, italic notes
-and grids.
+"""The drawing pieces every diagram shares: a canvas, boxes, centred text, arrows, shape notes,
+italic notes and grids.
 
 Colours come from the Okabe-Ito palette, which stays distinguishable under the common colour
 vision deficiencies; every box also carries a text label, so no meaning rests on colour alone.
@@ -12,7 +12,17 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
-__all__ = ["COLOURS", "PALETTE", "arrow", "box", "canvas", "grid", "note", "shape"]
+__all__ = [
+    "COLOURS",
+    "PALETTE",
+    "arrow",
+    "box",
+    "canvas",
+    "centred_text",
+    "grid",
+    "note",
+    "shape",
+]
 
 # Okabe-Ito, by name: the strong colours for lines and marks.
 PALETTE = {
@@ -80,8 +90,21 @@ def box(ax: Axes, x: float, y: float, w: float, h: float, text: str, role: str, 
             zorder=2,
         )
     )
-    ax.text(x, y, text, ha="center", va="center", fontsize=size, zorder=3)
+    centred_text(ax, x, y, text, size)
     return y - h / 2, y + h / 2
+
+
+def centred_text(ax: Axes, x: float, y: float, text: str, size: float = 9.0) -> None:
+    """Text centred on (x, y), over any fill (a box's label, a cell's value, a panel's caption).
+
+    Args:
+        ax: the axes.
+        x: the text's horizontal centre, in drawing units.
+        y: its vertical centre, in drawing units.
+        text: the text (``\\n`` between lines).
+        size: the font size in points.
+    """
+    ax.text(x, y, text, ha="center", va="center", fontsize=size, zorder=3)
 
 
 def arrow(ax: Axes, start, end, style="-|>", colour="#333333", rad=0.0, lw=1.1, ls="-"):

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from matplotlib.figure import Figure
 
-from coursepkg.chapters.diagrams.primitives import COLOURS, canvas, grid, note
+from coursepkg.chapters.diagrams.primitives import COLOURS, canvas, centred_text, grid, note
 from coursepkg.masks import PackedMask
 from coursepkg.serving.paged import BlockTable, PagedKVCache
 
@@ -148,7 +148,7 @@ def block_table_diagram(
             table = tables[s]
             held = min(block_size, lengths[s] - table.blocks.index(b) * block_size)
             label = f"s{s}\n{held}/{block_size}"
-        ax.text((b + 0.5) * cell, top - cell / 2, label, ha="center", va="center", fontsize=9)
+        centred_text(ax, (b + 0.5) * cell, top - cell / 2, label)
         ax.text((b + 0.5) * cell, top - cell - 0.25, str(b), ha="center", va="center")
     ax.text(-0.3, top - cell / 2, "owner, held", ha="right", va="center")
     ax.text(-0.3, top - cell - 0.25, "block id", ha="right", va="center")
