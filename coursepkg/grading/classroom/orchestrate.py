@@ -421,7 +421,7 @@ def grade_class(
     chosen = _submissions(root, assignment, students)
     book = _checked_course(root, url, assignment)
     stop = _Stop()
-    with stop.installed():
+    with stop.installed(), gradebook.reused_engines():
         with connect(scheduler, workers) as client:  # reachable, before anything is written
             _start_fork_servers(client, fork)
             notebooks = book.notebooks(assignment)

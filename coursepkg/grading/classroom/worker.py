@@ -45,6 +45,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from ..kernel.confine import ENDED, kill_process_group_cgroup, remove_stale_cgroups
 from ..kernel.forkserver import ForkServer
 from ..kernel.sandbox import KERNEL_NAME, NOT_GRADED_ENV, PIDFILE_ENV, STATUS_ENV, write_kernelspec
+from .gradebook import reused_engines, scratch_gradebook
 from .preprocessors import RELEASE_ENV, feedback_preprocessors, sanitize_preprocessors
 from .protocol import EXCHANGE_FILES, Assignment, GradeAnswer, GradeJob, SandboxStatus
 from .standing import forget, restore, settle
@@ -127,7 +128,8 @@ def grade(assignment: Assignment, job: GradeJob) -> GradeAnswer:
     Raises:
         RuntimeError: not even the fallback grade could be made (the client reports it).
     """
-    with _lock:
+    # nbgrader's gradebooks reuse their engines (compiled statements) from student to student.
+    with _lock, reused_engines():
         course = _state["courses"].get(assignment.digest)
         if course is None:
             course = _PrivateCourse(_home() / assignment.digest, assignment)
@@ -185,6 +187,7 @@ class _PrivateCourse:
         root.mkdir(parents=True)
         (root / "nbgrader_config.py").write_text(assignment.config, encoding="utf-8")
         (root / "gradebook.db").write_bytes(assignment.gradebook)
+        scratch_gradebook(self.url)  # thrown away with the worker: commits need not wait
         self.release = root / "exercises" / assignment.name
         self.release.mkdir(parents=True)
         for name, data in assignment.release.items():
