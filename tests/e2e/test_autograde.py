@@ -285,11 +285,11 @@ ASSIGNMENTS = _ONLY or list(ALL_ASSIGNMENTS)
 
 # The submissions are graded in two course folders side by side, and each nbgrader command runs
 # once per folder for all of its assignments (the id "*" is a glob nbgrader expands): nbgrader's
-# start-up (about 4 s of CPU, importing nbgrader and the course's configuration) is paid 8 times
+# start-up (about 4 s of CPU, importing nbgrader and the course's configuration) is paid 7 times
 # instead of 37, and the two folders' kernels share the machine's two cores. What is split is each
 # (assignment, student) submission, not whole assignments, so that one heavy assignment's solved
-# and buggy notebooks go to different folders and the two folders end together: an assignment
-# handed in to both is generated in both (seconds), and each folder's export keeps its own rows.
+# and buggy notebooks go to different folders and the two folders end together: both folders are
+# copies of one release, and each folder's export keeps its own rows.
 FOLDERS = 2
 STUDENTS = ("solved", "untouched", "buggy")
 # Seconds a graded notebook takes (its kernel's start included), measured 2026-11-29 at load
@@ -332,20 +332,24 @@ def _folders(aids: list[str]) -> list[list[tuple[str, str]]]:
     return [g for g in groups if g]
 
 
+def _release(course: Path, aids: list[str]) -> None:
+    """nbgrader's release of the assignments ``aids`` (``generate_assignment``, which records
+    them in the gradebook) in the new course folder ``course``."""
+    shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    for aid in aids:
+        shutil.copytree(ROOT / "solutions" / aid, course / "solutions" / aid)
+    _nbgrader(course, "generate_assignment", "*", "--force")
+
+
 def _grade_folder(course: Path, items: list[tuple[str, str]]) -> dict:
-    """Release, hand in, autograde, give feedback and export the submissions ``items`` (pairs
-    ``(assignment, student)``) in the folder ``course``.
+    """Hand in, autograde, give feedback and export the submissions ``items`` (pairs
+    ``(assignment, student)``) in the released course folder ``course``.
 
     Returns:
         ``{(assignment, student_id): row of nbgrader's exported CSV}`` for ``items`` only (the
         export also lists, with no score, a student of the folder who did not hand in an
         assignment of the folder).
     """
-    aids = sorted({aid for aid, _ in items})
-    shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
-    for aid in aids:
-        shutil.copytree(ROOT / "solutions" / aid, course / "solutions" / aid)
-    _nbgrader(course, "generate_assignment", "*", "--force")
     for aid, student in items:
         source = nbformat.read(str(course / "solutions" / aid / f"{aid}.ipynb"), as_version=4)
         if student == "untouched":
@@ -375,7 +379,14 @@ def _grade_folder(course: Path, items: list[tuple[str, str]]) -> dict:
 @pytest.fixture(scope="module")
 def graded_class(tmp_path_factory):
     folders = _folders(list(ASSIGNMENTS))
+    # Released once and copied to each folder (its gradebook, which holds the release, with it),
+    # as a course's folder is copied to another machine: generate_assignment for every
+    # assignment costs ~13 s of CPU, and each folder's grades only need the same release.
+    released = tmp_path_factory.mktemp("release")
+    _release(released, sorted({aid for items in folders for aid, _ in items}))
     courses = [tmp_path_factory.mktemp("class") for _ in folders]
+    for course in courses:
+        shutil.copytree(released, course, dirs_exist_ok=True)
     with ThreadPoolExecutor(max_workers=len(folders)) as pool:
         try:
             graded = list(pool.map(_grade_folder, courses, folders))
