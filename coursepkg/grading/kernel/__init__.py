@@ -5,7 +5,8 @@
   the worker.
 * :mod:`.mounts` -- private, size-bounded ``/dev/shm``, working and scratch folders (a mount
   namespace of the kernel's own).
-* :mod:`.sandbox` -- the sandbox kernel's launcher and kernelspec, and the guard of the checks.
+* :mod:`.sandbox` -- the sandbox kernel's launcher and kernelspec.
+* :mod:`.guard` -- the guard of the checks, installed by the sandbox kernel before the first cell.
 * :mod:`.forkserver` -- kernels forked from a process that has imported torch.
 """
 

@@ -70,6 +70,7 @@ PRELOAD = (
     "coursepkg",
     "coursepkg.grading",
     "coursepkg.grading.kernel.sandbox",
+    "coursepkg.grading.kernel.guard",  # the guard each kernel installs before its first cell
     "ipykernel.kernelapp",
     "ipykernel.ipkernel",
     "ipykernel.zmqshell",

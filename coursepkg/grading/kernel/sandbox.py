@@ -32,7 +32,7 @@ guarantee:
   the grader can find and kill it.
 * **Output**: what the notebook prints is capped (:data:`OUTPUT_LIMIT` bytes per stream and
   cell), the rest is dropped with a note, so printing 100 MB costs nothing.
-* **The checks themselves**: :func:`install_guard` snapshots ``coursepkg`` and the parts of
+* **The checks themselves**: :func:`.guard.install_guard` snapshots ``coursepkg`` and the parts of
   PyTorch, ``math``, ``sys`` and ``builtins`` the checks rely on, before the first cell. Before
   every cell, the check names a notebook imported (``check_noam_lr`` ...) are put back to the
   real checks, and if anything in the snapshot was replaced (a monkeypatched check, helper,
@@ -47,14 +47,12 @@ cells for such code and flags the notebook for review (see
 
 from __future__ import annotations
 
-import functools
 import io
 import json
 import os
 import resource
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +80,6 @@ __all__ = [
     "launch",
     "STATUS_ENV",
     "OUTPUT_LIMIT",
-    "install_guard",
     "write_kernelspec",
 ]
 
@@ -118,7 +115,7 @@ DISK_MB = 1024
 SHM_MB = 256
 
 # ---------------------------------------------------------------------------------------------
-# Inside the kernel: capped output and the guard of the checks
+# Inside the kernel: capped output (the guard of the checks is in .guard)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -153,144 +150,6 @@ class _CappedStream(io.TextIOBase):
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
-
-
-_WATCHED_MODULES = ("torch", "torch.nn", "torch.nn.functional", "torch.testing", "math")
-# IPython swaps sys.displayhook and friends around every cell; only these are watched in sys.
-_WATCHED_SYS = ("setprofile", "settrace", "getprofile", "gettrace", "_getframe", "modules")
-_WATCHED_BUILTINS = (
-    "abs all any bool callable dict float getattr hasattr int isinstance issubclass len list "
-    "max min range repr round setattr sorted str sum tuple type zip"
-).split()
-
-
-def _identity(value: Any) -> tuple[int, ...]:
-    """What must not change about a watched object: it, and a function's code and defaults."""
-    return (
-        id(value),
-        id(getattr(value, "__code__", None)),
-        id(getattr(value, "__defaults__", None)),
-        id(getattr(value, "__kwdefaults__", None)),
-    )
-
-
-def _fingerprint() -> dict[tuple[str, ...], Any]:
-    """Identities of every function, class, method and constant the checks depend on."""
-    import builtins
-
-    import torch
-
-    prints: dict[tuple[str, ...], Any] = {}
-    names = [n for n in sys.modules if n == "coursepkg" or n.startswith("coursepkg.")]
-    for name in [*names, *_WATCHED_MODULES]:
-        module = sys.modules.get(name)
-        if module is None:
-            continue
-        prints[("module", name)] = id(module)
-        own = name.startswith("coursepkg")
-        for attr, value in list(vars(module).items()):
-            if callable(value) or isinstance(value, type(sys)):
-                prints[(name, attr)] = _identity(value)
-            elif own and attr.isupper():
-                # Constants (tolerances, bug lists): mutating them in place counts too.
-                prints[(name, attr)] = repr(value)
-            if own and isinstance(value, type) and value.__module__ == name:
-                for key, member in list(vars(value).items()):
-                    if callable(member) or isinstance(member, (staticmethod, classmethod)):
-                        prints[(name, attr, key)] = _identity(member)
-    for attr, member in list(vars(torch.Tensor).items()):
-        if callable(member):
-            prints[("torch.Tensor", attr)] = _identity(member)
-    for attr in _WATCHED_SYS:
-        prints[("sys", attr)] = _identity(getattr(sys, attr, None))
-    for attr in _WATCHED_BUILTINS:
-        prints[("builtins", attr)] = _identity(getattr(builtins, attr, None))
-    return prints
-
-
-def _changed(before: dict, after: dict) -> list[str]:
-    """Dotted names whose identity changed or that disappeared."""
-    return [".".join(key) for key, value in before.items() if after.get(key) != value]
-
-
-def install_guard(shell: Any | None = None) -> Callable[..., None]:
-    """Protect the checks from the notebook's code, before every cell of the kernel ``shell``.
-
-    Takes the snapshot now (call it before any student code runs) and registers an IPython
-    ``pre_run_cell`` hook that (1) puts every ``check_*`` name the notebook bound back to the
-    real check (which, when grading, also refuses an answer that is coursepkg's reference
-    itself), and (2) compares the snapshot; once anything changed, every check fails with a
-    :class:`~coursepkg.grading.CheckFailure` naming what was replaced. When the grader set
-    :data:`NOT_GRADED_ENV`, every check fails with that reason instead.
-
-    Args:
-        shell: the IPython shell (default: the running one).
-
-    Returns:
-        The hook (registered already).
-    """
-    import coursepkg.grading as grading
-    from coursepkg.grading import CheckFailure
-
-    if shell is None:
-        from IPython import get_ipython
-
-        shell = get_ipython()
-    checks = {name: getattr(grading, name) for name in grading.__all__ if name.startswith("check_")}
-    snapshot = _fingerprint()
-    state: dict[str, str] = {"reason": os.environ.get(NOT_GRADED_ENV, "")}
-    streams = [s for s in (sys.stdout, sys.stderr) if isinstance(s, _CappedStream)]
-
-    def refuse(name: str, reason: str) -> Callable[..., Any]:
-        def refused(*args: Any, **kwargs: Any) -> Any:
-            raise CheckFailure(reason, check=name)
-
-        refused.__name__ = name
-        return refused
-
-    def no_reference(name: str, check: Callable[..., Any]) -> Callable[..., Any]:
-        # The checks ignore calls the reference makes, so an answer that *is* the reference
-        # (``from coursepkg.attention import scaled_dot_product_attention``) would pass.
-        from coursepkg.grading.framework import is_reference_module
-
-        @functools.wraps(check)
-        def checked(impl: Any = None, *args: Any, **kwargs: Any) -> Any:
-            module = getattr(impl, "__module__", None) or ""
-            if is_reference_module(module):
-                what = f"{module}.{getattr(impl, '__qualname__', type(impl).__name__)}"
-                raise CheckFailure(
-                    f"your answer is coursepkg's reference implementation ({what}), imported "
-                    "rather than written; it scores no points. Write it yourself.",
-                    check=name,
-                )
-            return check(impl, *args, **kwargs)
-
-        return checked
-
-    guarded = {name: no_reference(name, check) for name, check in checks.items()}
-
-    def before_cell(info: Any = None, *_: Any) -> None:
-        for stream in streams:
-            stream.reset()
-        # Comparing the snapshot takes ~30 ms, so it is done before cells that call a check
-        # (a change made earlier is still found then: the snapshot is the one from the start).
-        source = getattr(info, "raw_cell", None)
-        if not state["reason"] and (source is None or "check_" in source):
-            changed = _changed(snapshot, _fingerprint())
-            if changed:
-                shown = ", ".join(changed[:3]) + (" ..." if len(changed) > 3 else "")
-                state["reason"] = (
-                    f"the grading code was changed by this notebook ({shown} replaced), so no "
-                    "check can be trusted and this test scores 0. Your answers must not modify "
-                    "coursepkg, torch, math, sys or builtins."
-                )
-        namespace = shell.user_ns
-        for name, check in guarded.items():
-            if name in namespace:
-                namespace[name] = refuse(name, state["reason"]) if state["reason"] else check
-
-    shell.events.register("pre_run_cell", before_cell)
-    return before_cell
 
 
 def limit_note(error: BaseException, limits: dict[str, int]) -> str:
@@ -349,7 +208,10 @@ def _in_kernel_setup() -> None:
         import torch._dynamo  # noqa: F401
     except Exception:
         pass
-    install_guard()
+    from .guard import install_guard
+
+    streams = (sys.stdout, sys.stderr)
+    install_guard(streams=streams, reason=os.environ.get(NOT_GRADED_ENV, ""))
     from IPython import get_ipython
 
     _explain_limits(get_ipython())
