@@ -241,3 +241,22 @@ def _make_tokens(batch: int, length: int, vocab: int, low: int = 0, seed: int = 
 def make_tokens() -> Callable[..., torch.Tensor]:
     """``make_tokens(batch, length, vocab, low=0, seed=1)`` -> long ids in [low, vocab)."""
     return _make_tokens
+
+
+@pytest.fixture
+def per_parameter_adam(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """``per_parameter_adam()`` makes every ``torch.optim.Adam``/``AdamW`` built afterwards in
+    the test run PyTorch's per-parameter loop (``foreach=False``), the peer against which the
+    chapters' ``foreach=True`` optimisers are held to the same numbers."""
+
+    def looped(cls: type[torch.optim.Optimizer]) -> Callable[..., torch.optim.Optimizer]:
+        def build(*args, **kwargs) -> torch.optim.Optimizer:
+            return cls(*args, **{**kwargs, "foreach": False})
+
+        return build
+
+    def apply() -> None:
+        monkeypatch.setattr(torch.optim, "Adam", looped(torch.optim.Adam))
+        monkeypatch.setattr(torch.optim, "AdamW", looped(torch.optim.AdamW))
+
+    return apply

@@ -126,7 +126,8 @@ def baseline_curve(
     net = DecoderOnlyLM(TransformerConfig(**shape))
     context = shape["max_len"]
     generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.01)
+    # foreach: the same numbers as the per-parameter loop, with far fewer calls per step
+    optimizer = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.01, foreach=True)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, _warmup_cosine(steps))
     curve = BaselineCurve([0], [0.0], [heldout_bpb(net, scored, min(context, 256))], 0, settings)
     curve.n_parameters = sum(p.numel() for p in net.parameters())

@@ -231,7 +231,8 @@ def _train(
 ) -> list[float]:
     """Adam on the trainable parameters, batches drawn at random; the loss of each step."""
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.Adam(trainable, lr=lr)
+    # foreach (here and below): the numbers of the per-parameter loop, in fewer calls
+    optimizer = torch.optim.Adam(trainable, lr=lr, foreach=True)
     losses = []
     for _ in range(steps):
         rows = torch.randint(len(examples), (batch_size,), generator=generator).tolist()
@@ -346,7 +347,7 @@ def _stage_dpo(settings, tokenizer, start, train, test) -> dict:
     for beta in settings["betas"]:
         torch.manual_seed(settings["seed"])
         policy = copy.deepcopy(start)
-        optimizer = torch.optim.Adam(policy.parameters(), lr=settings["dpo_lr"])
+        optimizer = torch.optim.Adam(policy.parameters(), lr=settings["dpo_lr"], foreach=True)
         rows_of = lambda: torch.randint(len(train_pairs), (32,), generator=generator)  # noqa: E731
         margins = []
         for _ in range(settings["dpo_steps"]):
@@ -380,7 +381,7 @@ def _grpo_run(settings, tokenizer, start, train, run, seed) -> tuple[nn.Module, 
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed + 2)
     policy, reference = copy.deepcopy(start), frozen_copy(start)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=settings["grpo_lr"])
+    optimizer = torch.optim.Adam(policy.parameters(), lr=settings["grpo_lr"], foreach=True)
     rewards, kls = [], []
     for _ in range(settings["grpo_steps"]):
         rows = torch.randint(len(train), (prompts_per_step,), generator=generator).tolist()

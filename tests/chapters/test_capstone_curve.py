@@ -36,6 +36,13 @@ def test_the_curve_scores_each_checkpoint_learns_and_is_reused_from_its_cache(
     assert again == curve  # the same run, loaded (its seconds too, which a rerun would change)
 
 
+def test_the_curve_s_adamw_gives_the_per_parameter_loop_s_numbers(per_parameter_adam):
+    curve = baseline_curve(steps=5, every=2, heldout_bytes=1024)
+    per_parameter_adam()
+    looped = baseline_curve(steps=5, every=2, heldout_bytes=1024)
+    assert curve.bpb == looped.bpb and curve.bpb[-1] < curve.bpb[0]
+
+
 def test_bad_settings_are_named():
     with pytest.raises(ValueError, match="steps and every must be >= 1"):
         baseline_curve(steps=0)

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from coursepkg import DecoderOnlyLM
-from coursepkg.chapters.char_gpt import count_bigram, train_char_gpt
+from coursepkg.chapters.char_gpt import count_bigram, shakespeare_split, train_char_gpt
 from coursepkg.chapters.run_cache import CACHE_ENV
+from coursepkg.data import load_tinyshakespeare
 
 TINY = dict(steps=6, d_model=16, n_heads=2, d_ff=32, n_layers=1, block_size=16, batch_size=4)
 
@@ -66,3 +67,22 @@ def test_count_bigram_is_the_smoothed_pair_frequency():
 def test_count_bigram_rejects_bad_input(args, error):
     with pytest.raises(error):
         count_bigram(*args)
+
+
+def test_the_run_s_adam_gives_the_per_parameter_loop_s_numbers(per_parameter_adam):
+    run = train_char_gpt(progress=False, eval_every=3, **TINY)
+    per_parameter_adam()
+    looped = train_char_gpt(progress=False, eval_every=3, **TINY)
+    run.history.seconds = looped.history.seconds = 0.0  # the one field that is a timing
+    assert run.history == looped.history
+    for a, b in zip(run.model.parameters(), looped.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_each_split_is_the_corpus_encoded_and_a_caller_s_copy():
+    vocab, train_ids, heldout_ids, _ = shakespeare_split(16)
+    text = load_tinyshakespeare()
+    assert torch.equal(torch.cat([train_ids, heldout_ids]), torch.tensor(vocab.encode(text)))
+    train_ids.zero_()  # a caller may change what it was given ...
+    _, again, _, _ = shakespeare_split(16)
+    assert torch.equal(again[:1000], torch.tensor(vocab.encode(text[:1000])))  # ... not the next

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from coursepkg.chapters.train import History, fit, seed_everything
+from coursepkg.chapters.train import History, fit, fit_warmup_decay, seed_everything
 
 
 def _regression_batches(generator, n=64):
@@ -76,3 +76,32 @@ def test_fit_rejects_bad_counts(kwargs):
 def test_smoothed_loss_is_a_running_mean():
     h = History(loss=[4.0, 2.0, 0.0, 2.0])
     assert h.smoothed_loss(window=2) == [4.0, 3.0, 1.0, 1.0]
+
+
+def _warmup_decay_run() -> tuple[History, dict[str, torch.Tensor]]:
+    g = seed_everything(3)
+    model = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 1))  # four parameters
+    heldout = [next(_regression_batches(torch.Generator().manual_seed(9)))]
+    history = fit_warmup_decay(
+        model,
+        _regression_batches(g),
+        _mse,
+        _mse,
+        heldout,
+        steps=12,
+        lr=0.05,
+        warmup=3,
+        eval_every=4,
+    )
+    return history, model.state_dict()
+
+
+def test_fit_warmup_decay_s_adam_gives_the_per_parameter_loop_s_numbers(per_parameter_adam):
+    history, weights = _warmup_decay_run()
+    per_parameter_adam()
+    looped_history, looped_weights = _warmup_decay_run()
+    history.seconds = looped_history.seconds = 0.0  # the one field that is a timing
+    assert history == looped_history  # every loss, rate and held-out loss, bit for bit
+    assert history.loss[-1] < history.loss[0]
+    for name, value in weights.items():
+        assert torch.equal(value, looped_weights[name]), name
