@@ -122,7 +122,8 @@ def _add_grade(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--workers",
         type=int,
-        help="worker processes of the local Dask cluster (default: cores; not with --scheduler)",
+        help="worker processes of the local Dask cluster (default: cores; never more than the "
+        "students graded; not with --scheduler)",
     )
     p.add_argument(
         "--scheduler",

@@ -8,8 +8,9 @@ graded notebook and feedback into the course folder, the grades into the gradebo
 JSON reports and the dashboard.
 
 * **Where**: with no scheduler, a ``LocalCluster`` on this machine (one worker process per core,
-  one job at a time each); with ``scheduler="tcp://HOST:PORT"``, a running cluster
-  (``dask scheduler`` and ``dask worker``, dask-jobqueue on Slurm, dask-kubernetes).
+  but no more workers than students, one job at a time each); with
+  ``scheduler="tcp://HOST:PORT"``, a running cluster (``dask scheduler`` and ``dask worker``,
+  dask-jobqueue on Slurm, dask-kubernetes).
 * **Faults**: a worker killed while it grades (SIGKILL, a crashed machine) is replaced by Dask
   and the student graded by another; a notebook that kills its worker every time fails the
   task after the scheduler's ``allowed-failures`` tries (``distributed.scheduler.allowed-
@@ -390,8 +391,9 @@ def grade_class(
         course: the nbgrader course directory (with ``nbgrader_config.py``, ``submitted/`` and
             the assignment's release; its gradebook entry is made from the source if missing).
         assignment: the assignment id.
-        workers: worker processes of the local cluster (default: the number of CPU cores);
-            ignored with ``scheduler``.
+        workers: worker processes of the local cluster (default: the number of CPU cores),
+            never more than the students graded (each worker's fork server imports torch and
+            the checks before it grades anyone); ignored with ``scheduler``.
         students: grade only these student ids (default: everyone in ``submitted/``).
         db_url: the gradebook's URL (default: ``sqlite:///<course>/gradebook.db``;
             ``postgresql://user@host:port/db`` for PostgreSQL).
@@ -422,7 +424,8 @@ def grade_class(
     book = _checked_course(root, url, assignment)
     stop = _Stop()
     with stop.installed(), gradebook.reused_engines():
-        with connect(scheduler, workers) as client:  # reachable, before anything is written
+        local = min(workers or os.cpu_count() or 1, len(chosen))  # an idle worker costs CPU too
+        with connect(scheduler, local) as client:  # reachable, before anything is written
             _start_fork_servers(client, fork)
             notebooks = book.notebooks(assignment)
             replaced = apply_due_date(book, assignment)  # the policy's, before the workers

@@ -350,8 +350,9 @@ def test_a_regrade_request_is_answered_and_survives_a_rerun(course, chromium, tm
         assert (test["points"], report["score"]) == (4, course["buggy"] + 4)  # rewritten too
 
     check_answered()
-    grade(course["where"], "--student", "buggy")  # the autograder gives 0 again; the answer stays
-    check_answered()
+    summary = grade(course["where"], "--student", "buggy")  # the autograder gives 0 again
+    assert "graded 1 student(s)" in summary and "with 1 worker(s)" in summary, summary  # of 2
+    check_answered()  # the answer stays
     listed = coursepkg("regrade", "list", "--all", *course["where"]).stdout
     assert listed.count("Dr. Turing") == 2  # one entry per change, nothing added by the rerun
 
