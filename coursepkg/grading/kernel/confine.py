@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import fcntl
+import functools
 import os
 import re
 import resource
@@ -83,8 +84,11 @@ class _PathBeneath(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+@functools.cache
 def libc() -> Any:
-    """The C library, through ctypes (errno kept)."""
+    """The C library, through ctypes (errno kept), found once per process: ``find_library``
+    runs ``ldconfig -p`` in a subprocess at each call, and a kernel called this five times
+    as it confined itself (forked from the fork server, which found it already: none)."""
     return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
 

@@ -119,3 +119,24 @@ def test_a_namespaced_kernel_has_its_own_loopback_and_nothing_beyond():
         "127.0.0.1 ConnectionRefusedError",  # the host's listener is in another namespace
         "192.0.2.1 OSError",  # no route: the namespace has no other interface
     ]
+
+
+def test_the_c_library_is_looked_up_once_per_process(monkeypatch):
+    # find_library runs `ldconfig -p` in a subprocess; a kernel confining itself asked for the
+    # library about five times (forked from the fork server, which had looked it up: none).
+    calls = []
+    real = confine.ctypes.util.find_library
+
+    def counted(name):
+        calls.append(name)
+        return real(name)
+
+    monkeypatch.setattr(confine.ctypes.util, "find_library", counted)
+    confine.libc.cache_clear()
+    try:
+        first = confine.libc()
+        assert confine.libc() is first and confine.libc() is first
+        assert calls == ["c"]
+        assert first.getpid() == os.getpid()  # the library still works through the cache
+    finally:
+        confine.libc.cache_clear()
