@@ -72,16 +72,32 @@ def _lines(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n").strip()
 
 
-def _source_names(info: dict) -> set[str] | None:
-    """The grade ids of this notebook's cells in nbgrader's source (None: not known)."""
-    from nbgrader.api import Gradebook, MissingEntry
+# Where :func:`_source_cells` keeps what it read, in the resources nbconvert hands from one
+# preprocessor to the next while it converts one notebook.
+_SOURCE_KEY = "coursepkg_source_cells"
 
-    try:
-        with Gradebook(info["db_url"]) as gb:
-            source = gb.find_notebook(info["notebook"], info["assignment"])
-            return {cell.name for cell in source.source_cells}
-    except (KeyError, MissingEntry):
-        return None
+
+def _source_cells(resources: dict) -> dict | None:
+    """This notebook's cells in nbgrader's source, as the gradebook records them: ``names``
+    (every cell's grade id), ``locked`` (a locked cell's grade id -> its source) and ``graded``
+    (the grade cells' ids); None when not known. Read once per notebook being converted (kept
+    in ``resources``): :class:`GraderNotes` and :class:`DropEmptyMetadata` opened the
+    gradebook three times a student for it."""
+    if _SOURCE_KEY not in resources:
+        from nbgrader.api import Gradebook, MissingEntry
+
+        info = resources.get("nbgrader", {})
+        try:
+            with Gradebook(info["db_url"]) as gb:
+                source = gb.find_notebook(info["notebook"], info["assignment"])
+                resources[_SOURCE_KEY] = {
+                    "names": {cell.name for cell in source.source_cells},
+                    "locked": {c.name: c.source for c in source.source_cells if c.locked},
+                    "graded": [cell.name for cell in source.grade_cells],
+                }
+        except (KeyError, MissingEntry):
+            resources[_SOURCE_KEY] = None
+    return resources[_SOURCE_KEY]
 
 
 class GraderNotes(NbGraderPreprocessor):
@@ -96,8 +112,6 @@ class GraderNotes(NbGraderPreprocessor):
     """
 
     def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
-        from nbgrader.api import Gradebook, MissingEntry
-
         notes: list[str] = []
         reason = os.environ.get(NOT_GRADED_ENV, "")
         if reason:
@@ -110,7 +124,8 @@ class GraderNotes(NbGraderPreprocessor):
         except (OSError, ValueError, AttributeError):
             grade_ids = Counter()
         info = resources.get("nbgrader", {})
-        known = _source_names(info)
+        source = _source_cells(resources)
+        known = None if source is None else source["names"]
         dup = sorted(k for k, n in grade_ids.items() if n > 1 and (known is None or k in known))
         if dup and not reason:
             notes.append(
@@ -131,32 +146,27 @@ class GraderNotes(NbGraderPreprocessor):
             originals = {_grade_id(c): c.source for c in release.cells if _grade_id(c)}
         except (OSError, ValueError, KeyError):
             originals = {}
-        try:
-            with Gradebook(info["db_url"]) as gb:
-                source = gb.find_notebook(info["notebook"], info["assignment"])
-                # A locked cell is as handed out if it reads like the release (hidden tests
-                # stripped) or like nbgrader's source (hidden tests in).
-                locked = {
-                    cell.name: {_lines(cell.source)} for cell in source.source_cells if cell.locked
-                }
-                for grade_id, text in originals.items():
-                    locked.get(grade_id, set()).add(_lines(text))
-                for cell in nb.cells:
-                    grade_id = _grade_id(cell)
-                    if not grade_id:
-                        continue
-                    present.add(grade_id)
-                    if grade_id in locked and _lines(cell.source) not in locked[grade_id]:
-                        if not reason:
-                            notes.append(
-                                f"The locked cell `{grade_id}` had been edited; it was put back "
-                                "to the original before grading."
-                            )
-                missing = sorted(
-                    c.name for c in source.grade_cells if c.name not in present and c.name in locked
-                )
-        except (KeyError, MissingEntry):
-            missing = []
+        missing: list[str] = []
+        if source is not None:
+            # A locked cell is as handed out if it reads like the release (hidden tests
+            # stripped) or like nbgrader's source (hidden tests in).
+            locked = {name: {_lines(text)} for name, text in source["locked"].items()}
+            for grade_id, text in originals.items():
+                locked.get(grade_id, set()).add(_lines(text))
+            for cell in nb.cells:
+                grade_id = _grade_id(cell)
+                if not grade_id:
+                    continue
+                present.add(grade_id)
+                if grade_id in locked and _lines(cell.source) not in locked[grade_id]:
+                    if not reason:
+                        notes.append(
+                            f"The locked cell `{grade_id}` had been edited; it was put back "
+                            "to the original before grading."
+                        )
+            missing = sorted(
+                name for name in source["graded"] if name not in present and name in locked
+            )
         if missing and not reason:
             notes.append(
                 f"Test cells missing from your notebook were added back: {', '.join(missing)}."
@@ -180,7 +190,8 @@ class DropEmptyMetadata(NbGraderPreprocessor):
     """
 
     def preprocess(self, nb: Any, resources: dict) -> tuple[Any, dict]:
-        known = _source_names(resources.get("nbgrader", {}))
+        source = _source_cells(resources)
+        known = None if source is None else source["names"]
         for cell in nb.cells:
             if "nbgrader" not in cell.get("metadata", {}):
                 continue
