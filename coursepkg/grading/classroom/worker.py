@@ -233,6 +233,11 @@ class _PrivateCourse:
         config.Execute.timeout = self.a.cell_timeout
         # Deleted test cells are put back (nbgrader's own option), so deleting them gains nothing.
         config.OverwriteCells.add_missing_cells = True
+        # nbconvert validates the notebook once, after an exporter's last preprocessor (its own
+        # option), not after each of them: ~20 validations a student -> 3. An invalid notebook
+        # still fails its step, before its file is written (the sanitized one before any cell
+        # runs), so it still gets the fallback grade.
+        config.Exporter.optimistic_validation = True
         # Kernels forked from a process that has imported torch (or started anew), over Unix
         # sockets: the sandbox kernel has no network beyond a loopback of its own.
         from ..kernel.forkserver import ForkExecute
