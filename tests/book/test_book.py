@@ -259,6 +259,28 @@ def test_book_code_cells_are_formatted_to_the_text_column(capsys):
     )
 
 
+#: A code cell that trains: the package's loop, a recipe kept on disk, a scaling grid's run.
+TRAINS = re.compile(r"\bfit\(|\bcache=\"|\bgrid_run\(")
+
+
+def test_every_page_that_trains_pins_one_thread_before_it_does():
+    """The book executes two pages at once on 2 cores, and its models are small: a page that
+    trains on the kernel's default threads pays for the spinning of its second one (chapter
+    24's baseline took 48.8 s of CPU on two threads and 8.6 s on one, beside a loaded build)."""
+    fmt = _format_book()
+    training, unpinned = [], []
+    for page in sorted((ROOT / "book").glob("*.md")):
+        cells = [cell.code for cell in fmt.code_cells(page)]
+        trains = [i for i, code in enumerate(cells) if TRAINS.search(code)]
+        pins = [i for i, code in enumerate(cells) if "torch.set_num_threads(1)" in code]
+        if trains:
+            training.append(page.stem)
+            if not (pins and pins[0] <= trains[0]):
+                unpinned.append(page.name)
+    assert {"08_training", "12_decoder_only", "23_data_and_scale", "24_capstone"} <= set(training)
+    assert not unpinned, f"pages that train before torch.set_num_threads(1): {unpinned}"
+
+
 def test_the_cell_finder_sees_options_and_code():
     fmt = _format_book()
     cells = fmt.code_cells(ROOT / "book" / "08_training.md")
