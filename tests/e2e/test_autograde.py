@@ -6,7 +6,7 @@ nbgrader_config.py (two, graded side by side; see ``FOLDERS``), the students are
 (b) ``untouched``: the release as handed out -> zero, "not implemented yet" in the feedback;
 (c) ``buggy``: the solutions with one known mistake of the catalogue planted per assignment ->
     exactly the points of the tests that do not involve the broken item, and the mistake named
-    in the feedback.
+    in the feedback (ex09's buggy notebook also trains a shorter run, ``SHORTER_RUN``).
 nbgrader's own ``generate_assignment``, ``autograde``, ``generate_feedback`` and ``export`` run as
 commands, as an instructor would run them; the scores are read from the exported CSV.
 
@@ -211,6 +211,14 @@ BUGS = {
 # ex09 grades a trained model: a training mistake costs every test but check_own_pieces, and its
 # training needs more than nbgrader's 120 s per cell on a busy machine.
 COSTS_ALL_BUT = {"ex09_training_run": "own_pieces"}
+# A second edit of a buggy notebook, in another answer cell: (item, [(text, replacement)]).
+# ex09's buggy notebook trains 600 steps instead of the solution's 2500 (~30 s of its kernel's
+# CPU instead of ~120): its mistake is named from sequence_loss itself (the check calls it and
+# sees batch.tgt_out fed to the model) and makes the model copy its input, 0 % of the held-out
+# dates right at any length; the solution trained the same 600 steps gets 95.5 % of the hidden
+# test's dates (measured 2026-11-30, its cells run in one process with steps=600), passing the
+# visible check and the 90 % band: so the mistake, not the shorter run, loses those points.
+SHORTER_RUN = {"ex09_training_run": ("training_run", [("steps=2500,", "steps=600,")])}
 CELL_TIMEOUT = 900  # seconds per cell, for every notebook (see _grade_folder)
 
 
@@ -295,10 +303,10 @@ STUDENTS = ("solved", "untouched", "buggy")
 # Seconds a graded notebook takes (its kernel's start included), measured 2026-11-29 at load
 # 12-15 on 2 cores, so inflated about tenfold, but the ratios are what counts: the buggy
 # notebooks' times in nbgrader's run (the gaps between autograded/ files; ex08's and ex05's
-# solutions, which take longer than their buggy notebooks, with nbclient; ex09's buggy notebook
-# trains as long as its solution). An assignment not listed counts as DEFAULT_WEIGHT; an
-# untouched notebook runs only its kernel's start and imports (UNTOUCHED_WEIGHT). A new
-# assignment with a heavy notebook gets an entry here.
+# solutions, which take longer than their buggy notebooks, with nbclient). An assignment not
+# listed counts as DEFAULT_WEIGHT; an untouched notebook runs only its kernel's start and imports
+# (UNTOUCHED_WEIGHT); a buggy notebook listed in BUGGY_WEIGHT counts as that. A new assignment
+# with a heavy notebook gets an entry here.
 WEIGHT = {
     "ex05_decoder": 60.0,
     "ex08_decoding": 220.0,
@@ -314,10 +322,18 @@ WEIGHT = {
 }
 DEFAULT_WEIGHT = 40.0
 UNTOUCHED_WEIGHT = 20.0
+# ex09's buggy notebook trains 600 of the solution's 2500 steps (SHORTER_RUN): its kernel's CPU,
+# measured outside nbgrader on 2026-11-30, 39 s, against ~130 s for the solution at the same
+# CPU time per step (850 * 39 / 130).
+BUGGY_WEIGHT = {"ex09_training_run": 255.0}
 
 
 def _weight(aid: str, student: str) -> float:
-    return UNTOUCHED_WEIGHT if student == "untouched" else WEIGHT.get(aid, DEFAULT_WEIGHT)
+    if student == "untouched":
+        return UNTOUCHED_WEIGHT
+    if student == "buggy" and aid in BUGGY_WEIGHT:
+        return BUGGY_WEIGHT[aid]
+    return WEIGHT.get(aid, DEFAULT_WEIGHT)
 
 
 def _folders(aids: list[str]) -> list[list[tuple[str, str]]]:
@@ -357,6 +373,8 @@ def _grade_folder(course: Path, items: list[tuple[str, str]]) -> dict:
         elif student == "buggy":
             item, edits, _ = BUGS[aid]
             nb = _plant(source, item, edits)
+            if aid in SHORTER_RUN:
+                nb = _plant(nb, *SHORTER_RUN[aid])
         else:
             nb = source
         target = course / "submitted" / student / aid / f"{aid}.ipynb"
