@@ -186,6 +186,10 @@ def _preload() -> None:
     grading.load_every_check()
     for name in grading.__all__:
         getattr(grading, name)
+    # The guard's snapshot of all that, taken once here rather than in each kernel.
+    from .guard import preload_snapshot
+
+    preload_snapshot()
     gc.freeze()
 
 

@@ -203,6 +203,25 @@ def test_an_optimizers_first_step_is_not_taken_for_a_change_to_the_checks(setup)
     assert out == ["stepped", "changed"]
 
 
+def test_a_forked_kernel_guards_with_the_snapshot_its_server_took(setup):
+    """The guard's snapshot is the server's (frozen there: the kernel's collector does not hold
+    it), so no kernel takes its own, and the checks still judge an answer."""
+    code = [
+        "import gc\n"
+        "hook = next(f for f in get_ipython().events.callbacks['pre_run_cell']\n"
+        "            if f.__name__ == 'before_cell')\n"
+        "snapshot = hook.__closure__[hook.__code__.co_freevars.index('snapshot')].cell_contents\n"
+        "print(type(snapshot).__name__, id(snapshot) in {id(o) for o in gc.get_objects()})",
+        "from coursepkg.grading import check_causal_mask\n"
+        "check_causal_mask(lambda n: __import__('torch').ones(n, n).tril().bool())\n"
+        "print('judged')",
+    ]
+    info, out = asyncio.run(_session(setup["work"], code))
+    assert info["forked"]
+    assert out[0] == "_Snapshot False"
+    assert out[1].endswith("judged")
+
+
 def test_the_launcher_keeps_paths_as_they_are():
     """Option names read ``-`` as ``_``; values (course paths with dashes) stay untouched."""
     options, kernel = _parse(["--protect=/srv/my-course", "--memory-mb=512", "--", "-f", "c.json"])

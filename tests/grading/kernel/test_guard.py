@@ -12,6 +12,7 @@ import builtins
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -167,6 +168,8 @@ def _replaced_module(name: str) -> Iterator[None]:
 @pytest.fixture(scope="module")
 def watched() -> None:
     grading.load_every_check()  # what the fork server has imported before any kernel
+    for name in grading.__all__:  # and the names it has looked up (coursepkg.grading's lazy)
+        getattr(grading, name)
 
 
 def test_the_snapshot_watches_what_the_fingerprint_did(watched):
@@ -212,3 +215,81 @@ def test_each_change_is_found_as_the_fingerprint_found_it(watched, change):
     assert expected, f"the oracle misses {change!r}: the case tests nothing"
     assert sorted(found) == sorted(expected)
     assert snapshot.changed() == [] == _oracle_changed(before)  # undone: nothing to report
+
+
+class _Shell:
+    """What the guard uses of an IPython shell: its events and the notebook's namespace."""
+
+    def __init__(self) -> None:
+        self.hooks: list[Callable[..., None]] = []
+        self.events = self
+        self.user_ns: dict[str, Any] = {}
+
+    def register(self, event: str, hook: Callable[..., None]) -> None:
+        assert event == "pre_run_cell"
+        self.hooks.append(hook)
+
+
+@pytest.fixture
+def snapshots_made(monkeypatch) -> list[int]:
+    """Counts the snapshots taken; the server's preloaded one is this test's own."""
+    monkeypatch.setattr(guard, "_PRELOADED", {})
+    made: list[int] = []
+    real = guard._Snapshot.__init__
+
+    def counted(self) -> None:
+        made.append(1)
+        real(self)
+
+    monkeypatch.setattr(guard._Snapshot, "__init__", counted)
+    return made
+
+
+def test_a_kernel_starts_with_the_snapshot_its_server_took(watched, snapshots_made):
+    guard.preload_snapshot()  # in the fork server, before it forks
+    assert len(snapshots_made) == 1
+    shell = _Shell()
+    hook = guard.install_guard(shell)  # in the kernel, before the first cell
+    assert len(snapshots_made) == 1 and guard._PRELOADED == {}
+    name = "check_scaled_dot_product_attention"
+    shell.user_ns[name] = None
+    with _changes()["a helper replaced"]():  # the notebook's change, after the server's snapshot
+        hook(SimpleNamespace(raw_cell=f"{name}(f)"))
+    with pytest.raises(grading.CheckFailure, match="grading code was changed"):
+        shell.user_ns[name](None)
+
+
+@contextmanager
+def _module_imported() -> Iterator[None]:
+    name = "coursepkg._imported_after_the_server"
+    sys.modules[name] = type(sys)(name)
+    try:
+        yield
+    finally:
+        del sys.modules[name]
+
+
+@contextmanager
+def _name_added() -> Iterator[None]:
+    ex01._added_after_the_server = len
+    try:
+        yield
+    finally:
+        del ex01._added_after_the_server
+
+
+@pytest.mark.parametrize("change", [_module_imported, _name_added])
+def test_a_kernel_that_imported_or_added_more_takes_its_own_snapshot(
+    watched, snapshots_made, change
+):
+    guard.preload_snapshot()
+    name = "check_scaled_dot_product_attention"
+    with change():
+        shell = _Shell()
+        hook = guard.install_guard(shell)
+        assert len(snapshots_made) == 2  # what the kernel added is watched too
+        assert guard._PRELOADED == {}
+        shell.user_ns[name] = None
+        hook(SimpleNamespace(raw_cell=f"{name}(f)"))
+    # nothing changed since the kernel's own snapshot: the name is the real check again
+    assert shell.user_ns[name].__wrapped__ is getattr(grading, name)
