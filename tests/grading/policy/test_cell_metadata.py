@@ -20,7 +20,7 @@ from nbgrader.preprocessors import CheckCellMetadata
 from coursepkg.grading.classroom import preprocessors
 from coursepkg.grading.classroom.preprocessors import CheckCellMetadataSchemaOnce
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NOTEBOOKS = [
     ROOT / "solutions" / "ex01_attention" / "ex01_attention.ipynb",
     ROOT / "exercises" / "ex01_attention" / "ex01_attention.ipynb",

@@ -22,7 +22,7 @@ from coursepkg.grading.classroom.preprocessors import (
 
 pytestmark = pytest.mark.slow  # nbgrader makes the gradebook with `alembic`, a process
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 AID = "ex01_attention"
 SOURCE = ROOT / "solutions" / AID / f"{AID}.ipynb"
 

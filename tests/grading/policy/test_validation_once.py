@@ -14,7 +14,7 @@ from nbconvert.preprocessors import Preprocessor
 from traitlets.config import Config
 
 SOURCE = (
-    Path(__file__).resolve().parents[2] / "solutions" / "ex01_attention" / "ex01_attention.ipynb"
+    Path(__file__).resolve().parents[3] / "solutions" / "ex01_attention" / "ex01_attention.ipynb"
 )
 
 
