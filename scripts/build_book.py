@@ -48,20 +48,26 @@ def jobs() -> int:
     return int(value)
 
 
-def page_times(samples: list[tuple[float, float]]) -> dict[str, dict[str, float]]:
+def page_times(samples: list[tuple[float, float]]) -> dict[str, dict]:
     """Each page this build executed (:data:`RUNS`, emptied when the build starts): its cold
-    seconds and the mean machine factor sampled while it ran (1 without samples)."""
+    seconds (the attempt that counted: an attempt the watchdog gave up, a stall or a kernel that
+    never answered, is not the page's cost), the mean machine factor sampled while it ran (1
+    without samples) and, where there were any, the attempts given up (``given_up``: seconds
+    and why)."""
     if not RUNS.is_file():
         return {}
     pages = {}
     for line in RUNS.read_text(encoding="utf-8").splitlines():
         run = json.loads(line)
-        seconds, end = run["seconds"], run["end"]
+        total, end, given_up = run["seconds"], run["end"], run.get("given_up", [])
+        seconds = max(0.0, total - sum(attempt["seconds"] for attempt in given_up))
         during = [f for t, f in samples if end - seconds - 30 <= t <= end + 30]
         page = Path(run["page"])
         name = page.relative_to(BOOK).as_posix() if page.is_relative_to(BOOK) else str(page)
         factor = sum(during) / len(during) if during else 1.0
         pages[name] = {"seconds": round(seconds, 1), "factor": round(max(1.0, factor), 2)}
+        if given_up:
+            pages[name]["given_up"] = given_up
     return pages
 
 
@@ -82,6 +88,10 @@ def report() -> None:
     print(f"build_book: cold time of each page this build executed ({TIMES}):")
     for name, row in sorted(pages.items(), key=lambda kv: -kv[1]["seconds"]):
         print(f"  {row['seconds']:7.1f} s  {name}  (machine factor {row['factor']:.1f})")
+    for name, row in pages.items():
+        for attempt in row.get("given_up", []):
+            seconds, why = attempt["seconds"], attempt["why"]
+            print(f"build_book: {name}: gave up an attempt of {seconds:.1f} s ({why})")
 
 
 def main() -> int:

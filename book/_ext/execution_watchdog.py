@@ -12,6 +12,9 @@ workers, spends CPU all the time). A cell with neither for ``COURSEPKG_BOOK_STAL
 (default 150) is stalled: its kernel is killed, and the page is executed again from the start in
 a new kernel. A second stall fails the page with the page, the cell's number and its code.
 The per-cell ``timeout`` in ``_config.yml`` still bounds a cell that keeps working forever.
+Before a stalled kernel is killed it is asked for the stack of each of its threads (Python's
+``faulthandler``, registered for ``SIGUSR1`` when the kernel starts, writes them to a file), and
+the stall's message carries them: where the kernel waited is in the build's log.
 
 Kernels talk to the client over Unix sockets (``transport = "ipc"``), not TCP ports on
 127.0.0.1. With TCP, jupyter_client picks each kernel's five ports by binding port 0 and
@@ -28,13 +31,17 @@ It wraps the one call myst-nb's ``cache`` execution mode makes to execute a page
 Being that one call, it also records each page's cold time: where ``COURSEPKG_BOOK_PAGE_RUNS``
 names a file (``scripts/build_book.py`` sets it), each execution appends a line to it, from
 whichever reader process ran the page. (The build once read the times back from jupyter-cache's
-database instead, and a CI run found one page of six missing there, though executed.)
+database instead, and a CI run found one page of six missing there, though executed.) The line
+keeps the seconds of each attempt that was given up and why, apart from the page's own time: a
+stall costs its window and a second run, and that is the watchdog's cost, not the page's (a CI
+run, 2026-11-30, had chapter 5 stall once: 185.9 s recorded for a page of 20-36 s).
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import contextvars
 import json
 import os
@@ -63,6 +70,8 @@ PAGE_RUNS = "COURSEPKG_BOOK_PAGE_RUNS"
 
 #: The kernels' transport: Unix sockets named after each kernel's connection file (see above).
 KERNEL_CONFIG = Config({"KernelManager": {"transport": "ipc"}})
+#: The signal a kernel answers with the stacks of its threads (``faulthandler``).
+STACKS_SIGNAL = signal.SIGUSR1
 
 
 class PageStalled(CellTimeoutError):
@@ -93,6 +102,38 @@ def _tree_cpu_seconds(pid: int) -> float:
 class WatchedClient(NotebookClient):
     """nbclient's client, with a watcher beside each cell that stops a stalled one."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        folder = jupyter_runtime_dir()
+        os.makedirs(folder, exist_ok=True)
+        self._stacks = os.path.join(folder, f"kernel-book-{uuid.uuid4().hex}-stacks.txt")
+        # Run by IPython before the page's first cell, with no name left in the page's namespace.
+        register = (
+            f"__import__('faulthandler').register({int(STACKS_SIGNAL)}, "
+            f"file=open({self._stacks!r}, 'w'), all_threads=True)"
+        )
+        self.extra_arguments = [*self.extra_arguments, f"--IPKernelApp.exec_lines={[register]!r}"]
+
+    def _kernel_stacks(self, pid: int) -> str:
+        """The stacks of the kernel's threads, as ``faulthandler`` writes them ("" if none came)."""
+        try:
+            os.kill(pid, STACKS_SIGNAL)
+        except OSError:
+            return ""
+        deadline = time.monotonic() + 5.0
+        text = ""
+        while time.monotonic() < deadline:  # the handler writes from C at once, GIL or not
+            time.sleep(0.1)
+            try:
+                with open(self._stacks, encoding="utf-8", errors="replace") as stacks:
+                    now = stacks.read()
+            except OSError:
+                continue
+            if now and now == text:
+                break  # written and no longer growing
+            text = now
+        return text.strip()
+
     def create_kernel_manager(self):
         km = super().create_kernel_manager()
         # The sockets' names: an absolute prefix of this kernel's own (the kernel starts in the
@@ -122,9 +163,11 @@ class WatchedClient(NotebookClient):
             idle = time.monotonic() - self._last_progress
             if idle >= STALL_SECONDS:
                 text = " | ".join(line.strip() for line in cell.source.strip().splitlines())
+                stacks = self._kernel_stacks(process.pid)
                 self._stalled = (
                     f"{_page.get()}: cell {cell_index} made no progress for {idle:.0f} s "
                     f"(no message from the kernel, under {CPU_PROGRESS} s of CPU): {text[:160]!r}"
+                    + (f"\nthe kernel's threads when it was stopped:\n{stacks}" if stacks else "")
                 )
                 # Killed, the kernel takes nbclient's own way out: its liveness poll sees it
                 # gone, stops the wait for the reply, and the cell raises DeadKernelError.
@@ -169,6 +212,9 @@ def _execute_once(nb, cwd, timeout, allow_errors) -> ExecutionResult:
         atexit.unregister(client._cleanup_kernel)
         error = KernelNeverAnswered(f"{_page.get()}: the kernel died before it answered ({err})")
         exc_string = traceback.format_exc()
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(client._stacks)
     return ExecutionResult(nb, cwd, time.monotonic() - started, error, exc_string)
 
 
@@ -179,36 +225,48 @@ def watched_execution(nb, cwd, timeout, allow_errors, meta_override=True, record
         timeout = nb.metadata.execution.get("timeout", timeout)
         allow_errors = nb.metadata.execution.get("allow_errors", allow_errors)
     started = time.monotonic()
+    given_up: list[dict[str, float | str]] = []
     try:
-        result = _executed_with_retries(nb, cwd, timeout, allow_errors)
+        result = _executed_with_retries(nb, cwd, timeout, allow_errors, given_up)
     except BaseException:
-        _record(time.monotonic() - started, succeeded=False)
+        _record(time.monotonic() - started, False, given_up)
         raise
-    _record(time.monotonic() - started, succeeded=result.err is None)
+    _record(time.monotonic() - started, result.err is None, given_up)
     return result
 
 
-def _record(seconds: float, succeeded: bool) -> None:
-    """Append this page's execution (its wall seconds, retries included) to :data:`PAGE_RUNS`'s
-    file: one short write in append mode, so the lines of two readers never interleave."""
+def _record(seconds: float, succeeded: bool, given_up: list[dict[str, float | str]]) -> None:
+    """Append this page's execution to :data:`PAGE_RUNS`'s file: its wall seconds, retries
+    included, and each attempt given up (its seconds and why); one short write in append mode,
+    so the lines of two readers never interleave."""
     path = os.environ.get(PAGE_RUNS)
     if not path:
         return
-    row = {"page": _page.get(), "seconds": seconds, "end": time.time(), "succeeded": succeeded}
+    row = {
+        "page": _page.get(),
+        "seconds": seconds,
+        "end": time.time(),
+        "succeeded": succeeded,
+        "given_up": given_up,
+    }
     with open(path, "a", encoding="utf-8") as runs:
         runs.write(json.dumps(row) + "\n")
 
 
-def _executed_with_retries(nb, cwd, timeout, allow_errors) -> ExecutionResult:
+def _executed_with_retries(nb, cwd, timeout, allow_errors, given_up) -> ExecutionResult:
+    """Execute the page, once more after a kernel that never answered and once more after a
+    stall; each attempt given up is appended to ``given_up`` (its seconds, and why)."""
     result = _execute_once(nb, cwd, timeout, allow_errors)
     if isinstance(result.err, KernelNeverAnswered):
         sys.stderr.write(f"book: {result.err}; starting the page again in a new kernel\n")
+        given_up.append({"seconds": result.time, "why": str(result.err)})
         result = _execute_once(nb, cwd, timeout, allow_errors)
         if isinstance(result.err, KernelNeverAnswered):
             raise result.err  # twice: not a race; Sphinx reports it as before
     if isinstance(result.err, PageStalled):
         # A line in the build log (not a Sphinx warning: the build treats those as errors).
         sys.stderr.write(f"book: {result.err}; executing the page again in a new kernel\n")
+        given_up.append({"seconds": result.time, "why": str(result.err)})
         result = _execute_once(nb, cwd, timeout, allow_errors)
         if isinstance(result.err, PageStalled):
             sys.stderr.write(f"book: {result.err}; stalled twice, the page fails\n")

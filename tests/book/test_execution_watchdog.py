@@ -46,9 +46,15 @@ def test_a_page_that_stalls_twice_fails_naming_its_cell(tmp_path, capfd):
     assert result.time < 120  # two windows and two kernel starts, far from the cell's 900 s
     err = capfd.readouterr().err
     assert "executing the page again in a new kernel" in err and "stalled twice" in err
+    # Where the kernel waited: its main thread's stack, down to the sleeping line of cell 1.
+    stacks = str(result.err).split("the kernel's threads when it was stopped:\n", 1)[1]
+    assert "Current thread" in stacks or "Thread 0x" in stacks, stacks
+    assert "line 2 in <module>" in stacks, stacks
 
 
-def test_a_page_that_stalls_once_is_executed_again_and_succeeds(tmp_path):
+def test_a_page_that_stalls_once_is_executed_again_and_succeeds(tmp_path, monkeypatch):
+    runs = tmp_path / "page_runs.jsonl"
+    monkeypatch.setenv(watchdog.PAGE_RUNS, str(runs))
     flag = tmp_path / "stalled-once"
     nb = _notebook(
         "import os, time\n"
@@ -61,6 +67,22 @@ def test_a_page_that_stalls_once_is_executed_again_and_succeeds(tmp_path):
     assert result.err is None, result.exc_string
     assert flag.exists()
     assert nb.cells[1].outputs[0]["text"] == "second cell ran\n"
+    # The record keeps the attempt given up apart: its seconds and why.
+    (row,) = [json.loads(line) for line in runs.read_text().splitlines()]
+    (given_up,) = row["given_up"]
+    assert STALL <= given_up["seconds"] < row["seconds"], row
+    assert "cell 0 made no progress" in given_up["why"], row
+    assert row["succeeded"] is True
+
+
+def test_the_stack_signal_leaves_the_pages_namespace_and_counts_alone(tmp_path):
+    nb = _notebook("print(sorted(n for n in dir() if not n.startswith('_')))")
+    result = watchdog.watched_execution(nb, str(tmp_path), timeout=900, allow_errors=False)
+    assert result.err is None, result.exc_string
+    # IPython's own names only: the registration left none, and the first cell is cell 1.
+    names = nb.cells[0].outputs[0]["text"]
+    assert "faulthandler" not in names and "signal" not in names, names
+    assert nb.cells[0].execution_count == 1
 
 
 def test_silent_work_longer_than_the_window_is_not_a_stall(tmp_path):
