@@ -164,7 +164,12 @@ def run_page(page: str, capability: str | None, threads: int, cache: str) -> dic
     """Execute one page under one setting; its glued numbers."""
     import jupytext
     import nbformat
-    from nbclient import NotebookClient
+
+    # The book build's client: its waits on the kernel's replies survive an explore() cell's
+    # widget (jupyter/nbclient#312, where plain nbclient waits until the cell's timeout), and a
+    # stalled cell fails named instead of hanging.
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    from execution_watchdog import KERNEL_CONFIG, WatchedClient
 
     notebook = jupytext.read(ROOT / "book" / f"{page}.md")
     notebook.cells.insert(0, nbformat.v4.new_code_cell(_PIN_THREADS.format(threads=threads)))
@@ -176,11 +181,12 @@ def run_page(page: str, capability: str | None, threads: int, cache: str) -> dic
     os.environ.clear()
     os.environ.update(env)  # the kernel inherits this process's environment
     try:
-        client = NotebookClient(
+        client = WatchedClient(
             notebook,
             kernel_name="python3",
             timeout=1800,
             resources={"metadata": {"path": str(ROOT / "book")}},
+            config=KERNEL_CONFIG,
         )
         client.execute()
     finally:

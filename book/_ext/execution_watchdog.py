@@ -166,6 +166,13 @@ class WatchedClient(NotebookClient):
             text = now
         return text.strip()
 
+    def execute(self, *args, **kwargs):
+        try:
+            return super().execute(*args, **kwargs)
+        finally:  # the file the kernel's stacks would go to
+            with contextlib.suppress(OSError):
+                os.unlink(self._stacks)
+
     async def async_start_new_kernel_client(self):
         kc = await super().async_start_new_kernel_client()
         kc.shell_channel.get_msg = _in_short_polls(kc.shell_channel.get_msg)
@@ -249,9 +256,6 @@ def _execute_once(nb, cwd, timeout, allow_errors) -> ExecutionResult:
         atexit.unregister(client._cleanup_kernel)
         error = KernelNeverAnswered(f"{_page.get()}: the kernel died before it answered ({err})")
         exc_string = traceback.format_exc()
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(client._stacks)
     return ExecutionResult(nb, cwd, time.monotonic() - started, error, exc_string)
 
 
