@@ -12,16 +12,11 @@ workers, spends CPU all the time). A cell with neither for ``COURSEPKG_BOOK_STAL
 (default 150) is stalled: its kernel is killed, and the page is executed again from the start in
 a new kernel. A second stall fails the page with the page, the cell's number and its code.
 The per-cell ``timeout`` in ``_config.yml`` still bounds a cell that keeps working forever.
-A stall seen in the build (CI, 2026-11-30, chapter 5; reproduced here in two runs of two of a
-notebook of 40 ``explore`` cells) was not the kernel's: the kernel was idle, its reply sent, and
-the client never woke to read it. ``explore`` shows an ipywidgets Output; nbclient mirrors it and
-sends the widget's outputs back on the shell socket (jupyter_client's ``Session.send`` sends
-through a plain socket shadowing the asyncio one) while it waits for the cell's reply on that
-socket with one long poll. ZeroMQ's file descriptor signals readability by edges, and a send may
-take the edge of a reply already queued; the long poll then never wakes (jupyter/nbclient#312,
-open upstream; ipykernel#1529 is the same mechanism on the kernel's side). :class:`WatchedClient`
-waits for shell replies in polls of at most :data:`SHELL_POLL_SECONDS`: each new poll reads the
-socket's state afresh, so a lost edge costs a second, not a stall.
+Every stall seen in the build (CI, 2026-11-30, chapter 5; chapters 5 and 7 in a CI-style run)
+was the client's, not the kernel's: the kernel was idle, its reply sent, and the client never
+woke to read it (an ``explore`` cell's ipywidgets Output; jupyter/nbclient#312). The pages'
+kernels are therefore talked to by :class:`coursepkg.grading.kernel.replies.ShortPollKernelClient`
+(``KERNEL_CONFIG``), which waits for replies in polls of at most a second.
 
 Before a stalled kernel is killed it is asked for the stack of each of its threads (Python's
 ``faulthandler``, registered for ``SIGUSR1`` when the kernel starts, writes them to a file), and
@@ -56,7 +51,6 @@ import contextlib
 import contextvars
 import json
 import os
-import queue
 import signal
 import sys
 import time
@@ -80,12 +74,18 @@ _page: contextvars.ContextVar[str] = contextvars.ContextVar("page", default="?")
 PAGE_RUNS = "COURSEPKG_BOOK_PAGE_RUNS"
 
 
-#: The kernels' transport: Unix sockets named after each kernel's connection file (see above).
-KERNEL_CONFIG = Config({"KernelManager": {"transport": "ipc"}})
+#: The kernels' transport: Unix sockets named after each kernel's connection file (see above);
+#: their client waits for replies in short polls (see above).
+KERNEL_CONFIG = Config(
+    {
+        "KernelManager": {
+            "transport": "ipc",
+            "client_class": "coursepkg.grading.kernel.replies.ShortPollKernelClient",
+        }
+    }
+)
 #: The signal a kernel answers with the stacks of its threads (``faulthandler``).
 STACKS_SIGNAL = signal.SIGUSR1
-#: The longest single poll of the shell socket (see above: a lost edge costs at most this).
-SHELL_POLL_SECONDS = 1.0
 
 
 class PageStalled(CellTimeoutError):
@@ -111,24 +111,6 @@ def _tree_cpu_seconds(pid: int) -> float:
         return total
     except psutil.Error:
         return 0.0
-
-
-def _in_short_polls(get_msg):
-    """``get_msg(timeout)`` of an asyncio channel, waiting in polls of at most
-    :data:`SHELL_POLL_SECONDS` until ``timeout`` (``None``: forever), then raising ``Empty`` as
-    the original does."""
-
-    async def in_short_polls(timeout: float | None = None):
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = SHELL_POLL_SECONDS if deadline is None else deadline - time.monotonic()
-            try:
-                return await get_msg(timeout=max(0.0, min(SHELL_POLL_SECONDS, left)))
-            except queue.Empty:
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise
-
-    return in_short_polls
 
 
 class WatchedClient(NotebookClient):
@@ -172,11 +154,6 @@ class WatchedClient(NotebookClient):
         finally:  # the file the kernel's stacks would go to
             with contextlib.suppress(OSError):
                 os.unlink(self._stacks)
-
-    async def async_start_new_kernel_client(self):
-        kc = await super().async_start_new_kernel_client()
-        kc.shell_channel.get_msg = _in_short_polls(kc.shell_channel.get_msg)
-        return kc
 
     def create_kernel_manager(self):
         km = super().create_kernel_manager()

@@ -5,12 +5,9 @@ silently for longer than the window is left alone."""
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import json
-import queue
 import sys
-import time
 from pathlib import Path
 
 import nbformat
@@ -200,49 +197,11 @@ def test_each_execution_appends_its_page_and_time_when_asked(tmp_path, monkeypat
     assert all(r["seconds"] > 0 for r in rows) and rows[0]["end"] <= rows[1]["end"], rows
 
 
-class _LostEdge:
-    """A shell channel whose reply is queued ``after`` seconds in, and seen only by a poll that
-    starts after that: a poll already waiting misses it, as one whose ZeroMQ edge a send took."""
-
-    def __init__(self, after: float) -> None:
-        self.queued_at = time.monotonic() + after
-
-    async def get_msg(self, timeout: float | None = None) -> dict:
-        if time.monotonic() >= self.queued_at:
-            return {"msg_type": "execute_reply"}
-        await asyncio.sleep(3600 if timeout is None else timeout)
-        raise queue.Empty
-
-
-def test_a_reply_whose_edge_was_lost_is_read_at_the_next_short_poll():
-    async def scenario():
-        channel = _LostEdge(after=0.2)
-        with pytest.raises(asyncio.TimeoutError):  # one long poll: never woken
-            await asyncio.wait_for(channel.get_msg(timeout=None), 3.0)
-        channel = _LostEdge(after=0.2)
-        started = time.monotonic()
-        reply = await asyncio.wait_for(watchdog._in_short_polls(channel.get_msg)(None), 3.0)
-        return reply, time.monotonic() - started
-
-    reply, waited = asyncio.run(scenario())
-    assert reply == {"msg_type": "execute_reply"}
-    assert waited < 2 * watchdog.SHELL_POLL_SECONDS + 0.5, waited
-
-
-def test_short_polls_still_time_out_as_asked():
-    async def scenario():
-        get_msg = watchdog._in_short_polls(_LostEdge(after=3600).get_msg)
-        started = time.monotonic()
-        with pytest.raises(queue.Empty):
-            await get_msg(timeout=0.3)
-        return time.monotonic() - started
-
-    assert 0.3 <= asyncio.run(scenario()) < 1.0
-
-
 def test_output_widgets_in_many_cells_never_stall_the_page(tmp_path):
     # Each output into an Output widget makes nbclient send a comm message on the shell socket
-    # while it waits for the cell's reply there: the race behind jupyter/nbclient#312.
+    # while it waits for the cell's reply there: the race behind jupyter/nbclient#312, which
+    # the pages' client (coursepkg.grading.kernel.replies) survives. nbclient's own client
+    # stalled here on 2 runs of 2.
     cell = "out = widgets.Output()\nwith out:\n    print('x' * 1_000_000)\nout"
     nb = _notebook("import ipywidgets as widgets", *[cell] * 20)
     result = watchdog.watched_execution(nb, str(tmp_path), timeout=900, allow_errors=False)

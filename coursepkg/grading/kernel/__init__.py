@@ -8,6 +8,7 @@
 * :mod:`.sandbox` -- the sandbox kernel's launcher and kernelspec.
 * :mod:`.guard` -- the guard of the checks, installed by the sandbox kernel before the first cell.
 * :mod:`.forkserver` -- kernels forked from a process that has imported torch.
+* :mod:`.replies` -- a kernel client that waits for replies without losing a wake-up.
 """
 
 import sys

@@ -49,6 +49,7 @@ from traitlets import Type
 
 from . import sandbox
 from .confine import die_with_parent, kernel_environment, kill_process_group_cgroup
+from .replies import ShortPollKernelClient
 
 __all__ = [
     "ForkExecute",
@@ -430,8 +431,9 @@ class ForkProvisioner(LocalProvisioner):
         return self.connection_info
 
 
-class ReadyKernelClient(AsyncKernelClient):
-    """jupyter_client's asynchronous kernel client, ready as soon as the kernel is.
+class ReadyKernelClient(ShortPollKernelClient):
+    """jupyter_client's asynchronous kernel client, ready as soon as the kernel is (and waiting
+    for replies in short polls, :mod:`.replies`).
 
     jupyter_client's ``wait_for_ready`` asks for ``kernel_info`` until the kernel replies and
     its iopub channel is connected, then drains iopub until no message has come for 0.2 s:
