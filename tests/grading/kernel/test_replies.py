@@ -17,16 +17,20 @@ from coursepkg.grading.kernel.forkserver import ForkKernelManager
 
 
 class _LostEdgeSocket:
-    """A socket whose reply is queued ``after`` seconds in and seen only by a poll that starts
-    after that: a poll already waiting misses it, as one whose ZeroMQ edge a send took."""
+    """A socket whose reply is queued ``after`` seconds after the first poll starts and seen
+    only by a poll that starts after that: a poll already waiting misses it, as one whose
+    ZeroMQ edge a send took."""
 
     def __init__(self, after: float) -> None:
-        self.queued_at = time.monotonic() + after
+        self.after = after
+        self.queued_at: float | None = None
         self.polls = 0
 
     async def poll(self, timeout_ms: int | None = None, flags: int = 0) -> int:
         self.polls += 1
-        if time.monotonic() >= self.queued_at:
+        if self.queued_at is None:
+            self.queued_at = time.monotonic() + self.after
+        elif time.monotonic() >= self.queued_at:
             return 1
         await asyncio.sleep(3600 if timeout_ms is None else timeout_ms / 1000)
         return 0
@@ -64,8 +68,10 @@ def test_a_reply_whose_edge_was_lost_is_read_at_the_next_short_poll():
 
     reply, waited, polls = asyncio.run(scenario())
     assert reply == {"msg_type": "execute_reply"}
-    assert polls == 2, polls
-    assert waited < replies.SHELL_POLL_SECONDS + 0.5, waited
+    assert polls == 2, polls  # the first, which missed it, and the next, which read it
+    # One short poll's wait, not the long poll's hour (a loose bound: a busy machine delays
+    # the event loop's timers).
+    assert replies.SHELL_POLL_SECONDS <= waited < replies.SHELL_POLL_SECONDS + 10, waited
 
 
 def test_short_polls_still_end_with_empty_when_the_time_is_up():
@@ -78,8 +84,8 @@ def test_short_polls_still_end_with_empty_when_the_time_is_up():
         return time.monotonic() - started, socket.polls
 
     waited, polls = asyncio.run(scenario())
-    assert 2.5 <= waited < 3.5, waited
-    assert polls == 3, polls  # 1 s, 1 s, then the 0.5 s left
+    assert 2.5 <= waited < 2.5 + 10, waited  # not before the time is up, nor long after it
+    assert polls >= 2, polls  # in slices of at most 1 s (quiet: 1 s, 1 s, then the 0.5 s left)
 
 
 def test_the_graders_and_the_checks_kernels_get_the_short_poll_client():
