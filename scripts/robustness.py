@@ -168,7 +168,8 @@ def run_page(page: str, capability: str | None, threads: int, cache: str) -> dic
     # The book build's client: its waits on the kernel's replies survive an explore() cell's
     # widget (jupyter/nbclient#312, where plain nbclient waits until the cell's timeout), and a
     # stalled cell fails named instead of hanging.
-    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    if str(ROOT / "book" / "_ext") not in sys.path:
+        sys.path.insert(0, str(ROOT / "book" / "_ext"))
     from execution_watchdog import KERNEL_CONFIG, WatchedClient
 
     notebook = jupytext.read(ROOT / "book" / f"{page}.md")

@@ -65,6 +65,8 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from traitlets.config import Config
 
+from coursepkg.grading.kernel.replies import CLIENT_CLASS
+
 #: Seconds without a message or CPU time before a cell counts as stalled.
 STALL_SECONDS = float(os.environ.get("COURSEPKG_BOOK_STALL_S", "150"))
 #: CPU seconds the kernel's process tree must spend in a window to count as working.
@@ -80,7 +82,7 @@ KERNEL_CONFIG = Config(
     {
         "KernelManager": {
             "transport": "ipc",
-            "client_class": "coursepkg.grading.kernel.replies.ShortPollKernelClient",
+            "client_class": CLIENT_CLASS,
         }
     }
 )
@@ -128,7 +130,7 @@ class WatchedClient(NotebookClient):
         )
         self.extra_arguments = [*self.extra_arguments, f"--IPKernelApp.exec_lines={[register]!r}"]
 
-    def _kernel_stacks(self, pid: int) -> str:
+    async def _kernel_stacks(self, pid: int) -> str:
         """The stacks of the kernel's threads, as ``faulthandler`` writes them ("" if none came)."""
         try:
             os.kill(pid, STACKS_SIGNAL)
@@ -137,7 +139,7 @@ class WatchedClient(NotebookClient):
         deadline = time.monotonic() + 5.0
         text = ""
         while time.monotonic() < deadline:  # the handler writes from C at once, GIL or not
-            time.sleep(0.1)
+            await asyncio.sleep(0.1)
             try:
                 with open(self._stacks, encoding="utf-8", errors="replace") as stacks:
                     now = stacks.read()
@@ -184,7 +186,7 @@ class WatchedClient(NotebookClient):
             idle = time.monotonic() - self._last_progress
             if idle >= STALL_SECONDS:
                 text = " | ".join(line.strip() for line in cell.source.strip().splitlines())
-                stacks = self._kernel_stacks(process.pid)
+                stacks = await self._kernel_stacks(process.pid)
                 self._stalled = (
                     f"{_page.get()}: cell {cell_index} made no progress for {idle:.0f} s "
                     f"(no message from the kernel, under {CPU_PROGRESS} s of CPU): {text[:160]!r}"

@@ -341,9 +341,6 @@ KERNEL_ARGUMENTS = [
 #: second, and 28 us with 1. A student's own ``OMP_NUM_THREADS`` is kept.
 KERNEL_THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
-#: The check's kernel client: jupyter_client's asyncio one, waiting for replies in short polls.
-SHORT_POLL_CLIENT = "coursepkg.grading.kernel.replies.ShortPollKernelClient"
-
 
 def load_ipython_extension(ipython: object) -> None:
     """Let the check's kernel end without its last garbage collection (an IPython extension,
@@ -374,10 +371,12 @@ def _start_kernel(path: Path) -> Any:
     from jupyter_client.manager import AsyncKernelManager
     from jupyter_core.utils import run_sync
 
+    from .kernel.replies import CLIENT_CLASS
+
     try:
         # Its client waits for replies in short polls (.kernel.replies: a notebook printing
         # into an ipywidgets Output would otherwise be stopped by its cell limit).
-        manager = AsyncKernelManager(kernel_name="python3", client_class=SHORT_POLL_CLIENT)
+        manager = AsyncKernelManager(kernel_name="python3", client_class=CLIENT_CLASS)
         arguments = list(KERNEL_ARGUMENTS)
         if manager.ipykernel:  # as nbclient does: the kernel's history in memory
             arguments.append("--HistoryManager.hist_file=:memory:")

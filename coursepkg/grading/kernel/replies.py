@@ -28,7 +28,7 @@ from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.channels import AsyncZMQSocketChannel
 from traitlets import Type
 
-__all__ = ["SHELL_POLL_SECONDS", "ShortPollChannel", "ShortPollKernelClient"]
+__all__ = ["CLIENT_CLASS", "SHELL_POLL_SECONDS", "ShortPollChannel", "ShortPollKernelClient"]
 
 #: The longest single poll of the shell socket: what a lost wake-up can cost.
 SHELL_POLL_SECONDS = 1.0
@@ -66,3 +66,7 @@ class ShortPollKernelClient(AsyncKernelClient):
     ``KernelManager.client_class`` in its config); the grader's own client derives from it."""
 
     shell_channel_class = Type(ShortPollChannel)  # type: ignore[assignment]
+
+
+#: :class:`ShortPollKernelClient`'s dotted name, as a kernel manager's ``client_class`` takes it.
+CLIENT_CLASS = f"{__name__}.{ShortPollKernelClient.__qualname__}"

@@ -88,8 +88,15 @@ def test_short_polls_still_end_with_empty_when_the_time_is_up():
     assert polls >= 2, polls  # in slices of at most 1 s (quiet: 1 s, 1 s, then the 0.5 s left)
 
 
-def test_the_graders_and_the_checks_kernels_get_the_short_poll_client():
+def test_the_graders_and_the_checks_kernels_get_the_short_poll_client(tmp_path):
     assert issubclass(ForkKernelManager().client_factory, replies.ShortPollKernelClient)
-    manager = AsyncKernelManager(kernel_name="python3", client_class=notebook.SHORT_POLL_CLIENT)
+    manager = AsyncKernelManager(kernel_name="python3", client_class=replies.CLIENT_CLASS)
     assert manager.client_factory is replies.ShortPollKernelClient
     assert manager.client().shell_channel_class is replies.ShortPollChannel
+    # coursepkg check's own start of its kernel
+    kernel = notebook._start_kernel(tmp_path / "answers.ipynb")
+    try:
+        assert not isinstance(kernel, Exception), kernel
+        assert kernel.client_factory is replies.ShortPollKernelClient
+    finally:
+        notebook._stop_kernel(kernel)
