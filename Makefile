@@ -27,6 +27,12 @@ TORCH_VERSION := 2.13.0
 # there: the torch wheel on PyPI for Linux is the multi-GB CUDA build.
 WHEELS ?= /opt/wheels
 PIP_FLAGS := --disable-pip-version-check $(if $(wildcard $(WHEELS)),--find-links $(WHEELS))
+# The lock's wheels are installed by uv (pinned here, taken from PyPI into the venv by pip): it
+# fetches and unpacks them in parallel, about 10 s where pip took 4-5 minutes on two cores. Where
+# uv cannot be had (an index without it) or fails, pip installs the lock as before. Neither
+# compiles the packages' bytecode up front: Python writes it at the first import.
+UV_VERSION := 0.13.9
+UV_FLAGS := $(if $(wildcard $(WHEELS)),--find-links $(WHEELS))
 
 .PHONY: help install test test-fast lint format book pdf publish release lab bench robustness clean distclean lock
 
@@ -60,19 +66,24 @@ $(STAMP): $(LOCK) pyproject.toml
 	  echo "warning: $(WHEELS) not found; pip will take torch from the index you configured" \
 	       "(on Linux, PyPI serves the large CUDA build)." >&2; fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install $(PIP_FLAGS) -r $(LOCK)
+	if $(BIN)/python -m pip install -q $(PIP_FLAGS) uv==$(UV_VERSION); then \
+	  $(BIN)/uv pip install --python $(BIN)/python $(UV_FLAGS) -r $(LOCK) && exit 0; \
+	  echo "make install: uv failed; pip installs $(LOCK) instead" >&2; \
+	else echo "make install: uv==$(UV_VERSION) is not available; pip installs $(LOCK)" >&2; fi; \
+	$(BIN)/python -m pip install --no-compile $(PIP_FLAGS) -r $(LOCK)
 	$(BIN)/python -m pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	$(BIN)/python -m pip check
 	install -D -m 644 jupyter/jupyter_server_config.d/coursepkg.json $(VENV)/etc/jupyter/jupyter_server_config.d/coursepkg.json
 	touch $@
 
 # Without npm the course still installs; only `coursepkg similarity` says what is missing.
-# It needs nothing from pip's install, so `make -j2 install` (as .ci/run does) runs the two at once:
-# npm's two minutes of fetching and building overlap pip's.
+# It needs nothing from the Python install, so `make -j2 install` (as .ci/run does) runs the two at
+# once. JOBS=2: node-gyp compiles Dolos's tree-sitter grammars with two compilers at a time (about
+# 1 minute instead of 2 on two cores).
 $(DOLOS_STAMP): $(DOLOS_SRC)/package-lock.json $(DOLOS_SRC)/package.json
 	@if command -v npm >/dev/null 2>&1; then \
 	  mkdir -p $(DOLOS) && cp $(DOLOS_SRC)/package.json $(DOLOS_SRC)/package-lock.json $(DOLOS)/ && \
-	  npm ci --prefix $(DOLOS) --no-audit --no-fund; \
+	  JOBS=2 npm ci --prefix $(DOLOS) --no-audit --no-fund; \
 	else echo "warning: npm (Node.js 18+) not found: coursepkg similarity needs it" \
 	  "(Debian: apt-get install nodejs npm, then make install again)" >&2; fi
 
