@@ -60,8 +60,9 @@ def main() -> None:
     for name, pairs in times.items():
         wall = statistics.median(w for w, _ in pairs)
         cpu = statistics.median(c for _, c in pairs)
-        print(f"{name:<36}{wall:>7.2f}s{wall - base_wall:>+8.2f}s{cpu:>7.2f}s"
-              f"{cpu - base_cpu:>+8.2f}s")  # fmt: skip
+        print(
+            f"{name:<36}{wall:>7.2f}s{wall - base_wall:>+8.2f}s{cpu:>7.2f}s{cpu - base_cpu:>+8.2f}s"
+        )
 
 
 if __name__ == "__main__":

@@ -35,9 +35,14 @@ from common import alternate, greedy_pair, median, setup_threads  # noqa: E402
 
 PROMPT = 16
 SHAPE = dict(
-    vocab_size=1000, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
-    num_attention_heads=8, num_key_value_heads=2, tie_word_embeddings=True,
-)  # fmt: skip
+    vocab_size=1000,
+    hidden_size=256,
+    intermediate_size=688,
+    num_hidden_layers=4,
+    num_attention_heads=8,
+    num_key_value_heads=2,
+    tie_word_embeddings=True,
+)
 
 
 def _models(new: int, kv_heads: int = 2):

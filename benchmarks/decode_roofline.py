@@ -55,11 +55,13 @@ from coursepkg.chapters.roofline import (  # noqa: E402
 
 
 def report(point, bandwidth: float, target: bool) -> str:
-    return (f"  {point.label:>15}: {1e3 * point.seconds:7.2f} ms a step, "
-            f"{point.bytes / 1e6:6.1f} MB read, {point.bytes_per_s / 1e9:5.2f} GB/s = "
-            f"{100 * point.share(bandwidth):3.0f}% of the copy bandwidth"
-            f"{' (target >= 50%)' if target else ''}; {point.flops_per_s / 1e9:5.1f} GFLOP/s "
-            f"at {point.intensity:.2f} FLOP/byte")  # fmt: skip
+    return (
+        f"  {point.label:>15}: {1e3 * point.seconds:7.2f} ms a step, "
+        f"{point.bytes / 1e6:6.1f} MB read, {point.bytes_per_s / 1e9:5.2f} GB/s = "
+        f"{100 * point.share(bandwidth):3.0f}% of the copy bandwidth"
+        f"{' (target >= 50%)' if target else ''}; {point.flops_per_s / 1e9:5.1f} GFLOP/s "
+        f"at {point.intensity:.2f} FLOP/byte"
+    )
 
 
 def step_against_matmuls(lm, context: int, steps: int, rounds: int) -> dict[str, float]:
@@ -116,14 +118,18 @@ def main(argv=None) -> dict:
     batches = [1, *args.batches]
     roof = measure_roofline(lm, batches, args.context, args.steps, args.rounds, args.mib)
     peak = roof.peak_flops / 1e9
-    print(f"STREAM copy ({args.mib} MiB x 2): {roof.bandwidth / 1e9:.2f} GB/s; "
-          f"fp32 matmul peak {peak:.1f} GFLOP/s; {args.threads} threads")  # fmt: skip
+    print(
+        f"STREAM copy ({args.mib} MiB x 2): {roof.bandwidth / 1e9:.2f} GB/s; "
+        f"fp32 matmul peak {peak:.1f} GFLOP/s; {args.threads} threads"
+    )
     for point in roof.points:
         print(report(point, roof.bandwidth, point.batch == 1))
     peer = step_against_matmuls(lm, args.context, args.steps, args.rounds)
-    print(f"  fp32 batch-1 step {1e3 * peer['step']:.2f} ms against its bare matrix-vector "
-          f"products {1e3 * peer['matmuls']:.2f} ms, alternated: "
-          f"{peer['step'] / peer['matmuls']:.2f} times their time")  # fmt: skip
+    print(
+        f"  fp32 batch-1 step {1e3 * peer['step']:.2f} ms against its bare matrix-vector "
+        f"products {1e3 * peer['matmuls']:.2f} ms, alternated: "
+        f"{peer['step'] / peer['matmuls']:.2f} times their time"
+    )
     if args.profile:
         print(profile_step(lm, args.context, args.steps))
     half = lm.to(torch.bfloat16)  # last: the conversion is in place
@@ -143,8 +149,12 @@ def main(argv=None) -> dict:
     print(f"  roofline written to {args.png}")
     out = {"bandwidth": roof.bandwidth, "peak_flops": roof.peak_flops}
     for point in (*roof.points, bf16):
-        out[point.label] = dict(seconds=point.seconds, bytes=point.bytes, flops=point.flops,
-                                share=point.share(roof.bandwidth))  # fmt: skip
+        out[point.label] = dict(
+            seconds=point.seconds,
+            bytes=point.bytes,
+            flops=point.flops,
+            share=point.share(roof.bandwidth),
+        )
     return out
 
 

@@ -93,8 +93,19 @@ def _postgres(folder: Path) -> tuple[str, Callable[[], None]]:
 
     run(str(pg / "initdb"), "-D", str(folder / "db"), "-U", "postgres", "--auth=trust")
     # -w: pg_ctl returns once the server accepts connections.
-    run(str(pg / "pg_ctl"), "-D", str(folder / "db"), "-o", f"-h 127.0.0.1 -p {port} -k {folder}",
-        "-l", str(folder / "log"), "-w", "-t", "120", "start")  # fmt: skip
+    run(
+        str(pg / "pg_ctl"),
+        "-D",
+        str(folder / "db"),
+        "-o",
+        f"-h 127.0.0.1 -p {port} -k {folder}",
+        "-l",
+        str(folder / "log"),
+        "-w",
+        "-t",
+        "120",
+        "start",
+    )
 
     def stop() -> None:
         run(str(pg / "pg_ctl"), "-D", str(folder / "db"), "-m", "immediate", "stop")
@@ -153,25 +164,62 @@ def grade_on_cluster(n: int) -> dict:
         url, stop_pg = _postgres(pg_folder)
         info = tmp / "scheduler.json"
         common = ["--no-dashboard", "--host", "127.0.0.1"]
-        procs.append(subprocess.Popen([str(BIN / "dask"), "scheduler", "--port", "0",
-                                       "--scheduler-file", str(info), *common],
-                                      stderr=subprocess.DEVNULL))  # fmt: skip
+        procs.append(
+            subprocess.Popen(
+                [
+                    str(BIN / "dask"),
+                    "scheduler",
+                    "--port",
+                    "0",
+                    "--scheduler-file",
+                    str(info),
+                    *common,
+                ],
+                stderr=subprocess.DEVNULL,
+            )
+        )
         _until(info.exists, "the scheduler's file")
         for name in ("w1", "w2"):
-            procs.append(subprocess.Popen([str(BIN / "dask"), "worker", "--scheduler-file",
-                                           str(info), "--nthreads", "1", "--name", name,
-                                           "--memory-limit", "0", *common],
-                                          stderr=subprocess.DEVNULL))  # fmt: skip
+            procs.append(
+                subprocess.Popen(
+                    [
+                        str(BIN / "dask"),
+                        "worker",
+                        "--scheduler-file",
+                        str(info),
+                        "--nthreads",
+                        "1",
+                        "--name",
+                        name,
+                        "--memory-limit",
+                        "0",
+                        *common,
+                    ],
+                    stderr=subprocess.DEVNULL,
+                )
+            )
         client = Client(scheduler_file=str(info), timeout="60s")
         client.wait_for_workers(2, timeout=300)
         students = sorted(p.name for p in (course / "submitted").iterdir())
         print(f"cluster and PostgreSQL ready; grading {n} submissions", flush=True)
         start = time.perf_counter()
         grader = subprocess.Popen(
-            [str(BIN / "coursepkg"), "grade", AID, "--root", str(course), "--no-progress",
-             "--scheduler", client.scheduler.address, "--db", url],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            [
+                str(BIN / "coursepkg"),
+                "grade",
+                AID,
+                "--root",
+                str(course),
+                "--no-progress",
+                "--scheduler",
+                client.scheduler.address,
+                "--db",
+                url,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         peaks = {"client": _Peak(grader.pid), "scheduler": _Peak(procs[0].pid)}
         logs = course / "reports" / AID / "logs"  # one log per recorded student
 
@@ -214,10 +262,14 @@ def grade_on_cluster(n: int) -> dict:
     right = once and all(rows[s] == [kinds[int(s[1:]) % 4]] for s in students)
     mib = {k: v.peak / 2**20 for k, v in peaks.items()}
     summary = out.strip().splitlines()[0] if out.strip() else "(no summary)"
-    print(f"\n{n} submissions of {AID} on `dask scheduler` + 2 `dask worker --nthreads 1` "
-          f"(127.0.0.1, {os.cpu_count()} cores), PostgreSQL gradebook")  # fmt: skip
-    print(f"one worker SIGKILLed at {killed_at:.0f} s (half the class recorded); its nanny "
-          f"restarted it ({workers_after} workers at the end)")  # fmt: skip
+    print(
+        f"\n{n} submissions of {AID} on `dask scheduler` + 2 `dask worker --nthreads 1` "
+        f"(127.0.0.1, {os.cpu_count()} cores), PostgreSQL gradebook"
+    )
+    print(
+        f"one worker SIGKILLed at {killed_at:.0f} s (half the class recorded); its nanny "
+        f"restarted it ({workers_after} workers at the end)"
+    )
     print(f"wall time {seconds:.0f} s ({60 * n / seconds:.1f} notebooks/min)")
     print(f"peak RSS: client {mib['client']:.0f} MiB, scheduler {mib['scheduler']:.0f} MiB")
     print(

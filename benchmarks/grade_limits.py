@@ -43,8 +43,12 @@ def _grade(course: Path, workers: int, extra: dict[str, str]) -> tuple[float, st
     start = time.perf_counter()
     out = subprocess.run(
         [str(BIN / "coursepkg"), "grade", AID, "--workers", str(workers), "--no-progress"],
-        cwd=course, env={**_env(), **extra}, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        cwd=course,
+        env={**_env(), **extra},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     seconds = time.perf_counter() - start
     if out.returncode != 0:
         raise SystemExit(f"coursepkg grade failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
@@ -115,8 +119,10 @@ def main(argv=None) -> dict[str, float]:
             if len({tuple(sorted(s.items())) for s in scores.values()}) != 1:
                 raise SystemExit(f"the runs disagree: {scores}")
     after = uptime()
-    print(f"\n{n} submissions of {AID} in {args.rounds} round(s), {args.workers} workers, "
-          f"{os.cpu_count()} cores; both runs gave every student the same score")  # fmt: skip
+    print(
+        f"\n{n} submissions of {AID} in {args.rounds} round(s), {args.workers} workers, "
+        f"{os.cpu_count()} cores; both runs gave every student the same score"
+    )
     for name, seconds in results.items():
         print(f"{name:<44}{seconds:>8.1f} s{60 * n / seconds:>8.1f} notebooks/min")
         print(f"    {sandbox[name]}")

@@ -81,8 +81,12 @@ def nanogpt_folder(given: str | None, work: Path) -> Path:
         )
     folder = work / "nanogpt"
     for name in NANOGPT_FILES:
-        text = subprocess.run(["git", f"--git-dir={MIRROR}", "show", f"HEAD:{name}"],
-                              check=True, capture_output=True, text=True).stdout  # fmt: skip
+        text = subprocess.run(
+            ["git", f"--git-dir={MIRROR}", "show", f"HEAD:{name}"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(text)
     return folder
@@ -103,10 +107,20 @@ def prepare_data(text: str, folder: Path) -> None:
 
 def run_nanogpt(folder: Path, iters: int, out: Path, env: dict) -> dict:
     """nanoGPT's README CPU command; its wall time and its (step, val loss) estimates."""
-    flags = {**SHAPE, **EVAL, "device": "cpu", "compile": False, "dtype": "float32",
-             "log_interval": 50, "max_iters": iters, "lr_decay_iters": iters, "dropout": 0.0,
-             "warmup_iters": warmup(iters),
-             "always_save_checkpoint": True, "out_dir": str(out)}  # fmt: skip
+    flags = {
+        **SHAPE,
+        **EVAL,
+        "device": "cpu",
+        "compile": False,
+        "dtype": "float32",
+        "log_interval": 50,
+        "max_iters": iters,
+        "lr_decay_iters": iters,
+        "dropout": 0.0,
+        "warmup_iters": warmup(iters),
+        "always_save_checkpoint": True,
+        "out_dir": str(out),
+    }
     args = ["config/train_shakespeare_char.py", *(f"--{k}={v}" for k, v in flags.items())]
     done, wall, cpu = timed([sys.executable, "train.py", *args], cwd=folder, env=env)
     if done.returncode:
@@ -120,12 +134,44 @@ def run_nanogpt(folder: Path, iters: int, out: Path, env: dict) -> dict:
 def run_ours(corpus: Path, iters: int, out: Path, options: list[str], env: dict) -> dict:
     """``coursepkg train`` with the same settings; its wall time and its held-out estimates."""
     model = ["d_model=128", "n_heads=4", "n_layers=4", "d_ff=512", "dropout=0", *options]
-    args = ["train", str(corpus), "--out", str(out), "--tokenizer", "char", "--steps", str(iters),
-            "--batch-size", "12", "--block-size", "64", "--lr", "1e-3", "--min-lr", "1e-4",
-            "--warmup-steps", str(warmup(iters)), "--beta2", "0.99", "--weight-decay", "0.1",
-            "--eval-every", str(EVAL["eval_interval"]), "--eval-batches", str(EVAL["eval_iters"]),
-            "--checkpoint-every", str(iters), "--samples", "1", "--sample-tokens", "1",
-            "--device", "cpu", "--no-progress", *(f"--model={m}" for m in model)]  # fmt: skip
+    args = [
+        "train",
+        str(corpus),
+        "--out",
+        str(out),
+        "--tokenizer",
+        "char",
+        "--steps",
+        str(iters),
+        "--batch-size",
+        "12",
+        "--block-size",
+        "64",
+        "--lr",
+        "1e-3",
+        "--min-lr",
+        "1e-4",
+        "--warmup-steps",
+        str(warmup(iters)),
+        "--beta2",
+        "0.99",
+        "--weight-decay",
+        "0.1",
+        "--eval-every",
+        str(EVAL["eval_interval"]),
+        "--eval-batches",
+        str(EVAL["eval_iters"]),
+        "--checkpoint-every",
+        str(iters),
+        "--samples",
+        "1",
+        "--sample-tokens",
+        "1",
+        "--device",
+        "cpu",
+        "--no-progress",
+        *(f"--model={m}" for m in model),
+    ]
     done, wall, cpu = timed([sys.executable, "-m", "coursepkg.cli", *args], env=env)
     if done.returncode:
         raise SystemExit(f"coursepkg train failed:\n{done.stderr[-3000:]}")
@@ -141,8 +187,10 @@ def heldout_loss(logits_of, ids: list[int], block: int) -> float:
     n = (len(data) - 1) // block
     x = data[: n * block].view(n, block)  # (N, T)
     y = data[1 : n * block + 1].view(n, block)  # (N, T)
-    losses = [F.cross_entropy(logits_of(xb).flatten(0, 1), yb.flatten(), reduction="sum")
-              for xb, yb in zip(x.split(256), y.split(256), strict=True)]  # fmt: skip
+    losses = [
+        F.cross_entropy(logits_of(xb).flatten(0, 1), yb.flatten(), reduction="sum")
+        for xb, yb in zip(x.split(256), y.split(256), strict=True)
+    ]
     return float(sum(losses)) / y.numel()
 
 
@@ -187,34 +235,58 @@ def init_report(folder: Path, text: str) -> dict[str, dict[str, float]]:
     torch.manual_seed(0)
     chars = sorted(set(text))
     val = text[int(len(text) * 0.9) :][: 200 * 64 + 1]
-    theirs = GPT(GPTConfig(block_size=64, vocab_size=len(chars), n_layer=4, n_head=4, n_embd=128,
-                           dropout=0.0, bias=False)).eval()  # fmt: skip
+    theirs = GPT(
+        GPTConfig(
+            block_size=64,
+            vocab_size=len(chars),
+            n_layer=4,
+            n_head=4,
+            n_embd=128,
+            dropout=0.0,
+            bias=False,
+        )
+    ).eval()
     shape = dict(d_model=128, n_heads=4, n_layers=4, d_ff=512, max_len=64)
     vocab = make_tokenizer("char", text)
-    ours = DecoderOnlyLM(TransformerConfig.from_dict({**GPT_DEFAULTS, **shape,
-                                                     "vocab_size": len(vocab)})).eval()  # fmt: skip
+    ours = DecoderOnlyLM(
+        TransformerConfig.from_dict({**GPT_DEFAULTS, **shape, "vocab_size": len(vocab)})
+    ).eval()
     dummy = torch.zeros(1, 1, dtype=torch.long)
     stoi = {c: i for i, c in enumerate(chars)}
     with torch.no_grad():
         rows = {
-            "nanoGPT": (sum(p.numel() for p in theirs.parameters()),
-                        theirs.transformer.wte.weight.std(),
-                        theirs.transformer.h[0].attn.c_proj.weight.std(),
-                        heldout_loss(lambda x: theirs(x, dummy.expand_as(x))[0],
-                                     [stoi[c] for c in val], 64)),
-            "ours": (sum(p.numel() for p in ours.parameters()),
-                     ours.embed.weight.std() * (ours.embed.scale or 1.0),
-                     ours.layers[0].self_attn.out_proj.weight.std(),
-                     heldout_loss(ours, vocab.encode(val), 64)),
-        }  # fmt: skip
+            "nanoGPT": (
+                sum(p.numel() for p in theirs.parameters()),
+                theirs.transformer.wte.weight.std(),
+                theirs.transformer.h[0].attn.c_proj.weight.std(),
+                heldout_loss(
+                    lambda x: theirs(x, dummy.expand_as(x))[0], [stoi[c] for c in val], 64
+                ),
+            ),
+            "ours": (
+                sum(p.numel() for p in ours.parameters()),
+                ours.embed.weight.std() * (ours.embed.scale or 1.0),
+                ours.layers[0].self_attn.out_proj.weight.std(),
+                heldout_loss(ours, vocab.encode(val), 64),
+            ),
+        }
     for name, (params, embed, proj, loss) in rows.items():
-        print(f"init {name:8s} {params:,} parameters; token embedding std {float(embed):.3f}, "
-              f"attention output projection std {float(proj):.4f}; held-out loss {loss:.3f} "
-              f"(uniform: {np.log(len(chars)):.3f})")  # fmt: skip
+        print(
+            f"init {name:8s} {params:,} parameters; token embedding std {float(embed):.3f}, "
+            f"attention output projection std {float(proj):.4f}; held-out loss {loss:.3f} "
+            f"(uniform: {np.log(len(chars)):.3f})"
+        )
     uniform = float(np.log(len(chars)))
-    return {name: {"parameters": params, "embedding_std": float(embed), "out_proj_std": float(proj),
-                   "heldout": float(loss), "uniform": uniform}
-            for name, (params, embed, proj, loss) in rows.items()}  # fmt: skip
+    return {
+        name: {
+            "parameters": params,
+            "embedding_std": float(embed),
+            "out_proj_std": float(proj),
+            "heldout": float(loss),
+            "uniform": uniform,
+        }
+        for name, (params, embed, proj, loss) in rows.items()
+    }
 
 
 def first_reaching(curve: list[tuple[int, float]], target: float) -> int | None:
@@ -229,8 +301,12 @@ def main() -> None:
     parser.add_argument("--nanogpt", help="a nanoGPT checkout (default: the fetched mirror)")
     parser.add_argument("--ours", nargs="+", default=list(OURS), choices=list(OURS))
     parser.add_argument("--eval-interval", type=int, default=250)
-    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                        help="wall time, or the CPU time of the processes")  # fmt: skip
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall time, or the CPU time of the processes",
+    )
     parser.add_argument("--json", help="write the figures here too")
     parser.add_argument(
         "--write",
@@ -261,8 +337,15 @@ def main() -> None:
                 runs[f"ours:{variant}"].append({**result, "heldout": ours_heldout(out, text)})
     summary = report(runs, args)
     if args.write:
-        settings = {**SHAPE, **EVAL, "iters": args.iters, "rounds": args.rounds,
-                    "threads": args.threads, "clock": args.clock, "ours": args.ours}  # fmt: skip
+        settings = {
+            **SHAPE,
+            **EVAL,
+            "iters": args.iters,
+            "rounds": args.rounds,
+            "threads": args.threads,
+            "clock": args.clock,
+            "ours": args.ours,
+        }
         write_results(
             args.write,
             {**summary, "init": init, "settings": settings},
@@ -281,8 +364,10 @@ def report(runs: dict[str, list[dict]], args: argparse.Namespace) -> dict:
     """
     target = max(statistics.median(x["heldout"] for x in rs) for rs in runs.values())
     base = statistics.median(x[args.clock] for x in runs["nanoGPT"])
-    print(f"{args.iters} steps, {args.rounds} round(s), {args.threads} thread(s), clock "
-          f"{args.clock}; target: the worst final held-out loss, {target:.3f}")  # fmt: skip
+    print(
+        f"{args.iters} steps, {args.rounds} round(s), {args.threads} thread(s), clock "
+        f"{args.clock}; target: the worst final held-out loss, {target:.3f}"
+    )
     summary = {}
     for name, rs in runs.items():
         spent = statistics.median(x[args.clock] for x in rs)
@@ -290,12 +375,17 @@ def report(runs: dict[str, list[dict]], args: argparse.Namespace) -> dict:
         steps = [first_reaching(x["curve"], target) for x in rs]
         reach = [x[args.clock] * n / args.iters for x, n in zip(rs, steps, strict=True) if n]
         to_target = statistics.median(reach) if reach else None
-        summary[name] = {**{k: [x[k] for x in rs] for k in ("wall", "cpu", "heldout", "curve")},
-                         "steps_to_target": steps, "time_to_target_s": to_target}  # fmt: skip
+        summary[name] = {
+            **{k: [x[k] for x in rs] for k in ("wall", "cpu", "heldout", "curve")},
+            "steps_to_target": steps,
+            "time_to_target_s": to_target,
+        }
         shown = f"{to_target:.1f} s" if to_target is not None else "not reached"
-        print(f"{name:22s} {args.clock} {spent:6.1f} s ({spent / base:.2f}x nanoGPT)  held-out "
-              f"loss {heldout:.3f} ({heldout / np.log(2):.3f} bits/byte)  to {target:.3f}: "
-              f"{shown} (steps {steps})")  # fmt: skip
+        print(
+            f"{name:22s} {args.clock} {spent:6.1f} s ({spent / base:.2f}x nanoGPT)  held-out "
+            f"loss {heldout:.3f} ({heldout / np.log(2):.3f} bits/byte)  to {target:.3f}: "
+            f"{shown} (steps {steps})"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps({"iters": args.iters, "target": target, **summary}))
     return {"iters": args.iters, "target": target, "runs": summary}

@@ -57,9 +57,11 @@ def main(argv=None) -> dict:
             quantize_linears_awq(copy.deepcopy(model), calibration, 4, group), windows
         )
         recovered = (rtn - awq) / (rtn - fp32)
-        print(f"  int4, groups of {group:>3}: round-to-nearest {rtn:.4f} "
-              f"({100 * (rtn / fp32 - 1):+.2f}%), AWQ {awq:.4f} ({100 * (awq / fp32 - 1):+.2f}%): "
-              f"{100 * recovered:.0f}% of the gap recovered (target >= 50%)")  # fmt: skip
+        print(
+            f"  int4, groups of {group:>3}: round-to-nearest {rtn:.4f} "
+            f"({100 * (rtn / fp32 - 1):+.2f}%), AWQ {awq:.4f} ({100 * (awq / fp32 - 1):+.2f}%): "
+            f"{100 * recovered:.0f}% of the gap recovered (target >= 50%)"
+        )
         out[f"int4_g{group}"] = {"rtn": rtn, "awq": awq, "recovered": recovered}
     return out
 

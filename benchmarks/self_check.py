@@ -52,8 +52,10 @@ def main() -> None:
         for name, (case, root) in cases.items():
             times[name].append(run_child(case, root))
         loads.append(os.getloadavg()[0])
-    print(f"{args.rounds} rounds, load average {min(loads):.1f}-{max(loads):.1f}, "
-          f"{os.cpu_count()} cores")  # fmt: skip
+    print(
+        f"{args.rounds} rounds, load average {min(loads):.1f}-{max(loads):.1f}, "
+        f"{os.cpu_count()} cores"
+    )
     print(f"{'case':<44}{'wall':>8}{'cpu':>8}   (each round's wall)")
     for name, pairs in times.items():
         wall = statistics.median(w for w, _ in pairs)

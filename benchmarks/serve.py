@@ -257,16 +257,26 @@ PROMPT = 16
 # wall: elapsed time; cpu: this thread's CPU time, which leaves out waiting for a core on a
 # loaded machine (one intra-op thread computes on the calling thread): use it with --threads 1.
 SHAPE = dict(
-    vocab_size=1000, hidden_size=256, intermediate_size=688, num_attention_heads=8,
-    num_key_value_heads=2, tie_word_embeddings=False, max_position_embeddings=512,
-    bos_token_id=0, eos_token_id=None, pad_token_id=0,
-)  # fmt: skip
+    vocab_size=1000,
+    hidden_size=256,
+    intermediate_size=688,
+    num_attention_heads=8,
+    num_key_value_heads=2,
+    tie_word_embeddings=False,
+    max_position_embeddings=512,
+    bos_token_id=0,
+    eos_token_id=None,
+    pad_token_id=0,
+)
 # --size large: 16 layers of D=1024 (16 query heads sharing 4 key/value heads, SwiGLU 2816),
 # 730 MB of fp32 weights, well over the 300 MiB L3: a decode step reads them from memory.
 LARGE_SHAPE = dict(
-    SHAPE, hidden_size=1024, intermediate_size=2816, num_attention_heads=16,
+    SHAPE,
+    hidden_size=1024,
+    intermediate_size=2816,
+    num_attention_heads=16,
     num_key_value_heads=4,
-)  # fmt: skip
+)
 # the speculative pairs: (shape, target layers, draft layers = the target's first ones, new
 # tokens: 64 for the large pair, whose 3 rounds then take under 5 minutes)
 SIZES = {"small": (SHAPE, 8, 2, 128), "large": (LARGE_SHAPE, 16, 3, 64)}
@@ -358,9 +368,14 @@ def bench_speculative(args) -> dict:
     if not same:
         raise SystemExit("speculative decoding changed the target's greedy tokens")
     return dict(
-        acceptance=rate, speedup=speedup, vs_assisted=vs_hf, draft=cheaper, times=times,
-        verify_steps=verify, draft_steps=step,
-    )  # fmt: skip
+        acceptance=rate,
+        speedup=speedup,
+        vs_assisted=vs_hf,
+        draft=cheaper,
+        times=times,
+        verify_steps=verify,
+        draft_steps=step,
+    )
 
 
 def _pass_costs(target, draft, prompt, k: int, clock, rounds: int = 20) -> tuple[float, float]:
@@ -482,9 +497,12 @@ def bench_batching(args) -> dict:
     if not same:
         raise SystemExit("continuous batching changed a request's tokens")
     return dict(
-        vs_static=ratio, vs_static_best=best_ratio, plain_vs_static=plain_ratio, vs_one=vs_one,
+        vs_static=ratio,
+        vs_static_best=best_ratio,
+        plain_vs_static=plain_ratio,
+        vs_one=vs_one,
         times=times,
-    )  # fmt: skip
+    )
 
 
 def bench_quantization(args) -> dict:

@@ -45,8 +45,11 @@ from coursepkg.grading.term.similarity import (  # noqa: E402
 )
 
 KEEP = {name for _, name, _ in GROUPS.values()}
-SIGNALS = {"Dolos": lambda p: p.dolos, "normal form": lambda p: p.normal,
-           "combined (max)": lambda p: p.similarity}  # fmt: skip
+SIGNALS = {
+    "Dolos": lambda p: p.dolos,
+    "normal form": lambda p: p.normal,
+    "combined (max)": lambda p: p.similarity,
+}
 
 
 def disguised_copies(rounds: int, threshold: float) -> None:
@@ -71,11 +74,13 @@ def disguised_copies(rounds: int, threshold: float) -> None:
     print(f"1. disguised copies ({rounds} round(s), threshold {threshold:g}):")
     for name in SIGNALS:
         t, e = tally[name], ex05[name]
-        print(f"   {name:15s} first {t['first']}/{total}, first and at or above "
-              f"{t['above']}/{total} ({t['above'] / total:.0%}), copy's mean "
-              f"{statistics.mean(t['scores']):.2f} (min {min(t['scores']):.2f}); ex05: first "
-              f"{e['first']}/{total05}, at or above {e['above']}/{total05}, mean "
-              f"{statistics.mean(e['scores']):.2f}")  # fmt: skip
+        print(
+            f"   {name:15s} first {t['first']}/{total}, first and at or above "
+            f"{t['above']}/{total} ({t['above'] / total:.0%}), copy's mean "
+            f"{statistics.mean(t['scores']):.2f} (min {min(t['scores']):.2f}); ex05: first "
+            f"{e['first']}/{total05}, at or above {e['above']}/{total05}, mean "
+            f"{statistics.mean(e['scores']):.2f}"
+        )
 
 
 def false_positives(threshold: float) -> None:
@@ -95,9 +100,11 @@ def false_positives(threshold: float) -> None:
     short = scores["ex01_attention"]
     every = [s for v in scores.values() for s in v]
     p90 = sorted(every)[int(0.9 * len(every))]
-    print(f"   honest pairs, combined: ex01 median {statistics.median(short):.2f}, max "
-          f"{max(short):.2f}; all assignments median {statistics.median(every):.2f}, 90th "
-          f"percentile {p90:.2f}, max {max(every):.2f}")  # fmt: skip
+    print(
+        f"   honest pairs, combined: ex01 median {statistics.median(short):.2f}, max "
+        f"{max(short):.2f}; all assignments median {statistics.median(every):.2f}, 90th "
+        f"percentile {p90:.2f}, max {max(every):.2f}"
+    )
 
 
 def class_of_200(students: int) -> None:
@@ -119,9 +126,11 @@ def class_of_200(students: int) -> None:
         took = time.perf_counter() - start
         size = found.page.stat().st_size
     above = sum(p.similarity >= DEFAULT_THRESHOLD for p in found.pairs)
-    print(f"3. a class of {students} ({aid}): similarity_report {took:.1f} s; "
-          f"{len(found.pairs)} pairs sharing code, {above} at or above the threshold, "
-          f"{len(found.clusters)} groups; page {size / 1e6:.2f} MB")  # fmt: skip
+    print(
+        f"3. a class of {students} ({aid}): similarity_report {took:.1f} s; "
+        f"{len(found.pairs)} pairs sharing code, {above} at or above the threshold, "
+        f"{len(found.clusters)} groups; page {size / 1e6:.2f} MB"
+    )
 
 
 def main() -> None:

@@ -100,8 +100,9 @@ def tiktoken_gpt2(ours: Tokenizer):
     import tiktoken
 
     ranks = {token: index for index, token in ours.vocab.items() if index != 50256}
-    return tiktoken.Encoding("gpt2-offline", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
-                             special_tokens={EOT: 50256})  # fmt: skip
+    return tiktoken.Encoding(
+        "gpt2-offline", pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={EOT: 50256}
+    )
 
 
 def bench_training(text: str, vocab_size: int, rounds: int) -> dict:
@@ -112,8 +113,10 @@ def bench_training(text: str, vocab_size: int, rounds: int) -> dict:
     times = alternate({"ours": lambda: train_bpe(text, vocab_size, [EOT]), "hf": hf}, rounds, 0)
     ours, theirs = median(times["ours"]), median(times["hf"])
     ratio = ours / theirs
-    print(f"  train to {vocab_size:>5}: ours {ours:.2f} s, Hugging Face {theirs:.2f} s, "
-          f"ratio {ratio:.2f}x (target <= 4x)")  # fmt: skip
+    print(
+        f"  train to {vocab_size:>5}: ours {ours:.2f} s, Hugging Face {theirs:.2f} s, "
+        f"ratio {ratio:.2f}x (target <= 4x)"
+    )
     return dict(ours_s=ours, hf_s=theirs, ratio=ratio)
 
 
@@ -150,8 +153,10 @@ def bench_encoding(text: str, rounds: int) -> dict:
     print(f"    ours (cold cache) {ours:.3f} s ({mb / ours:.1f} MB/s); warm cache {warm:.3f} s")
     print(f"    Hugging Face      {hf:.3f} s ({mb / hf:.1f} MB/s)")
     print(f"    tiktoken          {tt:.3f} s ({mb / tt:.1f} MB/s)")
-    print(f"    speed ours / Hugging Face: {hf / ours:.2f}x (target >= 1x); "
-          f"ours / tiktoken: {tt / ours:.2f}x")  # fmt: skip
+    print(
+        f"    speed ours / Hugging Face: {hf / ours:.2f}x (target >= 1x); "
+        f"ours / tiktoken: {tt / ours:.2f}x"
+    )
     return dict(ours_s=ours, warm_s=warm, hf_s=hf, tiktoken_s=tt, speedup_vs_hf=hf / ours)
 
 
@@ -181,8 +186,10 @@ def bench_long_chunk(rounds: int, plain_up_to: int) -> dict:
         encode(cold)  # ours: builds the backtracker's tables, meets every pair for the first time
         first[name] = time.thread_time() - start
     out = {"first_call_s": first["ours"], "hf_first_call_s": first["hf"]}
-    print(f"  first call of a fresh tokenizer on another 100000 letters (ours builds its tables):"
-          f" ours {first['ours']:.2f} s, Hugging Face {first['hf']:.2f} s")  # fmt: skip
+    print(
+        f"  first call of a fresh tokenizer on another 100000 letters (ours builds its tables):"
+        f" ours {first['ours']:.2f} s, Hugging Face {first['hf']:.2f} s"
+    )
     for n in (1_000, 10_000, 100_000):
         text = "".join(rng.choice("abcdefghij") for _ in range(n))
         if not made["ours"].encode(text) == made["heap"].encode(text) == hf.encode(text).ids:
@@ -209,8 +216,10 @@ def bench_long_chunk(rounds: int, plain_up_to: int) -> dict:
             times = [out[n][name] for n in have]
             exponent = math.log(times[-1] / times[0]) / math.log(have[-1] / have[0])
             out[f"exponent_{name}"] = exponent
-            print(f"  growth exponent {name} ({have[0]}-{have[-1]} letters): {exponent:.2f}"
-                  + (" (target <= 1.1)" if name == "ours" else ""))  # fmt: skip
+            print(
+                f"  growth exponent {name} ({have[0]}-{have[-1]} letters): {exponent:.2f}"
+                + (" (target <= 1.1)" if name == "ours" else "")
+            )
     return out
 
 
@@ -229,8 +238,10 @@ def bench_streaming(text: str, megabytes: int) -> dict:
             text=True,
         ).stdout.split()
     start, peak, n = map(int, out)
-    print(f"  encode_iterable over {size:.0f} MB: {n} ids, peak {peak} MiB, "
-          f"{peak - start} MiB above start (target < 100 MB)")  # fmt: skip
+    print(
+        f"  encode_iterable over {size:.0f} MB: {n} ids, peak {peak} MiB, "
+        f"{peak - start} MiB above start (target < 100 MB)"
+    )
     return dict(file_mb=size, start_mib=start, peak_mib=peak, above_mib=peak - start, ids=n)
 
 
@@ -245,8 +256,10 @@ def main(argv=None) -> dict:
     )
     args = parser.parse_args(argv)
     text = load_tinyshakespeare()
-    print(f"Tiny Shakespeare, {len(text.encode()) / 1e6:.2f} MB, one thread, medians of "
-          f"{args.rounds} alternated rounds")  # fmt: skip
+    print(
+        f"Tiny Shakespeare, {len(text.encode()) / 1e6:.2f} MB, one thread, medians of "
+        f"{args.rounds} alternated rounds"
+    )
     results = {}
     if "train" in args.only:
         results = {f"train_{v}": bench_training(text, v, args.rounds) for v in (1000, 5000)}

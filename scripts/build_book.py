@@ -106,9 +106,15 @@ def main() -> int:
     RUNS.unlink(missing_ok=True)
     os.environ["COURSEPKG_BOOK_PAGE_RUNS"] = str(RUNS)  # read by book/_ext/execution_watchdog.py
     sampler = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "fixtures" / "processes.py"), "--sample",
-         str(SAMPLES), "30"], stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "tests" / "fixtures" / "processes.py"),
+            "--sample",
+            str(SAMPLES),
+            "30",
+        ],
+        stdin=subprocess.DEVNULL,
+    )
     try:
         cli.main(standalone_mode=False)
         status = 0

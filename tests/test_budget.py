@@ -27,10 +27,19 @@ def test_an_example_that_takes_a_quarter_second():
 def test_a_test_past_twice_its_scaled_budget_fails_at_its_teardown(tmp_path):
     file = tmp_path / "budget.toml"
     file.write_text(f'[tests]\n"{EXAMPLE}" = 0.05\n\n[pages]\n')
-    env = {**os.environ, "COURSE_BUDGET_FILE": str(file), "COURSE_TIME_FACTOR": "2",
-           "COURSE_BUDGET_EXAMPLE": "1", "PYTHONPATH": str(ROOT)}  # fmt: skip
-    done = run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", EXAMPLE],
-               cwd=ROOT, env=env, idle=120)  # fmt: skip
+    env = {
+        **os.environ,
+        "COURSE_BUDGET_FILE": str(file),
+        "COURSE_TIME_FACTOR": "2",
+        "COURSE_BUDGET_EXAMPLE": "1",
+        "PYTHONPATH": str(ROOT),
+    }
+    done = run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", EXAMPLE],
+        cwd=ROOT,
+        env=env,
+        idle=120,
+    )
     out = done.stdout + done.stderr
     assert done.returncode == 1 and "1 passed, 1 error" in out, out
     assert "ERROR at teardown of test_an_example_that_takes_a_quarter_second" in out, out

@@ -50,8 +50,12 @@ def test_wait_until_restarts_its_clock_on_progress_and_names_the_step():
     with pytest.raises(Stuck, match="stuck waiting for nothing at all"):
         wait_until(lambda: False, "nothing at all", idle=0.2)
     start = time.monotonic()
-    value = wait_until(lambda: time.monotonic() - start > 0.5 and "done", "a progressing wait",
-                       idle=0.2, progress=lambda: next(ticks))  # fmt: skip
+    value = wait_until(
+        lambda: time.monotonic() - start > 0.5 and "done",
+        "a progressing wait",
+        idle=0.2,
+        progress=lambda: next(ticks),
+    )
     assert value == "done"
 
 
@@ -88,12 +92,31 @@ def test_an_xdist_worker_and_what_its_test_started_end_when_pytest_is_killed(tmp
     (tmp_path / "test_waits.py").write_text(WAITS)
     pids = tmp_path / "base" / "pids"
     path = os.pathsep.join([str(tests), str(tests / "fixtures"), os.environ.get("PYTHONPATH", "")])
-    args = [sys.executable, "-m", "pytest", "-c", os.devnull, "--rootdir", str(tmp_path),
-            "-p", "conftest", "-p", "no:cacheprovider", "-n", "1", "-q",
-            f"--basetemp={tmp_path / 'base'}", str(tmp_path / "test_waits.py")]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-c",
+        os.devnull,
+        "--rootdir",
+        str(tmp_path),
+        "-p",
+        "conftest",
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        "1",
+        "-q",
+        f"--basetemp={tmp_path / 'base'}",
+        str(tmp_path / "test_waits.py"),
+    ]
     with Command(args, what="pytest -n 1", env={**os.environ, "PYTHONPATH": path}) as main:
-        text = wait_until(lambda: pids.is_file() and pids.read_text(), "the worker's pids",
-                          idle=120, progress=main.sizes)  # fmt: skip
+        text = wait_until(
+            lambda: pids.is_file() and pids.read_text(),
+            "the worker's pids",
+            idle=120,
+            progress=main.sizes,
+        )
         started = [psutil.Process(int(p)) for p in text.split()]
         main.proc.kill()
         _gone, alive = psutil.wait_procs(started, timeout=budget(60))

@@ -57,6 +57,7 @@ def gpt2_small_config(**changes) -> TransformerConfig:
     Args:
         changes: fields to change (``n_layers=2`` for a shallower model of the same width).
     """
+    # Read as a paragraph, as the paper's table gives it (one a line would be 13 lines).
     shape = dict(
         vocab_size=50257, d_model=768, n_heads=12, d_ff=3072, n_layers=12, max_len=1024,
         dropout=0.0, norm_first=True, final_norm=True, positional="learned",

@@ -56,10 +56,19 @@ def _book(where: Path) -> Path:
 def _build(where: Path, jobs: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "BOOK_JOBS": jobs, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     return processes.run(
-        [sys.executable, str(ROOT / "scripts" / "build_book.py"), "build", ".", "-W", "-n",
-         "--keep-going"],  # fmt: skip
-        cwd=where, env=env, idle=540,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "build_book.py"),
+            "build",
+            ".",
+            "-W",
+            "-n",
+            "--keep-going",
+        ],
+        cwd=where,
+        env=env,
+        idle=540,
+    )
 
 
 def _readers(where: Path) -> dict[int, str]:

@@ -11,10 +11,21 @@ from coursepkg.parallel.compare import Run
 from coursepkg.parallel.memory import unit_numels
 
 TIMED = Run(
-    model=dict(vocab_size=32, d_model=32, n_heads=4, d_ff=64, n_layers=3, max_len=16,
-               dropout=0.0, bias=False),
-    batch=2, length=8, steps=1, bucket_bytes=10_000,
-)  # fmt: skip
+    model=dict(
+        vocab_size=32,
+        d_model=32,
+        n_heads=4,
+        d_ff=64,
+        n_layers=3,
+        max_len=16,
+        dropout=0.0,
+        bias=False,
+    ),
+    batch=2,
+    length=8,
+    steps=1,
+    bucket_bytes=10_000,
+)
 
 
 @pytest.fixture

@@ -51,8 +51,9 @@ def tokenizer():
 
 def tiny_model(seed: int = 0) -> DecoderOnlyLM:
     torch.manual_seed(seed)
-    config = TransformerConfig(vocab_size=260, d_model=16, n_heads=2, d_ff=32, n_layers=1,
-                               max_len=32, dropout=0.0)  # fmt: skip
+    config = TransformerConfig(
+        vocab_size=260, d_model=16, n_heads=2, d_ff=32, n_layers=1, max_len=32, dropout=0.0
+    )
     return DecoderOnlyLM(config).eval()
 
 

@@ -16,9 +16,16 @@ TINY_RACE = dict(eval_every=2, max_steps=4, n_test=6, batch_size=4)
 
 def test_the_transformer_is_chapter_8s_model_with_the_same_initial_weights():
     run = SimpleNamespace(
-        seed=3, steps=4, batch_size=4, n_test=6, d_model=64, n_heads=4, d_ff=128,
-        n_layers=1, dropout=0.0,
-    )  # fmt: skip
+        seed=3,
+        steps=4,
+        batch_size=4,
+        n_test=6,
+        d_model=64,
+        n_heads=4,
+        d_ff=128,
+        n_layers=1,
+        dropout=0.0,
+    )
     chapter_8 = _untrained_translator(run)[0].model
     ours = race.transformer(seed=3).model
     assert ours.config == chapter_8.config

@@ -53,13 +53,13 @@ def _run(before: dict[str, float], after: dict[str, float], bpb: tuple[float, fl
                 "trained_on_chars": 6000,
                 "bytes_per_token": 2.5,
                 "gpt2_bytes_per_token": 4.0,
-            },  # fmt: skip
+            },
             "pretrain": {
                 "parameters": 1000,
                 "steps": 7,
                 "val_loss": 3.0,
                 "heldout_bits_per_byte": bpb[0],
-            },  # fmt: skip
+            },
             "finetune": {"steps": 5, "final_loss": 1.0},
             "chat_data": {
                 "tasks": {t: {"train": 40 + i, "heldout": 4} for i, t in enumerate(tasks)}
@@ -68,7 +68,7 @@ def _run(before: dict[str, float], after: dict[str, float], bpb: tuple[float, fl
                 "accuracy": {"before": before, "after": after},
                 "heldout_prompts": dict.fromkeys(tasks, 4),
                 "heldout_bits_per_byte": {"before": bpb[0], "after": bpb[1]},
-            },  # fmt: skip
+            },
         },
     }
 

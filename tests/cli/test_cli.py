@@ -114,8 +114,13 @@ def test_help_and_argument_errors_import_neither_torch_nor_nbgrader():
     # modules that import torch; every other command answers without it
     quick = [v for v in VERBS if v not in ("train", "finetune")]
     cases = [["--help"], *([verb, "--no-such-option"] for verb in quick)]
-    run = subprocess.run([sys.executable, "-c", _QUICK, json.dumps(cases), json.dumps(HEAVY)],
-                         capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", _QUICK, json.dumps(cases), json.dumps(HEAVY)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     found = json.loads(run.stdout)
     assert found["heavy"] == [], found["heavy"]
     code, text, _ = found["said"]["--help"]
@@ -148,9 +153,13 @@ def test_a_command_skips_jsonschemas_iri_grammar(tmp_path):
 def test_the_similarity_defaults_in_the_help_are_the_reports():
     # read from the module's source: importing it imports the grader (nbgrader, torch)
     source = (Path(cli.__file__).parents[1] / "grading" / "term" / "similarity.py").read_text()
-    values = {t.id: ast.literal_eval(node.value) for node in ast.parse(source).body
-              if isinstance(node, ast.Assign) for t in node.targets
-              if isinstance(t, ast.Name) and t.id.startswith("DEFAULT_")}  # fmt: skip
+    values = {
+        t.id: ast.literal_eval(node.value)
+        for node in ast.parse(source).body
+        if isinstance(node, ast.Assign)
+        for t in node.targets
+        if isinstance(t, ast.Name) and t.id.startswith("DEFAULT_")
+    }
     DEFAULT_THRESHOLD, DEFAULT_TOP = values["DEFAULT_THRESHOLD"], values["DEFAULT_TOP"]
     text = _subcommands(cli.build_parser(["similarity"]))["similarity"].format_help()
     assert f"side ({DEFAULT_THRESHOLD:g})" in " ".join(text.split())
@@ -171,14 +180,32 @@ def test_info_prints_the_versions_and_the_device():
     ("args", "kind", "config"),
     [
         ([], "encoder-decoder", TransformerConfig.base(vocab_size=37000)),
-        (["--preset", "big", "--untied"], "encoder-decoder",
-         TransformerConfig.big(vocab_size=37000, tie_embeddings=False)),
-        (["--decoder-only", "--vocab-size", "50257", "--d-model", "768", "--n-heads", "12",
-          "--d-ff", "3072", "--n-layers", "12"], "decoder-only",
-         TransformerConfig.base(vocab_size=50257, d_model=768, n_heads=12, d_ff=3072,
-                                n_layers=12)),
+        (
+            ["--preset", "big", "--untied"],
+            "encoder-decoder",
+            TransformerConfig.big(vocab_size=37000, tie_embeddings=False),
+        ),
+        (
+            [
+                "--decoder-only",
+                "--vocab-size",
+                "50257",
+                "--d-model",
+                "768",
+                "--n-heads",
+                "12",
+                "--d-ff",
+                "3072",
+                "--n-layers",
+                "12",
+            ],
+            "decoder-only",
+            TransformerConfig.base(
+                vocab_size=50257, d_model=768, n_heads=12, d_ff=3072, n_layers=12
+            ),
+        ),
     ],
-)  # fmt: skip
+)
 def test_params_prints_the_closed_form_total(args, kind, config):
     run = coursepkg_run("params", *args)
     assert run.returncode == 0, run.stderr

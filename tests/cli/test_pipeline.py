@@ -77,8 +77,12 @@ def test_more_time_never_buys_fewer_steps_and_the_steps_fit(a, b, pre, fine, fix
 @given(st.floats(60, 7200), seconds, st.floats(0, 1e-4))
 def test_pretraining_is_planned_within_the_time_left(left, step, encode):
     sizes = plan(left)
-    measured = {"pretrain_step": step, "finetune_step": step / 2, "token": step / 10,
-                "encode_char": encode}  # fmt: skip
+    measured = {
+        "pretrain_step": step,
+        "finetune_step": step / 2,
+        "token": step / 10,
+        "encode_char": encode,
+    }
     sized = size_pretraining(left, sizes, measured, bpt=4.0)
     if min(sized["pretrain_steps"], sized["finetune_steps"]) > MIN_STEPS:
         assert sum(sized["seconds"].values()) <= left * 1.001
@@ -100,11 +104,21 @@ def test_fixed_steps_are_taken_as_they_are_and_nothing_is_measured(stage, steps)
 def test_a_run_of_fixed_sizes_takes_those_steps_and_reports_no_plan(tmp_path):
     corpus = tmp_path / "text.txt"
     corpus.write_text((ROOT / "coursepkg/data/tinyshakespeare.txt").read_text()[:20_000])
-    sizes = dict(merges=20, tokenizer_chars=5000, pretrain_chars=5000, eval_chars=400,
-                 conversations=4, heldout=1, block_size=64, batch_size=2,
-                 pretrain_steps=4, finetune_steps=3)  # fmt: skip
-    settings = PipelineSettings(out=str(tmp_path / "run"), budget=1, corpus=str(corpus),
-                                device="cpu", sizes=sizes)  # fmt: skip
+    sizes = dict(
+        merges=20,
+        tokenizer_chars=5000,
+        pretrain_chars=5000,
+        eval_chars=400,
+        conversations=4,
+        heldout=1,
+        block_size=64,
+        batch_size=2,
+        pretrain_steps=4,
+        finetune_steps=3,
+    )
+    settings = PipelineSettings(
+        out=str(tmp_path / "run"), budget=1, corpus=str(corpus), device="cpu", sizes=sizes
+    )
     figures = run_pipeline(settings, say=lambda line: None)
     assert (figures["pretrain"]["steps"], figures["finetune"]["steps"]) == (4, 3)
     assert figures["tokenizer"]["merges"] == 20
@@ -170,8 +184,10 @@ class _Bytes:
         return bytes(ids).decode("utf-8", "replace")
 
 
-@given(st.text(st.characters(min_codepoint=32, max_codepoint=126), min_size=2, max_size=60),
-       st.integers(1, 16))  # fmt: skip
+@given(
+    st.text(st.characters(min_codepoint=32, max_codepoint=126), min_size=2, max_size=60),
+    st.integers(1, 16),
+)
 def test_bits_per_byte_of_a_uniform_byte_model_is_eight(text, block):
     assert heldout_bits_per_byte(_Uniform(256), _Bytes(), text, block) == pytest.approx(8.0)
     # a model that spreads its guess over twice the ids pays one bit more per byte
@@ -182,8 +198,13 @@ def test_bits_per_byte_of_a_uniform_byte_model_is_eight(text, block):
 def _pipeline(run: Path, corpus: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     args = ["pipeline", "--out", str(run), "--budget", "10s", "--corpus", corpus, "--device", "cpu"]
-    return subprocess.Popen([sys.executable, "-m", "coursepkg.cli", *args], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "coursepkg.cli", *args],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def test_a_missing_corpus_is_named(tmp_path, capsys):
@@ -206,8 +227,11 @@ def test_killed_between_stages_it_resumes_without_redoing_them(tmp_path):
         time.sleep(0.05)
     first.send_signal(signal.SIGKILL)
     first.communicate()
-    done = {s: (run / s / "done.json").stat().st_mtime_ns for s in STAGES
-            if (run / s / "done.json").exists()}  # fmt: skip
+    done = {
+        s: (run / s / "done.json").stat().st_mtime_ns
+        for s in STAGES
+        if (run / s / "done.json").exists()
+    }
     assert {"corpus", "tokenizer", "pretrain"} <= done.keys()
     assert "report" not in done
 
@@ -226,8 +250,10 @@ def test_killed_between_stages_it_resumes_without_redoing_them(tmp_path):
         assert json.loads((run / stage / "done.json").read_text())["steps"] == steps
         assert f"- {stage}: {steps} steps, sized from this machine's measured" in report
     assert "</table>" in (run / "report.html").read_text()
-    trained = {json.loads(line)["messages"][0]["content"]
-               for line in (run / "chat_data" / "train.jsonl").open()}  # fmt: skip
+    trained = {
+        json.loads(line)["messages"][0]["content"]
+        for line in (run / "chat_data" / "train.jsonl").open()
+    }
     heldout = {json.loads(line)["prompt"] for line in (run / "chat_data" / "heldout.jsonl").open()}
     assert heldout and not heldout & trained
 

@@ -116,9 +116,15 @@ BF16_LOSS = 2e-2 if CUDA else 0.0
 
 BASE = dict(vocab_size=23, d_model=32, n_heads=4, d_ff=48, n_layers=2, dropout=0.0, max_len=64)
 MODERN = dict(
-    norm="rmsnorm", positional="rope", activation="swiglu", norm_first=True, bias=False,
-    scale_embeddings=False, n_kv_heads=2, qk_norm=True,
-)  # fmt: skip
+    norm="rmsnorm",
+    positional="rope",
+    activation="swiglu",
+    norm_first=True,
+    bias=False,
+    scale_embeddings=False,
+    n_kv_heads=2,
+    qk_norm=True,
+)
 MLA = dict(
     MODERN, n_kv_heads=None, qk_norm=False, d_k=6, d_v=5, latent=LatentConfig(kv_rank=12, d_rope=4)
 )
@@ -349,10 +355,19 @@ def corpus(tmp_path_factory):
 
 def _settings(corpus, out, device: str, **changes) -> TrainSettings:
     fields = dict(
-        data=str(corpus), out=str(out), steps=4, batch_size=8, block_size=16, warmup_steps=2,
-        eval_every=4, eval_batches=2, checkpoint_every=2, sample_tokens=0, device=device,
+        data=str(corpus),
+        out=str(out),
+        steps=4,
+        batch_size=8,
+        block_size=16,
+        warmup_steps=2,
+        eval_every=4,
+        eval_batches=2,
+        checkpoint_every=2,
+        sample_tokens=0,
+        device=device,
         model=dict(d_model=32, n_heads=2, d_ff=64, n_layers=1, bias=False),
-    )  # fmt: skip
+    )
     return TrainSettings(**{**fields, **changes})
 
 

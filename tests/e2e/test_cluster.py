@@ -74,9 +74,12 @@ def cluster(tmp_path_factory):
     env = _env(PGPASSWORD=SECRET, DATABASE_URL=f"postgresql://u:{SECRET}@127.0.0.1/x")
     common = ["--no-dashboard", "--host", "127.0.0.1"]
     procs = [
-        Command([str(BIN / "dask"), "scheduler", "--port", "0", "--scheduler-file", str(info),
-                 *common], what="dask scheduler", env=env)
-    ]  # fmt: skip
+        Command(
+            [str(BIN / "dask"), "scheduler", "--port", "0", "--scheduler-file", str(info), *common],
+            what="dask scheduler",
+            env=env,
+        )
+    ]
 
     def started() -> tuple:
         for proc in procs:  # one that stopped: say why
@@ -86,13 +89,34 @@ def cluster(tmp_path_factory):
     try:
         wait_until(info.exists, "the scheduler's file", idle=120, progress=started)
         for name in ("w1", "w2"):
-            procs.append(Command(
-                [str(BIN / "dask"), "worker", "--scheduler-file", str(info), "--nthreads", "1",
-                 "--nworkers", "1", "--name", name, "--memory-limit", "0", *common],
-                what=f"dask worker {name}", env=env))  # fmt: skip
+            procs.append(
+                Command(
+                    [
+                        str(BIN / "dask"),
+                        "worker",
+                        "--scheduler-file",
+                        str(info),
+                        "--nthreads",
+                        "1",
+                        "--nworkers",
+                        "1",
+                        "--name",
+                        name,
+                        "--memory-limit",
+                        "0",
+                        *common,
+                    ],
+                    what=f"dask worker {name}",
+                    env=env,
+                )
+            )
         client = Client(scheduler_file=str(info), timeout=f"{budget(60):.0f}s")
-        wait_until(lambda: len(client.scheduler_info()["workers"]) >= 2, "two Dask workers",
-                   idle=300, progress=started)  # fmt: skip
+        wait_until(
+            lambda: len(client.scheduler_info()["workers"]) >= 2,
+            "two Dask workers",
+            idle=300,
+            progress=started,
+        )
         yield {"client": client, "address": client.scheduler.address}
         client.close()
     finally:
@@ -136,13 +160,21 @@ def _grade(course: Path, *args: str, options: tuple[str, ...] | None = None, **e
     """``coursepkg grade`` on ``course`` (in a session of its own, as a shell starts it); its
     progress signs are its output and the files written under the test's folder."""
     if options is None:
-        options = ("--no-progress", "--cell-timeout", "60", "--notebook-timeout", "240",
-                   "--memory-mb", "2048")  # fmt: skip
+        options = (
+            "--no-progress",
+            "--cell-timeout",
+            "60",
+            "--notebook-timeout",
+            "240",
+            "--memory-mb",
+            "2048",
+        )
     return Command(
         [str(BIN / "coursepkg"), "grade", AID, "--root", str(course), *options, *args],
-        what=f"coursepkg grade {' '.join(args)} on {course}", env=_env(**env),
+        what=f"coursepkg grade {' '.join(args)} on {course}",
+        env=_env(**env),
         progress=lambda: files_under(course.parent),
-    )  # fmt: skip
+    )
 
 
 def _finish(proc: Command, ok: bool = True) -> str:
@@ -208,8 +240,12 @@ def test_a_class_on_a_cluster_into_postgresql(cluster, postgres, release, tmp_pa
             None,
         )
 
-    worker = wait_until(grading_slowpoke, "the slow notebook to be graded", idle=GRADE_IDLE,
-                        progress=lambda: (proc.sizes(), files_under(course)))  # fmt: skip
+    worker = wait_until(
+        grading_slowpoke,
+        "the slow notebook to be graded",
+        idle=GRADE_IDLE,
+        progress=lambda: (proc.sizes(), files_under(course)),
+    )
     pid = client.run(os.getpid, workers=[worker])[worker]
     os.kill(pid, signal.SIGKILL)
     out = _finish(proc)
@@ -224,8 +260,17 @@ def test_a_class_on_a_cluster_into_postgresql(cluster, postgres, release, tmp_pa
     assert not (course / "gradebook.db").read_bytes().count(b"slowpoke")  # PostgreSQL only
 
     # A rerun replaces the grades: still one submission per student.
-    _finish(_grade(course, "--scheduler", cluster["address"], "--db", postgres["url"],
-                   "--student=untouched", "--student=s00"))  # fmt: skip
+    _finish(
+        _grade(
+            course,
+            "--scheduler",
+            cluster["address"],
+            "--db",
+            postgres["url"],
+            "--student=untouched",
+            "--student=s00",
+        )
+    )
     assert _rows(postgres["url"]) == {s: [expected[s]] for s in students}
 
 
@@ -358,8 +403,13 @@ def test_a_signal_stops_grading_between_students(release, tmp_path, signum):
         proc.descendants()  # remember every process of the tree, whenever it started
         return logs.is_dir() and len(list(logs.glob("*.log"))) >= 2
 
-    wait_until(some_recorded, "two students to be recorded", idle=GRADE_IDLE, poll=0.5,
-               progress=lambda: (proc.sizes(), files_under(course)))  # fmt: skip
+    wait_until(
+        some_recorded,
+        "two students to be recorded",
+        idle=GRADE_IDLE,
+        poll=0.5,
+        progress=lambda: (proc.sizes(), files_under(course)),
+    )
     tree = {p.pid: " ".join(p.cmdline()) for p in proc.seen() if p.pid != proc.pid and running(p)}
     assert any("resource_tracker" in c for c in tree.values()), tree
     assert sum("spawn_main" in c for c in tree.values()) >= 2, tree  # the two Dask workers
@@ -415,9 +465,11 @@ def test_a_rerun_keeps_a_hand_grade_and_its_feedback_shows_it(release, tmp_path)
     before = _feedback_score(course, "alice")
     with Gradebook(url, "transformers") as gb:  # as the formgrader records a hand grade
         written = [
-            g for nb in gb.find_submission(AID, "alice").notebooks for g in nb.grades
+            g
+            for nb in gb.find_submission(AID, "alice").notebooks
+            for g in nb.grades
             if g.cell_type == "markdown"
-        ]  # fmt: skip
+        ]
         assert written, "ex01 has no written answer to grade by hand"
         for grade in written:
             grade.manual_score = grade.max_score

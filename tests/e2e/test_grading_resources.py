@@ -133,7 +133,7 @@ def catalogue() -> list[tuple[Hostile, str]]:
                 _edit_target(_prefix(fill("'.'"))),
                 OTHER,
                 NO_SPACE,
-            ),  # fmt: skip
+            ),
             "mounts",
         ),
         (
@@ -163,7 +163,7 @@ def catalogue() -> list[tuple[Hostile, str]]:
                 "asks torch.empty for 30 GB and fills it",
                 _edit_target(
                     _prefix("import torch\n\ntorch.empty(30 * 2**30, dtype=torch.uint8).fill_(1)")
-                ),  # fmt: skip
+                ),
                 OTHER,
                 "can't allocate memory",
             ),
@@ -304,12 +304,30 @@ def _feedback(course: Path, student: str) -> str:
 
 def _grade(course: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     run = processes.run(
-        [str(BIN / "coursepkg"), "grade", AID, "--root", str(course), "--no-progress",
-         "--cell-timeout", "120", "--notebook-timeout", "300", "--memory-mb", str(MEMORY_MB),
-         "--disk-mb", str(DISK_MB), "--shm-mb", str(SHM_MB), *args],
+        [
+            str(BIN / "coursepkg"),
+            "grade",
+            AID,
+            "--root",
+            str(course),
+            "--no-progress",
+            "--cell-timeout",
+            "120",
+            "--notebook-timeout",
+            "300",
+            "--memory-mb",
+            str(MEMORY_MB),
+            "--disk-mb",
+            str(DISK_MB),
+            "--shm-mb",
+            str(SHM_MB),
+            *args,
+        ],
         env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **env},
-        idle=480, check=False, progress=lambda: files_under(course),
-    )  # fmt: skip
+        idle=480,
+        check=False,
+        progress=lambda: files_under(course),
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     return run
 
@@ -341,9 +359,16 @@ def _batch(release: Path, tmp: Path, *args: str, graders: list[int] = ()) -> dic
     after, waited = _measure(graders), time.monotonic() - waited
     expected = {e.id: (expected_score(e, source), e.phrase) for e in entries}
     expected["r_correct"] = (points(source), "check_scaled_dot_product_attention passed")
-    return {"course": course, "out": run.stdout + run.stderr, "expected": expected,
-            "before": before, "after": after, "left": left, "offered": offered,
-            "waited": waited}  # fmt: skip
+    return {
+        "course": course,
+        "out": run.stdout + run.stderr,
+        "expected": expected,
+        "before": before,
+        "after": after,
+        "left": left,
+        "offered": offered,
+        "waited": waited,
+    }
 
 
 def _judge(batch: dict, scores: dict[str, float]) -> None:
@@ -390,12 +415,15 @@ def test_hostile_storage_on_a_local_cluster(release, tmp_path):
     _judge(batch, _csv(batch["course"]))
     # As on a host without the mechanisms: the correct notebook still gets its marks, and the
     # summary says, limit by limit, what was not enforced.
-    run = _grade(batch["course"], "--workers", "1", "--student", "r_correct",
-                 COURSEPKG_KERNEL_RESOURCES="0")  # fmt: skip
+    run = _grade(
+        batch["course"], "--workers", "1", "--student", "r_correct", COURSEPKG_KERNEL_RESOURCES="0"
+    )
     assert _csv(batch["course"])["r_correct"] == batch["expected"]["r_correct"][0]
-    for warning in ("files in a tmpfs and the page cache are NOT counted",
-                    "/dev/shm (no mount namespace",
-                    "working and scratch folders were NOT bounded"):  # fmt: skip
+    for warning in (
+        "files in a tmpfs and the page cache are NOT counted",
+        "/dev/shm (no mount namespace",
+        "working and scratch folders were NOT bounded",
+    ):
         assert warning in run.stdout, run.stdout
 
 
@@ -404,6 +432,13 @@ def test_hostile_storage_on_a_dask_cluster_with_postgresql(cluster, postgres, re
     # The cluster's own processes (the scheduler; each worker's nanny, with the worker and its
     # fork server under it) outlive the batch: what they grow is the grader's, not a kernel's.
     workers = [client.run_on_scheduler(os.getpid), *client.run(os.getppid).values()]
-    batch = _batch(release, tmp_path, "--scheduler", cluster["address"], "--db", postgres["url"],
-                   graders=workers)  # fmt: skip
+    batch = _batch(
+        release,
+        tmp_path,
+        "--scheduler",
+        cluster["address"],
+        "--db",
+        postgres["url"],
+        graders=workers,
+    )
     _judge(batch, {s: scores[0] for s, scores in _real_parts._rows(postgres["url"]).items()})

@@ -90,11 +90,20 @@ def _server(args: list[str], env: dict, log: Path, port: int, cwd: Path):
     exit. nbgrader's server extensions read ``nbgrader_config.py`` from the folder the server
     was started in, as when a user types ``jupyter lab`` there."""
     proc = Command(
-        [str(BIN / "jupyter"), *args, "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-         f"--ServerApp.token={TOKEN}", "--ServerApp.port_retries=0",
-         *(["--allow-root"] if os.geteuid() == 0 else [])],
-        what=f"jupyter {args[0]} on port {port}", env=env, cwd=cwd,
-    )  # fmt: skip
+        [
+            str(BIN / "jupyter"),
+            *args,
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--ServerApp.token={TOKEN}",
+            "--ServerApp.port_retries=0",
+            *(["--allow-root"] if os.geteuid() == 0 else []),
+        ],
+        what=f"jupyter {args[0]} on port {port}",
+        env=env,
+        cwd=cwd,
+    )
     url = f"http://127.0.0.1:{port}/api/status?token={TOKEN}"
 
     def answers() -> bool:
@@ -108,8 +117,13 @@ def _server(args: list[str], env: dict, log: Path, port: int, cwd: Path):
 
     try:
         # The server's log grows while it starts: a bound on silence, not on its start.
-        wait_until(answers, f"the Jupyter server on port {port} to answer", idle=180,
-                   progress=proc.sizes, poll=0.3)  # fmt: skip
+        wait_until(
+            answers,
+            f"the Jupyter server on port {port} to answer",
+            idle=180,
+            progress=proc.sizes,
+            poll=0.3,
+        )
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.end(grace=30)
@@ -173,8 +187,11 @@ class Journey:
         return self.b.evaluate(expression, timeout)
 
     def command(self, name: str, args: dict | None = None) -> None:
-        self.js(f"window.jupyterapp.commands.execute({json.dumps(name)}, "
-                f"{json.dumps(args or {})}).then(() => true)", 120)  # fmt: skip
+        self.js(
+            f"window.jupyterapp.commands.execute({json.dumps(name)}, "
+            f"{json.dumps(args or {})}).then(() => true)",
+            120,
+        )
 
     def click(self, selector: str, text: str | None = None) -> None:
         """Click the first visible element matching ``selector`` (and containing ``text``)."""
@@ -189,13 +206,25 @@ class Journey:
             " return [r.x + r.width / 2, r.y + r.height / 2]; })()"
         )
         for kind in ("mousePressed", "mouseReleased"):
-            self.b.send("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1],
-                        button="left", clickCount=1)  # fmt: skip
+            self.b.send(
+                "Input.dispatchMouseEvent",
+                type=kind,
+                x=box[0],
+                y=box[1],
+                button="left",
+                clickCount=1,
+            )
 
     def key(self, key: str, code: str, keycode: int, modifiers: int = 0) -> None:
         for kind in ("rawKeyDown", "keyUp"):
-            self.b.send("Input.dispatchKeyEvent", type=kind, key=key, code=code,
-                        windowsVirtualKeyCode=keycode, modifiers=modifiers)  # fmt: skip
+            self.b.send(
+                "Input.dispatchKeyEvent",
+                type=kind,
+                key=key,
+                code=code,
+                windowsVirtualKeyCode=keycode,
+                modifiers=modifiers,
+            )
 
     NB = "window._nb.content"  # the notebook panel, kept when it was opened
 
@@ -223,8 +252,10 @@ class Journey:
 
     def run_cell(self, index: int) -> None:
         """Run one cell (Ctrl+Enter) and wait until it has finished."""
-        self.js(f"{self.NB}.activeCellIndex = {index}; {self.NB}.mode = 'command';"
-                f" {self.NB}.node.focus(); true")  # fmt: skip
+        self.js(
+            f"{self.NB}.activeCellIndex = {index}; {self.NB}.mode = 'command';"
+            f" {self.NB}.node.focus(); true"
+        )
         before = self.js(f"{self.NB}.widgets[{index}].model.executionCount ?? -1")
         self.key("Enter", "Enter", 13, modifiers=2)  # Ctrl+Enter: run, stay on the cell
         cell = f"{self.NB}.widgets[{index}]"
@@ -378,18 +409,24 @@ def _journey(tmp_path: Path, timings: dict[str, float]) -> None:
         j.js("window.jupyterapp.restored.then(() => true)", 180)
         commands = j.js("window.jupyterapp.commands.listCommands()")
         assert "nbgrader:open-assignment-list" in commands
-        for tool in ("nbgrader:open-formgrader", "nbgrader:open-create-assignment",
-                     "nbgrader:open-course-list"):  # fmt: skip
+        for tool in (
+            "nbgrader:open-formgrader",
+            "nbgrader:open-create-assignment",
+            "nbgrader:open-course-list",
+        ):
             assert tool not in commands, f"students see an instructor's tool: {tool}"
 
         # The Assignment List lists ex01 from the exchange; Fetch.
         j.command("nbgrader:open-assignment-list")
-        assert j.wait("document.querySelector('#released_assignments_list')?.innerText"
-                      f".includes('{AID}')", 180), "ex01 is not in the Assignment List"  # fmt: skip
+        assert j.wait(
+            f"document.querySelector('#released_assignments_list')?.innerText.includes('{AID}')",
+            180,
+        ), "ex01 is not in the Assignment List"
         j.step("assignment-list")
         j.click("#released_assignments_list button", "Fetch")
-        assert j.wait(f"document.querySelector('#fetched_assignments_list')?.innerText"
-                      f".includes('{AID}')", 180), "Fetch did not download ex01"  # fmt: skip
+        assert j.wait(
+            f"document.querySelector('#fetched_assignments_list')?.innerText.includes('{AID}')", 180
+        ), "Fetch did not download ex01"
         assert (work / AID / f"{AID}.ipynb").is_file()
         # The file browser shows the fetched folder without a manual refresh.
         assert j.wait(
@@ -469,9 +506,11 @@ def _journey(tmp_path: Path, timings: dict[str, float]) -> None:
 
         # Validate (nbgrader's button in the notebook's toolbar).
         j.click(".jp-Toolbar-item button, .jp-Toolbar-item jp-button", "Validate")
-        assert j.wait("document.querySelector('.jp-Dialog')?.innerText.includes('Success')"
-                      " || document.querySelector('.jp-Dialog')?.innerText.includes('passed')",
-                      300), f"Validate did not succeed: {j.js(_DIALOG)[:1500]}"  # fmt: skip
+        assert j.wait(
+            "document.querySelector('.jp-Dialog')?.innerText.includes('Success')"
+            " || document.querySelector('.jp-Dialog')?.innerText.includes('passed')",
+            300,
+        ), f"Validate did not succeed: {j.js(_DIALOG)[:1500]}"
         j.step("validate")
         j.click(".jp-Dialog button", "Ok")
         assert j.wait("!document.querySelector('.jp-Dialog')", 30)
@@ -479,8 +518,10 @@ def _journey(tmp_path: Path, timings: dict[str, float]) -> None:
         # Submit from the Assignment List.
         j.command("nbgrader:open-assignment-list")
         j.click("#fetched_assignments_list button", "Submit")
-        assert j.wait("document.querySelector('#submitted_assignments_list')?.innerText"
-                      f".includes('{AID}')", 180), "Submit did not reach the exchange"  # fmt: skip
+        assert j.wait(
+            f"document.querySelector('#submitted_assignments_list')?.innerText.includes('{AID}')",
+            180,
+        ), "Submit did not reach the exchange"
         j.step("submitted")
 
         # The instructor: collect, grade by machine, grade the written answer by hand.
@@ -491,8 +532,16 @@ def _journey(tmp_path: Path, timings: dict[str, float]) -> None:
         assert (course / "submitted" / student_id / AID / f"{AID}.ipynb").is_file()
         j.timings["instructor: nbgrader collect"] = round(time.monotonic() - t, 1)
         t = time.monotonic()
-        grade = [str(BIN / "coursepkg"), "grade", AID, "--root", str(course), "--workers", "1",
-                 "--no-progress"]  # fmt: skip
+        grade = [
+            str(BIN / "coursepkg"),
+            "grade",
+            AID,
+            "--root",
+            str(course),
+            "--workers",
+            "1",
+            "--no-progress",
+        ]
         _run(grade, course, instructor, timeout=900)
         _, score, rows = _submission(course, student_id)
         assert rows["test_scaled_dot_product_attention_hidden"][0] == 6, rows
@@ -502,16 +551,23 @@ def _journey(tmp_path: Path, timings: dict[str, float]) -> None:
         j.timings["instructor: coursepkg grade"] = round(time.monotonic() - t, 1)
 
         fport = _free_port()
-        with _server(["lab", f"--notebook-dir={course}"], {**instructor, "HOME": str(tmp_path)},
-                     tmp_path / "formgrader.log", fport, course) as formgrader:  # fmt: skip
+        with _server(
+            ["lab", f"--notebook-dir={course}"],
+            {**instructor, "HOME": str(tmp_path)},
+            tmp_path / "formgrader.log",
+            fport,
+            course,
+        ) as formgrader:
             t = j._start = time.monotonic()
             submission = _submission(course, student_id)[0]
             # Log in with the token on the login page (the formgrader's own requests need the
             # login cookie, which a token in the URL does not set).
             page = f"/formgrader/submissions/{submission}/"
             j.b.goto(f"{formgrader}/login?next={page}", 180)
-            j.js(f"document.querySelector('input[name=password]').value = '{TOKEN}'; "
-                 "document.querySelector('form').submit(); true")  # fmt: skip
+            j.js(
+                f"document.querySelector('input[name=password]').value = '{TOKEN}'; "
+                "document.querySelector('form').submit(); true"
+            )
             assert j.wait(f"location.pathname === '{page}'", 180), "could not log in"
             # Ready once its script has put the focus on the first box to fill and has loaded the
             # grades and comments: it fetches them after the page loads, and only then listens
@@ -545,8 +601,12 @@ def _journey(tmp_path: Path, timings: dict[str, float]) -> None:
             j.key("Tab", "Tab", 9)
             saved = lambda: _submission(course, student_id)[2]["written_sqrt_dk"][1] == 2  # noqa: E731
             # j.wait: the browser's events are read while the formgrader saves
-            wait_until(lambda: saved() or j.wait("false", 0.5), "the formgrader to save the score",
-                       idle=60, poll=0)  # fmt: skip
+            wait_until(
+                lambda: saved() or j.wait("false", 0.5),
+                "the formgrader to save the score",
+                idle=60,
+                poll=0,
+            )
             j.step("formgrader", lab=False)
             j.timings["instructor: formgrader"] = j.timings.pop("formgrader")
             _assert_loopback(j.b.requested_urls())
@@ -602,8 +662,10 @@ def test_lab_terminal_finds_the_course_commands(tmp_path):
     rcfile = ROOT / "jupyter" / "student" / "bashrc"
     done = processes.run(
         ["bash", "--rcfile", str(rcfile), "-i", "-c", "command -v coursepkg"],
-        env=env, idle=60, check=False,
-    )  # fmt: skip
+        env=env,
+        idle=60,
+        check=False,
+    )
     assert done.stdout.strip() == str(BIN / "coursepkg"), done.stdout + done.stderr
 
 

@@ -194,8 +194,9 @@ def test_multi_machine_form_on_loopback(corpus, one_rank, tmp_path):
     cmd = _torchrun(*launcher) + _flags(corpus, out, MODEL, steps=8)
     nodes = [Command(cmd, what=f"torchrun node {i}", env=_env()) for i in range(2)]
     try:  # the nodes progress together: either one's output is a sign for both
-        outputs = ["".join(n.wait(idle=600, progress=lambda: [m.sizes() for m in nodes]))
-                   for n in nodes]  # fmt: skip
+        outputs = [
+            "".join(n.wait(idle=600, progress=lambda: [m.sizes() for m in nodes])) for n in nodes
+        ]
     finally:
         for node in nodes:
             node.end()
@@ -258,8 +259,14 @@ def _start_and_kill_rank_1(cmd: list[str]) -> tuple[subprocess.Popen, str]:
     """Start ``cmd``; once rank 0 has written its first checkpoint, SIGKILL rank 1."""
     # Read line by line as they come (a poll could miss step 4 of a fast run); its own session,
     # so that a job the test gives up on ends with all its ranks.
-    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           env=_env(), start_new_session=True)  # fmt: skip
+    job = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_env(),
+        start_new_session=True,
+    )
     try:
         seen, pid = [], None
         for line in job.stdout:

@@ -47,8 +47,13 @@ TRACEBACK = [
 
 def _cell(source: str, outputs: list) -> nbformat.NotebookNode:
     cell = nbformat.v4.new_code_cell(source)
-    cell.metadata["nbgrader"] = {"grade": True, "solution": False, "grade_id": "t_hidden",
-                                 "points": 2, "locked": True}  # fmt: skip
+    cell.metadata["nbgrader"] = {
+        "grade": True,
+        "solution": False,
+        "grade_id": "t_hidden",
+        "points": 2,
+        "locked": True,
+    }
     cell.outputs = [nbformat.from_dict(o) for o in outputs]
     return cell
 
@@ -78,11 +83,18 @@ def test_feedback_pages_are_the_same_with_templates_compiled_once(monkeypatch):
 
 
 def test_a_hidden_cells_error_keeps_its_name_and_message_only():
-    error = {"output_type": "error", "ename": "NameError",
-             "evalue": "name 'additive_score' is not defined", "traceback": TRACEBACK}  # fmt: skip
-    warning = {"output_type": "stream", "name": "stderr",
-               "text": "<ipython-input-3>:3: UserWarning: slow\n  check_additive_score("
-               "additive_score, thorough=True, seed=13)\nsomething else\n"}  # fmt: skip
+    error = {
+        "output_type": "error",
+        "ename": "NameError",
+        "evalue": "name 'additive_score' is not defined",
+        "traceback": TRACEBACK,
+    }
+    warning = {
+        "output_type": "stream",
+        "name": "stderr",
+        "text": "<ipython-input-3>:3: UserWarning: slow\n  check_additive_score("
+        "additive_score, thorough=True, seed=13)\nsomething else\n",
+    }
     visible = nbformat.v4.new_code_cell("check_additive_score(additive_score)")
     visible.outputs = [nbformat.from_dict({**error, "traceback": ["visible frame"]})]
     nb = nbformat.v4.new_notebook(cells=[visible, _cell(HIDDEN, [error, warning])])

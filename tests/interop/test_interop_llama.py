@@ -28,10 +28,17 @@ from coursepkg.positional import positions_from_mask  # noqa: E402
 
 V = 97
 SMALL = dict(
-    vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-    num_attention_heads=4, max_position_embeddings=128, eos_token_id=None, bos_token_id=None,
-    pad_token_id=0, attn_implementation="eager",
-)  # fmt: skip
+    vocab_size=V,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    max_position_embeddings=128,
+    eos_token_id=None,
+    bos_token_id=None,
+    pad_token_id=0,
+    attn_implementation="eager",
+)
 
 LLAMAS = {
     "mha_tied": dict(num_key_value_heads=4, tie_word_embeddings=True),
@@ -144,14 +151,26 @@ def _meta_count(cls, config) -> int:
 
 
 LLAMA_1B = dict(
-    vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-    num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=True, rope_theta=5e5,
-)  # fmt: skip
+    vocab_size=128256,
+    hidden_size=2048,
+    intermediate_size=8192,
+    num_hidden_layers=16,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    tie_word_embeddings=True,
+    rope_theta=5e5,
+)
 QWEN3_06B = dict(
-    vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-    num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
+    vocab_size=151936,
+    hidden_size=1024,
+    intermediate_size=3072,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    tie_word_embeddings=True,
     rope_theta=1e6,
-)  # fmt: skip
+)
 
 
 @pytest.mark.parametrize(

@@ -39,11 +39,23 @@ from coursepkg.positional import positions_from_mask  # noqa: E402
 
 V = 97
 SMALL = dict(
-    vocab_size=V, hidden_size=64, intermediate_size=48, num_hidden_layers=2,
-    num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=16, qk_rope_head_dim=8,
-    qk_nope_head_dim=12, v_head_dim=10, first_k_dense_replace=2, max_position_embeddings=128,
-    eos_token_id=None, bos_token_id=None, pad_token_id=0, attn_implementation="eager",
-)  # fmt: skip
+    vocab_size=V,
+    hidden_size=64,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    kv_lora_rank=16,
+    qk_rope_head_dim=8,
+    qk_nope_head_dim=12,
+    v_head_dim=10,
+    first_k_dense_replace=2,
+    max_position_embeddings=128,
+    eos_token_id=None,
+    bos_token_id=None,
+    pad_token_id=0,
+    attn_implementation="eager",
+)
 CASES = {
     "query_latent_interleaved": dict(q_lora_rank=24, rope_interleave=True),
     "query_projection_halves_tied": dict(
@@ -51,17 +63,33 @@ CASES = {
     ),
     # layer 0 dense, layer 1 experts: 8 in 4 groups, a token's 3 from its 2 best groups
     "experts_in_groups_scaled": dict(
-        q_lora_rank=24, rope_interleave=True, first_k_dense_replace=1, n_routed_experts=8,
-        num_experts_per_tok=3, n_group=4, topk_group=2, moe_intermediate_size=16,
-        n_shared_experts=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+        q_lora_rank=24,
+        rope_interleave=True,
+        first_k_dense_replace=1,
+        n_routed_experts=8,
+        num_experts_per_tok=3,
+        n_group=4,
+        topk_group=2,
+        moe_intermediate_size=16,
+        n_shared_experts=1,
+        routed_scaling_factor=2.5,
+        norm_topk_prob=True,
     ),
     # every layer has experts, one group, weights not renormalised, two shared experts
     "experts_ungrouped_raw": dict(
-        q_lora_rank=None, rope_interleave=False, first_k_dense_replace=0, n_routed_experts=4,
-        num_experts_per_tok=2, n_group=1, topk_group=1, moe_intermediate_size=12,
-        n_shared_experts=2, routed_scaling_factor=1.5, norm_topk_prob=False,
+        q_lora_rank=None,
+        rope_interleave=False,
+        first_k_dense_replace=0,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        n_group=1,
+        topk_group=1,
+        moe_intermediate_size=12,
+        n_shared_experts=2,
+        routed_scaling_factor=1.5,
+        norm_topk_prob=False,
     ),
-}  # fmt: skip
+}
 IDS = list(CASES)
 
 
@@ -112,10 +140,19 @@ def test_same_greedy_tokens_as_generate(name) -> None:
 
 
 DEEPSEEK_V3_DENSE = dict(
-    vocab_size=129280, hidden_size=7168, intermediate_size=18432, num_hidden_layers=61,
-    num_attention_heads=128, num_key_value_heads=128, kv_lora_rank=512, q_lora_rank=1536,
-    qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, first_k_dense_replace=61,
-)  # fmt: skip
+    vocab_size=129280,
+    hidden_size=7168,
+    intermediate_size=18432,
+    num_hidden_layers=61,
+    num_attention_heads=128,
+    num_key_value_heads=128,
+    kv_lora_rank=512,
+    q_lora_rank=1536,
+    qk_rope_head_dim=64,
+    qk_nope_head_dim=128,
+    v_head_dim=128,
+    first_k_dense_replace=61,
+)
 
 
 def test_a_deepseek_v3_shaped_model_counts_and_caches_in_closed_form() -> None:
@@ -197,22 +234,48 @@ def test_the_way_back_gives_hugging_faces_logits_exactly(name) -> None:
     mask = torch.arange(12) < torch.tensor([12, 9, 4])[:, None]  # (B, L)
     with torch.no_grad():
         for hf_mask in (None, mask.long()):
-            assert torch.equal(back(tokens, attention_mask=hf_mask).logits,
-                               hf(tokens, attention_mask=hf_mask).logits)  # fmt: skip
+            assert torch.equal(
+                back(tokens, attention_mask=hf_mask).logits,
+                hf(tokens, attention_mask=hf_mask).logits,
+            )
     mine, theirs = back.state_dict(), hf.state_dict()
     assert mine.keys() == theirs.keys()
     assert all(torch.equal(mine[k], theirs[k]) for k in theirs)
 
 
 REFERENCE = dict(
-    vocab_size=V, d_model=32, n_heads=4, d_k=6, d_v=8, d_ff=40, n_layers=3, dropout=0.0,
-    max_len=64, norm_first=True, final_norm=True, norm="rmsnorm", layer_norm_eps=1e-6,
-    positional="rope", rope=RopeConfig(pairs="interleaved"), activation="swiglu", bias=False,
-    scale_embeddings=False, tie_embeddings=False,
+    vocab_size=V,
+    d_model=32,
+    n_heads=4,
+    d_k=6,
+    d_v=8,
+    d_ff=40,
+    n_layers=3,
+    dropout=0.0,
+    max_len=64,
+    norm_first=True,
+    final_norm=True,
+    norm="rmsnorm",
+    layer_norm_eps=1e-6,
+    positional="rope",
+    rope=RopeConfig(pairs="interleaved"),
+    activation="swiglu",
+    bias=False,
+    scale_embeddings=False,
+    tie_embeddings=False,
     latent=LatentConfig(kv_rank=12, q_rank=16, d_rope=4),
-    moe=MoEConfig(n_experts=4, top_k=2, d_ff=8, shared_experts=1, first_dense=1,
-                  router="sigmoid", groups=2, top_groups=1, scale=2.0),
-)  # fmt: skip
+    moe=MoEConfig(
+        n_experts=4,
+        top_k=2,
+        d_ff=8,
+        shared_experts=1,
+        first_dense=1,
+        router="sigmoid",
+        groups=2,
+        top_groups=1,
+        scale=2.0,
+    ),
+)
 
 
 def _reference(latent: dict | None = None, moe: dict | None = None, **fields) -> TransformerConfig:

@@ -31,10 +31,18 @@ from coursepkg.positional import positions_from_mask  # noqa: E402
 
 V = 97
 SMALL = dict(
-    vocab_size=V, hidden_size=64, intermediate_size=48, num_hidden_layers=2,
-    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-    eos_token_id=None, bos_token_id=None, pad_token_id=0, attn_implementation="eager",
-)  # fmt: skip
+    vocab_size=V,
+    hidden_size=64,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+    eos_token_id=None,
+    bos_token_id=None,
+    pad_token_id=0,
+    attn_implementation="eager",
+)
 
 CASES = {
     "mixtral_8_top2": ("mixtral", dict(num_local_experts=8, num_experts_per_tok=2)),
@@ -53,7 +61,7 @@ CASES = {
             norm_topk_prob=True,
             head_dim=32,
         ),
-    ),  # fmt: skip
+    ),
     "qwen3_moe_raw_every_2nd": (
         "qwen3_moe",
         dict(
@@ -65,7 +73,7 @@ CASES = {
             head_dim=16,
             num_key_value_heads=1,
         ),
-    ),  # fmt: skip
+    ),
 }
 IDS = list(CASES)
 
@@ -164,14 +172,29 @@ def _meta_counts(cls, config) -> tuple[int, int]:
 
 
 QWEN3_30B_A3B = dict(
-    vocab_size=151936, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
-    num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
-    num_experts=128, num_experts_per_tok=8, norm_topk_prob=True, tie_word_embeddings=False,
-)  # fmt: skip
+    vocab_size=151936,
+    hidden_size=2048,
+    intermediate_size=6144,
+    moe_intermediate_size=768,
+    num_hidden_layers=48,
+    num_attention_heads=32,
+    num_key_value_heads=4,
+    head_dim=128,
+    num_experts=128,
+    num_experts_per_tok=8,
+    norm_topk_prob=True,
+    tie_word_embeddings=False,
+)
 MIXTRAL_8X7B = dict(
-    vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-    num_attention_heads=32, num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2,
-)  # fmt: skip
+    vocab_size=32000,
+    hidden_size=4096,
+    intermediate_size=14336,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    num_local_experts=8,
+    num_experts_per_tok=2,
+)
 
 
 @pytest.mark.parametrize(
@@ -234,11 +257,26 @@ def test_the_way_back_gives_the_same_logits(name) -> None:
 
 def test_a_reference_model_with_experts_first_dense_goes_to_qwen3_moe_and_back() -> None:
     config = TransformerConfig(
-        vocab_size=V, d_model=32, n_heads=4, n_kv_heads=2, d_ff=40, n_layers=3, dropout=0.0,
-        norm="rmsnorm", positional="rope", activation="swiglu", norm_first=True, bias=False,
-        scale_embeddings=False, qk_norm=True, max_len=64, d_k=8, d_v=8, final_norm=True,
+        vocab_size=V,
+        d_model=32,
+        n_heads=4,
+        n_kv_heads=2,
+        d_ff=40,
+        n_layers=3,
+        dropout=0.0,
+        norm="rmsnorm",
+        positional="rope",
+        activation="swiglu",
+        norm_first=True,
+        bias=False,
+        scale_embeddings=False,
+        qk_norm=True,
+        max_len=64,
+        d_k=8,
+        d_v=8,
+        final_norm=True,
         moe=MoEConfig(n_experts=4, top_k=2, d_ff=16, first_dense=1),
-    )  # fmt: skip
+    )
     torch.manual_seed(0)
     lm = DecoderOnlyLM(config).eval()
     back = to_hf_qwen3_moe(lm, attn_implementation="eager").eval()
@@ -266,10 +304,20 @@ def test_a_reference_model_with_experts_first_dense_goes_to_qwen3_moe_and_back()
 )
 def test_what_the_way_back_cannot_write_is_refused(to_hf, fields, message) -> None:
     base = dict(
-        vocab_size=V, d_model=16, n_heads=2, d_ff=24, n_layers=2, dropout=0.0, norm="rmsnorm",
-        positional="rope", activation="swiglu", norm_first=True, bias=False,
-        scale_embeddings=False, moe=MoEConfig(n_experts=4),
-    )  # fmt: skip
+        vocab_size=V,
+        d_model=16,
+        n_heads=2,
+        d_ff=24,
+        n_layers=2,
+        dropout=0.0,
+        norm="rmsnorm",
+        positional="rope",
+        activation="swiglu",
+        norm_first=True,
+        bias=False,
+        scale_embeddings=False,
+        moe=MoEConfig(n_experts=4),
+    )
     lm = DecoderOnlyLM(TransformerConfig(**{**base, **fields}))
     with pytest.raises(ValueError, match=message):
         to_hf(lm)

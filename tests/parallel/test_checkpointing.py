@@ -13,10 +13,20 @@ from coursepkg.parallel.checkpointing import checkpoint_blocks, saved_bytes
 CONFIGS = {
     "gpt": dict(vocab_size=13, d_model=16, n_heads=2, d_ff=32, n_layers=3, max_len=16),
     "llama": dict(
-        vocab_size=13, d_model=16, n_heads=4, n_kv_heads=2, d_ff=24, n_layers=2, max_len=16,
-        positional="rope", norm="rmsnorm", activation="swiglu", bias=False, norm_first=True,
+        vocab_size=13,
+        d_model=16,
+        n_heads=4,
+        n_kv_heads=2,
+        d_ff=24,
+        n_layers=2,
+        max_len=16,
+        positional="rope",
+        norm="rmsnorm",
+        activation="swiglu",
+        bias=False,
+        norm_first=True,
     ),
-}  # fmt: skip
+}
 
 
 def _model(name: str, dropout: float) -> DecoderOnlyLM:

@@ -160,10 +160,13 @@ def test_dpo_of_any_prompt_format_is_the_formula_on_each_pair_alone(chat_tokeniz
     eos = chat_tokenizer.encode("<|endoftext|>")
     questions = [("Reverse the word cat:", " tac", " cat"), ("Sort 3 1 2:", " 1 2 3", " 3 2 1 0")]
     pairs = [
-        pair_examples(_alpaca(chat_tokenizer, q), chat_tokenizer.encode(c) + eos,
-                      chat_tokenizer.encode(r) + eos)
+        pair_examples(
+            _alpaca(chat_tokenizer, q),
+            chat_tokenizer.encode(c) + eos,
+            chat_tokenizer.encode(r) + eos,
+        )
         for q, c, r in questions
-    ]  # fmt: skip
+    ]
     out = dpo_pairs_loss(policy, reference, pairs, pad_id=0, beta=0.3)
 
     def logp(model, example):  # one unpadded sequence, its answer's tokens summed
@@ -177,8 +180,10 @@ def test_dpo_of_any_prompt_format_is_the_formula_on_each_pair_alone(chat_tokeniz
 
     losses = []
     for chosen, rejected in pairs:
-        z = 0.3 * ((logp(policy, chosen) - logp(reference, chosen))
-                   - (logp(policy, rejected) - logp(reference, rejected)))  # fmt: skip
+        z = 0.3 * (
+            (logp(policy, chosen) - logp(reference, chosen))
+            - (logp(policy, rejected) - logp(reference, rejected))
+        )
         losses.append(math.log1p(math.exp(-z)))  # -log sigmoid(z)
     assert out.loss.item() == pytest.approx(sum(losses) / 2, rel=1e-5)
     out.loss.backward()

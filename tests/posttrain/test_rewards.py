@@ -96,31 +96,50 @@ def test_a_number_written_in_any_gsm8k_style_parses_back(seed):
     rng = random.Random(seed)
     for _ in range(50):
         n = rng.choice([rng.randint(-(10**6), 10**6), round(rng.uniform(-999, 999), 2)])
-        text = rng.choice([
-            f"Step 1: 3 + 4 = 7 apples.\n#### {n:,}",
-            f"So she pays ${n:,}.",
-            f"The answer is \\boxed{{{n}}}, not 12.",
-            f"#### {n}\n",
-            f"{n}",
-        ])  # fmt: skip
+        text = rng.choice(
+            [
+                f"Step 1: 3 + 4 = 7 apples.\n#### {n:,}",
+                f"So she pays ${n:,}.",
+                f"The answer is \\boxed{{{n}}}, not 12.",
+                f"#### {n}\n",
+                f"{n}",
+            ]
+        )
         assert parse_number(text) == pytest.approx(n), text
 
 
 @pytest.mark.parametrize(
     ("text", "number"),
-    [("#### 72", 72.0), ("48 + 24 = 72\n#### 72 clips", 72.0), ("no number", None),
-     ("7 then 8", 8.0), ("\\boxed{3} and 9", 3.0), ("1,234.5 in all", 1234.5), ("####", None)],
-)  # fmt: skip
+    [
+        ("#### 72", 72.0),
+        ("48 + 24 = 72\n#### 72 clips", 72.0),
+        ("no number", None),
+        ("7 then 8", 8.0),
+        ("\\boxed{3} and 9", 3.0),
+        ("1,234.5 in all", 1234.5),
+        ("####", None),
+    ],
+)
 def test_parse_number_takes_the_marked_answer_first(text, number):
     assert parse_number(text) == number
 
 
 @pytest.mark.parametrize(
     ("text", "letter"),
-    [("The answer is (B).", "B"), ("answer: c", None), ("Answer: C", "C"), ("(D)", "D"),
-     ("B", "B"), ("I think it is A.", "A"), ("A cat sat. The answer is D", "D"),
-     ("A or C", None), ("none of them", None), ("E", None), ("It's B", "B")],
-)  # fmt: skip
+    [
+        ("The answer is (B).", "B"),
+        ("answer: c", None),
+        ("Answer: C", "C"),
+        ("(D)", "D"),
+        ("B", "B"),
+        ("I think it is A.", "A"),
+        ("A cat sat. The answer is D", "D"),
+        ("A or C", None),
+        ("none of them", None),
+        ("E", None),
+        ("It's B", "B"),
+    ],
+)
 def test_parse_choice_takes_the_stated_or_the_only_letter(text, letter):
     assert parse_choice(text) == letter
     assert parse_choice(text, "ABCDE") == ("E" if text == "E" else letter)

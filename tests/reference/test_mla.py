@@ -83,15 +83,22 @@ def test_decoding_token_by_token_from_the_cache_equals_the_whole_pass(shape) -> 
 @pytest.mark.parametrize("n_kv_heads", [4, 2, 1])  # MHA, GQA, MQA
 def test_kv_cache_bytes_per_token_equal_what_the_cache_holds(n_kv_heads) -> None:
     config = TransformerConfig(
-        vocab_size=19, d_model=16, n_heads=4, d_ff=24, n_layers=3, dropout=0.0, max_len=32,
+        vocab_size=19,
+        d_model=16,
+        n_heads=4,
+        d_ff=24,
+        n_layers=3,
+        dropout=0.0,
+        max_len=32,
         n_kv_heads=n_kv_heads,
-    )  # fmt: skip
+    )
     lm = DecoderOnlyLM(config).eval()
     cache = lm.new_cache()
     with torch.no_grad():
         lm(torch.randint(0, 19, (2, 6)), cache=cache)
-    held = sum(c.k.numel() * c.k.element_size() + c.v.numel() * c.v.element_size()
-               for c in cache.self_attn)  # fmt: skip
+    held = sum(
+        c.k.numel() * c.k.element_size() + c.v.numel() * c.v.element_size() for c in cache.self_attn
+    )
     assert held == 2 * 6 * kv_cache_bytes_per_token(config)
 
 
@@ -132,10 +139,23 @@ def test_closed_form_parameters_equal_the_module(shape) -> None:
 
 
 MODEL = dict(
-    vocab_size=29, d_model=32, n_heads=4, d_ff=40, n_layers=2, dropout=0.0, max_len=64,
-    norm="rmsnorm", positional="rope", activation="swiglu", norm_first=True, bias=False,
-    scale_embeddings=False, d_k=6, d_v=5, latent=LatentConfig(kv_rank=12, d_rope=4),
-)  # fmt: skip
+    vocab_size=29,
+    d_model=32,
+    n_heads=4,
+    d_ff=40,
+    n_layers=2,
+    dropout=0.0,
+    max_len=64,
+    norm="rmsnorm",
+    positional="rope",
+    activation="swiglu",
+    norm_first=True,
+    bias=False,
+    scale_embeddings=False,
+    d_k=6,
+    d_v=5,
+    latent=LatentConfig(kv_rank=12, d_rope=4),
+)
 MODELS = [
     {},
     dict(
@@ -175,8 +195,10 @@ def test_left_padding_changes_nothing_and_counts_are_closed_form(fields) -> None
     "fields, message",
     [
         (dict(latent=dict(kv_rank=33, d_rope=4)), "latent.kv_rank must be at most d_model=32"),
-        (dict(latent=dict(kv_rank=12, d_rope=4, q_rank=40)),
-         "latent.q_rank must be at most d_model=32"),
+        (
+            dict(latent=dict(kv_rank=12, d_rope=4, q_rank=40)),
+            "latent.q_rank must be at most d_model=32",
+        ),
         (dict(latent=dict(kv_rank=12)), "missing 1 required positional argument: 'd_rope'"),
         (dict(latent=dict(kv_rank=12, d_rope=3)), "latent.d_rope must be an even positive"),
         (dict(latent=dict(kv_rank=0, d_rope=2)), "latent.kv_rank must be a positive integer"),
@@ -185,7 +207,7 @@ def test_left_padding_changes_nothing_and_counts_are_closed_form(fields) -> None
         (dict(qk_norm=True), "does not support qk_norm=True"),
         (dict(latent=(12, 4)), "latent must be a LatentConfig or None, got tuple"),
     ],
-)  # fmt: skip
+)
 def test_impossible_latent_configurations_are_refused(fields, message) -> None:
     with pytest.raises((ValueError, TypeError), match=message):
         TransformerConfig(**{**MODEL, **fields})

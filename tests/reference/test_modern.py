@@ -58,9 +58,17 @@ def test_config_rejects_unknown_norm() -> None:
 )
 def test_norm_option_builds_rmsnorm_everywhere(cls, kind, bias: bool) -> None:
     config = TransformerConfig(
-        vocab_size=17, d_model=8, n_heads=2, d_ff=12, n_layers=2, dropout=0.0,
-        norm_first=True, norm="rmsnorm", bias=bias, max_len=16,
-    )  # fmt: skip
+        vocab_size=17,
+        d_model=8,
+        n_heads=2,
+        d_ff=12,
+        n_layers=2,
+        dropout=0.0,
+        norm_first=True,
+        norm="rmsnorm",
+        bias=bias,
+        max_len=16,
+    )
     model = cls(config)
     assert not any(isinstance(m, LayerNorm) for m in model.modules())
     assert sum(isinstance(m, RMSNorm) for m in model.modules()) >= 2 * config.n_layers
@@ -74,9 +82,16 @@ def test_norm_option_builds_rmsnorm_everywhere(cls, kind, bias: bool) -> None:
 def test_rmsnorm_model_changes_when_norm_changes() -> None:
     torch.manual_seed(0)
     base = TransformerConfig(
-        vocab_size=17, d_model=8, n_heads=2, d_ff=12, n_layers=1, dropout=0.0,
-        norm_first=True, bias=False, max_len=16,
-    )  # fmt: skip
+        vocab_size=17,
+        d_model=8,
+        n_heads=2,
+        d_ff=12,
+        n_layers=1,
+        dropout=0.0,
+        norm_first=True,
+        bias=False,
+        max_len=16,
+    )
     ln, rms = DecoderOnlyLM(base), DecoderOnlyLM(base.replace(norm="rmsnorm"))
     rms.load_state_dict(ln.state_dict())  # without biases both have the same parameters
     tokens = torch.randint(0, 17, (1, 6))
@@ -144,9 +159,18 @@ def test_unknown_activation_names_the_choices() -> None:
 
 def test_swiglu_decoder_counts() -> None:
     config = TransformerConfig(
-        vocab_size=17, d_model=8, n_heads=2, d_ff=12, n_layers=2, dropout=0.0,
-        norm_first=True, norm="rmsnorm", activation="swiglu", bias=False, max_len=16,
-    )  # fmt: skip
+        vocab_size=17,
+        d_model=8,
+        n_heads=2,
+        d_ff=12,
+        n_layers=2,
+        dropout=0.0,
+        norm_first=True,
+        norm="rmsnorm",
+        activation="swiglu",
+        bias=False,
+        max_len=16,
+    )
     model = DecoderOnlyLM(config)
     assert count_parameters(config, "decoder-only") == sum(p.numel() for p in model.parameters())
     assert torch.isfinite(model(torch.randint(0, 17, (2, 5)))).all()

@@ -21,10 +21,20 @@ V = 53
 
 def _config(**kw) -> TransformerConfig:
     fields = dict(
-        vocab_size=V, d_model=32, n_heads=4, d_ff=48, n_layers=2, dropout=0.0, max_len=64,
-        positional="rope", norm_first=True, norm="rmsnorm", activation="swiglu", bias=False,
+        vocab_size=V,
+        d_model=32,
+        n_heads=4,
+        d_ff=48,
+        n_layers=2,
+        dropout=0.0,
+        max_len=64,
+        positional="rope",
+        norm_first=True,
+        norm="rmsnorm",
+        activation="swiglu",
+        bias=False,
         scale_embeddings=False,
-    )  # fmt: skip
+    )
     fields.update(kw)
     return TransformerConfig(**fields)
 

@@ -31,10 +31,20 @@ from coursepkg.moe import (
 from coursepkg.params import active_parameters, forward_multiply_adds, parameter_breakdown
 
 MODERN = dict(
-    vocab_size=23, d_model=16, n_heads=2, d_ff=24, n_layers=3, dropout=0.0, max_len=32,
-    norm="rmsnorm", positional="rope", activation="swiglu", norm_first=True, bias=False,
+    vocab_size=23,
+    d_model=16,
+    n_heads=2,
+    d_ff=24,
+    n_layers=3,
+    dropout=0.0,
+    max_len=32,
+    norm="rmsnorm",
+    positional="rope",
+    activation="swiglu",
+    norm_first=True,
+    bias=False,
     scale_embeddings=False,
-)  # fmt: skip
+)
 MOE = dict(n_experts=4, top_k=2, d_ff=12)
 
 
@@ -149,10 +159,21 @@ def test_the_forward_returns_the_aux_loss_a_trainer_adds(padded) -> None:
         (dict(top_k=1, d_ff=None), dict(tie_embeddings=False)),
         ({}, dict(bias=True, activation="relu", norm="layernorm", n_kv_heads=1)),
         (dict(n_experts=8, top_k=8, every=3), dict(qk_norm=True)),
-        (dict(n_experts=8, top_k=3, first_dense=1, router="sigmoid", groups=4, top_groups=2,
-              shared_experts=1, scale=2.5), {}),
+        (
+            dict(
+                n_experts=8,
+                top_k=3,
+                first_dense=1,
+                router="sigmoid",
+                groups=4,
+                top_groups=2,
+                shared_experts=1,
+                scale=2.5,
+            ),
+            {},
+        ),
     ],
-)  # fmt: skip
+)
 def test_closed_form_counts_equal_the_built_model(moe, fields) -> None:
     lm = _lm(moe, **fields)
     config = lm.config
@@ -203,8 +224,9 @@ def test_without_bias_or_groups_the_sigmoid_router_picks_the_softmaxs_experts() 
 
 
 def test_the_sigmoid_routed_sum_equals_a_loop_over_tokens() -> None:
-    moe = MoEFeedForward(8, 6, 8, 3, n_shared=1, router="sigmoid", groups=4, top_groups=2,
-                         scale=2.5).eval()  # fmt: skip
+    moe = MoEFeedForward(
+        8, 6, 8, 3, n_shared=1, router="sigmoid", groups=4, top_groups=2, scale=2.5
+    ).eval()
     moe.choice_bias.normal_()
     x = torch.randn(2, 5, 8)
     out = moe(x)
@@ -230,8 +252,11 @@ def test_a_k_above_the_experts_is_refused_by_the_router_functions() -> None:
         with pytest.raises(ValueError, match=r"k must be an integer in \[1, E=4\].*got 5"):
             route(logits, 5)
     routing = route_top_k(logits, 2)
-    with pytest.raises(ValueError, match=r"n_experts must be the routers' number of experts, "
-                       r"\[4\], got 3"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"n_experts must be the routers' number of experts, "
+        r"\[4\], got 3",
+    ):
         load_balancing_loss([routing], 3)
 
 
@@ -265,25 +290,41 @@ def test_training_the_aux_loss_moves_the_router() -> None:
         (dict(n_experts=4, top_k=0), "moe.top_k must be a positive integer"),
         (dict(n_experts=4, every=4), "moe.every must be at most n_layers=3"),
         (dict(n_experts=4, renormalize=1), "moe.renormalize must be True or False"),
-        (dict(n_experts=4, first_dense=3), "moe.first_dense=3 leaves no MoE layer among "
-         "n_layers=3"),
+        (
+            dict(n_experts=4, first_dense=3),
+            "moe.first_dense=3 leaves no MoE layer among n_layers=3",
+        ),
         (dict(n_experts=4, first_dense=-1), "moe.first_dense must be an integer >= 0"),
         (dict(n_experts=4, router="relu"), "moe.router must be one of"),
         (dict(n_experts=4, scale=0), "moe.scale must be a number > 0, got 0"),
-        (dict(n_experts=4, groups=2), "moe.groups=2 and moe.top_groups=1 are DeepSeek-V3's "
-         "group-limited routing, which needs moe.router='sigmoid'"),
-        (dict(n_experts=6, router="sigmoid", groups=4), "moe.groups must split "
-         "n_experts=6 into equal groups"),
-        (dict(n_experts=8, router="sigmoid", groups=4, top_groups=5),
-         "moe.top_groups must be at most moe.groups=4, got 5"),
-        (dict(n_experts=8, top_k=5, router="sigmoid", groups=4, top_groups=2),
-         "moe.top_k=5 experts cannot be chosen from top_groups=2 groups of 2"),
-        (dict(n_experts=4, bias_update_rate=0.01), "moe.bias_update_rate=0.01 moves the "
-         "sigmoid router's choice bias, which needs moe.router='sigmoid', got 'softmax'"),
-        (dict(n_experts=4, router="sigmoid", bias_update_rate=-1),
-         "moe.bias_update_rate must be a number >= 0, got -1"),
+        (
+            dict(n_experts=4, groups=2),
+            "moe.groups=2 and moe.top_groups=1 are DeepSeek-V3's "
+            "group-limited routing, which needs moe.router='sigmoid'",
+        ),
+        (
+            dict(n_experts=6, router="sigmoid", groups=4),
+            "moe.groups must split n_experts=6 into equal groups",
+        ),
+        (
+            dict(n_experts=8, router="sigmoid", groups=4, top_groups=5),
+            "moe.top_groups must be at most moe.groups=4, got 5",
+        ),
+        (
+            dict(n_experts=8, top_k=5, router="sigmoid", groups=4, top_groups=2),
+            "moe.top_k=5 experts cannot be chosen from top_groups=2 groups of 2",
+        ),
+        (
+            dict(n_experts=4, bias_update_rate=0.01),
+            "moe.bias_update_rate=0.01 moves the "
+            "sigmoid router's choice bias, which needs moe.router='sigmoid', got 'softmax'",
+        ),
+        (
+            dict(n_experts=4, router="sigmoid", bias_update_rate=-1),
+            "moe.bias_update_rate must be a number >= 0, got -1",
+        ),
     ],
-)  # fmt: skip
+)
 def test_impossible_configurations_are_refused(moe, message) -> None:
     with pytest.raises(ValueError, match=message):
         TransformerConfig(**MODERN, moe=moe)  # a mapping, as YAML gives it: checked the same

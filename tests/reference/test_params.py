@@ -179,23 +179,42 @@ def test_no_modules_fixture_really_blocks_instantiation(no_modules) -> None:
     "fields, expected",
     [
         # Llama-3.2-1B's shape: grouped-query attention (8 of 32 heads), SwiGLU, tied head
-        (dict(vocab_size=128256, d_model=2048, n_heads=32, n_kv_heads=8, d_ff=8192,
-              n_layers=16), 1_235_814_400),
+        (
+            dict(vocab_size=128256, d_model=2048, n_heads=32, n_kv_heads=8, d_ff=8192, n_layers=16),
+            1_235_814_400,
+        ),
         # Qwen3-0.6B's shape: H * Dk = 2048 != D = 1024, QK-norm
-        (dict(vocab_size=151936, d_model=1024, n_heads=16, n_kv_heads=8, d_k=128, d_v=128,
-              d_ff=3072, n_layers=28, qk_norm=True), 596_049_920),
+        (
+            dict(
+                vocab_size=151936,
+                d_model=1024,
+                n_heads=16,
+                n_kv_heads=8,
+                d_k=128,
+                d_v=128,
+                d_ff=3072,
+                n_layers=28,
+                qk_norm=True,
+            ),
+            596_049_920,
+        ),
     ],
     ids=["llama_3.2_1b", "qwen3_0.6b"],
-)  # fmt: skip
+)
 def test_todays_decoders_count_in_closed_form(fields, expected) -> None:
     """The figures Hugging Face's models give on the meta device (tests/reference/
     test_interop_llama.py), in closed form and in the reference model built on the meta device."""
     from coursepkg import DecoderOnlyLM
 
     config = TransformerConfig(
-        **fields, positional="rope", norm="rmsnorm", activation="swiglu", bias=False,
-        norm_first=True, scale_embeddings=False,
-    )  # fmt: skip
+        **fields,
+        positional="rope",
+        norm="rmsnorm",
+        activation="swiglu",
+        bias=False,
+        norm_first=True,
+        scale_embeddings=False,
+    )
     assert count_parameters(config, "decoder-only") == expected
     with torch.device("meta"):
         lm = DecoderOnlyLM(config)

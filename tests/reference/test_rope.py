@@ -22,8 +22,13 @@ def _complex_rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> tor
 
 
 @settings(max_examples=25, deadline=None)
-@given(half=st.integers(1, 8), length=st.integers(1, 9), start=st.integers(0, 500),
-       theta=st.sampled_from([100.0, 10000.0, 500000.0]), seed=st.integers(0, 2**16))  # fmt: skip
+@given(
+    half=st.integers(1, 8),
+    length=st.integers(1, 9),
+    start=st.integers(0, 500),
+    theta=st.sampled_from([100.0, 10000.0, 500000.0]),
+    seed=st.integers(0, 2**16),
+)
 def test_interleaved_is_the_complex_product(half, length, start, theta, seed) -> None:
     x = torch.randn(2, 3, length, 2 * half, generator=torch.Generator().manual_seed(seed))
     pos = torch.arange(start, start + length)
@@ -38,8 +43,13 @@ def test_interleaved_is_the_complex_product(half, length, start, theta, seed) ->
 
 
 @settings(max_examples=30, deadline=None)
-@given(pairs=st.sampled_from(["halves", "interleaved"]), m=st.integers(0, 300),
-       n=st.integers(0, 300), shift=st.integers(-300, 300), seed=st.integers(0, 2**16))  # fmt: skip
+@given(
+    pairs=st.sampled_from(["halves", "interleaved"]),
+    m=st.integers(0, 300),
+    n=st.integers(0, 300),
+    shift=st.integers(-300, 300),
+    seed=st.integers(0, 2**16),
+)
 def test_scores_depend_only_on_the_offset(pairs, m, n, shift, seed) -> None:
     g = torch.Generator().manual_seed(seed)
     q, k = torch.randn(1, 1, 1, 16, generator=g), torch.randn(1, 1, 1, 16, generator=g)

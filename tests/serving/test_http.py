@@ -100,8 +100,16 @@ def test_ignore_eos_runs_past_every_stop_token(ignore_eos):
     # every token of the vocabulary is a stop token: a request ends at its first token, unless
     # it asks (vLLM's ignore_eos, an extra body field) to run to max_new_tokens
     torch.manual_seed(0)
-    config = TransformerConfig(vocab_size=40, d_model=16, n_heads=2, d_ff=32, n_layers=1,
-                               max_len=64, norm_first=True, positional="rope")  # fmt: skip
+    config = TransformerConfig(
+        vocab_size=40,
+        d_model=16,
+        n_heads=2,
+        d_ff=32,
+        n_layers=1,
+        max_len=64,
+        norm_first=True,
+        positional="rope",
+    )
     engine = OnlineBatcher(DecoderOnlyLM(config).eval(), n_blocks=8, stop_ids=frozenset(range(40)))
     got, done = [], threading.Event()
 

@@ -62,9 +62,11 @@ def test_the_packed_step_reads_and_writes_each_requests_own_positions():
     seq = [0] * 4 + [1] * 2 + [2] * 2  # the keys end to end: a's 4, b's 2, c's 2
     pos = [0, 1, 2, 3, 0, 1, 0, 1]
     expected = torch.tensor(
-        [[s == row and p <= at for s, p in zip(seq, pos, strict=True)] for row, at in
-         [(0, 3), (1, 1), (2, 0), (2, 1)]]
-    )  # fmt: skip
+        [
+            [s == row and p <= at for s, p in zip(seq, pos, strict=True)]
+            for row, at in [(0, 3), (1, 1), (2, 0), (2, 1)]
+        ]
+    )
     assert torch.equal(pool.attn_mask().dense, expected)  # (T, K): own request, causal
     new = torch.tensor([10.0, 20.0, 30.0, 31.0]).view(1, 1, 4, 1)  # (1, H, T, D)
     keys, values = pool.write_and_gather(0, new, -new)

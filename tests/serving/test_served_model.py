@@ -15,9 +15,16 @@ from coursepkg.training.checkpoint import save_checkpoint
 
 def _save(folder, tokenizer: str, positional: str, vocab: int) -> None:
     config = TransformerConfig(
-        vocab_size=vocab, d_model=8, n_heads=2, d_ff=16, n_layers=1, max_len=16,
-        dropout=0.0, norm_first=True, positional=positional,
-    )  # fmt: skip
+        vocab_size=vocab,
+        d_model=8,
+        n_heads=2,
+        d_ff=16,
+        n_layers=1,
+        max_len=16,
+        dropout=0.0,
+        norm_first=True,
+        positional=positional,
+    )
     identity = {"tokenizer": tokenizer, "config": dataclasses.asdict(config)}
     save_checkpoint(
         folder / MODEL, {"identity": identity, "model": DecoderOnlyLM(config).state_dict()}
@@ -60,11 +67,21 @@ def test_a_run_on_a_learned_tokenizer_is_served_with_it(tmp_path):
     (tmp_path / "corpus.txt").write_text(text)
     model = dict(d_model=16, n_heads=2, d_ff=32, n_layers=1, positional="rope")
     run = TrainSettings(
-        data=str(tmp_path / "corpus.txt"), out=str(tmp_path / "run"),
+        data=str(tmp_path / "corpus.txt"),
+        out=str(tmp_path / "run"),
         tokenizer=str(tmp_path / "tok"),
-        steps=2, batch_size=2, block_size=8, warmup_steps=0, eval_every=2, eval_batches=1,
-        checkpoint_every=2, device="cpu", samples=1, sample_tokens=4, model=model,
-    )  # fmt: skip
+        steps=2,
+        batch_size=2,
+        block_size=8,
+        warmup_steps=0,
+        eval_every=2,
+        eval_batches=1,
+        checkpoint_every=2,
+        device="cpu",
+        samples=1,
+        sample_tokens=4,
+        model=model,
+    )
     trained = train(run)
     shutil.rmtree(tmp_path / "tok")
     served = load_served_model(tmp_path / "run")

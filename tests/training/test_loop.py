@@ -314,10 +314,12 @@ def test_a_moe_checkpoint_from_before_the_load_columns_resumes(corpus, tmp_path)
 def test_the_aux_loss_coefficient_changes_the_training(corpus, tmp_path):
     model = {**TINY, "moe": {"n_experts": 4, "top_k": 1, "d_ff": 16}}
     runs = [
-        train(tiny(corpus, tmp_path / str(c), model=model, sample_tokens=0, steps=4,
-                   aux_loss_coef=c), progress=False)
+        train(
+            tiny(corpus, tmp_path / str(c), model=model, sample_tokens=0, steps=4, aux_loss_coef=c),
+            progress=False,
+        )
         for c in (0.0, 1.0)
-    ]  # fmt: skip
+    ]
     assert [r["loss"] for r in runs[0].rows][0] == [r["loss"] for r in runs[1].rows][0]
     assert [r["loss"] for r in runs[0].rows][1:] != [r["loss"] for r in runs[1].rows][1:]
 

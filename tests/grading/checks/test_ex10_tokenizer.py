@@ -185,8 +185,9 @@ def test_tokenizer_built_on_tiktoken_is_named() -> None:
             super().__init__(vocab, merges, special_tokens)
             specials = {t: self.encoder[t.encode()] for t in special_tokens or []}
             ranks = {b: i for i, b in vocab.items() if i not in specials.values()}
-            self.enc = tiktoken.Encoding("x", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
-                                         special_tokens=specials)  # fmt: skip
+            self.enc = tiktoken.Encoding(
+                "x", pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens=specials
+            )
 
         def encode(self, text):
             return self.enc.encode(text, allowed_special="all")

@@ -157,8 +157,9 @@ def test_the_catalogue_s_groups_and_resume_are_the_reference_s():
     theirs = check_module._decay_table(optim.param_groups(model, 0.3), model)
     assert torch.equal(mine, theirs) and set(mine.tolist()) == {0.0, 0.3}
     cfg = configs(resume.RESUME_ITEM)[0]
-    resumed = check_module.resume_run(resume.ResumeSteps.capture, resume.ResumeSteps.restore,
-                                      cfg, 0)  # fmt: skip
+    resumed = check_module.resume_run(
+        resume.ResumeSteps.capture, resume.ResumeSteps.restore, cfg, 0
+    )
     assert torch.equal(resumed, check_module.run_uninterrupted(cfg, 0))
 
 
@@ -189,8 +190,10 @@ def test_a_state_torch_save_cannot_write_is_told():
 def test_a_parameter_in_two_groups_is_told():
     def twice(model, weight_decay):
         params = list(model.parameters())
-        return [{"params": params, "weight_decay": weight_decay},
-                {"params": params[:1], "weight_decay": 0.0}]  # fmt: skip
+        return [
+            {"params": params, "weight_decay": weight_decay},
+            {"params": params[:1], "weight_decay": 0.0},
+        ]
 
     with pytest.raises(CheckFailure, match="in two groups"):
         check_param_groups(twice)

@@ -106,9 +106,10 @@ def test_a_mistake_in_another_style_is_named(check, impl, bug_id):
 
 
 @pytest.mark.parametrize(
-    "impl", [impls.ChunkedShardedAdamWEveryGrad, impls.ChunkedShardedAdamWSkipsNone],
+    "impl",
+    [impls.ChunkedShardedAdamWEveryGrad, impls.ChunkedShardedAdamWSkipsNone],
     ids=lambda x: x.__name__,
-)  # fmt: skip
+)
 def test_a_parameter_without_a_gradient_steps_with_zeros(impl):
     """The check leaves one parameter without a gradient at one step (the task: zeros for it);
     code that reads its .grad crashes and is told why, code that leaves it out is rejected."""

@@ -54,13 +54,16 @@ def test_independent_solutions_pass(check, impl, seed):
     ("check", "impl", "bug_id"),
     [
         (check_route_top_k, impls.mixtral_router, "router.topk_before_softmax"),
-        (check_load_balancing_loss, impls.switch_factor_with_sum,
-         "aux_loss.experts_squared_with_sum"),
+        (
+            check_load_balancing_loss,
+            impls.switch_factor_with_sum,
+            "aux_loss.experts_squared_with_sum",
+        ),
         (check_load_balancing_loss, impls.aux_loss_without_e, "aux_loss.no_expert_factor"),
         (check_compress_latent, impls.compress_then_rotate_all, "latent.rope_with_latent"),
     ],
     ids=lambda x: getattr(x, "__name__", x),
-)  # fmt: skip
+)
 def test_a_mistake_in_another_style_is_named(check, impl, bug_id):
     with pytest.raises(CheckFailure) as info:
         check(impl)

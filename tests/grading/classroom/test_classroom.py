@@ -328,10 +328,25 @@ def test_another_gradebook_url(graded):
         # One worker: a second one (its process and its fork server) costs about 12 s of CPU,
         # more than it saves on two students; the batch on two workers is the fixture's.
         run = processes.run(
-            [str(BIN / "coursepkg"), "grade", AID, "--root", str(course), "--db", url,
-             "--workers", "1", "--no-progress", "--student=solved", "--student=buggy"],
-            env=_env(), idle=600, check=False, progress=lambda: files_under(course),
-        )  # fmt: skip
+            [
+                str(BIN / "coursepkg"),
+                "grade",
+                AID,
+                "--root",
+                str(course),
+                "--db",
+                url,
+                "--workers",
+                "1",
+                "--no-progress",
+                "--student=solved",
+                "--student=buggy",
+            ],
+            env=_env(),
+            idle=600,
+            check=False,
+            progress=lambda: files_under(course),
+        )
         assert run.returncode == 0, run.stdout + run.stderr
         assert "the gradebook did not know ex01_attention: recorded it from solutions" in (
             run.stderr
@@ -361,8 +376,11 @@ def test_release_feedback_skips_a_zip_collect_submission(tmp_path):
     env = {**os.environ, "COURSE_EXCHANGE": str(exchange), "PATH": f"{BIN}:{os.environ['PATH']}"}
     done = processes.run(
         [str(BIN / "nbgrader"), "release_feedback", "ex01_attention"],
-        cwd=course, env=env, idle=300, check=False,
-    )  # fmt: skip
+        cwd=course,
+        env=env,
+        idle=300,
+        check=False,
+    )
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     released = list((exchange / "transformers" / "feedback").glob("*.html"))

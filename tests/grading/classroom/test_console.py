@@ -15,8 +15,9 @@ from coursepkg.grading.classroom.console import quiet_console
 def test_the_noise_goes_to_the_log_and_the_instructors_lines_to_the_console(tmp_path, capfd):
     log = tmp_path / "reports" / "ex01" / "grade.log"
     with quiet_console(log) as console:
-        subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('a worker said\\n')"],
-                       check=True)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-c", "import sys; sys.stderr.write('a worker said\\n')"], check=True
+        )
         os.write(2, b"an SAWarning-like note\n")  # this process's own stderr (fd 2)
         logging.getLogger("distributed.nanny").warning("Closing Nanny")
         logging.getLogger("coursepkg.grading.classroom.gradebook").warning("recorded it")
@@ -33,8 +34,9 @@ def test_the_noise_goes_to_the_log_and_the_instructors_lines_to_the_console(tmp_
 
 def test_without_a_log_nothing_is_hidden(capfd):
     with quiet_console(None) as console:
-        subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('shown\\n')"],
-                       check=True)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-c", "import sys; sys.stderr.write('shown\\n')"], check=True
+        )
         assert console is sys.stderr
     assert "shown" in capfd.readouterr().err
 

@@ -70,8 +70,9 @@ def course(tmp_path_factory) -> _Course:
         gb.add_grade_cell("test", "nb", "ex01", max_score=6, cell_type="code")
         gb.add_grade_cell("written", "nb", "ex01", max_score=4, cell_type="markdown")
         gb.add_student("bob")
-        gb.add_submission("ex01", "bob", timestamp=handed_in,
-                          extension=datetime.timedelta(hours=48))  # fmt: skip
+        gb.add_submission(
+            "ex01", "bob", timestamp=handed_in, extension=datetime.timedelta(hours=48)
+        )
         test = gb.find_grade("test", "nb", "ex01", "bob")
         test.auto_score = 0.0
         written = gb.find_grade("written", "nb", "ex01", "bob")

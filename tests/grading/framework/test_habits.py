@@ -35,8 +35,14 @@ def _sdpa_call(q):
 
 def test_a_forbidden_call_is_named_by_the_catalogue_entry_that_lists_it():
     q = torch.randn(1, 2, 4)
-    named = BugVariant("x.builtin", "x", "uses the built-in", "write it", _sdpa_call,
-                       calls=(F.scaled_dot_product_attention,))  # fmt: skip
+    named = BugVariant(
+        "x.builtin",
+        "x",
+        "uses the built-in",
+        "write it",
+        _sdpa_call,
+        calls=(F.scaled_dot_product_attention,),
+    )
     other = BugVariant("x.other", "x", "another", "other", _sdpa_call, calls=(F.layer_norm,))
     with pytest.raises(ForbiddenCall) as info:
         with forbidden_calls("x"):

@@ -37,8 +37,10 @@ def test_the_cgroup_of_a_kernel_gone_without_cleanup_is_removed():
     # One still running, with its group.
     live = subprocess.Popen(
         [sys.executable, "-c", LIMITED, "stay"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         live_pid, status = live.stdout.readline().split()  # waits until it is in its group
         assert status == "ok"
@@ -107,8 +109,9 @@ def test_a_namespaced_kernel_has_its_own_loopback_and_nothing_beyond():
         host.listen(1)
         done = processes.run(
             [sys.executable, "-c", NAMESPACED, str(host.getsockname()[1])],
-            idle=120, check=False,
-        )  # fmt: skip
+            idle=120,
+            check=False,
+        )
     lines = done.stdout.splitlines()
     assert done.returncode == 0, done.stderr
     if lines[0].startswith("no namespace"):

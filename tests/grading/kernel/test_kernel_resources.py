@@ -76,7 +76,7 @@ for where in ("mine.bin", scratch / "tmp.bin", "/dev/shm/cgres.bin"):
 
 
 def _run(code: str, *args: str) -> list[str]:
-    done = processes.run([sys.executable, "-c", code, *args], idle=120, check=False)  # fmt: skip
+    done = processes.run([sys.executable, "-c", code, *args], idle=120, check=False)
     return [done.returncode, *done.stdout.splitlines()]
 
 
@@ -89,8 +89,9 @@ def _own_memory_cgroup() -> str:
 
 @pytest.mark.slow  # a confined process of its own
 def test_a_memory_cgroup_stops_an_in_memory_file_and_records_it():
-    proc = subprocess.Popen([sys.executable, "-c", MEMFD_IN_CGROUP], stdout=subprocess.PIPE,
-                            text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", MEMFD_IN_CGROUP], stdout=subprocess.PIPE, text=True
+    )
     first = proc.stdout.readline().split()
     if first[0] == "none":
         proc.wait(timeout=budget(60))

@@ -71,8 +71,9 @@ def _probe(tmp: Path) -> dict:
         note = ""
     except PermissionError as err:
         note = denied_note(err)
-    return dict(loaded=loaded, why=why, before=before, after=after, sockets=sockets,
-                works=works, note=note)  # fmt: skip
+    return dict(
+        loaded=loaded, why=why, before=before, after=after, sockets=sockets, works=works, note=note
+    )
 
 
 @pytest.fixture(scope="module")

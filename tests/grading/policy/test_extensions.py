@@ -119,8 +119,9 @@ def test_an_extension_granted_lowers_the_penalty_at_once(tmp_path, monkeypatch):
     # without the extension: 30 h late, two started days, 20% of 12 points
     _coursepkg("export", AID, "--format", "csv", *root, "--output", str(tmp_path / "a.csv"))
     assert _penalty(url) == pytest.approx(2.4)
-    said = _coursepkg("extension", "grant", "dave", "24", "--assignment", AID,
-                      "--note", "accommodation", *root)  # fmt: skip
+    said = _coursepkg(
+        "extension", "grant", "dave", "24", "--assignment", AID, "--note", "accommodation", *root
+    )
     assert f"dave: 24 hours for {AID}" in said
     assert f"{AID}: dave's late penalty changed; run `nbgrader generate_feedback {AID}`" in said
     assert _penalty(url) == pytest.approx(1.2)  # 6 h late after it: one started day, 10%
@@ -140,8 +141,13 @@ def test_git_ignores_the_file(tmp_path):
     shutil.copy(ROOT / ".gitignore", tmp_path / ".gitignore")
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     grant_extension(tmp_path / "extensions.csv", "dave", 24)
-    ignored = subprocess.run(["git", "check-ignore", "extensions.csv"], cwd=tmp_path,
-                             capture_output=True, text=True, check=False)  # fmt: skip
+    ignored = subprocess.run(
+        ["git", "check-ignore", "extensions.csv"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert ignored.returncode == 0 and ignored.stdout.strip() == "extensions.csv"
     config = (ROOT / "nbgrader_config.py").read_text(encoding="utf-8").splitlines()
     assert not [line for line in config if line.startswith("c.LatePolicy.extensions")]

@@ -35,8 +35,12 @@ def _policy(**fields) -> LatePolicy:
     return LatePolicy(config=config)
 
 
-POLICY = dict(grace_minutes=15, percent_per_day=10, max_percent=50,
-              extensions={"alice": 48, "ex06_training": {"bob": 24}})  # fmt: skip
+POLICY = dict(
+    grace_minutes=15,
+    percent_per_day=10,
+    max_percent=50,
+    extensions={"alice": 48, "ex06_training": {"bob": 24}},
+)
 
 
 @pytest.mark.parametrize(
@@ -139,7 +143,7 @@ def _class(*students: tuple[float, float]) -> ClassResult:
         students=[
             StudentResult(f"s{i}", score=p, max_score=13, penalty=off, late=off > 0)
             for i, (p, off) in enumerate(students)
-        ],  # fmt: skip
+        ],
         due="2026-11-24 17:00 UTC",
     )
 

@@ -68,8 +68,9 @@ def test_an_old_config_still_grades_and_explains_the_penalty(gradebook, tmp_path
     from nbgrader.preprocessors import AssignLatePenalties
 
     config = _config(tmp_path, where)
-    resources = {"nbgrader": {"notebook": "nb", "assignment": "ex01", "student": "bob",
-                              "db_url": gradebook}}  # fmt: skip
+    resources = {
+        "nbgrader": {"notebook": "nb", "assignment": "ex01", "student": "bob", "db_url": gradebook}
+    }
     AssignLatePenalties(config=config).preprocess(nbformat.v4.new_notebook(), resources)
     with Gradebook(gradebook) as gb:
         penalty = gb.find_submission("ex01", "bob").late_submission_penalty
@@ -88,5 +89,7 @@ def test_the_feedback_gets_each_note_once_whatever_the_name(tmp_path, where):
     classes = [import_item(n) for n in names if n.startswith("coursepkg")]
     assert classes.count(late.LateNote) == 1 and classes.count(regrade.RegradeNote) == 1
     default = feedback_preprocessors(PyFileConfigLoader("none.py", path=str(tmp_path)).config)
-    assert default[-2:] == ["coursepkg.grading.policy.late.LateNote",
-                            "coursepkg.grading.policy.regrade.RegradeNote"]  # fmt: skip
+    assert default[-2:] == [
+        "coursepkg.grading.policy.late.LateNote",
+        "coursepkg.grading.policy.regrade.RegradeNote",
+    ]

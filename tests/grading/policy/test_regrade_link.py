@@ -22,8 +22,9 @@ PARTS = ["test_additive_score_visible", "written_sqrt_dk"]
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_markdown_cell(feedback_text([], AID, "bob", PARTS))])  # fmt: skip
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_markdown_cell(feedback_text([], AID, "bob", PARTS))]
+    )
     html, _ = HTMLExporter(template_name="basic").from_notebook_node(nb)  # no CDN scripts
     path = tmp_path_factory.mktemp("feedback") / "feedback.html"
     path.write_text(html, encoding="utf-8")
@@ -67,4 +68,8 @@ def test_what_the_student_types_becomes_the_files_reason(page):
     assert untouched["reason"] == "" and untouched["part"] == PARTS[0]
     assert typed["reason"] == reason  # trimmed, the quotes kept (UTF-8)
     assert {k: typed[k] for k in ("kind", "assignment", "student", "part")} == {
-        "kind": KIND, "assignment": AID, "student": "bob", "part": PARTS[1]}  # fmt: skip
+        "kind": KIND,
+        "assignment": AID,
+        "student": "bob",
+        "part": PARTS[1],
+    }

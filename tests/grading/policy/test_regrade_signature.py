@@ -55,11 +55,30 @@ def test_an_answer_is_signed_with_the_courses_name(tmp_path, monkeypatch, settin
         gb.update_or_create_submission(AID, "bob")
     request = tmp_path / "request.json"
     root = ("--root", str(tmp_path))
-    _coursepkg("regrade", "request", AID, PART, "--student", "bob", "--reason", "Please.",
-               "--output", str(request))  # fmt: skip
+    _coursepkg(
+        "regrade",
+        "request",
+        AID,
+        PART,
+        "--student",
+        "bob",
+        "--reason",
+        "Please.",
+        "--output",
+        str(request),
+    )
     _coursepkg("regrade", "add", str(request), *root)
-    said = _coursepkg("regrade", "answer", "1", "--score", "2", "--why", "Yes.",
-                      *(("--by", by) if by else ()), *root)  # fmt: skip
+    said = _coursepkg(
+        "regrade",
+        "answer",
+        "1",
+        "--score",
+        "2",
+        "--why",
+        "Yes.",
+        *(("--by", by) if by else ()),
+        *root,
+    )
     who = "root" if signed == "login" else signed
     assert f"answered request 1 as {who!r}" in said
     assert ("c.RegradeNote.answered_by" in said) == (signed == "login")  # how to sign otherwise

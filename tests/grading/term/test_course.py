@@ -67,13 +67,22 @@ LATENESS = {
 # student -> (the item whose answer cell is broken, text in the solution, what replaces it): each
 # leaves the item's function undefined, so its hidden test cell fails with a NameError.
 BROKEN = {
-    "raises": ("additive_score", "def additive_score(",
-               "W = weights_not_defined\ndef additive_score("),
-    "unparsed": ("scaled_dot_product_attention", "def scaled_dot_product_attention(",
-                 "def scaled_dot_product_attention(("),
-    "renamed": ("scaled_dot_product_attention", "def scaled_dot_product_attention(",
-                "def attention("),
-}  # fmt: skip
+    "raises": (
+        "additive_score",
+        "def additive_score(",
+        "W = weights_not_defined\ndef additive_score(",
+    ),
+    "unparsed": (
+        "scaled_dot_product_attention",
+        "def scaled_dot_product_attention(",
+        "def scaled_dot_product_attention((",
+    ),
+    "renamed": (
+        "scaled_dot_product_attention",
+        "def scaled_dot_product_attention(",
+        "def attention(",
+    ),
+}
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 postgres = real_parts.postgres  # the PostgreSQL server fixture
@@ -102,9 +111,26 @@ def coursepkg(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
 
 def grade(where: list[str], *args: str) -> str:
     """``coursepkg grade`` on the class, as the command (its workers, kernels and pages)."""
-    run = processes.run([str(BIN / "coursepkg"), "grade", AID, *where, "--workers", "2",
-                         "--no-progress", "--cell-timeout", "60", "--notebook-timeout", "300",
-                         "--memory-mb", "2048", *args], env=_env(), idle=900)  # fmt: skip
+    run = processes.run(
+        [
+            str(BIN / "coursepkg"),
+            "grade",
+            AID,
+            *where,
+            "--workers",
+            "2",
+            "--no-progress",
+            "--cell-timeout",
+            "60",
+            "--notebook-timeout",
+            "300",
+            "--memory-mb",
+            "2048",
+            *args,
+        ],
+        env=_env(),
+        idle=900,
+    )
     assert run.returncode == 0, f"coursepkg grade failed:\n{run.stdout}\n{run.stderr}"
     return run.stdout
 
@@ -123,8 +149,13 @@ def released(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("release")
     shutil.copy(ROOT / "nbgrader_config.py", folder / "nbgrader_config.py")
     shutil.copytree(ROOT / "solutions" / AID, folder / "solutions" / AID)
-    processes.run([str(BIN / "nbgrader"), "generate_assignment", AID, "--force"], cwd=folder,
-                   env=_env(), check=True, idle=300)  # fmt: skip
+    processes.run(
+        [str(BIN / "nbgrader"), "generate_assignment", AID, "--force"],
+        cwd=folder,
+        env=_env(),
+        check=True,
+        idle=300,
+    )
     return folder
 
 
@@ -156,8 +187,11 @@ def course(request, tmp_path_factory, released):
     if request.param == "sqlite":  # answers that leave a function undefined (one gradebook will do)
         for sid, (item, old, new) in BROKEN.items():
             nb = nbformat.from_dict(source)
-            (cell,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id")
-                       == f"answer_{item}"]  # fmt: skip
+            (cell,) = [
+                c
+                for c in nb.cells
+                if c.metadata.get("nbgrader", {}).get("grade_id") == f"answer_{item}"
+            ]
             assert cell.source.count(old) == 1, sid
             cell.source = cell.source.replace(old, new)
             (course / "submitted" / sid / AID).mkdir(parents=True)
@@ -171,9 +205,15 @@ def course(request, tmp_path_factory, released):
     summary = grade(where)
     with Gradebook(database_url(url), "transformers") as gb:
         graded = {s.student.id: s.score for s in gb.find_assignment(AID).submissions}
-    return {"graded": graded, "root": course, "summary": summary, "total": points(source),
-            "where": where, "url": database_url(url),
-            "buggy": points(source, "additive_score")}  # fmt: skip
+    return {
+        "graded": graded,
+        "root": course,
+        "summary": summary,
+        "total": points(source),
+        "where": where,
+        "url": database_url(url),
+        "buggy": points(source, "additive_score"),
+    }
 
 
 def test_each_late_penalty_is_the_policys(course):
@@ -218,9 +258,13 @@ def test_no_feedback_shows_a_hidden_test_when_the_function_is_undefined(course):
     if "raises" not in course["graded"]:
         pytest.skip("the broken answers are graded with the SQLite gradebook only")
     source = nbformat.read(str(course["root"] / "solutions" / AID / f"{AID}.ipynb"), as_version=4)
-    hidden = [line.strip() for cell in source.cells
-              for block in re.findall(r"BEGIN HIDDEN TESTS\n(.*?)###", cell.source, flags=re.S)
-              for line in block.splitlines() if line.strip()]  # fmt: skip
+    hidden = [
+        line.strip()
+        for cell in source.cells
+        for block in re.findall(r"BEGIN HIDDEN TESTS\n(.*?)###", cell.source, flags=re.S)
+        for line in block.splitlines()
+        if line.strip()
+    ]
     assert len(hidden) == 3
     for sid, (item, _, _) in BROKEN.items():
         text = feedback_text(course["root"], sid)
@@ -286,12 +330,25 @@ def _dashboard_rows(browser: Browser, root: Path) -> dict[str, list[list[str]]]:
 def test_a_regrade_request_is_answered_and_survives_a_rerun(course, chromium, tmp_path):
     root = course["root"]
     request = tmp_path / "request.json"
-    coursepkg("regrade", "request", AID, PART, "--student", "buggy", "--reason",
-              "My scaling is in the softmax's temperature.", "--output", str(request))  # fmt: skip
+    coursepkg(
+        "regrade",
+        "request",
+        AID,
+        PART,
+        "--student",
+        "buggy",
+        "--reason",
+        "My scaling is in the softmax's temperature.",
+        "--output",
+        str(request),
+    )
     # The feedback's link for the same part downloads a request file too: fill in its reason.
     page = (root / "feedback" / "buggy" / AID / f"{AID}.html").read_text(encoding="utf-8")
-    hrefs = re.findall(r'<a download="regrade-[^"]+" href="data:application/json;base64,'
-                       r'([^"]+)"', page)  # fmt: skip
+    hrefs = re.findall(
+        r'<a download="regrade-[^"]+" href="data:application/json;base64,'
+        r'([^"]+)"',
+        page,
+    )
     linked = [json.loads(base64.b64decode(h)) for h in hrefs]
     assert len(linked) == 5  # every graded part
     (by_link,) = [d for d in linked if d["part"] == "test_additive_score_visible"]
@@ -315,13 +372,32 @@ def test_a_regrade_request_is_answered_and_survives_a_rerun(course, chromium, tm
 
     before = _grade_of(course, "buggy", PART)
     assert before[0] == 0 and before[2] == course["buggy"]
-    bad = coursepkg("regrade", "answer", "1", "--score", "60", "--why", "x", *course["where"],
-                    ok=False)  # fmt: skip
+    bad = coursepkg(
+        "regrade", "answer", "1", "--score", "60", "--why", "x", *course["where"], ok=False
+    )
     assert bad.returncode == 2 and "--score must be between 0 and 6" in bad.stderr
-    coursepkg("regrade", "answer", "1", "--score", "4", "--why", "Right idea, wrong place.",
-              "--by", "Dr. Turing", *course["where"])  # fmt: skip
-    coursepkg("regrade", "answer", "2", "--why", "The additive score passed; nothing to change.",
-              "--by", "Dr. Turing", *course["where"])  # fmt: skip
+    coursepkg(
+        "regrade",
+        "answer",
+        "1",
+        "--score",
+        "4",
+        "--why",
+        "Right idea, wrong place.",
+        "--by",
+        "Dr. Turing",
+        *course["where"],
+    )
+    coursepkg(
+        "regrade",
+        "answer",
+        "2",
+        "--why",
+        "The additive score passed; nothing to change.",
+        "--by",
+        "Dr. Turing",
+        *course["where"],
+    )
 
     def check_answered() -> None:
         score, needs_grading, total = _grade_of(course, "buggy", PART)
@@ -335,8 +411,11 @@ def test_a_regrade_request_is_answered_and_survives_a_rerun(course, chromium, tm
         rows = _dashboard_rows(chromium, root)
         assert rows["open"] == []
         trail = {r[3]: r[5] for r in rows["answered"]}
-        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC, Dr\. Turing: 0 \u2192 4\. "
-                            r"Right idea, wrong place\.", trail[PART])  # fmt: skip
+        assert re.fullmatch(
+            r"\d{4}-\d\d-\d\d \d\d:\d\d UTC, Dr\. Turing: 0 \u2192 4\. "
+            r"Right idea, wrong place\.",
+            trail[PART],
+        )
         out = root / "regraded.csv"
         coursepkg("export", AID, "--format", "csv", *course["where"], "--output", str(out))
         with out.open(newline="") as f:
@@ -387,8 +466,11 @@ def _everywhere(course: dict, student: str) -> dict[str, float]:
     row = rows[student]
     report = json.loads((root / "reports" / AID / f"{student}.json").read_text(encoding="utf-8"))
     page = (root / "reports" / "dashboard.html").read_text(encoding="utf-8")
-    (final,) = re.findall(rf"<tr class='final-grade'><td>{student}</td><td>[^<]*</td>"
-                          r"<td>[^<]*</td><td>([^<]*)</td>", page)  # fmt: skip
+    (final,) = re.findall(
+        rf"<tr class='final-grade'><td>{student}</td><td>[^<]*</td>"
+        r"<td>[^<]*</td><td>([^<]*)</td>",
+        page,
+    )
     text = feedback_text(root, student)  # the late note's final score, else nbgrader's header
     note = re.search(r"your score: ([\d.]+) of", text) or re.search(
         rf"{AID} \(Score: ([\d.]+) /", text
@@ -411,8 +493,13 @@ def test_the_penalty_follows_hand_scores_and_regrade_answers(course, tmp_path):
     for sid, written in (("twodays", 2), ("capped", 1), ("ontime", 2)):
         _hand_score(course, sid, written)
     db = ["--CourseDirectory.db_url=" + course["url"]]
-    run = processes.run([str(BIN / "nbgrader"), "generate_feedback", AID, *db], cwd=root,
-                        env=_env(), idle=600, progress=lambda: files_under(root))  # fmt: skip
+    run = processes.run(
+        [str(BIN / "nbgrader"), "generate_feedback", AID, *db],
+        cwd=root,
+        env=_env(),
+        idle=600,
+        progress=lambda: files_under(root),
+    )
     assert run.returncode == 0, run.stderr
     said = []
     for sid, grade_now in expected.items():
@@ -425,12 +512,32 @@ def test_the_penalty_follows_hand_scores_and_regrade_answers(course, tmp_path):
     assert "Penalty: 2.6 point(s) off (your score: 10.4 of 13)" in feedback_text(root, "twodays")
     # A regrade answer takes twodays' written points away: 20% of 11 is 2.2 off.
     request = tmp_path / "written.json"
-    coursepkg("regrade", "request", AID, WRITTEN, "--student", "twodays", "--reason",
-              "Please read my answer again.", "--output", str(request))  # fmt: skip
+    coursepkg(
+        "regrade",
+        "request",
+        AID,
+        WRITTEN,
+        "--student",
+        "twodays",
+        "--reason",
+        "Please read my answer again.",
+        "--output",
+        str(request),
+    )
     added = coursepkg("regrade", "add", str(request), *course["where"]).stdout
     (rid,) = re.findall(rf"request (\d+): twodays, {AID} {WRITTEN} \(open\)", added)
-    coursepkg("regrade", "answer", rid, "--score", "0", "--why", "It restates the question.",
-              "--by", "Dr. Turing", *course["where"])  # fmt: skip
+    coursepkg(
+        "regrade",
+        "answer",
+        rid,
+        "--score",
+        "0",
+        "--why",
+        "It restates the question.",
+        "--by",
+        "Dr. Turing",
+        *course["where"],
+    )
     shown = _everywhere(course, "twodays")
     shown.pop("said")
     assert shown == dict.fromkeys(shown, pytest.approx(11 - 2.2)), shown

@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 def _run(course: Path, *args: str) -> str:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    run = processes.run([*args], cwd=course, env=env, idle=600)  # fmt: skip
+    run = processes.run([*args], cwd=course, env=env, idle=600)
     assert run.returncode == 0, f"{args}:\n{run.stdout}\n{run.stderr}"
     return run.stdout
 
@@ -74,8 +74,18 @@ def test_a_term_in_a_fresh_course_folder_leaves_no_student_file_for_git(tmp_path
     (course / "roster.csv").write_text(ROSTER, encoding="utf-8")
     _run(course, "coursepkg", "export", "--all", "--format", "canvas", "--mapping", "roster.csv")
     # an extension, often an accommodation, is the instructor's alone (issue 62, Q4)
-    said = _run(course, "coursepkg", "extension", "grant", "ada", "24", "--assignment", AID,
-                "--note", "accommodation")  # fmt: skip
+    said = _run(
+        course,
+        "coursepkg",
+        "extension",
+        "grant",
+        "ada",
+        "24",
+        "--assignment",
+        AID,
+        "--note",
+        "accommodation",
+    )
     assert f"ada: 24 hours for {AID}" in said
     # the release wrote the course's secret (which salted the hidden seeds: the solution still
     # earned every point), for the instructor alone; the student kit holds none of it
@@ -100,11 +110,21 @@ def test_a_term_in_a_fresh_course_folder_leaves_no_student_file_for_git(tmp_path
         students = kit.read("coursepkg-student-kit/STUDENTS.md").decode()
     assert "## AI-use policy" in students and "extensions.csv" not in names
 
-    written = ["gradebook.db", "submitted/ada", "autograded/ada", "feedback/ada",
-               f"reports/{AID}/ada.json", f"reports/{AID}/grades.csv", "reports/dashboard.html",
-               "reports/export-canvas.csv", "roster.csv", f"regrade-ada-{AID}-{PART}.json",
-               "course_secret.txt", "dist/coursepkg-student-kit.zip",
-               "extensions.csv"]  # fmt: skip
+    written = [
+        "gradebook.db",
+        "submitted/ada",
+        "autograded/ada",
+        "feedback/ada",
+        f"reports/{AID}/ada.json",
+        f"reports/{AID}/grades.csv",
+        "reports/dashboard.html",
+        "reports/export-canvas.csv",
+        "roster.csv",
+        f"regrade-ada-{AID}-{PART}.json",
+        "course_secret.txt",
+        "dist/coursepkg-student-kit.zip",
+        "extensions.csv",
+    ]
     assert [p for p in written if not (course / p).exists()] == []  # the term did write them
     status = _run(course, "git", "status", "--porcelain", "--untracked-files=all")
     listed = [line[3:] for line in status.splitlines()]
@@ -123,14 +143,17 @@ def test_a_term_in_a_fresh_course_folder_leaves_no_student_file_for_git(tmp_path
 def test_a_due_date_it_cannot_read_stops_grading_before_it_starts(tmp_path, due, reason):
     course = tmp_path / "course"
     course.mkdir()
-    policy = ('\nc.AssignLatePenalties.plugin_class = "coursepkg.grading.term.late.LatePolicy"\n'
-              f'c.LatePolicy.due_dates = {{"{AID}": "{due}"}}\n')  # fmt: skip
+    policy = (
+        '\nc.AssignLatePenalties.plugin_class = "coursepkg.grading.term.late.LatePolicy"\n'
+        f'c.LatePolicy.due_dates = {{"{AID}": "{due}"}}\n'
+    )
     config = (ROOT / "nbgrader_config.py").read_text(encoding="utf-8")
     (course / "nbgrader_config.py").write_text(config + policy, encoding="utf-8")
     (course / "submitted" / "ada" / AID).mkdir(parents=True)
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    run = processes.run([str(BIN / "coursepkg"), "grade", AID, "--root", str(course)], env=env,
-                         idle=300)  # fmt: skip
+    run = processes.run(
+        [str(BIN / "coursepkg"), "grade", AID, "--root", str(course)], env=env, idle=300
+    )
     assert run.returncode == 2, run.stdout + run.stderr
     assert f"LatePolicy.due_dates['{AID}']" in run.stderr and reason in run.stderr
     assert "2026-12-01 17:00 Europe/Berlin" in run.stderr  # what to write instead
@@ -142,8 +165,9 @@ def test_a_missing_release_says_what_to_run_before_grading_starts(tmp_path):
     (course / "submitted" / "ada" / AID).mkdir(parents=True)
     shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    run = processes.run([str(BIN / "coursepkg"), "grade", AID, "--root", str(course)], env=env,
-                         idle=300)  # fmt: skip
+    run = processes.run(
+        [str(BIN / "coursepkg"), "grade", AID, "--root", str(course)], env=env, idle=300
+    )
     assert run.returncode == 2, run.stdout + run.stderr
     assert f"run `coursepkg release {AID} --root {course}` first" in run.stderr
     assert f"{course / 'exercises' / AID}" in run.stderr  # the config's release_directory

@@ -115,8 +115,15 @@ def gradebook(request, tmp_path):
 @pytest.mark.slow  # make test; left out of make test-fast (issue 70)
 def test_canvas_layout_and_scores(gradebook, tmp_path):
     url, mapping = gradebook
-    out = export(url, COURSE, None, "canvas", tmp_path / "canvas.csv",
-                 mapping=read_mapping(mapping), parts=True).path  # fmt: skip
+    out = export(
+        url,
+        COURSE,
+        None,
+        "canvas",
+        tmp_path / "canvas.csv",
+        mapping=read_mapping(mapping),
+        parts=True,
+    ).path
     rows = _read(out)
     documented = list(csv.reader(io.StringIO(CANVAS_EXPORT)))
     # The identity columns are Canvas's, in its order; the row under the header gives the
@@ -125,9 +132,15 @@ def test_canvas_layout_and_scores(gradebook, tmp_path):
     assert rows[1][0].strip() == documented[2][0].strip() == "Points Possible"
     assert rows[1][1:CANVAS_IDENTITY_COLUMNS] == documented[2][1:CANVAS_IDENTITY_COLUMNS]
     titles = rows[0][CANVAS_IDENTITY_COLUMNS:]
-    assert titles == ["ex01_attention", "ex01_attention: test_a", "ex01_attention: test_b",
-                      "ex01_attention: late penalty", "ex03_positions",
-                      "ex03_positions: test_pe", "ex03_positions: late penalty"]  # fmt: skip
+    assert titles == [
+        "ex01_attention",
+        "ex01_attention: test_a",
+        "ex01_attention: test_b",
+        "ex01_attention: late penalty",
+        "ex03_positions",
+        "ex03_positions: test_pe",
+        "ex03_positions: late penalty",
+    ]
     assert [float(x) for x in rows[1][CANVAS_IDENTITY_COLUMNS:]] == [5, 2, 3, 0, 4, 4, 0]
     students = _by_student(rows[2:], 3)  # by SIS Login ID
     assert students["aliddell"][:5] == ["Liddell, Alice", "101", "A001", "aliddell", "S1"]
@@ -140,8 +153,14 @@ def test_canvas_layout_and_scores(gradebook, tmp_path):
 
 def test_gradescope_layout_and_scores(gradebook, tmp_path):
     url, mapping = gradebook
-    out = export(url, COURSE, ["ex03_positions"], "gradescope", tmp_path / "gs.csv",
-                 mapping=read_mapping(mapping)).path  # fmt: skip
+    out = export(
+        url,
+        COURSE,
+        ["ex03_positions"],
+        "gradescope",
+        tmp_path / "gs.csv",
+        mapping=read_mapping(mapping),
+    ).path
     rows = _read(out)
     documented = list(csv.reader(io.StringIO(GRADESCOPE_EXPORT)))[0]
     assert rows[0][:GRADESCOPE_IDENTITY_COLUMNS] == documented[:GRADESCOPE_IDENTITY_COLUMNS]
@@ -155,8 +174,17 @@ def test_gradescope_layout_and_scores(gradebook, tmp_path):
     ] + [documented[-1]]
     assert documented[-1] == "Total Lateness (H:M:S)"
     students = _by_student(rows[1:], 2)
-    assert students["A002"] == ["Bob", "Dylan", "A002", "bob@example.edu", "2.5", "4",
-                                "2026-11-20 12:00:00 +0000", "00:00:00", "00:00:00"]  # fmt: skip
+    assert students["A002"] == [
+        "Bob",
+        "Dylan",
+        "A002",
+        "bob@example.edu",
+        "2.5",
+        "4",
+        "2026-11-20 12:00:00 +0000",
+        "00:00:00",
+        "00:00:00",
+    ]
     assert students["A003"][4:] == ["0", "4", "", "", "00:00:00"]  # never handed in
 
 
@@ -172,7 +200,7 @@ def test_the_command_line_writes_the_file_and_a_missing_student_is_a_clear_error
     run = processes.run(
         [str(BIN / "coursepkg"), "export", "--all", "--format", "csv", "--root", str(course)],
         idle=120,
-    )  # fmt: skip
+    )
     assert run.returncode == 0, run.stderr
     out = course / "reports" / "export-csv.csv"
     assert run.stdout.splitlines() == [
@@ -185,16 +213,32 @@ def test_the_command_line_writes_the_file_and_a_missing_student_is_a_clear_error
     # The command computes every late penalty anew from the due dates before it exports (issue
     # 62, Q1); these assignments have none, so the penalties _fill stored do not count.
     assert {r[0]: r[1:] for r in rows[1:]} == {
-        "alice": ["5", "4"], "bob": ["1.5", "2.5"], "carol": ["1", "0"]}  # fmt: skip
+        "alice": ["5", "4"],
+        "bob": ["1.5", "2.5"],
+        "carol": ["1", "0"],
+    }
     roster.write_text("\n".join(MAPPING.splitlines()[:3]) + "\n", encoding="utf-8")  # no carol
-    run = processes.run([str(BIN / "coursepkg"), "export", "ex01_attention", "--format",
-                          "canvas", "--mapping", str(roster), "--root", str(course)],
-                         idle=120)  # fmt: skip
+    run = processes.run(
+        [
+            str(BIN / "coursepkg"),
+            "export",
+            "ex01_attention",
+            "--format",
+            "canvas",
+            "--mapping",
+            str(roster),
+            "--root",
+            str(course),
+        ],
+        idle=120,
+    )
     assert run.returncode == 2
     assert "no row for 1 student(s) in the gradebook: carol" in run.stderr
     assert "--skip-unmapped" in run.stderr
-    run = processes.run([str(BIN / "coursepkg"), "export", "ex09", "--format", "csv", "--root",
-                          str(course)], idle=120)  # fmt: skip
+    run = processes.run(
+        [str(BIN / "coursepkg"), "export", "ex09", "--format", "csv", "--root", str(course)],
+        idle=120,
+    )
     assert run.returncode == 2 and "no assignment 'ex09'" in run.stderr
 
 
@@ -221,8 +265,16 @@ def test_gradescope_says_how_late_after_the_extensions_and_the_parts_add_up(tmp_
     grant_extension(tmp_path / "extensions.csv", "bob", 24, "ex01_attention")
     mapping = tmp_path / "roster.csv"
     mapping.write_text(MAPPING, encoding="utf-8")
-    out = export(url, COURSE, ["ex01_attention"], "gradescope", tmp_path / "gs.csv",
-                 mapping=read_mapping(mapping), parts=True, config=config).path  # fmt: skip
+    out = export(
+        url,
+        COURSE,
+        ["ex01_attention"],
+        "gradescope",
+        tmp_path / "gs.csv",
+        mapping=read_mapping(mapping),
+        parts=True,
+        config=config,
+    ).path
     rows = _read(out)
     header, bob = rows[0], _by_student(rows[1:], 2)["A002"]
     row = dict(zip(header, bob, strict=True))
@@ -234,8 +286,14 @@ def test_gradescope_says_how_late_after_the_extensions_and_the_parts_add_up(tmp_
     assert [float(row[p]) for p in parts] == [2, 3, -0.5]
     assert sum(float(row[p]) for p in parts) == float(row["ex01_attention"]) == 4.5
     assert "ex01_attention: test_a - Submission Time" not in header  # an assignment's only
-    without = export(url, COURSE, ["ex01_attention"], "gradescope", tmp_path / "g2.csv",
-                     mapping=read_mapping(mapping)).path  # fmt: skip
+    without = export(
+        url,
+        COURSE,
+        ["ex01_attention"],
+        "gradescope",
+        tmp_path / "g2.csv",
+        mapping=read_mapping(mapping),
+    ).path
     rows = _read(without)
     row = dict(zip(rows[0], _by_student(rows[1:], 2)["A002"], strict=True))
     assert row["ex01_attention - Lateness (H:M:S)"] == "30:00:00"  # no extension known there
@@ -270,8 +328,9 @@ def _add_unreleased(url: str) -> None:
     with Gradebook(url, COURSE) as gb:
         gb.update_or_create_assignment("ex02_multihead")
         gb.update_or_create_notebook("ex02_multihead", "ex02_multihead")
-        gb.update_or_create_grade_cell("test_mh", "ex02_multihead", "ex02_multihead",
-                                       max_score=6.0, cell_type="code")  # fmt: skip
+        gb.update_or_create_grade_cell(
+            "test_mh", "ex02_multihead", "ex02_multihead", max_score=6.0, cell_type="code"
+        )
 
 
 def test_all_means_the_assignments_handed_in_and_the_rest_is_listed(tmp_path):
@@ -307,8 +366,9 @@ def test_a_dropped_student_is_left_out_and_listed_and_a_missing_column_warned(tm
     mapping = read_mapping(roster)
     with pytest.raises(ValueError, match="no row for 1 student"):
         export(url, COURSE, None, "canvas", tmp_path / "c.csv", mapping=mapping)
-    done = export(url, COURSE, None, "canvas", tmp_path / "c.csv", mapping=mapping,
-                  skip_unmapped=True)  # fmt: skip
+    done = export(
+        url, COURSE, None, "canvas", tmp_path / "c.csv", mapping=mapping, skip_unmapped=True
+    )
     assert done.unmapped == ["carol"] and done.students == 2
     rows = _read(done.path)
     assert [r[0] for r in rows[2:]] == ["Liddell, Alice", "Dylan, Bob"]

@@ -52,8 +52,9 @@ KEEP = {name for _, name, _ in GROUPS.values()}  # the names the exercises ask f
 
 if shutil.which("node") is None or not (DOLOS_DIR / "node_modules" / "@dodona").is_dir():
     if os.environ.get("COURSE_REQUIRE_DOLOS") == "1":
-        pytest.fail("COURSE_REQUIRE_DOLOS=1 but node or Dolos is missing (make install)",
-                    pytrace=False)  # fmt: skip
+        pytest.fail(
+            "COURSE_REQUIRE_DOLOS=1 but node or Dolos is missing (make install)", pytrace=False
+        )
     pytest.skip("Node.js or Dolos is not installed (make install)", allow_module_level=True)
 
 
@@ -77,14 +78,17 @@ def course(tmp_path_factory):
     copy = {item: disguise(code, KEEP) for item, code in victim.items()}
     # and the layer norm and feed-forward answers handed in each in the other's cell
     copy["answer_LayerNorm"], copy["answer_PositionwiseFeedForward"] = (
-        copy["answer_PositionwiseFeedForward"], copy["answer_LayerNorm"])  # fmt: skip
+        copy["answer_PositionwiseFeedForward"],
+        copy["answer_LayerNorm"],
+    )
     handed = {**students, "copier": copy, "untouched1": {}, "untouched2": {}}
     for sid, items in handed.items():
         folder = course / "submitted" / sid / AID
         folder.mkdir(parents=True)
         nbformat.write(_notebook(release, items), str(folder / f"{AID}.ipynb"))
-    run = processes.run([str(BIN / "coursepkg"), "similarity", AID, "--root", str(course)],
-                         idle=600)  # fmt: skip
+    run = processes.run(
+        [str(BIN / "coursepkg"), "similarity", AID, "--root", str(course)], idle=600
+    )
     assert run.returncode == 0, run.stderr
     with open(course / "reports" / AID / "similarity.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -99,8 +103,11 @@ def test_the_disguised_copy_is_first_and_alone_above_the_threshold(course):
     assert all(r["at_or_above_threshold"] == "0" for r in rows[1:])
     assert all(float(r["similarity"]) < DEFAULT_THRESHOLD for r in rows[1:])
     # the stubs never count: two students who changed nothing share nothing
-    assert not any({r["student_a"], r["student_b"]} == {"untouched1", "untouched2"}
-                   and float(r["similarity"]) > 0 for r in rows)  # fmt: skip
+    assert not any(
+        {r["student_a"], r["student_b"]} == {"untouched1", "untouched2"}
+        and float(r["similarity"]) > 0
+        for r in rows
+    )
     assert "1 pair(s) at or above 0.7" in course["stdout"]
 
 
@@ -129,8 +136,11 @@ def test_the_page_shows_the_pair_side_by_side_and_the_dashboard_links_it(course)
 
 
 def _above(label: str, pairs: list) -> list[tuple]:
-    return [(label, p.left, p.right, round(p.similarity, 3)) for p in pairs
-            if p.similarity >= DEFAULT_THRESHOLD]  # fmt: skip
+    return [
+        (label, p.left, p.right, round(p.similarity, 3))
+        for p in pairs
+        if p.similarity >= DEFAULT_THRESHOLD
+    ]
 
 
 def test_the_false_positive_rate_over_the_corpus(capsys):
@@ -148,15 +158,18 @@ def test_the_false_positive_rate_over_the_corpus(capsys):
             top = pairs[0]
             first = {top.left, top.right} == {victim, "copier"}
             copy_scores[assignment == "ex05_decoder"] += [
-                p.similarity for p in pairs if {p.left, p.right} == {victim, "copier"}]  # fmt: skip
+                p.similarity for p in pairs if {p.left, p.right} == {victim, "copier"}
+            ]
             copies_first += first
             dictated += not first
             assert first or assignment == "ex05_decoder", (assignment, victim, top)
             if assignment != "ex05_decoder":  # rewritten too: respelled, padded
                 copied["copier"] = rewrite(students[victim], KEEP, seed=len(rewritten))
                 top = compare(copied, template)[0]
-                rewritten.append({top.left, top.right} == {victim, "copier"}
-                                 and top.similarity >= DEFAULT_THRESHOLD)  # fmt: skip
+                rewritten.append(
+                    {top.left, top.right} == {victim, "copier"}
+                    and top.similarity >= DEFAULT_THRESHOLD
+                )
     items, item_above = 0, []
     for item, (sources, template) in groups().items():
         items += len(sources) * (len(sources) - 1) // 2
@@ -195,15 +208,19 @@ def test_identical_answers_are_named_empty_pairs_dropped_and_unreadable_ones_lis
     shutil.copytree(ROOT / "exercises" / aid, tmp_path / "exercises" / aid)
     release = nbformat.read(str(tmp_path / "exercises" / aid / f"{aid}.ipynb"), as_version=4)
     solved = nbformat.read(str(ROOT / "solutions" / aid / f"{aid}.ipynb"), as_version=4)
-    answers = {c.metadata["nbgrader"]["grade_id"]: c.source for c in solved.cells
-               if c.get("metadata", {}).get("nbgrader", {}).get("solution")}  # fmt: skip
+    answers = {
+        c.metadata["nbgrader"]["grade_id"]: c.source
+        for c in solved.cells
+        if c.get("metadata", {}).get("nbgrader", {}).get("solution")
+    }
     spaced = {k: v.replace("\n", "\n\n") for k, v in answers.items()}
     scaled = {k: v.replace("/ math.sqrt(d_k)", "") for k, v in answers.items()}
     handed = {"alice": answers, "bob": scaled, "carol": {}, "dave": answers, "erin": spaced}
     for sid, items in handed.items():
         (tmp_path / "submitted" / sid / aid).mkdir(parents=True)
-        nbformat.write(_notebook(release, items), str(tmp_path / "submitted" / sid / aid /
-                                                      f"{aid}.ipynb"))  # fmt: skip
+        nbformat.write(
+            _notebook(release, items), str(tmp_path / "submitted" / sid / aid / f"{aid}.ipynb")
+        )
     (tmp_path / "submitted" / "grace" / aid).mkdir(parents=True)
     (tmp_path / "submitted" / "grace" / aid / f"{aid}.ipynb").write_text('{"cells": [')
     found = similarity_report(tmp_path, aid, top=1)
@@ -233,8 +250,9 @@ def _write_class(root: Path, aid: str, handed: dict[str, dict[str, str]]) -> Non
     release = nbformat.read(str(root / "exercises" / aid / f"{aid}.ipynb"), as_version=4)
     for sid, items in handed.items():
         (root / "submitted" / sid / aid).mkdir(parents=True)
-        nbformat.write(_notebook(release, items), str(root / "submitted" / sid / aid /
-                                                      f"{aid}.ipynb"))  # fmt: skip
+        nbformat.write(
+            _notebook(release, items), str(root / "submitted" / sid / aid / f"{aid}.ipynb")
+        )
 
 
 def test_a_class_of_200_generated_submissions_gives_a_bounded_page(tmp_path):

@@ -45,19 +45,23 @@ SAME = [
     ("v = x.view(2, 3)", "v = x.reshape(2, 3)"),
     ("y = x * 1 + 0", "y = +x"),
     ("def f(x: int) -> int:\n    '''Doc.'''\n    return x", "def f(x):\n    return x"),
-    ("def f(x):\n    u = 3\n    if False:\n        x = 1\n    x = x\n    pass\n    return x",
-     "def f(x):\n    return x"),
+    (
+        "def f(x):\n    u = 3\n    if False:\n        x = 1\n    x = x\n    pass\n    return x",
+        "def f(x):\n    return x",
+    ),
     ("def f(x):\n    y = g(x)\n    return y\n    x = 2", "def f(x):\n    return g(x)"),
-    ("class A:\n def m(self):\n  self.unused = 1\n  self.w = 2\n  return self.w",
-     "class A:\n def m(self):\n  self.w = 2\n  return self.w"),
-]  # fmt: skip
+    (
+        "class A:\n def m(self):\n  self.unused = 1\n  self.w = 2\n  return self.w",
+        "class A:\n def m(self):\n  self.w = 2\n  return self.w",
+    ),
+]
 DIFFERENT = [
     ("z = a - b", "z = a + b"),
     ("p = q @ k.T", "p = q.T @ k"),
     ("y = a / b", "y = a * b"),
     ("y = a ** 2", "y = a ** 0.5"),
     ("def f(x):\n    return g(x)", "def f(x):\n    g(x)\n    return x"),
-]  # fmt: skip
+]
 
 
 def _in_function(line: str) -> str:

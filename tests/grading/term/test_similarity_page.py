@@ -32,7 +32,13 @@ def test_the_given_code_is_greyed_and_never_marked():
 
 
 def test_groups_are_the_connected_components_above_the_threshold():
-    pairs = [Pair("a", "b", 0.9), Pair("b", "c", 0.75), Pair("a", "c", 0.2),
-             Pair("d", "e", 0.71), Pair("e", "f", 0.69), Pair("g", "h", 0.1)]  # fmt: skip
+    pairs = [
+        Pair("a", "b", 0.9),
+        Pair("b", "c", 0.75),
+        Pair("a", "c", 0.2),
+        Pair("d", "e", 0.71),
+        Pair("e", "f", 0.69),
+        Pair("g", "h", 0.1),
+    ]
     assert clusters(pairs, 0.7) == [["a", "b", "c"], ["d", "e"]]
     assert clusters(pairs, 0.95) == []
