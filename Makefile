@@ -28,9 +28,10 @@ TORCH_VERSION := 2.13.0
 WHEELS ?= /opt/wheels
 PIP_FLAGS := --disable-pip-version-check $(if $(wildcard $(WHEELS)),--find-links $(WHEELS))
 # The lock's wheels are installed by uv (pinned here, taken from PyPI into the venv by pip): it
-# fetches and unpacks them in parallel, about 10 s where pip took 4-5 minutes on two cores. Where
-# uv cannot be had (an index without it) or fails, pip installs the lock as before. Neither
-# compiles the packages' bytecode up front: Python writes it at the first import.
+# fetches, unpacks and compiles them in parallel, under a minute where pip took 4-5 minutes on two
+# cores. Where uv cannot be had (an index without it) or fails, pip installs the lock as before.
+# Both compile the packages' bytecode up front: left to the first import, the book's pages paid for
+# it (its build took 698 s instead of about 570 in a fresh clone).
 UV_VERSION := 0.13.9
 UV_FLAGS := $(if $(wildcard $(WHEELS)),--find-links $(WHEELS))
 
@@ -67,10 +68,10 @@ $(STAMP): $(LOCK) pyproject.toml
 	       "(on Linux, PyPI serves the large CUDA build)." >&2; fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	if $(BIN)/python -m pip install -q $(PIP_FLAGS) uv==$(UV_VERSION); then \
-	  $(BIN)/uv pip install --python $(BIN)/python $(UV_FLAGS) -r $(LOCK) && exit 0; \
+	  $(BIN)/uv pip install --python $(BIN)/python --compile-bytecode $(UV_FLAGS) -r $(LOCK) && exit 0; \
 	  echo "make install: uv failed; pip installs $(LOCK) instead" >&2; \
 	else echo "make install: uv==$(UV_VERSION) is not available; pip installs $(LOCK)" >&2; fi; \
-	$(BIN)/python -m pip install --no-compile $(PIP_FLAGS) -r $(LOCK)
+	$(BIN)/python -m pip install $(PIP_FLAGS) -r $(LOCK)
 	$(BIN)/python -m pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	$(BIN)/python -m pip check
 	install -D -m 644 jupyter/jupyter_server_config.d/coursepkg.json $(VENV)/etc/jupyter/jupyter_server_config.d/coursepkg.json
