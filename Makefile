@@ -67,10 +67,10 @@ $(STAMP): $(LOCK) pyproject.toml
 	  echo "warning: $(WHEELS) not found; pip will take torch from the index you configured" \
 	       "(on Linux, PyPI serves the large CUDA build)." >&2; fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	if $(BIN)/python -m pip install -q $(PIP_FLAGS) uv==$(UV_VERSION); then \
+	if $(BIN)/python -m pip install -q $(PIP_FLAGS) uv==$(UV_VERSION) 2>/dev/null; then \
 	  $(BIN)/uv pip install --python $(BIN)/python --compile-bytecode $(UV_FLAGS) -r $(LOCK) && exit 0; \
 	  echo "make install: uv failed; pip installs $(LOCK) instead" >&2; \
-	else echo "make install: uv==$(UV_VERSION) is not available; pip installs $(LOCK)" >&2; fi; \
+	else echo "make install: pip could not install uv==$(UV_VERSION) (\`$(BIN)/python -m pip install uv==$(UV_VERSION)\` says why); pip installs $(LOCK)" >&2; fi; \
 	$(BIN)/python -m pip install $(PIP_FLAGS) -r $(LOCK)
 	$(BIN)/python -m pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	$(BIN)/python -m pip check
