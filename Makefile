@@ -67,11 +67,10 @@ $(STAMP): $(LOCK) pyproject.toml
 	  echo "warning: $(WHEELS) not found; pip will take torch from the index you configured" \
 	       "(on Linux, PyPI serves the large CUDA build)." >&2; fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	if $(BIN)/python -m pip install -q $(PIP_FLAGS) uv==$(UV_VERSION) 2>/dev/null; then \
-	  $(BIN)/uv pip install --python $(BIN)/python --compile-bytecode $(UV_FLAGS) -r $(LOCK) && exit 0; \
-	  echo "make install: uv failed; pip installs $(LOCK) instead" >&2; \
-	else echo "make install: pip could not install uv==$(UV_VERSION) (\`$(BIN)/python -m pip install uv==$(UV_VERSION)\` says why); pip installs $(LOCK)" >&2; fi; \
-	$(BIN)/python -m pip install $(PIP_FLAGS) -r $(LOCK)
+	$(BIN)/python -m pip install -q $(PIP_FLAGS) uv==$(UV_VERSION) \
+	  && $(BIN)/uv pip install --python $(BIN)/python --compile-bytecode $(UV_FLAGS) -r $(LOCK) \
+	  || { echo "make install: uv did not install $(LOCK) (why: above); pip installs it" >&2; \
+	       $(BIN)/python -m pip install $(PIP_FLAGS) -r $(LOCK); }
 	$(BIN)/python -m pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	$(BIN)/python -m pip check
 	install -D -m 644 jupyter/jupyter_server_config.d/coursepkg.json $(VENV)/etc/jupyter/jupyter_server_config.d/coursepkg.json
