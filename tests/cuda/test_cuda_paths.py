@@ -33,6 +33,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from model_shapes import LLAMA_STYLE
 from torch.testing import assert_close
 
 from coursepkg import (
@@ -116,12 +117,7 @@ BF16_LOSS = 2e-2 if CUDA else 0.0
 
 BASE = dict(vocab_size=23, d_model=32, n_heads=4, d_ff=48, n_layers=2, dropout=0.0, max_len=64)
 MODERN = dict(
-    norm="rmsnorm",
-    positional="rope",
-    activation="swiglu",
-    norm_first=True,
-    bias=False,
-    scale_embeddings=False,
+    **LLAMA_STYLE,
     n_kv_heads=2,
     qk_norm=True,
 )

@@ -20,6 +20,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 tf = pytest.importorskip("transformers")
 tf.logging.set_verbosity_error()
 
+from model_shapes import LLAMA_STYLE  # noqa: E402
+
 from coursepkg import (  # noqa: E402
     DecoderOnlyLM,
     LatentConfig,
@@ -253,15 +255,10 @@ REFERENCE = dict(
     n_layers=3,
     dropout=0.0,
     max_len=64,
-    norm_first=True,
+    **LLAMA_STYLE,
     final_norm=True,
-    norm="rmsnorm",
     layer_norm_eps=1e-6,
-    positional="rope",
     rope=RopeConfig(pairs="interleaved"),
-    activation="swiglu",
-    bias=False,
-    scale_embeddings=False,
     tie_embeddings=False,
     latent=LatentConfig(kv_rank=12, q_rank=16, d_rope=4),
     moe=MoEConfig(

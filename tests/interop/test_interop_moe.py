@@ -17,6 +17,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 tf = pytest.importorskip("transformers")
 tf.logging.set_verbosity_error()
 
+from model_shapes import LLAMA_STYLE  # noqa: E402
+
 from coursepkg import DecoderOnlyLM, MoEConfig, TransformerConfig, count_parameters  # noqa: E402
 from coursepkg.interop import (  # noqa: E402
     from_hf_mixtral,
@@ -264,12 +266,7 @@ def test_a_reference_model_with_experts_first_dense_goes_to_qwen3_moe_and_back()
         d_ff=40,
         n_layers=3,
         dropout=0.0,
-        norm="rmsnorm",
-        positional="rope",
-        activation="swiglu",
-        norm_first=True,
-        bias=False,
-        scale_embeddings=False,
+        **LLAMA_STYLE,
         qk_norm=True,
         max_len=64,
         d_k=8,
@@ -310,12 +307,7 @@ def test_what_the_way_back_cannot_write_is_refused(to_hf, fields, message) -> No
         d_ff=24,
         n_layers=2,
         dropout=0.0,
-        norm="rmsnorm",
-        positional="rope",
-        activation="swiglu",
-        norm_first=True,
-        bias=False,
-        scale_embeddings=False,
+        **LLAMA_STYLE,
         moe=MoEConfig(n_experts=4),
     )
     lm = DecoderOnlyLM(TransformerConfig(**{**base, **fields}))

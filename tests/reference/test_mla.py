@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from model_shapes import LLAMA_STYLE
 from torch.testing import assert_close
 
 from coursepkg import (
@@ -146,12 +147,7 @@ MODEL = dict(
     n_layers=2,
     dropout=0.0,
     max_len=64,
-    norm="rmsnorm",
-    positional="rope",
-    activation="swiglu",
-    norm_first=True,
-    bias=False,
-    scale_embeddings=False,
+    **LLAMA_STYLE,
     d_k=6,
     d_v=5,
     latent=LatentConfig(kv_rank=12, d_rope=4),

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from model_shapes import LLAMA_STYLE
 
 from coursepkg import RopeConfig, TransformerConfig
 from coursepkg.attention import MultiHeadAttention
@@ -28,12 +29,7 @@ def _config(**kw) -> TransformerConfig:
         n_layers=2,
         dropout=0.0,
         max_len=64,
-        positional="rope",
-        norm_first=True,
-        norm="rmsnorm",
-        activation="swiglu",
-        bias=False,
-        scale_embeddings=False,
+        **LLAMA_STYLE,
     )
     fields.update(kw)
     return TransformerConfig(**fields)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from model_shapes import LLAMA_STYLE
 from torch.testing import assert_close
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -38,12 +39,7 @@ MODERN = dict(
     n_layers=3,
     dropout=0.0,
     max_len=32,
-    norm="rmsnorm",
-    positional="rope",
-    activation="swiglu",
-    norm_first=True,
-    bias=False,
-    scale_embeddings=False,
+    **LLAMA_STYLE,
 )
 MOE = dict(n_experts=4, top_k=2, d_ff=12)
 

@@ -7,6 +7,7 @@ import random
 
 import pytest
 import torch
+from model_shapes import LLAMA_STYLE
 from torch import nn
 
 from coursepkg import (
@@ -208,12 +209,7 @@ def test_todays_decoders_count_in_closed_form(fields, expected) -> None:
 
     config = TransformerConfig(
         **fields,
-        positional="rope",
-        norm="rmsnorm",
-        activation="swiglu",
-        bias=False,
-        norm_first=True,
-        scale_embeddings=False,
+        **LLAMA_STYLE,
     )
     assert count_parameters(config, "decoder-only") == expected
     with torch.device("meta"):
