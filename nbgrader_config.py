@@ -54,6 +54,12 @@ c.GenerateFeedback.preprocessors = [
 
 # Autograding: the longest one cell may run (the checks take seconds; a stuck notebook stops here).
 c.ExecutePreprocessor.timeout = 120
+# A kernel that dies or stays silent before it answers (another process took its port; a very busy
+# machine) is started again, up to 3 starts in all: no cell has run, and nbgrader would give up
+# on the whole submission, to be autograded again by hand (coursepkg.grading.kernel.execute).
+from coursepkg.grading.kernel.execute import autograde_preprocessors  # noqa: E402
+
+c.Autograde.autograde_preprocessors = autograde_preprocessors()
 # The longest a kernel may take to start (Validate and autograde start one each time): nbgrader's
 # 60 s is too short on a busy course server, where a start that fails is an error to the student.
 c.ExecutePreprocessor.startup_timeout = 300

@@ -266,8 +266,27 @@ def _nbgrader(course: Path, *args: str) -> str:
         idle=900,  # without a new line of nbgrader's log or a file written in the course
         progress=lambda: _progress(course),
     )
-    assert run.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{run.stdout}\n{run.stderr}"
+    output = f"{run.stdout}\n{run.stderr}"
+    assert run.returncode == 0, (
+        f"nbgrader {' '.join(args)} failed:\n{output}\n{_tracebacks(output)}"
+    )
     return run.stdout + run.stderr
+
+
+def _tracebacks(log: str) -> str:
+    """Every traceback in nbgrader's log with the log line before it, repeated at the end of
+    a failure's message: CI's report keeps only the end of a long log."""
+    lines = log.splitlines()
+    found, inside = [], False
+    for i, line in enumerate(lines):
+        if "Traceback (most recent call last)" in line:  # "[AutogradeApp | ERROR] Traceback"
+            inside = True
+            found.append(f"--- after: {lines[i - 1] if i else ''}")
+        elif inside and line.startswith("["):  # the next line of nbgrader's log
+            inside = False
+        if inside:
+            found.append(line)
+    return "the tracebacks above, again:\n" + "\n".join(found) if found else "(no traceback)"
 
 
 def _plant(nb, item: str, edits: list[tuple[str, str]]):

@@ -19,6 +19,7 @@ import nbformat
 import processes
 import psutil
 import pytest
+from flaky_kernel import flaky_kernelspec
 
 from coursepkg.grading.notebook import (
     DEFAULT_CELL_TIMEOUT,
@@ -202,23 +203,7 @@ def test_check_starts_a_kernel_again_when_the_first_dies_before_answering(tmp_pa
     # The first start of the "python3" kernel exits at once (as one whose port another process
     # took does); the next starts are the real kernel. No cell ran in the first, so the check
     # starts it again and the notebook is checked as usual.
-    spec = tmp_path / "jupyter" / "kernels" / "python3"
-    spec.mkdir(parents=True)
-    marker = tmp_path / "first-start"
-    start = (
-        "import os, sys\n"
-        f"marker = {str(marker)!r}\n"
-        "if not os.path.exists(marker):\n"
-        "    open(marker, 'w').close()\n"
-        "    sys.exit(1)\n"
-        "from ipykernel.kernelapp import launch_new_instance\n"
-        "sys.argv = ['ipykernel', '-f', sys.argv[1]]\n"
-        "launch_new_instance()\n"
-    )
-    argv = [sys.executable, "-c", start, "{connection_file}"]
-    (spec / "kernel.json").write_text(
-        json.dumps({"argv": argv, "display_name": "flaky", "language": "python"})
-    )
+    marker = flaky_kernelspec(tmp_path / "jupyter")
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     path = _notebook(tmp_path, "x = 1", test="assert x == 1")
     report = run_notebook(path, timeout=60)

@@ -212,8 +212,6 @@ class _PrivateCourse:
         with the grader's settings on top."""
         from nbgrader.apps import NbGraderAPI
         from nbgrader.apps.nbgraderapp import NbGraderApp
-        from nbgrader.converters import Autograde
-        from nbgrader.preprocessors import Execute
         from traitlets.config import Config
 
         here = os.getcwd()
@@ -240,12 +238,10 @@ class _PrivateCourse:
         config.Exporter.optimistic_validation = True
         # Kernels forked from a process that has imported torch (or started anew), over Unix
         # sockets: the sandbox kernel has no network beyond a loopback of its own.
+        from ..kernel.execute import autograde_preprocessors
         from ..kernel.forkserver import ForkExecute
 
-        config.Autograde.autograde_preprocessors = [
-            ForkExecute if pp is Execute else pp
-            for pp in Autograde.class_traits()["autograde_preprocessors"].default()
-        ]
+        config.Autograde.autograde_preprocessors = autograde_preprocessors(ForkExecute)
         config.Autograde.sanitize_preprocessors = sanitize_preprocessors()
         config.SaltHiddenSeeds.salt = self.a.seed_salt  # configuration: never in a kernel's env
         config.GenerateFeedback.preprocessors = feedback_preprocessors(app.config)

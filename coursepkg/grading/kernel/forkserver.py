@@ -44,11 +44,11 @@ from typing import Any
 from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning import LocalProvisioner
-from nbgrader.preprocessors import Execute
 from traitlets import Type
 
 from . import sandbox
 from .confine import die_with_parent, kernel_environment, kill_process_group_cgroup
+from .execute import RestartingExecute
 from .replies import ShortPollKernelClient
 
 __all__ = [
@@ -537,8 +537,9 @@ class ForkKernelManager(AsyncKernelManager):
             self._ipc_folder = None
 
 
-class ForkExecute(Execute):
-    """nbgrader's ``Execute`` preprocessor, starting kernels with :class:`ForkKernelManager`."""
+class ForkExecute(RestartingExecute):
+    """nbgrader's ``Execute`` preprocessor (one that starts a kernel again when it never
+    answered), starting kernels with :class:`ForkKernelManager`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("kernel_manager_class", ForkKernelManager)

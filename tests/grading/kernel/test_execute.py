@@ -1,0 +1,97 @@
+"""``nbgrader autograde``'s kernel start, as the course configures it: a kernel that dies before
+it answers is started again (no cell has run), one that dies while running a cell is not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from flaky_kernel import flaky_kernelspec
+from nbclient.exceptions import DeadKernelError
+from nbgrader.preprocessors import Execute
+from traitlets.config.loader import PyFileConfigLoader
+
+from coursepkg.grading.kernel.execute import RestartingExecute, autograde_preprocessors
+from coursepkg.grading.kernel.forkserver import ForkExecute
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _notebook(*sources: str):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    return nb
+
+
+def _run(pp: Execute, nb, folder: Path):
+    return pp.preprocess(nb, {"metadata": {"path": str(folder)}})
+
+
+@pytest.fixture
+def flaky(tmp_path, monkeypatch) -> Path:
+    """The "python3" kernel's first start exits before it answers; the marker says it did."""
+    marker = flaky_kernelspec(tmp_path / "jupyter")
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    return marker
+
+
+def test_nbgraders_own_execute_gives_up_on_a_kernel_that_died_before_answering(flaky, tmp_path):
+    # What the course's preprocessor is for: nbgrader's gives up on the whole notebook.
+    with pytest.raises(RuntimeError, match="kernel"):
+        _run(Execute(kernel_name="python3", timeout=60), _notebook("x = 1"), tmp_path)
+    assert flaky.is_file()
+
+
+def test_a_kernel_that_died_before_answering_is_started_again(flaky, tmp_path):
+    nb, _ = _run(
+        RestartingExecute(kernel_name="python3", timeout=60),
+        _notebook("x = 20", "print(x + 1)"),
+        tmp_path,
+    )
+    assert flaky.is_file()  # the first start did die
+    assert [o.get("text") for o in nb.cells[1].outputs] == ["21\n"]
+    assert [c.execution_count for c in nb.cells] == [1, 2]  # each cell ran once, in one kernel
+
+
+def test_a_kernel_that_dies_after_answering_is_not_started_again(tmp_path):
+    # The notebook's own code ended its kernel: running it again would run the cells before it
+    # twice, so the error is nbgrader's to report as before.
+    log = tmp_path / "ran.txt"
+    nb = _notebook(f"open({str(log)!r}, 'a').write('ran\\n')", "import os; os._exit(1)")
+    with pytest.raises(DeadKernelError):
+        _run(RestartingExecute(kernel_name="python3", timeout=60), nb, tmp_path)
+    assert log.read_text() == "ran\n"
+
+
+def test_a_kernel_that_never_answers_is_reported_after_the_last_start(tmp_path, monkeypatch):
+    jupyter = tmp_path / "jupyter"
+    flaky_kernelspec(jupyter)
+    # Every start dies: the marker goes before each one, so each is a first start.
+    marker = jupyter / "python3-first-start"
+    monkeypatch.setenv("JUPYTER_PATH", str(jupyter))
+    pp = RestartingExecute(kernel_name="python3", timeout=60)
+    starts = []
+    original = pp.start_new_kernel
+
+    def start_again(**kwargs):
+        marker.unlink(missing_ok=True)
+        starts.append(1)
+        return original(**kwargs)
+
+    pp.start_new_kernel = start_again
+    with pytest.raises(RuntimeError, match="kernel"):
+        _run(pp, _notebook("x = 1"), tmp_path)
+    assert len(starts) == 3
+
+
+def test_the_course_config_gives_autograde_the_restarting_execute():
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    chosen = config.Autograde.autograde_preprocessors
+    assert chosen == autograde_preprocessors()
+    assert RestartingExecute in chosen and Execute not in chosen
+    # The rest is nbgrader's default list, in its order: only the one that runs cells changed.
+    assert [pp for pp in autograde_preprocessors(Execute) if pp is not Execute] == [
+        pp for pp in chosen if pp is not RestartingExecute
+    ]
+    assert issubclass(ForkExecute, RestartingExecute)  # `coursepkg grade`'s kernels too
