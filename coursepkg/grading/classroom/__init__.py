@@ -17,17 +17,22 @@ from ..kernel import skip_iri_grammar
 
 skip_iri_grammar()  # before nbformat and nbgrader are imported (see its docstring)
 
-from .dashboard import build_dashboard  # noqa: E402
-from .limits import GradeLimits  # noqa: E402
-from .orchestrate import grade_class  # noqa: E402
-from .preprocessors import DefuseHiddenMarkers, DropEmptyMetadata, GraderNotes  # noqa: E402
-from .reports import (  # noqa: E402
-    ClassResult,
-    StudentResult,
-    checker_failure_flag,
-    review_flags,
-    sandbox_summary,
-)
+# Imported when first used (PEP 562), as coursepkg.grading's checks are: a Dask worker imports
+# .worker (and so this package) but never the client's reports and dashboard, whose catalogue of
+# mistakes imports every check and torch (~2 s of CPU in each worker of each `coursepkg grade`).
+_HOMES = {
+    "ClassResult": ".reports",
+    "DefuseHiddenMarkers": ".preprocessors",
+    "DropEmptyMetadata": ".preprocessors",
+    "GradeLimits": ".limits",
+    "GraderNotes": ".preprocessors",
+    "StudentResult": ".reports",
+    "build_dashboard": ".dashboard",
+    "checker_failure_flag": ".reports",
+    "grade_class": ".orchestrate",
+    "review_flags": ".reports",
+    "sandbox_summary": ".reports",
+}
 
 __all__ = [
     "ClassResult",
@@ -42,3 +47,15 @@ __all__ = [
     "review_flags",
     "sandbox_summary",
 ]
+
+
+def __getattr__(name: str):  # noqa: ANN202 - any of the package's names
+    """Import ``name`` from its home on first use (``from ...classroom import X``)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(home, __name__), name)
+    globals()[name] = value
+    return value
