@@ -19,6 +19,8 @@ Mask convention: every mask is boolean and **True means "may attend"** (the mean
 ``attn_mask``/``key_padding_mask`` use the opposite meaning (True = blocked).
 """
 
+from ._lazy import lazy_attributes
+
 __version__ = "0.1.0"
 
 # Every name below is imported when first used (PEP 562), so that `import coursepkg.cli`
@@ -99,21 +101,9 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):  # noqa: ANN202 - any of the package's names
-    """Import ``name`` from its module on first use (PEP 562); a submodule's name imports the
-    submodule (``coursepkg.model_parts.TokenEmbedding`` after ``import coursepkg``, as before)."""
-    from importlib import import_module
-    from importlib.util import find_spec
-
-    home = _HOMES.get(name)
-    if home is not None:
-        value = getattr(import_module(home, __name__), name)
-    elif not name.startswith("_") and find_spec(f"{__name__}.{name}") is not None:
-        value = import_module(f"{__name__}.{name}")
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
+# Each name imported from its module on first use; a submodule's name imports the submodule
+# (``coursepkg.model_parts.TokenEmbedding`` after ``import coursepkg``, as before).
+__getattr__ = lazy_attributes(__name__, _HOMES, globals(), submodules=True)
 
 
 def __dir__() -> list[str]:

@@ -80,6 +80,8 @@ registry of the item checks above.
 
 from __future__ import annotations
 
+from .._lazy import lazy_attributes
+
 # Every check is imported when first used (PEP 562): a notebook's first cell imports its own
 # assignment's checks only, and `coursepkg check`'s own process (which reads the notebook and
 # starts the kernel) imports no torch. catalogue() and registered_checks() import them all.
@@ -161,16 +163,7 @@ def load_every_check() -> None:
         import_module(home, __name__)
 
 
-def __getattr__(name: str):  # noqa: ANN202 - any of the package's names
-    """Import ``name`` from its home on first use (``from coursepkg.grading import X``)."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(home, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _HOMES, globals())
 
 
 __all__ = [

@@ -13,6 +13,7 @@ Everything a grade depends on is nbgrader's own work, through its Python API. Th
 * :mod:`.reports` and :mod:`.dashboard` -- results, JSON reports, the misconception dashboard.
 """
 
+from ..._lazy import lazy_attributes
 from ..kernel import skip_iri_grammar
 
 skip_iri_grammar()  # before nbformat and nbgrader are imported (see its docstring)
@@ -49,13 +50,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):  # noqa: ANN202 - any of the package's names
-    """Import ``name`` from its home on first use (``from ...classroom import X``)."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(home, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _HOMES, globals())
