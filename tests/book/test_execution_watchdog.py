@@ -12,6 +12,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from flaky_kernel import dying_kernelspec
 from nbclient import NotebookClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "book" / "_ext"))
@@ -121,32 +122,18 @@ def test_kernels_talk_over_unix_sockets_not_tcp_ports(tmp_path):
     assert nb.cells[0].outputs[0]["text"] == "ipc\n"
 
 
-def _kernel_dying_first(tmp_path, monkeypatch, times: int) -> nbformat.NotebookNode:
-    """A kernelspec whose process exits at once its first ``times`` starts, then is ipykernel."""
-    count = tmp_path / "starts"
-    script = tmp_path / "dying_kernel.py"
-    script.write_text(
-        "import os, runpy, sys\n"
-        f"path = {str(count)!r}\n"
-        "n = int(open(path).read()) if os.path.exists(path) else 0\n"
-        "open(path, 'w').write(str(n + 1))\n"
-        f"if n < {times}:\n    sys.exit(1)  # as a kernel that could not bind its sockets\n"
-        "sys.argv = ['ipykernel_launcher', '-f', sys.argv[1]]\n"
-        "runpy.run_module('ipykernel_launcher', run_name='__main__')\n"
-    )
-    spec = tmp_path / "share" / "kernels" / "dying"
-    spec.mkdir(parents=True)
-    argv = [sys.executable, str(script), "{connection_file}"]
-    kernel = {"argv": argv, "display_name": "dying", "language": "python"}
-    (spec / "kernel.json").write_text(json.dumps(kernel))
+def _kernel_dying_first(tmp_path, monkeypatch, times: int) -> tuple[nbformat.NotebookNode, Path]:
+    """A notebook on a kernelspec whose process exits at once its first ``times`` starts, then
+    is ipykernel; and the file counting its starts."""
+    starts = dying_kernelspec(tmp_path / "share", times, name="dying")
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "share"))
     nb = _notebook("print('ran')")
     nb.metadata["kernelspec"] = {"name": "dying", "display_name": "dying", "language": "python"}
-    return nb
+    return nb, starts
 
 
 def test_a_kernel_that_dies_before_answering_is_started_once_more(tmp_path, monkeypatch, capfd):
-    nb = _kernel_dying_first(tmp_path, monkeypatch, times=1)
+    nb, starts = _kernel_dying_first(tmp_path, monkeypatch, times=1)
     token = watchdog._page.set("book/demo.md")
     try:
         result = watchdog.watched_execution(nb, str(tmp_path), timeout=900, allow_errors=False)
@@ -154,20 +141,20 @@ def test_a_kernel_that_dies_before_answering_is_started_once_more(tmp_path, monk
         watchdog._page.reset(token)
     assert result.err is None, result.exc_string
     assert nb.cells[0].outputs[0]["text"] == "ran\n"
-    assert (tmp_path / "starts").read_text() == "2"
+    assert starts.read_text() == "2"
     err = capfd.readouterr().err
     assert "book/demo.md: the kernel died before it answered" in err
     assert "starting the page again in a new kernel" in err
 
 
 def test_a_kernel_that_never_answers_fails_the_page(tmp_path, monkeypatch):
-    nb = _kernel_dying_first(tmp_path, monkeypatch, times=5)
+    nb, starts = _kernel_dying_first(tmp_path, monkeypatch, times=5)
     registered, unregistered = [], []
     monkeypatch.setattr(atexit, "register", lambda f, *a, **k: registered.append(f) or f)
     monkeypatch.setattr(atexit, "unregister", unregistered.append)
     with pytest.raises(watchdog.KernelNeverAnswered, match="died before it answered"):
         watchdog.watched_execution(nb, str(tmp_path), timeout=900, allow_errors=False)
-    assert (tmp_path / "starts").read_text() == "2"  # one retry, no more
+    assert starts.read_text() == "2"  # one retry, no more
     # nbclient's clean-up at exit of each client, which would fail again on its dead kernel and
     # print a bare AssertionError when the build ends, is taken off
     cleanups = [f for f in registered if isinstance(getattr(f, "__self__", None), NotebookClient)]

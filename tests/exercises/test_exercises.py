@@ -19,7 +19,7 @@ import nbformat
 import processes
 import psutil
 import pytest
-from flaky_kernel import flaky_kernelspec
+from flaky_kernel import dying_kernelspec
 
 from coursepkg.grading.notebook import (
     DEFAULT_CELL_TIMEOUT,
@@ -203,11 +203,11 @@ def test_check_starts_a_kernel_again_when_the_first_dies_before_answering(tmp_pa
     # The first start of the "python3" kernel exits at once (as one whose port another process
     # took does); the next starts are the real kernel. No cell ran in the first, so the check
     # starts it again and the notebook is checked as usual.
-    marker = flaky_kernelspec(tmp_path / "jupyter")
+    starts = dying_kernelspec(tmp_path / "jupyter")
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     path = _notebook(tmp_path, "x = 1", test="assert x == 1")
     report = run_notebook(path, timeout=60)
-    assert marker.is_file()  # the first start did exit
+    assert starts.read_text() == "2"  # the first start did exit
     assert report.problem == "", report.problem
     assert [c.status for c in report.cells] == ["passed"], report.format()
 

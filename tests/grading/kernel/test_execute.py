@@ -7,7 +7,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from flaky_kernel import flaky_kernelspec
+from flaky_kernel import dying_kernelspec
 from nbclient.exceptions import DeadKernelError
 from nbgrader.preprocessors import Execute
 from traitlets.config.loader import PyFileConfigLoader
@@ -30,17 +30,17 @@ def _run(pp: Execute, nb, folder: Path):
 
 @pytest.fixture
 def flaky(tmp_path, monkeypatch) -> Path:
-    """The "python3" kernel's first start exits before it answers; the marker says it did."""
-    marker = flaky_kernelspec(tmp_path / "jupyter")
+    """The "python3" kernel's first start exits before it answers; the file counts the starts."""
+    starts = dying_kernelspec(tmp_path / "jupyter")
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-    return marker
+    return starts
 
 
 def test_nbgraders_own_execute_gives_up_on_a_kernel_that_died_before_answering(flaky, tmp_path):
     # What the course's preprocessor is for: nbgrader's gives up on the whole notebook.
     with pytest.raises(RuntimeError, match="kernel"):
         _run(Execute(kernel_name="python3", timeout=60), _notebook("x = 1"), tmp_path)
-    assert flaky.is_file()
+    assert flaky.read_text() == "1"  # one start, which died
 
 
 def test_a_kernel_that_died_before_answering_is_started_again(flaky, tmp_path):
@@ -49,7 +49,7 @@ def test_a_kernel_that_died_before_answering_is_started_again(flaky, tmp_path):
         _notebook("x = 20", "print(x + 1)"),
         tmp_path,
     )
-    assert flaky.is_file()  # the first start did die
+    assert flaky.read_text() == "2"  # the first start did die
     assert [o.get("text") for o in nb.cells[1].outputs] == ["21\n"]
     assert [c.execution_count for c in nb.cells] == [1, 2]  # each cell ran once, in one kernel
 
@@ -65,24 +65,12 @@ def test_a_kernel_that_dies_after_answering_is_not_started_again(tmp_path):
 
 
 def test_a_kernel_that_never_answers_is_reported_after_the_last_start(tmp_path, monkeypatch):
-    jupyter = tmp_path / "jupyter"
-    flaky_kernelspec(jupyter)
-    # Every start dies: the marker goes before each one, so each is a first start.
-    marker = jupyter / "python3-first-start"
-    monkeypatch.setenv("JUPYTER_PATH", str(jupyter))
+    starts = dying_kernelspec(tmp_path / "jupyter", times=5)  # every start dies
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     pp = RestartingExecute(kernel_name="python3", timeout=60)
-    starts = []
-    original = pp.start_new_kernel
-
-    def start_again(**kwargs):
-        marker.unlink(missing_ok=True)
-        starts.append(1)
-        return original(**kwargs)
-
-    pp.start_new_kernel = start_again
     with pytest.raises(RuntimeError, match="kernel"):
         _run(pp, _notebook("x = 1"), tmp_path)
-    assert len(starts) == 3
+    assert starts.read_text() == "3"
 
 
 def test_the_course_config_gives_autograde_the_restarting_execute():
