@@ -45,7 +45,7 @@ from . import gradebook
 from .dashboard import build_dashboard
 from .limits import course_limits
 from .protocol import EXCHANGE_FILES, Assignment, GradeAnswer, GradeJob, SandboxStatus
-from .reports import ClassResult, StudentResult, sandbox_summary, student_report
+from .reports import ClassResult, StudentResult, load_checks, sandbox_summary, student_report
 from .standing import standing
 
 __all__ = ["Interrupted", "connect", "grade_class"]
@@ -271,6 +271,21 @@ def _assignment(course: gradebook.Course, name: str, notebooks: list[str], **lim
     )
 
 
+def _meanwhile(work: Any) -> threading.Thread:
+    """Start ``work()`` in a daemon thread; whatever it raises is left for the main thread to
+    meet again (``load_checks``'s imports are repeated on first use)."""
+
+    def attempt() -> None:
+        try:
+            work()
+        except Exception:  # noqa: BLE001 - the main thread imports again and reports it
+            log.debug("loading ahead failed; the reports will load it", exc_info=True)
+
+    thread = threading.Thread(target=attempt, name=f"coursepkg-{work.__name__}", daemon=True)
+    thread.start()
+    return thread
+
+
 def _run(batch: _Batch, jobs: list[GradeJob], window: int, progress: bool, console: Any) -> None:
     """Keep at most ``window`` jobs on the cluster; record each answer as it arrives, with a
     progress bar. Whatever is still running when this stops (Ctrl-C) is cancelled."""
@@ -437,8 +452,10 @@ def grade_class(
             batch = _Batch(client, shipped, book, stop)
             grade_start = time.perf_counter()
             jobs = [_job(book, assignment, sid, notebooks) for sid in chosen]
+            loading = _meanwhile(load_checks)  # the reports' imports, while the workers grade
             _run(batch, jobs, 4 * n_workers, progress, console)
             grade_seconds = time.perf_counter() - grade_start
+        loading.join()
         result = _finish(batch, chosen, notebooks, reports, replaced)
         result.grade_seconds, result.workers = grade_seconds, n_workers
         result.subset = students is not None

@@ -13,8 +13,6 @@ from typing import Any
 
 import nbformat
 
-from .. import catalogue
-from ..framework import CHECKER_FAILED
 from ..notebook import NotebookError, load_notebook
 from .preprocessors import NOTE_MARK
 from .protocol import SandboxStatus
@@ -24,6 +22,7 @@ __all__ = [
     "StudentResult",
     "checker_failure_flag",
     "diagnoses_in",
+    "load_checks",
     "review_flags",
     "sandbox_summary",
     "student_report",
@@ -212,13 +211,36 @@ def review_flags(nb: Any, given: Any = None) -> list[str]:
 def checker_failure_flag(grade_id: str, message: str) -> str | None:
     """The review flag of a test cell whose check crashed (``CheckerError``): its
     points are not a verdict on the student, so the instructor grades that cell by hand."""
+    from ..framework.results import CHECKER_FAILED  # the checks import torch: see load_checks
+
     if CHECKER_FAILED in message:
         return f"the checker itself failed on {grade_id}: grade that cell by hand"
     return None
 
 
+def load_checks() -> None:
+    """Import what the reports and the dashboard need from the checks and matplotlib: the
+    catalogue (every check module, so torch) and pyplot, about 3 s of one core.
+
+    This module and the dashboard import them on first use, not with themselves, so that
+    ``coursepkg grade`` starts its cluster without paying for them; it calls this in a thread
+    while the workers grade (its main process waits on them then), and the reports find them
+    loaded. Calling it again costs nothing.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401 - loaded for the dashboard's figures
+
+    from .. import catalogue
+
+    catalogue()
+
+
 def diagnoses_in(message: str) -> list[dict[str, str]]:
     """The catalogued mistakes a check's message names (its "known mistake" sentences)."""
+    from .. import catalogue  # the checks import torch: see load_checks
+
     found = []
     for bug in catalogue():
         if f"known mistake: {bug.description.rstrip('.')}" in message or (
