@@ -142,8 +142,29 @@ def grade(assignment: Assignment, job: GradeJob) -> GradeAnswer:
 # ---------------------------------------------------------------------------------------------
 
 
+# What nbclient says of a kernel that never answered its first request: it died or hung while
+# it started, before any cell ran (the grader's machine: a port taken by another process as the
+# kernel bound it, no memory to start one, a machine too busy to answer in time).
+_NEVER_STARTED = (
+    "before replying to kernel_info",
+    "Address already in use",
+    "Kernel didn't respond in",
+)
+
+
 def classify(output: str, cell_timeout: int) -> str:
-    """A sentence for the student from nbgrader's log of a failed run."""
+    """A sentence for the student from nbgrader's log of a failed run.
+
+    A kernel that never started is the grading machine's failure, not the notebook's: none of
+    its code ran, and the sentence says so (the grader tried again first: ``_retrying``,
+    :class:`~coursepkg.grading.kernel.execute.RestartingExecute`).
+    """
+    if any(marker in output for marker in _NEVER_STARTED):
+        return (
+            "the grader could not start a Python kernel for your notebook (a failure of the "
+            "grading machine, not of your code: none of it ran), so it was not graded; grading "
+            "it again grades it"
+        )
     if "DeadKernelError" in output or "Kernel died" in output or "kernel died" in output:
         return (
             "the Python kernel died while running your notebook (the code exited the process, "

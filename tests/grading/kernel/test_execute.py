@@ -12,6 +12,7 @@ from nbclient.exceptions import DeadKernelError
 from nbgrader.preprocessors import Execute
 from traitlets.config.loader import PyFileConfigLoader
 
+from coursepkg.grading.classroom.worker import classify
 from coursepkg.grading.kernel.execute import RestartingExecute, autograde_preprocessors
 from coursepkg.grading.kernel.forkserver import ForkExecute
 
@@ -26,6 +27,12 @@ def _notebook(*sources: str):
 
 def _run(pp: Execute, nb, folder: Path):
     return pp.preprocess(nb, {"metadata": {"path": str(folder)}})
+
+
+def _logged(err: BaseException) -> str:
+    """The error as nbgrader's log ends with it (``coursepkg grade`` classifies that log)."""
+    head = "[AutogradeApp | ERROR] There was an error processing assignment"
+    return f"{head}\n{type(err).__name__}: {err}"
 
 
 @pytest.fixture
@@ -59,18 +66,24 @@ def test_a_kernel_that_dies_after_answering_is_not_started_again(tmp_path):
     # twice, so the error is nbgrader's to report as before.
     log = tmp_path / "ran.txt"
     nb = _notebook(f"open({str(log)!r}, 'a').write('ran\\n')", "import os; os._exit(1)")
-    with pytest.raises(DeadKernelError):
+    with pytest.raises(DeadKernelError) as died:
         _run(RestartingExecute(kernel_name="python3", timeout=60), nb, tmp_path)
     assert log.read_text() == "ran\n"
+    # `coursepkg grade` tells the student their code ended the kernel.
+    assert classify(_logged(died.value), 120).startswith("the Python kernel died while running")
 
 
 def test_a_kernel_that_never_answers_is_reported_after_the_last_start(tmp_path, monkeypatch):
     starts = dying_kernelspec(tmp_path / "jupyter", times=5)  # every start dies
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     pp = RestartingExecute(kernel_name="python3", timeout=60)
-    with pytest.raises(RuntimeError, match="kernel"):
+    with pytest.raises(RuntimeError, match="kernel") as never:
         _run(pp, _notebook("x = 1"), tmp_path)
     assert starts.read_text() == "3"
+    # `coursepkg grade` says it is the machine's failure: none of the student's code ran.
+    said = classify(_logged(never.value), 120)
+    assert said.startswith("the grader could not start a Python kernel"), said
+    assert "died while running" not in said
 
 
 def test_the_course_config_gives_autograde_the_restarting_execute():
