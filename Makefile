@@ -35,7 +35,7 @@ PIP_FLAGS := --disable-pip-version-check $(if $(wildcard $(WHEELS)),--find-links
 UV_VERSION := 0.13.9
 UV_FLAGS := $(if $(wildcard $(WHEELS)),--find-links $(WHEELS))
 
-.PHONY: help install test test-fast lint format book pdf singlehtml publish release lab bench robustness clean distclean lock
+.PHONY: help install test test-fast lint format book pdf publish release lab bench robustness clean distclean lock
 
 help:
 	@echo "make install    create $(VENV)/ and install $(LOCK) and coursepkg (editable); no-op when up to date"
@@ -43,7 +43,6 @@ help:
 	@echo "make test-fast  ruff, then the quick tests: package and checks, no browser/cluster/book/notebooks"
 	@echo "make book       build the book (executes its pages) into _build/html/index.html"
 	@echo "make pdf        the book as one PDF, _build/pdf/book.pdf (single-page HTML printed by headless chromium)"
-	@echo "make singlehtml the book as one HTML page, _build/singlehtml/index.html (what make pdf prints)"
 	@echo "make lint       ruff check and ruff format --check"
 	@echo "make format     ruff format and ruff check --fix"
 	@echo "make publish    push the built book (_build/html) to the gh-pages branch (PUSH= for a local dry run)"
@@ -149,13 +148,8 @@ book: install
 # pages as `make book`: its cache in _build/.jupyter_cache; a page not in it runs now), printed
 # by the system's headless Chromium (Debian: apt-get install chromium) into _build/pdf/book.pdf,
 # with an outline of every heading and each figure's alt text. Nothing is downloaded.
-# `make singlehtml` is the first half alone (_build/singlehtml/index.html): CI builds it, and
-# tests/book/test_pdf.py prints it while the other tests run (Chromium's printing keeps one core
-# busy for about a minute and a half, which a phase of its own left the other core idle for).
-singlehtml: install
+pdf: install
 	$(VENV_PATH) TQDM_MININTERVAL=30 $(BIN)/jupyter-book build . --builder singlehtml -n --keep-going
-
-pdf: singlehtml
 	$(BIN)/python scripts/book_pdf.py
 
 # Publish the built book the usual Jupyter Book way: ghp-import commits the site to the gh-pages

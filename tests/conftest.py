@@ -47,9 +47,6 @@ LONGEST_FILES = {
     "tests/grading/checks/test_check_protocol.py": 120,
     "tests/grading/checks/test_ex09_hostile.py": 56,
     "tests/grading/term/test_similarity.py": 56,
-    # CI builds the single page only; this file prints the PDF (Chromium, one core): 2026-12-01,
-    # 83 s alone on a quiet machine
-    "tests/book/test_pdf.py": 120,
 }
 
 

@@ -3,9 +3,7 @@
 The reader of ``scripts/book_pdf.py`` is checked on a PDF Chromium prints from a small page; the
 built book's PDF is checked for every chapter's title in its outline and every chapter's
 diagrams (by their alt text): ``make pdf``'s ``_build/pdf/book.pdf`` when it is newer than the
-single-page build, else one printed afresh from ``_build/singlehtml`` (``make singlehtml``, or
-``make pdf``, builds it). CI builds the single page only and lets this test print it, beside the
-other tests: the printing keeps one core busy, and a phase of its own left the other idle.
+single-page build, else one printed afresh from ``_build/singlehtml`` (``make pdf`` builds it).
 Without Chromium these skip, unless ``COURSE_REQUIRE_BROWSER`` is set (as in CI); without the
 single-page build the book's check skips, unless ``COURSE_REQUIRE_BOOK`` is set.
 """
