@@ -271,17 +271,17 @@ def _assignment(course: gradebook.Course, name: str, notebooks: list[str], **lim
     )
 
 
-def _meanwhile(work: Any) -> threading.Thread:
-    """Start ``work()`` in a daemon thread; whatever it raises is left for the main thread to
-    meet again (``load_checks``'s imports are repeated on first use)."""
+def _load_checks_ahead() -> threading.Thread:
+    """:func:`~.reports.load_checks` in a daemon thread, while the workers grade. A failure is
+    left for the reports to meet again: they import the same modules on first use."""
 
     def attempt() -> None:
         try:
-            work()
-        except Exception:  # noqa: BLE001 - the main thread imports again and reports it
-            log.debug("loading ahead failed; the reports will load it", exc_info=True)
+            load_checks()
+        except Exception:  # noqa: BLE001 - the reports import again and report it
+            log.debug("loading the checks ahead failed; the reports will load them", exc_info=True)
 
-    thread = threading.Thread(target=attempt, name=f"coursepkg-{work.__name__}", daemon=True)
+    thread = threading.Thread(target=attempt, name="coursepkg-load-checks", daemon=True)
     thread.start()
     return thread
 
@@ -452,7 +452,7 @@ def grade_class(
             batch = _Batch(client, shipped, book, stop)
             grade_start = time.perf_counter()
             jobs = [_job(book, assignment, sid, notebooks) for sid in chosen]
-            loading = _meanwhile(load_checks)  # the reports' imports, while the workers grade
+            loading = _load_checks_ahead()  # the reports' imports, while the workers grade
             _run(batch, jobs, 4 * n_workers, progress, console)
             grade_seconds = time.perf_counter() - grade_start
         loading.join()

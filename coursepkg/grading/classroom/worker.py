@@ -142,14 +142,13 @@ def grade(assignment: Assignment, job: GradeJob) -> GradeAnswer:
 # ---------------------------------------------------------------------------------------------
 
 
+# A kernel that could not start because another process took one of its ports as it bound them
+# (no code of the student's has run before the kernel answers): passes on a second try.
+_PORT_RACE = ("before replying to kernel_info", "Address already in use")
 # What nbclient says of a kernel that never answered its first request: it died or hung while
-# it started, before any cell ran (the grader's machine: a port taken by another process as the
-# kernel bound it, no memory to start one, a machine too busy to answer in time).
-_NEVER_STARTED = (
-    "before replying to kernel_info",
-    "Address already in use",
-    "Kernel didn't respond in",
-)
+# it started, before any cell ran (the grader's machine: a port race, no memory to start one, a
+# machine too busy to answer in time).
+_NEVER_STARTED = (*_PORT_RACE, "Kernel didn't respond in")
 
 
 def classify(output: str, cell_timeout: int) -> str:
@@ -181,10 +180,8 @@ def classify(output: str, cell_timeout: int) -> str:
     return f"nbgrader could not run your notebook ({last[:200]})"
 
 
-# Failures that are the machine's, not the notebook's, and pass on a second try: a kernel that
-# could not start (another starting at the same moment took its socket). No code of the
-# student's has run before the kernel answers.
-_TRANSIENT = ("database is locked", "before replying to kernel_info", "Address already in use")
+# Failures that are the machine's, not the notebook's, and pass on a second try.
+_TRANSIENT = ("database is locked", *_PORT_RACE)
 
 
 def _retrying(call: Any, attempts: int = 4) -> tuple[dict, int]:
