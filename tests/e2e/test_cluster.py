@@ -274,14 +274,28 @@ def test_a_class_on_a_cluster_into_postgresql(cluster, postgres, release, tmp_pa
     assert _rows(postgres["url"]) == {s: [expected[s]] for s in students}
 
 
+# The worker grading this kernel: the kernel's parent is a fork server, which on a LocalCluster
+# is the grader's own (a sibling of the workers: the worker is the one whose working folder, its
+# private course, holds the kernel's), or a worker's own (then the worker is its parent).
 KILL_WORKER = """import os as _os, signal as _signal
-_pid = _os.getppid()
-for _ in range(3):  # the kernel's parent is the fork server (or the worker), then the worker
-    _cmd = open(f"/proc/{_pid}/cmdline", "rb").read()
-    if b"forkserver" not in _cmd:
-        break
-    _pid = int(open(f"/proc/{_pid}/stat").read().rsplit(")", 1)[1].split()[1])
-_os.kill(_pid, _signal.SIGKILL)
+def _parent(pid):
+    return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+_server = _os.getppid()
+_worker = _parent(_server)
+if b"--siblings" in open(f"/proc/{_server}/cmdline", "rb").read():
+    _here = _os.getcwd()
+    for _p in filter(str.isdigit, _os.listdir("/proc")):
+        try:
+            if _parent(int(_p)) == _worker and _p != str(_server):
+                _cwd = _os.readlink(f"/proc/{_p}/cwd")
+                if _here.startswith(_cwd.rstrip("/") + "/"):
+                    _worker = int(_p)
+                    break
+        except OSError:
+            pass
+    else:
+        raise RuntimeError("no worker found")
+_os.kill(_worker, _signal.SIGKILL)
 """
 
 # In a child, as a kernel does it; the parent removes the child's cgroup afterwards.

@@ -27,8 +27,10 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -373,13 +375,41 @@ def _submissions(root: Path, assignment: str, students: list[str] | None) -> lis
     return chosen
 
 
-def _start_fork_servers(client: Any, fork: bool) -> None:
-    """With ``fork``, a fork server on each worker, started first: it imports torch and the
-    checks while the client prepares the jobs."""
+@contextlib.contextmanager
+def _shared_fork_server(fork: bool, scheduler: str | None) -> Iterator[tuple[str, int] | None]:
+    """With ``fork`` on a ``LocalCluster``, one fork server for all its workers, started
+    before the cluster: it imports torch and the checks (seconds of CPU) once, not once a
+    worker, and while the cluster starts. Yields ``(socket path, pid)``, or None where each
+    worker starts its own (a remote scheduler's workers are not this process's children; and
+    in a process orphans are re-parented to, a child proves nothing:
+    :func:`~coursepkg.grading.kernel.forkserver.orphans_become_children`)."""
+    from ..kernel.forkserver import ForkServer, orphans_become_children
+
+    if not fork or scheduler or orphans_become_children():
+        yield None
+        return
+    import dask
+
+    # The environment a Dask nanny gives its worker (one thread for OpenMP and the BLAS,
+    # glibc's trim threshold), which a worker's own server would have inherited.
+    spawned = dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {}
+    env = {**os.environ, **{k: str(v) for k, v in spawned.items()}}
+    folder = Path(tempfile.mkdtemp(prefix="cg-s-", dir="/tmp"))
+    server = ForkServer(folder / "fork.sock", siblings=True, env=env)
+    try:
+        yield str(server.path), server.proc.pid
+    finally:
+        server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _start_fork_servers(client: Any, fork: bool, shared: tuple[str, int] | None) -> None:
+    """With ``fork``, a fork server on each worker (or ``shared``, the client's for all of
+    them), started first: it imports torch and the checks while the client prepares the jobs."""
     if fork:
         from .worker import GradingPlugin
 
-        client.register_plugin(GradingPlugin())
+        client.register_plugin(GradingPlugin(shared))
 
 
 def grade_class(
@@ -438,10 +468,14 @@ def grade_class(
     chosen = _submissions(root, assignment, students)
     book = _checked_course(root, url, assignment)
     stop = _Stop()
-    with stop.installed(), gradebook.reused_engines():
+    with (
+        stop.installed(),
+        gradebook.reused_engines(),
+        _shared_fork_server(fork, scheduler) as shared,
+    ):
         local = min(workers or os.cpu_count() or 1, len(chosen))  # an idle worker costs CPU too
         with connect(scheduler, local) as client:  # reachable, before anything is written
-            _start_fork_servers(client, fork)
+            _start_fork_servers(client, fork, shared)
             notebooks = book.notebooks(assignment)
             replaced = apply_due_date(book, assignment)  # the policy's, before the workers
             reports = root / "reports" / assignment

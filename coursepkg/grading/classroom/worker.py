@@ -13,8 +13,11 @@ notebook and the feedback go back in the :class:`~.protocol.GradeAnswer`, and th
 files are removed from the worker.
 
 Kernels are the sandbox kernels of :mod:`coursepkg.grading.kernel.sandbox`, forked from a fork
-server of this worker process (:class:`GradingPlugin` starts it when the worker starts, so its
-imports overlap the worker's; a job waits for it before its notebook's time starts). A
+server: on a ``LocalCluster``, the one the client started for all its workers before the
+cluster (its imports overlap the cluster's start, and are paid once); on a remote scheduler's
+workers, one of this worker process's own (:class:`GradingPlugin` starts it when the worker
+starts, so its imports overlap the worker's). A job waits for it before its notebook's time
+starts. A
 notebook that runs longer than its time limit has its kernel killed (and whatever it started);
 the student then gets the fallback grade: the release graded in place of the submission, every
 test scoring 0 with the reason.
@@ -59,7 +62,7 @@ log = logging.getLogger(__name__)
 MAX_FILE_BYTES = 20 * 2**20
 
 _lock = threading.Lock()
-_state: dict[str, Any] = {"server": None, "home": None, "courses": {}}
+_state: dict[str, Any] = {"server": None, "home": None, "courses": {}, "shared": None}
 
 
 def _home() -> Path:
@@ -71,10 +74,16 @@ def _home() -> Path:
 
 def start_fork_server() -> ForkServer:
     """This process's fork server, started on first use (it imports torch while the worker does
-    other things) and made the one its kernel provisioners use."""
+    other things) and made the one its kernel provisioners use; on a ``LocalCluster``, the
+    handle on the one server the client started for all its workers (:class:`GradingPlugin`),
+    while that server runs."""
     server = _state["server"]
     if server is None or server.proc.poll() is not None:
-        server = ForkServer(_home() / "fork.sock").start()
+        shared = _state["shared"]
+        if shared is not None and server is None:
+            server = ForkServer.attach(*shared).start()
+        else:  # no shared server, or it died: one of this worker's own
+            server = ForkServer(_home() / "fork.sock").start()
         _state["server"] = server
     return server
 
@@ -92,11 +101,21 @@ def stop_fork_server() -> None:
 class GradingPlugin(WorkerPlugin):
     """Starts the fork server when a Dask worker starts (or restarts after a crash) and stops
     it with the worker; both times, the ``pids`` cgroups of kernels that died with a worker are
-    removed (:func:`~coursepkg.grading.kernel.confine.remove_stale_cgroups`)."""
+    removed (:func:`~coursepkg.grading.kernel.confine.remove_stale_cgroups`).
+
+    Args:
+        shared: ``(socket path, pid)`` of the fork server the client started for its own
+            workers (:meth:`~coursepkg.grading.kernel.forkserver.ForkServer.attach`), or None:
+            each worker starts its own.
+    """
 
     name = "coursepkg-grading"
 
+    def __init__(self, shared: tuple[str, int] | None = None) -> None:
+        self.shared = shared
+
     def setup(self, worker: Any) -> None:
+        _state["shared"] = self.shared
         start_fork_server()
         # A worker started after one was killed: its kernels' pids cgroups go.
         remove_stale_cgroups()

@@ -18,8 +18,14 @@ The pieces:
 
 * :func:`serve` runs the server (``python -m coursepkg.grading.kernel.forkserver SOCKET``); it
   answers only its parent process (the peer's pid is checked with ``SO_PEERCRED``), so a
-  student's kernel that finds the socket cannot ask it for an unconfined process.
-* :class:`ForkServer` starts and stops a server from the worker.
+  student's kernel that finds the socket cannot ask it for an unconfined process. Started with
+  ``--siblings``, it answers its parent's other children too: ``coursepkg grade`` on a
+  ``LocalCluster`` starts one server for all its workers (the workers are the grader's
+  children), which imports torch once instead of once a worker, and while the cluster starts.
+  A kernel lives as long as the connection of the process that asked for it: a worker that
+  dies takes its kernels with it.
+* :class:`ForkServer` starts and stops a server; :meth:`ForkServer.attach` is a worker's
+  handle on a server its parent started.
 * :class:`ForkProvisioner` is a jupyter_client kernel provisioner that launches the sandbox
   kernelspec through the server, and falls back to an ordinary launch when there is no server
   or the command is not the sandbox kernel; :class:`ForkKernelManager` uses it, and
@@ -47,7 +53,7 @@ from jupyter_client.provisioning import LocalProvisioner
 from traitlets import Type
 
 from . import sandbox
-from .confine import die_with_parent, kernel_environment, kill_process_group_cgroup
+from .confine import die_with_parent, kernel_environment, kill_process_group_cgroup, libc
 from .execute import RestartingExecute
 from .replies import ShortPollKernelClient
 
@@ -80,6 +86,8 @@ PRELOAD = (
     "sqlite3",  # IPython's history
 )
 
+_PR_GET_CHILD_SUBREAPER = 37
+
 # The server of this process (set by ForkServer.start), used by every ForkProvisioner in it.
 _current: ForkServer | None = None
 
@@ -93,6 +101,37 @@ def _peer_pid(conn: socket.socket) -> int:
     """The pid of the process at the other end of a Unix socket (Linux ``SO_PEERCRED``)."""
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
     return int.from_bytes(creds[:4], sys.byteorder, signed=True)
+
+
+def _parent_of(pid: int) -> int | None:
+    """The parent pid of process ``pid`` (None when it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2 :].split()[1])  # after "pid (comm) state"
+
+
+def may_ask(peer: int, parent: int, siblings: bool) -> bool:
+    """Whether process ``peer`` may ask the server started by ``parent`` for a kernel: the
+    parent itself, and with ``siblings`` the parent's other children (never their children,
+    such as a student's kernel or what it starts)."""
+    return peer == parent or (siblings and _parent_of(peer) == parent)
+
+
+def orphans_become_children() -> bool:
+    """Whether an orphaned process would be re-parented to this one (it is pid 1 of its pid
+    namespace, or a child subreaper): then "a child of this process" says nothing of where a
+    process came from, and a server of siblings (``serve(..., siblings=True)``) must not be
+    started from it."""
+    if os.getpid() == 1:
+        return True
+    import ctypes
+
+    flag = ctypes.c_int(0)
+    if libc().prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) != 0:
+        return True  # cannot tell: assume the worst
+    return flag.value != 0
 
 
 def _read_line(conn: socket.socket, limit: int = 1 << 24) -> bytes:
@@ -194,24 +233,28 @@ def _preload() -> None:
     gc.freeze()
 
 
-def serve(path: str | Path) -> None:
+def serve(path: str | Path, siblings: bool = False) -> None:
     """Run a fork server on the Unix socket ``path`` until the parent process dies.
 
     Protocol, one connection per kernel: the client sends one JSON line ``{"argv": [...],
     "env": {...}, "cwd": "..."}`` (``argv`` is the sandbox kernelspec's command line); the
     server forks, answers ``{"pid": N}``, and when that child exits ``{"exit": code}``, then
-    closes the connection. A request from any process but the server's parent, or that is not
-    the sandbox kernel's command line, is answered ``{"error": "..."}``.
+    closes the connection. The client keeps the connection open while it uses the kernel: when
+    it closes it first (the client died), the kernel is killed. A request from any process but
+    the server's parent (or, with ``siblings``, the parent's other children), or that is not the
+    sandbox kernel's command line, is answered ``{"error": "..."}``.
 
     Args:
         path: where to create the socket (its directory should be private to the grader).
+        siblings: answer the parent's children too (the parent must not be a process orphans
+            are re-parented to: :func:`orphans_become_children`).
     """
-    die_with_parent()  # die with the worker
+    die_with_parent()  # die with the process that started the server
     parent = os.getppid()
     here = os.getcwd()  # `python -m` put it first on sys.path; each kernel gets its own
     _preload()
     # Bound and listening under a temporary name, then renamed into place: whoever finds the
-    # socket at ``path`` can connect at once, and the line on stdout says so to the worker.
+    # socket at ``path`` can connect at once, and the line on stdout says so to the parent.
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     staging = f"{path}.{os.getpid()}"
     listener.bind(staging)
@@ -221,18 +264,20 @@ def serve(path: str | Path) -> None:
     sys.stdout.write("ready\n")  # the readiness line the parent waits for (wait_ready)
     sys.stdout.flush()
     chooser = selectors.DefaultSelector()
-    chooser.register(listener, selectors.EVENT_READ, None)
+    chooser.register(listener, selectors.EVENT_READ, ("listener", 0))
     children: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
+    abandoned: set[int] = set()  # the pids of kernels whose client closed its connection
     while True:
         for key, _ in chooser.select(timeout=5.0):
-            if key.data is None:
+            kind, fd = key.data
+            if kind == "listener":
                 conn, _ = listener.accept()
                 conn.settimeout(30)
                 try:
                     # The request is read first, refused or not: closing a connection with
                     # unread data resets it, and the refusal might never reach the client.
                     line = _read_line(conn)
-                    if _peer_pid(conn) != parent:
+                    if not may_ask(_peer_pid(conn), parent, siblings):
                         raise PermissionError("only the grading worker may ask for kernels")
                     request = json.loads(line)
                     argv = request.get("argv", [])
@@ -253,50 +298,88 @@ def serve(path: str | Path) -> None:
                     _become_kernel(request, own)
                 pidfd = os.pidfd_open(pid)
                 children[pidfd] = (pid, conn)
-                chooser.register(pidfd, selectors.EVENT_READ, pid)
+                chooser.register(pidfd, selectors.EVENT_READ, ("child", pidfd))
                 try:
                     conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
+                    chooser.register(conn, selectors.EVENT_READ, ("client", pidfd))
                 except OSError:
-                    pass
-            else:
-                pidfd = key.fd
-                pid, conn = children.pop(pidfd)
-                chooser.unregister(pidfd)
-                os.close(pidfd)
-                _, status = os.waitpid(pid, 0)
+                    _abandon(pid, abandoned)
+            elif kind == "client":  # the client wrote (nothing is expected) or is gone
+                pid, conn = children[fd]
                 try:
-                    conn.sendall(
-                        (json.dumps({"exit": os.waitstatus_to_exitcode(status)}) + "\n").encode()
-                    )
+                    gone = not conn.recv(1 << 12)
                 except OSError:
-                    pass
+                    gone = True
+                if gone:
+                    chooser.unregister(conn)
+                    _abandon(pid, abandoned)
+            else:  # a kernel exited
+                pid, conn = children.pop(fd)
+                chooser.unregister(fd)
+                os.close(fd)
+                _, status = os.waitpid(pid, 0)
+                if pid in abandoned:  # what it left running, and its cgroups, go too
+                    abandoned.discard(pid)
+                    kill_process_group_cgroup(pid)
+                else:
+                    chooser.unregister(conn)
+                    try:
+                        code = os.waitstatus_to_exitcode(status)
+                        conn.sendall((json.dumps({"exit": code}) + "\n").encode())
+                    except OSError:
+                        pass
                 conn.close()
-        if os.getppid() != parent:  # the worker is gone (PDEATHSIG should have fired)
+        if os.getppid() != parent:  # the parent is gone (PDEATHSIG should have fired)
             return
 
 
-class ForkServer:
-    """A fork server started by, and serving, the current process.
+def _abandon(pid: int, abandoned: set[int]) -> None:
+    """Kill the kernel ``pid`` (and its process group) whose client is gone."""
+    abandoned.add(pid)
+    try:
+        os.killpg(pid, signal.SIGKILL)  # the child called setsid(): its group is its pid
+    except (ProcessLookupError, PermissionError):
+        pass
 
-    It inherits this process's environment; the kernels get their own from each request (what
-    is read at import time, such as ``OMP_NUM_THREADS``, comes from the server's).
+
+class ForkServer:
+    """A fork server started by the current process, or (:meth:`attach`) by its parent.
+
+    It inherits ``env`` (default: this process's environment), filtered as a kernel's is; the
+    kernels get their own from each request (what is read at import time, such as
+    ``OMP_NUM_THREADS``, comes from the server's).
 
     Args:
         path: the socket's path (in a private directory).
+        siblings: serve this process's other children too (:func:`serve`).
+        env: the environment to start it with.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(
+        self, path: str | Path, *, siblings: bool = False, env: dict[str, str] | None = None
+    ) -> None:
         self.path = Path(path)
         # Started with a kernel's environment: a forked kernel's /proc/self/environ is the
         # server's, so nothing secret of the worker's may be in it.
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "coursepkg.grading.kernel.forkserver", str(self.path)],
+        command = [sys.executable, "-m", "coursepkg.grading.kernel.forkserver", str(self.path)]
+        self.proc: Any = subprocess.Popen(
+            [*command, *(["--siblings"] if siblings else [])],
             cwd=self.path.parent,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            env=kernel_environment(os.environ),
+            env=kernel_environment(os.environ if env is None else env),
         )
         self._ready = False
+        self._owned = True
+
+    @classmethod
+    def attach(cls, path: str | Path, pid: int) -> ForkServer:
+        """A handle on the server ``pid`` that this process's parent started with
+        ``siblings`` on the socket ``path``; :meth:`stop` leaves it running."""
+        server = cls.__new__(cls)
+        server.path, server.proc = Path(path), _Elsewhere(pid)
+        server._ready, server._owned = False, False
+        return server
 
     def start(self) -> ForkServer:
         """Make this the server the provisioners of this process use."""
@@ -313,6 +396,13 @@ class ForkServer:
             if chooser.select(timeout=timeout):
                 self._ready = self.proc.stdout.readline().strip() == b"ready"
             chooser.close()
+        elif not self._ready:  # another process's server: ready once its socket is in place
+            deadline = time.monotonic() + timeout
+            while not self.path.exists() and self.proc.poll() is None:
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.02)
+            self._ready = self.path.exists()
         return self._ready and self.proc.poll() is None
 
     def connect(self, timeout: float = 120.0) -> socket.socket | None:
@@ -336,6 +426,8 @@ class ForkServer:
         global _current
         if _current is self:
             _current = None
+        if not self._owned:
+            return
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
@@ -345,6 +437,23 @@ class ForkServer:
 # ---------------------------------------------------------------------------------------------
 # The client side: a provisioner, a kernel manager and nbgrader's Execute using them
 # ---------------------------------------------------------------------------------------------
+
+
+class _Elsewhere:
+    """What :class:`ForkServer` needs of a ``Popen``, for a server another process started."""
+
+    stdout = None
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def poll(self) -> int | None:
+        try:
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+        except OSError:
+            return -signal.SIGKILL  # gone
+        state = stat[stat.rindex(")") + 2]
+        return -signal.SIGKILL if state in "ZXx" else None  # exited (a zombie) or running
 
 
 class _ForkedKernel:
@@ -547,4 +656,4 @@ class ForkExecute(RestartingExecute):
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1], siblings="--siblings" in sys.argv[2:])

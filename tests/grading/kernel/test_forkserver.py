@@ -20,7 +20,7 @@ from pathlib import Path
 
 import processes
 import pytest
-from processes import budget
+from processes import budget, wait_until
 
 from coursepkg.grading.kernel import forkserver
 from coursepkg.grading.kernel.confine import landlock_abi
@@ -305,6 +305,63 @@ def test_the_server_refuses_other_processes(setup):
     out = processes.run([sys.executable, "-c", probe, str(path)], idle=60)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"error": "only the grading worker may ask for kernels"}
+
+
+def test_a_server_of_siblings_answers_its_parents_children_and_no_one_else():
+    """``--siblings`` (one server for a LocalCluster's workers, the grader's children) admits
+    the parent and its children; a grandchild (a kernel, or what a kernel starts) and any other
+    process are refused, as without it."""
+    here = os.getpid()
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    spawner = [sys.executable, "-c", f"import subprocess; subprocess.run({sleeper!r})"]
+    with (
+        processes.Command(sleeper, what="a child of the test") as child,
+        processes.Command(spawner, what="a child that starts a grandchild") as middle,
+    ):
+        started = wait_until(lambda: middle.descendants()[1:], "the grandchild to start")
+        grandchild = started[0].pid
+        assert forkserver.may_ask(here, here, siblings=True)
+        assert forkserver.may_ask(here, here, siblings=False)
+        assert forkserver.may_ask(child.pid, here, siblings=True)
+        assert not forkserver.may_ask(child.pid, here, siblings=False)
+        assert not forkserver.may_ask(grandchild, here, siblings=True)
+        assert not forkserver.may_ask(os.getppid(), here, siblings=True)
+
+
+def test_a_kernel_whose_client_is_gone_is_killed(setup):
+    """A kernel lives as long as the connection of the process that asked for it: the server
+    kills one whose client closed it (a worker that died, taking its kernel manager along)."""
+
+    async def run():
+        km = forkserver.ForkKernelManager(kernel_name=KERNEL_NAME)
+        await km.start_kernel(cwd=str(setup["work"]))
+        try:
+            kernel = km.provisioner.process
+            assert isinstance(kernel, forkserver._ForkedKernel)
+            pid = kernel.pid
+            assert _alive(pid)
+            kernel._conn.close()  # as the client's death closes it
+            deadline = time.monotonic() + budget(60)
+            while _alive(pid) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            return pid, _alive(pid)  # before the manager's own shutdown below
+        finally:
+            with contextlib.suppress(Exception):
+                await km.shutdown_kernel(now=True)
+
+    pid, alive = asyncio.run(run())
+    assert not alive, f"kernel {pid} outlived its client's connection"
+    assert setup["server"].proc.poll() is None  # the server goes on serving
+    assert setup["server"].connect(timeout=budget(60)) is not None
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its parent counts as ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZXx"
 
 
 def test_the_server_refuses_anything_but_the_sandbox_kernel(setup):
