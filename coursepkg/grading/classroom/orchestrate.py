@@ -58,7 +58,8 @@ log = logging.getLogger(__name__)
 @contextlib.contextmanager
 def connect(scheduler: str | None, workers: int | None) -> Iterator[Any]:
     """A Dask client: on the scheduler at ``scheduler``, or on a new ``LocalCluster`` of
-    ``workers`` processes (default: one per core) that lives as long as the block.
+    ``workers`` processes (default: one per core) that lives as long as the block. Grading
+    connects before it writes anything, so an unreachable scheduler changes nothing.
 
     Raises:
         ValueError: the scheduler cannot be reached.
@@ -468,13 +469,9 @@ def grade_class(
     chosen = _submissions(root, assignment, students)
     book = _checked_course(root, url, assignment)
     stop = _Stop()
-    with (
-        stop.installed(),
-        gradebook.reused_engines(),
-        _shared_fork_server(fork, scheduler) as shared,
-    ):
+    with stop.installed(), gradebook.reused_engines():
         local = min(workers or os.cpu_count() or 1, len(chosen))  # an idle worker costs CPU too
-        with connect(scheduler, local) as client:  # reachable, before anything is written
+        with _shared_fork_server(fork, scheduler) as shared, connect(scheduler, local) as client:
             _start_fork_servers(client, fork, shared)
             notebooks = book.notebooks(assignment)
             replaced = apply_due_date(book, assignment)  # the policy's, before the workers

@@ -276,7 +276,7 @@ class _PrivateCourse:
         # Kernels forked from a process that has imported torch (or started anew), over Unix
         # sockets: the sandbox kernel has no network beyond a loopback of its own.
         from ..kernel.execute import autograde_preprocessors
-        from ..kernel.forkserver import ForkExecute
+        from ..kernel.forked import ForkExecute
 
         config.Autograde.autograde_preprocessors = autograde_preprocessors(ForkExecute)
         config.Autograde.sanitize_preprocessors = sanitize_preprocessors()

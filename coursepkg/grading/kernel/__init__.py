@@ -8,7 +8,8 @@
 * :mod:`.sandbox` -- the sandbox kernel's launcher and kernelspec.
 * :mod:`.guard` -- the guard of the checks, installed by the sandbox kernel before the first cell.
 * :mod:`.execute` -- nbgrader's ``Execute``, starting a kernel again when one never answered.
-* :mod:`.forkserver` -- kernels forked from a process that has imported torch.
+* :mod:`.forkserver` -- kernels forked from a process that has imported torch; :mod:`.forked`,
+  the kernel manager and nbgrader ``Execute`` that ask it for them.
 * :mod:`.replies` -- a kernel client that waits for replies without losing a wake-up.
 """
 

@@ -10,7 +10,7 @@ self-check (:func:`~coursepkg.grading.notebook.run_notebook`) does.
 
 The course's ``nbgrader_config.py`` puts it in ``nbgrader autograde``'s preprocessors with
 :func:`autograde_preprocessors`; ``coursepkg grade`` uses its subclass
-:class:`~coursepkg.grading.kernel.forkserver.ForkExecute`.
+:class:`~coursepkg.grading.kernel.forked.ForkExecute`.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ starting the interpreter, importing IPython and ipykernel (~0.4 s of CPU here) a
 every exercise of this course, ``import torch`` and ``coursepkg.grading`` (~2.5 s). With forty
 students that is two minutes of CPU per assignment spent importing the same modules.
 
-``coursepkg grade`` therefore starts one *fork server* per grading worker. The server imports
+``coursepkg grade`` therefore starts a *fork server* for its grading workers. The server imports
 those modules once, then waits on a Unix socket; for each notebook the worker's kernel manager
 asks it for a kernel, and the server ``fork()``s a child that becomes the sandbox kernel of
 :mod:`coursepkg.grading.kernel.sandbox` exactly as a freshly started one would (the same command
@@ -26,10 +26,8 @@ The pieces:
   dies takes its kernels with it.
 * :class:`ForkServer` starts and stops a server; :meth:`ForkServer.attach` is a worker's
   handle on a server its parent started.
-* :class:`ForkProvisioner` is a jupyter_client kernel provisioner that launches the sandbox
-  kernelspec through the server, and falls back to an ordinary launch when there is no server
-  or the command is not the sandbox kernel; :class:`ForkKernelManager` uses it, and
-  :class:`ForkExecute` is nbgrader's ``Execute`` preprocessor with that kernel manager.
+* :mod:`.forked` is the client side: the kernel provisioner, kernel manager and nbgrader
+  ``Execute`` that ask the server for kernels.
 """
 
 from __future__ import annotations
@@ -44,27 +42,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from queue import Empty
 from typing import Any
-
-from jupyter_client.asynchronous import AsyncKernelClient
-from jupyter_client.manager import AsyncKernelManager
-from jupyter_client.provisioning import LocalProvisioner
-from traitlets import Type
 
 from . import sandbox
 from .confine import die_with_parent, kernel_environment, kill_process_group_cgroup, libc
-from .execute import RestartingExecute
-from .replies import ShortPollKernelClient
 
-__all__ = [
-    "ForkExecute",
-    "ForkKernelManager",
-    "ForkProvisioner",
-    "ForkServer",
-    "ReadyKernelClient",
-    "serve",
-]
+__all__ = ["ForkServer", "may_ask", "orphans_become_children", "read_line", "serve"]
 
 #: The module whose ``-m`` command line the server knows how to run in a forked child.
 SANDBOX_MODULE = sandbox.MODULE
@@ -88,7 +71,8 @@ PRELOAD = (
 
 _PR_GET_CHILD_SUBREAPER = 37
 
-# The server of this process (set by ForkServer.start), used by every ForkProvisioner in it.
+# The server of this process (set by ForkServer.start), used by every provisioner of
+# :mod:`.forked` in it.
 _current: ForkServer | None = None
 
 
@@ -134,7 +118,7 @@ def orphans_become_children() -> bool:
     return flag.value != 0
 
 
-def _read_line(conn: socket.socket, limit: int = 1 << 24) -> bytes:
+def read_line(conn: socket.socket, limit: int = 1 << 24) -> bytes:
     data = b""
     while not data.endswith(b"\n"):
         chunk = conn.recv(1 << 16)
@@ -263,83 +247,148 @@ def serve(path: str | Path, siblings: bool = False) -> None:
     os.rename(staging, path)
     sys.stdout.write("ready\n")  # the readiness line the parent waits for (wait_ready)
     sys.stdout.flush()
-    chooser = selectors.DefaultSelector()
-    chooser.register(listener, selectors.EVENT_READ, ("listener", 0))
-    children: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
-    abandoned: set[int] = set()  # the pids of kernels whose client closed its connection
+    serving = _Serving(listener, parent, siblings, here)
     while True:
-        for key, _ in chooser.select(timeout=5.0):
+        for key, _ in serving.chooser.select(timeout=5.0):
             kind, fd = key.data
             if kind == "listener":
-                conn, _ = listener.accept()
-                conn.settimeout(30)
-                try:
-                    # The request is read first, refused or not: closing a connection with
-                    # unread data resets it, and the refusal might never reach the client.
-                    line = _read_line(conn)
-                    if not may_ask(_peer_pid(conn), parent, siblings):
-                        raise PermissionError("only the grading worker may ask for kernels")
-                    request = json.loads(line)
-                    argv = request.get("argv", [])
-                    if SANDBOX_MODULE not in argv or argv[0] != sys.executable:
-                        raise ValueError(f"not the sandbox kernel's command line: {argv}")
-                except (OSError, ValueError) as err:
-                    try:
-                        conn.sendall((json.dumps({"error": str(err)}) + "\n").encode())
-                    except OSError:
-                        pass
-                    conn.close()
-                    continue
-                request["server_dir"] = here
-                own = [listener.fileno(), chooser.fileno(), conn.fileno()]
-                own += [fd for fd in children] + [c.fileno() for _, c in children.values()]
-                pid = os.fork()
-                if pid == 0:
-                    _become_kernel(request, own)
-                pidfd = os.pidfd_open(pid)
-                children[pidfd] = (pid, conn)
-                chooser.register(pidfd, selectors.EVENT_READ, ("child", pidfd))
-                try:
-                    conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
-                    chooser.register(conn, selectors.EVENT_READ, ("client", pidfd))
-                except OSError:
-                    _abandon(pid, abandoned)
+                if serving.accept() == "stop":
+                    return
             elif kind == "client":  # the client wrote (nothing is expected) or is gone
-                pid, conn = children[fd]
-                try:
-                    gone = not conn.recv(1 << 12)
-                except OSError:
-                    gone = True
-                if gone:
-                    chooser.unregister(conn)
-                    _abandon(pid, abandoned)
+                serving.hear(fd)
             else:  # a kernel exited
-                pid, conn = children.pop(fd)
-                chooser.unregister(fd)
-                os.close(fd)
-                _, status = os.waitpid(pid, 0)
-                if pid in abandoned:  # what it left running, and its cgroups, go too
-                    abandoned.discard(pid)
-                    kill_process_group_cgroup(pid)
-                else:
-                    chooser.unregister(conn)
-                    try:
-                        code = os.waitstatus_to_exitcode(status)
-                        conn.sendall((json.dumps({"exit": code}) + "\n").encode())
-                    except OSError:
-                        pass
-                conn.close()
+                serving.reap(fd)
         if os.getppid() != parent:  # the parent is gone (PDEATHSIG should have fired)
             return
 
 
-def _abandon(pid: int, abandoned: set[int]) -> None:
-    """Kill the kernel ``pid`` (and its process group) whose client is gone."""
-    abandoned.add(pid)
-    try:
-        os.killpg(pid, signal.SIGKILL)  # the child called setsid(): its group is its pid
-    except (ProcessLookupError, PermissionError):
-        pass
+class _Serving:
+    """The state of :func:`serve`'s loop: the listener, the kernels and their clients."""
+
+    def __init__(self, listener: socket.socket, parent: int, siblings: bool, here: str) -> None:
+        self.listener, self.parent, self.siblings, self.here = listener, parent, siblings, here
+        self.chooser = selectors.DefaultSelector()
+        self.chooser.register(listener, selectors.EVENT_READ, ("listener", 0))
+        self.children: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
+        self.abandoned: set[int] = set()  # the kernels whose client closed its connection
+
+    def _request(self, conn: socket.socket) -> dict | None:
+        """The client's request, or None once a refusal is sent."""
+        try:
+            # The request is read first, refused or not: closing a connection with unread
+            # data resets it, and the refusal might never reach the client.
+            line = read_line(conn)
+            peer = _peer_pid(conn)
+            if not may_ask(peer, self.parent, self.siblings):
+                raise PermissionError("only the grading worker may ask for kernels")
+            request = json.loads(line)
+            if request.get("stop") and peer == self.parent:
+                return request
+            argv = request.get("argv", [])
+            if SANDBOX_MODULE not in argv or argv[0] != sys.executable:
+                raise ValueError(f"not the sandbox kernel's command line: {argv}")
+            return request
+        except (OSError, ValueError) as err:
+            try:
+                conn.sendall((json.dumps({"error": str(err)}) + "\n").encode())
+            except OSError:
+                pass
+            conn.close()
+            return None
+
+    def accept(self) -> str | None:
+        """A new connection: fork the kernel it asks for, and answer its pid; or, asked by the
+        parent to stop, end every kernel and answer, then return ``"stop"``."""
+        conn, _ = self.listener.accept()
+        conn.settimeout(30)
+        request = self._request(conn)
+        if request is None:
+            return None
+        if request.get("stop"):
+            self._end_all()
+            try:
+                conn.sendall(b'{"stopped": true}\n')
+            except OSError:
+                pass
+            conn.close()
+            return "stop"
+        request["server_dir"] = self.here
+        own = [self.listener.fileno(), self.chooser.fileno(), conn.fileno()]
+        own += [*self.children, *(c.fileno() for _, c in self.children.values())]
+        pid = os.fork()
+        if pid == 0:
+            _become_kernel(request, own)
+        pidfd = os.pidfd_open(pid)
+        self.children[pidfd] = (pid, conn)
+        self.chooser.register(pidfd, selectors.EVENT_READ, ("child", pidfd))
+        try:
+            conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
+            self.chooser.register(conn, selectors.EVENT_READ, ("client", pidfd))
+        except OSError:
+            self._abandon(pid)
+        return None
+
+    def _end_all(self) -> None:
+        """Kill every kernel, reap it and remove its cgroups: nothing of them outlives the
+        server (a kernel orphaned by a server's kill would leave its cgroups behind)."""
+        for pid, _ in self.children.values():
+            self._abandon(pid)
+        for pidfd in list(self.children):
+            self.reap(pidfd)
+
+    def hear(self, pidfd: int) -> None:
+        """The client of kernel ``pidfd`` is readable: gone (its kernel is killed) or not."""
+        pid, conn = self.children[pidfd]
+        try:
+            gone = not conn.recv(1 << 12)
+        except OSError:
+            gone = True
+        if gone:
+            self.chooser.unregister(conn)
+            self._abandon(pid)
+
+    def reap(self, pidfd: int) -> None:
+        """Kernel ``pidfd`` exited: tell its client the exit code (if it is still there)."""
+        pid, conn = self.children.pop(pidfd)
+        self.chooser.unregister(pidfd)
+        os.close(pidfd)
+        _, status = os.waitpid(pid, 0)
+        if pid in self.abandoned:  # what it left running, and its cgroups, go too
+            self.abandoned.discard(pid)
+            kill_process_group_cgroup(pid)
+        else:
+            self.chooser.unregister(conn)
+            try:
+                code = os.waitstatus_to_exitcode(status)
+                conn.sendall((json.dumps({"exit": code}) + "\n").encode())
+            except OSError:
+                pass
+        conn.close()
+
+    def _abandon(self, pid: int) -> None:
+        """Kill the kernel ``pid`` (and its process group) whose client is gone."""
+        self.abandoned.add(pid)
+        try:
+            os.killpg(pid, signal.SIGKILL)  # the child called setsid(): its group is its pid
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class _Elsewhere:
+    """What :class:`ForkServer` needs of a ``Popen``, for a server another process started."""
+
+    stdout = None
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def poll(self) -> int | None:
+        try:
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+        except OSError:
+            return -signal.SIGKILL  # gone
+        state = stat[stat.rindex(")") + 2]
+        return -signal.SIGKILL if state in "ZXx" else None  # exited (a zombie) or running
 
 
 class ForkServer:
@@ -421,238 +470,32 @@ class ForkServer:
                 time.sleep(0.05)
         return None
 
-    def stop(self) -> None:
-        """Stop the server (its running children die with it)."""
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the server: it kills its kernels, reaps them and removes their cgroups, then
+        exits (killed if it has not within ``timeout`` seconds); a handle from :meth:`attach`
+        only forgets it."""
         global _current
         if _current is self:
             _current = None
         if not self._owned:
             return
         if self.proc.poll() is None:
+            # Listening once its socket is in place; before that it has started no kernel.
+            conn = self.connect(timeout=5) if self.path.exists() else None
+            if conn is not None:
+                try:
+                    conn.settimeout(timeout)
+                    conn.sendall(b'{"stop": true}\n')
+                    read_line(conn)  # {"stopped": true}: every kernel has ended
+                    self.proc.wait(timeout=timeout)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+                finally:
+                    conn.close()
+        if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
         self.path.unlink(missing_ok=True)
-
-
-# ---------------------------------------------------------------------------------------------
-# The client side: a provisioner, a kernel manager and nbgrader's Execute using them
-# ---------------------------------------------------------------------------------------------
-
-
-class _Elsewhere:
-    """What :class:`ForkServer` needs of a ``Popen``, for a server another process started."""
-
-    stdout = None
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-
-    def poll(self) -> int | None:
-        try:
-            stat = Path(f"/proc/{self.pid}/stat").read_text()
-        except OSError:
-            return -signal.SIGKILL  # gone
-        state = stat[stat.rindex(")") + 2]
-        return -signal.SIGKILL if state in "ZXx" else None  # exited (a zombie) or running
-
-
-class _ForkedKernel:
-    """What :class:`~jupyter_client.provisioning.LocalProvisioner` needs of a ``Popen``, for a
-    kernel the fork server started (its exit code arrives on the connection)."""
-
-    stdin = stdout = stderr = None
-
-    def __init__(self, pid: int, conn: socket.socket) -> None:
-        self.pid = pid
-        self.returncode: int | None = None
-        self._conn = conn
-        self._conn.setblocking(False)
-        self._buffer = b""
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            try:
-                data = self._conn.recv(1 << 12)
-            except BlockingIOError:
-                return None
-            except OSError:
-                data = b""
-            if data:
-                self._buffer += data
-                if not self._buffer.endswith(b"\n"):
-                    return None
-                self.returncode = int(json.loads(self._buffer.splitlines()[-1])["exit"])
-            else:  # the server is gone, and its children with it
-                self.returncode = -signal.SIGKILL
-            self._conn.close()
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0)
-            time.sleep(0.02)
-        assert self.returncode is not None
-        return self.returncode
-
-    def send_signal(self, signum: int) -> None:
-        if self.poll() is None:
-            os.kill(self.pid, signum)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-
-class ForkProvisioner(LocalProvisioner):
-    """Launch the sandbox kernel through this process's :class:`ForkServer` (if there is one
-    and the command is the sandbox kernel's); otherwise exactly like ``LocalProvisioner``."""
-
-    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> Any:
-        server = _current
-        forkable = SANDBOX_MODULE in cmd and cmd[0] == sys.executable
-        conn = server.connect() if server is not None and forkable else None
-        if forkable:  # nothing secret of the worker's reaches a sandbox kernel
-            kwargs["env"] = kernel_environment(kwargs.get("env") or os.environ)
-        if conn is None:
-            if server is not None and forkable:
-                self.log.warning("the fork server is not running; starting the kernel anew")
-            return await super().launch_kernel(cmd, **kwargs)
-        env = kernel_environment(kwargs.get("env") or os.environ)
-        request = {"argv": cmd, "env": env, "cwd": str(kwargs.get("cwd") or os.getcwd())}
-        conn.settimeout(60)
-        try:
-            conn.sendall((json.dumps(request) + "\n").encode())
-            answer = json.loads(_read_line(conn))
-        except (OSError, ValueError) as err:
-            conn.close()
-            self.log.warning("the fork server failed (%s); starting the kernel anew", err)
-            return await super().launch_kernel(cmd, **kwargs)
-        if "pid" not in answer:
-            conn.close()
-            raise RuntimeError(f"the fork server refused the kernel: {answer.get('error')}")
-        self.process = _ForkedKernel(answer["pid"], conn)  # type: ignore[assignment]
-        self.pid = self.pgid = answer["pid"]  # the child called setsid()
-        self.cwd = kwargs.get("cwd", os.getcwd())
-        return self.connection_info
-
-
-class ReadyKernelClient(ShortPollKernelClient):
-    """jupyter_client's asynchronous kernel client, ready as soon as the kernel is (and waiting
-    for replies in short polls, :mod:`.replies`).
-
-    jupyter_client's ``wait_for_ready`` asks for ``kernel_info`` until the kernel replies and
-    its iopub channel is connected, then drains iopub until no message has come for 0.2 s:
-    0.2 s of idle wait in every kernel start, once per student. Here the drain ends at the
-    last message the kernel publishes for the request it answered (ipykernel's status
-    ``busy``, the reply, status ``idle``); whatever came before it is drained, as there. A
-    startup message arriving later changes nothing: nbclient keeps only the messages whose
-    parent is the cell it runs.
-    """
-
-    async def wait_for_ready(self, timeout: float | None = None) -> None:
-        """Wait until the kernel answers ``kernel_info`` and its iopub channel is connected.
-
-        Args:
-            timeout: seconds to wait (None: no limit).
-
-        Raises:
-            RuntimeError: the kernel died or did not answer within ``timeout`` (jupyter_client's
-                messages, which the grader recognises as a failed start).
-        """
-        deadline = time.monotonic() + (float("inf") if timeout is None else timeout)
-        while True:
-            self.kernel_info()
-            try:
-                reply = await self.shell_channel.get_msg(timeout=1)
-            except Empty:
-                reply = None
-            if reply is not None and reply["msg_type"] == "kernel_info_reply":
-                if await self._idle_after(reply["parent_header"].get("msg_id")):
-                    self._handle_kernel_info_reply(reply)
-                    return
-            if not await self.is_alive():
-                raise RuntimeError("Kernel died before replying to kernel_info")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"Kernel didn't respond in {timeout:.0f} seconds")
-
-    async def _idle_after(self, msg_id: str | None) -> bool:
-        """Drain iopub up to the kernel's ``idle`` status for request ``msg_id``; False when
-        iopub stays silent for 0.2 s (not connected yet: the caller asks again, as
-        jupyter_client does)."""
-        while True:
-            try:
-                msg = await self.iopub_channel.get_msg(timeout=0.2)
-            except Empty:
-                return False
-            if (
-                msg["msg_type"] == "status"
-                and msg["content"].get("execution_state") == "idle"
-                and msg["parent_header"].get("msg_id") == msg_id
-            ):
-                return True
-
-
-class ForkKernelManager(AsyncKernelManager):
-    """jupyter_client's kernel manager, with :class:`ForkProvisioner` as its provisioner and
-    :class:`ReadyKernelClient` as its client.
-
-    It talks to its kernel over Unix sockets (transport ``ipc``) in a private folder, not TCP:
-    the sandbox kernel has no network beyond the loopback of a network namespace of its own.
-    """
-
-    client_factory = Type(ReadyKernelClient, klass=AsyncKernelClient, config=True)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._ipc_folder: str | None = None
-        if "transport" not in self.config.get("KernelManager", {}):
-            self.transport = "ipc"
-
-    async def _async_pre_start_kernel(self, **kw: Any) -> Any:
-        if self.transport == "ipc" and self._ipc_folder is None:
-            import tempfile
-
-            # Short (a socket's path has at most 107 bytes) and private to this kernel.
-            self._ipc_folder = tempfile.mkdtemp(prefix="cgk-", dir="/tmp")
-            self.ip = os.path.join(self._ipc_folder, "k")
-        if self.provisioner is None:
-            import uuid
-
-            self.kernel_id = self.kernel_id or kw.pop("kernel_id", str(uuid.uuid4()))
-            self.provisioner = ForkProvisioner(
-                kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self
-            )
-        return await super()._async_pre_start_kernel(**kw)
-
-    async def _async_wait(self, pollinterval: float = 0.1) -> None:
-        # jupyter_client polls a kernel that was asked to shut down every 0.1 s; a sandbox
-        # kernel exits within some tens of ms of the request, so polling every 0.01 s (a read
-        # of the fork server's connection, or a waitpid) ends each student's run sooner.
-        await super()._async_wait(pollinterval=min(pollinterval, 0.01))
-
-    async def _async_cleanup_resources(self, restart: bool = False) -> None:
-        pid = getattr(self.provisioner, "pid", None)
-        await super()._async_cleanup_resources(restart=restart)
-        if pid:  # what the kernel left running (a fork bomb) goes, and its pids cgroup
-            kill_process_group_cgroup(pid)
-        if self._ipc_folder and not restart:
-            import shutil
-
-            shutil.rmtree(self._ipc_folder, ignore_errors=True)
-            self._ipc_folder = None
-
-
-class ForkExecute(RestartingExecute):
-    """nbgrader's ``Execute`` preprocessor (one that starts a kernel again when it never
-    answered), starting kernels with :class:`ForkKernelManager`."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("kernel_manager_class", ForkKernelManager)
-        super().__init__(*args, **kwargs)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from traitlets.config.loader import PyFileConfigLoader
 
 from coursepkg.grading.classroom.worker import classify
 from coursepkg.grading.kernel.execute import RestartingExecute, autograde_preprocessors
-from coursepkg.grading.kernel.forkserver import ForkExecute
+from coursepkg.grading.kernel.forked import ForkExecute
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -1,6 +1,6 @@
 """The fork server of ``coursepkg grade``: a forked kernel is a fresh, confined, separate kernel.
 
-Each test talks to real kernels through :class:`~coursepkg.grading.forkserver.ForkKernelManager`
+Each test talks to real kernels through :class:`~coursepkg.grading.forked.ForkKernelManager`
 (what nbgrader's ``Execute`` uses when grading) with the sandbox kernelspec. A forked kernel
 must behave like a freshly started one: a process of its own whose parent is the server, its
 own random state, the sandbox's limits, interrupts that work, its exit code reported; and the
@@ -22,7 +22,7 @@ import processes
 import pytest
 from processes import budget, wait_until
 
-from coursepkg.grading.kernel import forkserver
+from coursepkg.grading.kernel import forked, forkserver
 from coursepkg.grading.kernel.confine import landlock_abi
 from coursepkg.grading.kernel.sandbox import KERNEL_NAME, _parse, write_kernelspec
 
@@ -55,7 +55,7 @@ def setup(tmp_path_factory):
 async def _ready_kernel(work: Path, now: bool = False):
     """A forked sandbox kernel started in ``work`` and ready: yields its manager and client,
     then shuts it down (``now``: killed)."""
-    km = forkserver.ForkKernelManager(kernel_name=KERNEL_NAME)
+    km = forked.ForkKernelManager(kernel_name=KERNEL_NAME)
     await km.start_kernel(cwd=str(work))
     kc = km.client()
     kc.start_channels()
@@ -72,7 +72,7 @@ async def _session(work: Path, code: list[str], interrupt_when: str | None = Non
 
     With ``interrupt_when``, each cell is interrupted once its output shows that text (waiting
     for it rather than for a fixed time, which a busy machine can outlast)."""
-    km = forkserver.ForkKernelManager(kernel_name=KERNEL_NAME)
+    km = forked.ForkKernelManager(kernel_name=KERNEL_NAME)
     await km.start_kernel(cwd=str(work))
     kc = km.client()
     kc.start_channels()
@@ -100,7 +100,7 @@ async def _session(work: Path, code: list[str], interrupt_when: str | None = Non
             outputs.append("".join(texts).strip())
         info = {
             "pid": km.provisioner.pid,
-            "forked": isinstance(km.provisioner.process, forkserver._ForkedKernel),
+            "forked": isinstance(km.provisioner.process, forked._ForkedKernel),
         }
     finally:
         kc.stop_channels()
@@ -268,7 +268,7 @@ def test_a_ready_kernel_leaves_the_first_cell_only_its_own_messages(setup):
             return type(kc), msg_id, seen
 
     kind, msg_id, seen = asyncio.run(run())
-    assert kind is forkserver.ReadyKernelClient
+    assert kind is forked.ReadyKernelClient
     assert [m["parent_header"].get("msg_id") for m in seen] == [msg_id] * len(seen)
     assert [m["msg_type"] for m in seen][0] == "status"  # busy: the cell's first message
     assert "first\n" in [m["content"].get("text") for m in seen]
@@ -278,7 +278,7 @@ def _ask(path: Path, request: dict) -> dict:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.connect(str(path))
         conn.sendall((json.dumps(request) + "\n").encode())
-        return json.loads(forkserver._read_line(conn))
+        return json.loads(forkserver.read_line(conn))
 
 
 def test_the_server_refuses_other_processes(setup):
@@ -333,11 +333,11 @@ def test_a_kernel_whose_client_is_gone_is_killed(setup):
     kills one whose client closed it (a worker that died, taking its kernel manager along)."""
 
     async def run():
-        km = forkserver.ForkKernelManager(kernel_name=KERNEL_NAME)
+        km = forked.ForkKernelManager(kernel_name=KERNEL_NAME)
         await km.start_kernel(cwd=str(setup["work"]))
         try:
             kernel = km.provisioner.process
-            assert isinstance(kernel, forkserver._ForkedKernel)
+            assert isinstance(kernel, forked._ForkedKernel)
             pid = kernel.pid
             assert _alive(pid)
             kernel._conn.close()  # as the client's death closes it
@@ -353,6 +353,28 @@ def test_a_kernel_whose_client_is_gone_is_killed(setup):
     assert not alive, f"kernel {pid} outlived its client's connection"
     assert setup["server"].proc.poll() is None  # the server goes on serving
     assert setup["server"].connect(timeout=budget(60)) is not None
+
+
+def test_stopping_a_server_ends_its_kernels_first(setup, tmp_path):
+    """``ForkServer.stop`` returns once the server has killed and reaped every kernel it
+    forked (and removed their cgroups): none is left running, orphaned, after the grader."""
+    own = forkserver.ForkServer(tmp_path / "fork.sock").start()
+    try:
+
+        async def start() -> tuple[forked.ForkKernelManager, int]:
+            km = forked.ForkKernelManager(kernel_name=KERNEL_NAME)
+            await km.start_kernel(cwd=str(setup["work"]))
+            assert isinstance(km.provisioner.process, forked._ForkedKernel)
+            return km, km.provisioner.process.pid
+
+        km, pid = asyncio.run(start())
+        assert _alive(pid)
+        own.stop()
+        assert not _alive(pid), f"kernel {pid} outlived its server's stop"
+        assert not Path(f"/proc/{pid}").exists(), "the kernel was not reaped"
+    finally:
+        own.stop()
+        setup["server"].start()  # the module's server serves the other tests again
 
 
 def _alive(pid: int) -> bool:

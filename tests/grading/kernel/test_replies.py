@@ -13,7 +13,7 @@ from jupyter_client.manager import AsyncKernelManager
 
 from coursepkg.grading import notebook
 from coursepkg.grading.kernel import replies
-from coursepkg.grading.kernel.forkserver import ForkKernelManager
+from coursepkg.grading.kernel.forked import ForkKernelManager
 
 
 class _LostEdgeSocket:
