@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from . import sandbox
-from .confine import die_with_parent, kernel_environment, kill_process_group_cgroup, libc
+from .confine import ENDED, die_with_parent, kernel_environment, kill_process_group_cgroup, libc
 
 __all__ = ["ForkServer", "may_ask", "orphans_become_children", "read_line", "serve"]
 
@@ -356,6 +356,9 @@ class _Serving:
         if pid in self.abandoned:  # what it left running, and its cgroups, go too
             self.abandoned.discard(pid)
             kill_process_group_cgroup(pid)
+            # Its record is nobody's here, and the kernels forked next would inherit it: the
+            # guard compares the module's state with the snapshot taken before any kernel.
+            ENDED.pop(pid, None)
         else:
             self.chooser.unregister(conn)
             try:
