@@ -45,7 +45,14 @@ from pathlib import Path
 from typing import Any
 
 from . import sandbox
-from .confine import ENDED, die_with_parent, kernel_environment, kill_process_group_cgroup, libc
+from .confine import (
+    ENDED,
+    _alive,
+    die_with_parent,
+    kernel_environment,
+    kill_process_group_cgroup,
+    libc,
+)
 
 __all__ = ["ForkServer", "may_ask", "orphans_become_children", "read_line", "serve"]
 
@@ -386,12 +393,7 @@ class _Elsewhere:
         self.pid = pid
 
     def poll(self) -> int | None:
-        try:
-            stat = Path(f"/proc/{self.pid}/stat").read_text()
-        except OSError:
-            return -signal.SIGKILL  # gone
-        state = stat[stat.rindex(")") + 2]
-        return -signal.SIGKILL if state in "ZXx" else None  # exited (a zombie) or running
+        return None if _alive(self.pid) else -signal.SIGKILL  # a zombie has exited
 
 
 class ForkServer:
