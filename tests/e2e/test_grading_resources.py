@@ -282,7 +282,7 @@ def _stale_cgroups() -> list[str]:
         str(group)
         for root in confine._group_parents()
         for group in root.glob("coursepkg-kernel-*")
-        if not confine._alive(int(group.name.rsplit("-", 1)[1]))
+        if not confine.process_alive(int(group.name.rsplit("-", 1)[1]))
     ]
 
 

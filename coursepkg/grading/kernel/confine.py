@@ -55,6 +55,7 @@ __all__ = [
     "map_own_ids",
     "NOT_UNDER_GRADER",
     "readable_roots",
+    "process_alive",
     "remove_stale_cgroups",
     "restrict_files",
 ]
@@ -528,7 +529,7 @@ def kill_process_group_cgroup(pid: int) -> None:
                 time.sleep(0.05)  # killed processes leave the cgroup when they are reaped
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     """Whether process ``pid`` exists and has not exited (a zombie has)."""
     stat = _read(Path(f"/proc/{pid}/stat"))
     return bool(stat) and stat.rsplit(")", 1)[-1].split()[0] != "Z"
@@ -551,7 +552,7 @@ def remove_stale_cgroups() -> int:
     for parent in _group_parents():
         for group in parent.glob(f"{_CGROUP_PREFIX}*"):
             pid = group.name.removeprefix(_CGROUP_PREFIX)
-            if not pid.isdigit() or _alive(int(pid)):
+            if not pid.isdigit() or process_alive(int(pid)):
                 continue
             kill_process_group_cgroup(int(pid))
             ENDED.pop(int(pid), None)

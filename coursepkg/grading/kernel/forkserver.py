@@ -47,11 +47,11 @@ from typing import Any
 from . import sandbox
 from .confine import (
     ENDED,
-    _alive,
     die_with_parent,
     kernel_environment,
     kill_process_group_cgroup,
     libc,
+    process_alive,
 )
 
 __all__ = ["ForkServer", "may_ask", "orphans_become_children", "read_line", "serve"]
@@ -393,7 +393,7 @@ class _Elsewhere:
         self.pid = pid
 
     def poll(self) -> int | None:
-        return None if _alive(self.pid) else -signal.SIGKILL  # a zombie has exited
+        return None if process_alive(self.pid) else -signal.SIGKILL  # a zombie has exited
 
 
 class ForkServer:
