@@ -14,8 +14,10 @@ Part 1, side by side in one process with 2 threads: a GPT-2-shaped model (D=256,
   kernel, on the CPU too); ``--peer-adamw plain`` gives ``torch.optim.AdamW()``'s own default
   instead (one tensor at a time on the CPU).
 
-The two are timed alternately; the ratio is ours / theirs per step (<= 1.00: ours at least as
-fast) with tokens/s for both.
+The two are timed alternately; the ratio is ours / theirs per step (issue 67's target: <= 0.80)
+with tokens/s for both, and the median and quartiles of each round's own ratio (its two steps
+ran back to back, under the same load: on a shared VM, 15-round runs gave ratios from 0.68 to
+0.91, while the median of 40 rounds' own ratios was 0.83 in each of three runs).
 
 Part 2: the same step under DistributedDataParallel, 2 gloo ranks x 1 thread (``torchrun
 --nproc-per-node 2``) against 1 process x 2 threads, same global batch; the ratio of times per
@@ -134,13 +136,21 @@ def side_by_side(
         }
         if dist.device.type == "cuda":
             fns = {k: _synced(f) for k, f in fns.items()}
-        times = {k: median(v) for k, v in alternate(fns, rounds, 2, CLOCKS[clock]).items()}
+        rows = alternate(fns, rounds, 2, CLOCKS[clock])
         teardown()
+    times = {k: median(v) for k, v in rows.items()}
+    # each round's two steps ran back to back: their ratio sees the same machine load
+    per_round = sorted(a / b for a, b in zip(rows["ours"], rows["theirs"], strict=True))
     tokens = BATCH * BLOCK
     return {
         "ours_s": times["ours"],
         "theirs_s": times["theirs"],
         "ratio": times["ours"] / times["theirs"],
+        "round_ratio_median": median(per_round),
+        "round_ratio_quartiles": (
+            per_round[len(per_round) // 4],
+            per_round[(3 * len(per_round)) // 4],
+        ),
         "n_params": sum(p.numel() for p in run.net.parameters()),
         "ours_tok_s": tokens / times["ours"],
         "theirs_tok_s": tokens / times["theirs"],
@@ -219,7 +229,7 @@ def _peak(name: str) -> float | None:
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--steps", type=int, default=5, help="timed steps of each DDP run")
     parser.add_argument("--ddp-rounds", type=int, default=3, help="DDP jobs of each kind")
     parser.add_argument("--skip-ddp", action="store_true")
@@ -250,7 +260,11 @@ def main(argv=None) -> dict:
     print(f"{'':<10}{'s/step':>10}{'tokens/s':>12}")
     print(f"{'ours':<10}{r['ours_s']:>10.4f}{r['ours_tok_s']:>12.0f}")
     print(f"{'HF+AdamW':<10}{r['theirs_s']:>10.4f}{r['theirs_tok_s']:>12.0f}")
-    print(f"ratio ours / theirs: {r['ratio']:.3f} (target <= 1.00)")
+    low, high = r["round_ratio_quartiles"]
+    print(
+        f"ratio ours / theirs: {r['ratio']:.3f} (medians); per round: median "
+        f"{r['round_ratio_median']:.3f}, quartiles {low:.3f}-{high:.3f} (target <= 0.80)"
+    )
     results = {"cpu": r}
     if torch.cuda.is_available():
         results["cuda"] = g = side_by_side(args.rounds, "cuda", args.peer_adamw)

@@ -38,6 +38,7 @@ __all__ = [
     "Int8LayerCache",
     "QuantLinear",
     "awq_scales",
+    "calibration_inputs",
     "quantize_linears",
     "quantize_linears_awq",
     "quantized_weight_bytes",
@@ -212,6 +213,28 @@ def quantize_linears_awq(
         ``model``, for chaining.
     """
     targets = _linears(model)
+    inputs = calibration_inputs(model, calibration)
+    for (parent, name, child), x in zip(targets, inputs, strict=True):
+        s = awq_scales(child.weight, x, bits, group_size, grid)
+        setattr(parent, name, AWQLinear(child, s, bits, group_size))
+    return model
+
+
+def calibration_inputs(model: nn.Module, calibration: Tensor) -> list[Tensor]:
+    """The inputs each ``nn.Linear`` inside ``model.layers`` receives while ``model`` reads
+    ``calibration``: what :func:`awq_scales` weighs the channels by.
+
+    Args:
+        model: a model with float ``nn.Linear`` s inside ``model.layers``.
+        calibration: ids the model reads.
+
+    Shape:
+        calibration (B, L) -> a list, in the order of the layers' modules, of (B*L, I) tensors.
+
+    Raises:
+        RuntimeError: naming a linear layer the model never called.
+    """
+    targets = _linears(model)
     recorders = [_Recorder(child) for _, _, child in targets]
     for (parent, name, _), recorder in zip(targets, recorders, strict=True):
         setattr(parent, name, recorder)
@@ -221,12 +244,10 @@ def quantize_linears_awq(
     finally:
         for parent, name, child in targets:
             setattr(parent, name, child)
-    for (parent, name, child), recorder in zip(targets, recorders, strict=True):
+    for (_, name, child), recorder in zip(targets, recorders, strict=True):
         if recorder.inputs is None:
             raise RuntimeError(f"calibration never called {name} ({child}): no inputs to scale by")
-        s = awq_scales(child.weight, recorder.inputs, bits, group_size, grid)
-        setattr(parent, name, AWQLinear(child, s, bits, group_size))
-    return model
+    return [recorder.inputs for recorder in recorders]
 
 
 def quantize_linears(model: nn.Module, bits: int = 8, group_size: int = 32) -> nn.Module:

@@ -19,6 +19,7 @@ from coursepkg.serving.quant import (
     Int8Cache,
     QuantLinear,
     awq_scales,
+    calibration_inputs,
     quantize_linears,
     quantize_linears_awq,
     round_to_nearest,
@@ -210,6 +211,47 @@ def test_awq_model_beats_round_to_nearest_and_generates():
     extra = sum(4 * m.in_features for m in linears)  # one fp32 scale per input feature
     assert weight_bytes(awq) == weight_bytes(rtn) + extra
     assert generate(awq, tokens[:1], 4).shape == (1, 20)
+
+
+def test_calibration_inputs_are_what_each_linear_receives_and_leave_the_model_as_it_was():
+    _, lm = llama_pair(hidden_size=64, intermediate_size=128)
+    tokens = torch.randint(1, V, (3, 40), generator=torch.Generator().manual_seed(2))  # 120 rows
+
+    def linear_layers():
+        return [m for layer in lm.layers for m in layer.modules() if isinstance(m, nn.Linear)]
+
+    linears = linear_layers()
+    with torch.no_grad():
+        before = lm(tokens)
+    inputs = calibration_inputs(lm, tokens)
+    assert [x.shape for x in inputs] == [(120, m.in_features) for m in linears]
+    # the model is unchanged: the same modules in place, the same outputs
+    assert linear_layers() == linears
+    with torch.no_grad():
+        torch.testing.assert_close(lm(tokens), before)
+    # the first layer's query, key and value projections read the same normalised input
+    q, k, v = inputs[:3]
+    torch.testing.assert_close(q, k)
+    torch.testing.assert_close(q, v)
+    # the feed-forward's output layer got what the feed-forward, given its recorded input, gives it
+    ffn = lm.layers[0].ffn
+    x = inputs[linears.index(ffn.linear1)]  # (120, D)
+    seen = []
+    hook = ffn.linear2.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    try:
+        with torch.no_grad():
+            ffn(x)
+    finally:
+        hook.remove()
+    torch.testing.assert_close(inputs[linears.index(ffn.linear2)], seen[0].flatten(0, -2))
+
+
+def test_calibration_inputs_name_a_linear_the_model_never_calls():
+    _, lm = llama_pair(hidden_size=64, intermediate_size=128)
+    lm.layers[1].unused = nn.Linear(64, 8)
+    with pytest.raises(RuntimeError, match="calibration never called unused"):
+        calibration_inputs(lm, torch.randint(1, V, (2, 8)))
+    assert isinstance(lm.layers[1].unused, nn.Linear)  # put back
 
 
 def test_awq_bad_arguments_are_named():
