@@ -337,11 +337,14 @@ def draw_roofline(ax: Axes, roofline: Roofline, extra: Sequence[RooflinePoint] =
     lowest = min(p.intensity for p in (*roofline.points, *extra))
     xs = [lowest / 4, ridge, 16 * ridge]
     ax.loglog(xs, [roofline.attainable(x) for x in xs], color="black", lw=1.5)
-    ax.annotate(
+    middle = ridge / 2  # near the top of the slope
+    ax.annotate(  # left of the slope, in the empty corner above it
         f"memory: {roofline.bandwidth / 1e9:.1f} GB/s x intensity",
-        (xs[0], roofline.attainable(xs[0])),
+        (middle, roofline.attainable(middle)),
         textcoords="offset points",
-        xytext=(4, 10),
+        xytext=(-8, 0),
+        ha="right",
+        va="bottom",
         fontsize=9,
     )
     ax.annotate(
