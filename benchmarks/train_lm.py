@@ -17,7 +17,8 @@ Part 1, side by side in one process with 2 threads: a GPT-2-shaped model (D=256,
 The two are timed alternately; the ratio is ours / theirs per step (issue 67's target: <= 0.80)
 with tokens/s for both, and the median and quartiles of each round's own ratio (its two steps
 ran back to back, under the same load: on a shared VM, 15-round runs gave ratios from 0.68 to
-0.91, while the median of 40 rounds' own ratios was 0.83 in each of three runs).
+0.86 (0.91 under ATEN_CPU_CAPABILITY=avx2), while the median of 40 rounds' own ratios was 0.83
+in each of three runs).
 
 Part 2: the same step under DistributedDataParallel, 2 gloo ranks x 1 thread (``torchrun
 --nproc-per-node 2``) against 1 process x 2 threads, same global batch; the ratio of times per
